@@ -1,0 +1,116 @@
+"""Host↔device copies: volume, time, bandwidth, overlap with compute, whether the host blocked."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceinsight.analysis.intervals import merge_intervals, overlap_ns
+from traceinsight.analysis.results import CopyGroup
+from traceinsight.load import Trace, taxonomy
+from traceinsight.thresholds import Thresholds
+
+
+def copy_groups(trace: Trace, calls: pl.DataFrame, thresholds: Thresholds) -> tuple[CopyGroup, ...]:
+    """Copies grouped by device and copy name.
+
+    Overlap: each copy is intersected with the union of kernel intervals on its device (any
+    stream), so a copy hidden behind compute counts fully and one on an idle GPU counts zero.
+    Blocked host: the copy's host call (same correlation) is synchronous, or either side is pageable
+    memory, or a blocking call on the same thread starts within ``copy_sync_window_us`` of its return.
+    """
+    copies = trace.gpu.filter(pl.col("kind") == "memcpy").with_row_index("copy")
+    if copies.is_empty():
+        return ()
+    kernels = merge_intervals(trace.gpu.filter(pl.col("kind") == "kernel"), by="device").select(
+        k_device="device", k_start="start", k_end="end"
+    )
+    overlapped = (
+        copies.select("copy", "device", "ts", "end")
+        .join_where(kernels, pl.col("k_start") < pl.col("end"), pl.col("k_end") > pl.col("ts"))
+        .filter(pl.col("device") == pl.col("k_device"))
+        .group_by("copy")
+        .agg(overlapped=overlap_ns("ts", "end", "k_start", "k_end").sum())
+    )
+    window = round(thresholds.copy_sync_window_us * 1000)
+    host_calls = (
+        copies.select("copy", "correlation")
+        .join(
+            trace.runtime.select("correlation", "pid", "tid", call="name", call_end="end"),
+            on="correlation",
+            how="inner",
+        )
+        .drop_nulls(["pid", "tid"])
+        .sort("call_end")
+    )
+    sync_starts = calls.select("pid", "tid", sync_ts="ts").drop_nulls(["pid", "tid"]).sort("sync_ts")
+    if host_calls.height and sync_starts.height:
+        followed = host_calls.join_asof(
+            sync_starts,
+            left_on="call_end",
+            right_on="sync_ts",
+            by=["pid", "tid"],
+            strategy="forward",
+            tolerance=window,
+        ).select("copy", "call", followed=pl.col("sync_ts").is_not_null())
+    else:
+        followed = host_calls.select("copy", "call", followed=pl.lit(False))
+    names = copies.get_column("name").unique().to_list()
+    kinds = {name: taxonomy.parse_copy_name(name) for name in names}
+    parts = pl.DataFrame(
+        {
+            "name": names,
+            "direction": [kinds[n].direction for n in names],
+            "src": [kinds[n].src for n in names],
+            "dst": [kinds[n].dst for n in names],
+        },
+        schema={"name": pl.String, "direction": pl.String, "src": pl.String, "dst": pl.String},
+    )
+    table = (
+        copies.join(overlapped, on="copy", how="left")
+        .join(followed, on="copy", how="left")
+        .join(parts, on="name", how="left")
+        .with_columns(
+            overlapped=pl.col("overlapped").fill_null(0),
+            blocked=(
+                pl.col("call").is_in(list(taxonomy.SYNCHRONOUS_COPY_CALLS)).fill_null(False)
+                | (pl.col("src") == "Pageable").fill_null(False)
+                | (pl.col("dst") == "Pageable").fill_null(False)
+                | pl.col("followed").fill_null(False)
+            ),
+        )
+        .group_by("device", "name", "direction", "src", "dst")
+        .agg(
+            count=pl.len(),
+            bytes=pl.col("bytes").sum(),
+            duration=pl.col("dur").sum(),
+            overlapped=pl.col("overlapped").sum(),
+            blocked=pl.col("blocked").sum(),
+        )
+        .sort(["duration", "device", "name"], descending=[True, False, False])
+    )
+    return tuple(
+        CopyGroup(
+            device=row["device"],
+            kind=row["name"],
+            direction=row["direction"],
+            src=row["src"],
+            dst=row["dst"],
+            count=row["count"],
+            bytes=row["bytes"] or 0,
+            duration_ns=row["duration"],
+            overlapped_ns=row["overlapped"],
+            host_blocked=row["blocked"],
+        )
+        for row in table.iter_rows(named=True)
+    )
+
+
+def overlap_ratios(groups: tuple[CopyGroup, ...]) -> dict[str, float | None]:
+    """Overlapped time / copy time for HtoD and DtoH (None when there are no such copies)."""
+    ratios: dict[str, float | None] = {}
+    for direction in ("HtoD", "DtoH"):
+        chosen = [group for group in groups if group.direction == direction]
+        total = sum(group.duration_ns for group in chosen)
+        overlapped = sum(group.overlapped_ns for group in chosen)
+        ratios[direction] = overlapped / total if chosen and total else (None if not chosen else 0.0)
+    return ratios

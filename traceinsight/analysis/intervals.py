@@ -1,0 +1,42 @@
+"""Interval arithmetic on polars frames: unions and overlaps, no Python loops over events."""
+
+from __future__ import annotations
+
+import polars as pl
+
+
+def merge_intervals(frame: pl.DataFrame, by: str) -> pl.DataFrame:
+    """Union of ``[ts, end)`` intervals per ``by`` value → columns ``by, start, end``.
+
+    Sort by start within each group; an interval opens a new merged block when it starts after the
+    running maximum of all earlier ends (cumulative max), so nested and chained intervals collapse.
+    """
+    if frame.is_empty():
+        return pl.DataFrame(schema={by: frame.schema[by], "start": pl.Int64, "end": pl.Int64})
+    ordered = frame.select(by, "ts", "end").sort(by, "ts")
+    running_end = pl.col("end").cum_max().shift(1).over(by)
+    blocks = ordered.with_columns(
+        block=(running_end.is_null() | (pl.col("ts") > running_end)).cum_sum().over(by)
+    )
+    return (
+        blocks.group_by(by, "block")
+        .agg(start=pl.col("ts").min(), end=pl.col("end").max())
+        .drop("block")
+        .sort(by, "start")
+    )
+
+
+def gaps_between(merged: pl.DataFrame, by: str) -> pl.DataFrame:
+    """The idle stretches between consecutive merged blocks → ``by, start, end, duration``."""
+    return (
+        merged.sort(by, "start")
+        .with_columns(next_start=pl.col("start").shift(-1).over(by))
+        .filter(pl.col("next_start").is_not_null() & (pl.col("next_start") > pl.col("end")))
+        .select(by, start=pl.col("end"), end=pl.col("next_start"))
+        .with_columns(duration=pl.col("end") - pl.col("start"))
+    )
+
+
+def overlap_ns(a_start: str, a_end: str, b_start: str, b_end: str) -> pl.Expr:
+    """Length of the intersection of two intervals (0 when disjoint)."""
+    return (pl.min_horizontal(a_end, b_end) - pl.max_horizontal(a_start, b_start)).clip(lower_bound=0)

@@ -1,0 +1,150 @@
+"""Typed, frozen results of the analyses. Times are integer nanoseconds; renderers convert."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceTime:
+    """GPU time on one device.
+
+    busy = length of the union of kernel, copy and memset intervals on the device (all streams);
+    span = first GPU activity start to last GPU activity end; idle = span − busy.
+    """
+
+    device: int
+    name: str | None
+    span_ns: int
+    busy_ns: int
+    kernel_ns: int  # union of kernel intervals only
+    copy_ns: int  # summed copy durations
+    first_ns: int
+    last_ns: int
+
+    @property
+    def idle_ns(self) -> int:
+        """Span minus busy."""
+        return self.span_ns - self.busy_ns
+
+    @property
+    def utilization(self) -> float:
+        """busy / span (0 for an empty span)."""
+        return self.busy_ns / self.span_ns if self.span_ns else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class StepTime:
+    """One ``ProfilerStep#N`` on one device: the host step window, GPU busy inside it."""
+
+    step: int
+    device: int
+    start_ns: int
+    end_ns: int
+    busy_ns: int
+    copy_ns: int
+    #: Idle inside the window split by cause kind (``dataloader``, ``sync``, ``cpu_op``, ...).
+    idle_by_cause_ns: tuple[tuple[str, int], ...]
+
+    @property
+    def span_ns(self) -> int:
+        """Length of the step window."""
+        return self.end_ns - self.start_ns
+
+    @property
+    def idle_ns(self) -> int:
+        """Window length minus GPU busy inside it."""
+        return self.span_ns - self.busy_ns
+
+
+@dataclass(frozen=True, slots=True)
+class IdleGap:
+    """A stretch with no GPU activity on a device, and what the host was doing meanwhile.
+
+    cause_kind: ``dataloader`` (host in DataLoader ``__next__``), ``sync`` (a blocking call drained
+    the queue), ``cpu_op`` (host inside an op or annotation), ``host-bound`` (host only launching /
+    running Python), ``unknown`` (no host thread could be tied to the next GPU work).
+    """
+
+    device: int
+    start_ns: int
+    end_ns: int
+    cause_kind: str
+    cause: str  # readable: "cudaStreamSynchronize in aten::item", "DataLoader __next__", ...
+    source: str | None  # "train.py:47" (the user's innermost frame), when stacks exist
+    pid: int | None
+    tid: int | None
+
+    @property
+    def duration_ns(self) -> int:
+        """Gap length."""
+        return self.end_ns - self.start_ns
+
+
+@dataclass(frozen=True, slots=True)
+class CopyGroup:
+    """Copies on one device with one name (``Memcpy HtoD (Pageable -> Device)``)."""
+
+    device: int
+    kind: str
+    direction: str
+    src: str | None
+    dst: str | None
+    count: int
+    bytes: int
+    duration_ns: int
+    #: Time of these copies that ran while a kernel ran on the same device (any stream).
+    overlapped_ns: int
+    #: How many of these copies blocked the host (pageable memory, a synchronous API, or the host
+    #: call followed by a blocking sync within the window).
+    host_blocked: int
+
+    @property
+    def bandwidth_gbps(self) -> float | None:
+        """bytes / duration in GB/s (None without duration)."""
+        return self.bytes / self.duration_ns if self.duration_ns else None
+
+    @property
+    def pageable(self) -> bool:
+        """Either side is pageable host memory."""
+        return self.src == "Pageable" or self.dst == "Pageable"
+
+
+@dataclass(frozen=True, slots=True)
+class SyncCall:
+    """All host-blocking calls of one name."""
+
+    call: str
+    count: int
+    blocked_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class SyncHotspot:
+    """Blocking calls grouped by (call, op, source).
+
+    op is the outermost operator enclosing the call on its thread (the one user code called, e.g.
+    ``aten::item``); op_chain lists every enclosing operator, outermost first. idle_after is the
+    GPU idle time from each call's return until the device's next activity, summed.
+    """
+
+    call: str
+    op: str | None
+    op_chain: str | None
+    source: str | None
+    count: int
+    per_step: float | None
+    blocked_ns: int
+    idle_after_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class HostSummary:
+    """The host-side view, available with or without GPU activity."""
+
+    threads: int
+    cpu_ops: int
+    top_ops: tuple[tuple[str, int, int], ...]  # (name, count, total ns of top-level occurrences)
+    dataloader_ns: int
+    dataloader_count: int
+    python_frames: int

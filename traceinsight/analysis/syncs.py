@@ -1,0 +1,132 @@
+"""Host-blocking calls: where they come from and what GPU idle follows them."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceinsight.analysis.results import SyncCall, SyncHotspot
+from traceinsight.analysis.sources import enclosing_ops, source_at
+from traceinsight.load import Trace, taxonomy
+
+
+def launch_devices(trace: Trace) -> pl.DataFrame:
+    """Which devices each host process launched work on → ``pid, device``."""
+    return (
+        trace.gpu.select("correlation", "device")
+        .join(trace.runtime.select("correlation", "pid"), on="correlation", how="inner")
+        .select("pid", "device")
+        .unique()
+    )
+
+
+def blocking_calls(trace: Trace) -> pl.DataFrame:
+    """Every host-blocking runtime call with its operators and source line.
+
+    Columns: ``key, call, pid, tid, ts, end, dur, op, op_chain, innermost, source``. The op chain is
+    found by time containment on the call's thread (this works in every trace era); when no operator
+    encloses the call, the call's ``External id`` is matched to an operator's, unless it merely
+    repeats the call's own correlation (as 2022-23 traces write it).
+    """
+    calls = (
+        trace.runtime.filter(pl.col("name").is_in(list(taxonomy.BLOCKING_CALLS)))
+        .sort("ts")
+        .with_row_index("key")
+        .with_columns(pl.col("key").cast(pl.Int64))
+    )
+    points = calls.select("key", "pid", "tid", t="ts")
+    ops = enclosing_ops(trace, points)
+    sources = source_at(trace, points)
+    by_external = (
+        calls.filter(pl.col("external_id") != pl.col("correlation"))
+        .select("key", "external_id")
+        .join(
+            trace.cpu_ops.select("external_id", ext_op="name").unique("external_id"),
+            on="external_id",
+            how="inner",
+        )
+        .select("key", "ext_op")
+    )
+    return (
+        calls.select("key", call="name", pid="pid", tid="tid", ts="ts", end="end", dur="dur")
+        .join(ops, on="key", how="left")
+        .join(by_external, on="key", how="left")
+        .with_columns(
+            op=pl.coalesce("op", "ext_op"),
+            innermost=pl.coalesce("innermost", "ext_op"),
+            op_chain=pl.coalesce("op_chain", "ext_op"),
+        )
+        .drop("ext_op")
+        .join(sources, on="key", how="left")
+        .sort("key")
+    )
+
+
+def idle_after_calls(
+    calls: pl.DataFrame, all_gaps: pl.DataFrame, devices: pl.DataFrame, slack_ns: int
+) -> pl.DataFrame:
+    """GPU idle from each call's return until the next activity on a device its process uses.
+
+    A gap counts when it contains the return (or began at most ``slack_ns`` after it): idle after =
+    gap end − max(gap start, call end). → ``key, idle_after``.
+    """
+    if calls.is_empty() or all_gaps.is_empty():
+        return pl.DataFrame(schema={"key": pl.Int64, "idle_after": pl.Int64})
+    candidates = calls.select("key", "pid", c_end="end").join(devices, on="pid", how="inner")
+    return (
+        candidates.join_where(
+            all_gaps.select(g_device="device", g_start="start", g_end="end"),
+            pl.col("g_start") <= pl.col("c_end") + slack_ns,
+            pl.col("g_end") > pl.col("c_end"),
+        )
+        .filter(pl.col("device") == pl.col("g_device"))
+        .with_columns(idle_after=pl.col("g_end") - pl.max_horizontal("g_start", "c_end"))
+        .group_by("key")
+        .agg(pl.col("idle_after").max())
+    )
+
+
+def sync_calls(calls: pl.DataFrame) -> tuple[SyncCall, ...]:
+    """Count and blocked time per blocking call name, most blocked first."""
+    table = (
+        calls.group_by("call")
+        .agg(count=pl.len(), blocked=pl.col("dur").sum())
+        .sort(["blocked", "call"], descending=[True, False])
+    )
+    return tuple(
+        SyncCall(call=row["call"], count=row["count"], blocked_ns=row["blocked"])
+        for row in table.iter_rows(named=True)
+    )
+
+
+def sync_hotspots(
+    calls: pl.DataFrame, idle_after: pl.DataFrame, iterations: int | None
+) -> tuple[SyncHotspot, ...]:
+    """Blocking calls grouped by (call, op, source), ranked by blocked + idle-after time."""
+    if calls.is_empty():
+        return ()
+    table = (
+        calls.join(idle_after, on="key", how="left")
+        .with_columns(pl.col("idle_after").fill_null(0))
+        .group_by("call", "op", "source", maintain_order=True)
+        .agg(
+            op_chain=pl.col("op_chain").mode().sort().first(),
+            count=pl.len(),
+            blocked=pl.col("dur").sum(),
+            idle_after=pl.col("idle_after").sum(),
+        )
+        .with_columns(rank=pl.col("blocked") + pl.col("idle_after"))
+        .sort(["rank", "count", "call"], descending=[True, True, False], nulls_last=True)
+    )
+    return tuple(
+        SyncHotspot(
+            call=row["call"],
+            op=row["op"],
+            op_chain=row["op_chain"],
+            source=row["source"],
+            count=row["count"],
+            per_step=row["count"] / iterations if iterations else None,
+            blocked_ns=row["blocked"],
+            idle_after_ns=row["idle_after"],
+        )
+        for row in table.iter_rows(named=True)
+    )

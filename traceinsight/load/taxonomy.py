@@ -1,0 +1,166 @@
+"""Classification rules for trace events, as named data in one place.
+
+Which categories are GPU activity, which host calls block, how a copy name splits into direction
+and memory kinds, which annotation names mark steps or the DataLoader, which Python frames are the
+user's own code. Loader and analyses import these; nothing else hard-codes a name.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from typing import Final
+
+# --- categories (current name and the 2021 legacy name map to one table) -----------------------
+
+#: ``cat`` → kind of GPU activity. Only these count as GPU busy time.
+GPU_ACTIVITY_CATEGORIES: Final[dict[str, str]] = {
+    "kernel": "kernel",
+    "Kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "Memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "Memset": "memset",
+}
+RUNTIME_CATEGORIES: Final[frozenset[str]] = frozenset({"cuda_runtime", "cuda_driver", "Runtime"})
+CPU_OP_CATEGORIES: Final[frozenset[str]] = frozenset({"cpu_op", "Operator"})
+ANNOTATION_CATEGORIES: Final[frozenset[str]] = frozenset({"user_annotation"})
+GPU_ANNOTATION_CATEGORIES: Final[frozenset[str]] = frozenset({"gpu_user_annotation"})
+PYTHON_CATEGORIES: Final[frozenset[str]] = frozenset({"python_function"})
+CUDA_SYNC_CATEGORIES: Final[frozenset[str]] = frozenset({"cuda_sync"})
+
+# --- annotations ---------------------------------------------------------------------------------
+
+STEP_PATTERN: Final[re.Pattern[str]] = re.compile(r"^ProfilerStep#(\d+)$")
+DATALOADER_PREFIX: Final[str] = "enumerate(DataLoader)#"
+OPTIMIZER_STEP_PREFIX: Final[str] = "Optimizer.step#"
+
+#: 2021 traces record annotations as ``Operator`` events; names with these prefixes are annotations.
+LEGACY_ANNOTATION_PREFIXES: Final[tuple[str, ...]] = (
+    "ProfilerStep#",
+    DATALOADER_PREFIX,
+    "Optimizer.step#",
+    "Optimizer.zero_grad#",
+)
+
+
+def is_dataloader_next(name: str) -> bool:
+    """True for ``enumerate(DataLoader)#<Iter>.__next__`` (serial or multi-process)."""
+    return name.startswith(DATALOADER_PREFIX) and name.endswith("__next__")
+
+
+# --- host-blocking calls ---------------------------------------------------------------------------
+
+#: Host calls that block the calling thread until the GPU has caught up.
+BLOCKING_CALLS: Final[frozenset[str]] = frozenset(
+    {
+        "cudaStreamSynchronize",
+        "cudaDeviceSynchronize",
+        "cudaEventSynchronize",
+        "cudaMemcpy",
+        "cudaMemcpy2D",
+        "cuStreamSynchronize",
+        "cuCtxSynchronize",
+        "cuEventSynchronize",
+        "hipStreamSynchronize",
+        "hipDeviceSynchronize",
+        "hipEventSynchronize",
+        "hipMemcpy",
+        "hipMemcpyWithStream",
+    }
+)
+
+#: Host calls that start a copy; the copy's memory kinds tell whether it blocked.
+COPY_CALL_PREFIXES: Final[tuple[str, ...]] = ("cudaMemcpy", "hipMemcpy", "cuMemcpy")
+
+#: Synchronous copy APIs: the host waits for the copy itself.
+SYNCHRONOUS_COPY_CALLS: Final[frozenset[str]] = frozenset(
+    {"cudaMemcpy", "cudaMemcpy2D", "hipMemcpy", "hipMemcpyWithStream"}
+)
+
+# --- copies ------------------------------------------------------------------------------------------
+
+_COPY_NAME = re.compile(r"^Memcpy (?P<dir>[A-Za-z]+)(?: \((?P<src>\w+) -> (?P<dst>\w+)\))?")
+
+
+@dataclass(frozen=True, slots=True)
+class CopyKind:
+    """A copy name split into its parts: ``Memcpy HtoD (Pageable -> Device)``."""
+
+    direction: str  # HtoD, DtoH, DtoD, HtoH, PtoP (or "unknown")
+    src: str | None  # Pageable, Pinned, Device, Managed, Host
+    dst: str | None
+
+    @property
+    def pageable(self) -> bool:
+        """True when either side is pageable host memory (the copy blocks the host)."""
+        return self.src == "Pageable" or self.dst == "Pageable"
+
+
+def parse_copy_name(name: str) -> CopyKind:
+    """Split a copy name; unknown layouts give direction "unknown" rather than an error."""
+    match = _COPY_NAME.match(name)
+    if match is None:
+        return CopyKind("unknown", None, None)
+    return CopyKind(match["dir"], match["src"], match["dst"])
+
+
+# --- Python frames: which are the user's own code ----------------------------------------------------
+
+#: Top-level packages whose frames are library code, not the user's. torch trims site-packages and
+#: sys.path prefixes from frame paths, so a library frame reads ``transformers/models/...``.
+LIBRARY_PACKAGES: Final[frozenset[str]] = frozenset(
+    {
+        "torch", "torchvision", "torchaudio", "torchtext", "torchdata", "functorch", "triton",
+        "numpy", "transformers", "accelerate", "datasets", "tokenizers", "vllm", "lightning",
+        "pytorch_lightning", "lightning_fabric", "deepspeed", "apex", "timm", "fairscale",
+        "xformers", "flash_attn", "peft", "diffusers", "huggingface_hub", "safetensors",
+        "tqdm", "hydra", "omegaconf", "einops", "megatron", "tensorboard", "wandb", "PIL",
+        "scipy", "pandas", "sklearn", "typing_extensions", "importlib_metadata", "packaging",
+        "traceinsight", "runpy",
+    }
+)
+_LIBRARY_ROOTS: Final[frozenset[str]] = LIBRARY_PACKAGES | frozenset(sys.stdlib_module_names)
+_FRAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.*)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """A ``python_function`` frame name split into file, line and function."""
+
+    file: str
+    line: int
+    function: str
+
+    @property
+    def location(self) -> str:
+        """``file:line`` as written in the trace."""
+        return f"{self.file}:{self.line}"
+
+
+def parse_frame(name: str) -> Frame | None:
+    """Parse ``path/file.py(47): func``; None for built-ins and ``nn.Module:`` labels."""
+    match = _FRAME.match(name)
+    if match is None or name.startswith("<"):
+        return None
+    return Frame(match["file"], int(match["line"]), match["func"])
+
+
+def is_user_file(path: str) -> bool:
+    """True when a frame's file is the user's code: not torch, site-packages, stdlib or built-in."""
+    if path.startswith("<") or "site-packages" in path or "dist-packages" in path:
+        return False
+    normalised = path.replace("\\", "/")
+    if "/lib/python3" in normalised or "/torch/" in normalised:
+        return False
+    parts = [part for part in normalised.split("/") if part]
+    if not parts:
+        return False
+    if normalised.startswith("/"):
+        # An absolute path was not trimmed by torch, so it is outside sys.path: the user's own.
+        return True
+    root = parts[0]
+    if len(parts) == 1:
+        root = root.removesuffix(".py")
+    return root not in _LIBRARY_ROOTS

@@ -1,0 +1,80 @@
+"""The scorecard: headline figures with a plain-language verdict, shared by every renderer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from traceinsight.report import Report
+
+
+@dataclass(frozen=True, slots=True)
+class Score:
+    """One headline figure. ``level`` is good / warn / bad / info (drives colour)."""
+
+    label: str
+    value: str
+    verdict: str
+    level: str
+
+
+def _pct(value: float) -> str:
+    return f"{value:.0%}"
+
+
+def scorecard(report: Report) -> tuple[Score, ...]:
+    """GPU busy and idle, copy overlap, host syncs per step, step time — with verdicts."""
+    analysis = report.analysis
+    limits = analysis.thresholds
+    scores: list[Score] = []
+    if not analysis.has_gpu:
+        scores.append(
+            Score("GPU activity", "none", "No kernels, copies or memsets in this trace: host-side view only.", "info")
+        )
+    else:
+        span = analysis.span_ns
+        busy = sum(device.busy_ns for device in analysis.devices)
+        share = busy / span if span else 0.0
+        level = "good" if share >= 0.8 else "warn" if share >= limits.low_utilization else "bad"
+        verdict = {
+            "good": "The GPU is kept busy.",
+            "warn": "The GPU waits a noticeable part of the time.",
+            "bad": "The GPU is idle most of the time: see the findings below.",
+        }[level]
+        scores.append(Score("GPU busy", _pct(share), verdict, level))
+        scores.append(Score("GPU idle", _pct(1 - share), f"{(span - busy) / 1e6:,.1f} ms idle of {span / 1e6:,.1f} ms.", level))
+        for direction, label in (("HtoD", "H2D overlap"), ("DtoH", "D2H overlap")):
+            ratio = analysis.overlap.get(direction)
+            if ratio is None:
+                scores.append(Score(label, "—", "No such copies.", "info"))
+            else:
+                good = ratio >= limits.h2d_overlap_ratio
+                scores.append(
+                    Score(
+                        label,
+                        _pct(ratio),
+                        "Copies run under compute." if good else "Copies mostly run while kernels wait.",
+                        "good" if good else "warn",
+                    )
+                )
+    sync_count = sum(call.count for call in analysis.syncs)
+    if analysis.iterations:
+        per_step = sync_count / analysis.iterations
+        level = "good" if per_step == 0 else "warn" if per_step <= 1 else "bad"
+        scores.append(
+            Score(
+                "Host syncs / step",
+                f"{per_step:g}",
+                "No host waits in the loop." if per_step == 0 else "Each sync stops the host from queueing ahead.",
+                level,
+            )
+        )
+    else:
+        scores.append(
+            Score("Host syncs", str(sync_count), "No step markers: counted over the whole trace.", "info" if not sync_count else "warn")
+        )
+    steps = [step for step in analysis.steps]
+    if steps:
+        windows = {step.step: step.span_ns for step in steps}
+        mean = sum(windows.values()) / len(windows)
+        scores.append(Score("Step time", f"{mean / 1e6:,.2f} ms", f"Mean of {len(windows)} profiled steps.", "info"))
+    return tuple(scores)

@@ -1,0 +1,40 @@
+"""The report: one object every renderer reads (analysis + findings + presentation helpers)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from traceinsight.analysis import Analysis, analyze
+from traceinsight.load import load_trace
+from traceinsight.rules import evaluate
+from traceinsight.rules.findings import Finding
+from traceinsight.thresholds import Thresholds
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """Everything the renderers show, in the order they show it."""
+
+    analysis: Analysis
+    findings: tuple[Finding, ...]
+
+    @property
+    def trace_name(self) -> str:
+        """The trace file's name."""
+        return Path(self.analysis.meta.path).name
+
+
+class Renderer(Protocol):
+    """Turns a report into text (terminal, JSON, HTML)."""
+
+    def render(self, report: Report) -> str:
+        """The whole output as one string."""
+        ...
+
+
+def build_report(trace_path: Path, thresholds: Thresholds | None = None) -> Report:
+    """Load, analyze and evaluate the rules for one trace file."""
+    analysis = analyze(load_trace(trace_path), thresholds)
+    return Report(analysis=analysis, findings=evaluate(analysis))
