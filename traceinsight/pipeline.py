@@ -6,9 +6,47 @@ after a capture is the same as one made later from the file alone.
 
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
 from pathlib import Path
 
 from rich.console import Console
+
+from traceinsight.errors import OutputError
+from traceinsight.render.json_report import JsonRenderer
+from traceinsight.render.terminal import print_summary
+from traceinsight.report import Report, build_report
+from traceinsight.thresholds import Thresholds
+
+
+def default_report_path(trace: Path) -> Path:
+    """``<cwd>/<trace name without .json/.json.gz>.html``."""
+    name = trace.name
+    for suffix in (".gz", ".json"):
+        name = name.removesuffix(suffix)
+    return Path.cwd() / f"{name}.html"
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write to a temporary file beside ``path`` and rename it: never a half-written output."""
+    directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        raise OutputError(f"cannot write {path}: the folder {directory} does not exist; create it or pick another path")
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}; check the folder's permissions") from exc
+
+
+def render_html(report: Report, source_root: Path) -> str:
+    """The self-contained HTML page."""
+    from traceinsight.render.html import HtmlRenderer
+
+    return HtmlRenderer(source_root=source_root).render(report)
 
 
 def analyze_and_write(
@@ -17,6 +55,27 @@ def analyze_and_write(
     html: Path | None,
     json_out: str | None = None,
     console: Console | None = None,
-) -> None:
-    """Analyze ``trace``; print the terminal summary; write the HTML report (and JSON if asked)."""
-    raise NotImplementedError("filled in by the analysis work of issue 2/3")
+    thresholds: Thresholds | None = None,
+    write_html: bool = True,
+) -> Report:
+    """Analyze ``trace``; print the terminal summary; write the HTML report (and JSON if asked).
+
+    ``json_out`` is a path, or ``"-"`` for stdout (the summary then goes to stderr so stdout stays
+    valid JSON). ``html`` None means the default name in the current folder.
+    """
+    report = build_report(trace, thresholds)
+    outputs: list[tuple[str, Path]] = []
+    if json_out == "-":
+        sys.stdout.write(JsonRenderer().render(report))
+        sys.stdout.flush()
+        console = Console(stderr=True)
+    elif json_out is not None:
+        json_path = Path(json_out)
+        write_atomically(json_path, JsonRenderer().render(report))
+        outputs.append(("JSON", json_path))
+    if write_html:
+        html_path = html if html is not None else default_report_path(trace)
+        write_atomically(html_path, render_html(report, Path.cwd()))
+        outputs.append(("report", html_path))
+    print_summary(report, console or Console(), outputs)
+    return report

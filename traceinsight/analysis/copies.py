@@ -51,6 +51,7 @@ def copy_groups(trace: Trace, calls: pl.DataFrame, thresholds: Thresholds) -> tu
             by=["pid", "tid"],
             strategy="forward",
             tolerance=window,
+            check_sortedness=False,  # sorted by call_end above; polars cannot check with `by`
         ).select("copy", "call", followed=pl.col("sync_ts").is_not_null())
     else:
         followed = host_calls.select("copy", "call", followed=pl.lit(False))

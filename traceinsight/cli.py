@@ -1,0 +1,107 @@
+"""The `traceinsight` command: thin typer commands; errors become one line on stderr."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from traceinsight import __version__
+from traceinsight.errors import TraceInsightError
+from traceinsight.thresholds import Thresholds
+
+_DEFAULTS = Thresholds()
+
+app = typer.Typer(
+    name="traceinsight",
+    help="Why does my GPU sit idle? Reads torch.profiler traces and names the line to fix.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """Print ``traceinsight: error: message`` on stderr; return the Exit to raise."""
+    sys.stderr.write(f"traceinsight: error: {message}\n")
+    return typer.Exit(code)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"traceinsight {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
+    ] = False,
+) -> None:
+    """Why does my GPU sit idle? Reads torch.profiler traces and names the line to fix."""
+
+
+@app.command()
+def analyze(
+    trace: Annotated[Path, typer.Argument(help="A torch.profiler trace: .json or .json.gz.", show_default=False)],
+    output: Annotated[
+        Path | None,
+        typer.Option("-o", "--output", help="Where to write the HTML report [default: ./<trace name>.html]."),
+    ] = None,
+    json_out: Annotated[
+        str | None, typer.Option("--json", help="Also write the full result as JSON to PATH ('-' for stdout).")
+    ] = None,
+    no_html: Annotated[bool, typer.Option("--no-html", help="Do not write the HTML report.")] = False,
+    min_gap_us: Annotated[
+        float, typer.Option(help="Shortest GPU idle stretch reported as a gap, in µs.", min=0)
+    ] = _DEFAULTS.min_gap_us,
+    low_utilization: Annotated[
+        float, typer.Option(help="GPU busy share below which low-gpu-utilization fires.", min=0, max=1)
+    ] = _DEFAULTS.low_utilization,
+) -> None:
+    """Measure GPU idle gaps, copy overlap and sync hot spots in TRACE; print a summary, write a report."""
+    from traceinsight.pipeline import analyze_and_write
+
+    thresholds = Thresholds(min_gap_us=min_gap_us, low_utilization=low_utilization)
+    try:
+        analyze_and_write(trace, html=output, json_out=json_out, thresholds=thresholds, write_html=not no_html)
+    except TraceInsightError as exc:
+        raise fail(str(exc), exc.exit_code) from None
+    except MemoryError:
+        raise fail(f"ran out of memory analyzing {trace}; try a machine with more memory", 3) from None
+    except Exception as exc:  # a bug, not bad input: still one line unless debugging
+        if os.environ.get("TRACEINSIGHT_DEBUG"):
+            raise
+        raise fail(
+            f"internal error analyzing {trace}: {type(exc).__name__}: {exc}; "
+            "rerun with TRACEINSIGHT_DEBUG=1 for the traceback and please report it",
+            3,
+        ) from None
+
+
+def _register_run() -> None:
+    """`run` lives with capture, the only part of the package that imports torch (lazily)."""
+    try:
+        from traceinsight.capture.command import run
+    except ImportError:
+        return
+    app.command(
+        "run",
+        context_settings={
+            "allow_extra_args": True,
+            "ignore_unknown_options": True,
+            "allow_interspersed_args": False,
+        },
+    )(run)
+
+
+_register_run()
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
