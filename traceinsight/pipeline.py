@@ -28,11 +28,19 @@ def default_report_path(trace: Path) -> Path:
     return Path.cwd() / f"{name}.html"
 
 
+def check_writable(path: Path) -> None:
+    """Fail before the (possibly long) analysis when an output's folder does not exist."""
+    directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        raise OutputError(
+            f"cannot write {path}: the folder {directory} does not exist; create it or pick another path"
+        )
+
+
 def write_atomically(path: Path, text: str) -> None:
     """Write to a temporary file beside ``path`` and rename it: never a half-written output."""
     directory = path.parent if str(path.parent) else Path(".")
-    if not directory.is_dir():
-        raise OutputError(f"cannot write {path}: the folder {directory} does not exist; create it or pick another path")
+    check_writable(path)
     try:
         handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
@@ -63,6 +71,10 @@ def analyze_and_write(
     ``json_out`` is a path, or ``"-"`` for stdout (the summary then goes to stderr so stdout stays
     valid JSON). ``html`` None means the default name in the current folder.
     """
+    html_path = (html if html is not None else default_report_path(trace)) if write_html else None
+    for target in (html_path, Path(json_out) if json_out not in (None, "-") else None):
+        if target is not None:
+            check_writable(target)
     report = build_report(trace, thresholds)
     outputs: list[tuple[str, Path]] = []
     if json_out == "-":
@@ -73,8 +85,7 @@ def analyze_and_write(
         json_path = Path(json_out)
         write_atomically(json_path, JsonRenderer().render(report))
         outputs.append(("JSON", json_path))
-    if write_html:
-        html_path = html if html is not None else default_report_path(trace)
+    if html_path is not None:
         write_atomically(html_path, render_html(report, Path.cwd()))
         outputs.append(("report", html_path))
     print_summary(report, console or Console(), outputs)

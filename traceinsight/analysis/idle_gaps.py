@@ -53,8 +53,8 @@ def idle_gaps(
     table = (
         long_gaps.join(launchers, left_on=["device", "end"], right_on=["device", "ts"], how="left")
         .with_columns(
-            pl.col("pid").fill_null(main_pid),
-            pl.col("tid").fill_null(main_tid),
+            pl.col("pid").fill_null(pl.lit(main_pid, pl.Int64)),
+            pl.col("tid").fill_null(pl.lit(main_tid, pl.Int64)),
         )
         .with_row_index("gap")
         .with_columns(pl.col("gap").cast(pl.Int64))

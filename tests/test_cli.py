@@ -1,0 +1,129 @@
+"""CLI: bad input gets one line and a non-zero exit; good input a summary, a JSON contract, a report."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from tracebuild import SAMPLES, kernel, write_trace
+from typer.testing import CliRunner
+
+from traceinsight.cli import app
+
+runner = CliRunner()
+
+
+def _analyze(*args: str) -> tuple[int, str, str]:
+    result = runner.invoke(app, ["analyze", *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def _bad(tmp_path: Path, name: str, content: bytes) -> Path:
+    path = tmp_path / name
+    path.write_bytes(content)
+    return path
+
+
+BAD_INPUTS = {
+    "missing": (None, "no such file"),
+    "empty": (b"", "empty"),
+    "whitespace": (b"  \n ", "empty"),
+    "not-json": (b"this is not json at all", "not valid JSON"),
+    "truncated-json": (b'{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1', "not valid JSON"),
+    "truncated-gzip": (gzip.compress(b'{"traceEvents": []}' * 200)[:40], "gzip stream ends early"),
+    "corrupt-gzip": (b"\x1f\x8b\x08\x00" + b"\x00" * 30, "gzip"),
+    "json-number": (b"42", "not a torch.profiler trace"),
+    "json-object-without-events": (b'{"hello": "world"}', "no traceEvents"),
+    "events-not-a-list": (b'{"traceEvents": {"a": 1}}', "no traceEvents"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_gets_one_clear_line_and_exit_2(case: str, tmp_path: Path) -> None:
+    content, phrase = BAD_INPUTS[case]
+    path = tmp_path / "absent.json" if content is None else _bad(tmp_path, f"{case}.json", content)
+    code, stdout, stderr = _analyze(str(path), "-o", str(tmp_path / "r.html"))
+    assert code == 2
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("traceinsight: error: ")
+    assert str(path) in lines[0]
+    assert phrase in lines[0]
+    assert "Traceback" not in stderr + stdout
+    assert not (tmp_path / "r.html").exists()  # nothing half-written left behind
+
+
+def test_a_directory_is_not_a_trace(tmp_path: Path) -> None:
+    code, _, stderr = _analyze(str(tmp_path))
+    assert code == 2
+    assert "directory" in stderr
+
+
+def test_unwritable_output_folder_is_one_line(tmp_path: Path) -> None:
+    trace = write_trace(tmp_path / "t.json", [kernel(0, 10)])
+    code, _, stderr = _analyze(str(trace), "-o", str(tmp_path / "no" / "such" / "r.html"))
+    assert code == 2
+    assert stderr.count("\n") == 1 and "does not exist" in stderr
+
+
+def test_json_to_stdout_is_valid_and_keeps_the_contract(tmp_path: Path) -> None:
+    code, stdout, stderr = _analyze(
+        str(SAMPLES / "gp100_mlp_pageable_sync.json.gz"), "--json", "-", "--no-html"
+    )
+    assert code == 0, stderr
+    data = json.loads(stdout)
+    for key in ("devices", "idle_gaps", "memcpy", "overlap", "syncs", "sync_hotspots", "findings"):
+        assert key in data
+    assert set(data["devices"][0]) >= {"device", "name", "span_us", "busy_us", "idle_us"}
+    assert set(data["idle_gaps"][0]) >= {"device", "start_us", "duration_us", "cause", "source"}
+    assert set(data["memcpy"][0]) >= {
+        "device", "kind", "direction", "src", "dst", "count", "bytes", "duration_us", "overlapped_us"
+    }
+    assert set(data["overlap"]) == {"HtoD", "DtoH"}
+    assert set(data["syncs"][0]) >= {"call", "count", "blocked_us"}
+    assert set(data["sync_hotspots"][0]) >= {
+        "call", "op", "source", "count", "per_step", "blocked_us", "idle_after_us"
+    }
+    assert set(data["findings"][0]) >= {"rule", "severity", "title", "evidence", "savings_us", "advice"}
+    assert "Scorecard" in stderr  # the summary moved to stderr
+
+
+def test_json_file_and_summary_in_order(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    code, stdout, _ = _analyze(str(SAMPLES / "gp100_mlp_pageable_sync.json.gz"), "--json", str(out), "--no-html")
+    assert code == 0
+    data = json.loads(out.read_text())
+    positions = [stdout.index(word) for word in ("traceinsight", "Scorecard", "Findings", "idle gaps")]
+    assert positions == sorted(positions)
+    # findings are printed worst (largest saving) first, as in the JSON
+    rules = [finding["rule"] for finding in data["findings"]]
+    printed = sorted(rules, key=lambda rule: stdout.index(rule))
+    assert printed == rules
+    assert str(out) in stdout
+
+
+def test_cpu_only_trace_is_not_an_error(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    code, stdout, _ = _analyze(str(SAMPLES / "cpu_only_gloo.pt.trace.json.gz"), "--json", str(out), "--no-html")
+    assert code == 0
+    assert "No GPU activity" in stdout
+    data = json.loads(out.read_text())
+    assert data["trace"]["has_gpu_activity"] is False
+    assert data["devices"] == [] and data["findings"] == []
+    assert data["host"]["cpu_ops"] > 0
+
+
+def test_version() -> None:
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and "traceinsight" in result.stdout
+
+
+def test_thresholds_change_what_counts_as_a_gap(tmp_path: Path) -> None:
+    trace = write_trace(tmp_path / "t.json", [kernel(0, 10), kernel(40, 10), kernel(200, 10)])
+    out = tmp_path / "r.json"
+    assert _analyze(str(trace), "--json", str(out), "--no-html")[0] == 0
+    assert [g["duration_us"] for g in json.loads(out.read_text())["idle_gaps"]] == [150.0]
+    assert _analyze(str(trace), "--json", str(out), "--no-html", "--min-gap-us", "10")[0] == 0
+    assert [g["duration_us"] for g in json.loads(out.read_text())["idle_gaps"]] == [150.0, 30.0]

@@ -1,0 +1,162 @@
+"""Loader: every real trace loads; eras, times, ids and legacy names are normalised once."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter
+from pathlib import Path
+
+import polars as pl
+import pytest
+from tracebuild import SAMPLES, kernel, read_events, runtime, write_trace
+
+from traceinsight.load import load_trace
+
+ALL_SAMPLES = sorted(p for p in SAMPLES.rglob("*.json*"))
+GPU_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
+
+
+def test_sample_folder_holds_the_shared_collection() -> None:
+    assert len(ALL_SAMPLES) >= 23
+
+
+@pytest.mark.parametrize("path", ALL_SAMPLES, ids=lambda p: p.name)
+def test_every_sample_loads_with_all_gpu_activity(path: Path) -> None:
+    trace = load_trace(path)
+    _, events = read_events(path)
+    expected = sum(1 for e in events if e.get("ph") == "X" and e.get("cat") in GPU_CATS and "ts" in e)
+    assert trace.gpu.height == expected
+    assert trace.meta.event_count == len(events)
+    for table in (trace.gpu, trace.runtime, trace.cpu_ops, trace.python, trace.annotations):
+        assert table.schema["ts"] == pl.Int64
+        assert (table.get_column("end") >= table.get_column("ts")).all()
+
+
+def test_integer_microseconds_become_exact_nanoseconds() -> None:
+    path = SAMPLES / "gp100_mlp_pageable_sync.json.gz"
+    _, events = read_events(path)
+    first = min(e["ts"] for e in events if e.get("cat") == "kernel")
+    trace = load_trace(path)
+    assert trace.gpu.filter(pl.col("kind") == "kernel").get_column("ts").min() == first * 1000
+
+
+def test_float_microseconds_keep_the_nanosecond_fraction(tmp_path: Path) -> None:
+    path = write_trace(tmp_path / "t.json", [kernel(1000.123, 2.5), kernel(2000.0005, 1.25)])
+    gpu = load_trace(path).gpu.sort("ts")
+    assert gpu.get_column("ts").to_list() == [1000123, 2000000]  # 2000.0005 µs rounds half to even
+    assert gpu.get_column("dur").to_list() == [2500, 1250]
+
+
+def test_base_time_relative_traces_record_the_base() -> None:
+    trace = load_trace(SAMPLES / "h100_bert_small_stacks.json.gz")
+    assert trace.meta.base_time_ns == 1751410836000000000
+    assert trace.meta.era == "kineto-base-ns"
+
+
+def test_legacy_2021_names_map_to_the_same_tables() -> None:
+    path = SAMPLES / "v100_resnet50_workers0.pt.trace.json.gz"
+    _, events = read_events(path)
+    runtime_calls = sum(1 for e in events if e.get("cat") == "Runtime")
+    steps = {e["name"] for e in events if e.get("name", "").startswith("ProfilerStep#")}
+    trace = load_trace(path)
+    assert trace.meta.era == "legacy-2021"
+    assert trace.runtime.height == runtime_calls
+    # 2021 annotations are Operator events; they land in the annotations table
+    names = set(trace.annotations.get_column("name").to_list())
+    assert steps <= names
+    # tids such as "stream 7" become stream numbers
+    assert set(trace.gpu.get_column("stream").unique().to_list()) <= {7, 13, 14, 15, 16, 17, 18, 19, 20}
+
+
+def test_bare_array_2020_trace_loads() -> None:
+    path = SAMPLES / "v100_resnet50_2020_array_format.pt.trace.json.gz"
+    top, events = read_events(path)
+    assert top is None
+    trace = load_trace(path)
+    assert trace.meta.era == "array-2020"
+    assert trace.gpu.height == sum(1 for e in events if e.get("cat") in GPU_CATS)
+
+
+def test_integers_beyond_int64_do_not_break_loading() -> None:
+    trace = load_trace(SAMPLES / "huge_integer_arg.pt.trace.json.gz")
+    assert trace.gpu.height == 1
+    assert trace.cpu_ops.get_column("name").to_list() == ["record_param_comms"]
+
+
+def test_huge_integer_in_a_read_field_becomes_null(tmp_path: Path) -> None:
+    event = kernel(10, 5)
+    event["args"]["correlation"] = 2**70
+    trace = load_trace(write_trace(tmp_path / "t.json", [event]))
+    assert trace.gpu.get_column("correlation").to_list() == [None]
+
+
+def test_string_pids_and_tids_are_parsed(tmp_path: Path) -> None:
+    call = runtime("cudaLaunchKernel", 5, 2)
+    call["pid"], call["tid"] = "4242", "77"
+    trace = load_trace(write_trace(tmp_path / "t.json", [call]))
+    assert trace.runtime.select("pid", "tid").row(0) == (4242, 77)
+
+
+def test_events_in_any_order_give_the_same_tables(tmp_path: Path) -> None:
+    events = [kernel(300, 10), kernel(100, 10), runtime("cudaStreamSynchronize", 50, 20), kernel(200, 10)]
+    a = load_trace(write_trace(tmp_path / "a.json", events))
+    b = load_trace(write_trace(tmp_path / "b.json", list(reversed(events))))
+    assert a.gpu.sort("ts").equals(b.gpu.sort("ts"))
+
+
+def test_gzip_and_plain_json_load_the_same(tmp_path: Path) -> None:
+    events = [kernel(100, 10), kernel(200, 10)]
+    plain = load_trace(write_trace(tmp_path / "t.json", events))
+    packed = load_trace(write_trace(tmp_path / "t.json.gz", events, gz=True))
+    assert plain.gpu.equals(packed.gpu)
+
+
+def test_unexpected_value_types_fall_back_to_the_lenient_path(tmp_path: Path) -> None:
+    odd = kernel(100, 10)
+    odd["args"]["device"] = [0]  # not a scalar: the typed decoder rejects it
+    odd["args"]["stream"] = {"id": 7}
+    trace = load_trace(write_trace(tmp_path / "t.json", [odd, kernel(200, 10)]))
+    assert trace.gpu.height == 2
+    assert trace.gpu.sort("ts").get_column("device").to_list() == [0, 0]  # from pid
+
+
+def test_devices_and_rank_come_from_metadata() -> None:
+    path = SAMPLES / "a100_recsys_rank0.json.gz"
+    top, _ = read_events(path)
+    assert top is not None
+    trace = load_trace(path)
+    assert trace.meta.rank == top["distributedInfo"]["rank"]
+    assert trace.meta.world_size == top["distributedInfo"]["world_size"]
+    assert [d.name for d in trace.meta.devices] == [top["deviceProperties"][0]["name"]]
+
+
+def test_missing_distributed_info_means_rank_zero() -> None:
+    assert load_trace(SAMPLES / "no_distributed_info.json.gz").meta.rank == 0
+
+
+def test_cuda_sync_events_are_their_own_table() -> None:
+    path = SAMPLES / "a100_alexnet_cuda_sync.json.gz"
+    _, events = read_events(path)
+    expected = Counter(e["name"] for e in events if e.get("cat") == "cuda_sync")
+    trace = load_trace(path)
+    assert Counter(trace.cuda_sync.get_column("name").to_list()) == expected
+
+
+def test_python_frames_keep_their_parent_links() -> None:
+    path = SAMPLES / "b200_eager_stacks.json.gz"
+    _, events = read_events(path)
+    frames = [e for e in events if e.get("cat") == "python_function"]
+    trace = load_trace(path)
+    assert trace.python.height == len(frames)
+    assert trace.python.get_column("parent_id").drop_nulls().len() == sum(
+        1 for e in frames if isinstance(e["args"].get("Python parent id"), int)
+    )
+
+
+def test_gzip_written_by_torch_round_trips(tmp_path: Path) -> None:
+    source = SAMPLES / "a100_item_event_sync.json.gz"
+    plain = tmp_path / "plain.json"
+    plain.write_bytes(gzip.decompress(source.read_bytes()))
+    assert load_trace(plain).gpu.equals(load_trace(source).gpu)
+    json.loads(plain.read_text())  # the copy is valid JSON

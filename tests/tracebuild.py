@@ -1,0 +1,107 @@
+"""Tiny in-memory traces for edge cases, and plain readers of real ones (independent of the loader)."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
+PID = 100
+TID = 100
+
+_correlation = itertools.count(1000)
+
+
+def read_events(path: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """Plain stdlib reading of a trace: (top-level object or None for arrays, events)."""
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    value = json.loads(raw)
+    if isinstance(value, list):
+        return None, value
+    return value, value["traceEvents"]
+
+
+def union_length(intervals: list[tuple[float, float]]) -> float:
+    """Length of the union of [start, end) intervals, by a plain sweep."""
+    total = 0.0
+    current_start = current_end = None
+    for start, end in sorted(intervals):
+        if current_end is None or start > current_end:
+            if current_end is not None and current_start is not None:
+                total += current_end - current_start
+            current_start, current_end = start, end
+        else:
+            current_end = max(current_end, end)
+    if current_end is not None and current_start is not None:
+        total += current_end - current_start
+    return total
+
+
+def kernel(ts: float, dur: float, *, stream: int = 7, device: int = 0, correlation: int | None = None,
+           name: str = "void gemm_kernel<float>(float*)") -> dict[str, Any]:
+    """A kernel on ``device``/``stream``."""
+    return {
+        "ph": "X", "cat": "kernel", "name": name, "pid": device, "tid": stream, "ts": ts, "dur": dur,
+        "args": {"device": device, "stream": stream,
+                 "correlation": correlation if correlation is not None else next(_correlation)},
+    }
+
+
+def memcpy(ts: float, dur: float, kind: str, *, nbytes: int = 4096, stream: int = 7, device: int = 0,
+           correlation: int | None = None) -> dict[str, Any]:
+    """A copy named like ``Memcpy HtoD (Pageable -> Device)``."""
+    return {
+        "ph": "X", "cat": "gpu_memcpy", "name": kind, "pid": device, "tid": stream, "ts": ts, "dur": dur,
+        "args": {"device": device, "stream": stream, "bytes": nbytes,
+                 "correlation": correlation if correlation is not None else next(_correlation)},
+    }
+
+
+def runtime(name: str, ts: float, dur: float, *, correlation: int | None = None, tid: int = TID,
+            external_id: int | None = None) -> dict[str, Any]:
+    """A host CUDA runtime call."""
+    args: dict[str, Any] = {"correlation": correlation if correlation is not None else next(_correlation)}
+    if external_id is not None:
+        args["External id"] = external_id
+    return {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": PID, "tid": tid, "ts": ts, "dur": dur,
+            "args": args}
+
+
+def launch(ts: float, gpu_ts: float, gpu_dur: float, *, tid: int = TID, stream: int = 7) -> list[dict[str, Any]]:
+    """A cudaLaunchKernel at ``ts`` and the kernel it starts at ``gpu_ts``."""
+    correlation = next(_correlation)
+    return [runtime("cudaLaunchKernel", ts, 3, correlation=correlation, tid=tid),
+            kernel(gpu_ts, gpu_dur, correlation=correlation, stream=stream)]
+
+
+def cpu_op(name: str, ts: float, dur: float, *, tid: int = TID, external_id: int | None = None) -> dict[str, Any]:
+    """An aten op on the host thread."""
+    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": PID, "tid": tid, "ts": ts, "dur": dur,
+            "args": {"External id": external_id if external_id is not None else next(_correlation)}}
+
+
+def annotation(name: str, ts: float, dur: float, *, tid: int = TID) -> dict[str, Any]:
+    """A user_annotation (ProfilerStep#N, DataLoader __next__, record_function)."""
+    return {"ph": "X", "cat": "user_annotation", "name": name, "pid": PID, "tid": tid, "ts": ts, "dur": dur,
+            "args": {}}
+
+
+def frame(name: str, ts: float, dur: float, *, python_id: int, parent: int | None = None,
+          tid: int = TID) -> dict[str, Any]:
+    """A python_function frame such as ``train.py(47): train_step``."""
+    return {"ph": "X", "cat": "python_function", "name": name, "pid": PID, "tid": tid, "ts": ts, "dur": dur,
+            "args": {"Python id": python_id, "Python parent id": parent}}
+
+
+def write_trace(path: Path, events: list[dict[str, Any]], *, gz: bool = False, **top: Any) -> Path:
+    """Write a Kineto-style object trace with ``events`` (and extra top-level keys)."""
+    document = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "Test GPU"}], **top,
+                "traceEvents": events}
+    text = json.dumps(document).encode()
+    path.write_bytes(gzip.compress(text) if gz else text)
+    return path
