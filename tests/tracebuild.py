@@ -26,9 +26,9 @@ def read_events(path: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]]
     return value, value["traceEvents"]
 
 
-def union_length(intervals: list[tuple[float, float]]) -> float:
+def union_length(intervals: list[tuple[int, int]]) -> int:
     """Length of the union of [start, end) intervals, by a plain sweep."""
-    total = 0.0
+    total = 0
     current_start = current_end = None
     for start, end in sorted(intervals):
         if current_end is None or start > current_end:

@@ -8,6 +8,7 @@ integer nanoseconds.
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,8 +97,22 @@ def _ns(value: Scalar) -> int | None:
     if type(value) is int:
         return value * 1000
     if type(value) is float:
-        return round(value * 1000)
+        return _float_us_to_ns(value)
     return None
+
+
+def _float_us_to_ns(value: float) -> int:
+    """Float µs → ns as written in the file. Epoch-sized floats (1.7e15 µs) carry only 0.25 µs of
+    binary precision, so arithmetic on the float would shift times by up to 125 ns; the shortest
+    decimal text of the float (``repr``) is the text the profiler wrote, and is converted exactly."""
+    text = repr(value)
+    whole, dot, fraction = text.partition(".")
+    if dot and whole.lstrip("-").isdigit() and fraction.isdigit():
+        ns = int(whole) * 1000 + (-1 if whole.startswith("-") else 1) * int(fraction[:3].ljust(3, "0"))
+        if len(fraction) > 3 and fraction[3] >= "5":
+            ns += -1 if whole.startswith("-") else 1
+        return ns
+    return round(Decimal(text) * 1000) if value == value and abs(value) != float("inf") else 0
 
 
 def _version(value: Scalar) -> str | None:
