@@ -17,9 +17,17 @@ from traceinsight.report import Report
 from traceinsight.rules import evaluate
 
 GPU_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
-BLOCKING = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
-            "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize", "hipMemcpy",
-            "hipMemcpyWithStream"}
+BLOCKING = {
+    "cudaStreamSynchronize",
+    "cudaDeviceSynchronize",
+    "cudaEventSynchronize",
+    "cudaMemcpy",
+    "hipDeviceSynchronize",
+    "hipStreamSynchronize",
+    "hipEventSynchronize",
+    "hipMemcpy",
+    "hipMemcpyWithStream",
+}
 
 
 @cache
@@ -48,8 +56,14 @@ def _device(event: dict[str, Any]) -> int:
 
 @pytest.mark.parametrize(
     "name",
-    ["a100_recsys_rank0.json.gz", "gp100_mlp_pageable_sync.json.gz", "v100_resnet50_workers0.pt.trace.json.gz",
-     "h100_bert_small_stacks.json.gz", "mi250_rocm_toy.json.gz", "v100_ddp_ns_timestamps.pt.trace.json.gz"],
+    [
+        "a100_recsys_rank0.json.gz",
+        "gp100_mlp_pageable_sync.json.gz",
+        "v100_resnet50_workers0.pt.trace.json.gz",
+        "h100_bert_small_stacks.json.gz",
+        "mi250_rocm_toy.json.gz",
+        "v100_ddp_ns_timestamps.pt.trace.json.gz",
+    ],
 )
 def test_busy_span_idle_per_device_match_a_plain_union(name: str) -> None:
     by_device: dict[int, list[tuple[float, float]]] = {}
@@ -130,10 +144,13 @@ def test_gp100_pageable_copy_and_sync_in_loop_tied_to_to_copy() -> None:
 def test_serial_dataloader_stalls_and_parallel_one_does_not() -> None:
     assert "dataloader-stall" in rules_of("v100_resnet50_workers0.pt.trace.json.gz")
     assert "dataloader-stall" not in rules_of("v100_resnet50_workers4.pt.trace.json.gz")
-    stall = next(f for f in report("v100_resnet50_workers0.pt.trace.json.gz").findings if f.rule == "dataloader-stall")
+    stall = next(
+        f for f in report("v100_resnet50_workers0.pt.trace.json.gz").findings if f.rule == "dataloader-stall"
+    )
     # the stall cannot exceed the time the host spent in DataLoader __next__ (plain sum from the JSON)
     dataloader_us = sum(
-        e["dur"] for e in events("v100_resnet50_workers0.pt.trace.json.gz")
+        e["dur"]
+        for e in events("v100_resnet50_workers0.pt.trace.json.gz")
         if str(e.get("name", "")).startswith("enumerate(DataLoader)#")
     )
     assert 0 < stall.savings_ns / 1000 <= dataloader_us
@@ -161,7 +178,9 @@ def test_item_chain_in_event_sync_trace() -> None:
 
 def test_source_lines_come_from_python_stacks() -> None:
     hotspot = next(
-        h for h in report("h100_bert_small_stacks.json.gz").analysis.sync_hotspots if h.op == "aten::is_nonzero"
+        h
+        for h in report("h100_bert_small_stacks.json.gz").analysis.sync_hotspots
+        if h.op == "aten::is_nonzero"
     )
     assert hotspot.source is not None and hotspot.source.endswith(".py:28")
     assert not hotspot.source.startswith("torch/")

@@ -79,12 +79,26 @@ def test_json_to_stdout_is_valid_and_keeps_the_contract(tmp_path: Path) -> None:
     assert set(data["devices"][0]) >= {"device", "name", "span_us", "busy_us", "idle_us"}
     assert set(data["idle_gaps"][0]) >= {"device", "start_us", "duration_us", "cause", "source"}
     assert set(data["memcpy"][0]) >= {
-        "device", "kind", "direction", "src", "dst", "count", "bytes", "duration_us", "overlapped_us"
+        "device",
+        "kind",
+        "direction",
+        "src",
+        "dst",
+        "count",
+        "bytes",
+        "duration_us",
+        "overlapped_us",
     }
     assert set(data["overlap"]) == {"HtoD", "DtoH"}
     assert set(data["syncs"][0]) >= {"call", "count", "blocked_us"}
     assert set(data["sync_hotspots"][0]) >= {
-        "call", "op", "source", "count", "per_step", "blocked_us", "idle_after_us"
+        "call",
+        "op",
+        "source",
+        "count",
+        "per_step",
+        "blocked_us",
+        "idle_after_us",
     }
     assert set(data["findings"][0]) >= {"rule", "severity", "title", "evidence", "savings_us", "advice"}
     assert "Scorecard" in stderr  # the summary moved to stderr
@@ -92,7 +106,9 @@ def test_json_to_stdout_is_valid_and_keeps_the_contract(tmp_path: Path) -> None:
 
 def test_json_file_and_summary_in_order(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
-    code, stdout, _ = _analyze(str(SAMPLES / "gp100_mlp_pageable_sync.json.gz"), "--json", str(out), "--no-html")
+    code, stdout, _ = _analyze(
+        str(SAMPLES / "gp100_mlp_pageable_sync.json.gz"), "--json", str(out), "--no-html"
+    )
     assert code == 0
     data = json.loads(out.read_text())
     positions = [stdout.index(word) for word in ("traceinsight", "Scorecard", "Findings", "idle gaps")]
@@ -106,7 +122,9 @@ def test_json_file_and_summary_in_order(tmp_path: Path) -> None:
 
 def test_cpu_only_trace_is_not_an_error(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    code, stdout, _ = _analyze(str(SAMPLES / "cpu_only_gloo.pt.trace.json.gz"), "--json", str(out), "--no-html")
+    code, stdout, _ = _analyze(
+        str(SAMPLES / "cpu_only_gloo.pt.trace.json.gz"), "--json", str(out), "--no-html"
+    )
     assert code == 0
     assert "No GPU activity" in stdout
     data = json.loads(out.read_text())

@@ -24,22 +24,33 @@ def rules(tmp_path: Path, events: list[dict[str, Any]]) -> set[str]:
     return {f.rule for f in findings(tmp_path, events)}
 
 
-def busy_steps(steps: int = 4, *, gap_after: float = 0.0, item_sync: bool = False,
-               pageable_copy: bool = False, dataloader_us: float = 0.0) -> list[dict[str, Any]]:
+def busy_steps(
+    steps: int = 4,
+    *,
+    gap_after: float = 0.0,
+    item_sync: bool = False,
+    pageable_copy: bool = False,
+    dataloader_us: float = 0.0,
+) -> list[dict[str, Any]]:
     """``steps`` ProfilerSteps of back-to-back kernels, with optional per-step problems."""
     events: list[dict[str, Any]] = []
     t = 0.0
     for step in range(steps):
         start = t
         if dataloader_us:
-            events.append(annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t, dataloader_us))
+            events.append(
+                annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t, dataloader_us)
+            )
             t += dataloader_us
         if pageable_copy:
             events.append(cpu_op("aten::to", t, 30))
             events.append(cpu_op("aten::copy_", t + 1, 28))
             events.append(runtime("cudaMemcpyAsync", t + 2, 20, correlation=90_000 + step))
-            events.append(memcpy(t + 5, 15, "Memcpy HtoD (Pageable -> Device)", nbytes=1 << 20,
-                                 correlation=90_000 + step))
+            events.append(
+                memcpy(
+                    t + 5, 15, "Memcpy HtoD (Pageable -> Device)", nbytes=1 << 20, correlation=90_000 + step
+                )
+            )
             t += 30
         for k in range(8):  # the host keeps ahead: every kernel starts when the previous ends
             events += launch(t + k, t + 10 + k * 100, 100)
@@ -56,8 +67,13 @@ def busy_steps(steps: int = 4, *, gap_after: float = 0.0, item_sync: bool = Fals
 
 def test_every_rule_is_registered() -> None:
     evaluate(analyze(load_trace(Path(__file__).parent.parent / "sample_traces" / "a100_triton.json.gz")))
-    assert set(REGISTRY) >= {"sync-in-loop", "pageable-memcpy", "blocking-h2d", "dataloader-stall",
-                             "low-gpu-utilization"}
+    assert set(REGISTRY) >= {
+        "sync-in-loop",
+        "pageable-memcpy",
+        "blocking-h2d",
+        "dataloader-stall",
+        "low-gpu-utilization",
+    }
 
 
 def test_healthy_synthetic_trace_has_no_findings(tmp_path: Path) -> None:

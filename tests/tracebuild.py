@@ -42,66 +42,150 @@ def union_length(intervals: list[tuple[int, int]]) -> int:
     return total
 
 
-def kernel(ts: float, dur: float, *, stream: int = 7, device: int = 0, correlation: int | None = None,
-           name: str = "void gemm_kernel<float>(float*)") -> dict[str, Any]:
+def kernel(
+    ts: float,
+    dur: float,
+    *,
+    stream: int = 7,
+    device: int = 0,
+    correlation: int | None = None,
+    name: str = "void gemm_kernel<float>(float*)",
+) -> dict[str, Any]:
     """A kernel on ``device``/``stream``."""
     return {
-        "ph": "X", "cat": "kernel", "name": name, "pid": device, "tid": stream, "ts": ts, "dur": dur,
-        "args": {"device": device, "stream": stream,
-                 "correlation": correlation if correlation is not None else next(_correlation)},
+        "ph": "X",
+        "cat": "kernel",
+        "name": name,
+        "pid": device,
+        "tid": stream,
+        "ts": ts,
+        "dur": dur,
+        "args": {
+            "device": device,
+            "stream": stream,
+            "correlation": correlation if correlation is not None else next(_correlation),
+        },
     }
 
 
-def memcpy(ts: float, dur: float, kind: str, *, nbytes: int = 4096, stream: int = 7, device: int = 0,
-           correlation: int | None = None) -> dict[str, Any]:
+def memcpy(
+    ts: float,
+    dur: float,
+    kind: str,
+    *,
+    nbytes: int = 4096,
+    stream: int = 7,
+    device: int = 0,
+    correlation: int | None = None,
+) -> dict[str, Any]:
     """A copy named like ``Memcpy HtoD (Pageable -> Device)``."""
     return {
-        "ph": "X", "cat": "gpu_memcpy", "name": kind, "pid": device, "tid": stream, "ts": ts, "dur": dur,
-        "args": {"device": device, "stream": stream, "bytes": nbytes,
-                 "correlation": correlation if correlation is not None else next(_correlation)},
+        "ph": "X",
+        "cat": "gpu_memcpy",
+        "name": kind,
+        "pid": device,
+        "tid": stream,
+        "ts": ts,
+        "dur": dur,
+        "args": {
+            "device": device,
+            "stream": stream,
+            "bytes": nbytes,
+            "correlation": correlation if correlation is not None else next(_correlation),
+        },
     }
 
 
-def runtime(name: str, ts: float, dur: float, *, correlation: int | None = None, tid: int = TID,
-            external_id: int | None = None) -> dict[str, Any]:
+def runtime(
+    name: str,
+    ts: float,
+    dur: float,
+    *,
+    correlation: int | None = None,
+    tid: int = TID,
+    external_id: int | None = None,
+) -> dict[str, Any]:
     """A host CUDA runtime call."""
     args: dict[str, Any] = {"correlation": correlation if correlation is not None else next(_correlation)}
     if external_id is not None:
         args["External id"] = external_id
-    return {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": PID, "tid": tid, "ts": ts, "dur": dur,
-            "args": args}
+    return {
+        "ph": "X",
+        "cat": "cuda_runtime",
+        "name": name,
+        "pid": PID,
+        "tid": tid,
+        "ts": ts,
+        "dur": dur,
+        "args": args,
+    }
 
 
-def launch(ts: float, gpu_ts: float, gpu_dur: float, *, tid: int = TID, stream: int = 7) -> list[dict[str, Any]]:
+def launch(
+    ts: float, gpu_ts: float, gpu_dur: float, *, tid: int = TID, stream: int = 7
+) -> list[dict[str, Any]]:
     """A cudaLaunchKernel at ``ts`` and the kernel it starts at ``gpu_ts``."""
     correlation = next(_correlation)
-    return [runtime("cudaLaunchKernel", ts, 3, correlation=correlation, tid=tid),
-            kernel(gpu_ts, gpu_dur, correlation=correlation, stream=stream)]
+    return [
+        runtime("cudaLaunchKernel", ts, 3, correlation=correlation, tid=tid),
+        kernel(gpu_ts, gpu_dur, correlation=correlation, stream=stream),
+    ]
 
 
-def cpu_op(name: str, ts: float, dur: float, *, tid: int = TID, external_id: int | None = None) -> dict[str, Any]:
+def cpu_op(
+    name: str, ts: float, dur: float, *, tid: int = TID, external_id: int | None = None
+) -> dict[str, Any]:
     """An aten op on the host thread."""
-    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": PID, "tid": tid, "ts": ts, "dur": dur,
-            "args": {"External id": external_id if external_id is not None else next(_correlation)}}
+    return {
+        "ph": "X",
+        "cat": "cpu_op",
+        "name": name,
+        "pid": PID,
+        "tid": tid,
+        "ts": ts,
+        "dur": dur,
+        "args": {"External id": external_id if external_id is not None else next(_correlation)},
+    }
 
 
 def annotation(name: str, ts: float, dur: float, *, tid: int = TID) -> dict[str, Any]:
     """A user_annotation (ProfilerStep#N, DataLoader __next__, record_function)."""
-    return {"ph": "X", "cat": "user_annotation", "name": name, "pid": PID, "tid": tid, "ts": ts, "dur": dur,
-            "args": {}}
+    return {
+        "ph": "X",
+        "cat": "user_annotation",
+        "name": name,
+        "pid": PID,
+        "tid": tid,
+        "ts": ts,
+        "dur": dur,
+        "args": {},
+    }
 
 
-def frame(name: str, ts: float, dur: float, *, python_id: int, parent: int | None = None,
-          tid: int = TID) -> dict[str, Any]:
+def frame(
+    name: str, ts: float, dur: float, *, python_id: int, parent: int | None = None, tid: int = TID
+) -> dict[str, Any]:
     """A python_function frame such as ``train.py(47): train_step``."""
-    return {"ph": "X", "cat": "python_function", "name": name, "pid": PID, "tid": tid, "ts": ts, "dur": dur,
-            "args": {"Python id": python_id, "Python parent id": parent}}
+    return {
+        "ph": "X",
+        "cat": "python_function",
+        "name": name,
+        "pid": PID,
+        "tid": tid,
+        "ts": ts,
+        "dur": dur,
+        "args": {"Python id": python_id, "Python parent id": parent},
+    }
 
 
 def write_trace(path: Path, events: list[dict[str, Any]], *, gz: bool = False, **top: Any) -> Path:
     """Write a Kineto-style object trace with ``events`` (and extra top-level keys)."""
-    document = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "Test GPU"}], **top,
-                "traceEvents": events}
+    document = {
+        "schemaVersion": 1,
+        "deviceProperties": [{"id": 0, "name": "Test GPU"}],
+        **top,
+        "traceEvents": events,
+    }
     text = json.dumps(document).encode()
     path.write_bytes(gzip.compress(text) if gz else text)
     return path

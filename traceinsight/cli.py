@@ -47,13 +47,16 @@ def _root(
 
 @app.command()
 def analyze(
-    trace: Annotated[Path, typer.Argument(help="A torch.profiler trace: .json or .json.gz.", show_default=False)],
+    trace: Annotated[
+        Path, typer.Argument(help="A torch.profiler trace: .json or .json.gz.", show_default=False)
+    ],
     output: Annotated[
         Path | None,
         typer.Option("-o", "--output", help="Where to write the HTML report [default: ./<trace name>.html]."),
     ] = None,
     json_out: Annotated[
-        str | None, typer.Option("--json", help="Also write the full result as JSON to PATH ('-' for stdout).")
+        str | None,
+        typer.Option("--json", help="Also write the full result as JSON to PATH ('-' for stdout)."),
     ] = None,
     no_html: Annotated[bool, typer.Option("--no-html", help="Do not write the HTML report.")] = False,
     min_gap_us: Annotated[
@@ -68,7 +71,9 @@ def analyze(
 
     thresholds = Thresholds(min_gap_us=min_gap_us, low_utilization=low_utilization)
     try:
-        analyze_and_write(trace, html=output, json_out=json_out, thresholds=thresholds, write_html=not no_html)
+        analyze_and_write(
+            trace, html=output, json_out=json_out, thresholds=thresholds, write_html=not no_html
+        )
     except TraceInsightError as exc:
         raise fail(str(exc), exc.exit_code) from None
     except MemoryError:

@@ -47,7 +47,9 @@ def write_atomically(path: Path, text: str) -> None:
             stream.write(text)
         os.replace(temporary, path)
     except OSError as exc:
-        raise OutputError(f"cannot write {path}: {exc.strerror or exc}; check the folder's permissions") from exc
+        raise OutputError(
+            f"cannot write {path}: {exc.strerror or exc}; check the folder's permissions"
+        ) from exc
 
 
 def render_html(report: Report, source_root: Path) -> str:

@@ -74,9 +74,7 @@ def iteration_count(trace: Trace) -> int | None:
     return optimizer_steps or None
 
 
-def step_times(
-    trace: Trace, busy: pl.DataFrame, gaps: tuple[IdleGap, ...]
-) -> tuple[StepTime, ...]:
+def step_times(trace: Trace, busy: pl.DataFrame, gaps: tuple[IdleGap, ...]) -> tuple[StepTime, ...]:
     """GPU busy, copy and idle-by-cause inside each host step window, per device.
 
     Idle not covered by a reported gap (stretches shorter than the gap threshold) is ``short-gaps``.
@@ -96,9 +94,7 @@ def step_times(
         .group_by("step", "device")
         .agg(busy=overlap_ns("start", "end", "b_start", "b_end").sum())
     )
-    copies = trace.gpu.filter(pl.col("kind") == "memcpy").select(
-        c_device="device", c_start="ts", c_end="end"
-    )
+    copies = trace.gpu.filter(pl.col("kind") == "memcpy").select(c_device="device", c_start="ts", c_end="end")
     copy_in = (
         grid.join_where(copies, pl.col("c_start") < pl.col("end"), pl.col("c_end") > pl.col("start"))
         .filter(pl.col("device") == pl.col("c_device"))

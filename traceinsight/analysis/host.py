@@ -18,8 +18,7 @@ def host_summary(trace: Trace, top: int = 10) -> HostSummary:
         .head(top)
     )
     dataloader = trace.annotations.filter(
-        pl.col("name").str.starts_with(taxonomy.DATALOADER_PREFIX)
-        & pl.col("name").str.ends_with("__next__")
+        pl.col("name").str.starts_with(taxonomy.DATALOADER_PREFIX) & pl.col("name").str.ends_with("__next__")
     )
     threads = pl.concat([ops.select("pid", "tid"), trace.runtime.select("pid", "tid")]).unique().height
     return HostSummary(

@@ -62,14 +62,17 @@ def idle_gaps(
     slack = round(thresholds.sync_drain_slack_us * 1000)
 
     dataloader = trace.annotations.filter(
-        pl.col("name").str.starts_with(taxonomy.DATALOADER_PREFIX)
-        & pl.col("name").str.ends_with("__next__")
+        pl.col("name").str.starts_with(taxonomy.DATALOADER_PREFIX) & pl.col("name").str.ends_with("__next__")
     )
     host = pl.concat(
         [
-            dataloader.select("pid", "tid", "ts", "end", "name", kind=pl.lit("dataloader"), key=pl.lit(None, pl.Int64)),
+            dataloader.select(
+                "pid", "tid", "ts", "end", "name", kind=pl.lit("dataloader"), key=pl.lit(None, pl.Int64)
+            ),
             calls.select("pid", "tid", "ts", "end", name="call", kind=pl.lit("sync"), key="key"),
-            trace.cpu_ops.select("pid", "tid", "ts", "end", "name", kind=pl.lit("op"), key=pl.lit(None, pl.Int64)),
+            trace.cpu_ops.select(
+                "pid", "tid", "ts", "end", "name", kind=pl.lit("op"), key=pl.lit(None, pl.Int64)
+            ),
             trace.annotations.filter(
                 ~pl.col("name").str.starts_with("ProfilerStep#")
                 & ~pl.col("name").str.starts_with(taxonomy.DATALOADER_PREFIX)
@@ -88,7 +91,7 @@ def idle_gaps(
     )
     coverage = pl.col("covered") >= (pl.col("end") - pl.col("start")) * thresholds.cause_coverage
     dl = (
-        touching.filter((pl.col("kind") == "dataloader"))
+        touching.filter(pl.col("kind") == "dataloader")
         .group_by("gap")
         .agg(dl_covered=pl.col("covered").sum(), dl_name=pl.col("name").first())
     )

@@ -98,9 +98,13 @@ def report_dict(report: Report) -> dict[str, Any]:
             }
             for group in analysis.copies
         ],
-        "overlap": {direction: None if ratio is None else round(ratio, 4) for direction, ratio in analysis.overlap.items()},
+        "overlap": {
+            direction: None if ratio is None else round(ratio, 4)
+            for direction, ratio in analysis.overlap.items()
+        },
         "syncs": [
-            {"call": call.call, "count": call.count, "blocked_us": _us(call.blocked_ns)} for call in analysis.syncs
+            {"call": call.call, "count": call.count, "blocked_us": _us(call.blocked_ns)}
+            for call in analysis.syncs
         ],
         "sync_hotspots": [
             {

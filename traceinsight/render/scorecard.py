@@ -28,7 +28,12 @@ def scorecard(report: Report) -> tuple[Score, ...]:
     scores: list[Score] = []
     if not analysis.has_gpu:
         scores.append(
-            Score("GPU activity", "none", "No kernels, copies or memsets in this trace: host-side view only.", "info")
+            Score(
+                "GPU activity",
+                "none",
+                "No kernels, copies or memsets in this trace: host-side view only.",
+                "info",
+            )
         )
     else:
         span = analysis.span_ns
@@ -41,7 +46,14 @@ def scorecard(report: Report) -> tuple[Score, ...]:
             "bad": "The GPU is idle most of the time: see the findings below.",
         }[level]
         scores.append(Score("GPU busy", _pct(share), verdict, level))
-        scores.append(Score("GPU idle", _pct(1 - share), f"{(span - busy) / 1e6:,.1f} ms idle of {span / 1e6:,.1f} ms.", level))
+        scores.append(
+            Score(
+                "GPU idle",
+                _pct(1 - share),
+                f"{(span - busy) / 1e6:,.1f} ms idle of {span / 1e6:,.1f} ms.",
+                level,
+            )
+        )
         for direction, label in (("HtoD", "H2D overlap"), ("DtoH", "D2H overlap")):
             ratio = analysis.overlap.get(direction)
             if ratio is None:
@@ -64,17 +76,26 @@ def scorecard(report: Report) -> tuple[Score, ...]:
             Score(
                 "Host syncs / step",
                 f"{per_step:g}",
-                "No host waits in the loop." if per_step == 0 else "Each sync stops the host from queueing ahead.",
+                "No host waits in the loop."
+                if per_step == 0
+                else "Each sync stops the host from queueing ahead.",
                 level,
             )
         )
     else:
         scores.append(
-            Score("Host syncs", str(sync_count), "No step markers: counted over the whole trace.", "info" if not sync_count else "warn")
+            Score(
+                "Host syncs",
+                str(sync_count),
+                "No step markers: counted over the whole trace.",
+                "info" if not sync_count else "warn",
+            )
         )
     steps = [step for step in analysis.steps]
     if steps:
         windows = {step.step: step.span_ns for step in steps}
         mean = sum(windows.values()) / len(windows)
-        scores.append(Score("Step time", f"{mean / 1e6:,.2f} ms", f"Mean of {len(windows)} profiled steps.", "info"))
+        scores.append(
+            Score("Step time", f"{mean / 1e6:,.2f} ms", f"Mean of {len(windows)} profiled steps.", "info")
+        )
     return tuple(scores)

@@ -29,9 +29,10 @@ def header_lines(report: Report) -> list[tuple[str, str]]:
     """(label, value) pairs for the header: trace, GPUs, rank, steps, span, versions."""
     analysis = report.analysis
     meta = analysis.meta
-    gpus = ", ".join(
-        f"{device.device}: {device.name or 'unnamed GPU'}" for device in analysis.devices
-    ) or "none (no GPU activity in this trace)"
+    gpus = (
+        ", ".join(f"{device.device}: {device.name or 'unnamed GPU'}" for device in analysis.devices)
+        or "none (no GPU activity in this trace)"
+    )
     lines = [("trace", report.trace_name), ("GPUs", gpus)]
     rank = f"{meta.rank}" + (f" of {meta.world_size}" if meta.world_size else "")
     lines.append(("rank", rank))
@@ -39,7 +40,12 @@ def header_lines(report: Report) -> list[tuple[str, str]]:
         kind = "ProfilerStep spans" if analysis.steps_marked else "optimizer steps"
         lines.append(("steps", f"{analysis.iterations} ({kind})"))
     if analysis.devices:
-        lines.append(("GPU span", _ms(max(d.last_ns for d in analysis.devices) - min(d.first_ns for d in analysis.devices))))
+        lines.append(
+            (
+                "GPU span",
+                _ms(max(d.last_ns for d in analysis.devices) - min(d.first_ns for d in analysis.devices)),
+            )
+        )
     versions = [
         f"CUDA runtime {meta.cuda_runtime_version}" if meta.cuda_runtime_version else "",
         f"driver {meta.cuda_driver_version}" if meta.cuda_driver_version else "",
@@ -72,7 +78,9 @@ def renderables(report: Report) -> list[RenderableType]:
     if not analysis.has_gpu:
         parts.append(Text("No GPU activity in this trace: showing the host-side view.", style="bold cyan"))
     if report.findings:
-        parts.append(Text(f"\nFindings ({len(report.findings)}), largest estimated saving first", style="bold"))
+        parts.append(
+            Text(f"\nFindings ({len(report.findings)}), largest estimated saving first", style="bold")
+        )
         for index, finding in enumerate(report.findings, 1):
             body = Table.grid(padding=(0, 2))
             body.add_column(style="dim")
@@ -90,7 +98,9 @@ def renderables(report: Report) -> list[RenderableType]:
         parts.append(Text("\nNo findings: nothing in this trace keeps the GPU waiting.", style="green"))
 
     if analysis.idle_gaps:
-        gaps = Table(title=f"Longest idle gaps (of {len(analysis.idle_gaps)})", title_justify="left", show_edge=False)
+        gaps = Table(
+            title=f"Longest idle gaps (of {len(analysis.idle_gaps)})", title_justify="left", show_edge=False
+        )
         for column in ("GPU", "start", "idle", "cause", "source"):
             gaps.add_column(column, overflow="fold")
         for gap in analysis.idle_gaps[:_TOP]:
@@ -123,8 +133,12 @@ def renderables(report: Report) -> list[RenderableType]:
         for group in analysis.copies[:_TOP]:
             share = group.overlapped_ns / group.duration_ns if group.duration_ns else 0.0
             copies.add_row(
-                str(group.device), group.kind, str(group.count), f"{group.bytes:,}",
-                _ms(group.duration_ns), f"{share:.0%}",
+                str(group.device),
+                group.kind,
+                str(group.count),
+                f"{group.bytes:,}",
+                _ms(group.duration_ns),
+                f"{share:.0%}",
             )
         parts.append(copies)
     host = analysis.host

@@ -43,7 +43,8 @@ def severity(analysis: Analysis, savings_ns: int) -> str:
 _ITEM_ADVICE = Advice(
     summary="Keep the value on the GPU and read it rarely: accumulate losses in a tensor and call "
     ".item() (or print) once every N steps, after the loop, or from a logged detached copy.",
-    before="for x, y in loader:\n    loss = step(x, y)\n    print(loss.item())  # waits for the GPU every step",
+    before="for x, y in loader:\n    loss = step(x, y)\n"
+    "    print(loss.item())  # waits for the GPU every step",
     after="running = torch.zeros((), device=device)\nfor i, (x, y) in enumerate(loader):\n"
     "    loss = step(x, y)\n    running += loss.detach()\n    if i % 100 == 0:\n"
     "        print((running / 100).item())  # one wait per 100 steps\n        running.zero_()",
@@ -58,7 +59,8 @@ _BRANCH_ADVICE = Advice(
 _H2D_ADVICE = Advice(
     summary="Copy from pinned memory without blocking: `pin_memory=True` in the DataLoader and "
     "`.to(device, non_blocking=True)`, so the host queues the copy and keeps launching work.",
-    before="loader = DataLoader(ds, batch_size=64)\nfor x, y in loader:\n    x = x.to('cuda')  # pageable: the host waits for the copy",
+    before="loader = DataLoader(ds, batch_size=64)\nfor x, y in loader:\n"
+    "    x = x.to('cuda')  # pageable: the host waits for the copy",
     after="loader = DataLoader(ds, batch_size=64, pin_memory=True)\nfor x, y in loader:\n"
     "    x = x.to('cuda', non_blocking=True)",
 )
@@ -66,7 +68,8 @@ _CPU_ADVICE = Advice(
     summary="Moving a GPU tensor to the host (`.cpu()`, `.numpy()`, `.tolist()`, `torch.nonzero`, "
     "boolean-mask indexing) waits for all queued work. Do it less often, batch it, or keep the "
     "computation on the GPU.",
-    before="for batch in loader:\n    out = model(batch)\n    preds.append(out.argmax(1).cpu())  # waits every step",
+    before="for batch in loader:\n    out = model(batch)\n"
+    "    preds.append(out.argmax(1).cpu())  # waits every step",
     after="for batch in loader:\n    out = model(batch)\n    preds.append(out.argmax(1))  # stay on the GPU\n"
     "preds = torch.cat(preds).cpu()  # one wait at the end",
 )
@@ -97,9 +100,7 @@ def sync_in_loop(analysis: Analysis) -> Iterator[Finding]:
     limits = analysis.thresholds
     for hotspot in analysis.sync_hotspots:
         if analysis.iterations:
-            repeats = hotspot.count >= analysis.iterations and (
-                hotspot.count >= 2 or analysis.steps_marked
-            )
+            repeats = hotspot.count >= analysis.iterations and (hotspot.count >= 2 or analysis.steps_marked)
         else:
             repeats = hotspot.count >= limits.sync_min_repeats
         if not repeats or hotspot.idle_after_ns <= 0:
