@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from make_large_trace import DEFAULT_SOURCE, ROOT, ensure_trace  # noqa: E402
+from make_large_trace import DEFAULT_SOURCE, ROOT, ensure_trace
 
 FLOOR_READ = """
 import sys, zlib
@@ -149,21 +149,27 @@ def _hta_python(option: str | None) -> str | None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", type=float, nargs="+", default=[0.1, 0.25, 0.5, 1.0], help="GB of JSON")
     parser.add_argument("--forms", nargs="+", default=["plain", "gzip"], choices=["plain", "gzip"])
     parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="the real trace to repeat")
     parser.add_argument("--no-floor", action="store_true", help="skip the read/scan floors")
-    parser.add_argument("--hta-python", help="python with HolisticTraceAnalysis installed (default: this one)")
+    parser.add_argument(
+        "--hta-python", help="python with HolisticTraceAnalysis installed (default: this one)"
+    )
     parser.add_argument("--hta-max-gb", type=float, default=0.5, help="largest size to run HTA on")
     parser.add_argument("--repeat", type=int, default=1, help="runs per measurement; the fastest is kept")
     options = parser.parse_args()
 
     html = (ROOT / "traceinsight" / "render" / "html.py").exists()
     hta = _hta_python(options.hta_python)
-    print(f"machine: {os.cpu_count()} cores; python {sys.version.split()[0]}; "
-          f"job: analyze --json {'+ HTML' if html else '--no-html (render/html.py missing)'}; "
-          f"HTA: {hta or 'not installed'}")
+    print(
+        f"machine: {os.cpu_count()} cores; python {sys.version.split()[0]}; "
+        f"job: analyze --json {'+ HTML' if html else '--no-html (render/html.py missing)'}; "
+        f"HTA: {hta or 'not installed'}"
+    )
     rows: list[tuple[str, ...]] = []
     previous: dict[str, tuple[float, float]] = {}
     with tempfile.TemporaryDirectory() as scratch:
@@ -176,8 +182,12 @@ def main() -> None:
                 disk_mb = trace.stat().st_size / 1e6
                 jobs: list[tuple[str, list[str]]] = [("traceinsight", _analyze_command(trace, out, html))]
                 if not options.no_floor:
-                    jobs.append(("floor: read" + (" + gunzip" if form == "gzip" else ""),
-                                 [sys.executable, "-c", FLOOR_READ, str(trace)]))
+                    jobs.append(
+                        (
+                            "floor: read" + (" + gunzip" if form == "gzip" else ""),
+                            [sys.executable, "-c", FLOOR_READ, str(trace)],
+                        )
+                    )
                     jobs.append(("floor: read + JSON scan", [sys.executable, "-c", FLOOR_SCAN, str(trace)]))
                 if hta and size <= options.hta_max_gb:
                     jobs.append(("HTA (parse + temporal breakdown)", [hta, "-c", HTA, str(trace)]))
@@ -204,8 +214,18 @@ def main() -> None:
                     )
                     rows.append(row)
                     print("  " + " | ".join(row), flush=True)
-    header = ("JSON MB", "input", "what", "wall s", "MB/s", "peak MB (tree PSS)", "peak / file",
-              "main RSS MB", "time growth per size", "note")
+    header = (
+        "JSON MB",
+        "input",
+        "what",
+        "wall s",
+        "MB/s",
+        "peak MB (tree PSS)",
+        "peak / file",
+        "main RSS MB",
+        "time growth per size",
+        "note",
+    )
     print()
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))

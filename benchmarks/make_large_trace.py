@@ -108,7 +108,9 @@ def make_trace(source: Path, size_bytes: int, target: Path) -> Path:
     with temporary.open("w", encoding="utf-8") as out:
         header_keys = list(document)
         split = header_keys.index("traceEvents")
-        head = "{\n" + "".join(f"  {json.dumps(k)}: {json.dumps(document[k])},\n" for k in header_keys[:split])
+        head = "{\n" + "".join(
+            f"  {json.dumps(k)}: {json.dumps(document[k])},\n" for k in header_keys[:split]
+        )
         tail_keys = header_keys[split + 1 :]
         tail = "".join(f",\n  {json.dumps(k)}: {json.dumps(document[k])}" for k in tail_keys) + "\n}\n"
         written += out.write(head + '  "traceEvents": [\n')
@@ -149,7 +151,9 @@ def ensure_trace(size_gb: float, compress: bool, source: Path = DEFAULT_SOURCE) 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--size-gb", type=float, action="append", help="target size(s) in GB (1e9 bytes)")
     parser.add_argument("--gzip", action="store_true", help="also write the gzip twin")
     parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="the real trace to repeat")
