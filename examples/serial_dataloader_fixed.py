@@ -1,0 +1,57 @@
+"""Fixed twin of ``serial_dataloader.py``: worker processes load batches ahead of the loop.
+
+With ``num_workers`` > 0 batches are prepared in parallel, in other processes, while the current
+step runs; ``persistent_workers`` keeps them alive between epochs and ``pin_memory`` (with a GPU)
+lets the copies run asynchronously.
+
+    traceinsight run examples/serial_dataloader_fixed.py
+"""
+
+import time
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+STEPS = 24
+BATCH = 16
+
+
+class SlowImages(Dataset[tuple[torch.Tensor, int]]):
+    """Synthetic images whose loading takes a while, like reading and decoding a JPEG."""
+
+    def __len__(self) -> int:
+        return STEPS * BATCH
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        time.sleep(0.001)  # stands in for reading and decoding one file
+        generator = torch.Generator().manual_seed(index)
+        return torch.rand(3, 32, 32, generator=generator), index % 10
+
+
+def main() -> None:
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    torch.manual_seed(0)
+    loader = DataLoader(
+        SlowImages(),
+        batch_size=BATCH,
+        shuffle=True,
+        num_workers=2,
+        persistent_workers=True,
+        prefetch_factor=4,
+        pin_memory=device.type == "cuda",
+    )
+    model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, 256), nn.ReLU(), nn.Linear(256, 10)).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    for images, labels in loader:
+        images = images.to(device, non_blocking=True)
+        labels = labels.to(device, non_blocking=True)
+        loss = nn.functional.cross_entropy(model(images), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
