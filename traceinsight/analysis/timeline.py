@@ -1,0 +1,176 @@
+"""The GPU activity timeline, downsampled for drawing: busy blocks, host sync marks and steps.
+
+A trace can hold hundreds of thousands of kernels; a chart a thousand pixels wide cannot show more
+than a few thousand rectangles per device. The timeline is cut to a *resolution* (the displayed
+window divided by ``max_blocks - 1``): busy intervals (the union of kernels, copies and memsets)
+separated by less than one resolution are merged into one block, which keeps its true busy time,
+so a chart can shade it by how busy it really was. Every remaining gap is at least one resolution
+long, which bounds the number of blocks per device by ``max_blocks``. Host-blocking calls are merged
+the same way into marks that keep their count.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import polars as pl
+
+from traceinsight.analysis.gpu_time import busy_intervals, step_windows
+from traceinsight.analysis.syncs import launch_devices
+from traceinsight.load import Trace, taxonomy
+
+__all__ = ["BusyBlock", "DeviceTimeline", "StepWindow", "SyncMark", "Timeline", "timeline"]
+
+
+@dataclass(frozen=True, slots=True)
+class BusyBlock:
+    """Busy intervals merged at the timeline's resolution (trace clock, ns)."""
+
+    start_ns: int
+    end_ns: int
+    #: Summed length of the busy intervals inside the block (at most end - start).
+    busy_ns: int
+
+    @property
+    def busy_share(self) -> float:
+        """busy / block length (1.0 for a zero-length block)."""
+        length = self.end_ns - self.start_ns
+        return self.busy_ns / length if length else 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class SyncMark:
+    """Host-blocking calls (``cudaStreamSynchronize`` ...) merged at the resolution."""
+
+    start_ns: int
+    end_ns: int
+    #: How many calls were merged into this mark.
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceTimeline:
+    """One device's downsampled busy blocks and the sync calls of the processes driving it."""
+
+    device: int
+    blocks: tuple[BusyBlock, ...]
+    syncs: tuple[SyncMark, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StepWindow:
+    """A host ``ProfilerStep#N`` range."""
+
+    step: int
+    start_ns: int
+    end_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    """Everything a timeline chart draws. Times in ns on the trace clock (see ``origin_ns``)."""
+
+    #: The trace's time zero (:attr:`TraceMeta.origin_ns`): charts label times relative to it.
+    origin_ns: int
+    #: The displayed window: GPU activity and step windows together.
+    start_ns: int
+    end_ns: int
+    #: Busy intervals closer than this were merged; gaps shorter than this are not visible.
+    resolution_ns: int
+    devices: tuple[DeviceTimeline, ...]
+    steps: tuple[StepWindow, ...]
+
+
+def _merge_at_resolution(frame: pl.DataFrame, resolution_ns: int) -> pl.DataFrame:
+    """Merge ``device, start, end`` rows whose gap to the running end is below the resolution.
+
+    → ``device, start, end, busy, count`` (busy = summed lengths of the merged rows).
+    """
+    running_end = pl.col("end").cum_max().shift(1).over("device")
+    return (
+        frame.sort("device", "start")
+        .with_columns(
+            block=(running_end.is_null() | (pl.col("start") - running_end >= resolution_ns))
+            .cum_sum()
+            .over("device")
+        )
+        .group_by("device", "block")
+        .agg(
+            start=pl.col("start").min(),
+            end=pl.col("end").max(),
+            busy=(pl.col("end") - pl.col("start")).sum(),
+            count=pl.len(),
+        )
+        .sort("device", "start")
+    )
+
+
+def _sync_calls_per_device(trace: Trace, devices: list[int]) -> pl.DataFrame:
+    """Blocking host calls → ``device, start, end``: on every device their process launched on.
+
+    A call from a process that launched nothing (or without a pid) is shown on every device.
+    """
+    calls = trace.runtime.filter(pl.col("name").is_in(list(taxonomy.BLOCKING_CALLS))).select(
+        "pid", start="ts", end="end"
+    )
+    schema = pl.Schema({"device": pl.Int64, "start": pl.Int64, "end": pl.Int64})
+    if calls.is_empty() or not devices:
+        return pl.DataFrame(schema=schema)
+    launched = launch_devices(trace).drop_nulls()
+    mapped = calls.join(launched, on="pid", how="inner").select("device", "start", "end")
+    unmapped = calls.join(launched, on="pid", how="anti").join(
+        pl.DataFrame({"device": devices}, schema={"device": pl.Int64}), how="cross"
+    )
+    return pl.concat([mapped, unmapped.select("device", "start", "end")]).cast(schema)
+
+
+def timeline(trace: Trace, max_blocks: int = 2000) -> Timeline:
+    """The per-device busy timeline with at most ``max_blocks`` blocks (and marks) per device.
+
+    See the module docstring for how intervals are merged; ``max_blocks`` must be at least 2.
+    """
+    if max_blocks < 2:
+        raise ValueError("max_blocks must be at least 2")
+    origin = trace.meta.origin_ns
+    busy = busy_intervals(trace)
+    steps = step_windows(trace)
+    bounds: list[int] = [
+        value
+        for frame in (busy, steps)
+        if frame.height
+        for value in frame.select(pl.col("start").min(), pl.col("end").max()).row(0)
+    ]
+    if not bounds:
+        return Timeline(origin, origin, origin, 1, (), ())
+    start, end = min(bounds), max(bounds)
+    # k blocks leave k - 1 gaps of at least one resolution each: k ≤ window / resolution + 1.
+    resolution = max(1, math.ceil((end - start) / (max_blocks - 1)))
+    devices = sorted(int(d) for d in busy.get_column("device").unique().to_list())
+    blocks = _merge_at_resolution(busy, resolution)
+    marks = _merge_at_resolution(_sync_calls_per_device(trace, devices), resolution)
+    per_device = []
+    for device in devices:
+        device_blocks = blocks.filter(pl.col("device") == device)
+        device_marks = marks.filter(pl.col("device") == device)
+        per_device.append(
+            DeviceTimeline(
+                device=device,
+                blocks=tuple(
+                    BusyBlock(row[0], row[1], row[2])
+                    for row in device_blocks.select("start", "end", "busy").iter_rows()
+                ),
+                syncs=tuple(
+                    SyncMark(row[0], row[1], row[2])
+                    for row in device_marks.select("start", "end", "count").iter_rows()
+                ),
+            )
+        )
+    return Timeline(
+        origin_ns=origin,
+        start_ns=start,
+        end_ns=end,
+        resolution_ns=resolution,
+        devices=tuple(per_device),
+        steps=tuple(StepWindow(row[0], row[1], row[2]) for row in steps.iter_rows()),
+    )
