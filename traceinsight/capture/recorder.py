@@ -230,7 +230,10 @@ class TraceRecorder:
             return
         if self._scheduled_profiler.current_action in (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE):
             self._steps_in_window += 1
-        self._scheduled_profiler.step()
+        with warnings.catch_warnings():
+            # Said when a second cycle starts; keeping only the last window is what we want.
+            warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
+            self._scheduled_profiler.step()
 
     def _on_trace_ready(self, profiler: TorchProfile) -> None:
         """Export a finished window over the trace file (atomically), following the module's rules."""

@@ -1,0 +1,436 @@
+"""`traceinsight run`: real torch, tiny scripts, checked against plain `python` and the trace itself.
+
+Most runs are in-process through the CLI (torch is imported once); a few are real processes, for
+what only a process shows: the exit status, death by Ctrl-C, forked DataLoader workers.
+Traces are read with gzip + json here, independently of the package's loader.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+if os.environ.get("CI") and importlib.util.find_spec("torch") is None:
+    # CI installs torch ('.[run]'): never let these tests skip there.
+    raise ImportError(
+        "torch is not installed but CI is set: `traceinsight run` must be tested with real torch"
+    )
+torch = pytest.importorskip("torch")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from traceinsight.capture import profile_step, step  # noqa: E402
+from traceinsight.capture.steps import OptimizerCycle, StepMarker  # noqa: E402
+from traceinsight.cli import app  # noqa: E402
+from traceinsight.errors import TraceFormatError  # noqa: E402
+
+SCRIPTS = Path(__file__).resolve().parent / "run_scripts"
+PROBE = SCRIPTS / "probe.py"
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+REPO = Path(__file__).resolve().parent.parent
+NO_GPU_NOTE = "no CUDA device: profiling CPU activity only"
+
+runner = CliRunner()
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunResult:
+    """One `traceinsight run`: its exit code, its streams and the files it was told to write."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    trace: Path
+    report: Path
+
+    def events(self) -> list[dict[str, Any]]:
+        """The trace's events, read with the standard library."""
+        with gzip.open(self.trace, "rt", encoding="utf-8") as stream:
+            value = json.load(stream)
+        events: list[dict[str, Any]] = value["traceEvents"]
+        return events
+
+    def annotations(self, prefix: str) -> list[dict[str, Any]]:
+        """Host-side `user_annotation` spans whose name starts with ``prefix``, in time order."""
+        spans = [
+            event
+            for event in self.events()
+            if event.get("cat") == "user_annotation" and str(event.get("name", "")).startswith(prefix)
+        ]
+        return sorted(spans, key=lambda event: float(event["ts"]))
+
+    def step_names(self) -> list[str]:
+        return [span["name"] for span in self.annotations("ProfilerStep#")]
+
+    def optimizer_steps_per_profiler_step(self) -> list[list[str]]:
+        """For each ProfilerStep span, the `Optimizer.step#...` spans that start inside it."""
+        optimizer_steps = self.annotations("Optimizer.step#")
+        return [
+            [
+                inner["name"]
+                for inner in optimizer_steps
+                if float(span["ts"]) <= float(inner["ts"]) < float(span["ts"]) + float(span["dur"])
+            ]
+            for span in self.annotations("ProfilerStep#")
+        ]
+
+
+def run_in_process(tmp_path: Path, *words: str) -> RunResult:
+    """`traceinsight run --trace T -o R WORDS...` through the real CLI, in this process."""
+    trace = tmp_path / "run.pt.trace.json.gz"
+    report = tmp_path / "run.report.html"
+    result = runner.invoke(app, ["run", "--trace", str(trace), "-o", str(report), *words])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return RunResult(result.exit_code, result.stdout, result.stderr, trace, report)
+
+
+def error_line(stderr: str) -> str:
+    """The one `traceinsight: error:` line; fails if there is not exactly one."""
+    lines = [line for line in stderr.splitlines() if line.startswith("traceinsight: error: ")]
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+def assert_report_written(run: RunResult) -> None:
+    """The report exists, is HTML, and its path was printed."""
+    assert run.report.is_file(), run.stderr
+    assert "<html" in run.report.read_text(encoding="utf-8").lower()
+    assert str(run.report) in run.stderr
+
+
+def plain_python(*words: str, cwd: Path, record: Path) -> subprocess.CompletedProcess[str]:
+    """``python WORDS...`` in a fresh process, the reference for parity."""
+    env = {**os.environ, "PROBE_RECORD": str(record)}
+    return subprocess.run(
+        [sys.executable, *words], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def traceinsight_process(*words: str, cwd: Path, record: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m traceinsight WORDS...`` in a fresh process."""
+    env = {**os.environ, "PROBE_RECORD": str(record), "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-m", "traceinsight", *words],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    record: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return record
+
+
+@pytest.fixture
+def probe_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Where an in-process probe writes how it was started."""
+    record = tmp_path / "in_process_record.json"
+    monkeypatch.setenv("PROBE_RECORD", str(record))
+    yield record
+
+
+# --- steps: marked without touching the script ---------------------------------------------------
+
+
+def test_optimizer_steps_become_profiler_steps(tmp_path: Path, probe_record: Path) -> None:
+    run = run_in_process(tmp_path, str(PROBE), "steps=10")
+    assert run.exit_code == 0, run.stderr
+    # Defaults: wait 1, warm-up 2, active 5.
+    assert run.step_names() == [f"ProfilerStep#{n}" for n in range(3, 8)]
+    assert run.optimizer_steps_per_profiler_step() == [["Optimizer.step#SGD.step"]] * 5
+    assert run.stderr.count(NO_GPU_NOTE) == 1
+    assert_report_written(run)
+
+
+def test_two_optimizers_make_one_step_per_iteration(tmp_path: Path) -> None:
+    run = run_in_process(tmp_path, str(SCRIPTS / "two_optimizers.py"))
+    assert run.exit_code == 0, run.stderr
+    assert run.step_names() == [f"ProfilerStep#{n}" for n in range(3, 8)]
+    assert (
+        run.optimizer_steps_per_profiler_step()
+        == [["Optimizer.step#SGD.step", "Optimizer.step#Adam.step"]] * 5
+    )
+
+
+def test_step_api_marks_steps_in_loops_without_torch_optim(tmp_path: Path) -> None:
+    run = run_in_process(tmp_path, str(SCRIPTS / "explicit_steps.py"))
+    assert run.exit_code == 0, run.stderr
+    assert run.step_names() == [f"ProfilerStep#{n}" for n in range(3, 8)]
+
+
+def test_without_steps_the_whole_run_is_one_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["run", str(SCRIPTS / "no_steps.py")])  # default output names
+    assert result.exit_code == 0, result.stderr
+    traces = list(tmp_path.glob("no_steps.*.pt.trace.json.gz"))
+    reports = list(tmp_path.glob("no_steps.*.report.html"))
+    assert len(traces) == 1 and len(reports) == 1, sorted(p.name for p in tmp_path.iterdir())
+    run = RunResult(result.exit_code, result.stdout, result.stderr, traces[0], reports[0])
+    assert run.step_names() == []
+    assert sum(1 for event in run.events() if event.get("name") == "aten::mm") == 5  # one per iteration
+    assert "the trace covers the whole run" in run.stderr
+    assert f"trace written: {traces[0].name}" in run.stderr
+    assert run.stdout == "True\n"  # the script's own output, nothing of ours
+
+
+def test_script_ending_inside_the_active_window_keeps_the_partial_window(
+    tmp_path: Path, probe_record: Path
+) -> None:
+    run = run_in_process(tmp_path, str(PROBE), "steps=5")
+    assert run.exit_code == 0, run.stderr
+    assert run.step_names() == ["ProfilerStep#3", "ProfilerStep#4", "ProfilerStep#5"]
+    assert "the trace holds 2 complete steps of the 5 asked for" in run.stderr
+
+
+def test_schedule_options_and_the_last_complete_window_is_kept(tmp_path: Path, probe_record: Path) -> None:
+    run = run_in_process(
+        tmp_path, "--wait", "2", "--warmup", "1", "--active", "3", "--repeat", "2", str(PROBE), "steps=20"
+    )
+    assert run.exit_code == 0, run.stderr
+    # Cycles of 6 steps: active 3-5, then 9-11; the second window is the one kept.
+    assert run.step_names() == ["ProfilerStep#9", "ProfilerStep#10", "ProfilerStep#11"]
+
+
+def test_schedule_recording_from_step_zero(tmp_path: Path, probe_record: Path) -> None:
+    run = run_in_process(tmp_path, "--wait", "0", "--warmup", "0", "--active", "2", str(PROBE), "steps=6")
+    assert run.exit_code == 0, run.stderr
+    assert run.step_names() == ["ProfilerStep#0", "ProfilerStep#1"]
+
+
+def test_schedule_that_never_reaches_an_active_step_says_how_many_steps_ran(
+    tmp_path: Path, probe_record: Path
+) -> None:
+    run = run_in_process(tmp_path, str(PROBE), "steps=2")
+    assert run.exit_code == 2
+    line = error_line(run.stderr)
+    assert "ran 2 steps" in line and "--wait" in line and str(PROBE) in line
+    assert not run.trace.exists()
+    assert "probe done" in run.stdout  # the script itself ran to the end
+
+
+def test_optimizer_cycle_learns_which_optimizer_closes_an_iteration() -> None:
+    single = OptimizerCycle()
+    assert [single.ends_step(1) for _ in range(4)] == [True] * 4
+
+    pair = OptimizerCycle()
+    assert [pair.ends_step(opt) for opt in (1, 2) * 4] == [True, False, False, True, False, True, False, True]
+
+    critic_then_generator = OptimizerCycle()  # WGAN: two critic steps per generator step
+    calls = (1, 1, 2) * 3
+    assert [critic_then_generator.ends_step(opt) for opt in calls] == [
+        True, True, False, False, False, True, False, False, True,
+    ]  # fmt: skip
+
+
+def test_step_marker_ignores_forked_children_and_prefers_explicit_steps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ends: list[int] = []
+    marker = StepMarker(lambda: ends.append(1))
+    marker.optimizer_stepped(7)
+    real_pid = os.getpid()
+    monkeypatch.setattr(os, "getpid", lambda: real_pid + 1)  # as seen from a forked worker
+    marker.optimizer_stepped(7)
+    marker.explicit_step()
+    monkeypatch.setattr(os, "getpid", lambda: real_pid)
+    assert marker.steps_ended == 1
+    marker.explicit_step()
+    marker.optimizer_stepped(7)  # once the script marks steps itself, optimizers no longer do
+    assert marker.steps_ended == 2 == len(ends)
+
+
+def test_step_api_is_a_no_op_outside_traceinsight_run() -> None:
+    step()
+    with profile_step():
+        pass
+
+
+# --- the script runs as `python SCRIPT ARGS` would --------------------------------------------------
+
+
+PARITY_ENDS = ["ok", "exit3", "exit-message", "raise"]
+
+
+@pytest.mark.parametrize("end", PARITY_ENDS)
+def test_parity_with_plain_python(end: str, tmp_path: Path, probe_record: Path) -> None:
+    # Options after the script that look like ours belong to the script.
+    words = [f"end={end}", "--trace", "not-ours.json.gz", "-o", "x", "-m", "--active", "9"]
+    expected = plain_python(str(PROBE), *words, cwd=Path.cwd(), record=tmp_path / "python_record.json")
+    run = run_in_process(tmp_path, str(PROBE), *words)
+
+    assert read_record(probe_record) == read_record(tmp_path / "python_record.json")
+    assert read_record(probe_record)["argv"] == [str(PROBE), *words]
+    assert run.exit_code == expected.returncode == {"ok": 0, "exit3": 3, "exit-message": 1, "raise": 1}[end]
+    assert run.stdout == expected.stdout
+    # The script's own stderr (traceback, sys.exit message) appears exactly as Python shows it.
+    assert expected.stderr in run.stderr
+    assert run.trace.is_file()
+    assert_report_written(run)
+
+
+def test_script_that_raises_leaves_a_trace_that_analyze_loads(tmp_path: Path, probe_record: Path) -> None:
+    run = run_in_process(tmp_path, str(PROBE), "steps=10", "end=raise")
+    assert run.exit_code == 1
+    assert "ValueError: the probe failed on purpose" in run.stderr
+    assert run.step_names() == [f"ProfilerStep#{n}" for n in range(3, 8)]
+    assert_report_written(run)
+    analyzed = runner.invoke(app, ["analyze", str(run.trace), "-o", str(tmp_path / "again.html")])
+    assert analyzed.exit_code == 0, analyzed.stderr
+
+
+def test_module_mode_matches_python_dash_m(
+    tmp_path: Path, probe_record: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shutil.copy(PROBE, tmp_path / "probe_as_module.py")
+    words = ["end=exit3", "--json", "x"]
+    expected = plain_python(
+        "-m", "probe_as_module", *words, cwd=tmp_path, record=tmp_path / "python_record.json"
+    )
+    monkeypatch.chdir(tmp_path)
+    run = run_in_process(tmp_path, "-m", "probe_as_module", *words)
+    assert read_record(probe_record) == read_record(tmp_path / "python_record.json")
+    assert run.exit_code == expected.returncode == 3
+    assert run.trace.is_file()
+
+
+# --- clear one-line errors -----------------------------------------------------------------------
+
+
+def test_missing_script_is_one_clear_line(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere" / "train.py"
+    run = run_in_process(tmp_path, str(missing))
+    assert run.exit_code == 2
+    line = error_line(run.stderr)
+    assert str(missing) in line and "no such file" in line
+    assert not run.trace.exists()
+
+
+@pytest.mark.parametrize(("name", "phrase"), [("notes.txt", "not a Python file"), ("folder", "is a folder")])
+def test_not_a_python_file_is_one_clear_line(name: str, phrase: str, tmp_path: Path) -> None:
+    target = tmp_path / name
+    if name == "folder":
+        target.mkdir()
+    else:
+        target.write_text("print('hello')\n", encoding="utf-8")
+    run = run_in_process(tmp_path, str(target))
+    assert run.exit_code == 2
+    assert phrase in error_line(run.stderr)
+
+
+def test_unknown_module_is_one_clear_line(tmp_path: Path) -> None:
+    run = run_in_process(tmp_path, "-m", "no_such_module_anywhere")
+    assert run.exit_code == 2
+    assert "no_such_module_anywhere" in error_line(run.stderr)
+
+
+def test_missing_torch_names_the_install_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
+    run = run_in_process(tmp_path, str(SCRIPTS / "no_steps.py"))
+    assert run.exit_code == 2
+    assert "pip install 'torch-traceinsight[run]'" in error_line(run.stderr)
+
+
+def test_output_folder_that_does_not_exist_fails_before_the_script_runs(
+    tmp_path: Path, probe_record: Path
+) -> None:
+    trace = tmp_path / "no_such_folder" / "t.json.gz"
+    result = runner.invoke(app, ["run", "--trace", str(trace), str(PROBE), "steps=10"])
+    assert result.exit_code == 2
+    assert "no_such_folder" in error_line(result.stderr)
+    assert not probe_record.exists()
+
+
+def test_analysis_failure_keeps_the_trace_and_prints_its_path(
+    tmp_path: Path, probe_record: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing_analysis(trace: Path, **_: object) -> None:
+        raise TraceFormatError(f"cannot analyze {trace}: made to fail by the test")
+
+    monkeypatch.setattr("traceinsight.pipeline.analyze_and_write", failing_analysis)
+    run = run_in_process(tmp_path, str(PROBE), "steps=10", "end=exit3")
+    assert run.exit_code == 3  # the script's status wins over ours
+    assert f"trace written: {run.trace}" in run.stderr
+    line = error_line(run.stderr)
+    assert "made to fail by the test" in line and f"traceinsight analyze {run.trace}" in line
+    assert run.step_names() == [f"ProfilerStep#{n}" for n in range(3, 8)]
+
+
+def test_capture_imports_without_torch() -> None:
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import traceinsight.capture, traceinsight.capture.command\n"
+        "traceinsight.capture.step()\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "ok\n"
+
+
+# --- real processes: exit status, Ctrl-C, forked DataLoader workers -------------------------------
+
+
+def test_real_process_parity_with_forked_dataloader_workers(tmp_path: Path) -> None:
+    words = ["steps=12", "workers=2", "end=exit3"]
+    expected = plain_python(str(PROBE), *words, cwd=tmp_path, record=tmp_path / "python_record.json")
+    ours = traceinsight_process(
+        "run", "--trace", "t.pt.trace.json.gz", "-o", "r.html", str(PROBE), *words,
+        cwd=tmp_path, record=tmp_path / "our_record.json",
+    )  # fmt: skip
+    assert ours.returncode == expected.returncode == 3, ours.stderr
+    assert read_record(tmp_path / "our_record.json") == read_record(tmp_path / "python_record.json")
+    assert ours.stdout == expected.stdout == "trained 12 steps\n"
+    # Workers forked with the hook installed print and write nothing of ours.
+    assert ours.stderr.count(NO_GPU_NOTE) == 1
+    assert ours.stderr.count("trace written") == 1
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "our_record.json", "python_record.json", "r.html", "t.pt.trace.json.gz",
+    ]  # fmt: skip
+
+
+def test_ctrl_c_still_writes_trace_and_report_then_dies_like_python(tmp_path: Path) -> None:
+    words = ["steps=10", "interrupt_at=5"]
+    expected = plain_python(str(PROBE), *words, cwd=tmp_path, record=tmp_path / "python_record.json")
+    ours = traceinsight_process(
+        "run", "--trace", "t.pt.trace.json.gz", "-o", "r.html", str(PROBE), *words,
+        cwd=tmp_path, record=tmp_path / "our_record.json",
+    )  # fmt: skip
+    assert ours.returncode == expected.returncode == -signal.SIGINT, ours.stderr
+    assert expected.stderr in ours.stderr  # the KeyboardInterrupt traceback, as Python shows it
+    run = RunResult(
+        ours.returncode, ours.stdout, ours.stderr, tmp_path / "t.pt.trace.json.gz", tmp_path / "r.html"
+    )
+    assert run.step_names() == ["ProfilerStep#3", "ProfilerStep#4", "ProfilerStep#5"]
+    assert run.report.is_file()
+
+
+# --- examples ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("example", sorted(path.name for path in EXAMPLES.glob("*.py")))
+def test_example_runs_on_cpu_and_the_report_says_there_was_no_gpu(example: str, tmp_path: Path) -> None:
+    run = run_in_process(tmp_path, str(EXAMPLES / example))
+    assert run.exit_code == 0, run.stderr
+    assert run.step_names() == [f"ProfilerStep#{n}" for n in range(3, 8)]
+    assert_report_written(run)
+    assert "no gpu" in run.report.read_text(encoding="utf-8").lower()
