@@ -1,0 +1,477 @@
+"""Charts for the HTML report: matplotlib ``Figure`` objects (never pyplot) rendered to inline SVG.
+
+Every chart is deterministic (fixed SVG hash salt, no date metadata) and bounded in size whatever
+the trace: timelines are downsampled (:mod:`traceinsight.analysis.timeline`), bar charts show the top
+N only. Text and axes are drawn in a sentinel colour that :func:`to_svg` turns into
+``currentColor``, so the inline SVG follows the page's text colour in light mode, dark mode and
+print; the data colours are mid-tones (Okabe-Ito) readable on both backgrounds.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Final
+
+import matplotlib
+import numpy as np
+from markupsafe import escape
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_svg import FigureCanvasSVG
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch, PathPatch
+from matplotlib.path import Path as MplPath
+
+from traceinsight.analysis.results import CopyGroup, HostSummary, IdleGap, StepTime, SyncHotspot
+from traceinsight.analysis.timeline import Timeline
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
+
+__all__ = [
+    "CAUSE_COLORS",
+    "CAUSE_LABELS",
+    "CAUSE_ORDER",
+    "chart_style",
+    "copies_figure",
+    "host_ops_figure",
+    "idle_gaps_figure",
+    "step_breakdown_figure",
+    "sync_hotspots_figure",
+    "timeline_figure",
+    "to_svg",
+]
+
+#: Drawn for text, axes and ticks; :func:`to_svg` replaces it with ``currentColor``.
+FOREGROUND: Final[str] = "#010203"
+BUSY: Final[str] = "#0072B2"
+COPY: Final[str] = "#56B4E9"
+SYNC_MARK: Final[str] = "#D55E00"
+EXPOSED: Final[str] = "#E69F00"
+
+#: Idle causes in the order every chart and table lists them.
+CAUSE_ORDER: Final[tuple[str, ...]] = ("dataloader", "sync", "cpu_op", "host-bound", "unknown", "short-gaps")
+CAUSE_COLORS: Final[dict[str, str]] = {
+    "dataloader": "#E69F00",
+    "sync": "#D55E00",
+    "cpu_op": "#CC79A7",
+    "host-bound": "#009E73",
+    "unknown": "#7F7F7F",
+    "short-gaps": "#B8B8B8",
+}
+#: Plain words for each idle cause kind.
+CAUSE_LABELS: Final[dict[str, str]] = {
+    "dataloader": "waiting for the DataLoader",
+    "sync": "drained by a host sync",
+    "cpu_op": "host inside an operator",
+    "host-bound": "host launching / in Python",
+    "unknown": "cause not found",
+    "short-gaps": "short gaps",
+}
+
+_STYLE: Final[dict[RcKeyType, Any]] = {
+    "svg.hashsalt": "traceinsight",
+    "svg.fonttype": "path",  # glyphs as paths: the page looks the same without the fonts installed
+    "font.family": "DejaVu Sans",
+    "font.size": 9.0,
+    "text.parse_math": False,  # trace names may hold "$": never mathtext
+    "text.color": FOREGROUND,
+    "axes.labelcolor": FOREGROUND,
+    "axes.edgecolor": FOREGROUND,
+    "axes.facecolor": "none",
+    "axes.titlesize": 10.0,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "xtick.color": FOREGROUND,
+    "ytick.color": FOREGROUND,
+    "grid.color": FOREGROUND,
+    "grid.alpha": 0.18,
+    "grid.linewidth": 0.6,
+    "figure.facecolor": "none",
+    "figure.edgecolor": "none",
+    "savefig.facecolor": "none",
+    "savefig.edgecolor": "none",
+    "legend.frameon": False,
+    "legend.fontsize": 8.5,
+    "path.simplify": True,
+}
+_WIDTH_IN: Final[float] = 10.0
+_ID = re.compile(r'\sid="([^"]+)"')
+_REFERENCE = re.compile(r'(?:url\(#|href="#)([^)"]+)')
+
+
+@contextmanager
+def chart_style() -> Iterator[None]:
+    """The report's matplotlib settings (colours, fonts, SVG hash salt), for building and saving."""
+    with matplotlib.rc_context(_STYLE):
+        yield
+
+
+def _text(value: str, limit: int = 60) -> str:
+    """Long trace names shortened for a chart label (the tables show them in full)."""
+    return value if len(value) <= limit else value[: limit - 1] + "…"
+
+
+def _unit(largest_ns: float) -> tuple[float, str]:
+    """The axis unit for values up to ``largest_ns``: (ns per unit, unit name)."""
+    if largest_ns >= 10e9:
+        return 1e9, "s"
+    if largest_ns >= 100e3:
+        return 1e6, "ms"
+    return 1e3, "µs"
+
+
+def _duration(ns: int) -> str:
+    if ns >= 10_000_000_000:
+        return f"{ns / 1e9:,.1f} s"
+    if ns >= 100_000:
+        return f"{ns / 1e6:,.2f} ms"
+    return f"{ns / 1e3:,.1f} µs"
+
+
+def _size(count: int) -> str:
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
+        value /= 1024
+    return f"{value:,.1f} TiB"
+
+
+def to_svg(figure: Figure, chart_id: str, title: str) -> str:
+    """Render ``figure`` to an SVG element for inlining in HTML.
+
+    The XML prolog, comments and metadata are dropped; element ids are kept only where referenced
+    (glyphs, clip paths, markers) and prefixed with ``chart_id`` so several charts share a page;
+    the sentinel foreground becomes ``currentColor``; ``title`` is the accessible name.
+    """
+    FigureCanvasSVG(figure)
+    buffer = io.StringIO()
+    with chart_style():
+        figure.savefig(buffer, format="svg", metadata={"Date": None})
+    svg = buffer.getvalue()
+    svg = svg[svg.index("<svg") :]
+    svg = re.sub(r"<!--.*?-->", "", svg, flags=re.DOTALL)
+    svg = re.sub(r"\s*<metadata>.*?</metadata>", "", svg, flags=re.DOTALL)
+    referenced = set(_REFERENCE.findall(svg))
+    svg = _ID.sub(lambda m: f' id="{chart_id}-{m[1]}"' if m[1] in referenced else "", svg)
+    svg = _REFERENCE.sub(lambda m: f"{m[0][: -len(m[1])]}{chart_id}-{m[1]}", svg)
+    svg = svg.replace(FOREGROUND, "currentColor")
+    svg = re.sub(r"\n\s*", "\n", svg)
+    opening = svg.index(">") + 1
+    head = svg[: opening - 1] + f' role="img" aria-labelledby="{chart_id}-title" class="chart-svg">'
+    return f'{head}<title id="{chart_id}-title">{escape(title)}</title>{svg[opening:]}'
+
+
+def _rectangles(spans: Sequence[tuple[float, float]], bottom: float, top: float) -> MplPath:
+    """One compound path of rectangles (x0, x1): far smaller in SVG than one patch each."""
+    count = len(spans)
+    vertices = np.empty((count * 5, 2))
+    codes = np.empty(count * 5, dtype=MplPath.code_type)
+    x = np.asarray(spans, dtype=float).reshape(count, 2)
+    vertices[0::5] = np.column_stack([x[:, 0], np.full(count, bottom)])
+    vertices[1::5] = np.column_stack([x[:, 1], np.full(count, bottom)])
+    vertices[2::5] = np.column_stack([x[:, 1], np.full(count, top)])
+    vertices[3::5] = np.column_stack([x[:, 0], np.full(count, top)])
+    vertices[4::5] = vertices[0::5]
+    codes[0::5] = MplPath.MOVETO
+    codes[1::5] = MplPath.LINETO
+    codes[2::5] = MplPath.LINETO
+    codes[3::5] = MplPath.LINETO
+    codes[4::5] = MplPath.CLOSEPOLY
+    return MplPath(vertices, codes)
+
+
+def _add_rectangles(
+    axes: Axes, spans: Sequence[tuple[float, float]], bottom: float, top: float, color: str, alpha: float
+) -> None:
+    if spans:
+        axes.add_patch(
+            PathPatch(_rectangles(spans, bottom, top), facecolor=color, edgecolor="none", alpha=alpha)
+        )
+
+
+_IDLE_ALPHA: Final[float] = 0.5
+
+#: Busy blocks are shaded by the share of the block that was really busy (short gaps merged).
+_BUSY_LEVELS: Final[tuple[tuple[float, float, str], ...]] = (
+    (0.9, 1.0, "busy"),
+    (0.5, 0.65, "busy 50-90% (short gaps merged)"),
+    (0.0, 0.35, "busy < 50% (short gaps merged)"),
+)
+
+
+def _busy_level(share: float) -> int:
+    """Index into :data:`_BUSY_LEVELS` for a block's busy share."""
+    return next(index for index, (low, _, _) in enumerate(_BUSY_LEVELS) if share >= low)
+
+
+def timeline_figure(timeline: Timeline, gaps: Sequence[IdleGap], step_labels: bool = True) -> Figure | None:
+    """GPU activity per device over time: busy blocks, idle gaps shaded by cause, syncs, steps.
+
+    None when the trace has no GPU activity. Gaps narrower than the timeline's resolution are not
+    drawn (they could not be seen); x counts from the trace's first event.
+    """
+    if not timeline.devices:
+        return None
+    origin = timeline.origin_ns
+    resolution = timeline.resolution_ns
+    per_unit, unit = _unit(timeline.end_ns - origin)
+
+    def x(ns: float) -> float:
+        return (ns - origin) / per_unit
+
+    with chart_style():
+        rows = len(timeline.devices)
+        figure = Figure(figsize=(_WIDTH_IN, 1.25 + 0.8 * rows), layout="constrained")
+        axes_list = figure.subplots(rows, 1, sharex=True, squeeze=False)[:, 0]
+        causes_drawn: set[str] = set()
+        levels_drawn: set[str] = set()
+        any_sync = False
+        for axes, device in zip(axes_list, timeline.devices, strict=True):
+            by_level: dict[int, list[tuple[float, float]]] = {}
+            for block in device.blocks:
+                # At least two resolutions wide (about a pixel): a lone short kernel stays visible.
+                end = max(block.end_ns, block.start_ns + 2 * resolution)
+                by_level.setdefault(_busy_level(block.busy_share), []).append((x(block.start_ns), x(end)))
+            for level, spans in sorted(by_level.items()):
+                _, alpha, label = _BUSY_LEVELS[level]
+                levels_drawn.add(label)
+                _add_rectangles(axes, spans, 0.15, 0.85, BUSY, alpha)
+            for cause in CAUSE_ORDER:
+                spans = [
+                    (x(gap.start_ns), x(gap.end_ns))
+                    for gap in gaps
+                    if gap.device == device.device
+                    and gap.cause_kind == cause
+                    and gap.duration_ns >= resolution
+                ]
+                if spans:
+                    causes_drawn.add(cause)
+                _add_rectangles(axes, spans, 0.15, 0.85, CAUSE_COLORS[cause], _IDLE_ALPHA)
+            if device.syncs:
+                any_sync = True
+                marks = [x((mark.start_ns + mark.end_ns) / 2) for mark in device.syncs]
+                axes.plot(
+                    marks, [0.96] * len(marks), linestyle="none", marker="v", markersize=5, color=SYNC_MARK
+                )
+            for step in timeline.steps:
+                axes.axvline(x(step.start_ns), color=FOREGROUND, alpha=0.45, linewidth=0.7, linestyle="--")
+            axes.set_ylim(0, 1.05)
+            axes.set_yticks([])
+            axes.spines["left"].set_visible(False)
+            axes.set_ylabel(f"GPU {device.device}", rotation=0, ha="right", va="center")
+            axes.grid(axis="x")
+        if step_labels and 0 < len(timeline.steps) <= 30:
+            for step in timeline.steps:
+                axes_list[0].annotate(
+                    f"step {step.step}",
+                    xy=(x(step.start_ns), 1.0),
+                    xycoords=("data", "axes fraction"),
+                    xytext=(2, 2),
+                    textcoords="offset points",
+                    fontsize=7.5,
+                    alpha=0.8,
+                )
+        axes_list[-1].set_xlabel(f"time since the first event of the trace ({unit})")
+        axes_list[-1].set_xlim(x(timeline.start_ns), x(timeline.end_ns))
+        handles: list[Patch | Line2D] = [
+            Patch(facecolor=BUSY, alpha=alpha, label=label)
+            for _, alpha, label in _BUSY_LEVELS
+            if label in levels_drawn
+        ]
+        handles += [
+            Patch(facecolor=CAUSE_COLORS[c], alpha=_IDLE_ALPHA, label=f"idle: {CAUSE_LABELS[c]}")
+            for c in CAUSE_ORDER
+            if c in causes_drawn
+        ]
+        if any_sync:
+            handles.append(
+                Line2D([], [], linestyle="none", marker="v", color=SYNC_MARK, label="host sync call")
+            )
+        if timeline.steps:
+            handles.append(Line2D([], [], color=FOREGROUND, alpha=0.45, linestyle="--", label="step start"))
+        figure.legend(handles=handles, loc="outside lower center", ncols=min(4, len(handles)))
+    return figure
+
+
+def _hbar_axes(rows: int, extra: float = 0.9) -> tuple[Figure, Axes]:
+    figure = Figure(figsize=(_WIDTH_IN, extra + 0.3 * rows), layout="constrained")
+    axes = figure.add_subplot()
+    axes.grid(axis="x")
+    axes.set_axisbelow(True)
+    return figure, axes
+
+
+def _label_bars(axes: Axes, ends: Sequence[float], texts: Sequence[str]) -> None:
+    """Write ``texts`` just right of each bar's end."""
+    for row, (end, text) in enumerate(zip(ends, texts, strict=True)):
+        axes.annotate(
+            text, xy=(end, row), xytext=(4, 0), textcoords="offset points", va="center", fontsize=7.5
+        )
+
+
+def step_breakdown_figure(steps: Sequence[StepTime], limit: int = 40) -> Figure | None:
+    """Each profiled step as one stacked bar: GPU compute, copies, then idle by cause.
+
+    Copy time is taken out of the busy time so a bar adds up to the step window. None without
+    ProfilerStep windows; at most ``limit`` bars.
+    """
+    if not steps:
+        return None
+    shown = list(steps)[:limit]
+    multi_device = len({step.device for step in shown}) > 1
+    per_unit, unit = _unit(max(step.span_ns for step in shown))
+    with chart_style():
+        figure, axes = _hbar_axes(len(shown), extra=1.3)
+        labels = [f"step {s.step}" + (f" · GPU {s.device}" if multi_device else "") for s in shown]
+        rows = np.arange(len(shown))
+        left = np.zeros(len(shown))
+        segments: list[tuple[str, str, float, list[float]]] = [
+            ("GPU busy: compute", BUSY, 1.0, [max(s.busy_ns - s.copy_ns, 0) / per_unit for s in shown]),
+            ("GPU busy: copies", COPY, 1.0, [min(s.copy_ns, s.busy_ns) / per_unit for s in shown]),
+        ]
+        for cause in CAUSE_ORDER:
+            widths = [dict(s.idle_by_cause_ns).get(cause, 0) / per_unit for s in shown]
+            segments.append((f"idle: {CAUSE_LABELS[cause]}", CAUSE_COLORS[cause], 0.8, widths))
+        for label, color, alpha, widths in segments:
+            if any(widths):
+                axes.barh(rows, widths, left=left, color=color, alpha=alpha, label=label, height=0.7)
+                left += np.asarray(widths)
+        axes.set_yticks(rows, labels)
+        axes.invert_yaxis()
+        axes.set_xlabel(f"{unit} within the step window")
+        figure.legend(loc="outside lower center", ncols=4)
+    return figure
+
+
+def idle_gaps_figure(gaps: Sequence[IdleGap], origin_ns: int, top: int = 15) -> Figure | None:
+    """The ``top`` longest idle gaps as bars coloured by cause, labelled with when they started."""
+    if not gaps:
+        return None
+    shown = sorted(gaps, key=lambda g: (-g.duration_ns, g.device, g.start_ns))[:top]
+    multi_device = len({gap.device for gap in gaps}) > 1
+    per_unit, unit = _unit(shown[0].duration_ns)
+    with chart_style():
+        figure, axes = _hbar_axes(len(shown))
+        rows = np.arange(len(shown))
+        widths = [gap.duration_ns / per_unit for gap in shown]
+        colors = [CAUSE_COLORS.get(gap.cause_kind, CAUSE_COLORS["unknown"]) for gap in shown]
+        axes.barh(rows, widths, color=colors, height=0.7)
+        labels = [
+            f"#{i + 1} at {_duration(gap.start_ns - origin_ns)}"
+            + (f" · GPU {gap.device}" if multi_device else "")
+            for i, gap in enumerate(shown)
+        ]
+        axes.set_yticks(rows, labels)
+        axes.invert_yaxis()
+        texts = [
+            _text(
+                f"{_duration(gap.duration_ns)} · {gap.cause}" + (f" · {gap.source}" if gap.source else ""), 90
+            )
+            for gap in shown
+        ]
+        _label_bars(axes, widths, texts)
+        axes.set_xlim(0, max(widths) * 1.9)
+        axes.set_xlabel(f"idle gap length ({unit})")
+        kinds = [c for c in CAUSE_ORDER if any(gap.cause_kind == c for gap in shown)]
+        figure.legend(
+            handles=[Patch(facecolor=CAUSE_COLORS[c], label=CAUSE_LABELS[c]) for c in kinds],
+            loc="outside lower center",
+            ncols=min(5, len(kinds)),
+        )
+    return figure
+
+
+def _hotspot_label(hotspot: SyncHotspot) -> str:
+    where = hotspot.source or "source not recorded"
+    op = f" in {hotspot.op}" if hotspot.op else ""
+    return f"{_text(hotspot.call + op, 48)}\n{_text(where, 48)}"
+
+
+def sync_hotspots_figure(hotspots: Sequence[SyncHotspot], top: int = 10) -> Figure | None:
+    """Host sync hot spots: time the host was blocked, then GPU idle right after, stacked."""
+    shown = list(hotspots)[:top]
+    if not shown:
+        return None
+    per_unit, unit = _unit(max(h.blocked_ns + h.idle_after_ns for h in shown))
+    with chart_style():
+        figure, axes = _hbar_axes(len(shown) * 2, extra=1.0)
+        rows = np.arange(len(shown))
+        blocked = np.asarray([h.blocked_ns / per_unit for h in shown])
+        after = np.asarray([h.idle_after_ns / per_unit for h in shown])
+        axes.barh(rows, blocked, color=SYNC_MARK, label="host blocked in the call", height=0.6)
+        axes.barh(
+            rows,
+            after,
+            left=blocked,
+            color=CAUSE_COLORS["sync"],
+            alpha=_IDLE_ALPHA,
+            label="GPU idle right after",
+            height=0.6,
+        )
+        axes.set_yticks(rows, [_hotspot_label(h) for h in shown])
+        axes.invert_yaxis()
+        texts = [
+            f"{h.count:,} call{'s' if h.count != 1 else ''}"
+            + (f", {h.per_step:.3g} per step" if h.per_step is not None else "")
+            for h in shown
+        ]
+        _label_bars(axes, list(blocked + after), texts)
+        axes.set_xlim(0, max(float((blocked + after).max()), 1e-9) * 1.3)
+        axes.set_xlabel(f"{unit} over the whole trace")
+        figure.legend(loc="outside lower center", ncols=2)
+    return figure
+
+
+def copies_figure(copies: Sequence[CopyGroup], top: int = 10) -> Figure | None:
+    """Copy time per kind (direction, memory kinds, device): overlapped with kernels vs exposed."""
+    shown = list(copies)[:top]
+    if not shown:
+        return None
+    multi_device = len({group.device for group in copies}) > 1
+    per_unit, unit = _unit(max(group.duration_ns for group in shown))
+    with chart_style():
+        figure, axes = _hbar_axes(len(shown), extra=1.0)
+        rows = np.arange(len(shown))
+        overlapped = np.asarray([g.overlapped_ns / per_unit for g in shown])
+        exposed = np.asarray([max(g.duration_ns - g.overlapped_ns, 0) / per_unit for g in shown])
+        axes.barh(rows, overlapped, color=BUSY, label="ran while kernels ran", height=0.6)
+        axes.barh(rows, exposed, left=overlapped, color=EXPOSED, label="ran while no kernel ran", height=0.6)
+        labels = [
+            f"{g.direction} {g.src or '?'} → {g.dst or '?'}" + (f" · GPU {g.device}" if multi_device else "")
+            for g in shown
+        ]
+        axes.set_yticks(rows, labels)
+        axes.invert_yaxis()
+        texts = [f"{_size(g.bytes)} in {g.count:,} cop{'ies' if g.count != 1 else 'y'}" for g in shown]
+        _label_bars(axes, list(overlapped + exposed), texts)
+        axes.set_xlim(0, max(float((overlapped + exposed).max()), 1e-9) * 1.35)
+        axes.set_xlabel(f"copy time ({unit})")
+        figure.legend(loc="outside lower center", ncols=2)
+    return figure
+
+
+def host_ops_figure(host: HostSummary) -> Figure | None:
+    """The busiest host operators by total (inclusive) time: the host-side view."""
+    if not host.top_ops:
+        return None
+    per_unit, unit = _unit(max(total for _, _, total in host.top_ops))
+    with chart_style():
+        figure, axes = _hbar_axes(len(host.top_ops), extra=0.7)
+        rows = np.arange(len(host.top_ops))
+        widths = [total / per_unit for _, _, total in host.top_ops]
+        axes.barh(rows, widths, color=BUSY, height=0.6)
+        axes.set_yticks(rows, [_text(name, 60) for name, _, _ in host.top_ops])
+        axes.invert_yaxis()
+        texts = [
+            f"{_duration(total)} in {count:,} call{'s' if count != 1 else ''}"
+            for _, count, total in host.top_ops
+        ]
+        _label_bars(axes, widths, texts)
+        axes.set_xlim(0, max(max(widths) * 1.3, 1e-9))
+        axes.set_xlabel(f"host time inside the operator ({unit}, inclusive)")
+    return figure

@@ -1,0 +1,462 @@
+"""The shareable HTML report: one self-contained page (inline CSS and SVG, no scripts, no network).
+
+Built from jinja2 templates (``templates/``, shipped in the wheel as ``traceinsight/templates``)
+with autoescape on, so every name taken from the trace is escaped. The page shows what the
+terminal summary shows, in the same order: header, scorecard, findings ranked by saving, then the
+details (idle gaps, sync hot spots, copies, top kernels); charts sit with the section they explain.
+Tables are capped and charts downsampled, so the page stays small for any trace; nothing depends on
+the clock or the machine except the optional code excerpts, read from ``source_root``.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Final, TypeVar
+
+import jinja2
+from markupsafe import Markup
+from matplotlib.figure import Figure
+
+import traceinsight
+from traceinsight.analysis import Analysis
+from traceinsight.analysis.kernels import TopKernels
+from traceinsight.analysis.results import IdleGap
+from traceinsight.analysis.timeline import Timeline
+from traceinsight.errors import TraceInsightError
+from traceinsight.render import charts
+from traceinsight.render.scorecard import Score, scorecard
+from traceinsight.report import Report
+from traceinsight.rules.findings import Finding
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
+
+_Carried = TypeVar("_Carried")
+
+__all__ = ["HtmlRenderer", "SourceExcerpt", "source_excerpt", "templates_dir"]
+
+#: Rows shown in each detail table (the page says how many were left out).
+TOP_GAPS: Final[int] = 20
+TOP_SOURCES: Final[int] = 30
+TOP_HOTSPOTS: Final[int] = 20
+TOP_COPIES: Final[int] = 30
+TOP_KERNELS: Final[int] = 20
+#: Lines shown either side of a finding's source line.
+EXCERPT_CONTEXT: Final[int] = 3
+#: Source files larger than this are not read for excerpts.
+_MAX_SOURCE_BYTES: Final[int] = 4 * 1024 * 1024
+_MAX_LINE_CHARS: Final[int] = 160
+
+
+class TemplatesMissing(TraceInsightError):
+    """The report templates are neither in the installed package nor in the source checkout."""
+
+
+def templates_dir() -> Traversable:
+    """Where the report templates are: inside the installed wheel, else ``<checkout>/templates``."""
+    packaged = importlib.resources.files("traceinsight") / "templates"
+    if packaged.is_dir():
+        return packaged
+    checkout = Path(__file__).resolve().parents[2] / "templates"
+    if checkout.is_dir():
+        return checkout
+    raise TemplatesMissing(
+        f"cannot find the report templates (looked in {packaged} and {checkout}); "
+        "reinstall torch-traceinsight."
+    )
+
+
+def _environment() -> jinja2.Environment:
+    root = templates_dir()
+
+    def load(name: str) -> str:
+        return (root / name).read_text(encoding="utf-8")
+
+    environment = jinja2.Environment(
+        loader=jinja2.FunctionLoader(load),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    environment.filters.update(
+        duration=format_duration,
+        size=format_size,
+        pct=format_share,
+        count=lambda value: f"{value:,}",
+        kernel_short=short_kernel_name,
+    )
+    return environment
+
+
+# --- formatting (the units every section uses) ---------------------------------------------------
+
+
+def format_duration(ns: float) -> str:
+    """Nanoseconds as µs below 0.1 ms, ms below 10 s, else seconds."""
+    if abs(ns) >= 10_000_000_000:
+        return f"{ns / 1e9:,.1f} s"
+    if abs(ns) >= 100_000:
+        return f"{ns / 1e6:,.2f} ms"
+    return f"{ns / 1e3:,.1f} µs"
+
+
+def format_size(count: int) -> str:
+    """Bytes in B, KiB, MiB or GiB."""
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
+        value /= 1024
+    return f"{value:,.1f} GiB"
+
+
+def format_share(value: float | None) -> str:
+    """A ratio as a whole percentage ("—" when unknown), "<1%" for small non-zero shares."""
+    if value is None:
+        return "—"
+    if 0 < value < 0.005:
+        return "<1%"
+    return f"{value:.0%}"
+
+
+def short_kernel_name(name: str, limit: int = 100) -> str:
+    """A kernel name without ``void`` and its parameter list, shortened to ``limit`` characters.
+
+    Template arguments stay: they tell apart the instances of one kernel (the functor of an
+    elementwise kernel, the tile shape of a GEMM).
+    """
+    short = name.removeprefix("void ")
+    depth = 0
+    for index, char in enumerate(short):
+        if char == "<":
+            depth += 1
+        elif char == ">":
+            depth = max(depth - 1, 0)
+        elif char == "(" and depth == 0 and not short.startswith("(anonymous namespace)", index):
+            short = short[:index] if index else short
+            break
+    return short if len(short) <= limit else short[: limit - 1] + "…"
+
+
+# --- source excerpts ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SourceExcerpt:
+    """A few lines around a source line, read from disk when the report was made."""
+
+    location: str
+    path: str
+    line: int
+    #: (line number, text) pairs, the offending line among them.
+    lines: tuple[tuple[int, str], ...]
+
+
+def source_excerpt(location: str, root: Path, context: int = EXCERPT_CONTEXT) -> SourceExcerpt | None:
+    """The lines around ``file.py:line`` when that file is readable here, else None.
+
+    Relative paths are resolved against ``root`` and must stay inside it; absolute paths (the
+    user's own scripts outside ``sys.path``) are read as they are. Only ``.py`` files are read, so
+    a trace cannot pull arbitrary files into a report that is shared. None when the line is past
+    the end of the file (it changed since the profile).
+    """
+    file_part, _, line_part = location.rpartition(":")
+    if not file_part or not line_part.isdigit() or not file_part.endswith(".py"):
+        return None
+    line = int(line_part)
+    try:
+        base = root.resolve()
+        candidate = Path(file_part)
+        path = (candidate if candidate.is_absolute() else base / candidate).resolve(strict=True)
+        if not candidate.is_absolute() and not path.is_relative_to(base):
+            return None
+        if not path.is_file() or path.stat().st_size > _MAX_SOURCE_BYTES:
+            return None
+        text = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except (OSError, ValueError):
+        return None
+    if line < 1 or line > len(text):
+        return None
+    first = max(1, line - context)
+    last = min(len(text), line + context)
+    lines = tuple(
+        (number, text[number - 1].expandtabs(4).rstrip()[:_MAX_LINE_CHARS])
+        for number in range(first, last + 1)
+    )
+    return SourceExcerpt(location=location, path=str(path), line=line, lines=lines)
+
+
+# --- view models -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FindingView:
+    """A finding with what the page adds: its rank, its share of GPU time, its code excerpt."""
+
+    rank: int
+    finding: Finding
+    saving_share: float | None
+    excerpt: SourceExcerpt | None
+
+
+@dataclass(frozen=True, slots=True)
+class CauseTotal:
+    """Idle in reported gaps of one cause kind."""
+
+    kind: str
+    label: str
+    color: str
+    gaps: int
+    idle_ns: int
+    share: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class SourceTotal:
+    """Idle in reported gaps attributed to one source line (and cause)."""
+
+    source: str
+    kind: str
+    label: str
+    gaps: int
+    idle_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class Chart:
+    """An inline SVG with its caption."""
+
+    svg: Markup
+    caption: str
+
+
+def _header_facts(report: Report) -> list[tuple[str, str]]:
+    analysis = report.analysis
+    meta = analysis.meta
+    facts: list[tuple[str, str]] = []
+    gpus = []
+    for device in meta.devices:
+        details = [
+            part
+            for part in (
+                f"compute capability {device.compute_capability}" if device.compute_capability else None,
+                f"{device.sm_count} SMs" if device.sm_count else None,
+                format_size(device.total_memory_bytes) if device.total_memory_bytes else None,
+            )
+            if part
+        ]
+        name = device.name or "name not recorded"
+        gpus.append(f"GPU {device.index}: {name}" + (f" ({', '.join(details)})" if details else ""))
+    facts.append(("GPU", "; ".join(gpus) if gpus else "none recorded"))
+    if meta.world_size is not None or meta.backend is not None:
+        world = f" of {meta.world_size}" if meta.world_size is not None else ""
+        backend = f" ({meta.backend})" if meta.backend else ""
+        facts.append(("Rank", f"rank {meta.rank}{world}{backend}"))
+    else:
+        facts.append(("Rank", "single process (no distributed info in the trace)"))
+    plural = "s" if analysis.iterations != 1 else ""
+    if analysis.iterations and analysis.steps_marked:
+        facts.append(("Steps", f"{analysis.iterations} profiled step{plural} (ProfilerStep)"))
+    elif analysis.iterations:
+        facts.append(("Steps", f"{analysis.iterations} optimizer step{plural} (no ProfilerStep markers)"))
+    else:
+        facts.append(("Steps", "no step markers in the trace"))
+    if analysis.devices:
+        span = analysis.span_ns
+        per_device = " summed over GPUs" if len(analysis.devices) > 1 else ""
+        facts.append(("GPU span", f"{format_duration(span)} from first to last GPU activity{per_device}"))
+    versions = []
+    torch_version = getattr(meta, "torch_version", None)  # not every loader version records it
+    if isinstance(torch_version, str):
+        versions.append(f"torch {torch_version}")
+    if meta.cuda_runtime_version:
+        versions.append(f"CUDA runtime {meta.cuda_runtime_version}")
+    if meta.cuda_driver_version:
+        versions.append(f"CUDA driver {meta.cuda_driver_version}")
+    if meta.hip_runtime_version:
+        versions.append(f"HIP runtime {meta.hip_runtime_version}")
+    facts.append(("Versions", ", ".join(versions) if versions else "not recorded in the trace"))
+    facts.append(("Trace", f"{meta.event_count:,} events, format {meta.era}"))
+    return facts
+
+
+def _cause_totals(analysis: Analysis) -> list[CauseTotal]:
+    by_kind: dict[str, list[IdleGap]] = defaultdict(list)
+    for gap in analysis.idle_gaps:
+        by_kind[gap.cause_kind].append(gap)
+    idle = sum(device.idle_ns for device in analysis.devices)
+    order = [kind for kind in charts.CAUSE_ORDER if kind in by_kind] + sorted(
+        kind for kind in by_kind if kind not in charts.CAUSE_ORDER
+    )
+    totals = []
+    for kind in order:
+        total = sum(gap.duration_ns for gap in by_kind[kind])
+        totals.append(
+            CauseTotal(
+                kind=kind,
+                label=charts.CAUSE_LABELS.get(kind, kind),
+                color=charts.CAUSE_COLORS.get(kind, charts.CAUSE_COLORS["unknown"]),
+                gaps=len(by_kind[kind]),
+                idle_ns=total,
+                share=total / idle if idle else None,
+            )
+        )
+    return sorted(totals, key=lambda item: -item.idle_ns)
+
+
+def _source_totals(gaps: Sequence[IdleGap]) -> list[SourceTotal]:
+    grouped: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for gap in gaps:
+        if gap.source:
+            grouped[(gap.source, gap.cause_kind)].append(gap.duration_ns)
+    return sorted(
+        (
+            SourceTotal(source, kind, charts.CAUSE_LABELS.get(kind, kind), len(lengths), sum(lengths))
+            for (source, kind), lengths in grouped.items()
+        ),
+        key=lambda item: (-item.idle_ns, item.source, item.kind),
+    )
+
+
+def _chart(build: Callable[[], Figure | None], chart_id: str, title: str, caption: str) -> Chart | None:
+    figure = build()
+    if figure is None:
+        return None
+    return Chart(svg=Markup(charts.to_svg(figure, chart_id, title)), caption=caption)
+
+
+class HtmlRenderer:
+    """Renders a :class:`Report` to one self-contained HTML page.
+
+    ``source_root`` is the directory relative source paths are read from for the code excerpts
+    (default: the current directory). ``timeline`` and ``kernels`` feed the timeline chart and the
+    top-kernels table; when omitted they are taken from ``report.analysis`` if it carries them.
+    """
+
+    def __init__(
+        self,
+        source_root: Path | None = None,
+        *,
+        timeline: Timeline | None = None,
+        kernels: TopKernels | None = None,
+    ) -> None:
+        self.source_root = source_root if source_root is not None else Path.cwd()
+        self.timeline = timeline
+        self.kernels = kernels
+        self._environment = _environment()
+
+    def render(self, report: Report) -> str:
+        """The whole page as one string (deterministic for the same report and source files)."""
+        return self._environment.get_template("report.html").render(self.context(report))
+
+    def context(self, report: Report) -> dict[str, object]:
+        """Everything the template shows, computed once (no logic left for the template)."""
+        analysis = report.analysis
+        timeline = self.timeline or _carried(analysis, "timeline", Timeline)
+        kernels = self.kernels or _carried(analysis, "kernels", TopKernels)
+        span = analysis.span_ns
+        findings = [
+            FindingView(
+                rank=index + 1,
+                finding=finding,
+                saving_share=finding.savings_ns / span if span else None,
+                excerpt=source_excerpt(finding.source, self.source_root) if finding.source else None,
+            )
+            for index, finding in enumerate(report.findings)
+        ]
+        gaps_ranked = sorted(analysis.idle_gaps, key=lambda g: (-g.duration_ns, g.device, g.start_ns))
+        scores: tuple[Score, ...] = scorecard(report)
+        overview = [
+            chart
+            for chart in (
+                _chart(
+                    lambda: charts.timeline_figure(timeline, analysis.idle_gaps) if timeline else None,
+                    "timeline",
+                    "GPU activity over time",
+                    "GPU activity over time. Blue: GPU busy (lighter where short gaps were merged to "
+                    "fit the page). Shaded: idle gaps of at least "
+                    f"{analysis.thresholds.min_gap_us:g} µs, coloured by what the host was doing. "
+                    "Triangles: host calls that waited for the GPU.",
+                ),
+                _chart(
+                    lambda: charts.step_breakdown_figure(analysis.steps),
+                    "steps",
+                    "Each profiled step: GPU busy and idle by cause",
+                    "Each profiled step window: GPU busy (compute, copies) and idle time by cause. "
+                    "Short gaps are idle stretches below the gap threshold.",
+                ),
+            )
+            if chart is not None
+        ]
+        return {
+            "version": traceinsight.__version__,
+            "trace_name": report.trace_name,
+            "facts": _header_facts(report),
+            "analysis": analysis,
+            "has_gpu": analysis.has_gpu,
+            "origin_ns": analysis.meta.origin_ns,
+            "scores": scores,
+            "overview": overview,
+            "timeline_missing": analysis.has_gpu and timeline is None,
+            "findings": findings,
+            "cause_totals": _cause_totals(analysis),
+            "source_totals": _source_totals(analysis.idle_gaps)[:TOP_SOURCES],
+            "source_total_count": len(_source_totals(analysis.idle_gaps)),
+            "gaps": gaps_ranked[:TOP_GAPS],
+            "gap_count": len(gaps_ranked),
+            "gaps_idle_ns": sum(gap.duration_ns for gap in gaps_ranked),
+            "gaps_chart": _chart(
+                lambda: charts.idle_gaps_figure(analysis.idle_gaps, analysis.meta.origin_ns),
+                "gaps",
+                "The longest GPU idle gaps and their causes",
+                "The longest idle gaps, coloured by cause, with the host activity and source line "
+                "that explain them.",
+            ),
+            "cause_labels": charts.CAUSE_LABELS,
+            "cause_colors": charts.CAUSE_COLORS,
+            "hotspots": analysis.sync_hotspots[:TOP_HOTSPOTS],
+            "hotspot_count": len(analysis.sync_hotspots),
+            "syncs_chart": _chart(
+                lambda: charts.sync_hotspots_figure(analysis.sync_hotspots),
+                "syncs",
+                "Host sync hot spots by blocked time",
+                "Where the host waited for the GPU: time blocked in the call, then GPU idle until "
+                "the host queued new work.",
+            ),
+            "copies": analysis.copies[:TOP_COPIES],
+            "copy_count": len(analysis.copies),
+            "copies_chart": _chart(
+                lambda: charts.copies_figure(analysis.copies),
+                "copies",
+                "Copy time by direction and memory kind",
+                "Copy time by direction and memory kind: overlapped with kernels on the same GPU, "
+                "or exposed (no kernel ran meanwhile).",
+            ),
+            "kernels": kernels,
+            "kernel_totals": dict(kernels.total_ns_by_device) if kernels else {},
+            "host_chart": _chart(
+                lambda: charts.host_ops_figure(analysis.host),
+                "host",
+                "Busiest host operators",
+                "The busiest host operators by total time (inclusive of the operators they call).",
+            ),
+            "limits": {
+                "gaps": TOP_GAPS,
+                "sources": TOP_SOURCES,
+                "hotspots": TOP_HOTSPOTS,
+                "copies": TOP_COPIES,
+                "kernels": TOP_KERNELS,
+            },
+        }
+
+
+def _carried(analysis: Analysis, field: str, kind: type[_Carried]) -> _Carried | None:
+    """``analysis.<field>`` when this version of :class:`Analysis` carries it."""
+    value = getattr(analysis, field, None)
+    return value if isinstance(value, kind) else None
