@@ -7,7 +7,10 @@ thread that launched the GPU work which ends the gap (joined on correlation), in
 2. ``sync`` — a blocking call on that thread returned within ``sync_drain_slack_us`` of the gap's
    start: the host waited for the GPU to drain its queue, so no work was queued ahead;
 3. ``cpu_op`` — an operator or annotation covering at least ``cause_coverage`` of the gap;
-4. ``host-bound`` — none of these: the host was busy launching or in Python between launches.
+4. ``host-bound`` — none of these, but the thread made runtime calls or ran ops during the gap: it was
+   busy launching, or in Python between launches;
+5. ``untraced`` — the thread recorded nothing at all during the gap (Python code without
+   ``with_stack``, a lock, waiting on another thread); ``unknown`` — no launching thread found.
 """
 
 from __future__ import annotations
@@ -77,6 +80,9 @@ def idle_gaps(
                 ~pl.col("name").str.starts_with("ProfilerStep#")
                 & ~pl.col("name").str.starts_with(taxonomy.DATALOADER_PREFIX)
             ).select("pid", "tid", "ts", "end", "name", kind=pl.lit("op"), key=pl.lit(None, pl.Int64)),
+            trace.runtime.filter(~pl.col("name").is_in(list(taxonomy.BLOCKING_CALLS))).select(
+                "pid", "tid", "ts", "end", "name", kind=pl.lit("runtime"), key=pl.lit(None, pl.Int64)
+            ),
         ]
     ).rename({"pid": "h_pid", "tid": "h_tid", "ts": "h_ts", "end": "h_end"})
     touching = (
@@ -111,6 +117,11 @@ def idle_gaps(
         .group_by("gap")
         .agg(op_name=pl.col("name").first())
     )
+    recorded = (
+        touching.filter((pl.col("covered") > 0) & (pl.col("kind") != "dataloader"))
+        .group_by("gap")
+        .agg(activity=pl.len())
+    )
     sync_labels = calls.select(
         sync_key="key",
         sync_label=pl.when(pl.col("op").is_not_null())
@@ -122,6 +133,7 @@ def idle_gaps(
         table.join(dl, on="gap", how="left")
         .join(drained, on="gap", how="left")
         .join(busiest_op, on="gap", how="left")
+        .join(recorded, on="gap", how="left")
         .join(sync_labels, on="sync_key", how="left")
         .with_columns(dl_covered=pl.col("dl_covered").fill_null(0))
         .with_columns(
@@ -133,6 +145,8 @@ def idle_gaps(
             .then(pl.lit("sync"))
             .when(pl.col("op_name").is_not_null())
             .then(pl.lit("cpu_op"))
+            .when(pl.col("activity").is_null())
+            .then(pl.lit("untraced"))
             .otherwise(pl.lit("host-bound"))
         )
         .with_columns(
@@ -144,6 +158,8 @@ def idle_gaps(
             .then(pl.col("op_name"))
             .when(pl.col("cause_kind") == "host-bound")
             .then(pl.lit("host busy launching / in Python between launches"))
+            .when(pl.col("cause_kind") == "untraced")
+            .then(pl.lit("launching thread recorded nothing (Python without stacks, a lock, another thread)"))
             .otherwise(pl.lit("no host thread tied to the next GPU work"))
         )
     )

@@ -63,7 +63,7 @@ class IdleGap:
 
     cause_kind: ``dataloader`` (host in DataLoader ``__next__``), ``sync`` (a blocking call drained
     the queue), ``cpu_op`` (host inside an op or annotation), ``host-bound`` (host only launching /
-    running Python), ``unknown`` (no host thread could be tied to the next GPU work).
+    running Python), ``untraced`` (the launching thread recorded nothing during the gap), ``unknown`` (no host thread could be tied to the next GPU work).
     """
 
     device: int

@@ -252,12 +252,23 @@ def dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
     )
 
 
+_CAUSE_PHRASE = {
+    "dataloader": "waiting for the DataLoader",
+    "sync": "after host syncs",
+    "cpu_op": "while the host runs operators",
+    "host-bound": "host-bound (launching)",
+    "untraced": "with no host activity recorded",
+    "unknown": "of unknown cause",
+}
+
 _CAUSE_ADVICE = {
     "dataloader": "see dataloader-stall: load batches in worker processes",
     "sync": "see sync-in-loop: remove per-step host syncs",
     "cpu_op": "the host spends the gaps inside operators or annotated ranges named in the gap table",
     "host-bound": "the host cannot launch kernels fast enough: use larger batches, fuse small ops "
     "(torch.compile), or capture the step with CUDA graphs",
+    "untraced": "the launching thread recorded nothing during these gaps: profile with "
+    "with_stack=True to see the Python code, and look for waits on locks or other threads",
 }
 
 
@@ -284,7 +295,7 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
             rule="low-gpu-utilization",
             severity=severity(analysis, in_gaps),
             title=f"GPU {device.device} is busy only {device.utilization:.0%} of the time; "
-            f"most idle is {top}",
+            f"most idle is {_CAUSE_PHRASE.get(top, top)}",
             evidence=tuple(evidence),
             savings_ns=in_gaps,
             advice=Advice(
