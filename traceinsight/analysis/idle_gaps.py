@@ -6,7 +6,7 @@ thread that launched the GPU work which ends the gap (joined on correlation), in
 1. ``dataloader`` — that thread spent at least ``cause_coverage`` of the gap in DataLoader ``__next__``;
 2. ``sync`` — a blocking call on that thread returned within ``sync_drain_slack_us`` of the gap's
    start: the host waited for the GPU to drain its queue, so no work was queued ahead;
-3. ``cpu_op`` — an operator or annotation covering at least ``cause_coverage`` of the gap;
+3. ``cpu_op`` — the innermost operator or annotation covering at least ``cause_coverage`` of the gap;
 4. ``host-bound`` — none of these, but the thread made runtime calls or ran ops during the gap: it was
    busy launching, or in Python between launches;
 5. ``untraced`` — the thread recorded nothing at all during the gap (Python code without
@@ -113,7 +113,7 @@ def idle_gaps(
     )
     busiest_op = (
         touching.filter((pl.col("kind") == "op") & coverage)
-        .sort("covered", "h_ts", descending=[True, False])
+        .sort("h_ts", "covered", descending=[True, True])  # innermost op that still covers the gap
         .group_by("gap")
         .agg(op_name=pl.col("name").first())
     )
