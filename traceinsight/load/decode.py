@@ -56,10 +56,10 @@ class DeviceProperties(msgspec.Struct, gc=False):
 
     id: Scalar = None
     name: Scalar = None
-    totalGlobalMem: Scalar = None  # noqa: N815 - the trace's own key
-    computeMajor: Scalar = None  # noqa: N815
-    computeMinor: Scalar = None  # noqa: N815
-    numSms: Scalar = None  # noqa: N815
+    totalGlobalMem: Scalar = None
+    computeMajor: Scalar = None
+    computeMinor: Scalar = None
+    numSms: Scalar = None
 
 
 class DistributedInfo(msgspec.Struct, gc=False):
@@ -73,12 +73,12 @@ class DistributedInfo(msgspec.Struct, gc=False):
 class TraceDocument(msgspec.Struct, gc=False):
     """The top-level object of a trace (traces before Dec 2020 are a bare event array)."""
 
-    traceEvents: list[Event] | None = None  # noqa: N815
-    deviceProperties: list[DeviceProperties] | None = None  # noqa: N815
-    distributedInfo: DistributedInfo | None = None  # noqa: N815
-    baseTimeNanoseconds: Scalar = None  # noqa: N815
-    schemaVersion: Scalar = None  # noqa: N815
-    traceName: Scalar = None  # noqa: N815
+    traceEvents: list[Event] | None = None
+    deviceProperties: list[DeviceProperties] | None = None
+    distributedInfo: DistributedInfo | None = None
+    baseTimeNanoseconds: Scalar = None
+    schemaVersion: Scalar = None
+    traceName: Scalar = None
     cuda_runtime_version: Scalar = None
     cuda_driver_version: Scalar = None
     hip_runtime_version: Scalar = None
@@ -161,7 +161,9 @@ def decode_generic(raw: bytes, path: Path) -> tuple[TraceDocument, list[Event]]:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise _json_error(path, str(exc)) from exc
     if isinstance(value, list):
-        return TraceDocument(bare_array=True), [_event_from_dict(item) for item in value if isinstance(item, dict)]
+        return TraceDocument(bare_array=True), [
+            _event_from_dict(item) for item in value if isinstance(item, dict)
+        ]
     if not isinstance(value, dict):
         raise _not_a_trace(path, f"the top level is a {type(value).__name__}")
     events = value.get("traceEvents")
@@ -184,18 +186,13 @@ def decode_generic(raw: bytes, path: Path) -> tuple[TraceDocument, list[Event]]:
         )
         if isinstance(dist, dict)
         else None,
-        **{
-            key: _scalar(value.get(key))
-            for key in (
-                "baseTimeNanoseconds",
-                "schemaVersion",
-                "traceName",
-                "cuda_runtime_version",
-                "cuda_driver_version",
-                "hip_runtime_version",
-                "with_stack",
-            )
-        },
+        baseTimeNanoseconds=_scalar(value.get("baseTimeNanoseconds")),
+        schemaVersion=_scalar(value.get("schemaVersion")),
+        traceName=_scalar(value.get("traceName")),
+        cuda_runtime_version=_scalar(value.get("cuda_runtime_version")),
+        cuda_driver_version=_scalar(value.get("cuda_driver_version")),
+        hip_runtime_version=_scalar(value.get("hip_runtime_version")),
+        with_stack=_scalar(value.get("with_stack")),
     )
     return document, [_event_from_dict(item) for item in events if isinstance(item, dict)]
 
@@ -207,7 +204,9 @@ def _scalar(value: Any) -> Scalar:
     return value if isinstance(value, int | float | str) else None
 
 
-_ARG_KEYS = {field: name for field, name in zip(Args.__struct_fields__, Args.__struct_encode_fields__)}
+_ARG_KEYS = {
+    field: name for field, name in zip(Args.__struct_fields__, Args.__struct_encode_fields__, strict=True)
+}
 
 
 def _event_from_dict(item: dict[str, Any]) -> Event:

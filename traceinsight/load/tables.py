@@ -8,9 +8,9 @@ integer nanoseconds.
 from __future__ import annotations
 
 import re
-from decimal import Decimal
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Final
 
@@ -175,10 +175,9 @@ def build_trace(path: Path, document: TraceDocument, events: list[Event]) -> Tra
             origin = ts
         name = event.name if isinstance(event.name, str) else str(event.name)
         args = event.args
-        external = None
+        external: int | None = None
         if args is not None:
-            external = args.external_id if args.external_id is not None else args.external_id_legacy
-            external = _int(external)
+            external = _int(args.external_id if args.external_id is not None else args.external_id_legacy)
         kind = taxonomy.GPU_ACTIVITY_CATEGORIES.get(cat)
         if kind is not None:
             legacy = legacy or cat[0].isupper()
@@ -262,7 +261,13 @@ def build_trace(path: Path, document: TraceDocument, events: list[Event]) -> Tra
 
 
 def _append_annotation(
-    columns: dict[str, list[object]], name: str, event: Event, ts: int, dur: int, end: int, external: int | None
+    columns: dict[str, list[object]],
+    name: str,
+    event: Event,
+    ts: int,
+    dur: int,
+    end: int,
+    external: int | None,
 ) -> None:
     columns["name"].append(name)
     columns["pid"].append(_int(event.pid))

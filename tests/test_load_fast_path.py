@@ -1,0 +1,81 @@
+"""The fast loader equals the plain reference loader on every real sample, table by table and end to end."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+from polars.testing import assert_frame_equal
+
+from traceinsight.analysis import analyze
+from traceinsight.errors import TraceFormatError, TraceUnreadable
+from traceinsight.load import Trace, load_trace, load_trace_reference
+from traceinsight.load.schema import TABLES
+from traceinsight.render.json_report import report_dict
+from traceinsight.report import Report
+from traceinsight.rules import evaluate
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
+ALL_SAMPLES = sorted(SAMPLES.rglob("*.json*"))
+
+
+def _report(trace: Trace) -> dict[str, object]:
+    analysis = analyze(trace)
+    return report_dict(Report(analysis=analysis, findings=evaluate(analysis)))
+
+
+def _assert_same_trace(fast: Trace, reference: Trace) -> None:
+    assert fast.meta == reference.meta
+    for name, table_schema in TABLES.items():
+        frame = getattr(fast, name)
+        assert frame.schema == table_schema, name
+        assert_frame_equal(frame, getattr(reference, name), check_exact=True)
+
+
+@pytest.mark.parametrize("path", ALL_SAMPLES, ids=lambda p: str(p.relative_to(SAMPLES)))
+def test_fast_path_equals_reference_tables_and_report(path: Path) -> None:
+    reference = load_trace_reference(path)
+    fast = load_trace(path)
+    _assert_same_trace(fast, reference)
+    assert _report(fast) == _report(reference)
+
+
+def test_progress_callback_reports_bytes_and_events() -> None:
+    path = SAMPLES / "a100_alexnet_cuda_sync.json.gz"
+    calls: list[tuple[int, int, int]] = []
+    trace = load_trace(path, progress=lambda done, total, events: calls.append((done, total, events)))
+    assert calls[-1] == (path.stat().st_size, path.stat().st_size, trace.meta.event_count)
+
+
+def test_truncated_gzip_is_reported_in_one_line(tmp_path: Path) -> None:
+    whole = (SAMPLES / "a100_alexnet_cuda_sync.json.gz").read_bytes()
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(TraceUnreadable, match="gzip stream ends early"):
+        load_trace(cut)
+
+
+def test_truncated_json_is_reported_in_one_line(tmp_path: Path) -> None:
+    text = gzip.decompress((SAMPLES / "a100_alexnet_cuda_sync.json.gz").read_bytes())
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(text[: len(text) // 2])
+    with pytest.raises(TraceFormatError, match="not valid JSON"):
+        load_trace(cut)
+
+
+def test_unusual_value_types_follow_the_reference(tmp_path: Path) -> None:
+    path = tmp_path / "odd.json"
+    path.write_text(
+        '{"traceEvents": ['
+        '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": "stream 7", "ts": 10, "dur": 2.0004,'
+        ' "args": {"correlation": 5.0, "device": "0", "External id": "0x1f"}},'
+        '{"ph": "X", "cat": "cpu_op", "name": 3, "pid": 1, "tid": 1, "ts": 9.9995, "dur": -1},'
+        '{"ph": "X", "cat": null, "name": "x", "pid": 1, "tid": 1, "ts": "late"},'
+        '{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,'
+        ' "ts": 9, "dur": 1,'
+        ' "args": {"correlation": 5, "External id": true}}'
+        "]}"
+    )
+    _assert_same_trace(load_trace(path), load_trace_reference(path))
+    assert load_trace(path).gpu.get_column("stream").to_list() == [7]

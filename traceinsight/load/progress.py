@@ -1,0 +1,69 @@
+"""Progress reporting for long loads, without tying the loader to a display library.
+
+The loader calls a :data:`ProgressCallback` with ``(bytes_read, total_bytes, events)``: bytes of
+the file on disk (compressed bytes for ``.json.gz``), and events decoded so far. The CLI passes
+:func:`terminal_progress`'s callback, a rich progress bar on stderr that stays silent when stderr is
+not a terminal and appears only for loads that take more than a moment.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+ProgressCallback = Callable[[int, int, int], None]
+
+#: Loads shorter than this show nothing.
+SHOW_AFTER_S = 0.5
+
+
+@contextmanager
+def terminal_progress(description: str = "reading trace") -> Iterator[ProgressCallback | None]:
+    """A rich progress bar on stderr (bytes read, events decoded), or None when stderr is no TTY.
+
+    The bar starts only once a load has run for :data:`SHOW_AFTER_S`, so small traces print nothing.
+    """
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TextColumn("{task.fields[events]:,} events"),
+        TimeRemainingColumn(),
+        transient=True,
+        console=None,
+        redirect_stdout=False,
+        redirect_stderr=False,
+    )
+    progress.console.stderr = True
+    started = time.perf_counter()
+    state: dict[str, Any] = {"task": None}
+
+    def update(done: int, total: int, events: int) -> None:
+        if state["task"] is None:
+            if time.perf_counter() - started < SHOW_AFTER_S:
+                return
+            progress.start()
+            state["task"] = progress.add_task(description, total=total or None, events=0)
+        progress.update(state["task"], completed=done, total=total or None, events=events)
+
+    try:
+        yield update
+    finally:
+        if state["task"] is not None:
+            progress.stop()

@@ -1,0 +1,74 @@
+"""The fast path for one buffer: typed decode of the whole document, then column-wise tables.
+
+Used for small files and for layouts the chunk splitter does not recognise (it is also what each
+worker does to one chunk). Errors and fallbacks are those of
+:func:`traceinsight.load.decode.decode_typed`: malformed JSON is a one-line
+:class:`TraceFormatError`; values of unexpected types go through the lenient stdlib decoder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+from traceinsight.load.columns import EVENT_LIST, FastEvent, from_reference_events
+from traceinsight.load.decode import (
+    DeviceProperties,
+    DistributedInfo,
+    Scalar,
+    TraceDocument,
+    _json_error,
+    _not_a_trace,
+    decode_generic,
+)
+
+
+class _FastDocument(msgspec.Struct, gc=False):
+    traceEvents: list[FastEvent] | None = None
+    deviceProperties: list[DeviceProperties] | None = None
+    distributedInfo: DistributedInfo | None = None
+    baseTimeNanoseconds: Scalar = None
+    schemaVersion: Scalar = None
+    traceName: Scalar = None
+    cuda_runtime_version: Scalar = None
+    cuda_driver_version: Scalar = None
+    hip_runtime_version: Scalar = None
+    with_stack: Scalar = None
+
+
+_DOCUMENT: Final = msgspec.json.Decoder(_FastDocument)
+_META_FIELDS: Final = tuple(f for f in _FastDocument.__struct_fields__ if f != "traceEvents")
+
+
+def decode_whole(raw: bytes | bytearray | memoryview, path: Path) -> tuple[TraceDocument, list[FastEvent]]:
+    """The document's metadata and its events, decoded in one pass (see the module docstring)."""
+    start = bytes(raw[:64]).lstrip()[:1]
+    try:
+        if start == b"[":
+            return TraceDocument(bare_array=True), EVENT_LIST.decode(raw)
+        if start == b"{":
+            document = _DOCUMENT.decode(raw)
+            if document.traceEvents is None:
+                raise _not_a_trace(path, "no traceEvents list")
+            meta = TraceDocument(**{f: getattr(document, f) for f in _META_FIELDS})
+            return meta, document.traceEvents
+    except msgspec.ValidationError:
+        return _generic(raw, path)
+    except msgspec.DecodeError as exc:
+        raise _json_error(path, str(exc).removeprefix("JSON is malformed: ")) from exc
+    if start in (b"", b"\x00"):
+        raise _json_error(path, "no JSON text")
+    return _generic(raw, path)
+
+
+def _generic(raw: bytes | bytearray | memoryview, path: Path) -> tuple[TraceDocument, list[FastEvent]]:
+    document, events = decode_generic(bytes(raw), path)
+    return document, from_reference_events(events)
+
+
+def decode_document(raw: bytes, path: Path) -> TraceDocument:
+    """Only the top-level fields (the events array is empty or skipped)."""
+    document, _ = decode_whole(raw, path)
+    return document
