@@ -1,0 +1,481 @@
+"""Structural checks of the HTML report on real sample traces.
+
+Expected values are computed here from the raw trace JSON (stdlib json + gzip) or from the
+Report, never from the renderer's own output. Each trace is rendered once per module.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import cached_property
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from traceinsight.analysis import analyze
+from traceinsight.analysis.kernels import top_kernels
+from traceinsight.analysis.timeline import timeline
+from traceinsight.load import load_trace
+from traceinsight.render.html import TOP_KERNELS, HtmlRenderer, source_excerpt, templates_dir
+from traceinsight.render.scorecard import scorecard
+from traceinsight.report import Report
+from traceinsight.rules import evaluate
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+#: "a few MB": the page must stay below this for any trace.
+MAX_PAGE_BYTES = 3_000_000
+GPU_ACTIVITY_CATEGORIES = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Page:
+    """A rendered report and the report it came from."""
+
+    report: Report
+    html: str
+
+    @cached_property
+    def parsed(self) -> ParsedPage:
+        return ParsedPage.of(self.html)
+
+
+class ParsedPage(HTMLParser):
+    """Tags, attributes and text nodes (entities decoded) of a page."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.texts: list[str] = []
+        self.styles: list[str] = []
+        self._in_style = False
+
+    @classmethod
+    def of(cls, html: str) -> ParsedPage:
+        parser = cls()
+        parser.feed(html)
+        parser.close()
+        return parser
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+        self._in_style = tag == "style"
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "style":
+            self._in_style = False
+
+    def handle_data(self, data: str) -> None:
+        (self.styles if self._in_style else self.texts).append(data)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.texts)
+
+    def text_nodes(self) -> set[str]:
+        return {text.strip() for text in self.texts}
+
+
+def raw_events(path: Path) -> list[dict[str, Any]]:
+    """The trace's events, read with the stdlib only."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as handle:
+        document = json.load(handle)
+    events = document if isinstance(document, list) else document["traceEvents"]
+    return [event for event in events if isinstance(event, dict)]
+
+
+def raw_document(path: Path) -> dict[str, Any]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as handle:
+        document = json.load(handle)
+    return document if isinstance(document, dict) else {}
+
+
+def host_event(cat: str, name: str, ts: int, dur: int, **args: int) -> dict[str, Any]:
+    """A host event on pid 1 / tid 1 (µs)."""
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": args}
+
+
+def kernel(name: str, ts: int, dur: int, correlation: int) -> dict[str, Any]:
+    """A kernel on GPU 0, stream 7 (µs)."""
+    args = {"device": 0, "stream": 7, "correlation": correlation}
+    return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": dur, "args": args}
+
+
+def render(name: str, source_root: Path) -> Page:
+    """Load, analyze, evaluate and render one sample trace."""
+    trace = load_trace(SAMPLES / name)
+    analysis = analyze(trace)
+    report = Report(analysis=analysis, findings=evaluate(analysis))
+    renderer = HtmlRenderer(source_root, timeline=timeline(trace), kernels=top_kernels(trace, TOP_KERNELS))
+    return Page(report, renderer.render(report))
+
+
+@pytest.fixture(scope="module")
+def source_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A project directory holding the script the ResNet-50 traces name (60 numbered lines)."""
+    root = tmp_path_factory.mktemp("project")
+    lines = [f"x_{number} = {number}  # line {number}" for number in range(1, 61)]
+    (root / "resnet50_profiler_api.py").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return root
+
+
+@pytest.fixture(scope="module")
+def gp100(source_root: Path) -> Page:
+    return render("gp100_mlp_pageable_sync.json.gz", source_root)
+
+
+@pytest.fixture(scope="module")
+def workers0(source_root: Path) -> Page:
+    return render("v100_resnet50_workers0.pt.trace.json.gz", source_root)
+
+
+@pytest.fixture(scope="module")
+def recsys(source_root: Path) -> Page:
+    return render("a100_recsys_rank0.json.gz", source_root)
+
+
+@pytest.fixture(scope="module")
+def b200(source_root: Path) -> Page:
+    return render("b200_eager_stacks.json.gz", source_root)
+
+
+@pytest.fixture(scope="module")
+def healthy(source_root: Path) -> Page:
+    return render("v100_ddp_ns_timestamps.pt.trace.json.gz", source_root)
+
+
+@pytest.fixture(scope="module")
+def bert(source_root: Path) -> Page:
+    return render("h100_bert_small_stacks.json.gz", source_root)
+
+
+GPU_PAGES = ("gp100", "workers0", "recsys", "b200", "healthy", "bert")
+
+
+@pytest.fixture(params=GPU_PAGES)
+def gpu_page(request: pytest.FixtureRequest) -> Page:
+    page: Page = request.getfixturevalue(request.param)
+    return page
+
+
+# --- self-contained, safe, bounded ----------------------------------------------------------------
+
+_REMOTE = re.compile(r"^\s*(?:[a-z][a-z0-9+.-]*:|//)", re.IGNORECASE)
+
+
+def test_page_loads_nothing_from_anywhere(gpu_page: Page) -> None:
+    parsed = gpu_page.parsed
+    for tag, attrs in parsed.tags:
+        assert tag not in {"script", "link", "iframe", "object", "embed", "img", "base"}, tag
+        for name in ("src", "href", "xlink:href", "action", "srcset", "poster", "data"):
+            value = attrs.get(name)
+            if value is not None:
+                assert not _REMOTE.match(value), f"<{tag} {name}={value!r}>"
+                assert "http" not in value and "//" not in value, f"<{tag} {name}={value!r}>"
+    css = "\n".join(parsed.styles)
+    assert "@import" not in css
+    assert re.search(r"url\(\s*['\"]?(?!#)", css) is None
+
+
+def test_page_says_it_may_load_nothing(gp100: Page) -> None:
+    policies = [attrs.get("content") or "" for tag, attrs in gp100.parsed.tags if tag == "meta"]
+    assert any("default-src 'none'" in policy for policy in policies)
+
+
+def test_page_size_stays_bounded_on_the_largest_traces(recsys: Page, b200: Page) -> None:
+    assert (SAMPLES / "a100_recsys_rank0.json.gz").stat().st_size > 1_000_000
+    for page in (recsys, b200):
+        assert len(page.html.encode("utf-8")) < MAX_PAGE_BYTES
+
+
+def test_kernel_names_from_the_trace_are_escaped(recsys: Page, b200: Page) -> None:
+    """A templated kernel name among the top kernels appears decoded in the text, never raw."""
+    for page, name in ((recsys, "a100_recsys_rank0.json.gz"), (b200, "b200_eager_stacks.json.gz")):
+        totals: dict[str, float] = defaultdict(float)
+        for event in raw_events(SAMPLES / name):
+            if event.get("cat") in {"kernel", "Kernel"} and event.get("ph") == "X":
+                totals[str(event["name"])] += float(event.get("dur", 0))
+        ranked = sorted(totals, key=lambda kernel: -totals[kernel])[: TOP_KERNELS // 2]
+        templated = [kernel for kernel in ranked if "<" in kernel]
+        assert templated, f"no templated kernel among the top of {name}"
+        for kernel in templated:
+            assert kernel not in page.html
+            assert kernel in page.parsed.text_nodes()
+
+
+def test_hostile_names_cannot_inject_markup(tmp_path: Path) -> None:
+    """Names built to break out of HTML stay text, in tables and in chart labels."""
+    hostile = '<script>alert("k")</script> & <img src=x onerror=alert(1)>'
+    events = [
+        host_event("cpu_op", hostile, ts=0, dur=400),
+        host_event("cuda_runtime", "cudaLaunchKernel", ts=10, dur=5, correlation=1),
+        host_event("cuda_runtime", "cudaLaunchKernel", ts=300, dur=5, correlation=2),
+        kernel(hostile, ts=20, dur=30, correlation=1),
+        kernel(hostile + " $x$", ts=310, dur=30, correlation=2),
+    ]
+    path = tmp_path / "hostile.json"
+    path.write_text(json.dumps({"traceEvents": events}), encoding="utf-8")
+    trace = load_trace(path)
+    analysis = analyze(trace)
+    report = Report(analysis=analysis, findings=evaluate(analysis))
+    html = HtmlRenderer(tmp_path, timeline=timeline(trace), kernels=top_kernels(trace)).render(report)
+    parsed = ParsedPage.of(html)
+    assert "<script" not in html and "<img" not in html
+    assert not any(tag in {"script", "img"} for tag, _ in parsed.tags)
+    assert hostile in parsed.text_nodes()
+
+
+def test_same_input_gives_the_same_page(gp100: Page, source_root: Path) -> None:
+    again = render("gp100_mlp_pageable_sync.json.gz", source_root)
+    assert again.html == gp100.html
+
+
+# --- content ------------------------------------------------------------------------------------
+
+
+def test_every_finding_appears_with_its_id_title_and_source(gpu_page: Page) -> None:
+    text = gpu_page.parsed.text
+    for finding in gpu_page.report.findings:
+        assert finding.rule in text
+        assert finding.title in text
+        assert finding.advice.summary in text
+        if finding.source:
+            assert finding.source in text
+
+
+def test_every_source_line_of_the_analysis_appears(gpu_page: Page) -> None:
+    analysis = gpu_page.report.analysis
+    sources = {gap.source for gap in analysis.idle_gaps} | {spot.source for spot in analysis.sync_hotspots}
+    nodes = gpu_page.parsed.text_nodes()
+    for source in sources - {None}:
+        assert source in nodes
+
+
+def test_pages_with_stacks_name_source_lines(workers0: Page, bert: Page) -> None:
+    assert "resnet50_profiler_api.py:42" in workers0.parsed.text_nodes()
+    assert any(finding.source for finding in bert.report.findings)
+
+
+def test_findings_come_ranked_by_saving(gpu_page: Page) -> None:
+    findings = gpu_page.report.findings
+    positions = [gpu_page.html.index(f'id="finding-{rank}"') for rank in range(1, len(findings) + 1)]
+    assert positions == sorted(positions)
+    assert [f.savings_ns for f in findings] == sorted((f.savings_ns for f in findings), reverse=True)
+    text = gpu_page.parsed.text
+    by_title = sorted(findings, key=lambda f: text.index(f.title))
+    savings = [finding.savings_ns for finding in by_title]
+    assert savings == sorted(savings, reverse=True)
+
+
+def test_sections_come_in_the_terminal_summary_order(gpu_page: Page) -> None:
+    order = [
+        "summary",
+        "scorecard",
+        "findings",
+        "idle-gaps",
+        "sync-hotspots",
+        "copies",
+        "top-kernels",
+        "host",
+    ]
+    positions = [gpu_page.html.index(f'id="{section}"') for section in order]
+    assert positions == sorted(positions)
+
+
+def test_scorecard_figures_and_verdicts_appear(gpu_page: Page) -> None:
+    nodes = gpu_page.parsed.text_nodes()
+    for score in scorecard(gpu_page.report):
+        assert score.label in nodes and score.value in nodes and score.verdict in nodes
+
+
+def test_header_names_gpu_rank_and_versions(b200: Page, recsys: Page) -> None:
+    for page, name in ((b200, "b200_eager_stacks.json.gz"), (recsys, "a100_recsys_rank0.json.gz")):
+        document = raw_document(SAMPLES / name)
+        text = page.parsed.text
+        assert name in text
+        for device in document["deviceProperties"]:
+            assert device["name"] in text
+        info = document["distributedInfo"]
+        assert f"rank {info['rank']} of {info['world_size']}" in text
+    assert "CUDA runtime 12.9" in b200.parsed.text  # cuda_runtime_version 12090 in the trace
+    assert "5 profiled steps" in recsys.parsed.text  # five ProfilerStep#N spans
+
+
+def test_charts_are_inline_svg_where_the_data_has_them(gpu_page: Page) -> None:
+    analysis = gpu_page.report.analysis
+    expected = {
+        "timeline": analysis.has_gpu,
+        "steps": bool(analysis.steps),
+        "gaps": bool(analysis.idle_gaps),
+        "syncs": bool(analysis.sync_hotspots),
+        "copies": bool(analysis.copies),
+        "host": bool(analysis.host.top_ops),
+    }
+    svgs = [attrs for tag, attrs in gpu_page.parsed.tags if tag == "svg"]
+    labelled = {attrs.get("aria-labelledby") for attrs in svgs}
+    for chart, present in expected.items():
+        assert (f"{chart}-title" in labelled) == present, chart
+
+
+def test_chart_ids_are_unique_on_the_page(recsys: Page) -> None:
+    ids = [attrs["id"] for _, attrs in recsys.parsed.tags if attrs.get("id")]
+    assert len(ids) == len(set(ids))
+
+
+def test_detail_tables_are_capped(recsys: Page) -> None:
+    gaps = len(recsys.report.analysis.idle_gaps)
+    assert gaps > 20
+    assert f"Showing the top 20 of {gaps:,} gaps." in recsys.parsed.text
+    section = recsys.html[recsys.html.index('id="idle-gaps"') : recsys.html.index('id="sync-hotspots"')]
+    assert section.count("<tr>") < 20 + 30 + 10  # longest gaps + source lines + causes, with headers
+
+
+def test_top_kernels_match_a_plain_count(gp100: Page) -> None:
+    counts: dict[str, int] = defaultdict(int)
+    totals: dict[str, float] = defaultdict(float)
+    for event in raw_events(SAMPLES / "gp100_mlp_pageable_sync.json.gz"):
+        if event.get("cat") == "kernel" and event.get("ph") == "X":
+            counts[event["name"]] += 1
+            totals[event["name"]] += event["dur"]
+    top = max(totals, key=lambda kernel: (totals[kernel], kernel))
+    kernels = top_kernels(load_trace(SAMPLES / "gp100_mlp_pageable_sync.json.gz"))
+    assert kernels.kernel_count == sum(counts.values())
+    assert kernels.distinct == len(counts)
+    assert kernels.kernels[0].name == top
+    assert kernels.kernels[0].count == counts[top]
+    assert kernels.kernels[0].total_ns == round(totals[top] * 1000)
+    assert top in gp100.parsed.text_nodes()
+
+
+def test_healthy_trace_says_there_is_nothing_to_fix(healthy: Page) -> None:
+    assert healthy.report.findings == ()
+    assert "No findings." in healthy.parsed.text
+
+
+# --- code excerpts --------------------------------------------------------------------------------
+
+
+def test_finding_shows_the_source_lines_with_the_offending_one_marked(workers0: Page) -> None:
+    located = [finding.source for finding in workers0.report.findings if finding.source]
+    assert located
+    marked = re.findall(
+        r'<span class="line hit"><span class="ln">(\d+)</span><span class="mark">▶</span>([^<]*)</span>',
+        workers0.html,
+    )
+    for source in located:
+        line = int(source.rpartition(":")[2])
+        assert (str(line), f"x_{line} = {line}  # line {line}") in marked
+        assert f"x_{line - 3} = {line - 3}  # line {line - 3}" in workers0.html  # context above
+
+
+def test_excerpt_reads_only_python_files_inside_the_root(tmp_path: Path) -> None:
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "train.py").write_text("a = 1\nb = 2\nc = 3\n", encoding="utf-8")
+    (root / "notes.txt").write_text("secret\n", encoding="utf-8")
+    (tmp_path / "outside.py").write_text("secret = 1\n", encoding="utf-8")
+    excerpt = source_excerpt("train.py:2", root)
+    assert excerpt is not None
+    assert excerpt.line == 2 and excerpt.lines == ((1, "a = 1"), (2, "b = 2"), (3, "c = 3"))
+    assert source_excerpt("train.py:4", root) is None  # the file changed since the profile
+    assert source_excerpt("notes.txt:1", root) is None
+    assert source_excerpt("../outside.py:1", root) is None
+    assert source_excerpt("missing.py:1", root) is None
+    assert source_excerpt("train.py", root) is None
+
+
+def test_unreadable_source_says_how_to_see_the_code(tmp_path: Path) -> None:
+    page = render("v100_resnet50_workers0.pt.trace.json.gz", tmp_path)
+    assert 'class="line hit"' not in page.html
+    assert "run traceinsight analyze from the project directory" in " ".join(page.parsed.text.split())
+
+
+# --- traces without GPU activity -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name", ["cpu_only_gloo.pt.trace.json.gz", "cpu_torch2.14_with_stack.pt.trace.json.gz"]
+)
+def test_trace_without_gpu_says_so_and_shows_the_host(name: str, tmp_path: Path) -> None:
+    page = render(name, tmp_path)
+    text = " ".join(page.parsed.text.split())
+    assert "This trace has no GPU activity." in text
+    for section in ("idle-gaps", "sync-hotspots", "copies", "top-kernels"):
+        assert f'id="{section}"' not in page.html
+    assert 'id="host"' in page.html
+    totals: dict[str, float] = defaultdict(float)
+    for event in raw_events(SAMPLES / name):
+        if event.get("cat") == "cpu_op" and event.get("ph") == "X":
+            totals[event["name"]] += float(event.get("dur", 0))
+    busiest = max(totals, key=lambda op: totals[op])
+    assert busiest in page.parsed.text_nodes()
+    assert 'aria-labelledby="host-title"' in page.html
+
+
+# --- packaging and the timeline -------------------------------------------------------------------
+
+
+def test_templates_use_inheritance_and_inline_css() -> None:
+    root = templates_dir()
+    report = (root / "report.html").read_text(encoding="utf-8")
+    base = (root / "base.html").read_text(encoding="utf-8")
+    assert report.lstrip().startswith('{% extends "base.html" %}')
+    assert '{% include "report.css" %}' in base
+    css = (root / "report.css").read_text(encoding="utf-8")
+    assert "prefers-color-scheme: dark" in css and "@media print" in css
+
+
+def _plain_busy_union(path: Path) -> tuple[int, int]:
+    """Busy ns (union of GPU activity, all devices' intervals merged per device) and event count."""
+    by_device: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for event in raw_events(path):
+        if event.get("cat") in GPU_ACTIVITY_CATEGORIES and event.get("ph") == "X":
+            start = round(event["ts"] * 1000)
+            by_device[int(event["args"]["device"])].append((start, start + round(event.get("dur", 0) * 1000)))
+    busy = 0
+    count = 0
+    for intervals in by_device.values():
+        intervals.sort()
+        count += len(intervals)
+        current_start, current_end = intervals[0]
+        for start, end in intervals[1:]:
+            if start > current_end:
+                busy += current_end - current_start
+                current_start, current_end = start, end
+            else:
+                current_end = max(current_end, end)
+        busy += current_end - current_start
+    return busy, count
+
+
+@pytest.mark.parametrize("max_blocks", [2, 40, 2000])
+def test_timeline_is_downsampled_and_keeps_busy_time(max_blocks: int) -> None:
+    path = SAMPLES / "gp100_mlp_pageable_sync.json.gz"
+    busy, _ = _plain_busy_union(path)
+    result = timeline(load_trace(path), max_blocks)
+    (device,) = result.devices
+    assert 1 <= len(device.blocks) <= max_blocks
+    assert sum(block.busy_ns for block in device.blocks) == busy
+    for before, after in zip(device.blocks, device.blocks[1:], strict=False):
+        assert after.start_ns - before.end_ns >= result.resolution_ns
+    assert len(device.syncs) <= max_blocks
+    syncs = sum(1 for event in raw_events(path) if event.get("name") == "cudaStreamSynchronize")
+    assert sum(mark.count for mark in device.syncs) == syncs
+
+
+def test_timeline_of_a_trace_without_gpu_is_empty() -> None:
+    result = timeline(load_trace(SAMPLES / "cpu_only_gloo.pt.trace.json.gz"))
+    assert result.devices == ()
