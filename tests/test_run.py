@@ -217,6 +217,36 @@ def test_schedule_recording_from_step_zero(tmp_path: Path, probe_record: Path) -
     assert run.step_names() == ["ProfilerStep#0", "ProfilerStep#1"]
 
 
+def test_script_ending_in_the_first_active_step_says_the_trace_holds_only_the_tail(
+    tmp_path: Path, probe_record: Path
+) -> None:
+    run = run_in_process(tmp_path, str(PROBE), "steps=3")
+    assert run.exit_code == 0, run.stderr
+    assert run.step_names() == ["ProfilerStep#3"]
+    assert "ended after 3 steps, during the first recorded one" in run.stderr
+
+
+def test_memory_and_json_options(tmp_path: Path, probe_record: Path) -> None:
+    findings = tmp_path / "findings.json"
+    run = run_in_process(tmp_path, "--memory", "--json", str(findings), str(PROBE), "steps=10")
+    assert run.exit_code == 0, run.stderr
+    assert any(event.get("name") == "[memory]" for event in run.events())
+    assert isinstance(json.loads(findings.read_text(encoding="utf-8")), dict)
+
+
+def test_profiler_failure_does_not_stop_the_script(
+    tmp_path: Path, probe_record: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing_step(self: object) -> None:
+        raise RuntimeError("profiler broke")
+
+    monkeypatch.setattr(torch.profiler.profile, "step", failing_step)
+    run = run_in_process(tmp_path, str(PROBE), "steps=10")
+    assert "probe done" in run.stdout  # the training went on
+    assert run.exit_code == 2
+    assert "torch.profiler failed (RuntimeError: profiler broke)" in error_line(run.stderr)
+
+
 def test_schedule_that_never_reaches_an_active_step_says_how_many_steps_ran(
     tmp_path: Path, probe_record: Path
 ) -> None:

@@ -47,11 +47,19 @@ def run(
     script: Annotated[
         str,
         typer.Argument(
-            metavar="SCRIPT [SCRIPT_ARGS]...",
-            help="The training script to run (with -m: the module); everything after it goes to it.",
+            metavar="SCRIPT",
+            help="The training script to run (with -m: the module).",
             show_default=False,
         ),
     ],
+    script_args: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="SCRIPT_ARGS",
+            help="Passed to the script untouched, even if they look like options of ours.",
+            show_default=False,
+        ),
+    ] = None,
     trace: Annotated[
         Path | None,
         typer.Option(
@@ -111,7 +119,9 @@ def run(
     """
     console = Console(stderr=True)
     try:
-        target = module_target(script, tuple(ctx.args)) if module else script_target(script, tuple(ctx.args))
+        # Parsing stops at SCRIPT: the rest arrives in script_args (or, with other settings, ctx.args).
+        words = (*(script_args or ()), *ctx.args)
+        target = module_target(script, words) if module else script_target(script, words)
         require_torch()
         stamp = time.strftime("%Y%m%d-%H%M%S")
         trace_path = trace if trace is not None else Path(f"{target.stem}.{stamp}.pt.trace.json.gz")
@@ -198,6 +208,11 @@ def _no_trace_error(
         return OutputError(
             f"cannot write trace {trace_path}: {capture.export_error}; "
             "check the folder's free space and permissions, or pass another --trace"
+        )
+    if capture.profiler_error is not None:
+        return CaptureError(
+            f"no trace for {target.name}: torch.profiler failed ({capture.profiler_error}); "
+            "if the script starts a profiler of its own, remove it (only one can run at a time)"
         )
     steps = capture.steps_run
     return CaptureError(

@@ -79,6 +79,8 @@ class CaptureResult:
     """True when CUDA activity was recorded as well as CPU activity."""
     export_error: str | None = None
     """Why the trace could not be written, if it could not."""
+    profiler_error: str | None = None
+    """What torch.profiler raised, if it failed (profiling stopped there; the script went on)."""
 
 
 def require_torch() -> None:
@@ -118,6 +120,7 @@ class TraceRecorder:
         self._steps_in_trace = 0
         self._trace_written = False
         self._export_error: str | None = None
+        self._profiler_error: str | None = None
 
     @property
     def records_cuda(self) -> bool:
@@ -160,12 +163,14 @@ class TraceRecorder:
             return self._result()
         self._stop_listening()
         self._stopping = True
-        if self._startup_profiler is not None:
-            self._startup_profiler.stop()
-            self._startup_profiler = None
-        if self._scheduled_profiler is not None:
-            self._scheduled_profiler.stop()
-            self._scheduled_profiler = None
+        for profiler in (self._startup_profiler, self._scheduled_profiler):
+            if profiler is None:
+                continue
+            try:
+                profiler.stop()
+            except Exception as error:  # keep what was written; say why the rest is missing
+                self._profiler_error = self._profiler_error or f"{type(error).__name__}: {error}"
+        self._startup_profiler = self._scheduled_profiler = None
         return self._result()
 
     def _stop_listening(self) -> None:
@@ -182,6 +187,7 @@ class TraceRecorder:
             whole_run=self._marker.steps_ended == 0,
             cuda=self._cuda,
             export_error=self._export_error,
+            profiler_error=self._profiler_error,
         )
 
     def _new_profiler(self, *, scheduled: bool) -> TorchProfile:
@@ -211,7 +217,19 @@ class TraceRecorder:
         self._marker.optimizer_stepped(id(optimizer))
 
     def _on_step_end(self) -> None:
-        """One step just ended (called by the marker, in the owner process only)."""
+        """One step just ended (called by the marker, in the owner process only).
+
+        Runs inside the script's ``optimizer.step()``: a profiler failure must not stop the
+        training, so it is kept, profiling stops there, and the end of the run reports it.
+        """
+        if self._profiler_error is not None:
+            return
+        try:
+            self._advance_schedule()
+        except Exception as error:
+            self._profiler_error = f"{type(error).__name__}: {error}"
+
+    def _advance_schedule(self) -> None:
         from torch.profiler import ProfilerAction
 
         if self._scheduled_profiler is None:
