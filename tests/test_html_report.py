@@ -22,6 +22,7 @@ from traceinsight.analysis import analyze
 from traceinsight.analysis.kernels import top_kernels
 from traceinsight.analysis.timeline import timeline
 from traceinsight.load import load_trace
+from traceinsight.render import charts
 from traceinsight.render.html import TOP_KERNELS, HtmlRenderer, source_excerpt, templates_dir
 from traceinsight.render.scorecard import scorecard
 from traceinsight.report import Report
@@ -341,6 +342,21 @@ def test_detail_tables_are_capped(recsys: Page) -> None:
     assert f"Showing the top 20 of {gaps:,} gaps." in recsys.parsed.text
     section = recsys.html[recsys.html.index('id="idle-gaps"') : recsys.html.index('id="sync-hotspots"')]
     assert section.count("<tr>") < 20 + 30 + 10  # longest gaps + source lines + causes, with headers
+
+
+def test_every_idle_cause_gets_a_row_and_a_colour(gpu_page: Page) -> None:
+    kinds = {gap.cause_kind for gap in gpu_page.report.analysis.idle_gaps}
+    if not kinds:
+        return
+    start = gpu_page.html.index("<caption>Idle in these gaps by cause</caption>")
+    table = gpu_page.html[start : gpu_page.html.index("</table>", start)]
+    assert table.count('<span class="swatch"') == len(kinds)
+
+
+def test_cause_kinds_this_version_does_not_know_still_get_drawn() -> None:
+    assert charts.ordered_causes(["mystery", "sync", "dataloader"]) == ["dataloader", "sync", "mystery"]
+    assert charts.cause_label("mystery") == "mystery"
+    assert charts.cause_color("mystery") == charts.cause_color("unknown")
 
 
 def test_top_kernels_match_a_plain_count(gp100: Page) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final
 
@@ -35,10 +35,13 @@ __all__ = [
     "CAUSE_COLORS",
     "CAUSE_LABELS",
     "CAUSE_ORDER",
+    "cause_color",
+    "cause_label",
     "chart_style",
     "copies_figure",
     "host_ops_figure",
     "idle_gaps_figure",
+    "ordered_causes",
     "step_breakdown_figure",
     "sync_hotspots_figure",
     "timeline_figure",
@@ -53,12 +56,21 @@ SYNC_MARK: Final[str] = "#D55E00"
 EXPOSED: Final[str] = "#E69F00"
 
 #: Idle causes in the order every chart and table lists them.
-CAUSE_ORDER: Final[tuple[str, ...]] = ("dataloader", "sync", "cpu_op", "host-bound", "unknown", "short-gaps")
+CAUSE_ORDER: Final[tuple[str, ...]] = (
+    "dataloader",
+    "sync",
+    "cpu_op",
+    "host-bound",
+    "untraced",
+    "unknown",
+    "short-gaps",
+)
 CAUSE_COLORS: Final[dict[str, str]] = {
     "dataloader": "#E69F00",
     "sync": "#D55E00",
     "cpu_op": "#CC79A7",
     "host-bound": "#009E73",
+    "untraced": "#999933",
     "unknown": "#7F7F7F",
     "short-gaps": "#B8B8B8",
 }
@@ -68,9 +80,27 @@ CAUSE_LABELS: Final[dict[str, str]] = {
     "sync": "drained by a host sync",
     "cpu_op": "host inside an operator",
     "host-bound": "host launching / in Python",
+    "untraced": "host recorded nothing",
     "unknown": "cause not found",
     "short-gaps": "short gaps",
 }
+
+
+def cause_color(kind: str) -> str:
+    """The colour of an idle cause kind (grey for kinds this version does not know)."""
+    return CAUSE_COLORS.get(kind, CAUSE_COLORS["unknown"])
+
+
+def cause_label(kind: str) -> str:
+    """Plain words for an idle cause kind (the kind itself when this version does not know it)."""
+    return CAUSE_LABELS.get(kind, kind)
+
+
+def ordered_causes(kinds: Iterable[str]) -> list[str]:
+    """The distinct ``kinds`` in :data:`CAUSE_ORDER`, unknown kinds after them by name."""
+    present = set(kinds)
+    return [kind for kind in CAUSE_ORDER if kind in present] + sorted(present - set(CAUSE_ORDER))
+
 
 _STYLE: Final[dict[RcKeyType, Any]] = {
     "svg.hashsalt": "traceinsight",
@@ -241,17 +271,13 @@ def timeline_figure(timeline: Timeline, gaps: Sequence[IdleGap], step_labels: bo
                 _, alpha, label = _BUSY_LEVELS[level]
                 levels_drawn.add(label)
                 _add_rectangles(axes, spans, 0.15, 0.85, BUSY, alpha)
-            for cause in CAUSE_ORDER:
-                spans = [
-                    (x(gap.start_ns), x(gap.end_ns))
-                    for gap in gaps
-                    if gap.device == device.device
-                    and gap.cause_kind == cause
-                    and gap.duration_ns >= resolution
-                ]
-                if spans:
-                    causes_drawn.add(cause)
-                _add_rectangles(axes, spans, 0.15, 0.85, CAUSE_COLORS[cause], _IDLE_ALPHA)
+            by_cause: dict[str, list[tuple[float, float]]] = {}
+            for gap in gaps:
+                if gap.device == device.device and gap.duration_ns >= resolution:
+                    by_cause.setdefault(gap.cause_kind, []).append((x(gap.start_ns), x(gap.end_ns)))
+            for cause in ordered_causes(by_cause):
+                causes_drawn.add(cause)
+                _add_rectangles(axes, by_cause[cause], 0.15, 0.85, cause_color(cause), _IDLE_ALPHA)
             if device.syncs:
                 any_sync = True
                 marks = [x((mark.start_ns + mark.end_ns) / 2) for mark in device.syncs]
@@ -284,9 +310,8 @@ def timeline_figure(timeline: Timeline, gaps: Sequence[IdleGap], step_labels: bo
             if label in levels_drawn
         ]
         handles += [
-            Patch(facecolor=CAUSE_COLORS[c], alpha=_IDLE_ALPHA, label=f"idle: {CAUSE_LABELS[c]}")
-            for c in CAUSE_ORDER
-            if c in causes_drawn
+            Patch(facecolor=cause_color(c), alpha=_IDLE_ALPHA, label=f"idle: {cause_label(c)}")
+            for c in ordered_causes(causes_drawn)
         ]
         if any_sync:
             handles.append(
@@ -334,9 +359,9 @@ def step_breakdown_figure(steps: Sequence[StepTime], limit: int = 40) -> Figure 
             ("GPU busy: compute", BUSY, 1.0, [max(s.busy_ns - s.copy_ns, 0) / per_unit for s in shown]),
             ("GPU busy: copies", COPY, 1.0, [min(s.copy_ns, s.busy_ns) / per_unit for s in shown]),
         ]
-        for cause in CAUSE_ORDER:
+        for cause in ordered_causes(kind for s in shown for kind, _ in s.idle_by_cause_ns):
             widths = [dict(s.idle_by_cause_ns).get(cause, 0) / per_unit for s in shown]
-            segments.append((f"idle: {CAUSE_LABELS[cause]}", CAUSE_COLORS[cause], 0.8, widths))
+            segments.append((f"idle: {cause_label(cause)}", cause_color(cause), 0.8, widths))
         for label, color, alpha, widths in segments:
             if any(widths):
                 axes.barh(rows, widths, left=left, color=color, alpha=alpha, label=label, height=0.7)
@@ -359,7 +384,7 @@ def idle_gaps_figure(gaps: Sequence[IdleGap], origin_ns: int, top: int = 15) -> 
         figure, axes = _hbar_axes(len(shown))
         rows = np.arange(len(shown))
         widths = [gap.duration_ns / per_unit for gap in shown]
-        colors = [CAUSE_COLORS.get(gap.cause_kind, CAUSE_COLORS["unknown"]) for gap in shown]
+        colors = [cause_color(gap.cause_kind) for gap in shown]
         axes.barh(rows, widths, color=colors, height=0.7)
         labels = [
             f"#{i + 1} at {_duration(gap.start_ns - origin_ns)}"
@@ -377,9 +402,9 @@ def idle_gaps_figure(gaps: Sequence[IdleGap], origin_ns: int, top: int = 15) -> 
         _label_bars(axes, widths, texts)
         axes.set_xlim(0, max(widths) * 1.9)
         axes.set_xlabel(f"idle gap length ({unit})")
-        kinds = [c for c in CAUSE_ORDER if any(gap.cause_kind == c for gap in shown)]
+        kinds = ordered_causes(gap.cause_kind for gap in shown)
         figure.legend(
-            handles=[Patch(facecolor=CAUSE_COLORS[c], label=CAUSE_LABELS[c]) for c in kinds],
+            handles=[Patch(facecolor=cause_color(c), label=cause_label(c)) for c in kinds],
             loc="outside lower center",
             ncols=min(5, len(kinds)),
         )

@@ -291,17 +291,15 @@ def _cause_totals(analysis: Analysis) -> list[CauseTotal]:
     for gap in analysis.idle_gaps:
         by_kind[gap.cause_kind].append(gap)
     idle = sum(device.idle_ns for device in analysis.devices)
-    order = [kind for kind in charts.CAUSE_ORDER if kind in by_kind] + sorted(
-        kind for kind in by_kind if kind not in charts.CAUSE_ORDER
-    )
+    order = charts.ordered_causes(by_kind)
     totals = []
     for kind in order:
         total = sum(gap.duration_ns for gap in by_kind[kind])
         totals.append(
             CauseTotal(
                 kind=kind,
-                label=charts.CAUSE_LABELS.get(kind, kind),
-                color=charts.CAUSE_COLORS.get(kind, charts.CAUSE_COLORS["unknown"]),
+                label=charts.cause_label(kind),
+                color=charts.cause_color(kind),
                 gaps=len(by_kind[kind]),
                 idle_ns=total,
                 share=total / idle if idle else None,
@@ -317,7 +315,7 @@ def _source_totals(gaps: Sequence[IdleGap]) -> list[SourceTotal]:
             grouped[(gap.source, gap.cause_kind)].append(gap.duration_ns)
     return sorted(
         (
-            SourceTotal(source, kind, charts.CAUSE_LABELS.get(kind, kind), len(lengths), sum(lengths))
+            SourceTotal(source, kind, charts.cause_label(kind), len(lengths), sum(lengths))
             for (source, kind), lengths in grouped.items()
         ),
         key=lambda item: (-item.idle_ns, item.source, item.kind),
@@ -418,8 +416,8 @@ class HtmlRenderer:
                 "The longest idle gaps, coloured by cause, with the host activity and source line "
                 "that explain them.",
             ),
-            "cause_labels": charts.CAUSE_LABELS,
-            "cause_colors": charts.CAUSE_COLORS,
+            "cause_label": charts.cause_label,
+            "cause_color": charts.cause_color,
             "hotspots": analysis.sync_hotspots[:TOP_HOTSPOTS],
             "hotspot_count": len(analysis.sync_hotspots),
             "syncs_chart": _chart(
