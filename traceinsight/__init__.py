@@ -4,4 +4,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+# The step API for loops without torch.optim; no-ops outside `traceinsight run`, no torch needed.
+from traceinsight.capture import profile_step, step  # noqa: E402
+
+__all__ = ["__version__", "profile_step", "step"]

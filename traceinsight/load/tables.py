@@ -52,6 +52,8 @@ class TraceMeta:
     cuda_driver_version: str | None
     hip_runtime_version: str | None
     era: str  # "array-2020", "legacy-2021", "kineto" (int µs), "kineto-float", "kineto-base-ns"
+    #: How many GPUs ``deviceProperties`` lists (0: the run saw no GPU at all; None: not recorded).
+    gpus_listed: int | None
     categories: tuple[tuple[str, int], ...] = field(default_factory=tuple)
 
 
@@ -336,5 +338,6 @@ def _meta(
         cuda_driver_version=_version(document.cuda_driver_version),
         hip_runtime_version=_version(document.hip_runtime_version),
         era=era,
+        gpus_listed=None if document.deviceProperties is None else len(document.deviceProperties),
         categories=tuple(sorted(categories.items(), key=lambda item: -item[1])),
     )

@@ -42,6 +42,7 @@ def report_dict(report: Report) -> dict[str, Any]:
             "cuda_driver_version": meta.cuda_driver_version,
             "hip_runtime_version": meta.hip_runtime_version,
             "has_gpu_activity": analysis.has_gpu,
+            "gpus_listed": meta.gpus_listed,
             "iterations": analysis.iterations,
             "steps_marked": analysis.steps_marked,
         },

@@ -21,20 +21,23 @@ def _pct(value: float) -> str:
     return f"{value:.0%}"
 
 
+def no_gpu_statement(report: Report) -> str:
+    """Plain words for a trace without GPU activity: did the run have no GPU, or just not use it?"""
+    if report.analysis.meta.gpus_listed == 0:
+        return (
+            "This run had no GPU: the profiler saw no CUDA device, so only host (CPU) activity was "
+            "recorded. The host-side view is below."
+        )
+    return "No kernels, copies or memsets in this trace: the host-side view is below."
+
+
 def scorecard(report: Report) -> tuple[Score, ...]:
     """GPU busy and idle, copy overlap, host syncs per step, step time — with verdicts."""
     analysis = report.analysis
     limits = analysis.thresholds
     scores: list[Score] = []
     if not analysis.has_gpu:
-        scores.append(
-            Score(
-                "GPU activity",
-                "none",
-                "No kernels, copies or memsets in this trace: host-side view only.",
-                "info",
-            )
-        )
+        scores.append(Score("GPU activity", "none", no_gpu_statement(report), "info"))
     else:
         span = analysis.span_ns
         busy = sum(device.busy_ns for device in analysis.devices)

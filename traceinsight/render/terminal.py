@@ -76,7 +76,7 @@ def renderables(report: Report) -> list[RenderableType]:
     parts.append(scores)
 
     if not analysis.has_gpu:
-        parts.append(Text("No GPU activity in this trace: showing the host-side view.", style="bold cyan"))
+        parts.append(Text("Host-side view (no GPU activity in this trace)", style="bold cyan"))
     if report.findings:
         parts.append(
             Text(f"\nFindings ({len(report.findings)}), largest estimated saving first", style="bold")
