@@ -147,3 +147,11 @@ def test_thresholds_change_what_counts_as_a_gap(tmp_path: Path) -> None:
     assert [g["duration_us"] for g in json.loads(out.read_text())["idle_gaps"]] == [150.0]
     assert _analyze(str(trace), "--json", str(out), "--no-html", "--min-gap-us", "10")[0] == 0
     assert [g["duration_us"] for g in json.loads(out.read_text())["idle_gaps"]] == [150.0, 30.0]
+
+
+def test_outputs_are_written_whole_and_readable_by_others(tmp_path: Path) -> None:
+    trace = write_trace(tmp_path / "t.json", [kernel(0, 10), kernel(200, 10)])
+    out = tmp_path / "r.json"
+    assert _analyze(str(trace), "--json", str(out), "--no-html")[0] == 0
+    assert out.stat().st_mode & 0o044 == 0o044  # not the 0600 of a temporary file
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp left over

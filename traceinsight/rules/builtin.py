@@ -108,7 +108,7 @@ def sync_in_loop(analysis: Analysis) -> Iterator[Finding]:
         what, advice = _sync_advice(hotspot)
         where = hotspot.source or hotspot.op or hotspot.call
         per_step = (
-            f"{hotspot.per_step:g} per step" if hotspot.per_step is not None else f"{hotspot.count} times"
+            f"{hotspot.per_step:g}× per step" if hotspot.per_step is not None else f"{hotspot.count} times"
         )
         evidence = [
             ("call", hotspot.call),
