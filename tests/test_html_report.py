@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
+import subprocess
+import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import cached_property
@@ -242,6 +245,54 @@ def test_hostile_names_cannot_inject_markup(tmp_path: Path) -> None:
 def test_same_input_gives_the_same_page(gp100: Page, source_root: Path) -> None:
     again = render("gp100_mlp_pageable_sync.json.gz", source_root)
     assert again.html == gp100.html
+
+
+def test_same_input_gives_the_same_page_in_another_process(gp100: Page, source_root: Path) -> None:
+    """Another interpreter, another hash seed: set and dict orders must not leak into the page."""
+    script = (
+        "import sys; from pathlib import Path; "
+        "from tests.test_html_report import render; "
+        "sys.stdout.write(render('gp100_mlp_pageable_sync.json.gz', Path(sys.argv[1])).html)"
+    )
+    environment = {**os.environ, "PYTHONHASHSEED": "12345"}
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(source_root)],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        cwd=SAMPLES.parent,
+        env=environment,
+        check=True,
+    )
+    assert result.stdout == gp100.html
+
+
+OTHER_SAMPLES = sorted(
+    str(path.relative_to(SAMPLES))
+    for path in SAMPLES.rglob("*.json*")
+    if path.name
+    not in {
+        "gp100_mlp_pageable_sync.json.gz",
+        "v100_resnet50_workers0.pt.trace.json.gz",
+        "a100_recsys_rank0.json.gz",
+        "b200_eager_stacks.json.gz",
+        "v100_ddp_ns_timestamps.pt.trace.json.gz",
+        "h100_bert_small_stacks.json.gz",
+        "cpu_only_gloo.pt.trace.json.gz",
+        "cpu_torch2.14_with_stack.pt.trace.json.gz",
+    }
+)
+
+
+@pytest.mark.parametrize("name", OTHER_SAMPLES)
+def test_every_other_sample_renders_a_bounded_self_contained_page(name: str, tmp_path: Path) -> None:
+    page = render(name, tmp_path)
+    assert len(page.html.encode("utf-8")) < MAX_PAGE_BYTES
+    assert not any(tag in {"script", "link", "img", "iframe"} for tag, _ in page.parsed.tags)
+    text = page.parsed.text
+    for finding in page.report.findings:
+        assert finding.rule in text and finding.title in text
+    assert ('id="timeline-title"' in page.html) == page.report.analysis.has_gpu
 
 
 # --- content ------------------------------------------------------------------------------------

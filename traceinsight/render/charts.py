@@ -225,6 +225,8 @@ def _add_rectangles(
 
 
 _IDLE_ALPHA: Final[float] = 0.5
+#: Step boundaries are drawn up to this many steps (and labelled up to 30).
+_MAX_STEP_LINES: Final[int] = 100
 
 #: Busy blocks are shaded by the share of the block that was really busy (short gaps merged).
 _BUSY_LEVELS: Final[tuple[tuple[float, float, str], ...]] = (
@@ -284,7 +286,7 @@ def timeline_figure(timeline: Timeline, gaps: Sequence[IdleGap], step_labels: bo
                 axes.plot(
                     marks, [0.96] * len(marks), linestyle="none", marker="v", markersize=5, color=SYNC_MARK
                 )
-            for step in timeline.steps:
+            for step in timeline.steps if len(timeline.steps) <= _MAX_STEP_LINES else ():
                 axes.axvline(x(step.start_ns), color=FOREGROUND, alpha=0.45, linewidth=0.7, linestyle="--")
             axes.set_ylim(0, 1.05)
             axes.set_yticks([])
@@ -317,7 +319,7 @@ def timeline_figure(timeline: Timeline, gaps: Sequence[IdleGap], step_labels: bo
             handles.append(
                 Line2D([], [], linestyle="none", marker="v", color=SYNC_MARK, label="host sync call")
             )
-        if timeline.steps:
+        if 0 < len(timeline.steps) <= _MAX_STEP_LINES:
             handles.append(Line2D([], [], color=FOREGROUND, alpha=0.45, linestyle="--", label="step start"))
         figure.legend(handles=handles, loc="outside lower center", ncols=min(4, len(handles)))
     return figure

@@ -268,9 +268,10 @@ def _header_facts(report: Report) -> list[tuple[str, str]]:
     else:
         facts.append(("Steps", "no step markers in the trace"))
     if analysis.devices:
-        span = analysis.span_ns
-        per_device = " summed over GPUs" if len(analysis.devices) > 1 else ""
-        facts.append(("GPU span", f"{format_duration(span)} from first to last GPU activity{per_device}"))
+        # The wall-clock window, as the terminal summary shows it (not the per-GPU sum).
+        window = max(d.last_ns for d in analysis.devices) - min(d.first_ns for d in analysis.devices)
+        across = f" on {len(analysis.devices)} GPUs" if len(analysis.devices) > 1 else ""
+        facts.append(("GPU span", f"{format_duration(window)} from first to last GPU activity{across}"))
     versions = []
     torch_version = getattr(meta, "torch_version", None)  # not every loader version records it
     if isinstance(torch_version, str):
