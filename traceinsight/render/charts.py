@@ -280,9 +280,14 @@ def timeline_figure(timeline: Timeline, gaps: Sequence[IdleGap], step_labels: bo
             for cause in ordered_causes(by_cause):
                 causes_drawn.add(cause)
                 _add_rectangles(axes, by_cause[cause], 0.15, 0.85, cause_color(cause), _IDLE_ALPHA)
-            if device.syncs:
+            # Only calls inside the drawn window: a sync long before the first kernel is not drawn.
+            marks = [
+                x((mark.start_ns + mark.end_ns) / 2)
+                for mark in device.syncs
+                if timeline.start_ns <= mark.end_ns and mark.start_ns <= timeline.end_ns
+            ]
+            if marks:
                 any_sync = True
-                marks = [x((mark.start_ns + mark.end_ns) / 2) for mark in device.syncs]
                 axes.plot(
                     marks, [0.96] * len(marks), linestyle="none", marker="v", markersize=5, color=SYNC_MARK
                 )
