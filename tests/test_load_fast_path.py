@@ -10,7 +10,8 @@ from polars.testing import assert_frame_equal
 
 from traceinsight.analysis import analyze
 from traceinsight.errors import TraceFormatError, TraceUnreadable
-from traceinsight.load import Trace, load_trace, load_trace_reference
+from traceinsight.load import Trace, _trace, load_trace, load_trace_reference
+from traceinsight.load.parallel import Unsplittable, load_parallel
 from traceinsight.load.schema import TABLES
 from traceinsight.render.json_report import report_dict
 from traceinsight.report import Report
@@ -41,6 +42,34 @@ def test_fast_path_equals_reference_tables_and_report(path: Path) -> None:
     assert _report(fast) == _report(reference)
 
 
+@pytest.mark.parametrize("path", ALL_SAMPLES, ids=lambda p: str(p.relative_to(SAMPLES)))
+def test_chunked_two_process_path_equals_reference(path: Path) -> None:
+    """Small runs (256 kB) so every sample is split into many; other layouts must refuse, not guess."""
+    try:
+        loaded = load_parallel(path, None, workers=2, chunk_bytes=256 << 10)
+    except Unsplittable:
+        assert path.name in UNSPLIT_LAYOUTS
+        return
+    _assert_same_trace(_trace(path, loaded.document, loaded.part), load_trace_reference(path))
+
+
+#: Samples whose events do not each start a line with one indentation (compact or mixed writers).
+UNSPLIT_LAYOUTS = {
+    "h100_bert_small_stacks.json.gz",
+    "h100_qwen_inference_stacks.json.gz",
+    "huge_integer_arg.pt.trace.json.gz",
+    "mi300_vllm_graph_replay.json.gz",
+    "rank-0.json.gz",
+    "rank-1.json.gz",
+}
+
+
+def test_forced_workers_fall_back_for_other_layouts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRACEINSIGHT_WORKERS", "2")
+    path = SAMPLES / "two_ranks" / "rank-0.json.gz"
+    _assert_same_trace(load_trace(path), load_trace_reference(path))
+
+
 def test_progress_callback_reports_bytes_and_events() -> None:
     path = SAMPLES / "a100_alexnet_cuda_sync.json.gz"
     calls: list[tuple[int, int, int]] = []
@@ -48,7 +77,11 @@ def test_progress_callback_reports_bytes_and_events() -> None:
     assert calls[-1] == (path.stat().st_size, path.stat().st_size, trace.meta.event_count)
 
 
-def test_truncated_gzip_is_reported_in_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_truncated_gzip_is_reported_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: str
+) -> None:
+    monkeypatch.setenv("TRACEINSIGHT_WORKERS", workers)
     whole = (SAMPLES / "a100_alexnet_cuda_sync.json.gz").read_bytes()
     cut = tmp_path / "cut.json.gz"
     cut.write_bytes(whole[: len(whole) // 2])
@@ -56,7 +89,11 @@ def test_truncated_gzip_is_reported_in_one_line(tmp_path: Path) -> None:
         load_trace(cut)
 
 
-def test_truncated_json_is_reported_in_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_truncated_json_is_reported_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: str
+) -> None:
+    monkeypatch.setenv("TRACEINSIGHT_WORKERS", workers)
     text = gzip.decompress((SAMPLES / "a100_alexnet_cuda_sync.json.gz").read_bytes())
     cut = tmp_path / "cut.json"
     cut.write_bytes(text[: len(text) // 2])

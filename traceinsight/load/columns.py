@@ -12,10 +12,11 @@ tables by category with boolean masks, which keeps file order within each table.
 
 from __future__ import annotations
 
+import struct
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any, Final
 
 import msgspec
@@ -57,6 +58,9 @@ class FastEvent(msgspec.Struct, gc=False):
 
 
 EVENT_LIST: Final = msgspec.json.Decoder(list[FastEvent])
+
+#: Frames between the loader and its workers: chunk index and payload length, little-endian u64.
+HEADER: Final = struct.Struct("<QQ")
 
 
 def from_reference_events(events: Sequence[Event]) -> list[FastEvent]:
@@ -175,81 +179,117 @@ def _external(ext: list[Scalar], legacy: list[Scalar]) -> pl.Series:
     )
 
 
-def chunk_tables(events: list[FastEvent]) -> ChunkTables:
-    """Sort ``events`` into the loader's tables (same rows, order and values as ``build_trace``)."""
-    categories = _category_counts(events)
-    xs = [e for e in events if e.ph == "X"]
-    args: list[FastArgs] = list(map(attrgetter("args"), xs))
+#: ``cat`` → the group of tables its events go to ("ops" splits into cpu_ops and annotations by name).
+_GROUP_OF_CATEGORY: Final[dict[str, str]] = {
+    **{cat: "gpu" for cat in taxonomy.GPU_ACTIVITY_CATEGORIES},
+    **{cat: "runtime" for cat in taxonomy.RUNTIME_CATEGORIES},
+    **{cat: "ops" for cat in taxonomy.CPU_OP_CATEGORIES | taxonomy.ANNOTATION_CATEGORIES},
+    **{cat: "python" for cat in taxonomy.PYTHON_CATEGORIES},
+    **{cat: "gpu_annotations" for cat in taxonomy.GPU_ANNOTATION_CATEGORIES},
+    **{cat: "cuda_sync" for cat in taxonomy.CUDA_SYNC_CATEGORIES},
+}
+
+#: Per group: the event fields and ``args`` fields its tables read.
+_GROUP_FIELDS: Final[dict[str, tuple[str, ...]]] = {
+    "gpu": ("pid", "tid", "external_id", "correlation", "device", "stream", "bytes"),
+    "runtime": ("pid", "tid", "external_id", "correlation"),
+    "ops": ("pid", "tid", "external_id", "call_stack"),
+    "python": ("pid", "tid", "python_id", "python_parent_id"),
+    "gpu_annotations": ("pid", "tid"),
+    "cuda_sync": ("pid", "external_id", "correlation", "device", "stream"),
+}
+
+
+def _pick(items: list[FastEvent], indices: list[int]) -> list[FastEvent]:
+    if not indices:
+        return []
+    if len(indices) == 1:
+        return [items[indices[0]]]
+    return list(itemgetter(*indices)(items))
+
+
+def _group_frame(group: str, events: list[FastEvent], ts: pl.Series, cat: pl.Series) -> pl.DataFrame:
+    """The columns one group of tables needs, for its events only."""
+    args: list[FastArgs] = list(map(attrgetter("args"), events))
 
     def arg(name: str) -> list[Scalar]:
         return list(map(attrgetter(name), args))
 
-    ts, float_time = _times(list(map(attrgetter("ts"), xs)))
-    dur, _ = _times(list(map(attrgetter("dur"), xs)))
-    pid = _ids(list(map(attrgetter("pid"), xs)))
-    tid = _ids(list(map(attrgetter("tid"), xs)))
-    frame = pl.DataFrame(
-        {
-            "cat": _texts(list(map(attrgetter("cat"), xs)), lambda v: v if isinstance(v, str) else ""),
-            "name": _texts(list(map(attrgetter("name"), xs)), _name),
-            "pid": pid,
-            "tid": tid,
-            "ts": ts,
-            "dur": dur.fill_null(0).clip(lower_bound=0),
-            "external_id": _external(arg("external_id"), arg("external_id_legacy")),
-            "correlation": _ids(arg("correlation")),
-            "device_arg": _ids(arg("device")),
-            "stream_arg": _ids(arg("stream")),
-            "bytes": _ids(arg("bytes")),
-            "python_id": _ids(arg("python_id")),
-            "parent_id": _ids(arg("python_parent_id")),
-            "call_stack": _texts(arg("call_stack"), _stack),
-        }
-    )
-    kept = frame.filter(pl.col("ts").is_not_null())
-    float_time = float_time and kept.height > 0
-    kept = kept.with_columns(end=pl.col("ts") + pl.col("dur"))
+    dur, _ = _times(list(map(attrgetter("dur"), events)))
+    dur = dur.fill_null(0).clip(lower_bound=0)
+    columns: dict[str, pl.Series] = {
+        "cat": cat,
+        "name": _texts(list(map(attrgetter("name"), events)), _name),
+        "ts": ts,
+        "dur": dur,
+        "end": ts + dur,
+    }
+    for name in _GROUP_FIELDS[group]:
+        if name in ("pid", "tid"):
+            columns[name] = _ids(list(map(attrgetter(name), events)))
+        elif name == "external_id":
+            columns[name] = _external(arg("external_id"), arg("external_id_legacy"))
+        elif name == "call_stack":
+            columns[name] = _texts(arg("call_stack"), _stack)
+        elif name == "python_parent_id":
+            columns["parent_id"] = _ids(arg(name))
+        else:
+            columns[name] = _ids(arg(name))
+    return pl.DataFrame(columns)
+
+
+def _select(frame: pl.DataFrame, table_schema: pl.Schema, **columns: pl.Expr) -> pl.DataFrame:
+    if columns:
+        frame = frame.with_columns(**columns)
+    return frame.select([pl.col(n).cast(t) for n, t in table_schema.items()])
+
+
+def chunk_tables(events: list[FastEvent]) -> ChunkTables:
+    """Sort ``events`` into the loader's tables (same rows, order and values as ``build_trace``).
+
+    Only ``ph == "X"`` events with a numeric ``ts`` are kept; categories route them to groups with
+    one polars ``replace`` and index lists, and each group's columns are built from its events only.
+    """
+    categories = _category_counts(events)
+    xs = [e for e in events if e.ph == "X"]
+    ts_all, float_time = _times(list(map(attrgetter("ts"), xs)))
+    cats = _texts(list(map(attrgetter("cat"), xs)), lambda v: v if isinstance(v, str) else "")
+    route = cats.replace_strict(_GROUP_OF_CATEGORY, default=None, return_dtype=pl.String)
+    kept = ts_all.is_not_null()
+    origin = ts_all.min()
+    float_time = float_time and bool(kept.any())
+    frames: dict[str, pl.DataFrame] = {}
+    for group in _GROUP_FIELDS:
+        indices = ((route == group) & kept).arg_true()
+        members = _pick(xs, indices.to_list())
+        frames[group] = _group_frame(group, members, ts_all.gather(indices), cats.gather(indices))
+    gpu_kinds = taxonomy.GPU_ACTIVITY_CATEGORIES
     cat, name = pl.col("cat"), pl.col("name")
-    op = cat.is_in(list(taxonomy.CPU_OP_CATEGORIES))
-    legacy_annotation = op & pl.any_horizontal(
+    legacy_annotation = cat.is_in(list(taxonomy.CPU_OP_CATEGORIES)) & pl.any_horizontal(
         [name.str.starts_with(prefix) for prefix in taxonomy.LEGACY_ANNOTATION_PREFIXES]
     )
-    gpu_kinds = taxonomy.GPU_ACTIVITY_CATEGORIES
-
-    def table(mask: pl.Expr, table_schema: pl.Schema, **columns: pl.Expr) -> pl.DataFrame:
-        picked = kept.filter(mask).with_columns(**columns) if columns else kept.filter(mask)
-        return picked.select([pl.col(n).cast(t) for n, t in table_schema.items()])
-
-    gpu_rows = kept.filter(cat.is_in(list(gpu_kinds)))
-    legacy = bool(gpu_rows.height and gpu_rows.get_column("cat").str.slice(0, 1).is_in(["K", "M"]).any())
+    ops = frames["ops"].with_columns(
+        annotation=legacy_annotation | cat.is_in(list(taxonomy.ANNOTATION_CATEGORIES))
+    )
+    gpu = frames["gpu"]
     tables = {
-        "gpu": table(
-            cat.is_in(list(gpu_kinds)),
+        "gpu": _select(
+            gpu,
             schema.GPU_ACTIVITY,
             kind=cat.replace_strict(gpu_kinds, default=None, return_dtype=pl.String),
-            device=pl.coalesce("device_arg", "pid"),
-            stream=pl.coalesce("stream_arg", "tid"),
+            device=pl.coalesce("device", "pid"),
+            stream=pl.coalesce("stream", "tid"),
         ),
-        "runtime": table(cat.is_in(list(taxonomy.RUNTIME_CATEGORIES)), schema.RUNTIME_CALLS),
-        "cpu_ops": table(op & ~legacy_annotation, schema.CPU_OPS),
-        "python": table(cat.is_in(list(taxonomy.PYTHON_CATEGORIES)), schema.PYTHON_FRAMES),
-        "annotations": table(
-            legacy_annotation | cat.is_in(list(taxonomy.ANNOTATION_CATEGORIES)), schema.ANNOTATIONS
+        "runtime": _select(frames["runtime"], schema.RUNTIME_CALLS),
+        "cpu_ops": _select(ops.filter(~pl.col("annotation")), schema.CPU_OPS),
+        "python": _select(frames["python"], schema.PYTHON_FRAMES),
+        "annotations": _select(ops.filter(pl.col("annotation")), schema.ANNOTATIONS),
+        "gpu_annotations": _select(
+            frames["gpu_annotations"], schema.GPU_ANNOTATIONS, device=pl.col("pid"), stream=pl.col("tid")
         ),
-        "gpu_annotations": table(
-            cat.is_in(list(taxonomy.GPU_ANNOTATION_CATEGORIES)),
-            schema.GPU_ANNOTATIONS,
-            device=pl.col("pid"),
-            stream=pl.col("tid"),
-        ),
-        "cuda_sync": table(
-            cat.is_in(list(taxonomy.CUDA_SYNC_CATEGORIES)),
-            schema.CUDA_SYNC,
-            device=pl.coalesce("device_arg", "pid"),
-            stream=pl.col("stream_arg"),
-        ),
+        "cuda_sync": _select(frames["cuda_sync"], schema.CUDA_SYNC, device=pl.coalesce("device", "pid")),
     }
-    origin = kept.get_column("ts").min() if kept.height else None
+    legacy = bool(gpu.height and gpu.get_column("cat").str.slice(0, 1).is_in(["K", "M"]).any())
     return ChunkTables(
         tables=tables,
         event_count=len(events),

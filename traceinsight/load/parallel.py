@@ -1,0 +1,260 @@
+"""Streaming, chunked, two-process decoding for large traces written in Kineto's layout.
+
+Algorithm: the file is read (and gunzipped) in blocks, never whole. Kineto writes every event of
+``traceEvents`` starting on a line ``  {`` (two spaces); a raw newline cannot occur inside a JSON
+string, so ``\\n  {`` is always structure, and cutting there gives runs of whole events. Each run
+goes, as bytes, to one of the worker processes (:mod:`.worker`), which decode it and send back
+compact tables (Arrow IPC); the parent keeps only those. The top-level fields around the array are
+decoded once, from the bytes before and after it.
+
+The split checks itself: a run that is not a comma-separated list of whole events does not decode
+as ``[run]``. Whenever the layout is not recognised (another writer, no events, a truncated file)
+:class:`Unsplittable` sends the caller to the whole-buffer path, which also gives the canonical
+error messages.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import threading
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Final
+
+from traceinsight.errors import TraceInsightError
+from traceinsight.load.columns import HEADER, ChunkTables, from_wire, merge
+from traceinsight.load.decode import TraceDocument
+from traceinsight.load.progress import ProgressCallback
+from traceinsight.load.whole import decode_document
+
+_EVENTS_KEY: Final = re.compile(rb'"traceEvents"\s*:\s*\[')
+READ_BYTES: Final = 4 << 20
+CHUNK_BYTES: Final = 8 << 20
+_HEAD_LIMIT: Final = 64 << 20
+
+
+class Unsplittable(Exception):
+    """The file is not in a layout the splitter handles: use the whole-buffer path."""
+
+
+@dataclass
+class _Frame:
+    head: bytes = b""
+    tail: bytes = b""
+    bare: bool = False
+    file_bytes: int = 0
+
+
+def _blocks(path: Path, frame: _Frame) -> Iterator[bytes]:
+    """The file's uncompressed bytes in blocks (gzip by magic number; concatenated members too)."""
+    with path.open("rb") as stream:
+        first = stream.read(READ_BYTES)
+        frame.file_bytes = len(first)
+        if first[:2] != b"\x1f\x8b":
+            block = first
+            while block:
+                yield block
+                block = stream.read(READ_BYTES)
+                frame.file_bytes += len(block)
+            return
+        inflater = zlib.decompressobj(31)
+        block = first
+        try:
+            while block:
+                while block:
+                    yield inflater.decompress(block)
+                    if inflater.eof:
+                        block = inflater.unused_data
+                        inflater = zlib.decompressobj(31) if block.strip(b"\x00") else inflater
+                        if not block.strip(b"\x00"):
+                            block = b""
+                    else:
+                        block = b""
+                block = stream.read(READ_BYTES)
+                frame.file_bytes += len(block)
+            yield inflater.flush()
+        except zlib.error as exc:
+            raise Unsplittable("corrupt gzip") from exc
+        if not inflater.eof:
+            raise Unsplittable("gzip stream ends early")
+
+
+def _runs(blocks: Iterator[bytes], frame: _Frame, chunk_bytes: int) -> Iterator[bytes]:
+    """Runs of whole events (comma-separated, without brackets), in file order."""
+    buffer = b""
+    position = -1
+    for block in blocks:
+        buffer += block
+        start = buffer.lstrip()[:1]
+        if start == b"[":
+            position, frame.bare = buffer.index(b"[") + 1, True
+        elif start == b"{":
+            match = _EVENTS_KEY.search(buffer)
+            if match is not None:
+                position = match.end()
+            elif len(buffer) > _HEAD_LIMIT:
+                raise Unsplittable("no traceEvents near the start")
+        elif start:
+            raise Unsplittable("not a JSON object or array")
+        if position >= 0:
+            break
+    if position < 0:
+        raise Unsplittable("no events array")
+    frame.head = buffer[:position]
+    rest = buffer[position:]
+    boundary = b""
+    for block in blocks:
+        rest += block
+        if not boundary:
+            boundary = _boundary(rest)
+            if not boundary:
+                continue
+        while len(rest) >= chunk_bytes:
+            cut = rest.rfind(boundary, 1)
+            if cut <= 0:
+                if len(rest) > 8 * chunk_bytes:
+                    raise Unsplittable("no event boundary found")
+                break
+            run = rest[:cut].rstrip()
+            if not run.endswith(b","):
+                raise Unsplittable("events not separated by commas")
+            yield run[:-1]
+            rest = rest[cut:]
+    boundary = boundary or _boundary(rest)
+    end = re.search(re.escape(boundary[:-1] + b"}") + rb"\s*\]", rest) if boundary else None
+    if end is None:
+        raise Unsplittable("the events array does not end as it starts")
+    yield rest[: end.start() + len(boundary)]
+    frame.tail = rest[end.end() :]
+
+
+def _boundary(rest: bytes) -> bytes:
+    """``\\n`` + indentation + ``{`` of the first event, when each event starts its own line.
+
+    Empty while ``rest`` holds only whitespace; :class:`Unsplittable` for any other layout.
+    """
+    body = rest.lstrip()
+    if not body:
+        return b""
+    offset = len(rest) - len(body)
+    line = rest.rfind(b"\n", 0, offset)
+    indent = rest[line + 1 : offset]
+    if body[:1] != b"{" or line < 0 or indent.strip(b" \t"):
+        raise Unsplittable("events do not each start a line")
+    return b"\n" + indent + b"{"
+
+
+class _Pool:
+    """Worker processes fed round-robin; a reader thread per worker collects its results."""
+
+    def __init__(self, count: int) -> None:
+        env = dict(os.environ)
+        package_root = str(Path(__file__).resolve().parent.parent.parent)
+        env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        self.processes = [
+            subprocess.Popen(
+                [sys.executable, "-m", "traceinsight.load.worker"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=env,
+            )
+            for _ in range(count)
+        ]
+        self.results: dict[int, ChunkTables | None] = {}
+        self.events = 0
+        self.failure: BaseException | None = None
+        self.lock = threading.Lock()
+        self.readers = [
+            threading.Thread(target=self._collect, args=(p.stdout,), daemon=True) for p in self.processes
+        ]
+        for reader in self.readers:
+            reader.start()
+
+    def _collect(self, stream: IO[bytes] | None) -> None:
+        assert stream is not None
+        try:
+            while header := stream.read(HEADER.size):
+                index, length = HEADER.unpack(header)
+                payload = stream.read(length)
+                part = from_wire(payload) if length else None
+                with self.lock:
+                    self.results[index] = part
+                    self.events += part.event_count if part else 0
+        except BaseException as exc:  # reported by finish()
+            self.failure = exc
+
+    def submit(self, index: int, run: bytes) -> None:
+        stdin = self.processes[index % len(self.processes)].stdin
+        assert stdin is not None
+        stdin.write(HEADER.pack(index, len(run)))
+        stdin.write(run)
+        stdin.flush()
+
+    def finish(self, expected: int) -> list[ChunkTables]:
+        for process in self.processes:
+            if process.stdin is not None:
+                process.stdin.close()
+        for reader in self.readers:
+            reader.join()
+        for process in self.processes:
+            process.wait()
+        if self.failure is not None or len(self.results) != expected:
+            raise Unsplittable(f"a worker failed: {self.failure!r}")
+        parts = [self.results[i] for i in range(expected)]
+        if any(part is None for part in parts):
+            raise Unsplittable("a run of events is not valid JSON")
+        return [part for part in parts if part is not None]
+
+    def kill(self) -> None:
+        for process in self.processes:
+            process.kill()
+            process.wait()
+
+
+@dataclass
+class Loaded:
+    """What the parallel path produces: the document's fields and the merged tables."""
+
+    document: TraceDocument
+    part: ChunkTables
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+def load_parallel(
+    path: Path,
+    progress: ProgressCallback | None,
+    workers: int = 2,
+    chunk_bytes: int = CHUNK_BYTES,
+) -> Loaded:
+    """Decode ``path`` in runs of events on ``workers`` processes (see the module docstring)."""
+    total = path.stat().st_size
+    frame = _Frame()
+    pool = _Pool(workers)
+    count = 0
+    try:
+        for count, run in enumerate(_runs(_blocks(path, frame), frame, chunk_bytes), start=1):
+            pool.submit(count - 1, run)
+            if progress is not None:
+                progress(frame.file_bytes, total, pool.events)
+        parts = pool.finish(count)
+    except BaseException:
+        pool.kill()
+        raise
+    if frame.bare:
+        if frame.tail.strip():
+            raise Unsplittable("data after the events array")
+        document = TraceDocument(bare_array=True)
+    else:
+        try:
+            document = decode_document(frame.head + b"]" + frame.tail, path)
+        except TraceInsightError as exc:
+            raise Unsplittable(str(exc)) from exc
+    merged = merge(parts)
+    if progress is not None:
+        progress(total, total, merged.event_count)
+    return Loaded(document, merged)
