@@ -210,7 +210,8 @@ def main() -> None:
                         f"{best.peak_tree_mb / mb:.2f}",
                         f"{best.peak_main_mb:.0f}",
                         growth,
-                        "" if best.returncode == 0 else f"exit {best.returncode}",
+                        f"load {os.getloadavg()[0]:.1f}"
+                        + ("" if best.returncode == 0 else f"; exit {best.returncode}"),
                     )
                     rows.append(row)
                     print("  " + " | ".join(row), flush=True)
@@ -224,7 +225,7 @@ def main() -> None:
         "peak / file",
         "main RSS MB",
         "time growth per size",
-        "note",
+        "note (1-min load average of the machine after the run)",
     )
     print()
     print("| " + " | ".join(header) + " |")

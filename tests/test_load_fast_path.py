@@ -12,6 +12,7 @@ from traceinsight.analysis import analyze
 from traceinsight.errors import TraceFormatError, TraceUnreadable
 from traceinsight.load import Trace, _trace, load_trace, load_trace_reference
 from traceinsight.load.parallel import Unsplittable, load_parallel
+from traceinsight.load.progress import terminal_progress
 from traceinsight.load.schema import TABLES
 from traceinsight.render.json_report import report_dict
 from traceinsight.report import Report
@@ -68,6 +69,23 @@ def test_forced_workers_fall_back_for_other_layouts(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("TRACEINSIGHT_WORKERS", "2")
     path = SAMPLES / "two_ranks" / "rank-0.json.gz"
     _assert_same_trace(load_trace(path), load_trace_reference(path))
+
+
+def test_progress_grows_and_ends_once_with_all_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRACEINSIGHT_WORKERS", "2")
+    path = SAMPLES / "v100_resnet50_workers0.pt.trace.json.gz"
+    calls: list[tuple[int, int, int]] = []
+    trace = load_trace(path, progress=lambda done, total, events: calls.append((done, total, events)))
+    size = path.stat().st_size
+    assert len(calls) > 2
+    assert [done for done, _, _ in calls] == sorted(done for done, _, _ in calls)
+    assert all(done < size for done, _, _ in calls[:-1])
+    assert calls[-1] == (size, size, trace.meta.event_count)
+
+
+def test_terminal_progress_is_silent_without_a_terminal() -> None:
+    with terminal_progress() as progress:  # pytest captures stderr: not a TTY
+        assert progress is None
 
 
 def test_progress_callback_reports_bytes_and_events() -> None:

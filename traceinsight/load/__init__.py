@@ -42,7 +42,7 @@ def load_trace(path: Path, progress: ProgressCallback | None = None) -> Trace:
             return _trace(path, loaded.document, loaded.part)
     raw = read_bytes(path)
     if progress is not None:
-        progress(total, total, 0)
+        progress(max(total - 1, 0), total, 0)
     collecting = gc.isenabled()
     gc.disable()
     try:

@@ -34,6 +34,7 @@ from traceinsight.load.whole import decode_document
 
 _EVENTS_KEY: Final = re.compile(rb'"traceEvents"\s*:\s*\[')
 READ_BYTES: Final = 4 << 20
+_GZIP_READ_BYTES: Final = 256 << 10
 CHUNK_BYTES: Final = 8 << 20
 _HEAD_LIMIT: Final = 64 << 20
 
@@ -63,21 +64,27 @@ def _blocks(path: Path, frame: _Frame) -> Iterator[bytes]:
                 frame.file_bytes += len(block)
             return
         inflater = zlib.decompressobj(31)
-        block = first
+        pending = first
         try:
-            while block:
-                while block:
-                    yield inflater.decompress(block)
-                    if inflater.eof:
-                        block = inflater.unused_data
-                        inflater = zlib.decompressobj(31) if block.strip(b"\x00") else inflater
-                        if not block.strip(b"\x00"):
-                            block = b""
-                    else:
-                        block = b""
-                block = stream.read(READ_BYTES)
-                frame.file_bytes += len(block)
-            yield inflater.flush()
+            while True:
+                if not pending:
+                    pending = stream.read(_GZIP_READ_BYTES)
+                    frame.file_bytes += len(pending)
+                    if not pending:
+                        break
+                if inflater.eof:  # another gzip member follows (or padding)
+                    if not pending.strip(b"\x00"):
+                        pending = b""
+                        continue
+                    inflater = zlib.decompressobj(31)
+                # Bounded output: a block of a repetitive trace can inflate 20×.
+                block = inflater.decompress(pending, READ_BYTES)
+                pending = inflater.unused_data if inflater.eof else inflater.unconsumed_tail
+                if block:
+                    yield block
+            block = inflater.flush()
+            if block:
+                yield block
         except zlib.error as exc:
             raise Unsplittable("corrupt gzip") from exc
         if not inflater.eof:
@@ -115,7 +122,7 @@ def _runs(blocks: Iterator[bytes], frame: _Frame, chunk_bytes: int) -> Iterator[
             if not boundary:
                 continue
         while len(rest) >= chunk_bytes:
-            cut = rest.rfind(boundary, 1)
+            cut = rest.find(boundary, chunk_bytes)
             if cut <= 0:
                 if len(rest) > 8 * chunk_bytes:
                     raise Unsplittable("no event boundary found")
@@ -165,7 +172,7 @@ class _Pool:
             )
             for _ in range(count)
         ]
-        self.results: dict[int, ChunkTables | None] = {}
+        self.results: dict[int, bytes] = {}
         self.events = 0
         self.failure: BaseException | None = None
         self.lock = threading.Lock()
@@ -181,10 +188,10 @@ class _Pool:
             while header := stream.read(HEADER.size):
                 index, length = HEADER.unpack(header)
                 payload = stream.read(length)
-                part = from_wire(payload) if length else None
+                count = int.from_bytes(payload[-8:], "little") if length else 0
                 with self.lock:
-                    self.results[index] = part
-                    self.events += part.event_count if part else 0
+                    self.results[index] = payload[:-8]
+                    self.events += count
         except BaseException as exc:  # reported by finish()
             self.failure = exc
 
@@ -205,10 +212,11 @@ class _Pool:
             process.wait()
         if self.failure is not None or len(self.results) != expected:
             raise Unsplittable(f"a worker failed: {self.failure!r}")
-        parts = [self.results[i] for i in range(expected)]
-        if any(part is None for part in parts):
+        if not all(self.results[i] for i in range(expected)):
             raise Unsplittable("a run of events is not valid JSON")
-        return [part for part in parts if part is not None]
+        # Decoded here, one at a time, in the main thread: reader threads would each grow their
+        # own malloc arena, and keeping payloads and frames both alive doubles the peak.
+        return [from_wire(self.results.pop(i)) for i in range(expected)]
 
     def kill(self) -> None:
         for process in self.processes:
@@ -240,7 +248,7 @@ def load_parallel(
         for count, run in enumerate(_runs(_blocks(path, frame), frame, chunk_bytes), start=1):
             pool.submit(count - 1, run)
             if progress is not None:
-                progress(frame.file_bytes, total, pool.events)
+                progress(min(frame.file_bytes, total - 1), total, pool.events)
         parts = pool.finish(count)
     except BaseException:
         pool.kill()

@@ -1,7 +1,8 @@
 """Progress reporting for long loads, without tying the loader to a display library.
 
 The loader calls a :data:`ProgressCallback` with ``(bytes_read, total_bytes, events)``: bytes of
-the file on disk (compressed bytes for ``.json.gz``), and events decoded so far. The CLI passes
+the file on disk (compressed bytes for ``.json.gz``), and events decoded so far. ``bytes_read``
+equals ``total_bytes`` only in the last call, once every event is decoded. The CLI passes
 :func:`terminal_progress`'s callback, a rich progress bar on stderr that stays silent when stderr is
 not a terminal and appears only for loads that take more than a moment.
 """
@@ -29,6 +30,7 @@ def terminal_progress(description: str = "reading trace") -> Iterator[ProgressCa
     if not sys.stderr.isatty():
         yield None
         return
+    from rich.console import Console
     from rich.progress import (
         BarColumn,
         DownloadColumn,
@@ -46,11 +48,10 @@ def terminal_progress(description: str = "reading trace") -> Iterator[ProgressCa
         TextColumn("{task.fields[events]:,} events"),
         TimeRemainingColumn(),
         transient=True,
-        console=None,
+        console=Console(stderr=True),
         redirect_stdout=False,
         redirect_stderr=False,
     )
-    progress.console.stderr = True
     started = time.perf_counter()
     state: dict[str, Any] = {"task": None}
 
@@ -61,6 +62,8 @@ def terminal_progress(description: str = "reading trace") -> Iterator[ProgressCa
             progress.start()
             state["task"] = progress.add_task(description, total=total or None, events=0)
         progress.update(state["task"], completed=done, total=total or None, events=events)
+        if total and done >= total:  # the loader's last call: reading and decoding are done
+            progress.stop()
 
     try:
         yield update

@@ -64,8 +64,10 @@ def main() -> None:
             payload = b""
         else:
             del buffer
-            payload = to_wire(chunk_tables(events))
+            part = chunk_tables(events)
             del events
+            # The event count rides at the end so the parent can show progress without decoding.
+            payload = to_wire(part) + part.event_count.to_bytes(8, "little")
         sink.write(HEADER.pack(index, len(payload)))
         sink.write(payload)
         sink.flush()
