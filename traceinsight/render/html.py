@@ -357,8 +357,8 @@ class HtmlRenderer:
     def context(self, report: Report) -> dict[str, object]:
         """Everything the template shows, computed once (no logic left for the template)."""
         analysis = report.analysis
-        timeline = self.timeline or _carried(analysis, "timeline", Timeline)
-        kernels = self.kernels or _carried(analysis, "kernels", TopKernels)
+        timeline = self.timeline if self.timeline is not None else _carried(analysis, "timeline", Timeline)
+        kernels = self.kernels if self.kernels is not None else _carried(analysis, "kernels", TopKernels)
         span = analysis.span_ns
         findings = [
             FindingView(
@@ -369,6 +369,7 @@ class HtmlRenderer:
             )
             for index, finding in enumerate(report.findings)
         ]
+        source_totals = _source_totals(analysis.idle_gaps)
         gaps_ranked = sorted(analysis.idle_gaps, key=lambda g: (-g.duration_ns, g.device, g.start_ns))
         scores: tuple[Score, ...] = scorecard(report)
         overview = [
@@ -405,8 +406,8 @@ class HtmlRenderer:
             "timeline_missing": analysis.has_gpu and timeline is None,
             "findings": findings,
             "cause_totals": _cause_totals(analysis),
-            "source_totals": _source_totals(analysis.idle_gaps)[:TOP_SOURCES],
-            "source_total_count": len(_source_totals(analysis.idle_gaps)),
+            "source_totals": source_totals[:TOP_SOURCES],
+            "source_total_count": len(source_totals),
             "gaps": gaps_ranked[:TOP_GAPS],
             "gap_count": len(gaps_ranked),
             "gaps_idle_ns": sum(gap.duration_ns for gap in gaps_ranked),
@@ -438,6 +439,7 @@ class HtmlRenderer:
                 "or exposed (no kernel ran meanwhile).",
             ),
             "kernels": kernels,
+            "kernel_rows": kernels.kernels[:TOP_KERNELS] if kernels is not None else (),
             "kernel_totals": dict(kernels.total_ns_by_device) if kernels else {},
             "host_chart": _chart(
                 lambda: charts.host_ops_figure(analysis.host),
