@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from traceinsight.analysis import copies, gpu_time, host, idle_gaps, syncs
+from traceinsight.analysis.kernels import TopKernels, top_kernels
 from traceinsight.analysis.results import (
     CopyGroup,
     DeviceTime,
@@ -14,6 +15,7 @@ from traceinsight.analysis.results import (
     SyncCall,
     SyncHotspot,
 )
+from traceinsight.analysis.timeline import Timeline, timeline
 from traceinsight.load import Trace, TraceMeta
 from traceinsight.thresholds import Thresholds
 
@@ -37,6 +39,8 @@ class Analysis:
     syncs: tuple[SyncCall, ...]
     sync_hotspots: tuple[SyncHotspot, ...]
     host: HostSummary
+    timeline: Timeline  # downsampled busy blocks and sync marks per device, for charts
+    kernels: TopKernels  # kernels by total time
 
     @property
     def span_ns(self) -> int:
@@ -70,4 +74,6 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
         syncs=syncs.sync_calls(calls),
         sync_hotspots=syncs.sync_hotspots(calls, idle_after, iterations),
         host=host.host_summary(trace),
+        timeline=timeline(trace, max_blocks=2000),
+        kernels=top_kernels(trace, top=20),
     )

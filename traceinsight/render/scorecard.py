@@ -78,7 +78,7 @@ def scorecard(report: Report) -> tuple[Score, ...]:
         scores.append(
             Score(
                 "Host syncs / step",
-                f"{per_step:g}",
+                f"{per_step:.3g}",
                 "No host waits in the loop."
                 if per_step == 0
                 else "Each sync stops the host from queueing ahead.",
