@@ -207,3 +207,25 @@ def test_every_sample_analyzes(path: Path) -> None:
     for gap in analysis.idle_gaps:
         assert gap.duration_ns >= 50_000
     assert all(f.savings_ns >= 0 for f in findings)
+
+
+def test_per_step_busy_matches_a_plain_clipped_union() -> None:
+    name = "v100_resnet50_workers0.pt.trace.json.gz"
+    raw = events(name)
+    gpu = [(_exact_ns(e["ts"]), _exact_ns(e["ts"]) + _exact_ns(e["dur"])) for e in raw if e.get("cat") in GPU_CATS]
+    windows = {
+        int(e["name"].split("#")[1]): (_exact_ns(e["ts"]), _exact_ns(e["ts"]) + _exact_ns(e["dur"]))
+        for e in raw
+        if str(e.get("name", "")).startswith("ProfilerStep#")
+    }
+    steps = {step.step: step for step in report(name).analysis.steps}
+    assert sorted(steps) == sorted(windows)
+    first_gpu = min(start for start, _ in gpu)
+    for number, (start, end) in windows.items():
+        clipped = [(max(s, start), min(e, end)) for s, e in gpu if s < end and e > start]
+        step = steps[number]
+        assert step.busy_ns == union_length(clipped)
+        assert step.idle_ns == (end - start) - union_length(clipped)
+        causes = dict(step.idle_by_cause_ns)
+        assert sum(causes.values()) == step.idle_ns
+        assert causes.get("outside-gpu-span", 0) == max(0, min(end, first_gpu) - start)

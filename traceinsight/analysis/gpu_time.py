@@ -77,7 +77,8 @@ def iteration_count(trace: Trace) -> int | None:
 def step_times(trace: Trace, busy: pl.DataFrame, gaps: tuple[IdleGap, ...]) -> tuple[StepTime, ...]:
     """GPU busy, copy and idle-by-cause inside each host step window, per device.
 
-    Idle not covered by a reported gap (stretches shorter than the gap threshold) is ``short-gaps``.
+    Idle not covered by a reported gap (stretches shorter than the gap threshold) is ``short-gaps``;
+    window time before the device's first activity or after its last is ``outside-gpu-span``.
     """
     windows = step_windows(trace)
     if windows.is_empty() or busy.is_empty():
@@ -126,12 +127,22 @@ def step_times(trace: Trace, busy: pl.DataFrame, gaps: tuple[IdleGap, ...]) -> t
     for row in idle_in.iter_rows(named=True):
         causes.setdefault((row["step"], row["device"]), {})[row["cause_kind"]] = row["idle"]
     result = []
+    extent = busy.group_by("device").agg(first=pl.col("start").min(), last=pl.col("end").max())
+    first = dict(zip(extent.get_column("device").to_list(), extent.get_column("first").to_list(), strict=True))
+    last = dict(zip(extent.get_column("device").to_list(), extent.get_column("last").to_list(), strict=True))
     for row in table.iter_rows(named=True):
-        by_cause = causes.get((row["step"], row["device"]), {})
+        by_cause = dict(causes.get((row["step"], row["device"]), {}))
         idle = (row["end"] - row["start"]) - row["busy"]
+        # Window time before the device's first or after its last activity is not a gap between
+        # GPU work: the profile had not reached the GPU yet (or had left it).
+        outside = max(0, min(row["end"], first[row["device"]]) - row["start"]) + max(
+            0, row["end"] - max(row["start"], last[row["device"]])
+        )
+        if outside > 0:
+            by_cause["outside-gpu-span"] = outside
         short = idle - sum(by_cause.values())
         if short > 0:
-            by_cause = {**by_cause, "short-gaps": short}
+            by_cause["short-gaps"] = short
         result.append(
             StepTime(
                 step=row["step"],

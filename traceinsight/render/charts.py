@@ -64,6 +64,7 @@ CAUSE_ORDER: Final[tuple[str, ...]] = (
     "untraced",
     "unknown",
     "short-gaps",
+    "outside-gpu-span",
 )
 CAUSE_COLORS: Final[dict[str, str]] = {
     "dataloader": "#E69F00",
@@ -73,6 +74,7 @@ CAUSE_COLORS: Final[dict[str, str]] = {
     "untraced": "#999933",
     "unknown": "#7F7F7F",
     "short-gaps": "#B8B8B8",
+    "outside-gpu-span": "#E4E4E4",
 }
 #: Plain words for each idle cause kind.
 CAUSE_LABELS: Final[dict[str, str]] = {
@@ -83,6 +85,7 @@ CAUSE_LABELS: Final[dict[str, str]] = {
     "untraced": "host recorded nothing",
     "unknown": "cause not found",
     "short-gaps": "short gaps",
+    "outside-gpu-span": "before first / after last GPU work",
 }
 
 
