@@ -94,19 +94,19 @@ class ChunkTables:
     float_time: bool = False
 
 
-_INT_TYPES: Final = frozenset({int, type(None)})
-_STR_TYPES: Final = frozenset({str, type(None)})
 _INT64_NS_LIMIT: Final = (2**63 - 1) // 1000
 
 
 def _ids(values: list[Scalar]) -> pl.Series:
-    """``_int`` over a column: ids as Int64 (nulls kept)."""
-    if set(map(type, values)) <= _INT_TYPES:
-        try:
-            return pl.Series(values, dtype=pl.Int64)
-        except (TypeError, OverflowError):
-            pass
-    return pl.Series([v if type(v) is int else _int(v) for v in values], dtype=pl.Int64, strict=False)
+    """``_int`` over a column: ids as Int64 (nulls kept).
+
+    polars' strict Int64 construction accepts exactly ints, integral floats and None (what
+    ``_int`` keeps as they are) and raises on anything else, which then goes value by value.
+    """
+    try:
+        return pl.Series(values, dtype=pl.Int64, strict=True)
+    except (TypeError, OverflowError, ValueError, pl.exceptions.PolarsError):
+        return pl.Series([v if type(v) is int else _int(v) for v in values], dtype=pl.Int64, strict=False)
 
 
 def _times(values: list[Scalar]) -> tuple[pl.Series, bool]:
@@ -143,10 +143,18 @@ def _float_us_to_ns(floats: pl.Series) -> pl.Series:
     return whole.cast(pl.Int64) * 1000 + sign * (digits + carry)
 
 
-def _texts(values: list[Scalar], convert: Callable[[Scalar], str | None]) -> pl.Series:
-    if set(map(type, values)) <= ({str} if convert is _name else _STR_TYPES):
-        return pl.Series(values, dtype=pl.String)
-    return pl.Series([convert(v) for v in values], dtype=pl.String)
+def _texts(values: list[Scalar], convert: Callable[[Scalar], str | None], nulls: bool) -> pl.Series:
+    """A text column: strings as they are; other values through ``convert`` (the reference's rule).
+
+    ``nulls`` says whether None stays null (``call_stack``) or must go through ``convert`` too.
+    """
+    try:
+        series = pl.Series(values, dtype=pl.String, strict=True)
+        if nulls or not series.null_count():
+            return series
+    except (TypeError, ValueError, pl.exceptions.PolarsError):
+        pass
+    return pl.Series([v if type(v) is str else convert(v) for v in values], dtype=pl.String)
 
 
 def _name(value: Scalar) -> str:
@@ -167,16 +175,17 @@ def _category_counts(events: list[FastEvent]) -> dict[str, int]:
 
 def _external(ext: list[Scalar], legacy: list[Scalar]) -> pl.Series:
     """``External id``, else the 2021 ``external id``: as the reference picks, then ``_int``."""
-    if set(map(type, ext)) <= _INT_TYPES and set(map(type, legacy)) <= _INT_TYPES:
-        try:
-            return pl.Series(ext, dtype=pl.Int64).fill_null(pl.Series(legacy, dtype=pl.Int64))
-        except (TypeError, OverflowError):
-            pass
-    return pl.Series(
-        [_int(a if a is not None else b) for a, b in zip(ext, legacy, strict=True)],
-        dtype=pl.Int64,
-        strict=False,
-    )
+    try:
+        primary = pl.Series(ext, dtype=pl.Int64, strict=True)
+        if primary.null_count() == 0:
+            return primary
+        return primary.fill_null(pl.Series(legacy, dtype=pl.Int64, strict=True))
+    except (TypeError, OverflowError, ValueError, pl.exceptions.PolarsError):
+        return pl.Series(
+            [_int(a if a is not None else b) for a, b in zip(ext, legacy, strict=True)],
+            dtype=pl.Int64,
+            strict=False,
+        )
 
 
 #: ``cat`` → the group of tables its events go to ("ops" splits into cpu_ops and annotations by name).
@@ -219,7 +228,7 @@ def _group_frame(group: str, events: list[FastEvent], ts: pl.Series, cat: pl.Ser
     dur = dur.fill_null(0).clip(lower_bound=0)
     columns: dict[str, pl.Series] = {
         "cat": cat,
-        "name": _texts(list(map(attrgetter("name"), events)), _name),
+        "name": _texts(list(map(attrgetter("name"), events)), _name, nulls=False),
         "ts": ts,
         "dur": dur,
         "end": ts + dur,
@@ -230,7 +239,7 @@ def _group_frame(group: str, events: list[FastEvent], ts: pl.Series, cat: pl.Ser
         elif name == "external_id":
             columns[name] = _external(arg("external_id"), arg("external_id_legacy"))
         elif name == "call_stack":
-            columns[name] = _texts(arg("call_stack"), _stack)
+            columns[name] = _texts(arg("call_stack"), _stack, nulls=True)
         elif name == "python_parent_id":
             columns["parent_id"] = _ids(arg(name))
         else:
@@ -253,7 +262,7 @@ def chunk_tables(events: list[FastEvent]) -> ChunkTables:
     categories = _category_counts(events)
     xs = [e for e in events if e.ph == "X"]
     ts_all, float_time = _times(list(map(attrgetter("ts"), xs)))
-    cats = _texts(list(map(attrgetter("cat"), xs)), lambda v: v if isinstance(v, str) else "")
+    cats = _texts(list(map(attrgetter("cat"), xs)), lambda v: v if isinstance(v, str) else "", nulls=False)
     route = cats.replace_strict(_GROUP_OF_CATEGORY, default=None, return_dtype=pl.String)
     kept = ts_all.is_not_null()
     origin = ts_all.min()
