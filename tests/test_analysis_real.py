@@ -212,7 +212,11 @@ def test_every_sample_analyzes(path: Path) -> None:
 def test_per_step_busy_matches_a_plain_clipped_union() -> None:
     name = "v100_resnet50_workers0.pt.trace.json.gz"
     raw = events(name)
-    gpu = [(_exact_ns(e["ts"]), _exact_ns(e["ts"]) + _exact_ns(e["dur"])) for e in raw if e.get("cat") in GPU_CATS]
+    gpu = [
+        (_exact_ns(e["ts"]), _exact_ns(e["ts"]) + _exact_ns(e["dur"]))
+        for e in raw
+        if e.get("cat") in GPU_CATS
+    ]
     windows = {
         int(e["name"].split("#")[1]): (_exact_ns(e["ts"]), _exact_ns(e["ts"]) + _exact_ns(e["dur"]))
         for e in raw

@@ -111,7 +111,17 @@ def test_json_file_and_summary_in_order(tmp_path: Path) -> None:
     )
     assert code == 0
     data = json.loads(out.read_text())
-    positions = [stdout.index(word) for word in ("traceinsight", "Scorecard", "Findings", "idle gaps")]
+    sections = (
+        "traceinsight",
+        "Scorecard",
+        "Findings (",
+        "Longest idle gaps",
+        "Sync hot spots",
+        "Copies by kind",
+        "Top kernels",
+        "Busiest host operators",
+    )
+    positions = [stdout.index(word) for word in sections]
     assert positions == sorted(positions)
     # findings are printed worst (largest saving) first, as in the JSON
     rules = [finding["rule"] for finding in data["findings"]]

@@ -128,7 +128,9 @@ def step_times(trace: Trace, busy: pl.DataFrame, gaps: tuple[IdleGap, ...]) -> t
         causes.setdefault((row["step"], row["device"]), {})[row["cause_kind"]] = row["idle"]
     result = []
     extent = busy.group_by("device").agg(first=pl.col("start").min(), last=pl.col("end").max())
-    first = dict(zip(extent.get_column("device").to_list(), extent.get_column("first").to_list(), strict=True))
+    first = dict(
+        zip(extent.get_column("device").to_list(), extent.get_column("first").to_list(), strict=True)
+    )
     last = dict(zip(extent.get_column("device").to_list(), extent.get_column("last").to_list(), strict=True))
     for row in table.iter_rows(named=True):
         by_cause = dict(causes.get((row["step"], row["device"]), {}))

@@ -96,7 +96,12 @@ def enclosing_ops(trace: Trace, points: pl.DataFrame) -> pl.DataFrame:
     Every cpu op on the same thread whose interval contains t, ordered by start (outermost first).
     """
     schema = pl.Schema(
-        {"key": points.schema["key"], "op": pl.String, "innermost": pl.String, "op_chain": pl.String}
+        [
+            ("key", points.schema["key"]),
+            ("op", pl.String()),
+            ("innermost", pl.String()),
+            ("op_chain", pl.String()),
+        ]
     )
     if points.is_empty() or trace.cpu_ops.is_empty():
         return pl.DataFrame(schema=schema)

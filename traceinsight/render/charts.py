@@ -27,6 +27,7 @@ from matplotlib.path import Path as MplPath
 
 from traceinsight.analysis.results import CopyGroup, HostSummary, IdleGap, StepTime, SyncHotspot
 from traceinsight.analysis.timeline import Timeline
+from traceinsight.formatting import format_duration, format_size
 
 if TYPE_CHECKING:
     from matplotlib.typing import RcKeyType
@@ -155,23 +156,6 @@ def _unit(largest_ns: float) -> tuple[float, str]:
     if largest_ns >= 100e3:
         return 1e6, "ms"
     return 1e3, "µs"
-
-
-def _duration(ns: int) -> str:
-    if ns >= 10_000_000_000:
-        return f"{ns / 1e9:,.1f} s"
-    if ns >= 100_000:
-        return f"{ns / 1e6:,.2f} ms"
-    return f"{ns / 1e3:,.1f} µs"
-
-
-def _size(count: int) -> str:
-    value = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
-        value /= 1024
-    return f"{value:,.1f} TiB"
 
 
 def to_svg(figure: Figure, chart_id: str, title: str) -> str:
@@ -397,7 +381,7 @@ def idle_gaps_figure(gaps: Sequence[IdleGap], origin_ns: int, top: int = 15) -> 
         colors = [cause_color(gap.cause_kind) for gap in shown]
         axes.barh(rows, widths, color=colors, height=0.7)
         labels = [
-            f"#{i + 1} at {_duration(gap.start_ns - origin_ns)}"
+            f"#{i + 1} at {format_duration(gap.start_ns - origin_ns)}"
             + (f" · GPU {gap.device}" if multi_device else "")
             for i, gap in enumerate(shown)
         ]
@@ -405,7 +389,9 @@ def idle_gaps_figure(gaps: Sequence[IdleGap], origin_ns: int, top: int = 15) -> 
         axes.invert_yaxis()
         texts = [
             _text(
-                f"{_duration(gap.duration_ns)} · {gap.cause}" + (f" · {gap.source}" if gap.source else ""), 90
+                f"{format_duration(gap.duration_ns)} · {gap.cause}"
+                + (f" · {gap.source}" if gap.source else ""),
+                90,
             )
             for gap in shown
         ]
@@ -482,7 +468,7 @@ def copies_figure(copies: Sequence[CopyGroup], top: int = 10) -> Figure | None:
         ]
         axes.set_yticks(rows, labels)
         axes.invert_yaxis()
-        texts = [f"{_size(g.bytes)} in {g.count:,} cop{'ies' if g.count != 1 else 'y'}" for g in shown]
+        texts = [f"{format_size(g.bytes)} in {g.count:,} cop{'ies' if g.count != 1 else 'y'}" for g in shown]
         _label_bars(axes, list(overlapped + exposed), texts)
         axes.set_xlim(0, max(float((overlapped + exposed).max()), 1e-9) * 1.35)
         axes.set_xlabel(f"copy time ({unit})")
@@ -503,7 +489,7 @@ def host_ops_figure(host: HostSummary) -> Figure | None:
         axes.set_yticks(rows, [_text(name, 60) for name, _, _ in host.top_ops])
         axes.invert_yaxis()
         texts = [
-            f"{_duration(total)} in {count:,} call{'s' if count != 1 else ''}"
+            f"{format_duration(total)} in {count:,} call{'s' if count != 1 else ''}"
             for _, count, total in host.top_ops
         ]
         _label_bars(axes, widths, texts)

@@ -27,6 +27,7 @@ from traceinsight.analysis.kernels import TopKernels
 from traceinsight.analysis.results import IdleGap
 from traceinsight.analysis.timeline import Timeline
 from traceinsight.errors import TraceInsightError
+from traceinsight.formatting import format_duration, format_share, format_size, short_kernel_name
 from traceinsight.render import charts
 from traceinsight.render.scorecard import Score, scorecard
 from traceinsight.report import Report
@@ -92,56 +93,6 @@ def _environment() -> jinja2.Environment:
         kernel_short=short_kernel_name,
     )
     return environment
-
-
-# --- formatting (the units every section uses) ---------------------------------------------------
-
-
-def format_duration(ns: float) -> str:
-    """Nanoseconds as µs below 0.1 ms, ms below 10 s, else seconds."""
-    if abs(ns) >= 10_000_000_000:
-        return f"{ns / 1e9:,.1f} s"
-    if abs(ns) >= 100_000:
-        return f"{ns / 1e6:,.2f} ms"
-    return f"{ns / 1e3:,.1f} µs"
-
-
-def format_size(count: int) -> str:
-    """Bytes in B, KiB, MiB or GiB."""
-    value = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
-        value /= 1024
-    return f"{value:,.1f} GiB"
-
-
-def format_share(value: float | None) -> str:
-    """A ratio as a whole percentage ("—" when unknown), "<1%" for small non-zero shares."""
-    if value is None:
-        return "—"
-    if 0 < value < 0.005:
-        return "<1%"
-    return f"{value:.0%}"
-
-
-def short_kernel_name(name: str, limit: int = 100) -> str:
-    """A kernel name without ``void`` and its parameter list, shortened to ``limit`` characters.
-
-    Template arguments stay: they tell apart the instances of one kernel (the functor of an
-    elementwise kernel, the tile shape of a GEMM).
-    """
-    short = name.removeprefix("void ")
-    depth = 0
-    for index, char in enumerate(short):
-        if char == "<":
-            depth += 1
-        elif char == ">":
-            depth = max(depth - 1, 0)
-        elif char == "(" and depth == 0 and not short.startswith("(anonymous namespace)", index):
-            short = short[:index] if index else short
-            break
-    return short if len(short) <= limit else short[: limit - 1] + "…"
 
 
 # --- source excerpts ---------------------------------------------------------------------------

@@ -13,16 +13,13 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from traceinsight.formatting import format_duration, short_kernel_name
 from traceinsight.render.scorecard import scorecard
 from traceinsight.report import Report
 
 _LEVEL_STYLE = {"good": "green", "warn": "yellow", "bad": "red", "info": "cyan"}
 _SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 _TOP = 5
-
-
-def _ms(ns: int) -> str:
-    return f"{ns / 1e6:,.2f} ms" if ns >= 100_000 else f"{ns / 1000:,.1f} µs"
 
 
 def header_lines(report: Report) -> list[tuple[str, str]]:
@@ -43,7 +40,9 @@ def header_lines(report: Report) -> list[tuple[str, str]]:
         lines.append(
             (
                 "GPU span",
-                _ms(max(d.last_ns for d in analysis.devices) - min(d.first_ns for d in analysis.devices)),
+                format_duration(
+                    max(d.last_ns for d in analysis.devices) - min(d.first_ns for d in analysis.devices)
+                ),
             )
         )
     versions = [
@@ -87,7 +86,7 @@ def renderables(report: Report) -> list[RenderableType]:
             body.add_column()
             for label, value in finding.evidence:
                 body.add_row(label, value)
-            body.add_row("saves up to", _ms(finding.savings_ns))
+            body.add_row("saves up to", format_duration(finding.savings_ns))
             body.add_row("do", finding.advice.summary)
             title = Text.assemble(
                 (f"{index}. [{finding.severity}] ", _SEVERITY_STYLE[finding.severity]), (finding.rule, "bold")
@@ -106,8 +105,8 @@ def renderables(report: Report) -> list[RenderableType]:
         for gap in analysis.idle_gaps[:_TOP]:
             gaps.add_row(
                 str(gap.device),
-                _ms(gap.start_ns - analysis.meta.origin_ns),
-                _ms(gap.duration_ns),
+                format_duration(gap.start_ns - analysis.meta.origin_ns),
+                format_duration(gap.duration_ns),
                 gap.cause,
                 gap.source or "",
             )
@@ -122,12 +121,12 @@ def renderables(report: Report) -> list[RenderableType]:
                 hotspot.op or "",
                 hotspot.source or "",
                 str(hotspot.count),
-                _ms(hotspot.blocked_ns),
-                _ms(hotspot.idle_after_ns),
+                format_duration(hotspot.blocked_ns),
+                format_duration(hotspot.idle_after_ns),
             )
         parts.append(hot)
     if analysis.copies:
-        copies = Table(title="Copies", title_justify="left", show_edge=False)
+        copies = Table(title="Copies by kind", title_justify="left", show_edge=False)
         for column in ("GPU", "kind", "count", "bytes", "time", "overlapped"):
             copies.add_column(column, overflow="fold")
         for group in analysis.copies[:_TOP]:
@@ -137,17 +136,30 @@ def renderables(report: Report) -> list[RenderableType]:
                 group.kind,
                 str(group.count),
                 f"{group.bytes:,}",
-                _ms(group.duration_ns),
+                format_duration(group.duration_ns),
                 f"{share:.0%}",
             )
         parts.append(copies)
+    if analysis.kernels.kernels:
+        kernels = Table(title="Top kernels", title_justify="left", show_edge=False)
+        for column in ("GPU", "kernel", "count", "total", "mean"):
+            kernels.add_column(column, overflow="ellipsis", no_wrap=column == "kernel")
+        for stat in analysis.kernels.kernels[:_TOP]:
+            kernels.add_row(
+                str(stat.device),
+                short_kernel_name(stat.name, 60),
+                str(stat.count),
+                format_duration(stat.total_ns),
+                format_duration(stat.mean_ns),
+            )
+        parts.append(kernels)
     host = analysis.host
-    if not analysis.has_gpu and host.top_ops:
+    if host.top_ops:
         ops = Table(title="Busiest host operators", title_justify="left", show_edge=False)
         for column in ("operator", "count", "total"):
             ops.add_column(column, overflow="fold")
-        for name, count, total in host.top_ops:
-            ops.add_row(name, str(count), _ms(total))
+        for name, count, total in host.top_ops[: len(host.top_ops) if not analysis.has_gpu else _TOP]:
+            ops.add_row(name, str(count), format_duration(total))
         parts.append(ops)
     return parts
 

@@ -7,23 +7,9 @@ from collections.abc import Iterator
 
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.results import SyncHotspot
+from traceinsight.formatting import format_duration, format_size
 from traceinsight.rules import rule
 from traceinsight.rules.findings import Advice, Finding
-
-_MS = 1_000_000
-
-
-def _ms(ns: int) -> str:
-    return f"{ns / _MS:,.2f} ms" if ns >= 100_000 else f"{ns / 1000:,.1f} µs"
-
-
-def _bytes(count: int) -> str:
-    size = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:,.0f} {unit}" if unit == "B" else f"{size:,.1f} {unit}"
-        size /= 1024
-    return f"{size:,.1f} GiB"
 
 
 def severity(analysis: Analysis, savings_ns: int) -> str:
@@ -115,8 +101,8 @@ def sync_in_loop(analysis: Analysis) -> Iterator[Finding]:
             ("operator chain", hotspot.op_chain or "not recorded"),
             ("source", hotspot.source or "not recorded (profile with with_stack=True)"),
             ("count", f"{hotspot.count} ({per_step})"),
-            ("host blocked", _ms(hotspot.blocked_ns)),
-            ("GPU idle right after", _ms(hotspot.idle_after_ns)),
+            ("host blocked", format_duration(hotspot.blocked_ns)),
+            ("GPU idle right after", format_duration(hotspot.idle_after_ns)),
         ]
         yield Finding(
             rule="sync-in-loop",
@@ -156,10 +142,10 @@ def pageable_memcpy(analysis: Analysis) -> Iterator[Finding]:
         yield Finding(
             rule="pageable-memcpy",
             severity=severity(analysis, exposed),
-            title=f"{count} copies from pageable host memory on GPU {device} ({_bytes(total_bytes)})",
+            title=f"{count} copies from pageable host memory on GPU {device} ({format_size(total_bytes)})",
             evidence=tuple(
-                [(kind, f"{n} copies, {_bytes(b)}, {_ms(d)}") for kind, n, b, d, _ in groups]
-                + [("copy time not overlapped with kernels", _ms(exposed))]
+                [(kind, f"{n} copies, {format_size(b)}, {format_duration(d)}") for kind, n, b, d, _ in groups]
+                + [("copy time not overlapped with kernels", format_duration(exposed))]
             ),
             savings_ns=exposed,
             advice=_H2D_ADVICE,
@@ -188,11 +174,11 @@ def blocking_h2d(analysis: Analysis) -> Iterator[Finding]:
     yield Finding(
         rule="blocking-h2d",
         severity=severity(analysis, exposed),
-        title=f"Host-to-device copies stall compute: {ratio:.0%} overlapped, {_ms(exposed)} exposed",
+        title=f"Host-to-device copies stall compute: {ratio:.0%} overlapped, {format_duration(exposed)} exposed",
         evidence=(
-            ("HtoD copies", f"{count} ({_bytes(sum(g.bytes for g in h2d))})"),
-            ("copy time", _ms(duration)),
-            ("overlapped with kernels", f"{_ms(overlapped)} ({ratio:.0%})"),
+            ("HtoD copies", f"{count} ({format_size(sum(g.bytes for g in h2d))})"),
+            ("copy time", format_duration(duration)),
+            ("overlapped with kernels", f"{format_duration(overlapped)} ({ratio:.0%})"),
             ("copies that blocked the host", str(blocked)),
         ),
         savings_ns=exposed,
@@ -228,12 +214,12 @@ def dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
     yield Finding(
         rule="dataloader-stall",
         severity=severity(analysis, idle),
-        title=f"GPU waits {_ms(idle)} for the DataLoader ({idle / span:.0%} of GPU time)"
+        title=f"GPU waits {format_duration(idle)} for the DataLoader ({idle / span:.0%} of GPU time)"
         + (" — loading runs in the training process" if serial else ""),
         evidence=(
             ("idle gaps caused by the DataLoader", str(len(stalls))),
-            ("GPU idle in them", f"{_ms(idle)} ({idle / span:.0%} of the GPU span)"),
-            ("longest", _ms(longest.duration_ns)),
+            ("GPU idle in them", f"{format_duration(idle)} ({idle / span:.0%} of the GPU span)"),
+            ("longest", format_duration(longest.duration_ns)),
             ("iterator", longest.cause),
             ("source", longest.source or "not recorded"),
         ),
@@ -287,10 +273,13 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
         ranked = sorted(by_cause.items(), key=lambda item: -item[1])
         top = ranked[0][0] if ranked else "host-bound"
         evidence = [
-            ("busy", f"{_ms(device.busy_ns)} of {_ms(device.span_ns)} ({device.utilization:.0%})"),
-            ("idle", _ms(device.idle_ns)),
-            (f"idle in gaps ≥ {limits.min_gap_us:g} µs", _ms(in_gaps)),
-        ] + [(f"idle: {cause}", _ms(ns)) for cause, ns in ranked]
+            (
+                "busy",
+                f"{format_duration(device.busy_ns)} of {format_duration(device.span_ns)} ({device.utilization:.0%})",
+            ),
+            ("idle", format_duration(device.idle_ns)),
+            (f"idle in gaps ≥ {limits.min_gap_us:g} µs", format_duration(in_gaps)),
+        ] + [(f"idle: {cause}", format_duration(ns)) for cause, ns in ranked]
         yield Finding(
             rule="low-gpu-utilization",
             severity=severity(analysis, in_gaps),
