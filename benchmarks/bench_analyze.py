@@ -78,6 +78,7 @@ class Run:
     """One measured child process."""
 
     wall_s: float
+    cpu_s: float
     peak_tree_mb: float
     peak_main_mb: float
     returncode: int
@@ -133,7 +134,10 @@ def measure(command: list[str]) -> Run:
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode:
         print(f"    ! {' '.join(command[:4])}... exited {child.returncode}: {stderr.decode()[-400:]}")
-    return Run(wall, peak / 1024, usage.ru_maxrss / 1024, child.returncode)
+    # wait4's usage covers the child and every worker it waited for: CPU time is what the job
+    # costs on a machine that other work shares; wall >= cpu / cores on an idle one.
+    cpu = usage.ru_utime + usage.ru_stime
+    return Run(wall, cpu, peak / 1024, usage.ru_maxrss / 1024, child.returncode)
 
 
 def _analyze_command(trace: Path, out: Path, html: bool) -> list[str]:
@@ -206,6 +210,8 @@ def main() -> None:
                         label,
                         f"{best.wall_s:.2f}",
                         f"{mb / best.wall_s:.0f}",
+                        f"{best.cpu_s:.2f}",
+                        f"{mb / (best.cpu_s / 2):.0f}" if label == "traceinsight" and best.cpu_s else "",
                         f"{best.peak_tree_mb:.0f}",
                         f"{best.peak_tree_mb / mb:.2f}",
                         f"{best.peak_main_mb:.0f}",
@@ -221,6 +227,8 @@ def main() -> None:
         "what",
         "wall s",
         "MB/s",
+        "CPU s",
+        "MB/s if both cores were free (CPU s / 2)",
         "peak MB (tree PSS)",
         "peak / file",
         "main RSS MB",

@@ -168,6 +168,9 @@ class _Pool:
                 [sys.executable, "-m", "traceinsight.load.worker"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
+                # A worker's failure only sends the load to the whole-buffer path: no traceback
+                # reaches the user unless they are debugging.
+                stderr=None if os.environ.get("TRACEINSIGHT_DEBUG") else subprocess.DEVNULL,
                 env=env,
             )
             for _ in range(count)
