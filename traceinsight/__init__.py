@@ -5,6 +5,6 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 # The step API for loops without torch.optim; no-ops outside `traceinsight run`, no torch needed.
-from traceinsight.capture import profile_step, step  # noqa: E402
+from traceinsight.capture import profile_step, step
 
 __all__ = ["__version__", "profile_step", "step"]
