@@ -67,13 +67,20 @@ def analyze(
     ] = _DEFAULTS.low_utilization,
 ) -> None:
     """Measure GPU idle gaps, copy overlap and sync hot spots in TRACE; print a summary, write a report."""
+    from traceinsight.load.progress import terminal_progress
     from traceinsight.pipeline import analyze_and_write
 
     thresholds = Thresholds(min_gap_us=min_gap_us, low_utilization=low_utilization)
     try:
-        analyze_and_write(
-            trace, html=output, json_out=json_out, thresholds=thresholds, write_html=not no_html
-        )
+        with terminal_progress(f"reading {trace.name}") as progress:
+            analyze_and_write(
+                trace,
+                html=output,
+                json_out=json_out,
+                thresholds=thresholds,
+                write_html=not no_html,
+                progress=progress,
+            )
     except TraceInsightError as exc:
         raise fail(str(exc), exc.exit_code) from None
     except MemoryError:

@@ -9,14 +9,18 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
 
 from traceinsight.errors import OutputError
+from traceinsight.load import load_trace
+from traceinsight.load.progress import ProgressCallback
 from traceinsight.render.json_report import JsonRenderer
 from traceinsight.render.terminal import print_summary
-from traceinsight.report import Report, build_report
+from traceinsight.report import Report, report_for
 from traceinsight.thresholds import Thresholds
 
 
@@ -56,6 +60,16 @@ def write_atomically(path: Path, text: str) -> None:
         ) from exc
 
 
+@contextmanager
+def _stage(description: str) -> Iterator[None]:
+    """A spinner on stderr for a step that may take a while; nothing when stderr is not a terminal."""
+    if not sys.stderr.isatty():
+        yield
+        return
+    with Console(stderr=True).status(description, spinner="dots"):
+        yield
+
+
 def render_html(report: Report, source_root: Path) -> str:
     """The self-contained HTML page."""
     from traceinsight.render.html import HtmlRenderer
@@ -71,17 +85,22 @@ def analyze_and_write(
     console: Console | None = None,
     thresholds: Thresholds | None = None,
     write_html: bool = True,
+    progress: ProgressCallback | None = None,
 ) -> Report:
     """Analyze ``trace``; print the terminal summary; write the HTML report (and JSON if asked).
 
     ``json_out`` is a path, or ``"-"`` for stdout (the summary then goes to stderr so stdout stays
-    valid JSON). ``html`` None means the default name in the current folder.
+    valid JSON). ``html`` None means the default name in the current folder. ``progress`` is told
+    how the load advances; the slower steps after it show a spinner when stderr is a terminal.
     """
     html_path = (html if html is not None else default_report_path(trace)) if write_html else None
     for target in (html_path, Path(json_out) if json_out not in (None, "-") else None):
         if target is not None:
             check_writable(target)
-    report = build_report(trace, thresholds)
+    loaded = load_trace(trace, progress=progress)
+    with _stage(f"analyzing {trace.name}"):
+        report = report_for(loaded, thresholds)
+    del loaded
     outputs: list[tuple[str, Path]] = []
     if json_out == "-":
         sys.stdout.write(JsonRenderer().render(report))
@@ -92,7 +111,9 @@ def analyze_and_write(
         write_atomically(json_path, JsonRenderer().render(report))
         outputs.append(("JSON", json_path))
     if html_path is not None:
-        write_atomically(html_path, render_html(report, Path.cwd()))
+        with _stage(f"writing {html_path.name}"):
+            page = render_html(report, Path.cwd())
+        write_atomically(html_path, page)
         outputs.append(("report", html_path))
     print_summary(report, console or Console(), outputs)
     return report

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Protocol
 
 from traceinsight.analysis import Analysis, analyze
-from traceinsight.load import load_trace
+from traceinsight.load import Trace, load_trace
+from traceinsight.load.progress import ProgressCallback
 from traceinsight.rules import evaluate
 from traceinsight.rules.findings import Finding
 from traceinsight.thresholds import Thresholds
@@ -34,7 +35,14 @@ class Renderer(Protocol):
         ...
 
 
-def build_report(trace_path: Path, thresholds: Thresholds | None = None) -> Report:
-    """Load, analyze and evaluate the rules for one trace file."""
-    analysis = analyze(load_trace(trace_path), thresholds)
+def report_for(trace: Trace, thresholds: Thresholds | None = None) -> Report:
+    """Analyze a loaded trace and evaluate the rules on it."""
+    analysis = analyze(trace, thresholds)
     return Report(analysis=analysis, findings=evaluate(analysis))
+
+
+def build_report(
+    trace_path: Path, thresholds: Thresholds | None = None, progress: ProgressCallback | None = None
+) -> Report:
+    """Load, analyze and evaluate the rules for one trace file (``progress`` sees the load)."""
+    return report_for(load_trace(trace_path, progress=progress), thresholds)
