@@ -1,12 +1,10 @@
-"""From bytes to events: read (plain or gzip) and decode only the fields the analyses use.
+"""From bytes to events, the plain way: read (plain or gzip), then stdlib ``json``.
 
-Two decoders produce the same :class:`Event` objects:
-
-- :func:`decode_typed` — msgspec into ``gc=False`` structs, skipping every field we do not read.
-  About 4× faster than generic JSON decoding (see ``PERF_NOTES.md``); used by default.
-- :func:`decode_generic` — stdlib ``json`` into dicts, then coerced field by field. Accepts any
-  value types; used when the typed decoder rejects a file's types, and by the tests as the plain
-  reference the fast path must equal.
+:func:`read_bytes` owns the one-line errors for files that cannot be read (missing, a folder,
+truncated or corrupt gzip, empty). :func:`decode_generic` is the reference decoder: stdlib ``json``
+into dicts, each value coerced leniently into an :class:`Event`. It accepts any value types and is
+what the fast path (:mod:`.whole`, :mod:`.parallel`, :mod:`.columns`) must equal; it is also the
+fallback when the fast decoder rejects a file's types.
 """
 
 from __future__ import annotations
@@ -87,10 +85,6 @@ class TraceDocument(msgspec.Struct, gc=False):
     bare_array: bool = msgspec.field(default=False, name="traceinsight:bare_array")
 
 
-_TYPED_DOCUMENT = msgspec.json.Decoder(TraceDocument)
-_TYPED_ARRAY = msgspec.json.Decoder(list[Event])
-
-
 def read_bytes(path: Path) -> bytes:
     """The trace's uncompressed bytes; gzip is recognised by its magic number, not the name."""
     if not path.exists():
@@ -130,28 +124,6 @@ def _not_a_trace(path: Path, what: str) -> TraceFormatError:
         f"cannot read trace {path}: it is JSON but not a torch.profiler trace ({what}); "
         "pass the file written by export_chrome_trace or tensorboard_trace_handler"
     )
-
-
-def decode_typed(raw: bytes, path: Path) -> tuple[TraceDocument, list[Event]]:
-    """Decode with msgspec structs; falls back to :func:`decode_generic` when types differ."""
-    start = raw.lstrip()[:1]
-    try:
-        if start == b"[":
-            return TraceDocument(bare_array=True), _TYPED_ARRAY.decode(raw)
-        if start == b"{":
-            document = _TYPED_DOCUMENT.decode(raw)
-            if document.traceEvents is None:
-                raise _not_a_trace(path, "no traceEvents list")
-            events, document.traceEvents = document.traceEvents, None
-            return document, events
-    except msgspec.ValidationError:
-        return decode_generic(raw, path)
-    except msgspec.DecodeError as exc:
-        raise _json_error(path, str(exc).removeprefix("JSON is malformed: ")) from exc
-    if start in (b"", b"\x00"):
-        raise _json_error(path, "no JSON text")
-    # Some other JSON value (a number, a string) or not JSON at all: let the generic path say which.
-    return decode_generic(raw, path)
 
 
 def decode_generic(raw: bytes, path: Path) -> tuple[TraceDocument, list[Event]]:

@@ -1,9 +1,8 @@
 """The fast path for one buffer: typed decode of the whole document, then column-wise tables.
 
 Used for small files and for layouts the chunk splitter does not recognise (it is also what each
-worker does to one chunk). Errors and fallbacks are those of
-:func:`traceinsight.load.decode.decode_typed`: malformed JSON is a one-line
-:class:`TraceFormatError`; values of unexpected types go through the lenient stdlib decoder.
+worker does to one chunk). Malformed JSON is a one-line :class:`TraceFormatError`; values of
+unexpected types go through the lenient stdlib decoder (:func:`.decode.decode_generic`).
 """
 
 from __future__ import annotations
