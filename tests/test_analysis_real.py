@@ -233,3 +233,34 @@ def test_per_step_busy_matches_a_plain_clipped_union() -> None:
         causes = dict(step.idle_by_cause_ns)
         assert sum(causes.values()) == step.idle_ns
         assert causes.get("outside-gpu-span", 0) == max(0, min(end, first_gpu) - start)
+
+
+def test_each_sync_is_tied_to_the_copy_it_waits_for() -> None:
+    name = "a100_recsys_rank0.json.gz"
+    raw = events(name)
+    copy_names = {e["args"]["correlation"]: e["name"] for e in raw if e.get("cat") == "gpu_memcpy"}
+    launches: dict[tuple[int, int], list[tuple[float, str]]] = {}
+    for e in raw:
+        if e.get("cat") == "cuda_runtime" and e["name"].startswith("cudaMemcpy"):
+            kind = copy_names.get(e["args"]["correlation"])
+            if kind:
+                launches.setdefault((e["pid"], e["tid"]), []).append((e["ts"] + e["dur"], kind))
+    expected: Counter[str] = Counter()
+    for e in raw:
+        if e.get("name") == "cudaStreamSynchronize":
+            before = [
+                (end, kind)
+                for end, kind in launches.get((e["pid"], e["tid"]), [])
+                if 0 <= e["ts"] - end <= 50
+            ]
+            if before:
+                expected[max(before)[1]] += 1
+    got = Counter(
+        {h.copy: h.count for h in report(name).analysis.sync_hotspots if h.call == "cudaStreamSynchronize"}
+    )
+    assert got == expected
+    assert expected == Counter(
+        {"Memcpy HtoD (Pageable -> Device)": 45, "Memcpy DtoH (Device -> Pageable)": 30}
+    )
+    titles = [f.title for f in report(name).findings if f.rule == "sync-in-loop"]
+    assert any("to the host" in title for title in titles)

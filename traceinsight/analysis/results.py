@@ -121,7 +121,7 @@ class SyncCall:
 
 @dataclass(frozen=True, slots=True)
 class SyncHotspot:
-    """Blocking calls grouped by (call, op, source).
+    """Blocking calls grouped by (call, op, source line, copy waited for).
 
     op is the outermost operator enclosing the call on its thread (the one user code called, e.g.
     ``aten::item``); op_chain lists every enclosing operator, outermost first. idle_after is the
@@ -132,6 +132,8 @@ class SyncHotspot:
     op: str | None
     op_chain: str | None
     source: str | None
+    #: The copy the calls wait for (``Memcpy DtoH (Device -> Pageable)``), when one precedes them.
+    copy: str | None
     count: int
     per_step: float | None
     blocked_ns: int

@@ -19,13 +19,62 @@ def launch_devices(trace: Trace) -> pl.DataFrame:
     )
 
 
-def blocking_calls(trace: Trace) -> pl.DataFrame:
-    """Every host-blocking runtime call with its operators and source line.
+def _copy_before(trace: Trace, calls: pl.DataFrame, window_ns: int) -> pl.DataFrame:
+    """The copy each blocking call waits for → ``key, copy`` (the copy's name).
 
-    Columns: ``key, call, pid, tid, ts, end, dur, op, op_chain, innermost, source``. The op chain is
-    found by time containment on the call's thread (this works in every trace era); when no operator
-    encloses the call, the call's ``External id`` is matched to an operator's, unless it merely
-    repeats the call's own correlation (as 2022-23 traces write it).
+    A synchronous copy call is its own copy (same correlation); otherwise the copy whose host call
+    on the same thread returned at most ``window_ns`` before the blocking call began (the
+    ``cudaMemcpyAsync`` + ``cudaStreamSynchronize`` pair of ``.item()``, ``.cpu()`` or ``.to()``).
+    """
+    copies = trace.gpu.filter(pl.col("kind") == "memcpy").select("correlation", copy="name")
+    launches = (
+        trace.runtime.filter(pl.col("name").str.starts_with(taxonomy.COPY_CALL_PREFIXES[0]))
+        .select("pid", "tid", "correlation", c_end="end")
+        .vstack(
+            trace.runtime.filter(
+                pl.any_horizontal(pl.col("name").str.starts_with(p) for p in taxonomy.COPY_CALL_PREFIXES[1:])
+            ).select("pid", "tid", "correlation", c_end="end")
+        )
+        .join(copies, on="correlation", how="inner")
+        .drop_nulls(["pid", "tid"])
+        .sort("c_end")
+    )
+    own = (
+        calls.select("key", "correlation")
+        .join(copies, on="correlation", how="inner")
+        .select("key", own="copy")
+    )
+    if launches.is_empty():
+        return own.rename({"own": "copy"})
+    before = (
+        calls.select("key", "pid", "tid", "ts")
+        .drop_nulls(["pid", "tid"])
+        .sort("ts")
+        .join_asof(
+            launches.select("pid", "tid", "c_end", "copy"),
+            left_on="ts",
+            right_on="c_end",
+            by=["pid", "tid"],
+            strategy="backward",
+            tolerance=window_ns,
+            check_sortedness=False,  # both sorted above; polars cannot check with `by`
+        )
+        .select("key", "copy")
+    )
+    return (
+        before.join(own, on="key", how="full", coalesce=True)
+        .select("key", copy=pl.coalesce("own", "copy"))
+        .drop_nulls("copy")
+    )
+
+
+def blocking_calls(trace: Trace, copy_window_ns: int = 50_000) -> pl.DataFrame:
+    """Every host-blocking runtime call with its operators, source line and the copy it waits for.
+
+    Columns: ``key, call, pid, tid, ts, end, dur, op, op_chain, innermost, source, copy``. The op
+    chain is found by time containment on the call's thread (this works in every trace era); when no
+    operator encloses the call, the call's ``External id`` is matched to an operator's, unless it
+    merely repeats the call's own correlation (as 2022-23 traces write it).
     """
     calls = (
         trace.runtime.filter(pl.col("name").is_in(list(taxonomy.BLOCKING_CALLS)))
@@ -57,6 +106,7 @@ def blocking_calls(trace: Trace) -> pl.DataFrame:
         )
         .drop("ext_op")
         .join(sources, on="key", how="left")
+        .join(_copy_before(trace, calls, copy_window_ns), on="key", how="left")
         .sort("key")
     )
 
@@ -101,13 +151,13 @@ def sync_calls(calls: pl.DataFrame) -> tuple[SyncCall, ...]:
 def sync_hotspots(
     calls: pl.DataFrame, idle_after: pl.DataFrame, iterations: int | None
 ) -> tuple[SyncHotspot, ...]:
-    """Blocking calls grouped by (call, op, source), ranked by blocked + idle-after time."""
+    """Blocking calls grouped by (call, op, source, copy waited for), ranked by blocked + idle-after time."""
     if calls.is_empty():
         return ()
     table = (
         calls.join(idle_after, on="key", how="left")
         .with_columns(pl.col("idle_after").fill_null(0))
-        .group_by("call", "op", "source", maintain_order=True)
+        .group_by("call", "op", "source", "copy", maintain_order=True)
         .agg(
             op_chain=pl.col("op_chain").mode().sort().first(),
             count=pl.len(),
@@ -123,6 +173,7 @@ def sync_hotspots(
             op=row["op"],
             op_chain=row["op_chain"],
             source=row["source"],
+            copy=row["copy"],
             count=row["count"],
             per_step=row["count"] / iterations if iterations else None,
             blocked_ns=row["blocked"],

@@ -113,6 +113,7 @@ def report_dict(report: Report) -> dict[str, Any]:
                 "op": hotspot.op,
                 "op_chain": hotspot.op_chain,
                 "source": hotspot.source,
+                "copy": hotspot.copy,
                 "count": hotspot.count,
                 "per_step": None if hotspot.per_step is None else round(hotspot.per_step, 4),
                 "blocked_us": _us(hotspot.blocked_ns),

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.results import SyncHotspot
 from traceinsight.formatting import format_duration, format_size
+from traceinsight.load import taxonomy
 from traceinsight.rules import rule
 from traceinsight.rules.findings import Advice, Finding
 
@@ -69,12 +70,15 @@ _GENERIC_SYNC_ADVICE = Advice(
 
 def _sync_advice(hotspot: SyncHotspot) -> tuple[str, Advice]:
     chain = hotspot.op_chain or ""
+    direction = taxonomy.parse_copy_name(hotspot.copy).direction if hotspot.copy else None
     if "is_nonzero" in chain:
         return "a Python `if` on a GPU tensor", _BRANCH_ADVICE
     if "_local_scalar_dense" in chain or "aten::item" in chain:
         return "`.item()` / `print(tensor)` / `float(tensor)`", _ITEM_ADVICE
-    if "aten::copy_" in chain or "aten::to" in chain or "_to_copy" in chain:
-        return "a blocking `.to(device)` / `.cuda()` / `.cpu()` copy", _H2D_ADVICE
+    if direction == "DtoH":
+        return "a copy to the host (`.cpu()`, `.numpy()`, `.to('cpu')`, `.tolist()`)", _CPU_ADVICE
+    if direction == "HtoD" or "aten::copy_" in chain or "aten::to" in chain or "_to_copy" in chain:
+        return "a blocking `.to(device)` / `.cuda()` copy from host memory", _H2D_ADVICE
     if "nonzero" in chain or "masked_select" in chain or "index" in chain:
         return "an op whose output size depends on GPU data", _CPU_ADVICE
     return f"`{hotspot.call}`", _GENERIC_SYNC_ADVICE
@@ -99,6 +103,7 @@ def sync_in_loop(analysis: Analysis) -> Iterator[Finding]:
         evidence = [
             ("call", hotspot.call),
             ("operator chain", hotspot.op_chain or "not recorded"),
+            ("waits for", hotspot.copy or "queued GPU work (no copy right before)"),
             ("source", hotspot.source or "not recorded (profile with with_stack=True)"),
             ("count", f"{hotspot.count} ({per_step})"),
             ("host blocked", format_duration(hotspot.blocked_ns)),
