@@ -6,8 +6,10 @@ after a capture is the same as one made later from the file alone.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
+import threading
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -97,6 +99,10 @@ def analyze_and_write(
     for target in (html_path, Path(json_out) if json_out not in (None, "-") else None):
         if target is not None:
             check_writable(target)
+    if html_path is not None:
+        # matplotlib and jinja2 take ~1 s to import; do it while the trace loads (the loader mostly
+        # waits on its worker processes), not after.
+        threading.Thread(target=importlib.import_module, args=("traceinsight.render.html",), daemon=True).start()
     loaded = load_trace(trace, progress=progress)
     with _stage(f"analyzing {trace.name}"):
         report = report_for(loaded, thresholds)
