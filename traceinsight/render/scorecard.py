@@ -74,17 +74,14 @@ def scorecard(report: Report) -> tuple[Score, ...]:
     sync_count = sum(call.count for call in analysis.syncs)
     if analysis.iterations:
         per_step = sync_count / analysis.iterations
-        level = "good" if per_step == 0 else "warn" if per_step <= 1 else "bad"
-        scores.append(
-            Score(
-                "Host syncs / step",
-                f"{per_step:.3g}",
-                "No host waits in the loop."
-                if per_step == 0
-                else "Each sync stops the host from queueing ahead.",
-                level,
-            )
-        )
+        if per_step == 0:
+            level, verdict = "good", "No host waits in the loop."
+        elif per_step < 1:
+            level, verdict = "good", "Fewer than one per step: not a wait inside the loop."
+        else:
+            level = "warn" if per_step <= 2 else "bad"
+            verdict = "Each sync stops the host from queueing ahead."
+        scores.append(Score("Host syncs / step", f"{per_step:.3g}", verdict, level))
     else:
         scores.append(
             Score(
