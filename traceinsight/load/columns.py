@@ -12,12 +12,13 @@ tables by category with boolean masks, which keeps file order within each table.
 
 from __future__ import annotations
 
+import string
 import struct
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
-from typing import Any, Final
+from typing import Any, ClassVar, Final, Union
 
 import msgspec
 import polars as pl
@@ -57,6 +58,42 @@ class FastEvent(msgspec.Struct, gc=False):
     args: FastArgs = _NO_ARGS
 
 
+class XEvent(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
+    """A complete (``"ph": "X"``) event of the phase-tagged decode: the fields of :class:`FastEvent`."""
+
+    ph: ClassVar[str] = "X"
+    cat: Scalar = None
+    name: Scalar = None
+    pid: Scalar = None
+    tid: Scalar = None
+    ts: Scalar = None
+    dur: Scalar = None
+    args: FastArgs = _NO_ARGS
+
+
+class OtherEvent(msgspec.Struct, gc=False, tag_field="ph"):
+    """An event of any other phase: only ``cat`` (its category is counted; the tables skip it)."""
+
+    ph: ClassVar[str] = ""
+    cat: Scalar = None
+
+
+#: Phases decoded as :class:`OtherEvent` (one subclass per tag): flows, instants, metadata, counters…
+_OTHER_PHASES: Final = tuple(c for c in string.ascii_letters + "()" if c != "X")
+_OTHER_KINDS: Final[tuple[type[msgspec.Struct], ...]] = tuple(
+    msgspec.defstruct(f"Phase_{ord(c)}", [], bases=(OtherEvent,), tag=c, namespace={"ph": c})
+    for c in _OTHER_PHASES
+)
+#: The type of one event in the phase-tagged decode (a tagged union: :class:`XEvent` or a phase).
+PHASED_EVENT: Final[Any] = Union.__getitem__((XEvent, *_OTHER_KINDS))
+
+#: Any event the decoders give.
+AnyEvent = FastEvent | XEvent | OtherEvent
+
+#: The fast decode: events split by phase, non-X events reduced to their category. An unexpected
+#: ``ph`` (missing, not a string, not a known phase) raises ValidationError: decode with
+#: :data:`EVENT_LIST` then.
+PHASED_EVENTS: Final[msgspec.json.Decoder[list[AnyEvent]]] = msgspec.json.Decoder(list[PHASED_EVENT])
 EVENT_LIST: Final = msgspec.json.Decoder(list[FastEvent])
 
 #: Frames between the loader and its workers: chunk index and payload length, little-endian u64.
@@ -122,8 +159,36 @@ def _times(values: list[Scalar]) -> tuple[pl.Series, bool]:
     elif kinds == {float}:
         floats = pl.Series(values, dtype=pl.Float64)
         if floats.is_finite().all() and (floats.abs().max() or 0.0) < 1e16:  # type: ignore[operator]
-            return _float_us_to_ns(floats), True
+            return _float_column_to_ns(floats), True
     return pl.Series([_ns(v) for v in values], dtype=pl.Int64, strict=False), float in kinds
+
+
+#: Below this many µs a float's product by 1000 is within ``1e-12`` relative of its decimal text's.
+_ARITHMETIC_US_LIMIT: Final = 1e9
+
+
+def _float_column_to_ns(floats: pl.Series) -> pl.Series:
+    """:func:`_float_us_to_ns` by arithmetic where that provably gives the same ns, text elsewhere.
+
+    The text path rounds (half away from zero) the shortest decimal ``d`` of ``x`` times 1000. For
+    ``|x| < 1e9``, ``x·1000`` in floats is within ``|x|·2.3e-13`` of ``d·1000`` (half an ulp of
+    ``x``, scaled, plus the product's rounding), so both round to the same integer unless ``x·1000``
+    lies within ``|x|·1e-12`` of a half-integer: those values, and larger ones, take the text path.
+    """
+    if (floats.abs().min() or 0.0) >= _ARITHMETIC_US_LIMIT:  # type: ignore[operator]
+        return _float_us_to_ns(floats)  # epoch-sized times
+    scaled = floats * 1000.0
+    near_half = ((scaled - scaled.floor() - 0.5).abs() <= floats.abs() * 1e-12 + 1e-9) | (
+        floats.abs() >= _ARITHMETIC_US_LIMIT
+    )
+    exact = near_half.sum()
+    if exact == floats.len():
+        return _float_us_to_ns(floats)
+    result = scaled.round(0).cast(pl.Int64)
+    if exact:
+        indices = near_half.arg_true()
+        result = result.scatter(indices, _float_us_to_ns(floats.gather(indices)))
+    return result
 
 
 def _float_us_to_ns(floats: pl.Series) -> pl.Series:
@@ -165,7 +230,7 @@ def _stack(value: Scalar) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _category_counts(events: list[FastEvent]) -> dict[str, int]:
+def _category_counts(events: Sequence[AnyEvent]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for cat, count in Counter(map(attrgetter("cat"), events)).items():
         key = cat if isinstance(cat, str) else ""
@@ -209,7 +274,7 @@ _GROUP_FIELDS: Final[dict[str, tuple[str, ...]]] = {
 }
 
 
-def _pick(items: list[FastEvent], indices: list[int]) -> list[FastEvent]:
+def _pick(items: list[FastEvent | XEvent], indices: list[int]) -> list[FastEvent | XEvent]:
     if not indices:
         return []
     if len(indices) == 1:
@@ -217,7 +282,7 @@ def _pick(items: list[FastEvent], indices: list[int]) -> list[FastEvent]:
     return list(itemgetter(*indices)(items))
 
 
-def _group_frame(group: str, events: list[FastEvent], ts: pl.Series, cat: pl.Series) -> pl.DataFrame:
+def _group_frame(group: str, events: list[FastEvent | XEvent], ts: pl.Series, cat: pl.Series) -> pl.DataFrame:
     """The columns one group of tables needs, for its events only."""
     args: list[FastArgs] = list(map(attrgetter("args"), events))
 
@@ -253,14 +318,14 @@ def _select(frame: pl.DataFrame, table_schema: pl.Schema, **columns: pl.Expr) ->
     return frame.select([pl.col(n).cast(t) for n, t in table_schema.items()])
 
 
-def chunk_tables(events: list[FastEvent]) -> ChunkTables:
+def chunk_tables(events: Sequence[AnyEvent]) -> ChunkTables:
     """Sort ``events`` into the loader's tables (same rows, order and values as ``build_trace``).
 
     Only ``ph == "X"`` events with a numeric ``ts`` are kept; categories route them to groups with
     one polars ``replace`` and index lists, and each group's columns are built from its events only.
     """
     categories = _category_counts(events)
-    xs = [e for e in events if e.ph == "X"]
+    xs: list[FastEvent | XEvent] = [e for e in events if e.ph == "X"]  # type: ignore[misc]
     ts_all, float_time = _times(list(map(attrgetter("ts"), xs)))
     cats = _texts(list(map(attrgetter("cat"), xs)), lambda v: v if isinstance(v, str) else "", nulls=False)
     route = cats.replace_strict(_GROUP_OF_CATEGORY, default=None, return_dtype=pl.String)

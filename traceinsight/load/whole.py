@@ -12,7 +12,14 @@ from typing import Final
 
 import msgspec
 
-from traceinsight.load.columns import EVENT_LIST, FastEvent, from_reference_events
+from traceinsight.load.columns import (
+    EVENT_LIST,
+    PHASED_EVENT,
+    PHASED_EVENTS,
+    AnyEvent,
+    FastEvent,
+    from_reference_events,
+)
 from traceinsight.load.decode import (
     DeviceProperties,
     DistributedInfo,
@@ -37,24 +44,48 @@ class _FastDocument(msgspec.Struct, gc=False):
     with_stack: Scalar = None
 
 
+_PhasedDocument: Final[type[_FastDocument]] = msgspec.defstruct(  # type: ignore[assignment]
+    "_PhasedDocument", [("traceEvents", list[PHASED_EVENT] | None, None)], bases=(_FastDocument,), gc=False
+)
+
+
 _DOCUMENT: Final = msgspec.json.Decoder(_FastDocument)
+_PHASED_DOCUMENT: Final = msgspec.json.Decoder(_PhasedDocument)
 _META_FIELDS: Final = tuple(f for f in _FastDocument.__struct_fields__ if f != "traceEvents")
 
 
-def decode_whole(raw: bytes | bytearray | memoryview, path: Path) -> tuple[TraceDocument, list[FastEvent]]:
-    """The document's metadata and its events, decoded in one pass (see the module docstring)."""
+def decode_whole(raw: bytes | bytearray | memoryview, path: Path) -> tuple[TraceDocument, list[AnyEvent]]:
+    """The document's metadata and its events, decoded in one pass (see the module docstring).
+
+    Events are decoded split by phase (:data:`.columns.PHASED_EVENTS`), else as one struct
+    (:data:`.columns.EVENT_LIST`) when some ``ph`` is unexpected, else by the lenient decoder.
+    """
+    try:
+        return _decode_whole(raw, path, phased=True)
+    except msgspec.ValidationError:
+        pass
+    try:
+        return _decode_whole(raw, path, phased=False)
+    except msgspec.ValidationError:
+        return _generic(raw, path)
+
+
+def _decode_whole(
+    raw: bytes | bytearray | memoryview, path: Path, *, phased: bool
+) -> tuple[TraceDocument, list[AnyEvent]]:
     start = bytes(raw[:64]).lstrip()[:1]
     try:
         if start == b"[":
-            return TraceDocument(bare_array=True), EVENT_LIST.decode(raw)
+            events: list[AnyEvent] = PHASED_EVENTS.decode(raw) if phased else list(EVENT_LIST.decode(raw))
+            return TraceDocument(bare_array=True), events
         if start == b"{":
-            document = _DOCUMENT.decode(raw)
+            document: _FastDocument = (_PHASED_DOCUMENT if phased else _DOCUMENT).decode(raw)
             if document.traceEvents is None:
                 raise _not_a_trace(path, "no traceEvents list")
             meta = TraceDocument(**{f: getattr(document, f) for f in _META_FIELDS})
-            return meta, document.traceEvents
+            return meta, list(document.traceEvents)
     except msgspec.ValidationError:
-        return _generic(raw, path)
+        raise
     except msgspec.DecodeError as exc:
         raise _json_error(path, str(exc).removeprefix("JSON is malformed: ")) from exc
     if start in (b"", b"\x00"):
@@ -62,9 +93,9 @@ def decode_whole(raw: bytes | bytearray | memoryview, path: Path) -> tuple[Trace
     return _generic(raw, path)
 
 
-def _generic(raw: bytes | bytearray | memoryview, path: Path) -> tuple[TraceDocument, list[FastEvent]]:
+def _generic(raw: bytes | bytearray | memoryview, path: Path) -> tuple[TraceDocument, list[AnyEvent]]:
     document, events = decode_generic(bytes(raw), path)
-    return document, from_reference_events(events)
+    return document, list(from_reference_events(events))
 
 
 def decode_document(raw: bytes, path: Path) -> TraceDocument:

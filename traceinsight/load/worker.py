@@ -19,7 +19,8 @@ import msgspec
 from traceinsight.load.columns import (
     EVENT_LIST,
     HEADER,
-    FastEvent,
+    PHASED_EVENTS,
+    AnyEvent,
     chunk_tables,
     from_reference_events,
     to_wire,
@@ -38,13 +39,20 @@ def _read_into(stream: BinaryIO, view: memoryview) -> bool:
     return True
 
 
-def decode_chunk(buffer: bytearray) -> list[FastEvent]:
-    """``[events]`` → events: typed, or through the lenient stdlib decoder when types differ."""
+def decode_chunk(buffer: bytearray) -> list[AnyEvent]:
+    """``[events]`` → events: split by phase, else as one struct when some ``ph`` is unexpected, else
+    through the lenient stdlib decoder when types differ."""
     try:
-        return EVENT_LIST.decode(buffer)
+        return PHASED_EVENTS.decode(buffer)
+    except msgspec.ValidationError:
+        pass
+    try:
+        return list(EVENT_LIST.decode(buffer))
     except msgspec.ValidationError:
         items = json.loads(buffer)
-        return from_reference_events([_event_from_dict(item) for item in items if isinstance(item, dict)])
+        return list(
+            from_reference_events([_event_from_dict(item) for item in items if isinstance(item, dict)])
+        )
 
 
 def main() -> None:
