@@ -238,16 +238,17 @@ def _category_counts(events: Sequence[AnyEvent]) -> dict[str, int]:
     return counts
 
 
-def _external(ext: list[Scalar], legacy: list[Scalar]) -> pl.Series:
-    """``External id``, else the 2021 ``external id``: as the reference picks, then ``_int``."""
+def _external(ext: list[Scalar], legacy_of: Callable[[], list[Scalar]]) -> pl.Series:
+    """``External id``, else the 2021 ``external id`` (``legacy_of()``, only read when some event
+    lacks the first): as the reference picks, then ``_int``."""
     try:
         primary = pl.Series(ext, dtype=pl.Int64, strict=True)
         if primary.null_count() == 0:
             return primary
-        return primary.fill_null(pl.Series(legacy, dtype=pl.Int64, strict=True))
+        return primary.fill_null(pl.Series(legacy_of(), dtype=pl.Int64, strict=True))
     except (TypeError, OverflowError, ValueError, pl.exceptions.PolarsError):
         return pl.Series(
-            [_int(a if a is not None else b) for a, b in zip(ext, legacy, strict=True)],
+            [_int(a if a is not None else b) for a, b in zip(ext, legacy_of(), strict=True)],
             dtype=pl.Int64,
             strict=False,
         )
@@ -302,7 +303,7 @@ def _group_frame(group: str, events: list[FastEvent | XEvent], ts: pl.Series, ca
         if name in ("pid", "tid"):
             columns[name] = _ids(list(map(attrgetter(name), events)))
         elif name == "external_id":
-            columns[name] = _external(arg("external_id"), arg("external_id_legacy"))
+            columns[name] = _external(arg("external_id"), lambda: arg("external_id_legacy"))
         elif name == "call_stack":
             columns[name] = _texts(arg("call_stack"), _stack, nulls=True)
         elif name == "python_parent_id":
@@ -325,7 +326,11 @@ def chunk_tables(events: Sequence[AnyEvent]) -> ChunkTables:
     one polars ``replace`` and index lists, and each group's columns are built from its events only.
     """
     categories = _category_counts(events)
-    xs: list[FastEvent | XEvent] = [e for e in events if e.ph == "X"]  # type: ignore[misc]
+    xs: list[FastEvent | XEvent]
+    if events and type(events[0]) is FastEvent:  # the fallback decode: one struct for every phase
+        xs = [e for e in events if e.ph == "X"]  # type: ignore[misc]
+    else:
+        xs = [e for e in events if type(e) is XEvent]
     ts_all, float_time = _times(list(map(attrgetter("ts"), xs)))
     cats = _texts(list(map(attrgetter("cat"), xs)), lambda v: v if isinstance(v, str) else "", nulls=False)
     route = cats.replace_strict(_GROUP_OF_CATEGORY, default=None, return_dtype=pl.String)
