@@ -194,18 +194,16 @@ def _float_column_to_ns(floats: pl.Series) -> pl.Series:
 def _float_us_to_ns(floats: pl.Series) -> pl.Series:
     """``tables._float_us_to_ns`` for a column: ns from the float's shortest decimal text.
 
-    polars formats a float with the same shortest round-trip digits as Python's ``repr`` (in plain
-    notation, which only differs from ``repr`` below 1e-4, where both give 0 ns, and from 1e16,
-    which the caller leaves to the per-value path). The text splits at the point: whole × 1000 +
-    the first three fraction digits, plus one when the fourth is 5 or more, signed like the whole.
+    polars formats a float with the same shortest round-trip digits as Python's ``repr``, in plain
+    notation from 1e-5 to 1e16 (:func:`_float_column_to_ns` only sends values from 0.0005 on; the
+    caller leaves 1e16 on to the per-value path). The text's whole part is the float truncated
+    (below 2**53 no shortest text rounds into the next integer); the ns are whole × 1000 + the
+    first three fraction digits, plus one when the fourth is 5 or more, signed like the value.
     """
-    parts = floats.cast(pl.String).str.split_exact(".", 1)
-    whole = parts.struct.field("field_0")
-    fraction = parts.struct.field("field_1").fill_null("")
-    sign = whole.str.starts_with("-").cast(pl.Int64) * -2 + 1
-    digits = fraction.str.slice(0, 3).str.pad_end(3, "0").cast(pl.Int64)
-    carry = (fraction.str.slice(3, 1) >= "5").cast(pl.Int64)
-    return whole.cast(pl.Int64) * 1000 + sign * (digits + carry)
+    fraction = floats.cast(pl.String).str.split_exact(".", 1).struct.field("field_1")
+    first_four = fraction.fill_null("").str.pad_end(4, "0").str.slice(0, 4).cast(pl.Int64)
+    sign = (floats < 0).cast(pl.Int64) * -2 + 1
+    return floats.cast(pl.Int64) * 1000 + sign * ((first_four + 5) // 10)
 
 
 def _texts(values: list[Scalar], convert: Callable[[Scalar], str | None], nulls: bool) -> pl.Series:
