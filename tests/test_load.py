@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 from tracebuild import SAMPLES, kernel, read_events, runtime, write_trace
 
-from traceinsight.load import load_trace
+from traceinsight.load import load_trace, load_trace_reference
 
 ALL_SAMPLES = sorted(p for p in SAMPLES.rglob("*.json*"))
 GPU_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
@@ -160,3 +160,16 @@ def test_gzip_written_by_torch_round_trips(tmp_path: Path) -> None:
     plain.write_bytes(gzip.decompress(source.read_bytes()))
     assert load_trace(plain).gpu.equals(load_trace(source).gpu)
     json.loads(plain.read_text())  # the copy is valid JSON
+
+
+@pytest.mark.parametrize(
+    ("times", "kept"),
+    [((1e-7, 2e-6), 2), ((9.5e15, 1.5), 1), ((-5.25, 1.5), 2), ((1.5e3, 1e-9), 2), ((2**63, 1), 1)],
+    ids=["tiny", "beyond-int64-ns-float", "negative", "tiny-duration", "beyond-int64-ns-int"],
+)
+def test_extreme_times_load_like_the_reference(tmp_path: Path, times: tuple[float, float], kept: int) -> None:
+    path = write_trace(tmp_path / "t.json", [kernel(*times), kernel(1.0, 1.0)])
+    fast, plain = load_trace(path), load_trace_reference(path)
+    assert fast.gpu.equals(plain.gpu)
+    # a time that an Int64 of ns cannot hold (after year 2262) drops the event, like a missing time
+    assert fast.gpu.height == kept

@@ -158,7 +158,7 @@ def _times(values: list[Scalar]) -> tuple[pl.Series, bool]:
             pass
     elif kinds == {float}:
         floats = pl.Series(values, dtype=pl.Float64)
-        if floats.is_finite().all() and (floats.abs().max() or 0.0) < 1e16:  # type: ignore[operator]
+        if floats.is_finite().all() and (floats.abs().max() or 0.0) < _INT64_NS_LIMIT:  # type: ignore[operator]
             return _float_column_to_ns(floats), True
     return pl.Series([_ns(v) for v in values], dtype=pl.Int64, strict=False), float in kinds
 

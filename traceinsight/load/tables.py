@@ -94,13 +94,19 @@ def _int(value: Scalar) -> int | None:
     return None
 
 
+_INT64_MAX = 2**63 - 1
+
+
 def _ns(value: Scalar) -> int | None:
-    """Microseconds (int or float) → integer nanoseconds, rounded once."""
+    """Microseconds (int or float) → integer nanoseconds, rounded once; None when not a time or
+    beyond what an Int64 of ns holds (year 2262): such an event is dropped like one without time."""
     if type(value) is int:
-        return value * 1000
-    if type(value) is float:
-        return _float_us_to_ns(value)
-    return None
+        ns = value * 1000
+    elif type(value) is float:
+        ns = _float_us_to_ns(value)
+    else:
+        return None
+    return ns if -_INT64_MAX <= ns <= _INT64_MAX else None
 
 
 def _float_us_to_ns(value: float) -> int:
