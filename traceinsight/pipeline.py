@@ -9,8 +9,8 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-import threading
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
