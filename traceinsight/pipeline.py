@@ -102,7 +102,9 @@ def analyze_and_write(
     if html_path is not None:
         # matplotlib and jinja2 take ~1 s to import; do it while the trace loads (the loader mostly
         # waits on its worker processes), not after.
-        threading.Thread(target=importlib.import_module, args=("traceinsight.render.html",), daemon=True).start()
+        threading.Thread(
+            target=importlib.import_module, args=("traceinsight.render.html",), daemon=True
+        ).start()
     loaded = load_trace(trace, progress=progress)
     with _stage(f"analyzing {trace.name}"):
         report = report_for(loaded, thresholds)
