@@ -24,23 +24,12 @@ import msgspec
 import polars as pl
 
 from traceinsight.load import schema, taxonomy
-from traceinsight.load.decode import Event, Scalar
+from traceinsight.load.decode import Args, Event, Scalar
 from traceinsight.load.tables import _int, _ns
 
-
-class FastArgs(msgspec.Struct, gc=False, frozen=True):
-    """The ``args`` fields analyses read (as :class:`~traceinsight.load.decode.Args`)."""
-
-    external_id: Scalar = msgspec.field(default=None, name="External id")
-    external_id_legacy: Scalar = msgspec.field(default=None, name="external id")
-    correlation: Scalar = None
-    device: Scalar = None
-    stream: Scalar = None
-    bytes: Scalar = None
-    python_id: Scalar = msgspec.field(default=None, name="Python id")
-    python_parent_id: Scalar = msgspec.field(default=None, name="Python parent id")
-    call_stack: Scalar = msgspec.field(default=None, name="Call stack")
-
+#: The ``args`` fields analyses read: the reference path's struct (frozen, so one empty instance
+#: can stand for every missing ``args``).
+FastArgs = Args
 
 _NO_ARGS: Final[FastArgs] = FastArgs()
 

@@ -22,7 +22,7 @@ from traceinsight.errors import TraceFormatError, TraceNotFound, TraceUnreadable
 Scalar = int | float | str | None
 
 
-class Args(msgspec.Struct, gc=False):
+class Args(msgspec.Struct, gc=False, frozen=True):
     """The ``args`` fields analyses read; every other key is skipped while decoding."""
 
     external_id: Scalar = msgspec.field(default=None, name="External id")

@@ -21,9 +21,6 @@ from traceinsight.load.columns import (
     from_reference_events,
 )
 from traceinsight.load.decode import (
-    DeviceProperties,
-    DistributedInfo,
-    Scalar,
     TraceDocument,
     _json_error,
     _not_a_trace,
@@ -31,17 +28,10 @@ from traceinsight.load.decode import (
 )
 
 
-class _FastDocument(msgspec.Struct, gc=False):
-    traceEvents: list[FastEvent] | None = None
-    deviceProperties: list[DeviceProperties] | None = None
-    distributedInfo: DistributedInfo | None = None
-    baseTimeNanoseconds: Scalar = None
-    schemaVersion: Scalar = None
-    traceName: Scalar = None
-    cuda_runtime_version: Scalar = None
-    cuda_driver_version: Scalar = None
-    hip_runtime_version: Scalar = None
-    with_stack: Scalar = None
+class _FastDocument(TraceDocument, gc=False):
+    """The reference document with events decoded into the fast path's structs."""
+
+    traceEvents: list[FastEvent] | None = None  # type: ignore[assignment]
 
 
 _PhasedDocument: Final[type[_FastDocument]] = msgspec.defstruct(  # type: ignore[assignment]
@@ -51,7 +41,9 @@ _PhasedDocument: Final[type[_FastDocument]] = msgspec.defstruct(  # type: ignore
 
 _DOCUMENT: Final = msgspec.json.Decoder(_FastDocument)
 _PHASED_DOCUMENT: Final = msgspec.json.Decoder(_PhasedDocument)
-_META_FIELDS: Final = tuple(f for f in _FastDocument.__struct_fields__ if f != "traceEvents")
+_META_FIELDS: Final = tuple(
+    f for f in _FastDocument.__struct_fields__ if f not in ("traceEvents", "bare_array")
+)
 
 
 def decode_whole(raw: bytes | bytearray | memoryview, path: Path) -> tuple[TraceDocument, list[AnyEvent]]:
