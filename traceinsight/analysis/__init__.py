@@ -52,6 +52,7 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
     """Run every analysis on ``trace``."""
     limits = thresholds or Thresholds()
     busy = gpu_time.busy_intervals(trace)
+    kernels = gpu_time.kernel_intervals(trace)
     gaps = idle_gaps.all_gaps(busy)
     calls = syncs.blocking_calls(trace, round(limits.copy_sync_window_us * 1000))
     iterations = gpu_time.iteration_count(trace)
@@ -59,14 +60,14 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
     idle_after = syncs.idle_after_calls(
         calls, gaps, syncs.launch_devices(trace), round(limits.sync_drain_slack_us * 1000)
     )
-    copy_groups = copies.copy_groups(trace, calls, limits)
+    copy_groups = copies.copy_groups(trace, calls, kernels, limits)
     return Analysis(
         meta=trace.meta,
         thresholds=limits,
         has_gpu=trace.has_gpu_activity,
         iterations=iterations,
         steps_marked=gpu_time.step_windows(trace).height > 0,
-        devices=gpu_time.device_times(trace, busy),
+        devices=gpu_time.device_times(trace, busy, kernels),
         steps=gpu_time.step_times(trace, busy, long_gaps),
         idle_gaps=long_gaps,
         copies=copy_groups,
@@ -74,6 +75,6 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
         syncs=syncs.sync_calls(calls),
         sync_hotspots=syncs.sync_hotspots(calls, idle_after, iterations),
         host=host.host_summary(trace),
-        timeline=timeline(trace, max_blocks=2000),
+        timeline=timeline(trace, max_blocks=2000, busy=busy),
         kernels=top_kernels(trace, top=20),
     )

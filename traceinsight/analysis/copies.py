@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceinsight.analysis.intervals import merge_intervals, overlap_ns
+from traceinsight.analysis.intervals import overlap_ns
 from traceinsight.analysis.results import CopyGroup
 from traceinsight.load import Trace, taxonomy
 from traceinsight.thresholds import Thresholds
 
 
-def copy_groups(trace: Trace, calls: pl.DataFrame, thresholds: Thresholds) -> tuple[CopyGroup, ...]:
+def copy_groups(
+    trace: Trace, calls: pl.DataFrame, kernels: pl.DataFrame, thresholds: Thresholds
+) -> tuple[CopyGroup, ...]:
     """Copies grouped by device and copy name.
 
-    Overlap: each copy is intersected with the union of kernel intervals on its device (any
+    Overlap: each copy is intersected with ``kernels``, the union of kernel intervals on its device (any
     stream), so a copy hidden behind compute counts fully and one on an idle GPU counts zero.
     Blocked host: the copy's host call (same correlation) is synchronous, or either side is pageable
     memory, or a blocking call on the same thread starts within ``copy_sync_window_us`` of its return.
@@ -21,12 +23,10 @@ def copy_groups(trace: Trace, calls: pl.DataFrame, thresholds: Thresholds) -> tu
     copies = trace.gpu.filter(pl.col("kind") == "memcpy").with_row_index("copy")
     if copies.is_empty():
         return ()
-    kernels = merge_intervals(trace.gpu.filter(pl.col("kind") == "kernel"), by="device").select(
-        k_device="device", k_start="start", k_end="end"
-    )
+    kernel_blocks = kernels.select(k_device="device", k_start="start", k_end="end")
     overlapped = (
         copies.select("copy", "device", "ts", "end")
-        .join_where(kernels, pl.col("k_start") < pl.col("end"), pl.col("k_end") > pl.col("ts"))
+        .join_where(kernel_blocks, pl.col("k_start") < pl.col("end"), pl.col("k_end") > pl.col("ts"))
         .filter(pl.col("device") == pl.col("k_device"))
         .group_by("copy")
         .agg(overlapped=overlap_ns("ts", "end", "k_start", "k_end").sum())

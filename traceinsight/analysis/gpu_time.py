@@ -14,7 +14,12 @@ def busy_intervals(trace: Trace) -> pl.DataFrame:
     return merge_intervals(trace.gpu.filter(pl.col("device").is_not_null()), by="device")
 
 
-def device_times(trace: Trace, busy: pl.DataFrame) -> tuple[DeviceTime, ...]:
+def kernel_intervals(trace: Trace) -> pl.DataFrame:
+    """Union of kernel intervals only, per device → ``device, start, end`` (compute time)."""
+    return merge_intervals(trace.gpu.filter(pl.col("kind") == "kernel"), by="device")
+
+
+def device_times(trace: Trace, busy: pl.DataFrame, kernels: pl.DataFrame) -> tuple[DeviceTime, ...]:
     """Busy (interval union), span (first start → last end) and idle per device."""
     if trace.gpu.is_empty():
         return ()
@@ -23,7 +28,6 @@ def device_times(trace: Trace, busy: pl.DataFrame) -> tuple[DeviceTime, ...]:
         first=pl.col("start").min(),
         last=pl.col("end").max(),
     )
-    kernels = merge_intervals(trace.gpu.filter(pl.col("kind") == "kernel"), by="device")
     kernel_busy = kernels.group_by("device").agg(kernel=(pl.col("end") - pl.col("start")).sum())
     copies = trace.gpu.filter(pl.col("kind") == "memcpy").group_by("device").agg(copy=pl.col("dur").sum())
     table = (

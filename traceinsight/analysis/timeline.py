@@ -125,15 +125,16 @@ def _sync_calls_per_device(trace: Trace, devices: list[int]) -> pl.DataFrame:
     return pl.concat([mapped, unmapped.select("device", "start", "end")]).cast(schema)
 
 
-def timeline(trace: Trace, max_blocks: int = 2000) -> Timeline:
+def timeline(trace: Trace, max_blocks: int = 2000, busy: pl.DataFrame | None = None) -> Timeline:
     """The per-device busy timeline with at most ``max_blocks`` blocks (and marks) per device.
 
     See the module docstring for how intervals are merged; ``max_blocks`` must be at least 2.
+    ``busy`` is :func:`busy_intervals` of the trace when the caller has it already.
     """
     if max_blocks < 2:
         raise ValueError("max_blocks must be at least 2")
     origin = trace.meta.origin_ns
-    busy = busy_intervals(trace)
+    busy = busy_intervals(trace) if busy is None else busy
     steps = step_windows(trace)
     bounds: list[int] = [
         value
