@@ -1,4 +1,9 @@
-"""The fast loader equals the plain reference loader on every real sample, table by table and end to end."""
+"""The fast loaders equal the plain reference loader on every real sample, table by table and end to end.
+
+``load_trace`` takes the native scanner when it was built (see ``test_load_native.py``); here both
+that default and the pure-Python paths (``TRACEINSIGHT_NATIVE=0``: msgspec, whole-buffer or in two
+worker processes) are held to the reference.
+"""
 
 from __future__ import annotations
 
@@ -35,8 +40,12 @@ def _assert_same_trace(fast: Trace, reference: Trace) -> None:
         assert_frame_equal(frame, getattr(reference, name), check_exact=True)
 
 
+@pytest.mark.parametrize("native", ["1", "0"], ids=["default", "pure-python"])
 @pytest.mark.parametrize("path", ALL_SAMPLES, ids=lambda p: str(p.relative_to(SAMPLES)))
-def test_fast_path_equals_reference_tables_and_report(path: Path) -> None:
+def test_fast_path_equals_reference_tables_and_report(
+    path: Path, native: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRACEINSIGHT_NATIVE", native)
     reference = load_trace_reference(path)
     fast = load_trace(path)
     _assert_same_trace(fast, reference)
@@ -66,12 +75,14 @@ UNSPLIT_LAYOUTS = {
 
 
 def test_forced_workers_fall_back_for_other_layouts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRACEINSIGHT_NATIVE", "0")
     monkeypatch.setenv("TRACEINSIGHT_WORKERS", "2")
     path = SAMPLES / "two_ranks" / "rank-0.json.gz"
     _assert_same_trace(load_trace(path), load_trace_reference(path))
 
 
 def test_progress_grows_and_ends_once_with_all_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRACEINSIGHT_NATIVE", "0")
     monkeypatch.setenv("TRACEINSIGHT_WORKERS", "2")
     path = SAMPLES / "v100_resnet50_workers0.pt.trace.json.gz"
     calls: list[tuple[int, int, int]] = []
@@ -95,10 +106,11 @@ def test_progress_callback_reports_bytes_and_events() -> None:
     assert calls[-1] == (path.stat().st_size, path.stat().st_size, trace.meta.event_count)
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.parametrize(("native", "workers"), [("1", "0"), ("0", "0"), ("0", "2")])
 def test_truncated_gzip_is_reported_in_one_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native: str, workers: str
 ) -> None:
+    monkeypatch.setenv("TRACEINSIGHT_NATIVE", native)
     monkeypatch.setenv("TRACEINSIGHT_WORKERS", workers)
     whole = (SAMPLES / "a100_alexnet_cuda_sync.json.gz").read_bytes()
     cut = tmp_path / "cut.json.gz"
@@ -107,10 +119,11 @@ def test_truncated_gzip_is_reported_in_one_line(
         load_trace(cut)
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.parametrize(("native", "workers"), [("1", "0"), ("0", "0"), ("0", "2")])
 def test_truncated_json_is_reported_in_one_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native: str, workers: str
 ) -> None:
+    monkeypatch.setenv("TRACEINSIGHT_NATIVE", native)
     monkeypatch.setenv("TRACEINSIGHT_WORKERS", workers)
     text = gzip.decompress((SAMPLES / "a100_alexnet_cuda_sync.json.gz").read_bytes())
     cut = tmp_path / "cut.json"

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from traceinsight.errors import TraceInsightError
+from traceinsight.load import native
 from traceinsight.load.columns import ChunkTables, chunk_tables
 from traceinsight.load.decode import TraceDocument, decode_generic, read_bytes
 from traceinsight.load.parallel import Unsplittable, load_parallel
@@ -32,6 +33,13 @@ def load_trace(path: Path, progress: ProgressCallback | None = None) -> Trace:
     any file that cannot be read or is not a trace.
     """
     total = path.stat().st_size if path.is_file() else 0
+    if native.AVAILABLE and os.environ.get("TRACEINSIGHT_NATIVE", "1") != "0" and total:
+        try:
+            loaded = native.load_native(path, progress)
+        except (native.Unavailable, OSError):
+            pass  # an unusual or damaged file: the Python paths read it or word the error
+        else:
+            return _trace(path, loaded.document, loaded.part)
     workers = _worker_count(path, total)
     if workers:
         try:

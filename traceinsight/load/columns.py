@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
-from typing import Any, ClassVar, Final, Union
+from typing import Any, ClassVar, Final, Union, cast
 
 import msgspec
 import polars as pl
@@ -141,7 +141,8 @@ def _times(values: list[Scalar]) -> tuple[pl.Series, bool]:
     if kinds <= {int}:
         try:
             series = pl.Series(values, dtype=pl.Int64)
-            if series.len() == 0 or (series.abs().max() or 0) <= _INT64_NS_LIMIT:  # type: ignore[operator]
+            low, high = cast("int | None", series.min()) or 0, cast("int | None", series.max()) or 0
+            if low >= -_INT64_NS_LIMIT and high <= _INT64_NS_LIMIT:
                 return series * 1000, False
         except (TypeError, OverflowError):
             pass
@@ -154,6 +155,12 @@ def _times(values: list[Scalar]) -> tuple[pl.Series, bool]:
 
 #: Below this many µs a float's product by 1000 is within ``1e-12`` relative of its decimal text's.
 _ARITHMETIC_US_LIMIT: Final = 1e9
+
+
+def end_ns(ts: pl.Series, dur: pl.Series) -> pl.Series:
+    """``ts + dur`` (``dur >= 0``), null where the sum leaves Int64 (the reference's big int)."""
+    end = ts + dur
+    return end.set(end < ts, None)
 
 
 def _float_column_to_ns(floats: pl.Series) -> pl.Series:
@@ -284,7 +291,7 @@ def _group_frame(group: str, events: list[FastEvent | XEvent], ts: pl.Series, ca
         "name": _texts(list(map(attrgetter("name"), events)), _name, nulls=False),
         "ts": ts,
         "dur": dur,
-        "end": ts + dur,
+        "end": end_ns(ts, dur),
     }
     for name in _GROUP_FIELDS[group]:
         if name in ("pid", "tid"):
@@ -329,6 +336,20 @@ def chunk_tables(events: Sequence[AnyEvent]) -> ChunkTables:
         indices = ((route == group) & kept).arg_true()
         members = _pick(xs, indices.to_list())
         frames[group] = _group_frame(group, members, ts_all.gather(indices), cats.gather(indices))
+    tables, legacy = assemble(frames)
+    return ChunkTables(
+        tables=tables,
+        event_count=len(events),
+        categories=categories,
+        origin=origin,  # type: ignore[arg-type]
+        legacy=legacy,
+        float_time=float_time,
+    )
+
+
+def assemble(frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame], bool]:
+    """Group frames (``cat``, ``name``, times and the group's id columns; extra columns are ignored)
+    → the loader's tables, and whether GPU categories are the 2021 capitalised ones."""
     gpu_kinds = taxonomy.GPU_ACTIVITY_CATEGORIES
     cat, name = pl.col("cat"), pl.col("name")
     legacy_annotation = cat.is_in(list(taxonomy.CPU_OP_CATEGORIES)) & pl.any_horizontal(
@@ -356,14 +377,7 @@ def chunk_tables(events: Sequence[AnyEvent]) -> ChunkTables:
         "cuda_sync": _select(frames["cuda_sync"], schema.CUDA_SYNC, device=pl.coalesce("device", "pid")),
     }
     legacy = bool(gpu.height and gpu.get_column("cat").str.slice(0, 1).is_in(["K", "M"]).any())
-    return ChunkTables(
-        tables=tables,
-        event_count=len(events),
-        categories=categories,
-        origin=origin,  # type: ignore[arg-type]
-        legacy=legacy,
-        float_time=float_time,
-    )
+    return tables, legacy
 
 
 def merge(parts: Sequence[ChunkTables]) -> ChunkTables:

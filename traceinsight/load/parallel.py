@@ -51,16 +51,17 @@ class _Frame:
     file_bytes: int = 0
 
 
-def _blocks(path: Path, frame: _Frame) -> Iterator[bytes]:
-    """The file's uncompressed bytes in blocks (gzip by magic number; concatenated members too)."""
+def _blocks(path: Path, frame: _Frame, size: int = READ_BYTES) -> Iterator[bytes]:
+    """The file's uncompressed bytes in blocks of about ``size`` (gzip by magic number; concatenated
+    members too)."""
     with path.open("rb") as stream:
-        first = stream.read(READ_BYTES)
+        first = stream.read(size)
         frame.file_bytes = len(first)
         if first[:2] != b"\x1f\x8b":
             block = first
             while block:
                 yield block
-                block = stream.read(READ_BYTES)
+                block = stream.read(size)
                 frame.file_bytes += len(block)
             return
         inflater = zlib.decompressobj(31)
@@ -78,7 +79,7 @@ def _blocks(path: Path, frame: _Frame) -> Iterator[bytes]:
                         continue
                     inflater = zlib.decompressobj(31)
                 # Bounded output: a block of a repetitive trace can inflate 20×.
-                block = inflater.decompress(pending, READ_BYTES)
+                block = inflater.decompress(pending, size)
                 pending = inflater.unused_data if inflater.eof else inflater.unconsumed_tail
                 if block:
                     yield block

@@ -7,6 +7,7 @@ unexpected types go through the lenient stdlib decoder (:func:`.decode.decode_ge
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Final
 
@@ -79,10 +80,24 @@ def _decode_whole(
     except msgspec.ValidationError:
         raise
     except msgspec.DecodeError as exc:
+        if _python_json_extension_at(raw, str(exc)):
+            return _generic(raw, path)  # NaN/Infinity: stdlib json (the reference) reads them
         raise _json_error(path, str(exc).removeprefix("JSON is malformed: ")) from exc
     if start in (b"", b"\x00"):
         raise _json_error(path, "no JSON text")
     return _generic(raw, path)
+
+
+_AT_BYTE: Final = re.compile(r"\(byte (\d+)\)")
+
+
+def _python_json_extension_at(raw: bytes | bytearray | memoryview, message: str) -> bool:
+    """Whether msgspec stopped at ``NaN``/``Infinity``/``-Infinity``, which Python's json writes."""
+    match = _AT_BYTE.search(message)
+    if match is None:
+        return False
+    at = int(match.group(1))
+    return bytes(raw[at : at + 9]).startswith((b"NaN", b"Infinity", b"-Infinity"))
 
 
 def _generic(raw: bytes | bytearray | memoryview, path: Path) -> tuple[TraceDocument, list[AnyEvent]]:

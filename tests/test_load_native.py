@@ -1,0 +1,316 @@
+"""The native loader (C scanner + column-wise tables) equals the plain reference loader.
+
+Real samples, the same samples cut into tiny blocks (so events straddle every kind of boundary),
+and seeded random traces that put every JSON value type, escape and number form into every field
+the loader reads. What the scanner must refuse (NaN, escaped keys, ints beyond int64 in a field the
+tables use, invalid JSON) is checked to fall back to the Python path with the reference's result.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import random
+from pathlib import Path
+
+import pytest
+from polars.testing import assert_frame_equal
+
+from traceinsight.errors import TraceFormatError
+from traceinsight.load import Trace, _trace, load_trace, load_trace_reference, native
+from traceinsight.load.schema import TABLES
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
+ALL_SAMPLES = sorted(SAMPLES.rglob("*.json*"))
+
+needs_native = pytest.mark.skipif(
+    not native.AVAILABLE and not os.environ.get("CI"), reason="the C scanner was not built here"
+)
+
+
+def test_the_scanner_is_built_on_ci() -> None:
+    """CI compiles the scanner (gcc is there); a silent fallback to pure Python would hide a break."""
+    if os.environ.get("CI"):
+        assert native.AVAILABLE, "CI is set but traceinsight.load._scan was not built"
+
+
+def _same(fast: Trace, reference: Trace) -> None:
+    assert fast.meta == reference.meta
+    for name, table_schema in TABLES.items():
+        frame = getattr(fast, name)
+        assert frame.schema == table_schema, name
+        assert_frame_equal(frame, getattr(reference, name), check_exact=True)
+
+
+def _native(path: Path) -> Trace:
+    loaded = native.load_native(path, None)
+    return _trace(path, loaded.document, loaded.part)
+
+
+@needs_native
+@pytest.mark.parametrize("path", ALL_SAMPLES, ids=lambda p: str(p.relative_to(SAMPLES)))
+def test_native_path_reads_every_sample_like_the_reference(path: Path) -> None:
+    _same(_native(path), load_trace_reference(path))
+
+
+@needs_native
+@pytest.mark.parametrize("block", [5, 1 << 16])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "a100_recsys_rank0.json.gz",
+        "v100_ddp_ns_timestamps.pt.trace.json.gz",
+        "h100_bert_small_stacks.json.gz",
+    ],
+)
+def test_tiny_blocks_split_events_anywhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, block: int
+) -> None:
+    path = SAMPLES / name
+    if block < 64:  # byte-sized blocks: only the first 30 kB of events, to keep the test quick
+        text = gzip.decompress(path.read_bytes())
+        cut = text.find(b"},", 30_000)
+        path = tmp_path / "head.json"
+        path.write_bytes(text[: cut + 1] + b"]}")
+    monkeypatch.setattr(native, "BLOCK_BYTES", block)
+    _same(_native(path), load_trace_reference(path))
+
+
+# ----------------------------------------------------------------------------- random traces --
+
+_CATEGORIES = [
+    "kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "cpu_op", "user_annotation",
+    "gpu_user_annotation", "python_function", "cuda_sync", "Kernel", "Memcpy", "Runtime", "Operator",
+    "fwdbwd", "ac2g", "Trace",
+]  # fmt: skip
+_NAMES = [
+    "aten::mm", "ProfilerStep#3", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+    "cudaLaunchKernel", "cudaStreamSynchronize", "Memcpy HtoD (Pageable -> Device)",
+    'void k<float, "q">(int)', "naïve ✓ kernel", "tab\tand\nnewline", "emoji 🚀", "back\\slash", "",
+]  # fmt: skip
+
+
+def _number_text(rng: random.Random) -> str:
+    """Numbers in every form the profiler or another writer might print."""
+    kind = rng.randrange(12)
+    if kind == 0:
+        return str(rng.randrange(-(10**6), 10**16))
+    if kind == 1:  # epoch µs with one to three decimals (17-20 significant digits)
+        return f"{rng.randrange(1_600_000_000_000_000, 1_800_000_000_000_000)}.{rng.randrange(1000):0{rng.randint(1, 3)}d}"
+    if kind == 2:  # repr of an epoch float: 16-17 digits, ties among them
+        return repr(
+            rng.randrange(1_600_000_000_000_000, 1_800_000_000_000_000) + rng.choice([0.25, 0.5, 0.75, 0.0])
+        )
+    if kind == 3:
+        return repr(rng.uniform(-1e6, 1e9))
+    if kind == 4:
+        return f"{rng.uniform(0, 1e4):.{rng.randint(0, 9)}f}"
+    if kind == 5:
+        return f"{rng.uniform(-1e3, 1e3):.{rng.randint(1, 17)}e}"
+    if kind == 6:
+        return rng.choice(["0", "-0", "0.0", "-0.0", "1E2", "1e-7", "0.0005", "0.00049", "9.9995", "1.0000"])
+    if kind == 7:  # values at the scanner's limits
+        return rng.choice(
+            ["9223372036854775807", "-9223372036854775808", "9007199254740993", "8999999999999999.5",
+             "9000000000000001.25", "1e16", "123456789012345678.9", "0.000123456789012345678"]
+        )  # fmt: skip
+    if kind == 8:
+        return repr(rng.random() * 10 ** rng.randint(-6, 15))
+    if kind == 9:
+        return f"{rng.randrange(10**15, 10**16)}.{rng.randrange(10)}"
+    if kind == 10:
+        return str(rng.randrange(-(2**63), 2**63))
+    return f"{rng.randrange(10**12)}.{rng.randrange(10**6):06d}"
+
+
+def _value(rng: random.Random, *, ids: bool = False) -> str:
+    kind = rng.randrange(10)
+    if kind < 4:
+        return _number_text(rng)
+    if kind < 6:
+        if ids:
+            return json.dumps(rng.choice(["12", "stream 7", "-3", "0x1f", "0xzz", "7.5", "abc", ""]))
+        return json.dumps(rng.choice(_NAMES), ensure_ascii=rng.random() < 0.5)
+    return rng.choice(["null", "true", "false", "[]", '[1, {"a": [2]}]', '{"x": {"y": null}}'])
+
+
+def _event(rng: random.Random) -> str:
+    fields: list[tuple[str, str]] = []
+    if rng.random() < 0.95:
+        fields.append(
+            ("ph", json.dumps("X" if rng.random() < 0.8 else rng.choice(["f", "s", "i", "M", "x"])))
+        )
+    if rng.random() < 0.95:
+        fields.append(("cat", json.dumps(rng.choice(_CATEGORIES)) if rng.random() < 0.9 else _value(rng)))
+    fields.append(
+        ("name", json.dumps(rng.choice(_NAMES), ensure_ascii=False) if rng.random() < 0.9 else _value(rng))
+    )
+    for key in ("pid", "tid"):
+        if rng.random() < 0.95:
+            fields.append((key, str(rng.randrange(4)) if rng.random() < 0.8 else _value(rng, ids=True)))
+    for key in ("ts", "dur"):
+        if rng.random() < 0.97:
+            fields.append((key, _number_text(rng) if rng.random() < 0.9 else _value(rng)))
+    if rng.random() < 0.8:
+        args = []
+        for key in ("External id", "external id", "correlation", "device", "stream", "bytes", "Python id",
+                    "Python parent id", "Call stack", "Comms Id", "Input Dims"):  # fmt: skip
+            if rng.random() < 0.4:
+                value = (
+                    str(rng.randrange(10**6))
+                    if rng.random() < 0.7
+                    else ("18446744073709551616" if key == "Comms Id" else _value(rng, ids=True))
+                )
+                args.append(f"{json.dumps(key)}: {value}")
+        fields.append(("args", "{" + ", ".join(args) + "}" if rng.random() < 0.95 else _value(rng)))
+    if rng.random() < 0.05 and fields:  # a duplicate key: the last one wins, as in a dict
+        key, _ = rng.choice(fields)
+        fields.append((key, _value(rng)))
+    rng.shuffle(fields)
+    sep = rng.choice([", ", ",", ",\n    "])
+    return "{" + sep.join(f'"{k}": {v}' for k, v in fields) + "}"
+
+
+def _trace_text(rng: random.Random, events: int) -> str:
+    body = [_event(rng) for _ in range(events)]
+    layout = rng.randrange(3)
+    joined = (",\n  " if layout == 0 else ",\n" if layout == 1 else ",").join(body)
+    meta = '"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "G"}], "baseTimeNanoseconds": 17'
+    if rng.random() < 0.2:
+        return "[" + joined + "]"
+    if rng.random() < 0.5:
+        return "{" + meta + ', "traceEvents": [\n  ' + joined + '\n], "traceName": "t"}'
+    return '{"traceEvents": [' + joined + "], " + meta + "}"
+
+
+@needs_native
+@pytest.mark.parametrize("seed", range(40))
+def test_random_traces_read_like_the_reference(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    rng = random.Random(seed)
+    path = tmp_path / "random.json"
+    path.write_text(_trace_text(rng, rng.randint(0, 200)), encoding="utf-8")
+    monkeypatch.setattr(native, "BLOCK_BYTES", rng.choice([7, 200, 4096, 1 << 20]))
+    reference = load_trace_reference(path)
+    try:
+        fast = _native(path)
+    except native.Unavailable:
+        fast = load_trace(path)  # refused: the Python path must then give the same
+    _same(fast, reference)
+
+
+@needs_native
+def test_random_traces_mostly_take_the_native_path(tmp_path: Path) -> None:
+    """The refusals above are the exception: a generator change must not turn the test vacuous."""
+    taken = 0
+    for seed in range(40):
+        rng = random.Random(seed)
+        path = tmp_path / f"r{seed}.json"
+        path.write_text(_trace_text(rng, rng.randint(0, 200)), encoding="utf-8")
+        try:
+            native.load_native(path, None)
+            taken += 1
+        except native.Unavailable:
+            pass
+    assert taken >= 30
+
+
+# ------------------------------------------------------------------------ refusals, errors --
+
+_REFUSED = {
+    "NaN time": '{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": NaN, "dur": 1}',
+    "escaped key": '{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "\\u0074s": 5, "dur": 1}',
+    "huge kept int": '{"ph": "X", "cat": "kernel", "name": "k", "pid": 1, "tid": 1, "ts": 5, "dur": 1,'
+    ' "args": {"correlation": 99999999999999999999}}',
+    "non-object event": '7, {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 5, "dur": 1}',
+    "overflowing float": '{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1e999, "dur": 1}',
+}
+
+
+@needs_native
+@pytest.mark.parametrize("case", sorted(_REFUSED))
+def test_refused_inputs_fall_back_to_the_same_tables(tmp_path: Path, case: str) -> None:
+    path = tmp_path / "odd.json"
+    path.write_text('{"traceEvents": [' + _REFUSED[case] + "]}")
+    with pytest.raises(native.Unavailable):
+        native.load_native(path, None)
+    _same(load_trace(path), load_trace_reference(path))
+
+
+@needs_native
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"traceEvents": [{"ph": "X", "name": "a\x01"}]}',  # a raw control character in a string
+        '{"traceEvents": [{"ph": "X", "ts": 01}]}',  # a leading zero
+        '{"traceEvents": [{"ph": "X"},]}',  # a trailing comma
+        '{"traceEvents": [{"ph": "X"} {"ph": "X"}]}',  # a missing comma
+        '{"traceEvents": [{"ph": "X", "name": "\\x"}]}',  # a bad escape
+        '{"traceEvents": [{"ph": "X"}]',  # the document does not close
+        '{"traceEvents": [{"ph": "X"}]} trailing',
+    ],
+)
+def test_invalid_json_is_never_read_as_a_trace(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(native.Unavailable):
+        native.load_native(path, None)
+    with pytest.raises(TraceFormatError):
+        load_trace(path)
+
+
+@needs_native
+def test_invalid_utf8_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_bytes(b'{"traceEvents": [{"ph": "X", "name": "\xff"}]}')
+    with pytest.raises(native.Unavailable):
+        native.load_native(path, None)
+
+
+def test_float_times_match_python_repr_rule_on_hard_values(tmp_path: Path) -> None:
+    """Times the scanner converts from their text (ties, 16-19 digits) equal the repr-based rule."""
+    values = ["1712195495519695.8", "1712195495519695.7", "1712195495519695.75", "1712195495519695.25",
+              "1712195495519694.2", "8999999999999999.5", "4503599627370496.5", "1234567.1234567",
+              "0.0004", "0.00049999", "0.0005", "999.9995", "1.9999999999999998", "-12.3455"]  # fmt: skip
+    events = ",".join(
+        f'{{"ph": "X", "cat": "cpu_op", "name": "n{i}", "pid": 1, "tid": 1, "ts": {v}, "dur": {v}}}'
+        for i, v in enumerate(values)
+    )
+    path = tmp_path / "times.json"
+    path.write_text('{"traceEvents": [' + events + "]}")
+    trace = load_trace(path)
+    expected = [_repr_rule(float(v)) for v in values]
+    by_name = dict(zip(trace.cpu_ops.get_column("name"), trace.cpu_ops.get_column("ts"), strict=True))
+    assert [by_name.get(f"n{i}") for i in range(len(values))] == expected
+    dur_expected = [max(e, 0) for e in expected]
+    durs = dict(zip(trace.cpu_ops.get_column("name"), trace.cpu_ops.get_column("dur"), strict=True))
+    assert [durs.get(f"n{i}") for i in range(len(values))] == dur_expected
+
+
+def _repr_rule(value: float) -> int:
+    """Written out independently of the loader: ns from the plain-notation text of ``repr``."""
+    text = repr(value)
+    assert "e" not in text and math.isfinite(value)
+    negative = text.startswith("-")
+    whole, _, fraction = text.lstrip("-").partition(".")
+    ns = (
+        int(whole) * 1000
+        + int((fraction + "000")[:3])
+        + (1 if len(fraction) > 3 and fraction[3] >= "5" else 0)
+    )
+    return -ns if negative else ns
+
+
+def test_progress_advances_block_by_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(native, "BLOCK_BYTES", 1 << 20)
+    path = SAMPLES / "v100_resnet50_workers0.pt.trace.json.gz"
+    calls: list[tuple[int, int, int]] = []
+    trace = load_trace(path, progress=lambda done, total, events: calls.append((done, total, events)))
+    size = path.stat().st_size
+    assert len(calls) > 2
+    assert [done for done, _, _ in calls] == sorted(done for done, _, _ in calls)
+    assert [events for _, _, events in calls] == sorted(events for _, _, events in calls)
+    assert calls[-1] == (size, size, trace.meta.event_count)
