@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceinsight.analysis.intervals import gaps_between, overlap_ns
+from traceinsight.analysis.intervals import gaps_between, meeting, overlap_ns
 from traceinsight.analysis.results import IdleGap
 from traceinsight.analysis.sources import source_at
 from traceinsight.load import Trace, taxonomy
@@ -67,22 +67,26 @@ def idle_gaps(
     dataloader = trace.annotations.filter(
         pl.col("name").str.starts_with(taxonomy.DATALOADER_PREFIX) & pl.col("name").str.ends_with("__next__")
     )
+    windows = table.select(start=pl.col("start") - slack, end="end")
     host = pl.concat(
         [
-            dataloader.select(
-                "pid", "tid", "ts", "end", "name", kind=pl.lit("dataloader"), key=pl.lit(None, pl.Int64)
-            ),
-            calls.select("pid", "tid", "ts", "end", name="call", kind=pl.lit("sync"), key="key"),
-            trace.cpu_ops.select(
-                "pid", "tid", "ts", "end", "name", kind=pl.lit("op"), key=pl.lit(None, pl.Int64)
-            ),
-            trace.annotations.filter(
-                ~pl.col("name").str.starts_with("ProfilerStep#")
-                & ~pl.col("name").str.starts_with(taxonomy.DATALOADER_PREFIX)
-            ).select("pid", "tid", "ts", "end", "name", kind=pl.lit("op"), key=pl.lit(None, pl.Int64)),
-            trace.runtime.filter(~pl.col("name").is_in(list(taxonomy.BLOCKING_CALLS))).select(
-                "pid", "tid", "ts", "end", "name", kind=pl.lit("runtime"), key=pl.lit(None, pl.Int64)
-            ),
+            meeting(frame, "ts", "end", windows)
+            for frame in (
+                dataloader.select(
+                    "pid", "tid", "ts", "end", "name", kind=pl.lit("dataloader"), key=pl.lit(None, pl.Int64)
+                ),
+                calls.select("pid", "tid", "ts", "end", name="call", kind=pl.lit("sync"), key="key"),
+                trace.cpu_ops.select(
+                    "pid", "tid", "ts", "end", "name", kind=pl.lit("op"), key=pl.lit(None, pl.Int64)
+                ),
+                trace.annotations.filter(
+                    ~pl.col("name").str.starts_with("ProfilerStep#")
+                    & ~pl.col("name").str.starts_with(taxonomy.DATALOADER_PREFIX)
+                ).select("pid", "tid", "ts", "end", "name", kind=pl.lit("op"), key=pl.lit(None, pl.Int64)),
+                trace.runtime.filter(~pl.col("name").is_in(list(taxonomy.BLOCKING_CALLS))).select(
+                    "pid", "tid", "ts", "end", "name", kind=pl.lit("runtime"), key=pl.lit(None, pl.Int64)
+                ),
+            )
         ]
     ).rename({"pid": "h_pid", "tid": "h_tid", "ts": "h_ts", "end": "h_end"})
     touching = (

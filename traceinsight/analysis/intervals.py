@@ -40,3 +40,27 @@ def gaps_between(merged: pl.DataFrame, by: str) -> pl.DataFrame:
 def overlap_ns(a_start: str, a_end: str, b_start: str, b_end: str) -> pl.Expr:
     """Length of the intersection of two intervals (0 when disjoint)."""
     return (pl.min_horizontal(a_end, b_end) - pl.max_horizontal(a_start, b_start)).clip(lower_bound=0)
+
+
+def meeting(frame: pl.DataFrame, ts: str, end: str, windows: pl.DataFrame) -> pl.DataFrame:
+    """Rows of ``frame`` whose ``[ts, end]`` meets some window ``[start, end)`` of ``windows``
+    (``ts < window end`` and ``end >= window start``), in their order.
+
+    A cheap exact prefilter for an inequality join against a few windows: the windows are merged
+    into disjoint blocks, and each row is checked against the first block ending after its ``ts``
+    (binary search), so the join then sees only rows that can match. A reversed window (end before
+    start) is widened to its span: the rows kept are then a superset, which the join narrows.
+    """
+    if frame.is_empty() or windows.is_empty():
+        return frame.clear()
+    blocks = merge_intervals(
+        windows.select(
+            one=pl.lit(0), ts=pl.min_horizontal("start", "end"), end=pl.max_horizontal("start", "end")
+        ),
+        "one",
+    )
+    block_start, block_end = blocks.get_column("start"), blocks.get_column("end")
+    index = block_end.search_sorted(frame.get_column(ts), side="right")
+    inside = index < blocks.height
+    met = inside & (block_start.gather(index.clip(upper_bound=blocks.height - 1)) <= frame.get_column(end))
+    return frame.filter(met)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceinsight.analysis.intervals import meeting
+
 from traceinsight.load import Trace, taxonomy
 
 
@@ -31,6 +33,11 @@ def _first_user_entry(stack: str) -> str | None:
     return None
 
 
+def _instants(points: pl.DataFrame) -> pl.DataFrame:
+    """Each point's time ``t`` as a window ``[t, t + 1)``: meeting it means containing ``t``."""
+    return points.select(start="t", end=pl.col("t") + 1)
+
+
 def source_at(trace: Trace, points: pl.DataFrame) -> pl.DataFrame:
     """For rows ``key, pid, tid, t`` return ``key, source``: the user's line active at time t.
 
@@ -41,10 +48,16 @@ def source_at(trace: Trace, points: pl.DataFrame) -> pl.DataFrame:
     if points.is_empty():
         return empty
     found = empty
+    instants = _instants(points)
     if trace.python.height:
         user = _user_frame_locations(trace.python.get_column("name"))
-        frames = trace.python.join(user, on="name", how="inner").select(
-            "pid", "tid", f_ts="ts", f_end="end", source="source"
+        frames = meeting(
+            trace.python.join(user, on="name", how="inner").select(
+                "pid", "tid", f_ts="ts", f_end="end", source="source"
+            ),
+            "f_ts",
+            "f_end",
+            instants,
         )
         if frames.height:
             found = (
@@ -57,12 +70,15 @@ def source_at(trace: Trace, points: pl.DataFrame) -> pl.DataFrame:
     if found.height < points.height:
         stacks = pl.concat(
             [
-                trace.cpu_ops.filter(pl.col("call_stack").is_not_null()).select(
-                    "pid", "tid", "ts", "end", "call_stack"
-                ),
-                trace.annotations.filter(pl.col("call_stack").is_not_null()).select(
-                    "pid", "tid", "ts", "end", "call_stack"
-                ),
+                meeting(
+                    table.filter(pl.col("call_stack").is_not_null()).select(
+                        "pid", "tid", "ts", "end", "call_stack"
+                    ),
+                    "ts",
+                    "end",
+                    instants,
+                )
+                for table in (trace.cpu_ops, trace.annotations)
             ]
         )
         if stacks.height:
@@ -105,7 +121,12 @@ def enclosing_ops(trace: Trace, points: pl.DataFrame) -> pl.DataFrame:
     )
     if points.is_empty() or trace.cpu_ops.is_empty():
         return pl.DataFrame(schema=schema)
-    ops = trace.cpu_ops.select("pid", "tid", o_ts="ts", o_end="end", o_name="name")
+    ops = meeting(
+        trace.cpu_ops.select("pid", "tid", o_ts="ts", o_end="end", o_name="name"),
+        "o_ts",
+        "o_end",
+        _instants(points),
+    )
     return (
         points.join_where(ops, pl.col("t") >= pl.col("o_ts"), pl.col("t") <= pl.col("o_end"))
         .filter((pl.col("pid") == pl.col("pid_right")) & (pl.col("tid") == pl.col("tid_right")))

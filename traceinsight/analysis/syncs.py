@@ -85,16 +85,14 @@ def blocking_calls(trace: Trace, copy_window_ns: int = 50_000) -> pl.DataFrame:
     points = calls.select("key", "pid", "tid", t="ts")
     ops = enclosing_ops(trace, points)
     sources = source_at(trace, points)
-    by_external = (
-        calls.filter(pl.col("external_id") != pl.col("correlation"))
-        .select("key", "external_id")
-        .join(
-            trace.cpu_ops.select("external_id", ext_op="name").unique("external_id"),
-            on="external_id",
-            how="inner",
-        )
-        .select("key", "ext_op")
-    )
+    wanted = calls.filter(pl.col("external_id") != pl.col("correlation")).select("key", "external_id")
+    by_external = wanted.join(
+        trace.cpu_ops.select("external_id", ext_op="name")
+        .join(wanted.select("external_id"), on="external_id", how="semi")
+        .unique("external_id", keep="first", maintain_order=True),
+        on="external_id",
+        how="inner",
+    ).select("key", "ext_op")
     return (
         calls.select("key", call="name", pid="pid", tid="tid", ts="ts", end="end", dur="dur")
         .join(ops, on="key", how="left")
