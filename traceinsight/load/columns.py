@@ -325,12 +325,17 @@ def chunk_tables(events: Sequence[AnyEvent]) -> ChunkTables:
         xs = [e for e in events if e.ph == "X"]  # type: ignore[misc]
     else:
         xs = [e for e in events if type(e) is XEvent]
-    ts_all, float_time = _times(list(map(attrgetter("ts"), xs)))
+    ts_values = list(map(attrgetter("ts"), xs))
+    ts_all, float_time = _times(ts_values)
     cats = _texts(list(map(attrgetter("cat"), xs)), lambda v: v if isinstance(v, str) else "", nulls=False)
     route = cats.replace_strict(_GROUP_OF_CATEGORY, default=None, return_dtype=pl.String)
     kept = ts_all.is_not_null()
     origin = ts_all.min()
-    float_time = float_time and bool(kept.any())
+    if float_time:  # as the reference: some event that is kept has a float time
+        if set(map(type, ts_values)) == {float}:
+            float_time = bool(kept.any())
+        else:
+            float_time = any(type(v) is float and k for v, k in zip(ts_values, kept.to_list(), strict=True))
     frames: dict[str, pl.DataFrame] = {}
     for group in _GROUP_FIELDS:
         indices = ((route == group) & kept).arg_true()
