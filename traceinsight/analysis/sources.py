@@ -10,7 +10,6 @@ from __future__ import annotations
 import polars as pl
 
 from traceinsight.analysis.intervals import meeting
-
 from traceinsight.load import Trace, taxonomy
 
 
