@@ -21,6 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #define NFIELDS 15
 enum { F_CAT, F_NAME, F_PID, F_TID, F_TS, F_DUR, F_EXT, F_EXT_LEGACY, F_CORRELATION, F_DEVICE,
@@ -179,7 +182,22 @@ static int lex_string(Lex *L, const char **p, Py_ssize_t *n, int *escaped) {
     const char *start = cur;
     int esc = 0;
     for (;;) {
-        /* the common case: plain ASCII */
+        /* the common case: plain ASCII, 16 bytes at a time where SSE2 is there */
+#ifdef __SSE2__
+        while (end_ - cur >= 16) {
+            __m128i chunk = _mm_loadu_si128((const __m128i *)cur);
+            __m128i special = _mm_or_si128(
+                _mm_or_si128(_mm_cmpeq_epi8(chunk, _mm_set1_epi8('"')), _mm_cmpeq_epi8(chunk, _mm_set1_epi8('\\'))),
+                /* bytes < 0x20 or >= 0x80: signed compare against 0x20 catches both */
+                _mm_cmplt_epi8(chunk, _mm_set1_epi8(0x20)));
+            int mask = _mm_movemask_epi8(special);
+            if (mask) {
+                cur += __builtin_ctz((unsigned)mask);
+                break;
+            }
+            cur += 16;
+        }
+#endif
         while (cur < end_) {
             unsigned char c = (unsigned char)*cur;
             if (c == '"' || c == '\\' || c < 0x20 || c >= 0x80) break;
@@ -220,8 +238,41 @@ static int lex_string(Lex *L, const char **p, Py_ssize_t *n, int *escaped) {
 static const double POW10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
                                1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
-/* Clinger's fast path: a decimal m / 10^k with m < 2^53 and k <= 22 is exactly representable on
- * both sides, so one IEEE division gives the correctly rounded double. Plain "digits.digits" only. */
+static const uint64_t UPOW10[] = {1ULL, 10ULL, 100ULL, 1000ULL, 10000ULL, 100000ULL, 1000000ULL,
+                                   10000000ULL, 100000000ULL, 1000000000ULL, 10000000000ULL,
+                                   100000000000ULL, 1000000000000ULL, 10000000000000ULL,
+                                   100000000000000ULL, 1000000000000000ULL, 10000000000000000ULL};
+
+static int clz128(unsigned __int128 x) {
+    uint64_t hi = (uint64_t)(x >> 64), lo = (uint64_t)x;
+    return hi ? __builtin_clzll(hi) : 64 + __builtin_clzll(lo);
+}
+
+/* The correctly rounded double of m / 10^k, for 2^53 <= m < 2^64 and k <= 16, by exact integer
+ * division: (m << 64) / 10^k keeps at least 64 significant bits, the remainder says whether
+ * anything below them is nonzero, and the top 53 bits are rounded half to even. */
+static double exact_quotient(uint64_t m, int k) {
+    unsigned __int128 num = (unsigned __int128)m << 64;
+    unsigned __int128 q = num / UPOW10[k];
+    int sticky = (num % UPOW10[k]) != 0;
+    int bits = 128 - clz128(q);
+    int shift = bits - 53;
+    uint64_t mant = (uint64_t)(q >> shift);
+    unsigned __int128 rest = q & ((((unsigned __int128)1) << shift) - 1);
+    unsigned __int128 half = ((unsigned __int128)1) << (shift - 1);
+    if (rest > half || (rest == half && (sticky || (mant & 1)))) {
+        mant++;
+        if (mant == (1ULL << 53)) {
+            mant >>= 1;
+            shift++;
+        }
+    }
+    return ldexp((double)mant, shift - 64);
+}
+
+/* A plain "digits.digits" number (no exponent) as the correctly rounded double: Clinger's fast path
+ * (m < 2^53 and 10^k exact, so one IEEE division rounds once) or an exact integer division;
+ * 0 when neither applies (more than 19 digits, an exponent): strtod then. */
 static int fast_double(const char *s, const char *e, double *out) {
     int neg = *s == '-';
     const char *p = s + neg;
@@ -234,12 +285,17 @@ static int fast_double(const char *s, const char *e, double *out) {
         }
         if (*p < '0' || *p > '9') return 0; /* an exponent: strtod */
         if (m || *p != '0') digits++;
-        if (digits > 15) return 0;
+        if (digits > 19) return 0;
         m = m * 10 + (uint64_t)(*p - '0');
         frac += seen_dot;
     }
-    if (frac > 22) return 0;
-    double d = (double)m / POW10[frac];
+    double d;
+    if (m < (1ULL << 53) && frac <= 22)
+        d = (double)m / POW10[frac];
+    else if (m >= (1ULL << 53) && frac <= 16)
+        d = exact_quotient(m, frac);
+    else
+        return 0;
     *out = neg ? -d : d;
     return 1;
 }

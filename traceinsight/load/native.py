@@ -1,23 +1,28 @@
 """The native path: the C scanner (:mod:`._scan`) reads events as the file streams in.
 
 Algorithm: the file is read (and gunzipped) in blocks, never whole. The scanner finds the
-``traceEvents`` array, then reads each block's complete events in C, without the GIL, into columns
-of (kind, value) per field, with each distinct string made into a Python object once. While it
-scans one block, the main thread reads the next and turns the previous block's columns into the
-loader's tables with numpy and polars, applying the reference's coercions (:func:`.tables._int`,
-:func:`.tables._ns`, ``str`` for names) column-wise; the rare values of an unusual type (a float
-id, a non-string name) go through those same functions one by one. The top-level fields around the
-array are decoded once, from the bytes before and after it.
+``traceEvents`` array; then the events are scanned in C, without the GIL, into columns of
+(kind, value) per field, with each distinct string made into a Python object once. When each
+event starts its own line (Kineto's layout), blocks are cut at the last "newline, indentation,
+``{``" into runs of whole events that two threads scan at once; every run must then end in exactly
+one comma after its last event, else the cut was not between events and the load starts again
+with one scan after another, each resuming where the previous stopped (what other layouts get).
+Meanwhile the main thread turns each scanned run into the loader's tables with numpy and polars,
+applying the reference's coercions (:func:`.tables._int`, :func:`.tables._ns`, ``str`` for names)
+column-wise; the rare values of an unusual type (a float id, a non-string name) go through those
+same functions one by one. The top-level fields around the array are decoded once, from the bytes
+before and after it.
 
 The scanner validates everything it passes over and refuses (:class:`Unavailable`) whatever it
-does not read exactly like the reference (NaN, integers beyond int64, escaped keys, a non-object
-event, invalid JSON, another layout); the caller then takes the pure-Python path, which gives the
-same tables or the canonical one-line error.
+does not read exactly like the reference (NaN, integers beyond int64 in a field the tables use,
+escaped keys, a non-object event, invalid JSON); the caller then takes the pure-Python path, which
+gives the same tables or the canonical one-line error.
 """
 
 from __future__ import annotations
 
 import json
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -28,7 +33,7 @@ import polars as pl
 
 from traceinsight.errors import TraceInsightError
 from traceinsight.load import schema
-from traceinsight.load.columns import _GROUP_FIELDS, _GROUP_OF_CATEGORY, ChunkTables, assemble, end_ns, merge
+from traceinsight.load.columns import _GROUP_FIELDS, _GROUP_OF_CATEGORY, ChunkTables, assemble, merge
 from traceinsight.load.decode import TraceDocument
 from traceinsight.load.parallel import Loaded, Unsplittable, _blocks, _Frame
 from traceinsight.load.progress import ProgressCallback
@@ -63,6 +68,8 @@ FIELDS: Final = (
 _NONE, _INT, _FLOAT, _STR, _NS = 0, 1, 2, 3, 4
 #: Bytes of the file read per block: the scanner's unit of work.
 BLOCK_BYTES: Final = 16 << 20
+#: Threads scanning runs of events at once (when the layout lets runs be cut without scanning).
+SCAN_THREADS: Final = 2
 _HEAD_LIMIT: Final = 64 << 20
 _INT64_NS_LIMIT: Final = (2**63 - 1) // 1000
 
@@ -77,13 +84,14 @@ class Unavailable(Exception):
 
 
 class _Column:
-    """One field of a scanned block: kinds, raw values, and the block's distinct strings."""
+    """One field of a scanned run: kinds, raw values, and the run's distinct strings.
+
+    Each conversion is numpy over the whole column for the usual kinds, and the reference's own
+    per-value function for the rare rest; nulls are set with one boolean mask (``Series.set``).
+    """
 
     def __init__(self, kinds: np.ndarray, values: np.ndarray, strings: list[str]) -> None:
         self.kinds, self.values, self.strings = kinds, values, strings
-
-    def mask(self, kind: int) -> np.ndarray:
-        return np.asarray(self.kinds == kind)
 
     def python(self, rows: np.ndarray) -> list[Any]:
         """The reference decoder's values at ``rows`` (None, int, float or str)."""
@@ -101,58 +109,72 @@ class _Column:
                 out.append(None)
         return out
 
-    def ints(self, string_ints: pl.Series) -> pl.Series:
+    def ints(self, string_ints: np.ndarray, string_valid: np.ndarray) -> pl.Series:
         """``_int`` of each value: ints as they are, strings by their table, floats one by one."""
-        result = pl.Series(self.values, dtype=pl.Int64)
-        strings = self.mask(_STR)
-        if strings.any():
-            codes = pl.Series(self.values[strings], dtype=pl.Int64)
-            result = result.scatter(np.flatnonzero(strings), string_ints.gather(codes))
-        none = self.mask(_NONE)
-        if none.any():
-            result = result.scatter(np.flatnonzero(none), None)
-        floats = np.flatnonzero(self.mask(_FLOAT))
-        if floats.size:
-            result = result.scatter(floats, pl.Series([_int(v) for v in self.python(floats)], dtype=pl.Int64))
-        return result
+        kinds, values = self.kinds, self.values
+        valid = kinds == _INT
+        if not valid.all():
+            values = values.copy()
+            strings = kinds == _STR
+            if strings.any():
+                codes = values[strings]
+                values[strings] = string_ints[codes]
+                valid |= strings
+                valid[strings] = string_valid[codes]
+            floats = np.flatnonzero(kinds == _FLOAT)
+            for row, value in zip(floats.tolist(), self.python(floats), strict=True):
+                number = _int(value)
+                values[row], valid[row] = (number, True) if number is not None else (0, False)
+        return _with_nulls(pl.Series(values, dtype=pl.Int64), valid)
 
     def texts(self, strings: pl.Series, other: Callable[[Any], str | None] | str | None) -> pl.Series:
         """Strings as they are; any other value becomes ``other`` (a constant, or the reference's
         rule applied value by value)."""
-        is_str = self.mask(_STR)
-        codes = pl.Series(np.where(is_str, self.values, 0), dtype=pl.Int64)
-        result = strings.gather(codes) if strings.len() else pl.Series([None] * len(codes), dtype=pl.String)
-        rest = np.flatnonzero(~is_str)
-        if rest.size and callable(other):
-            result = result.scatter(rest, pl.Series([other(v) for v in self.python(rest)], dtype=pl.String))
-        elif rest.size and not callable(other):
-            result = result.scatter(rest, other)
-        return result
+        is_str = self.kinds == _STR
+        everything = bool(is_str.all())
+        codes = pl.Series(self.values if everything else np.where(is_str, self.values, 0), dtype=pl.Int64)
+        result = (
+            strings.gather(codes)
+            if strings.len()
+            else pl.repeat(None, len(codes), dtype=pl.String, eager=True)
+        )
+        if everything:
+            return result
+        if callable(other):
+            rest = np.flatnonzero(~is_str)
+            return result.scatter(rest, pl.Series([other(v) for v in self.python(rest)], dtype=pl.String))
+        return result.set(pl.Series(~is_str), other)
 
-    def times(self) -> tuple[pl.Series, np.ndarray]:
-        """``_ns`` of each value (nulls where not a time), and which rows held a float.
+    def times(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``_ns`` of each value: (ns, valid, was a float).
 
         Ints are µs; ``_NS`` floats were converted by the scanner from their text; other floats
         take the column-wise rule of the fast path (:func:`.columns._float_column_to_ns`)."""
-        ints = self.mask(_INT)
-        converted = self.mask(_NS)
-        floats = self.mask(_FLOAT)
-        in_range = (self.values >= -_INT64_NS_LIMIT) & (self.values <= _INT64_NS_LIMIT)
-        result = pl.Series(np.where(ints & in_range, self.values * 1000, self.values), dtype=pl.Int64)
-        bad = ~((ints & in_range) | converted)
+        kinds, values = self.kinds, self.values
+        ints = kinds == _INT
+        converted = kinds == _NS
+        floats = kinds == _FLOAT
+        in_range = ints & (values >= -_INT64_NS_LIMIT) & (values <= _INT64_NS_LIMIT)
+        ns = np.where(in_range, values * 1000, values)
+        valid = in_range | converted
         if floats.any():
-            values = self.values.view(np.float64)[floats]
-            finite = np.isfinite(values) & (np.abs(values) < _INT64_NS_LIMIT)
             rows = np.flatnonzero(floats)
+            doubles = values.view(np.float64)[rows]
+            finite = np.isfinite(doubles) & (np.abs(doubles) < _INT64_NS_LIMIT)
             if finite.any():
-                result = result.scatter(rows[finite], _float_ns(pl.Series(values[finite], dtype=pl.Float64)))
+                ns[rows[finite]] = _float_ns(pl.Series(doubles[finite], dtype=pl.Float64)).to_numpy()
+                valid[rows[finite]] = True
             odd = rows[~finite]
-            bad &= ~floats
-            if odd.size:
-                result = result.scatter(odd, pl.Series([_ns(v) for v in self.python(odd)], dtype=pl.Int64))
-        if bad.any():
-            result = result.scatter(np.flatnonzero(bad), None)
-        return result, floats | converted
+            for row, value in zip(odd.tolist(), self.python(odd), strict=True):
+                number = _ns(value)
+                ns[row], valid[row] = (number, True) if number is not None else (0, False)
+        return ns, valid, floats | converted
+
+
+def _with_nulls(series: pl.Series, valid: np.ndarray) -> pl.Series:
+    if valid.all():
+        return series
+    return series.set(pl.Series(~valid), None)
 
 
 def _float_ns(floats: pl.Series) -> pl.Series:
@@ -176,6 +198,11 @@ def _name(value: Any) -> str:
     return str(value)
 
 
+#: Table groups by index, and each category's group (-1: none).
+_GROUPS: Final = tuple(_GROUP_FIELDS)
+_GROUP_INDEX: Final = {cat: _GROUPS.index(group) for cat, group in _GROUP_OF_CATEGORY.items()}
+
+
 def block_tables(result: tuple[Any, ...]) -> ChunkTables:
     """One scan result → the loader's tables for its events (what ``build_trace`` gives for them)."""
     _resume, _done, events, rows, columns, raw_strings, escaped, counts = result
@@ -192,57 +219,62 @@ def block_tables(result: tuple[Any, ...]) -> ChunkTables:
     kinds = buffer[rows * 8 * width :].reshape(width, rows)
     field = {name: _Column(kinds[i], values[i], strings) for i, name in enumerate(FIELDS)}
     texts = pl.Series(strings, dtype=pl.String)
-    string_ints = pl.Series([_int(s) for s in strings], dtype=pl.Int64)
+    numbers = [_int(s) for s in strings]
+    string_ints = np.array([0 if n is None else n for n in numbers], dtype=np.int64)
+    string_valid = np.array([n is not None for n in numbers], dtype=bool)
 
-    ts, float_rows = field["ts"].times()
-    kept = ts.is_not_null()
-    origin = ts.min()
-    float_time = bool((float_rows & kept.to_numpy()).any())
-    dur = field["dur"].times()[0].fill_null(0).clip(lower_bound=0)
-    ext = field["external_id"]
-    legacy_ext = field["external_id_legacy"]
+    ts, kept, floats = field["ts"].times()
+    float_time = bool((floats & kept).any())
+    dur, dur_valid, _ = field["dur"].times()
+    dur = np.where(dur_valid & (dur > 0), dur, 0)
+    end = ts + dur  # wraps past Int64, which the reference leaves null
+    cat = field["cat"]
+    group_of_string = np.array([_GROUP_INDEX.get(s, -1) for s in strings] or [-1], dtype=np.int64)
+    group = np.where(cat.kinds == _STR, group_of_string[np.where(cat.kinds == _STR, cat.values, 0)], -1)
+    group[~kept] = -1
     # The reference takes "External id" unless it is None, then "external id"; then ``_int``.
-    use_legacy = ext.mask(_NONE)
+    ext, legacy_ext = field["external_id"], field["external_id_legacy"]
+    use_legacy = ext.kinds == _NONE
     external = _Column(
         np.where(use_legacy, legacy_ext.kinds, ext.kinds),
         np.where(use_legacy, legacy_ext.values, ext.values),
         strings,
     )
-    cat = field["cat"].texts(texts, "")
     frame = pl.DataFrame(
         {
-            "cat": cat,
+            "cat": cat.texts(texts, ""),
             "name": field["name"].texts(texts, _name),
-            "ts": ts,
-            "dur": dur,
-            "end": end_ns(ts, dur),
-            "pid": field["pid"].ints(string_ints),
-            "tid": field["tid"].ints(string_ints),
-            "external_id": external.ints(string_ints),
-            "correlation": field["correlation"].ints(string_ints),
-            "device": field["device"].ints(string_ints),
-            "stream": field["stream"].ints(string_ints),
-            "bytes": field["bytes"].ints(string_ints),
-            "python_id": field["python_id"].ints(string_ints),
-            "parent_id": field["python_parent_id"].ints(string_ints),
+            "ts": pl.Series(ts, dtype=pl.Int64),
+            "dur": pl.Series(dur, dtype=pl.Int64),
+            "end": _with_nulls(pl.Series(end, dtype=pl.Int64), end >= ts),
+            "pid": field["pid"].ints(string_ints, string_valid),
+            "tid": field["tid"].ints(string_ints, string_valid),
+            "external_id": external.ints(string_ints, string_valid),
+            "correlation": field["correlation"].ints(string_ints, string_valid),
+            "device": field["device"].ints(string_ints, string_valid),
+            "stream": field["stream"].ints(string_ints, string_valid),
+            "bytes": field["bytes"].ints(string_ints, string_valid),
+            "python_id": field["python_id"].ints(string_ints, string_valid),
+            "parent_id": field["python_parent_id"].ints(string_ints, string_valid),
             "call_stack": field["call_stack"].texts(texts, None),
-            "group": cat.replace_strict(_GROUP_OF_CATEGORY, default=None, return_dtype=pl.String),
+            "group": pl.Series(group, dtype=pl.Int64),
         }
-    ).filter(kept)
-    frames = {group: frame.filter(pl.col("group") == group) for group in _GROUP_FIELDS}
-    tables, legacy = assemble(frames)
+    )
+    parts = frame.partition_by("group", as_dict=True, include_key=False)
+    empty = frame.clear()
+    tables, legacy = assemble({g: parts.get((i,), empty) for i, g in enumerate(_GROUPS)})
     return ChunkTables(
         tables=tables,
         event_count=events,
         categories=categories,
-        origin=origin,  # type: ignore[arg-type]
+        origin=int(ts[kept].min()) if kept.any() else None,
         legacy=legacy,
         float_time=float_time,
     )
 
 
-def _scans(blocks: Iterator[bytes], frame: _Frame, pool: ThreadPoolExecutor) -> Iterator[Future[Any]]:
-    """Scans of the events, block by block, each started as soon as the previous one ended."""
+def _events_start(blocks: Iterator[bytes], frame: _Frame) -> bytes:
+    """Read up to the first byte inside the events array; the bytes read past it are returned."""
     assert _scan is not None
     head = b""
     start = -1
@@ -260,50 +292,160 @@ def _scans(blocks: Iterator[bytes], frame: _Frame, pool: ThreadPoolExecutor) -> 
         raise Unavailable("no events array")
     frame.head = head[:start]
     frame.bare = head[:start].lstrip().startswith(b"[")
-    pending = head[start:]
+    return head[start:]
+
+
+def _boundary(pending: bytes, blocks: Iterator[bytes]) -> tuple[bytes | None, bytes]:
+    """``\n`` + indentation + ``{`` when the first event starts its own line (Kineto writes every
+    event so), else None; with the bytes read to see it. A raw newline cannot be inside a JSON
+    string, so that pattern is always structure."""
+    while not pending.strip():
+        block = next(blocks, b"")
+        if not block:
+            return None, pending
+        pending += block
+    body = pending.lstrip()
+    offset = len(pending) - len(body)
+    line = pending.rfind(b"\n", 0, offset)
+    indent = pending[line + 1 : offset]
+    if body[:1] != b"{" or line < 0 or indent.strip(b" \t"):
+        return None, pending
+    return b"\n" + indent + b"{", pending
+
+
+class _Mismatch(Exception):
+    """A cut between events was not one (another layout): scan the file block after block."""
+
+
+def _sequential(
+    pending: bytes, blocks: Iterator[bytes], frame: _Frame, pool: ThreadPoolExecutor
+) -> Iterator[tuple[Any, ...]]:
+    """Scan results block after block; each scan resumes where the previous one stopped. The next
+    scan is started before a result is handed on, so tables are built while it runs."""
+    assert _scan is not None
     first = True
     block = next(blocks, b"")
+    more = bool(block)
+    data = pending + block if pending else block
+    future = pool.submit(_scan.scan, data, 0, not more, first)
     while True:
-        more = bool(block)
-        data = pending + block if pending else block
-        future = pool.submit(_scan.scan, data, 0, not more, first)
-        yield future
         block = next(blocks, b"") if more else b""  # read (and gunzip) ahead while it scans
-        try:
-            result = future.result()
-        except _scan.Unsupported as exc:
-            raise Unavailable(str(exc)) from exc
+        result = _result(future)
         first = False
         resume, done = result[0], result[1]
-        pending = data[resume:]
         if done:
-            frame.tail = b"".join([pending, block, *blocks])
+            frame.tail = b"".join([data[resume:], block, *blocks])
+            yield result
             return
         if not more:
             raise Unavailable("the events array does not end")
+        more = bool(block)
+        data = data[resume:] + block
+        future = pool.submit(_scan.scan, data, 0, not more, first)
+        yield result
+
+
+def _parallel(
+    pending: bytes,
+    blocks: Iterator[bytes],
+    boundary: bytes,
+    frame: _Frame,
+    pool: ThreadPoolExecutor,
+    workers: int,
+) -> Iterator[tuple[Any, ...]]:
+    """Scan results of runs of events cut at ``boundary``, scanned ``workers`` at a time, in order.
+
+    Each run must end, after its last event, in exactly one comma (checked in order): otherwise
+    the cut was not between events and :class:`_Mismatch` says so.
+    """
+    assert _scan is not None
+    inflight: deque[tuple[Future[Any], bytes]] = deque()
+    rest = [pending]
+
+    def runs() -> Iterator[tuple[bytes, bool]]:
+        for block in blocks:
+            buffer = rest[0] + block
+            cut = buffer.rfind(boundary)
+            if cut <= 0:
+                rest[0] = buffer
+                continue
+            cut += len(boundary) - 1  # at the "{"
+            rest[0] = buffer[cut:]
+            yield buffer[:cut], False
+        run, rest[0] = rest[0], b""
+        yield run, True
+
+    def finish(future: Future[Any], run: bytes, source: Iterator[tuple[bytes, bool]]) -> tuple[Any, ...]:
+        result = _result(future)
+        resume, done = result[0], result[1]
+        if done:
+            for other, _ in inflight:
+                other.cancel()
+            frame.tail = b"".join(
+                [run[resume:], *(r for _, r in inflight), *(r for r, _ in source), rest[0], *blocks]
+            )
+            inflight.clear()
+        elif run[resume:].strip() != b",":
+            raise _Mismatch
+        return result
+
+    source = runs()
+    first = True
+    for run, final in source:
+        inflight.append((pool.submit(_scan.scan, run, 0, final, first), run))
+        first = False
+        while len(inflight) > workers:
+            result = finish(*inflight.popleft(), source)
+            yield result
+            if result[1]:
+                return
+    while inflight:
+        result = finish(*inflight.popleft(), source)
+        yield result
+        if result[1]:
+            return
+    raise Unavailable("the events array does not end")
+
+
+def _result(future: Future[Any]) -> tuple[Any, ...]:
+    assert _scan is not None
+    try:
+        return future.result()  # type: ignore[no-any-return]
+    except _scan.Unsupported as exc:
+        raise Unavailable(str(exc)) from exc
 
 
 def load_native(path: Path, progress: ProgressCallback | None) -> Loaded:
     """Load ``path`` with the scanner (see the module docstring); :class:`Unavailable` if it cannot."""
     if _scan is None:
         raise Unavailable("the native scanner was not built")
+    try:
+        return _load(path, progress, SCAN_THREADS)
+    except _Mismatch:
+        return _load(path, progress, 1)
+
+
+def _load(path: Path, progress: ProgressCallback | None, workers: int) -> Loaded:
     total = path.stat().st_size
     frame = _Frame()
     parts: list[ChunkTables] = []
     events = 0
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="traceinsight-scan") as pool:
-        previous: Future[Any] | None = None
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="traceinsight-scan") as pool:
         try:
-            for future in _scans(_blocks(path, frame, BLOCK_BYTES), frame, pool):
-                if previous is not None:
-                    part = block_tables(previous.result())
-                    events += part.event_count
-                    parts.append(part)
-                    if progress is not None:
-                        progress(min(frame.file_bytes, total - 1), total, events)
-                previous = future
-            if previous is not None:
-                parts.append(block_tables(previous.result()))
+            blocks = _blocks(path, frame, BLOCK_BYTES)
+            pending = _events_start(blocks, frame)
+            boundary, pending = _boundary(pending, blocks) if workers > 1 else (None, pending)
+            results = (
+                _parallel(pending, blocks, boundary, frame, pool, workers)
+                if boundary is not None
+                else _sequential(pending, blocks, frame, pool)
+            )
+            for result in results:
+                part = block_tables(result)
+                events += part.event_count
+                parts.append(part)
+                if progress is not None:
+                    progress(min(frame.file_bytes, total - 1), total, events)
         except Unsplittable as exc:  # a damaged gzip stream: the Python path words the error
             raise Unavailable(str(exc)) from exc
     if frame.bare:
