@@ -247,6 +247,23 @@ def test_same_input_gives_the_same_page(gp100: Page, source_root: Path) -> None:
     assert again.html == gp100.html
 
 
+def test_charts_drawn_in_a_forked_child_equal_charts_drawn_here(
+    gp100: Page, source_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Half the charts are drawn by a forked child where the OS allows; without it, same page."""
+    monkeypatch.setenv("TRACEINSIGHT_WORKERS", "0")
+    assert render("gp100_mlp_pageable_sync.json.gz", source_root).html == gp100.html
+
+
+def test_a_failing_chart_child_is_replaced_by_drawing_here(
+    gp100: Page, source_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from traceinsight.render import html as html_module
+
+    monkeypatch.setattr(html_module, "_collect_charts", lambda pid, read: (os.close(read), os.waitpid(pid, 0), {})[2])
+    assert render("gp100_mlp_pageable_sync.json.gz", source_root).html == gp100.html
+
+
 def test_same_input_gives_the_same_page_in_another_process(gp100: Page, source_root: Path) -> None:
     """Another interpreter, another hash seed: set and dict orders must not leak into the page."""
     script = (

@@ -11,6 +11,8 @@ the clock or the machine except the optional code excerpts, read from ``source_r
 from __future__ import annotations
 
 import importlib.resources
+import os
+import pickle
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -274,11 +276,88 @@ def _source_totals(gaps: Sequence[IdleGap]) -> list[SourceTotal]:
     )
 
 
-def _chart(build: Callable[[], Figure | None], chart_id: str, title: str, caption: str) -> Chart | None:
-    figure = build()
-    if figure is None:
+@dataclass(frozen=True, slots=True)
+class _ChartSpec:
+    """One chart to draw: ``build`` gives its figure (None when the trace has nothing to show)."""
+
+    chart_id: str
+    title: str
+    caption: str
+    build: Callable[[], Figure | None]
+
+    def svg(self) -> str | None:
+        figure = self.build()
+        return None if figure is None else charts.to_svg(figure, self.chart_id, self.title)
+
+
+def _render_charts(specs: Sequence[_ChartSpec]) -> dict[str, Chart | None]:
+    """Every chart, as inline SVG.
+
+    matplotlib holds the GIL, so threads would not help: where the OS can fork, a child process
+    draws every other chart while this one draws the rest, and sends its SVG back over a pipe.
+    The child only runs matplotlib on the report's plain values (never polars, whose threads do not
+    survive a fork) and leaves with ``os._exit``. Any chart it did not deliver is drawn here, so
+    the page is the same either way.
+    """
+    svgs: dict[str, str | None] = {}
+    mine, theirs = list(specs[::2]), list(specs[1::2])
+    child = _fork_charts(theirs) if theirs and _can_fork() else None
+    if child is None:
+        mine, theirs = list(specs), []
+    for spec in mine:
+        svgs[spec.chart_id] = spec.svg()
+    if child is not None:
+        svgs.update(_collect_charts(*child))
+    for spec in theirs:
+        if spec.chart_id not in svgs:
+            svgs[spec.chart_id] = spec.svg()
+    return {
+        spec.chart_id: None
+        if svgs[spec.chart_id] is None
+        else Chart(Markup(svgs[spec.chart_id]), spec.caption)
+        for spec in specs
+    }
+
+
+def _can_fork() -> bool:
+    return hasattr(os, "fork") and (os.cpu_count() or 1) > 1 and os.environ.get("TRACEINSIGHT_WORKERS") != "0"
+
+
+def _fork_charts(specs: Sequence[_ChartSpec]) -> tuple[int, int] | None:
+    """Start a child drawing ``specs``; (pid, read end of its pipe), or None if it cannot start."""
+    try:
+        read, write = os.pipe()
+        pid = os.fork()
+    except OSError:
         return None
-    return Chart(svg=Markup(charts.to_svg(figure, chart_id, title)), caption=caption)
+    if pid == 0:  # the child: draw, send, leave without running any of the parent's exit code
+        status = 1
+        try:
+            os.close(read)
+            payload = pickle.dumps({spec.chart_id: spec.svg() for spec in specs})
+            with os.fdopen(write, "wb") as stream:
+                stream.write(payload)
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write)
+    return pid, read
+
+
+def _collect_charts(pid: int, read: int) -> dict[str, str | None]:
+    """The child's charts; empty if it failed (the caller then draws them itself)."""
+    try:
+        with os.fdopen(read, "rb") as stream:
+            payload = stream.read()
+    finally:
+        _, status = os.waitpid(pid, 0)
+    if status != 0 or not payload:
+        return {}
+    try:
+        result: dict[str, str | None] = pickle.loads(payload)
+    except Exception:
+        return {}
+    return result
 
 
 class HtmlRenderer:
@@ -323,28 +402,54 @@ class HtmlRenderer:
         source_totals = _source_totals(analysis.idle_gaps)
         gaps_ranked = sorted(analysis.idle_gaps, key=lambda g: (-g.duration_ns, g.device, g.start_ns))
         scores: tuple[Score, ...] = scorecard(report)
-        overview = [
-            chart
-            for chart in (
-                _chart(
-                    lambda: charts.timeline_figure(timeline, analysis.idle_gaps) if timeline else None,
+        drawn = _render_charts(
+            [
+                _ChartSpec(
                     "timeline",
                     "GPU activity over time",
                     "GPU activity over time. Blue: GPU busy (lighter where short gaps were merged to "
                     "fit the page). Shaded: idle gaps of at least "
                     f"{analysis.thresholds.min_gap_us:g} µs, coloured by what the host was doing. "
                     "Triangles: host calls that waited for the GPU.",
+                    lambda: charts.timeline_figure(timeline, analysis.idle_gaps) if timeline else None,
                 ),
-                _chart(
-                    lambda: charts.step_breakdown_figure(analysis.steps),
+                _ChartSpec(
                     "steps",
                     "Each profiled step: GPU busy and idle by cause",
                     "Each profiled step window: GPU busy (compute, copies) and idle time by cause. "
                     "Short gaps are idle stretches below the gap threshold.",
+                    lambda: charts.step_breakdown_figure(analysis.steps),
                 ),
-            )
-            if chart is not None
-        ]
+                _ChartSpec(
+                    "gaps",
+                    "The longest GPU idle gaps and their causes",
+                    "The longest idle gaps, coloured by cause, with the host activity and source line "
+                    "that explain them.",
+                    lambda: charts.idle_gaps_figure(analysis.idle_gaps, analysis.meta.origin_ns),
+                ),
+                _ChartSpec(
+                    "syncs",
+                    "Host sync hot spots by blocked time",
+                    "Where the host waited for the GPU: time blocked in the call, then GPU idle until "
+                    "the host queued new work.",
+                    lambda: charts.sync_hotspots_figure(analysis.sync_hotspots),
+                ),
+                _ChartSpec(
+                    "copies",
+                    "Copy time by direction and memory kind",
+                    "Copy time by direction and memory kind: overlapped with kernels on the same GPU, "
+                    "or exposed (no kernel ran meanwhile).",
+                    lambda: charts.copies_figure(analysis.copies),
+                ),
+                _ChartSpec(
+                    "host",
+                    "Busiest host operators",
+                    "The busiest host operators by total time (inclusive of the operators they call).",
+                    lambda: charts.host_ops_figure(analysis.host),
+                ),
+            ]
+        )
+        overview = [chart for chart in (drawn["timeline"], drawn["steps"]) if chart is not None]
         return {
             "version": traceinsight.__version__,
             "trace_name": report.trace_name,
@@ -362,42 +467,19 @@ class HtmlRenderer:
             "gaps": gaps_ranked[:TOP_GAPS],
             "gap_count": len(gaps_ranked),
             "gaps_idle_ns": sum(gap.duration_ns for gap in gaps_ranked),
-            "gaps_chart": _chart(
-                lambda: charts.idle_gaps_figure(analysis.idle_gaps, analysis.meta.origin_ns),
-                "gaps",
-                "The longest GPU idle gaps and their causes",
-                "The longest idle gaps, coloured by cause, with the host activity and source line "
-                "that explain them.",
-            ),
+            "gaps_chart": drawn["gaps"],
             "cause_label": charts.cause_label,
             "cause_color": charts.cause_color,
             "hotspots": analysis.sync_hotspots[:TOP_HOTSPOTS],
             "hotspot_count": len(analysis.sync_hotspots),
-            "syncs_chart": _chart(
-                lambda: charts.sync_hotspots_figure(analysis.sync_hotspots),
-                "syncs",
-                "Host sync hot spots by blocked time",
-                "Where the host waited for the GPU: time blocked in the call, then GPU idle until "
-                "the host queued new work.",
-            ),
+            "syncs_chart": drawn["syncs"],
             "copies": analysis.copies[:TOP_COPIES],
             "copy_count": len(analysis.copies),
-            "copies_chart": _chart(
-                lambda: charts.copies_figure(analysis.copies),
-                "copies",
-                "Copy time by direction and memory kind",
-                "Copy time by direction and memory kind: overlapped with kernels on the same GPU, "
-                "or exposed (no kernel ran meanwhile).",
-            ),
+            "copies_chart": drawn["copies"],
             "kernels": kernels,
             "kernel_rows": kernels.kernels[:TOP_KERNELS] if kernels is not None else (),
             "kernel_totals": dict(kernels.total_ns_by_device) if kernels else {},
-            "host_chart": _chart(
-                lambda: charts.host_ops_figure(analysis.host),
-                "host",
-                "Busiest host operators",
-                "The busiest host operators by total time (inclusive of the operators they call).",
-            ),
+            "host_chart": drawn["host"],
             "limits": {
                 "gaps": TOP_GAPS,
                 "sources": TOP_SOURCES,
