@@ -260,7 +260,9 @@ def test_a_failing_chart_child_is_replaced_by_drawing_here(
 ) -> None:
     from traceinsight.render import html as html_module
 
-    monkeypatch.setattr(html_module, "_collect_charts", lambda pid, read: (os.close(read), os.waitpid(pid, 0), {})[2])
+    monkeypatch.setattr(
+        html_module, "_collect_charts", lambda pid, read: (os.close(read), os.waitpid(pid, 0), {})[2]
+    )
     assert render("gp100_mlp_pageable_sync.json.gz", source_root).html == gp100.html
 
 

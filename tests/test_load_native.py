@@ -317,23 +317,30 @@ def test_progress_advances_block_by_block(monkeypatch: pytest.MonkeyPatch) -> No
     assert calls[-1] == (size, size, trace.meta.event_count)
 
 
-def _pretty_trace(events_first: bool, nested_like_events: bool) -> str:
-    """Events each on lines of their own at two spaces, like Kineto; optionally metadata after the
-    array whose list items sit at the same indentation, and args objects that start such a line."""
+def _pretty_trace(events_first: bool, nested_like_events: str) -> str:
+    """The first event on a line of its own at two spaces, like Kineto, and metadata whose list
+    items sit at that indentation too. ``some``: a few args hold an object that starts such a line;
+    ``all``: every event does, and events follow each other on one line, so every such line after
+    the first is inside an event."""
     rng = random.Random(7)
     events = []
     for i in range(300):
         args = f'"External id": {i}, "correlation": {i}'
-        if nested_like_events and i % 50 == 7:  # an object in args starts a line indented like an event
+        every = {"none": 0, "some": 50, "all": 1}[nested_like_events]
+        if every and i % every == 0:  # an object in args starts a line indented like an event
             args_text = '{"list": [\n  {"x": 1}], ' + args + "}"
         else:
             args_text = "{" + args + "}"
         cat = rng.choice(["kernel", "cuda_runtime", "cpu_op"])
-        events.append(
-            f'  {{\n    "ph": "X", "cat": "{cat}", "name": "n{i % 7}", "pid": 1, "tid": 1, '
-            f'"ts": {1000 + i * 10}.5, "dur": 3.25, "args": {args_text}\n  }}'
+        body = (
+            f'"ph": "X", "cat": "{cat}", "name": "n{i % 7}", "pid": 1, "tid": 1, '
+            f'"ts": {1000 + i * 10}.5, "dur": 3.25, "args": {args_text}'
         )
-    array = '"traceEvents": [\n' + ",\n".join(events) + "\n]"
+        events.append("{" + body + "}" if nested_like_events == "all" else "  {\n    " + body + "\n  }")
+    if nested_like_events == "all":
+        array = '"traceEvents": [\n  ' + ", ".join(events) + "\n]"
+    else:
+        array = '"traceEvents": [\n' + ",\n".join(events) + "\n]"
     devices = '"deviceProperties": [\n  {"id": 0, "name": "G0"},\n  {"id": 1, "name": "G1"}\n]'
     parts = [array, devices] if events_first else [devices, array]
     return "{\n" + ",\n".join(parts) + "\n}"
@@ -341,16 +348,23 @@ def _pretty_trace(events_first: bool, nested_like_events: bool) -> str:
 
 @needs_native
 @pytest.mark.parametrize("events_first", [True, False])
-@pytest.mark.parametrize("nested_like_events", [False, True])
+@pytest.mark.parametrize("nested_like_events", ["none", "some", "all"])
 @pytest.mark.parametrize("block", [97, 1000, 1 << 20])
+@pytest.mark.parametrize("gzipped", [False, True], ids=["mapped", "gzip"])
 def test_runs_cut_between_events_are_checked(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, events_first: bool, nested_like_events: bool, block: int
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    events_first: bool,
+    nested_like_events: str,
+    block: int,
+    gzipped: bool,
 ) -> None:
     """Cuts at "newline, indent, {" go to two scanning threads; a cut that is not between events
     (an args object on such a line) sends the load back to one scan after another, and metadata
     after the array (items indented like events) ends up in the document, not in the tables."""
-    path = tmp_path / "pretty.json"
-    path.write_text(_pretty_trace(events_first, nested_like_events))
+    text = _pretty_trace(events_first, nested_like_events).encode()
+    path = tmp_path / ("pretty.json.gz" if gzipped else "pretty.json")
+    path.write_bytes(gzip.compress(text) if gzipped else text)
     monkeypatch.setattr(native, "BLOCK_BYTES", block)
     threads: list[int] = []
     load = native._load
@@ -358,6 +372,9 @@ def test_runs_cut_between_events_are_checked(
     fast = _native(path)
     _same(fast, load_trace_reference(path))
     assert fast.meta.gpus_listed == 2
-    # Runs are cut at the last such line of a block: with 97-byte blocks the args line is one.
-    expected = [2, 1] if nested_like_events and block == 97 else [2]
-    assert threads == expected
+    # When every such line after the first is inside an event, any cut is a wrong one: with
+    # blocks smaller than the file, the load starts again in one thread.
+    if nested_like_events == "all" and block < 1 << 20:
+        assert threads == [2, 1]
+    elif nested_like_events == "none":
+        assert threads == [2]

@@ -21,7 +21,9 @@ gives the same tables or the canonical one-line error.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import mmap
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -407,6 +409,94 @@ def _parallel(
     raise Unavailable("the events array does not end")
 
 
+def _mapped(
+    mapped: mmap.mmap, frame: _Frame, pool: ThreadPoolExecutor, workers: int
+) -> Iterator[tuple[Any, ...]]:
+    """Scan results of an uncompressed file mapped in memory: runs are views of the mapping (no
+    copies), and each run's pages are dropped from this process once scanned, so the file never
+    counts whole in its memory. Cut runs are checked like :func:`_parallel`'s."""
+    assert _scan is not None
+    view = memoryview(mapped)
+    size = len(view)
+    window = min(size, 1 << 20)
+    while (start := _events_start_in(view[:window])) < 0:
+        if window >= size or window > _HEAD_LIMIT:
+            raise Unavailable("no events array near the start")
+        window = min(size, window * 4)
+    frame.head = bytes(view[:start])
+    frame.bare = frame.head.lstrip().startswith(b"[")
+    boundary = _boundary(bytes(view[start : start + 4096]), iter(()))[0] if workers > 1 else None
+    inflight: deque[tuple[Future[Any], int, int]] = deque()
+    first = True
+
+    def submit(begin: int, end: int) -> None:
+        nonlocal first
+        inflight.append((pool.submit(_scan.scan, view[begin:end], 0, end >= size, first), begin, end))
+        first = False
+
+    def finish(cut: bool) -> tuple[Any, ...]:
+        future, begin, end = inflight.popleft()
+        result = _result(future)
+        _drop_pages(mapped, begin, end)
+        frame.file_bytes = end
+        if result[1]:  # done: the rest of the file follows the array
+            for other, _, _ in inflight:
+                other.cancel()
+            inflight.clear()
+            frame.tail = bytes(view[begin + result[0] :])
+        elif cut and bytes(view[begin + result[0] : end]).strip() != b",":
+            raise _Mismatch
+        return result
+
+    position = start
+    if boundary is None:  # one scan after another, each resuming where the previous stopped
+        width = BLOCK_BYTES
+        while True:
+            end = min(size, position + width)
+            submit(position, end)
+            result = finish(cut=False)
+            yield result
+            if result[1]:
+                return
+            if end >= size:
+                raise Unavailable("the events array does not end")
+            width = BLOCK_BYTES if result[0] else width * 2  # an event longer than the window
+            position += result[0]
+    while position < size:
+        end = min(size, position + BLOCK_BYTES)
+        cut = -1
+        while end < size and (cut := mapped.rfind(boundary, position + 1, end)) < 0:
+            end = min(size, end + BLOCK_BYTES)
+        if end < size:
+            end = cut + len(boundary) - 1  # at the "{"
+        submit(position, end)
+        position = end
+        while len(inflight) > workers or (inflight and position >= size):
+            result = finish(cut=True)
+            yield result
+            if result[1]:
+                return
+    raise Unavailable("the events array does not end")
+
+
+def _events_start_in(head: memoryview) -> int:
+    assert _scan is not None
+    try:
+        return int(_scan.events_start(head))
+    except _scan.Unsupported as exc:
+        raise Unavailable(str(exc)) from exc
+
+
+def _drop_pages(mapped: mmap.mmap, begin: int, end: int) -> None:
+    """Let go of the whole pages of ``[begin, end)`` (they stay in the page cache)."""
+    if not hasattr(mapped, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    first = begin - begin % mmap.PAGESIZE
+    last = end - end % mmap.PAGESIZE
+    if last > first:
+        mapped.madvise(mmap.MADV_DONTNEED, first, last - first)
+
+
 def _result(future: Future[Any]) -> tuple[Any, ...]:
     assert _scan is not None
     try:
@@ -425,21 +515,47 @@ def load_native(path: Path, progress: ProgressCallback | None) -> Loaded:
         return _load(path, progress, 1)
 
 
+def _map_plain(path: Path, stack: contextlib.ExitStack) -> mmap.mmap | None:
+    """The file mapped read-only when it is plain (not gzip) and not empty, else None."""
+    with path.open("rb") as stream:
+        if stream.read(2) in (b"\x1f\x8b", b""):
+            return None
+        try:
+            mapped = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):
+            return None
+    stack.callback(_close_quietly, mapped)
+    return mapped
+
+
+def _close_quietly(mapped: mmap.mmap) -> None:
+    # A view may still be alive somewhere (a cancelled scan): the collector closes the map then.
+    with contextlib.suppress(BufferError):
+        mapped.close()
+
+
 def _load(path: Path, progress: ProgressCallback | None, workers: int) -> Loaded:
     total = path.stat().st_size
     frame = _Frame()
     parts: list[ChunkTables] = []
     events = 0
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="traceinsight-scan") as pool:
+    with contextlib.ExitStack() as stack:
+        pool = stack.enter_context(
+            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="traceinsight-scan")
+        )
         try:
-            blocks = _blocks(path, frame, BLOCK_BYTES)
-            pending = _events_start(blocks, frame)
-            boundary, pending = _boundary(pending, blocks) if workers > 1 else (None, pending)
-            results = (
-                _parallel(pending, blocks, boundary, frame, pool, workers)
-                if boundary is not None
-                else _sequential(pending, blocks, frame, pool)
-            )
+            mapped = _map_plain(path, stack)
+            if mapped is not None:
+                results = _mapped(mapped, frame, pool, workers)
+            else:
+                blocks = _blocks(path, frame, BLOCK_BYTES)
+                pending = _events_start(blocks, frame)
+                boundary, pending = _boundary(pending, blocks) if workers > 1 else (None, pending)
+                results = (
+                    _parallel(pending, blocks, boundary, frame, pool, workers)
+                    if boundary is not None
+                    else _sequential(pending, blocks, frame, pool)
+                )
             for result in results:
                 part = block_tables(result)
                 events += part.event_count
