@@ -327,10 +327,9 @@ def _pretty_trace(events_first: bool, nested_like_events: str) -> str:
     for i in range(300):
         args = f'"External id": {i}, "correlation": {i}'
         every = {"none": 0, "some": 50, "all": 1}[nested_like_events]
-        if every and i % every == 0:  # an object in args starts a line indented like an event
-            args_text = '{"list": [\n  {"x": 1}], ' + args + "}"
-        else:
-            args_text = "{" + args + "}"
+        # an object in args that starts a line indented like an event
+        nested = '"list": [\n  {"x": 1}], ' if every and i % every == 0 else ""
+        args_text = "{" + nested + args + "}"
         cat = rng.choice(["kernel", "cuda_runtime", "cpu_op"])
         body = (
             f'"ph": "X", "cat": "{cat}", "name": "n{i % 7}", "pid": 1, "tid": 1, '
