@@ -12,15 +12,22 @@ def host_summary(trace: Trace, top: int = 10) -> HostSummary:
     """Operator counts and total time (inclusive) for the busiest names, and DataLoader time."""
     ops = trace.cpu_ops
     ranked = (
-        ops.group_by("name")
+        ops.lazy()
+        .group_by("name")
         .agg(count=pl.len(), total=pl.col("dur").sum())
         .sort(["total", "name"], descending=[True, False])
         .head(top)
+        .collect(engine="streaming")  # in morsels: a fraction of the memory of one big hash table
     )
     dataloader = trace.annotations.filter(
         pl.col("name").str.starts_with(taxonomy.DATALOADER_PREFIX) & pl.col("name").str.ends_with("__next__")
     )
-    threads = pl.concat([ops.select("pid", "tid"), trace.runtime.select("pid", "tid")]).unique().height
+    threads = (
+        pl.concat([ops.lazy().select("pid", "tid"), trace.runtime.lazy().select("pid", "tid")])
+        .unique()
+        .collect(engine="streaming")
+        .height
+    )
     return HostSummary(
         threads=threads,
         cpu_ops=ops.height,
