@@ -164,7 +164,9 @@ def main() -> None:
         "--hta-python", help="python with HolisticTraceAnalysis installed (default: this one)"
     )
     parser.add_argument("--hta-max-gb", type=float, default=0.5, help="largest size to run HTA on")
-    parser.add_argument("--repeat", type=int, default=1, help="runs per measurement; the fastest is kept")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="runs per measurement; the median run (by wall time) is kept"
+    )
     options = parser.parse_args()
 
     html = (ROOT / "traceinsight" / "render" / "html.py").exists()
@@ -196,8 +198,8 @@ def main() -> None:
                 if hta and size <= options.hta_max_gb:
                     jobs.append(("HTA (parse + temporal breakdown)", [hta, "-c", HTA, str(trace)]))
                 for label, command in jobs:
-                    runs = [measure(command) for _ in range(options.repeat)]
-                    best = min(runs, key=lambda run: run.wall_s)
+                    runs = sorted((measure(command) for _ in range(options.repeat)), key=lambda run: run.wall_s)
+                    best = runs[len(runs) // 2]  # the median: this machine's speed varies by ±10 %
                     growth = ""
                     key = f"{label}/{form}"
                     if key in previous:

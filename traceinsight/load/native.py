@@ -24,6 +24,8 @@ from __future__ import annotations
 import contextlib
 import json
 import mmap
+import queue
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -361,10 +363,10 @@ def _parallel(
     the cut was not between events and :class:`_Mismatch` says so.
     """
     assert _scan is not None
-    inflight: deque[tuple[Future[Any], bytes]] = deque()
+    inflight: deque[tuple[Future[Any], bytes | memoryview]] = deque()
     rest = [pending]
 
-    def runs() -> Iterator[tuple[bytes, bool]]:
+    def runs() -> Iterator[tuple[bytes | memoryview, bool]]:
         for block in blocks:
             buffer = rest[0] + block
             cut = buffer.rfind(boundary)
@@ -373,11 +375,13 @@ def _parallel(
                 continue
             cut += len(boundary) - 1  # at the "{"
             rest[0] = buffer[cut:]
-            yield buffer[:cut], False
+            yield memoryview(buffer)[:cut], False  # a view: no copy of the run
         run, rest[0] = rest[0], b""
         yield run, True
 
-    def finish(future: Future[Any], run: bytes, source: Iterator[tuple[bytes, bool]]) -> tuple[Any, ...]:
+    def finish(
+        future: Future[Any], run: bytes | memoryview, source: Iterator[tuple[bytes | memoryview, bool]]
+    ) -> tuple[Any, ...]:
         result = _result(future)
         resume, done = result[0], result[1]
         if done:
@@ -387,7 +391,7 @@ def _parallel(
                 [run[resume:], *(r for _, r in inflight), *(r for r, _ in source), rest[0], *blocks]
             )
             inflight.clear()
-        elif run[resume:].strip() != b",":
+        elif bytes(run[resume:]).strip() != b",":
             raise _Mismatch
         return result
 
@@ -515,6 +519,49 @@ def load_native(path: Path, progress: ProgressCallback | None) -> Loaded:
         return _load(path, progress, 1)
 
 
+@contextlib.contextmanager
+def _read_ahead(source: Iterator[bytes], depth: int = 2) -> Iterator[Iterator[bytes]]:
+    """``source`` (gunzipped blocks) produced by a thread of its own, up to ``depth`` blocks ahead:
+    zlib lets go of the GIL while it inflates, so decompression runs beside the scans."""
+    slots: queue.Queue[tuple[bytes | None, BaseException | None]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for block in source:
+                while not stop.is_set():
+                    try:
+                        slots.put((block, None), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            slots.put((None, None))
+        except BaseException as exc:  # handed to the consumer, which raises it
+            slots.put((None, exc))
+
+    def consume() -> Iterator[bytes]:
+        while True:
+            block, failure = slots.get()
+            if failure is not None:
+                raise failure
+            if block is None:
+                return
+            yield block
+
+    producer = threading.Thread(target=produce, name="traceinsight-gunzip", daemon=True)
+    producer.start()
+    try:
+        yield consume()
+    finally:
+        stop.set()
+        while producer.is_alive():  # let a blocked producer finish its put
+            with contextlib.suppress(queue.Empty):
+                slots.get_nowait()
+            producer.join(timeout=0.05)
+
+
 def _map_plain(path: Path, stack: contextlib.ExitStack) -> mmap.mmap | None:
     """The file mapped read-only when it is plain (not gzip) and not empty, else None."""
     with path.open("rb") as stream:
@@ -548,7 +595,7 @@ def _load(path: Path, progress: ProgressCallback | None, workers: int) -> Loaded
             if mapped is not None:
                 results = _mapped(mapped, frame, pool, workers)
             else:
-                blocks = _blocks(path, frame, BLOCK_BYTES)
+                blocks = stack.enter_context(_read_ahead(_blocks(path, frame, BLOCK_BYTES)))
                 pending = _events_start(blocks, frame)
                 boundary, pending = _boundary(pending, blocks) if workers > 1 else (None, pending)
                 results = (
