@@ -11,14 +11,13 @@ import gzip
 from pathlib import Path
 
 import pytest
-from polars.testing import assert_frame_equal
+from tracebuild import assert_same_trace
 
 from traceinsight.analysis import analyze
 from traceinsight.errors import TraceFormatError, TraceUnreadable
 from traceinsight.load import Trace, _trace, load_trace, load_trace_reference
 from traceinsight.load.parallel import Unsplittable, load_parallel
 from traceinsight.load.progress import terminal_progress
-from traceinsight.load.schema import TABLES
 from traceinsight.render.json_report import report_dict
 from traceinsight.report import Report
 from traceinsight.rules import evaluate
@@ -32,14 +31,6 @@ def _report(trace: Trace) -> dict[str, object]:
     return report_dict(Report(analysis=analysis, findings=evaluate(analysis)))
 
 
-def _assert_same_trace(fast: Trace, reference: Trace) -> None:
-    assert fast.meta == reference.meta
-    for name, table_schema in TABLES.items():
-        frame = getattr(fast, name)
-        assert frame.schema == table_schema, name
-        assert_frame_equal(frame, getattr(reference, name), check_exact=True)
-
-
 @pytest.mark.parametrize("native", ["1", "0"], ids=["default", "pure-python"])
 @pytest.mark.parametrize("path", ALL_SAMPLES, ids=lambda p: str(p.relative_to(SAMPLES)))
 def test_fast_path_equals_reference_tables_and_report(
@@ -48,7 +39,7 @@ def test_fast_path_equals_reference_tables_and_report(
     monkeypatch.setenv("TRACEINSIGHT_NATIVE", native)
     reference = load_trace_reference(path)
     fast = load_trace(path)
-    _assert_same_trace(fast, reference)
+    assert_same_trace(fast, reference)
     assert _report(fast) == _report(reference)
 
 
@@ -60,7 +51,7 @@ def test_chunked_two_process_path_equals_reference(path: Path) -> None:
     except Unsplittable:
         assert path.name in UNSPLIT_LAYOUTS
         return
-    _assert_same_trace(_trace(path, loaded.document, loaded.part), load_trace_reference(path))
+    assert_same_trace(_trace(path, loaded.document, loaded.part), load_trace_reference(path))
 
 
 #: Samples whose events do not each start a line with one indentation (compact or mixed writers).
@@ -78,7 +69,7 @@ def test_forced_workers_fall_back_for_other_layouts(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("TRACEINSIGHT_NATIVE", "0")
     monkeypatch.setenv("TRACEINSIGHT_WORKERS", "2")
     path = SAMPLES / "two_ranks" / "rank-0.json.gz"
-    _assert_same_trace(load_trace(path), load_trace_reference(path))
+    assert_same_trace(load_trace(path), load_trace_reference(path))
 
 
 def test_progress_grows_and_ends_once_with_all_events(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -145,5 +136,5 @@ def test_unusual_value_types_follow_the_reference(tmp_path: Path) -> None:
         ' "args": {"correlation": 5, "External id": true}}'
         "]}"
     )
-    _assert_same_trace(load_trace(path), load_trace_reference(path))
+    assert_same_trace(load_trace(path), load_trace_reference(path))
     assert load_trace(path).gpu.get_column("stream").to_list() == [7]

@@ -16,11 +16,10 @@ import random
 from pathlib import Path
 
 import pytest
-from polars.testing import assert_frame_equal
+from tracebuild import assert_same_trace
 
 from traceinsight.errors import TraceFormatError
 from traceinsight.load import Trace, _trace, load_trace, load_trace_reference, native
-from traceinsight.load.schema import TABLES
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 ALL_SAMPLES = sorted(SAMPLES.rglob("*.json*"))
@@ -36,14 +35,6 @@ def test_the_scanner_is_built_on_ci() -> None:
         assert native.AVAILABLE, "CI is set but traceinsight.load._scan was not built"
 
 
-def _same(fast: Trace, reference: Trace) -> None:
-    assert fast.meta == reference.meta
-    for name, table_schema in TABLES.items():
-        frame = getattr(fast, name)
-        assert frame.schema == table_schema, name
-        assert_frame_equal(frame, getattr(reference, name), check_exact=True)
-
-
 def _native(path: Path) -> Trace:
     loaded = native.load_native(path, None)
     return _trace(path, loaded.document, loaded.part)
@@ -52,7 +43,7 @@ def _native(path: Path) -> Trace:
 @needs_native
 @pytest.mark.parametrize("path", ALL_SAMPLES, ids=lambda p: str(p.relative_to(SAMPLES)))
 def test_native_path_reads_every_sample_like_the_reference(path: Path) -> None:
-    _same(_native(path), load_trace_reference(path))
+    assert_same_trace(_native(path), load_trace_reference(path))
 
 
 @needs_native
@@ -75,7 +66,7 @@ def test_tiny_blocks_split_events_anywhere(
         path = tmp_path / "head.json"
         path.write_bytes(text[: cut + 1] + b"]}")
     monkeypatch.setattr(native, "BLOCK_BYTES", block)
-    _same(_native(path), load_trace_reference(path))
+    assert_same_trace(_native(path), load_trace_reference(path))
 
 
 # ----------------------------------------------------------------------------- random traces --
@@ -200,9 +191,9 @@ def test_random_traces_read_like_the_reference(
         fast = _native(path) if native.AVAILABLE else load_trace(path)
     except native.Unavailable:
         fast = load_trace(path)  # refused: the Python path must then give the same
-    _same(fast, reference)
+    assert_same_trace(fast, reference)
     monkeypatch.setenv("TRACEINSIGHT_NATIVE", "0")  # and the pure-Python fallback, on the same file
-    _same(load_trace(path), reference)
+    assert_same_trace(load_trace(path), reference)
 
 
 @needs_native
@@ -240,7 +231,7 @@ def test_refused_inputs_fall_back_to_the_same_tables(tmp_path: Path, case: str) 
     path.write_text('{"traceEvents": [' + _REFUSED[case] + "]}")
     with pytest.raises(native.Unavailable):
         native.load_native(path, None)
-    _same(load_trace(path), load_trace_reference(path))
+    assert_same_trace(load_trace(path), load_trace_reference(path))
 
 
 @needs_native
@@ -371,7 +362,7 @@ def test_runs_cut_between_events_are_checked(
     load = native._load
     monkeypatch.setattr(native, "_load", lambda *a: threads.append(a[2]) or load(*a))
     fast = _native(path)
-    _same(fast, load_trace_reference(path))
+    assert_same_trace(fast, load_trace_reference(path))
     assert fast.meta.gpus_listed == 2
     # When every such line after the first is inside an event, any cut is a wrong one: with
     # blocks smaller than the file, the load starts again in one thread.

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -20,19 +23,45 @@ def test_distribution_name_and_optional_torch() -> None:
     assert project["scripts"]["traceinsight"] == "traceinsight.cli:main"
 
 
-def test_built_wheel_contains_the_templates_and_py_typed(tmp_path: Path) -> None:
+def _build_wheel(folder: Path, **environment: str) -> Path:
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(folder), str(ROOT)],
         check=True,
         capture_output=True,
+        env={**os.environ, **environment},
     )
-    (wheel,) = tmp_path.glob("torch_traceinsight-*.whl")
+    (wheel,) = folder.glob("torch_traceinsight-*.whl")
+    return wheel
+
+
+def _have_compiler() -> bool:
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    return shutil.which(compiler) is not None
+
+
+def test_built_wheel_contains_the_templates_and_py_typed(tmp_path: Path) -> None:
+    wheel = _build_wheel(tmp_path)
     names = set(zipfile.ZipFile(wheel).namelist())
     templates = {p.name for p in (ROOT / "templates").iterdir() if p.is_file()}
     assert templates
     assert {f"traceinsight/templates/{name}" for name in templates} <= names
     assert "traceinsight/py.typed" in names
     assert not any(name.startswith(("tests/", "sample_traces/")) for name in names)
+    scanner = [
+        name for name in names if name.startswith("traceinsight/load/_scan.") and not name.endswith(".c")
+    ]
+    if _have_compiler() or os.environ.get("CI"):
+        assert len(scanner) == 1, "the C scanner was not compiled into the wheel"
+        assert "-none-any" not in wheel.name  # a binary wheel is tagged for its platform
+
+
+def test_pure_build_is_a_universal_wheel_without_the_scanner(tmp_path: Path) -> None:
+    """TRACEINSIGHT_PURE=1 (or no compiler) still builds: pure Python, loading with msgspec."""
+    wheel = _build_wheel(tmp_path, TRACEINSIGHT_PURE="1")
+    assert wheel.name.endswith("-py3-none-any.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert not any(name.startswith("traceinsight/load/_scan.") and not name.endswith(".c") for name in names)
+    assert "traceinsight/templates/report.html" in names
 
 
 def test_analysis_never_imports_torch() -> None:

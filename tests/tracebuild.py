@@ -189,3 +189,16 @@ def write_trace(path: Path, events: list[dict[str, Any]], *, gz: bool = False, *
     text = json.dumps(document).encode()
     path.write_bytes(gzip.compress(text) if gz else text)
     return path
+
+
+def assert_same_trace(fast: Any, reference: Any) -> None:
+    """Two loaded traces are equal: meta, and every table's schema and values exactly."""
+    from polars.testing import assert_frame_equal
+
+    from traceinsight.load.schema import TABLES
+
+    assert fast.meta == reference.meta
+    for name, table_schema in TABLES.items():
+        frame = getattr(fast, name)
+        assert frame.schema == table_schema, name
+        assert_frame_equal(frame, getattr(reference, name), check_exact=True)

@@ -21,10 +21,13 @@ __all__ = ["Device", "ProgressCallback", "Trace", "TraceMeta", "load_trace", "lo
 def load_trace(path: Path, progress: ProgressCallback | None = None) -> Trace:
     """Read a ``.json`` or ``.json.gz`` trace (object or bare array) into tables, fast.
 
-    Algorithm: the bytes are decoded by msgspec into ``gc=False`` structs holding only the fields
-    analyses read (the collector is paused meanwhile: nothing decoded can form a cycle), then turned
-    into columns with one C-level pass per field and polars expressions (:mod:`.columns`), never a
-    Python loop per event. Gives exactly the tables and meta of :func:`load_trace_reference`.
+    Algorithm: where the C scanner was built (:mod:`.native`), the file is streamed (a plain file
+    is mapped) and its events scanned in C by two threads into columns, which numpy and polars turn
+    into the tables while the next runs are scanned. Otherwise, or for what the scanner refuses,
+    the bytes are decoded by msgspec into ``gc=False`` structs holding only the fields analyses read
+    (the collector is paused meanwhile: nothing decoded can form a cycle), then turned into columns
+    with one C-level pass per field and polars expressions (:mod:`.columns`). Either way the tables
+    and meta equal :func:`load_trace_reference`'s. ``TRACEINSIGHT_NATIVE=0`` skips the scanner.
 
     ``progress(bytes_read, total_bytes, events)`` is called as the file is read (bytes of the file
     on disk) and once at the end; see :mod:`traceinsight.load.progress`.

@@ -374,6 +374,24 @@ static int lex_literal(Lex *L, const char *word, Py_ssize_t n) {
     return OK;
 }
 
+/* After a member of a container: skips to ',' (another member follows: *more = 1, cur past it
+ * and the whitespace after it) or to the closing byte (*more = 0, cur past it). */
+static int next_member(Lex *L, char close, int *more) {
+    skip_ws(L);
+    if (cur >= end_) return NEED_MORE;
+    if (*cur == close) {
+        cur++;
+        *more = 0;
+        return OK;
+    }
+    if (*cur != ',') return BAD;
+    cur++;
+    skip_ws(L);
+    if (cur >= end_) return NEED_MORE;
+    *more = 1;
+    return OK;
+}
+
 static int skip_value(Lex *L, int depth);
 
 static int skip_container(Lex *L, int depth, char close) {
@@ -401,16 +419,8 @@ static int skip_container(Lex *L, int depth, char close) {
             if (cur >= end_) return NEED_MORE;
         }
         if ((r = skip_value(L, depth + 1)) != OK) return r;
-        skip_ws(L);
-        if (cur >= end_) return NEED_MORE;
-        if (*cur == close) {
-            cur++;
-            return OK;
-        }
-        if (*cur != ',') return BAD;
-        cur++;
-        skip_ws(L);
-        if (cur >= end_) return NEED_MORE;
+        int more;
+        if ((r = next_member(L, close, &more)) != OK || !more) return r;
     }
 }
 
@@ -621,16 +631,8 @@ static int object_fields(Lex *L, Out *o, Field *fields, int (*which)(const char 
         } else {
             if ((r = skip_value(L, 1)) != OK) return r;
         }
-        skip_ws(L);
-        if (cur >= end_) return NEED_MORE;
-        if (*cur == '}') {
-            cur++;
-            return OK;
-        }
-        if (*cur != ',') return BAD;
-        cur++;
-        skip_ws(L);
-        if (cur >= end_) return NEED_MORE;
+        int more;
+        if ((r = next_member(L, '}', &more)) != OK || !more) return r;
     }
 }
 
@@ -873,17 +875,9 @@ static PyObject *events_start(PyObject *Py_UNUSED(self), PyObject *args) {
                 break;
             }
             if ((r = skip_value(L, 1)) != OK) break;
-            skip_ws(L);
-            if (cur >= end_) {
-                r = NEED_MORE;
-                break;
-            }
-            if (*cur != ',') {
-                r = BAD;
-                break;
-            }
-            cur++;
-            skip_ws(L);
+            int more;
+            if ((r = next_member(L, '}', &more)) != OK) break;
+            if (!more) r = BAD; /* the document ends without traceEvents */
         }
         if (r == NEED_MORE) at = -1;
     }

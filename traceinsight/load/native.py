@@ -35,14 +35,11 @@ from typing import Any, Final
 import numpy as np
 import polars as pl
 
-from traceinsight.errors import TraceInsightError
 from traceinsight.load import schema
 from traceinsight.load.columns import _GROUP_FIELDS, _GROUP_OF_CATEGORY, ChunkTables, assemble, merge
-from traceinsight.load.decode import TraceDocument
 from traceinsight.load.parallel import Loaded, Unsplittable, _blocks, _Frame
 from traceinsight.load.progress import ProgressCallback
 from traceinsight.load.tables import _int, _ns
-from traceinsight.load.whole import decode_document
 
 try:
     from traceinsight.load import _scan  # type: ignore[attr-defined]
@@ -611,17 +608,10 @@ def _load(path: Path, progress: ProgressCallback | None, workers: int) -> Loaded
                     progress(min(frame.file_bytes, total - 1), total, events)
         except Unsplittable as exc:  # a damaged gzip stream: the Python path words the error
             raise Unavailable(str(exc)) from exc
-    if frame.bare:
-        if frame.tail.strip():
-            raise Unavailable("data after the events array")
-        document = TraceDocument(bare_array=True)
-    else:
-        try:
-            document = decode_document(frame.head + b"]" + frame.tail, path)
-        except TraceInsightError as exc:
-            raise Unavailable(str(exc)) from exc
-        if document.traceEvents:
-            raise Unavailable("a second traceEvents key")
+    try:
+        document = frame.document(path)
+    except ValueError as exc:
+        raise Unavailable(str(exc)) from exc
     merged = merge(parts)
     if progress is not None:
         progress(total, total, merged.event_count)

@@ -45,10 +45,30 @@ class Unsplittable(Exception):
 
 @dataclass
 class _Frame:
+    """What surrounds the events array, as read so far."""
+
     head: bytes = b""
     tail: bytes = b""
     bare: bool = False
     file_bytes: int = 0
+
+    def document(self, path: Path) -> TraceDocument:
+        """The top-level fields, decoded from the bytes before and after the events array.
+
+        ValueError when they are not what the reference would read (data after a bare array,
+        invalid JSON around the array, a second ``traceEvents`` key whose list would win).
+        """
+        if self.bare:
+            if self.tail.strip():
+                raise ValueError("data after the events array")
+            return TraceDocument(bare_array=True)
+        try:
+            document = decode_document(self.head + b"]" + self.tail, path)
+        except TraceInsightError as exc:
+            raise ValueError(str(exc)) from exc
+        if document.traceEvents:
+            raise ValueError("a second traceEvents key")
+        return document
 
 
 def _blocks(path: Path, frame: _Frame, size: int = READ_BYTES) -> Iterator[bytes]:
@@ -257,15 +277,10 @@ def load_parallel(
     except BaseException:
         pool.kill()
         raise
-    if frame.bare:
-        if frame.tail.strip():
-            raise Unsplittable("data after the events array")
-        document = TraceDocument(bare_array=True)
-    else:
-        try:
-            document = decode_document(frame.head + b"]" + frame.tail, path)
-        except TraceInsightError as exc:
-            raise Unsplittable(str(exc)) from exc
+    try:
+        document = frame.document(path)
+    except ValueError as exc:
+        raise Unsplittable(str(exc)) from exc
     merged = merge(parts)
     if progress is not None:
         progress(total, total, merged.event_count)
