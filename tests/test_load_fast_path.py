@@ -15,7 +15,7 @@ from tracebuild import assert_same_trace
 
 from traceinsight.analysis import analyze
 from traceinsight.errors import TraceFormatError, TraceUnreadable
-from traceinsight.load import Trace, _trace, load_trace, load_trace_reference
+from traceinsight.load import Trace, _trace, load_trace, load_trace_reference, native
 from traceinsight.load.parallel import Unsplittable, load_parallel
 from traceinsight.load.progress import terminal_progress
 from traceinsight.render.json_report import report_dict
@@ -72,9 +72,16 @@ def test_forced_workers_fall_back_for_other_layouts(monkeypatch: pytest.MonkeyPa
     assert_same_trace(load_trace(path), load_trace_reference(path))
 
 
-def test_progress_grows_and_ends_once_with_all_events(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TRACEINSIGHT_NATIVE", "0")
-    monkeypatch.setenv("TRACEINSIGHT_WORKERS", "2")
+@pytest.mark.parametrize("loader", ["native", "workers"])
+def test_progress_grows_and_ends_once_with_all_events(monkeypatch: pytest.MonkeyPatch, loader: str) -> None:
+    """Progress per run of the C scanner (1 MB runs here), or per chunk of the worker processes."""
+    if loader == "native":
+        if not native.AVAILABLE:
+            pytest.skip("the C scanner was not built here")
+        monkeypatch.setattr(native, "BLOCK_BYTES", 1 << 20)
+    else:
+        monkeypatch.setenv("TRACEINSIGHT_NATIVE", "0")
+        monkeypatch.setenv("TRACEINSIGHT_WORKERS", "2")
     path = SAMPLES / "v100_resnet50_workers0.pt.trace.json.gz"
     calls: list[tuple[int, int, int]] = []
     trace = load_trace(path, progress=lambda done, total, events: calls.append((done, total, events)))
@@ -82,6 +89,7 @@ def test_progress_grows_and_ends_once_with_all_events(monkeypatch: pytest.Monkey
     assert len(calls) > 2
     assert [done for done, _, _ in calls] == sorted(done for done, _, _ in calls)
     assert all(done < size for done, _, _ in calls[:-1])
+    assert [events for _, _, events in calls] == sorted(events for _, _, events in calls)
     assert calls[-1] == (size, size, trace.meta.event_count)
 
 

@@ -298,18 +298,6 @@ def _repr_rule(value: float) -> int:
     return -ns if negative else ns
 
 
-def test_progress_advances_block_by_block(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(native, "BLOCK_BYTES", 1 << 20)
-    path = SAMPLES / "v100_resnet50_workers0.pt.trace.json.gz"
-    calls: list[tuple[int, int, int]] = []
-    trace = load_trace(path, progress=lambda done, total, events: calls.append((done, total, events)))
-    size = path.stat().st_size
-    assert len(calls) > 2
-    assert [done for done, _, _ in calls] == sorted(done for done, _, _ in calls)
-    assert [events for _, _, events in calls] == sorted(events for _, _, events in calls)
-    assert calls[-1] == (size, size, trace.meta.event_count)
-
-
 def _pretty_trace(events_first: bool, nested_like_events: str) -> str:
     """The first event on a line of its own at two spaces, like Kineto, and metadata whose list
     items sit at that indentation too. ``some``: a few args hold an object that starts such a line;

@@ -374,6 +374,16 @@ static int lex_literal(Lex *L, const char *word, Py_ssize_t n) {
     return OK;
 }
 
+/* The ':' after a key, with the whitespace around it. */
+static int lex_colon(Lex *L) {
+    skip_ws(L);
+    if (cur >= end_) return NEED_MORE;
+    if (*cur != ':') return BAD;
+    cur++;
+    skip_ws(L);
+    return cur >= end_ ? NEED_MORE : OK;
+}
+
 /* After a member of a container: skips to ',' (another member follows: *more = 1, cur past it
  * and the whitespace after it) or to the closing byte (*more = 0, cur past it). */
 static int next_member(Lex *L, char close, int *more) {
@@ -410,13 +420,7 @@ static int skip_container(Lex *L, int depth, char close) {
             const char *p;
             Py_ssize_t n;
             int e;
-            if ((r = lex_string(L, &p, &n, &e)) != OK) return r;
-            skip_ws(L);
-            if (cur >= end_) return NEED_MORE;
-            if (*cur != ':') return BAD;
-            cur++;
-            skip_ws(L);
-            if (cur >= end_) return NEED_MORE;
+            if ((r = lex_string(L, &p, &n, &e)) != OK || (r = lex_colon(L)) != OK) return r;
         }
         if ((r = skip_value(L, depth + 1)) != OK) return r;
         int more;
@@ -586,13 +590,7 @@ static int lex_key(Lex *L, const char **p, Py_ssize_t *n) {
     if (*cur != '"') return BAD;
     if ((r = lex_string(L, p, n, &esc)) != OK) return r;
     if (esc) return BAD; /* an escaped key could spell a field's name: left to the Python path */
-    skip_ws(L);
-    if (cur >= end_) return NEED_MORE;
-    if (*cur != ':') return BAD;
-    cur++;
-    skip_ws(L);
-    if (cur >= end_) return NEED_MORE;
-    return OK;
+    return lex_colon(L);
 }
 
 /* The members of an object at cur ('{'), each value into fields[] through `which`. */

@@ -36,7 +36,7 @@ import numpy as np
 import polars as pl
 
 from traceinsight.load import schema
-from traceinsight.load.columns import _GROUP_FIELDS, _GROUP_OF_CATEGORY, ChunkTables, assemble, merge
+from traceinsight.load.columns import _GROUP_FIELDS, _GROUP_OF_CATEGORY, ChunkTables, assemble
 from traceinsight.load.parallel import Loaded, Unsplittable, _blocks, _Frame
 from traceinsight.load.progress import ProgressCallback
 from traceinsight.load.tables import _int, _ns
@@ -608,14 +608,7 @@ def _load(path: Path, progress: ProgressCallback | None, workers: int) -> Loaded
                     progress(min(frame.file_bytes, total - 1), total, events)
         except Unsplittable as exc:  # a damaged gzip stream: the Python path words the error
             raise Unavailable(str(exc)) from exc
-    try:
-        document = frame.document(path)
-    except ValueError as exc:
-        raise Unavailable(str(exc)) from exc
-    merged = merge(parts)
-    if progress is not None:
-        progress(total, total, merged.event_count)
-    return Loaded(document, merged)
+    return frame.loaded(path, parts, progress, Unavailable)
 
 
 __all__ = ["AVAILABLE", "Unavailable", "block_tables", "load_native"]

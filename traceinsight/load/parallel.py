@@ -52,23 +52,31 @@ class _Frame:
     bare: bool = False
     file_bytes: int = 0
 
-    def document(self, path: Path) -> TraceDocument:
-        """The top-level fields, decoded from the bytes before and after the events array.
+    def loaded(
+        self, path: Path, parts: list[ChunkTables], progress: ProgressCallback | None, refuse: type[Exception]
+    ) -> Loaded:
+        """The document (top-level fields decoded from the bytes around the events array) with the
+        merged tables; the final progress call.
 
-        ValueError when they are not what the reference would read (data after a bare array,
-        invalid JSON around the array, a second ``traceEvents`` key whose list would win).
+        ``refuse`` is raised when the fields are not what the reference would read (data after a
+        bare array, invalid JSON around the array, a second ``traceEvents`` key whose list would win).
         """
         if self.bare:
             if self.tail.strip():
-                raise ValueError("data after the events array")
-            return TraceDocument(bare_array=True)
-        try:
-            document = decode_document(self.head + b"]" + self.tail, path)
-        except TraceInsightError as exc:
-            raise ValueError(str(exc)) from exc
-        if document.traceEvents:
-            raise ValueError("a second traceEvents key")
-        return document
+                raise refuse("data after the events array")
+            document = TraceDocument(bare_array=True)
+        else:
+            try:
+                document = decode_document(self.head + b"]" + self.tail, path)
+            except TraceInsightError as exc:
+                raise refuse(str(exc)) from exc
+            if document.traceEvents:
+                raise refuse("a second traceEvents key")
+        merged = merge(parts)
+        if progress is not None:
+            total = path.stat().st_size
+            progress(total, total, merged.event_count)
+        return Loaded(document, merged)
 
 
 def _blocks(path: Path, frame: _Frame, size: int = READ_BYTES) -> Iterator[bytes]:
@@ -277,11 +285,4 @@ def load_parallel(
     except BaseException:
         pool.kill()
         raise
-    try:
-        document = frame.document(path)
-    except ValueError as exc:
-        raise Unsplittable(str(exc)) from exc
-    merged = merge(parts)
-    if progress is not None:
-        progress(total, total, merged.event_count)
-    return Loaded(document, merged)
+    return frame.loaded(path, parts, progress, Unsplittable)
