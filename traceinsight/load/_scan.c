@@ -812,13 +812,6 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
                 Py_XDECREF(pair);
             }
         }
-        if (fail) {
-            Py_DECREF(strings);
-            Py_DECREF(escaped);
-            Py_DECREF(counts);
-            Py_DECREF(columns);
-            goto out;
-        }
         if (!fail && o.other_cat) { /* non-string categories, counted as "" (index -1) */
             PyObject *pair = Py_BuildValue("(LnL)", (long long)o.other_seq, (Py_ssize_t)-1, (long long)o.other_cat);
             if (!pair || PyList_Append(counts, pair) < 0) fail = 1;
