@@ -12,7 +12,9 @@ For each size (GB of uncompressed JSON) and each form (plain, gzip) it makes the
 
 Printed per run: wall time (``time.perf_counter`` around the child), MB/s of uncompressed trace,
 peak memory of the whole process tree (sum of PSS over the child and its workers, polled every
-20 ms from ``/proc``, so pages shared after fork are not counted twice) and its ratio to the file
+100 ms from ``/proc``, so pages shared after fork are not counted twice; reading PSS makes the
+kernel walk the page tables, so polling faster would take a large share of a 2-core machine from
+the job being measured) and its ratio to the file
 size, the peak RSS of the main process (``wait4``), and how time grows with size (time ratio over
 size ratio between consecutive sizes: 1.0 is linear).
 
@@ -73,6 +75,10 @@ with tempfile.TemporaryDirectory() as folder:
 """
 
 
+#: How often the tree's PSS is read (see the module docstring).
+POLL_SECONDS = 0.1
+
+
 @dataclass
 class Run:
     """One measured child process."""
@@ -122,7 +128,7 @@ def measure(command: list[str]) -> Run:
         nonlocal peak
         while not done.is_set():
             peak = max(peak, _tree_pss_kb(child.pid))
-            time.sleep(0.02)
+            time.sleep(POLL_SECONDS)
 
     watcher = threading.Thread(target=poll, daemon=True)
     watcher.start()
