@@ -74,7 +74,6 @@ def analyze(
     # numpy's OpenBLAS starts a spinning thread per core at import; nothing here uses BLAS, and on
     # a 2-core machine those threads take CPU from the loader's. (Only here: `run` keeps the user's.)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    _large_blocks_to_the_system(trace)
     from traceinsight.load.progress import terminal_progress
     from traceinsight.pipeline import analyze_and_write
 
@@ -103,29 +102,6 @@ def analyze(
             "rerun with TRACEINSIGHT_DEBUG=1 for the traceback and please report it",
             3,
         ) from None
-
-
-def _large_blocks_to_the_system(trace: Path) -> None:
-    """For a gzip trace: glibc serves a freed 16 MB block's size from its heap from then on, where
-    freed blocks stay in the process, and the loader allocates a gunzipped 16 MB block after
-    another. A fixed 4 MB threshold keeps every large block mapped on its own and given back when
-    freed: the peak of a 0.5 GB trace drops by about 80 MB. (A plain trace is mapped, not read into
-    blocks: there it only costs time.) Only for `analyze`: `run` keeps the defaults."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        with trace.open("rb") as stream:
-            if stream.read(2) != b"\x1f\x8b":
-                return
-    except OSError:
-        return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None)
-        libc.mallopt(-3, 4 << 20)  # M_MMAP_THRESHOLD
-    except (OSError, AttributeError):  # not glibc
-        pass
 
 
 def _register_run() -> None:
