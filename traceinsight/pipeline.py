@@ -79,6 +79,23 @@ def render_html(report: Report, source_root: Path) -> str:
     return HtmlRenderer(source_root=source_root).render(report)
 
 
+def _give_back_freed_memory() -> None:
+    """Return the heap pages the loader freed to the system (glibc's ``malloc_trim``).
+
+    Loading allocates and frees block after block (gunzipped text, scanned columns); glibc keeps
+    freed pages of its heap in the process, where the analysis cannot use them (polars has an
+    allocator of its own). Trimming once here lowers the peak that follows; elsewhere it does nothing.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
 def analyze_and_write(
     trace: Path,
     *,
@@ -106,6 +123,7 @@ def analyze_and_write(
             target=importlib.import_module, args=("traceinsight.render.html",), daemon=True
         ).start()
     loaded = load_trace(trace, progress=progress)
+    _give_back_freed_memory()
     with _stage(f"analyzing {trace.name}"):
         report = report_for(loaded, thresholds)
     del loaded
