@@ -448,7 +448,7 @@ static int skip_value(Lex *L, int depth) {
 }
 
 /* A value kept as a scalar (the reference's ``_scalar``): lists and objects become None. */
-static int scalar(Lex *L, Out *o, Val *v, const char **sp, Py_ssize_t *sn, int *sesc) {
+static int scalar(Lex *L, Val *v, const char **sp, Py_ssize_t *sn, int *sesc) {
     int r;
     switch (*cur) {
         case '"':
@@ -473,7 +473,6 @@ static int scalar(Lex *L, Out *o, Val *v, const char **sp, Py_ssize_t *sn, int *
             return skip_value(L, 1);
         default:
             if (*cur == '-' || (*cur >= '0' && *cur <= '9')) return lex_number(L, v, 1);
-            (void)o;
             return BAD;
     }
 }
@@ -594,8 +593,7 @@ static int lex_key(Lex *L, const char **p, Py_ssize_t *n) {
 }
 
 /* The members of an object at cur ('{'), each value into fields[] through `which`. */
-static int object_fields(Lex *L, Out *o, Field *fields, int (*which)(const char *, Py_ssize_t), int *ph_x,
-                         int *args_seen, int top) {
+static int object_fields(Lex *L, Field *fields, int (*which)(const char *, Py_ssize_t), int *ph_x, int top) {
     int r;
     cur++;
     skip_ws(L);
@@ -613,19 +611,17 @@ static int object_fields(Lex *L, Out *o, Field *fields, int (*which)(const char 
             /* the last "args" wins, as in a dict: reset what an earlier one gave */
             for (int i = F_EXT; i < NFIELDS; i++) fields[i].v.kind = K_NONE;
             if (*cur == '{') {
-                *args_seen = 1;
-                if ((r = object_fields(L, o, fields, args_field, NULL, NULL, 0)) != OK) return r;
+                if ((r = object_fields(L, fields, args_field, NULL, 0)) != OK) return r;
             } else {
-                *args_seen = 0;
                 if ((r = skip_value(L, 1)) != OK) return r;
             }
         } else if (f == 100) {
             Field tmp;
-            if ((r = scalar(L, o, &tmp.v, &tmp.sp, &tmp.sn, &tmp.sesc)) != OK) return r;
+            if ((r = scalar(L, &tmp.v, &tmp.sp, &tmp.sn, &tmp.sesc)) != OK) return r;
             *ph_x = tmp.v.kind == K_STR && tmp.sn == 1 && tmp.sp[0] == 'X';
         } else if (f >= 0) {
             Field *fd = &fields[f];
-            if ((r = scalar(L, o, &fd->v, &fd->sp, &fd->sn, &fd->sesc)) != OK) return r;
+            if ((r = scalar(L, &fd->v, &fd->sp, &fd->sn, &fd->sesc)) != OK) return r;
         } else {
             if ((r = skip_value(L, 1)) != OK) return r;
         }
@@ -652,8 +648,8 @@ static int grow_rows(Out *o) {
 static int event(Lex *L, Out *o) {
     Field fields[NFIELDS];
     for (int i = 0; i < NFIELDS; i++) fields[i].v.kind = K_NONE;
-    int ph_x = 0, args_seen = 0;
-    int r = object_fields(L, o, fields, event_field, &ph_x, &args_seen, 1);
+    int ph_x = 0;
+    int r = object_fields(L, fields, event_field, &ph_x, 1);
     if (r != OK) return r;
     o->events++;
     Field *cat = &fields[F_CAT];

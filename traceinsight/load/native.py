@@ -1,12 +1,13 @@
 """The native path: the C scanner (:mod:`._scan`) reads events as the file streams in.
 
-Algorithm: the file is read (and gunzipped) in blocks, never whole. The scanner finds the
-``traceEvents`` array; then the events are scanned in C, without the GIL, into columns of
-(kind, value) per field, with each distinct string made into a Python object once. When each
-event starts its own line (Kineto's layout), blocks are cut at the last "newline, indentation,
-``{``" into runs of whole events that two threads scan at once; every run must then end in exactly
-one comma after its last event, else the cut was not between events and the load starts again
-with one scan after another, each resuming where the previous stopped (what other layouts get).
+Algorithm: a plain file is mapped in memory; a gzip file is gunzipped in blocks by a thread of
+its own, never whole. The scanner finds the ``traceEvents`` array; then the events are scanned in
+C, without the GIL, into columns of (kind, value) per field, with each distinct string made into a
+Python object once. When each event of a mapped file starts its own line (Kineto's layout), the
+file is cut at the last "newline, indentation, ``{``" before each 32 MB into runs of whole events
+that two threads scan at once; every run must then end in exactly one comma after its last event,
+else the cut was not between events and the load starts again with one scan after another, each
+resuming where the previous stopped (what other layouts and gunzipped streams get).
 Meanwhile the main thread turns each scanned run into the loader's tables with numpy and polars,
 applying the reference's coercions (:func:`.tables._int`, :func:`.tables._ns`, ``str`` for names)
 column-wise; the rare values of an unusual type (a float id, a non-string name) go through those
@@ -36,8 +37,14 @@ import numpy as np
 import polars as pl
 
 from traceinsight.load import schema
-from traceinsight.load.columns import _GROUP_FIELDS, _GROUP_OF_CATEGORY, ChunkTables, assemble
-from traceinsight.load.parallel import Loaded, Unsplittable, _blocks, _Frame
+from traceinsight.load.columns import (
+    _GROUP_FIELDS,
+    _GROUP_OF_CATEGORY,
+    ChunkTables,
+    _float_column_to_ns,
+    assemble,
+)
+from traceinsight.load.parallel import Loaded, Unsplittable, _blocks, _Frame, line_boundary
 from traceinsight.load.progress import ProgressCallback
 from traceinsight.load.tables import _int, _ns
 
@@ -165,7 +172,9 @@ class _Column:
             doubles = values.view(np.float64)[rows]
             finite = np.isfinite(doubles) & (np.abs(doubles) < _INT64_NS_LIMIT)
             if finite.any():
-                ns[rows[finite]] = _float_ns(pl.Series(doubles[finite], dtype=pl.Float64)).to_numpy()
+                ns[rows[finite]] = _float_column_to_ns(
+                    pl.Series(doubles[finite], dtype=pl.Float64)
+                ).to_numpy()
                 valid[rows[finite]] = True
             odd = rows[~finite]
             for row, value in zip(odd.tolist(), self.python(odd), strict=True):
@@ -180,12 +189,6 @@ def _with_nulls(series: pl.Series, valid: np.ndarray) -> pl.Series:
     return series.set(pl.Series(~valid), None)
 
 
-def _float_ns(floats: pl.Series) -> pl.Series:
-    from traceinsight.load.columns import _float_column_to_ns
-
-    return _float_column_to_ns(floats)
-
-
 def _decode_strings(raw: list[bytes], escaped: list[int]) -> list[str]:
     """The scanner's distinct strings (raw JSON contents) as Python strings."""
     try:
@@ -195,10 +198,6 @@ def _decode_strings(raw: list[bytes], escaped: list[int]) -> list[str]:
     for index in escaped:
         strings[index] = json.loads(b'"' + raw[index] + b'"')
     return strings
-
-
-def _name(value: Any) -> str:
-    return str(value)
 
 
 #: Table groups by index, and each category's group (-1: none).
@@ -246,7 +245,7 @@ def block_tables(result: tuple[Any, ...]) -> ChunkTables:
     frame = pl.DataFrame(
         {
             "cat": cat.texts(texts, ""),
-            "name": field["name"].texts(texts, _name),
+            "name": field["name"].texts(texts, str),
             "ts": pl.Series(ts, dtype=pl.Int64),
             "dur": pl.Series(dur, dtype=pl.Int64),
             "end": _with_nulls(pl.Series(end, dtype=pl.Int64), end >= ts),
@@ -283,10 +282,7 @@ def _events_start(blocks: Iterator[bytes], frame: _Frame) -> bytes:
     start = -1
     for block in blocks:
         head += block
-        try:
-            start = _scan.events_start(head)
-        except _scan.Unsupported as exc:
-            raise Unavailable(str(exc)) from exc
+        start = _events_start_in(head)
         if start >= 0:
             break
         if len(head) > _HEAD_LIMIT:
@@ -298,26 +294,8 @@ def _events_start(blocks: Iterator[bytes], frame: _Frame) -> bytes:
     return head[start:]
 
 
-def _boundary(pending: bytes, blocks: Iterator[bytes]) -> tuple[bytes | None, bytes]:
-    """``\n`` + indentation + ``{`` when the first event starts its own line (Kineto writes every
-    event so), else None; with the bytes read to see it. A raw newline cannot be inside a JSON
-    string, so that pattern is always structure."""
-    while not pending.strip():
-        block = next(blocks, b"")
-        if not block:
-            return None, pending
-        pending += block
-    body = pending.lstrip()
-    offset = len(pending) - len(body)
-    line = pending.rfind(b"\n", 0, offset)
-    indent = pending[line + 1 : offset]
-    if body[:1] != b"{" or line < 0 or indent.strip(b" \t"):
-        return None, pending
-    return b"\n" + indent + b"{", pending
-
-
 class _Mismatch(Exception):
-    """A cut between events was not one (another layout): scan the file block after block."""
+    """A cut between events was not one (another layout): scan the file run after run."""
 
 
 def _sequential(
@@ -348,76 +326,17 @@ def _sequential(
         yield result
 
 
-def _parallel(
-    pending: bytes,
-    blocks: Iterator[bytes],
-    boundary: bytes,
-    frame: _Frame,
-    pool: ThreadPoolExecutor,
-    workers: int,
-) -> Iterator[tuple[Any, ...]]:
-    """Scan results of runs of events cut at ``boundary``, scanned ``workers`` at a time, in order.
-
-    Each run must end, after its last event, in exactly one comma (checked in order): otherwise
-    the cut was not between events and :class:`_Mismatch` says so.
-    """
-    assert _scan is not None
-    inflight: deque[tuple[Future[Any], bytes | memoryview]] = deque()
-    rest = [pending]
-
-    def runs() -> Iterator[tuple[bytes | memoryview, bool]]:
-        for block in blocks:
-            buffer = rest[0] + block
-            cut = buffer.rfind(boundary)
-            if cut <= 0:
-                rest[0] = buffer
-                continue
-            cut += len(boundary) - 1  # at the "{"
-            rest[0] = buffer[cut:]
-            yield memoryview(buffer)[:cut], False  # a view: no copy of the run
-        run, rest[0] = rest[0], b""
-        yield run, True
-
-    def finish(
-        future: Future[Any], run: bytes | memoryview, source: Iterator[tuple[bytes | memoryview, bool]]
-    ) -> tuple[Any, ...]:
-        result = _result(future)
-        resume, done = result[0], result[1]
-        if done:
-            for other, _ in inflight:
-                other.cancel()
-            frame.tail = b"".join(
-                [run[resume:], *(r for _, r in inflight), *(r for r, _ in source), rest[0], *blocks]
-            )
-            inflight.clear()
-        elif bytes(run[resume:]).strip() != b",":
-            raise _Mismatch
-        return result
-
-    source = runs()
-    first = True
-    for run, final in source:
-        inflight.append((pool.submit(_scan.scan, run, 0, final, first), run))
-        first = False
-        while len(inflight) > workers:
-            result = finish(*inflight.popleft(), source)
-            yield result
-            if result[1]:
-                return
-    while inflight:
-        result = finish(*inflight.popleft(), source)
-        yield result
-        if result[1]:
-            return
-    raise Unavailable("the events array does not end")
-
-
 def _mapped(
     mapped: mmap.mmap, frame: _Frame, pool: ThreadPoolExecutor, workers: int
 ) -> Iterator[tuple[Any, ...]]:
     """Scan results of an uncompressed file mapped in memory: runs are views of the mapping (no
     copies), and each run's pages are dropped from this process once scanned, so the file never
-    counts whole in its memory. Cut runs are checked like :func:`_parallel`'s."""
+    counts whole in its memory.
+
+    When each event starts its own line, runs are cut at :func:`.parallel.line_boundary` and
+    scanned ``workers`` at a time; each must end, after its last event, in exactly one comma
+    (checked in order), else the cut was not between events and :class:`_Mismatch` says so.
+    Otherwise each scan resumes where the previous one stopped."""
     assert _scan is not None
     view = memoryview(mapped)
     size = len(view)
@@ -428,7 +347,7 @@ def _mapped(
         window = min(size, window * 4)
     frame.head = bytes(view[:start])
     frame.bare = frame.head.lstrip().startswith(b"[")
-    boundary = _boundary(bytes(view[start : start + 4096]), iter(()))[0] if workers > 1 else None
+    boundary = (line_boundary(bytes(view[start : start + 4096])) or None) if workers > 1 else None
     inflight: deque[tuple[Future[Any], int, int]] = deque()
     first = True
 
@@ -482,7 +401,7 @@ def _mapped(
     raise Unavailable("the events array does not end")
 
 
-def _events_start_in(head: memoryview) -> int:
+def _events_start_in(head: bytes | memoryview) -> int:
     assert _scan is not None
     try:
         return int(_scan.events_start(head))
@@ -594,14 +513,9 @@ def _load(path: Path, progress: ProgressCallback | None, workers: int) -> Loaded
             if mapped is not None:
                 results = _mapped(mapped, frame, pool, workers)
             else:
+                # A gunzipped stream is scanned in one thread: gunzip already has the other core.
                 blocks = stack.enter_context(_read_ahead(_blocks(path, frame, BLOCK_BYTES)))
-                pending = _events_start(blocks, frame)
-                boundary, pending = _boundary(pending, blocks) if workers > 1 else (None, pending)
-                results = (
-                    _parallel(pending, blocks, boundary, frame, pool, workers)
-                    if boundary is not None
-                    else _sequential(pending, blocks, frame, pool)
-                )
+                results = _sequential(_events_start(blocks, frame), blocks, frame, pool)
             for result in results:
                 part = block_tables(result)
                 events += part.event_count

@@ -169,11 +169,11 @@ def _runs(blocks: Iterator[bytes], frame: _Frame, chunk_bytes: int) -> Iterator[
     frame.tail = rest[end.end() :]
 
 
-def _boundary(rest: bytes) -> bytes:
-    """``\\n`` + indentation + ``{`` of the first event, when each event starts its own line.
-
-    Empty while ``rest`` holds only whitespace; :class:`Unsplittable` for any other layout.
-    """
+def line_boundary(rest: bytes) -> bytes | None:
+    """``\\n`` + indentation + ``{`` of the first event in ``rest`` (the bytes after the events
+    array's ``[``), when it starts its own line as Kineto writes every event; empty while ``rest``
+    holds only whitespace; None for any other layout. A raw newline cannot be inside a JSON string,
+    so that pattern is always structure."""
     body = rest.lstrip()
     if not body:
         return b""
@@ -181,8 +181,16 @@ def _boundary(rest: bytes) -> bytes:
     line = rest.rfind(b"\n", 0, offset)
     indent = rest[line + 1 : offset]
     if body[:1] != b"{" or line < 0 or indent.strip(b" \t"):
-        raise Unsplittable("events do not each start a line")
+        return None
     return b"\n" + indent + b"{"
+
+
+def _boundary(rest: bytes) -> bytes:
+    """:func:`line_boundary`, or :class:`Unsplittable` for a layout the splitter cannot cut."""
+    boundary = line_boundary(rest)
+    if boundary is None:
+        raise Unsplittable("events do not each start a line")
+    return boundary
 
 
 class _Pool:
