@@ -97,11 +97,9 @@ def renderables(report: Report) -> list[RenderableType]:
         parts.append(Text("\nNo findings: nothing in this trace keeps the GPU waiting.", style="green"))
 
     if analysis.idle_gaps:
-        gaps = Table(
-            title=f"Longest idle gaps (of {len(analysis.idle_gaps)})", title_justify="left", show_edge=False
+        gaps = _detail_table(
+            f"Longest idle gaps (of {len(analysis.idle_gaps)})", ("GPU", "start", "idle", "cause", "source")
         )
-        for column in ("GPU", "start", "idle", "cause", "source"):
-            gaps.add_column(column, overflow="fold")
         for gap in analysis.idle_gaps[:_TOP]:
             gaps.add_row(
                 str(gap.device),
@@ -112,9 +110,7 @@ def renderables(report: Report) -> list[RenderableType]:
             )
         parts.append(gaps)
     if analysis.sync_hotspots:
-        hot = Table(title="Sync hot spots", title_justify="left", show_edge=False)
-        for column in ("call", "op", "source", "count", "blocked", "GPU idle after"):
-            hot.add_column(column, overflow="fold")
+        hot = _detail_table("Sync hot spots", ("call", "op", "source", "count", "blocked", "GPU idle after"))
         for hotspot in analysis.sync_hotspots[:_TOP]:
             hot.add_row(
                 hotspot.call,
@@ -126,9 +122,7 @@ def renderables(report: Report) -> list[RenderableType]:
             )
         parts.append(hot)
     if analysis.copies:
-        copies = Table(title="Copies by kind", title_justify="left", show_edge=False)
-        for column in ("GPU", "kind", "count", "bytes", "time", "overlapped"):
-            copies.add_column(column, overflow="fold")
+        copies = _detail_table("Copies by kind", ("GPU", "kind", "count", "bytes", "time", "overlapped"))
         for group in analysis.copies[:_TOP]:
             share = group.overlapped_ns / group.duration_ns if group.duration_ns else 0.0
             copies.add_row(
@@ -155,9 +149,7 @@ def renderables(report: Report) -> list[RenderableType]:
         parts.append(kernels)
     host = analysis.host
     if host.top_ops:
-        ops = Table(title="Busiest host operators", title_justify="left", show_edge=False)
-        for column in ("operator", "count", "total"):
-            ops.add_column(column, overflow="fold")
+        ops = _detail_table("Busiest host operators", ("operator", "count", "total"))
         for name, count, total in host.top_ops[: len(host.top_ops) if not analysis.has_gpu else _TOP]:
             ops.add_row(name, str(count), format_duration(total))
         parts.append(ops)
@@ -185,3 +177,11 @@ def print_summary(report: Report, console: Console, outputs: list[tuple[str, Pat
         console.print(part)
     for label, path in outputs or []:
         console.print(f"{label}: [bold]{path}[/bold]")
+
+
+def _detail_table(title: str, columns: tuple[str, ...]) -> Table:
+    """A details table: title on the left, no outer border, long cells folded onto more lines."""
+    table = Table(title=title, title_justify="left", show_edge=False)
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    return table
