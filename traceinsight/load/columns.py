@@ -34,16 +34,10 @@ FastArgs = Args
 _NO_ARGS: Final[FastArgs] = FastArgs()
 
 
-class FastEvent(msgspec.Struct, gc=False):
-    """One event; a missing ``args`` is one shared empty :class:`FastArgs` (no None checks)."""
+class FastEvent(Event, gc=False):
+    """The reference's :class:`Event`, but a missing ``args`` is one shared empty :class:`FastArgs`
+    (no None checks)."""
 
-    ph: Scalar = None
-    cat: Scalar = None
-    name: Scalar = None
-    pid: Scalar = None
-    tid: Scalar = None
-    ts: Scalar = None
-    dur: Scalar = None
     args: FastArgs = _NO_ARGS
 
 
