@@ -32,3 +32,7 @@ class CaptureError(TraceInsightError):
 
 class OutputError(TraceInsightError):
     """A report or JSON file cannot be written where the user asked."""
+
+
+class ConfigError(TraceInsightError):
+    """The ``[tool.traceinsight]`` table of ``pyproject.toml`` (or an option) is malformed."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Final
 
@@ -208,9 +209,38 @@ def parse_frame(name: str) -> Frame | None:
     return Frame(match["file"], int(match["line"]), match["func"])
 
 
-def is_user_file(path: str) -> bool:
-    """True when a frame's file is the user's code: not torch, site-packages, stdlib or built-in."""
-    if path.startswith("<") or "site-packages" in path or "dist-packages" in path:
+def top_package(path: str) -> str | None:
+    """The top-level package a frame's file belongs to, as far as its path tells.
+
+    ``transformers/models/bert.py`` → ``transformers`` (torch trims site-packages and sys.path
+    prefixes); ``/venv/lib/python3.11/site-packages/vllm/x.py`` → ``vllm``; a single file
+    ``train.py`` → ``train``; None for an absolute path outside any site-packages.
+    """
+    normalised = path.replace("\\", "/")
+    for marker in ("site-packages/", "dist-packages/"):
+        if marker in normalised:
+            normalised = normalised.rsplit(marker, 1)[1]
+            break
+    else:
+        if normalised.startswith("/"):
+            return None
+    parts = [part for part in normalised.split("/") if part]
+    if not parts:
+        return None
+    return parts[0].removesuffix(".py") if len(parts) == 1 else parts[0]
+
+
+def is_user_file(path: str, user_code: Collection[str] = ()) -> bool:
+    """True when a frame's file is the user's code: not torch, site-packages, stdlib or built-in.
+
+    Packages named in ``user_code`` (``--user-code``, ``[tool.traceinsight] user-code``) are the
+    user's even when installed in site-packages or listed in :data:`LIBRARY_PACKAGES`.
+    """
+    if path.startswith("<"):
+        return False
+    if user_code and top_package(path) in user_code:
+        return True
+    if "site-packages" in path or "dist-packages" in path:
         return False
     normalised = path.replace("\\", "/")
     if "/lib/python3" in normalised or "/torch/" in normalised:

@@ -1,0 +1,99 @@
+"""Project settings: the ``[tool.traceinsight]`` table of the nearest ``pyproject.toml``.
+
+Command-line options win over the table; the table wins over the defaults. The table is looked
+for from a starting folder upwards (the current folder for ``analyze``, the script's folder for
+``run``), and only the first ``pyproject.toml`` found is read, as ruff and pytest do::
+
+    [tool.traceinsight]
+    user-code = ["vllm", "mylab"]   # packages whose frames are the user's own code
+    source-root = "."               # where report excerpts may be read from (relative to this file)
+
+Unknown keys are an error (a typo must not be silently ignored).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from traceinsight.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+__all__ = ["KNOWN_KEYS", "ProjectConfig", "find_pyproject", "read_config"]
+
+#: Keys the table may hold, with what each is for (shown when a key is unknown).
+KNOWN_KEYS: Final[dict[str, str]] = {
+    "user-code": "list of package names whose frames are the user's own code",
+    "source-root": "folder (relative to pyproject.toml) that report excerpts may be read from",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectConfig:
+    """What the ``[tool.traceinsight]`` table says (empty when there is none)."""
+
+    path: Path | None = None
+    """The ``pyproject.toml`` that was read, or None."""
+    user_code: tuple[str, ...] = ()
+    """Top-level package names to treat as the user's own code for source lines."""
+    source_root: Path | None = None
+    """Folder that source excerpts may be read from (absolute), or None."""
+    table: dict[str, Any] | None = None
+    """The raw table, for keys later versions read."""
+
+
+def find_pyproject(start: Path) -> Path | None:
+    """The nearest ``pyproject.toml`` in ``start`` or a folder above it."""
+    folder = start.resolve()
+    for candidate in (folder, *folder.parents):
+        path = candidate / "pyproject.toml"
+        if path.is_file():
+            return path
+    return None
+
+
+def read_config(start: Path | None = None) -> ProjectConfig:
+    """Read ``[tool.traceinsight]`` from the nearest ``pyproject.toml`` above ``start`` (default: cwd).
+
+    Raises :class:`~traceinsight.errors.ConfigError` (one line naming the file and the key) when the
+    file is not valid TOML or the table holds an unknown key or a value of the wrong type.
+    """
+    path = find_pyproject(start if start is not None else Path.cwd())
+    if path is None:
+        return ProjectConfig()
+    try:
+        document = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"cannot read {path}: {error}; fix the file or run from another folder") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"cannot read {path}: not valid TOML ({error}); fix the file") from None
+    table = document.get("tool", {}).get("traceinsight")
+    if table is None:
+        return ProjectConfig(path=path)
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [tool.traceinsight] must be a table")
+    unknown = sorted(set(table) - set(KNOWN_KEYS))
+    if unknown:
+        known = ", ".join(KNOWN_KEYS)
+        raise ConfigError(f"{path}: unknown key {unknown[0]!r} in [tool.traceinsight]; the keys are: {known}")
+    user_code = table.get("user-code", [])
+    if not isinstance(user_code, list) or not all(isinstance(item, str) and item for item in user_code):
+        raise ConfigError(
+            f"{path}: user-code in [tool.traceinsight] must be a list of package names, "
+            'e.g. user-code = ["mylab"]'
+        )
+    source_root = table.get("source-root")
+    if source_root is not None and not isinstance(source_root, str):
+        raise ConfigError(f'{path}: source-root in [tool.traceinsight] must be a folder path, e.g. "."')
+    return ProjectConfig(
+        path=path,
+        user_code=tuple(user_code),
+        source_root=(path.parent / source_root).resolve() if source_root is not None else None,
+        table=dict(table),
+    )
