@@ -105,12 +105,17 @@ def analyze_and_write(
     thresholds: Thresholds | None = None,
     write_html: bool = True,
     progress: ProgressCallback | None = None,
+    user_code: tuple[str, ...] = (),
+    source_root: Path | None = None,
 ) -> Report:
     """Analyze ``trace``; print the terminal summary; write the HTML report (and JSON if asked).
 
     ``json_out`` is a path, or ``"-"`` for stdout (the summary then goes to stderr so stdout stays
     valid JSON). ``html`` None means the default name in the current folder. ``progress`` is told
     how the load advances; the slower steps after it show a spinner when stderr is a terminal.
+    ``user_code`` names packages whose frames are the user's own code (``--user-code``).
+    ``source_root`` is the folder the report's code excerpts may be read from (today None means
+    the current folder).
     """
     html_path = (html if html is not None else default_report_path(trace)) if write_html else None
     for target in (html_path, Path(json_out) if json_out not in (None, "-") else None):
@@ -125,7 +130,7 @@ def analyze_and_write(
     loaded = load_trace(trace, progress=progress)
     _give_back_freed_memory()
     with _stage(f"analyzing {trace.name}"):
-        report = report_for(loaded, thresholds)
+        report = report_for(loaded, thresholds, user_code)
     del loaded
     outputs: list[tuple[str, Path]] = []
     if json_out == "-":
@@ -138,7 +143,7 @@ def analyze_and_write(
         outputs.append(("JSON", json_path))
     if html_path is not None:
         with _stage(f"writing {html_path.name}"):
-            page = render_html(report, Path.cwd())
+            page = render_html(report, source_root if source_root is not None else Path.cwd())
         write_atomically(html_path, page)
         outputs.append(("report", html_path))
     print_summary(report, console or Console(), outputs)

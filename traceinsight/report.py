@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -35,9 +36,9 @@ class Renderer(Protocol):
         ...
 
 
-def report_for(trace: Trace, thresholds: Thresholds | None = None) -> Report:
+def report_for(trace: Trace, thresholds: Thresholds | None = None, user_code: Collection[str] = ()) -> Report:
     """Analyze a loaded trace and evaluate the rules on it."""
-    analysis = analyze(trace, thresholds)
+    analysis = analyze(trace, thresholds, user_code)
     return Report(analysis=analysis, findings=evaluate(analysis))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from traceinsight.analysis import copies, gpu_time, host, idle_gaps, syncs
@@ -48,15 +49,15 @@ class Analysis:
         return sum(device.span_ns for device in self.devices)
 
 
-def analyze(trace: Trace, thresholds: Thresholds | None = None) -> Analysis:
-    """Run every analysis on ``trace``."""
+def analyze(trace: Trace, thresholds: Thresholds | None = None, user_code: Collection[str] = ()) -> Analysis:
+    """Run every analysis on ``trace``; frames of ``user_code`` packages count as the user's."""
     limits = thresholds or Thresholds()
     busy = gpu_time.busy_intervals(trace)
     kernels = gpu_time.kernel_intervals(trace)
     gaps = idle_gaps.all_gaps(busy)
-    calls = syncs.blocking_calls(trace, round(limits.copy_sync_window_us * 1000))
+    calls = syncs.blocking_calls(trace, round(limits.copy_sync_window_us * 1000), user_code)
     iterations = gpu_time.iteration_count(trace)
-    long_gaps = idle_gaps.idle_gaps(trace, gaps, calls, limits)
+    long_gaps = idle_gaps.idle_gaps(trace, gaps, calls, limits, user_code)
     idle_after = syncs.idle_after_calls(
         calls, gaps, syncs.launch_devices(trace), round(limits.sync_drain_slack_us * 1000)
     )

@@ -15,6 +15,8 @@ thread that launched the GPU work which ends the gap (joined on correlation), in
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import polars as pl
 
 from traceinsight.analysis.intervals import gaps_between, meeting, overlap_ns
@@ -38,7 +40,11 @@ def _main_thread(trace: Trace) -> tuple[int | None, int | None]:
 
 
 def idle_gaps(
-    trace: Trace, gaps: pl.DataFrame, calls: pl.DataFrame, thresholds: Thresholds
+    trace: Trace,
+    gaps: pl.DataFrame,
+    calls: pl.DataFrame,
+    thresholds: Thresholds,
+    user_code: Collection[str] = (),
 ) -> tuple[IdleGap, ...]:
     """Gaps of at least ``min_gap_us``, longest first, each with its cause and source line."""
     min_ns = round(thresholds.min_gap_us * 1000)
@@ -170,7 +176,7 @@ def idle_gaps(
     points = classified.select(
         key="gap", pid="pid", tid="tid", t=((pl.col("start") + pl.col("end")) // 2)
     ).filter(pl.col("pid").is_not_null())
-    sources = source_at(trace, points).rename({"key": "gap", "source": "mid_source"})
+    sources = source_at(trace, points, user_code).rename({"key": "gap", "source": "mid_source"})
     classified = classified.join(sources, on="gap", how="left").with_columns(
         source=pl.when(pl.col("cause_kind") == "sync")
         .then(pl.coalesce("sync_source", "mid_source"))

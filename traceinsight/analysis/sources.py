@@ -7,27 +7,29 @@ traces have no frames but carry a ``Call stack`` string on operators: its first 
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import polars as pl
 
 from traceinsight.analysis.intervals import meeting
 from traceinsight.load import Trace, taxonomy
 
 
-def _user_frame_locations(names: pl.Series) -> pl.DataFrame:
+def _user_frame_locations(names: pl.Series, user_code: Collection[str]) -> pl.DataFrame:
     """Map each distinct frame name to ``file:line`` when it is user code (others dropped)."""
     rows: list[tuple[str, str]] = []
     for name in names.unique().to_list():
         frame = taxonomy.parse_frame(name)
-        if frame is not None and taxonomy.is_user_file(frame.file):
+        if frame is not None and taxonomy.is_user_file(frame.file, user_code):
             rows.append((name, frame.location))
     return pl.DataFrame(rows, schema={"name": pl.String, "source": pl.String}, orient="row")
 
 
-def _first_user_entry(stack: str) -> str | None:
+def _first_user_entry(stack: str, user_code: Collection[str]) -> str | None:
     """The innermost user frame of a 2021 ``Call stack`` ("a.py(3): f;b.py(9): g", innermost first)."""
     for entry in stack.split(";"):
         frame = taxonomy.parse_frame(entry.strip())
-        if frame is not None and taxonomy.is_user_file(frame.file):
+        if frame is not None and taxonomy.is_user_file(frame.file, user_code):
             return frame.location
     return None
 
@@ -37,8 +39,10 @@ def _instants(points: pl.DataFrame) -> pl.DataFrame:
     return points.select(start="t", end=pl.col("t") + 1)
 
 
-def source_at(trace: Trace, points: pl.DataFrame) -> pl.DataFrame:
+def source_at(trace: Trace, points: pl.DataFrame, user_code: Collection[str] = ()) -> pl.DataFrame:
     """For rows ``key, pid, tid, t`` return ``key, source``: the user's line active at time t.
+
+    ``user_code`` names packages whose frames count as the user's (see :func:`taxonomy.is_user_file`).
 
     Frames containing ``t`` on the same pid/tid are found with an inequality join; the latest-starting
     (innermost) user frame wins. Without frames, the innermost enclosing operator's call stack is used.
@@ -49,7 +53,7 @@ def source_at(trace: Trace, points: pl.DataFrame) -> pl.DataFrame:
     found = empty
     instants = _instants(points)
     if trace.python.height:
-        user = _user_frame_locations(trace.python.get_column("name"))
+        user = _user_frame_locations(trace.python.get_column("name"), user_code)
         frames = meeting(
             trace.python.join(user, on="name", how="inner").select(
                 "pid", "tid", f_ts="ts", f_end="end", source="source"
@@ -95,7 +99,8 @@ def source_at(trace: Trace, points: pl.DataFrame) -> pl.DataFrame:
             )
             if by_stack.height:
                 locations = {
-                    stack: _first_user_entry(stack) for stack in by_stack.get_column("call_stack").unique()
+                    stack: _first_user_entry(stack, user_code)
+                    for stack in by_stack.get_column("call_stack").unique()
                 }
                 by_stack = by_stack.select(
                     "key",

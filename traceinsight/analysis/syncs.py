@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import polars as pl
 
 from traceinsight.analysis.results import SyncCall, SyncHotspot
@@ -68,7 +70,9 @@ def _copy_before(trace: Trace, calls: pl.DataFrame, window_ns: int) -> pl.DataFr
     )
 
 
-def blocking_calls(trace: Trace, copy_window_ns: int = 50_000) -> pl.DataFrame:
+def blocking_calls(
+    trace: Trace, copy_window_ns: int = 50_000, user_code: Collection[str] = ()
+) -> pl.DataFrame:
     """Every host-blocking runtime call with its operators, source line and the copy it waits for.
 
     Columns: ``key, call, pid, tid, ts, end, dur, op, op_chain, innermost, source, copy``. The op
@@ -84,7 +88,7 @@ def blocking_calls(trace: Trace, copy_window_ns: int = 50_000) -> pl.DataFrame:
     )
     points = calls.select("key", "pid", "tid", t="ts")
     ops = enclosing_ops(trace, points)
-    sources = source_at(trace, points)
+    sources = source_at(trace, points, user_code)
     wanted = calls.filter(pl.col("external_id") != pl.col("correlation")).select("key", "external_id")
     by_external = wanted.join(
         trace.cpu_ops.select("external_id", ext_op="name")
