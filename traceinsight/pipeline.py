@@ -22,7 +22,7 @@ from traceinsight.load import load_trace
 from traceinsight.load.progress import ProgressCallback
 from traceinsight.render.json_report import JsonRenderer
 from traceinsight.render.terminal import print_summary
-from traceinsight.report import Report, report_for
+from traceinsight.report import Report, RunContext, report_for
 from traceinsight.thresholds import Thresholds
 
 
@@ -107,6 +107,7 @@ def analyze_and_write(
     progress: ProgressCallback | None = None,
     user_code: tuple[str, ...] = (),
     source_root: Path | None = None,
+    run: RunContext | None = None,
 ) -> Report:
     """Analyze ``trace``; print the terminal summary; write the HTML report (and JSON if asked).
 
@@ -115,7 +116,7 @@ def analyze_and_write(
     how the load advances; the slower steps after it show a spinner when stderr is a terminal.
     ``user_code`` names packages whose frames are the user's own code (``--user-code``).
     ``source_root`` is the folder the report's code excerpts may be read from (today None means
-    the current folder).
+    the current folder). ``run`` carries what ``traceinsight run`` knows of the script's run.
     """
     html_path = (html if html is not None else default_report_path(trace)) if write_html else None
     for target in (html_path, Path(json_out) if json_out not in (None, "-") else None):
@@ -130,7 +131,7 @@ def analyze_and_write(
     loaded = load_trace(trace, progress=progress)
     _give_back_freed_memory()
     with _stage(f"analyzing {trace.name}"):
-        report = report_for(loaded, thresholds, user_code)
+        report = report_for(loaded, thresholds, user_code, run)
     del loaded
     outputs: list[tuple[str, Path]] = []
     if json_out == "-":

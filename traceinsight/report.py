@@ -16,11 +16,34 @@ from traceinsight.thresholds import Thresholds
 
 
 @dataclass(frozen=True, slots=True)
+class RunContext:
+    """What ``traceinsight run`` knows about the run that the trace file does not say."""
+
+    command: str
+    """The command as typed, e.g. ``traceinsight run train.py --epochs 1``."""
+    script: str
+    """The script path as typed, or the module name."""
+    started: str
+    """When the script started, ISO 8601 with the local offset (``2026-11-22T10:04:05+01:00``)."""
+    torch_version: str | None
+    elapsed_s: float
+    """Wall time of the script, in seconds."""
+    exit_status: int
+    """The script's own exit status (what ``run`` exits with)."""
+    failure: str | None = None
+    """How the script failed, one line (``ValueError: bad shape at train.py:47``), or None."""
+    steps_recorded: int | None = None
+    """Complete steps in the trace (None: the whole run as one window)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Report:
     """Everything the renderers show, in the order they show it."""
 
     analysis: Analysis
     findings: tuple[Finding, ...]
+    run: RunContext | None = None
+    """Set when the report was made by ``traceinsight run``."""
 
     @property
     def trace_name(self) -> str:
@@ -36,10 +59,15 @@ class Renderer(Protocol):
         ...
 
 
-def report_for(trace: Trace, thresholds: Thresholds | None = None, user_code: Collection[str] = ()) -> Report:
+def report_for(
+    trace: Trace,
+    thresholds: Thresholds | None = None,
+    user_code: Collection[str] = (),
+    run: RunContext | None = None,
+) -> Report:
     """Analyze a loaded trace and evaluate the rules on it."""
     analysis = analyze(trace, thresholds, user_code)
-    return Report(analysis=analysis, findings=evaluate(analysis))
+    return Report(analysis=analysis, findings=evaluate(analysis), run=run)
 
 
 def build_report(

@@ -55,6 +55,10 @@ class TraceMeta:
     #: How many GPUs ``deviceProperties`` lists (0: the run saw no GPU at all; None: not recorded).
     gpus_listed: int | None
     categories: tuple[tuple[str, int], ...] = field(default_factory=tuple)
+    #: What loading had to do to the file, as (kind, count) pairs, reported as warnings:
+    #: ``dropped-time`` (events dropped for impossible times), ``repaired-name`` (torch's malformed
+    #: ``python_function`` names repaired or dropped). Empty for a clean file.
+    load_notes: tuple[tuple[str, int], ...] = field(default_factory=tuple)
 
 
 @dataclass(frozen=True, slots=True)

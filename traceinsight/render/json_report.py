@@ -46,6 +46,18 @@ def report_dict(report: Report) -> dict[str, Any]:
             "iterations": analysis.iterations,
             "steps_marked": analysis.steps_marked,
         },
+        "run": None
+        if report.run is None
+        else {
+            "command": report.run.command,
+            "script": report.run.script,
+            "started": report.run.started,
+            "torch_version": report.run.torch_version,
+            "elapsed_s": round(report.run.elapsed_s, 3),
+            "exit_status": report.run.exit_status,
+            "failure": report.run.failure,
+            "steps_recorded": report.run.steps_recorded,
+        },
         "devices": [
             {
                 "device": device.device,
