@@ -13,6 +13,9 @@ class Thresholds:
     min_gap_us: float = 50.0
     #: A cause (DataLoader, sync, op) must cover at least this share of a gap to be named its cause.
     cause_coverage: float = 0.5
+    #: A gap inside an operator that then launches the work ending it is that operator's dispatch
+    #: cost (launch overhead) when shorter than this (µs); longer, it is the host's own work in it.
+    dispatch_max_us: float = 1000.0
     #: A sync that returned this long (or less) before a gap began still drained the queue for it.
     sync_drain_slack_us: float = 50.0
     #: A copy's host call followed this soon by a blocking sync counts as blocking the host.
@@ -29,5 +32,23 @@ class Thresholds:
     h2d_exposed_share: float = 0.005
     #: `sync-in-loop` needs at least this many occurrences when the trace has no step markers.
     sync_min_repeats: int = 3
-    #: Share of the GPU span at which a finding is high (and a tenth of it medium) severity.
+    #: Share of the step time (or steady window) a finding's saving must reach to be high severity
+    #: (a third of it: medium; less: low).
     high_severity_share: float = 0.10
+    #: A finding saving less than this share of the step time ...
+    minor_share: float = 0.01
+    #: ... and less than this in all (µs) is listed among the minor findings, not as a card.
+    minor_total_us: float = 100.0
+    #: The first step is start-up when it takes this many times the median of the others.
+    startup_step_factor: float = 2.0
+    #: Any other step is an outlier at this many times the median step.
+    outlier_step_factor: float = 3.0
+    #: A start-up or outlier step must also be this much (µs) longer than the median.
+    outlier_min_excess_us: float = 1000.0
+    #: Without steps: an operator's call is start-up when it takes this many times its median ...
+    first_call_factor: float = 10.0
+    #: ... and at least this long (µs), before the operator's usual calls.
+    first_call_min_us: float = 10_000.0
+    #: The DataLoader fix is replayed as a hand-over of this long (µs) per batch: with workers,
+    #: ``__next__`` took 0.08–1.4 ms on the kineto ResNet-50 sample (4 workers).
+    dataloader_handover_us: float = 1000.0

@@ -5,8 +5,11 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
+import polars as pl
+
 from traceinsight.analysis import copies, gpu_time, host, idle_gaps, syncs
 from traceinsight.analysis.kernels import TopKernels, top_kernels
+from traceinsight.analysis.replay import Replay, prepare_replay
 from traceinsight.analysis.results import (
     CopyGroup,
     DeviceTime,
@@ -16,11 +19,26 @@ from traceinsight.analysis.results import (
     SyncCall,
     SyncHotspot,
 )
+from traceinsight.analysis.steady import SteadyState, iteration_count, steady_state
 from traceinsight.analysis.timeline import Timeline, timeline
-from traceinsight.load import Trace, TraceMeta
+from traceinsight.analysis.usage import Usage
+from traceinsight.analysis.validity import TraceWarning, trace_warnings
+from traceinsight.load import Trace, TraceMeta, taxonomy
 from traceinsight.thresholds import Thresholds
 
-__all__ = ["Analysis", "analyze"]
+__all__ = ["Analysis", "FixInputs", "analyze"]
+
+
+@dataclass(frozen=True, slots=True)
+class FixInputs:
+    """Host ranges inside the steady state that the rules' fixes change in the replay."""
+
+    #: DataLoader ``__next__`` ranges (start, end) on threads that launch GPU work.
+    dataloader_waits: tuple[tuple[int, int], ...] = ()
+    #: Host calls of host-to-device copies: (start, end, correlation, copy name, device).
+    h2d_copy_calls: tuple[tuple[int, int, int, str, int], ...] = ()
+    #: Median duration of a kernel launch call: what a non-blocking copy call costs (ns).
+    launch_cost_ns: int = 5_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,11 +60,71 @@ class Analysis:
     host: HostSummary
     timeline: Timeline  # downsampled busy blocks and sync marks per device, for charts
     kernels: TopKernels  # kernels by total time
+    steady: SteadyState  # the steps, which are steady, and the steady-state windows
+    warnings: tuple[TraceWarning, ...]  # what limits what the numbers say, for the top of every output
+    replay: Replay  # the steady steps, ready to replay a fix
+    fix_inputs: FixInputs  # host ranges the fixes change
+    usage: tuple[Usage, ...]  # per device: how the steady state was spent
 
     @property
     def span_ns(self) -> int:
-        """Summed GPU span over devices (the denominator for shares of time)."""
+        """Summed GPU span over devices."""
         return sum(device.span_ns for device in self.devices)
+
+    @property
+    def step_ns(self) -> int | None:
+        """Median steady step time (None without steps)."""
+        return self.steady.step_ns
+
+    @property
+    def reference_ns(self) -> int:
+        """What shares of time are taken of: the median steady step; without steps, the steady
+        window on the GPU (the longest over devices), else the host's steady window (0: nothing)."""
+        if self.steady.step_ns:
+            return self.steady.step_ns
+        return max((usage.window_ns for usage in self.usage), default=0) or self.steady.window_ns
+
+    def device_usage(self, device: int) -> Usage | None:
+        """How ``device`` spent the steady state."""
+        return next((usage for usage in self.usage if usage.device == device), None)
+
+
+def _fix_inputs(trace: Trace, calls: pl.DataFrame, steady: SteadyState) -> FixInputs:
+    """The host ranges inside the steady windows that the replayed fixes change."""
+    if not steady.windows:
+        return FixInputs()
+    inside = pl.any_horizontal(
+        (pl.col("ts") >= start) & (pl.col("ts") < end) for start, end in steady.windows
+    )
+    launching = (
+        trace.runtime.join(trace.gpu.select("correlation").unique(), on="correlation", how="semi")
+        .select("pid", "tid")
+        .unique()
+    )
+    waits = (
+        trace.annotations.filter(
+            inside
+            & pl.col("name").str.starts_with(taxonomy.DATALOADER_PREFIX)
+            & pl.col("name").str.ends_with("__next__")
+        )
+        .join(launching, on=["pid", "tid"], how="semi")
+        .sort("ts")
+    )
+    copies = trace.gpu.filter(
+        (pl.col("kind") == "memcpy") & pl.col("name").str.starts_with("Memcpy HtoD")
+    ).select("correlation", "name", "device")
+    copy_calls = (
+        trace.runtime.filter(inside)
+        .join(copies, on="correlation", how="inner", suffix="_copy")
+        .sort("ts")
+        .select("ts", "end", "correlation", "name_copy", "device")
+    )
+    launch = trace.runtime.filter(pl.col("name").str.contains("LaunchKernel")).get_column("dur").median()
+    return FixInputs(
+        dataloader_waits=tuple(waits.select("ts", "end").iter_rows()),
+        h2d_copy_calls=tuple(copy_calls.iter_rows()),
+        launch_cost_ns=int(launch) if isinstance(launch, (int, float)) else 5_000,
+    )
 
 
 def analyze(trace: Trace, thresholds: Thresholds | None = None, user_code: Collection[str] = ()) -> Analysis:
@@ -54,28 +132,37 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None, user_code: Colle
     limits = thresholds or Thresholds()
     busy = gpu_time.busy_intervals(trace)
     kernels = gpu_time.kernel_intervals(trace)
-    gaps = idle_gaps.all_gaps(busy)
+    compute = gpu_time.compute_intervals(trace)
+    steady = steady_state(trace, limits)
     calls = syncs.blocking_calls(trace, round(limits.copy_sync_window_us * 1000), user_code)
-    iterations = gpu_time.iteration_count(trace)
-    long_gaps = idle_gaps.idle_gaps(trace, gaps, calls, limits, user_code)
+    iterations = iteration_count(trace)
+    gaps = idle_gaps.all_gaps(busy)
+    classified = idle_gaps.classify_gaps(trace, gaps, calls, limits, user_code)
     idle_after = syncs.idle_after_calls(
         calls, gaps, syncs.launch_devices(trace), round(limits.sync_drain_slack_us * 1000)
     )
     copy_groups = copies.copy_groups(trace, calls, kernels, limits)
+    devices = gpu_time.device_times(trace, busy, kernels, compute, classified, steady)
+    steps = gpu_time.step_times(trace, busy, kernels, compute, classified, steady)
     return Analysis(
         meta=trace.meta,
         thresholds=limits,
         has_gpu=trace.has_gpu_activity,
         iterations=iterations,
-        steps_marked=gpu_time.step_windows(trace).height > 0,
-        devices=gpu_time.device_times(trace, busy, kernels),
-        steps=gpu_time.step_times(trace, busy, long_gaps),
-        idle_gaps=long_gaps,
+        steps_marked=steady.source == "ProfilerStep",
+        devices=devices,
+        steps=steps,
+        idle_gaps=idle_gaps.reported_gaps(classified, limits),
         copies=copy_groups,
         overlap=copies.overlap_ratios(copy_groups),
         syncs=syncs.sync_calls(calls),
-        sync_hotspots=syncs.sync_hotspots(calls, idle_after, iterations),
+        sync_hotspots=syncs.sync_hotspots(calls, idle_after, iterations, classified, steady),
         host=host.host_summary(trace),
         timeline=timeline(trace, max_blocks=2000, busy=busy),
         kernels=top_kernels(trace, top=20),
+        steady=steady,
+        warnings=trace_warnings(trace, steady),
+        replay=prepare_replay(trace, calls, steady),
+        fix_inputs=_fix_inputs(trace, calls, steady),
+        usage=gpu_time.steady_usage(devices, steps, busy, kernels, compute, classified, steady),
     )

@@ -1,11 +1,26 @@
-"""GPU busy, idle and span per device and per ProfilerStep."""
+"""GPU busy (by class), idle (by cause) and span per device and per step.
+
+Busy classes: each busy nanosecond is counted once, compute first (the union of non-communication
+kernels), then communication kernels (NCCL/RCCL, see :mod:`taxonomy`) where no compute ran, then
+copies and memsets where no kernel ran. So compute + communication + exposed copies = busy.
+
+Idle is the time between merged busy blocks, each gap with one cause (:mod:`.idle_gaps`); per
+device, the part of a gap outside the steady-state windows is ``outside-steady-state``; per step,
+the window's time before the device's first or after its last GPU work is ``before-first-work`` /
+``after-last-work``. Either way the causes add up to the idle time exactly.
+"""
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 import polars as pl
 
+from traceinsight.analysis.causes import CauseKind
 from traceinsight.analysis.intervals import merge_intervals, overlap_ns
-from traceinsight.analysis.results import DeviceTime, IdleGap, StepTime
+from traceinsight.analysis.results import DeviceTime, StepTime
+from traceinsight.analysis.steady import SteadyState
+from traceinsight.analysis.usage import Usage
 from traceinsight.load import Trace, taxonomy
 
 
@@ -15,149 +30,283 @@ def busy_intervals(trace: Trace) -> pl.DataFrame:
 
 
 def kernel_intervals(trace: Trace) -> pl.DataFrame:
-    """Union of kernel intervals only, per device → ``device, start, end`` (compute time)."""
+    """Union of kernel intervals only, per device → ``device, start, end`` (compute and communication)."""
     return merge_intervals(trace.gpu.filter(pl.col("kind") == "kernel"), by="device")
 
 
-def device_times(trace: Trace, busy: pl.DataFrame, kernels: pl.DataFrame) -> tuple[DeviceTime, ...]:
-    """Busy (interval union), span (first start → last end) and idle per device."""
-    if trace.gpu.is_empty():
+def compute_intervals(trace: Trace) -> pl.DataFrame:
+    """Union of non-communication kernel intervals per device → ``device, start, end``."""
+    return merge_intervals(
+        trace.gpu.filter(
+            (pl.col("kind") == "kernel") & ~pl.col("name").str.contains(taxonomy.COMMUNICATION_KERNEL_PATTERN)
+        ),
+        by="device",
+    )
+
+
+def _lengths(intervals: pl.DataFrame) -> dict[int, int]:
+    table = intervals.group_by("device").agg(total=(pl.col("end") - pl.col("start")).sum())
+    return dict(table.iter_rows())
+
+
+def _clipped(intervals: pl.DataFrame, windows: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Length of ``intervals`` (device, start, end) inside each window (``keys``, device?, start, end).
+
+    Windows with a ``device`` column are matched on it; without one, every device's intervals count.
+    """
+    on_device = "device" in windows.columns
+    joined = windows.join_where(
+        intervals.rename({"device": "i_device", "start": "i_start", "end": "i_end"}),
+        pl.col("i_start") < pl.col("end"),
+        pl.col("i_end") > pl.col("start"),
+    )
+    if on_device:
+        joined = joined.filter(pl.col("device") == pl.col("i_device"))
+    else:
+        joined = joined.with_columns(device=pl.col("i_device"))
+    group = [*keys, "device"] if "device" not in keys else keys
+    return joined.group_by(group).agg(ns=overlap_ns("start", "end", "i_start", "i_end").sum())
+
+
+def _total_inside(intervals: pl.DataFrame, windows: pl.DataFrame) -> int:
+    """Summed length of ``intervals`` inside ``windows`` (``window, start, end``)."""
+    table = _clipped(intervals, windows, ["window"])
+    return int(table.get_column("ns").sum()) if table.height else 0
+
+
+def device_times(
+    trace: Trace,
+    busy: pl.DataFrame,
+    kernels: pl.DataFrame,
+    compute: pl.DataFrame,
+    gaps: pl.DataFrame,
+    steady: SteadyState,
+) -> tuple[DeviceTime, ...]:
+    """Busy (by class), span, and idle split by cause per device (see the module doc)."""
+    if trace.gpu.is_empty() or busy.is_empty():
         return ()
     per_device = busy.group_by("device").agg(
         busy=(pl.col("end") - pl.col("start")).sum(),
         first=pl.col("start").min(),
         last=pl.col("end").max(),
     )
-    kernel_busy = kernels.group_by("device").agg(kernel=(pl.col("end") - pl.col("start")).sum())
-    copies = trace.gpu.filter(pl.col("kind") == "memcpy").group_by("device").agg(copy=pl.col("dur").sum())
-    table = (
-        per_device.join(kernel_busy, on="device", how="left")
-        .join(copies, on="device", how="left")
-        .fill_null(0)
-        .sort("device")
+    kernel_busy, compute_busy = _lengths(kernels), _lengths(compute)
+    copies = dict(
+        trace.gpu.filter(pl.col("kind") == "memcpy").group_by("device").agg(pl.col("dur").sum()).iter_rows()
     )
+    split = idle_split(gaps, steady)
     names = {device.index: device.name for device in trace.meta.devices}
+    result = []
+    for row in per_device.sort("device").iter_rows(named=True):
+        device = row["device"]
+        kernel = kernel_busy.get(device, 0)
+        compute_ns = compute_busy.get(device, 0)
+        result.append(
+            DeviceTime(
+                device=device,
+                name=names.get(device),
+                span_ns=row["last"] - row["first"],
+                busy_ns=row["busy"],
+                kernel_ns=kernel,
+                copy_ns=copies.get(device, 0) or 0,
+                first_ns=row["first"],
+                last_ns=row["last"],
+                compute_ns=compute_ns,
+                communication_ns=kernel - compute_ns,
+                copy_exposed_ns=row["busy"] - kernel,
+                idle_by_cause_ns=split.get(device, ()),
+            )
+        )
+    return tuple(result)
+
+
+def _ranked(by_cause: dict[str, int]) -> tuple[tuple[str, int], ...]:
     return tuple(
-        DeviceTime(
-            device=row["device"],
-            name=names.get(row["device"]),
-            span_ns=row["last"] - row["first"],
-            busy_ns=row["busy"],
-            kernel_ns=row["kernel"],
-            copy_ns=row["copy"],
-            first_ns=row["first"],
-            last_ns=row["last"],
-        )
-        for row in table.iter_rows(named=True)
+        sorted(((kind, ns) for kind, ns in by_cause.items() if ns > 0), key=lambda item: (-item[1], item[0]))
     )
 
 
-def step_windows(trace: Trace) -> pl.DataFrame:
-    """Host ``ProfilerStep#N`` ranges → ``step, start, end`` (one per step number)."""
-    return (
-        trace.annotations.filter(pl.col("name").str.starts_with("ProfilerStep#"))
-        .select(
-            step=pl.col("name").str.extract(taxonomy.STEP_PATTERN.pattern, 1).cast(pl.Int64),
-            start=pl.col("ts"),
-            end=pl.col("end"),
-        )
-        .drop_nulls("step")
-        .unique("step", keep="first")
-        .sort("step")
+def idle_split(gaps: pl.DataFrame, steady: SteadyState) -> dict[int, tuple[tuple[str, int], ...]]:
+    """Per device: gap time by cause inside the steady-state windows, the rest ``outside-steady-state``."""
+    if gaps.is_empty():
+        return {}
+    windows = pl.DataFrame(
+        {"start": [start for start, _ in steady.windows], "end": [end for _, end in steady.windows]},
+        schema={"start": pl.Int64, "end": pl.Int64},
     )
+    indexed = gaps.select("device", "start", "end", "duration", "cause_kind").with_row_index("gap")
+    inside = (
+        indexed.join_where(
+            windows.rename({"start": "w_start", "end": "w_end"}),
+            pl.col("w_start") < pl.col("end"),
+            pl.col("w_end") > pl.col("start"),
+        )
+        .group_by("gap")
+        .agg(inside=overlap_ns("start", "end", "w_start", "w_end").sum())
+    )
+    table = indexed.join(inside, on="gap", how="left").with_columns(pl.col("inside").fill_null(0))
+    totals = (
+        table.group_by("device", "cause_kind")
+        .agg(inside=pl.col("inside").sum(), outside=(pl.col("duration") - pl.col("inside")).sum())
+        .sort("device", "cause_kind")
+    )
+    by_device: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for device, kind, inside_ns, outside_ns in totals.iter_rows():
+        by_device[device][kind] += inside_ns
+        by_device[device][CauseKind.OUTSIDE_STEADY.value] += outside_ns
+    return {device: _ranked(causes) for device, causes in by_device.items()}
 
 
-def iteration_count(trace: Trace) -> int | None:
-    """Training iterations: ProfilerStep spans, else ``Optimizer.step#`` ranges, else unknown."""
-    steps = step_windows(trace).height
-    if steps:
-        return steps
-    optimizer_steps = trace.annotations.filter(
-        pl.col("name").str.starts_with(taxonomy.OPTIMIZER_STEP_PREFIX)
-    ).height
-    return optimizer_steps or None
-
-
-def step_times(trace: Trace, busy: pl.DataFrame, gaps: tuple[IdleGap, ...]) -> tuple[StepTime, ...]:
-    """GPU busy, copy and idle-by-cause inside each host step window, per device.
-
-    Idle not covered by a reported gap (stretches shorter than the gap threshold) is ``short-gaps``;
-    window time before the device's first activity or after its last is ``outside-gpu-span``.
-    """
-    windows = step_windows(trace)
-    if windows.is_empty() or busy.is_empty():
+def step_times(
+    trace: Trace,
+    busy: pl.DataFrame,
+    kernels: pl.DataFrame,
+    compute: pl.DataFrame,
+    gaps: pl.DataFrame,
+    steady: SteadyState,
+) -> tuple[StepTime, ...]:
+    """GPU time inside each step window, per device: busy by class and idle by cause (module doc)."""
+    if not steady.steps or busy.is_empty():
         return ()
-    devices = busy.select("device").unique()
-    grid = windows.join(devices, how="cross")
-    busy_in = (
-        grid.join_where(
-            busy.rename({"start": "b_start", "end": "b_end", "device": "b_device"}),
-            pl.col("b_start") < pl.col("end"),
-            pl.col("b_end") > pl.col("start"),
-        )
-        .filter(pl.col("device") == pl.col("b_device"))
-        .group_by("step", "device")
-        .agg(busy=overlap_ns("start", "end", "b_start", "b_end").sum())
-    )
-    copies = trace.gpu.filter(pl.col("kind") == "memcpy").select(c_device="device", c_start="ts", c_end="end")
-    copy_in = (
-        grid.join_where(copies, pl.col("c_start") < pl.col("end"), pl.col("c_end") > pl.col("start"))
-        .filter(pl.col("device") == pl.col("c_device"))
-        .group_by("step", "device")
-        .agg(copy=overlap_ns("start", "end", "c_start", "c_end").sum())
-    )
-    gap_frame = pl.DataFrame(
+    windows = pl.DataFrame(
         {
-            "g_device": [gap.device for gap in gaps],
-            "g_start": [gap.start_ns for gap in gaps],
-            "g_end": [gap.end_ns for gap in gaps],
-            "cause_kind": [gap.cause_kind for gap in gaps],
+            "step": [step.step for step in steady.steps],
+            "start": [step.start_ns for step in steady.steps],
+            "end": [step.end_ns for step in steady.steps],
         },
-        schema={"g_device": pl.Int64, "g_start": pl.Int64, "g_end": pl.Int64, "cause_kind": pl.String},
+        schema={"step": pl.Int64, "start": pl.Int64, "end": pl.Int64},
     )
+    grid = windows.join(busy.select("device").unique(), how="cross")
+    keys = ["step", "device"]
+
+    def inside(intervals: pl.DataFrame) -> dict[tuple[int, int], int]:
+        table = _clipped(intervals, grid, keys)
+        return {(step, device): ns for step, device, ns in table.iter_rows()}
+
+    busy_in, kernel_in, compute_in = inside(busy), inside(kernels), inside(compute)
+    copies = trace.gpu.filter(pl.col("kind") == "memcpy").select("device", start="ts", end="end")
+    copy_in = inside(copies)  # summed copy durations clipped to the window (copies may overlap)
     idle_in = (
-        grid.join_where(gap_frame, pl.col("g_start") < pl.col("end"), pl.col("g_end") > pl.col("start"))
+        grid.join_where(
+            gaps.select(g_device="device", g_start="start", g_end="end", cause_kind="cause_kind"),
+            pl.col("g_start") < pl.col("end"),
+            pl.col("g_end") > pl.col("start"),
+        )
         .filter(pl.col("device") == pl.col("g_device"))
         .group_by("step", "device", "cause_kind")
         .agg(idle=overlap_ns("start", "end", "g_start", "g_end").sum())
     )
-    table = (
-        grid.join(busy_in, on=["step", "device"], how="left")
-        .join(copy_in, on=["step", "device"], how="left")
-        .fill_null(0)
-        .sort("step", "device")
-    )
-    causes: dict[tuple[int, int], dict[str, int]] = {}
-    for row in idle_in.iter_rows(named=True):
-        causes.setdefault((row["step"], row["device"]), {})[row["cause_kind"]] = row["idle"]
+    causes: dict[tuple[int, int], dict[str, int]] = defaultdict(dict)
+    for step, device, kind, ns in idle_in.iter_rows():
+        causes[(step, device)][kind] = ns
+    extent = {
+        device: (first, last)
+        for device, first, last in busy.group_by("device")
+        .agg(pl.col("start").min(), pl.col("end").max())
+        .iter_rows()
+    }
+    judged = {step.step: step for step in steady.steps}
     result = []
-    extent = busy.group_by("device").agg(first=pl.col("start").min(), last=pl.col("end").max())
-    first = dict(
-        zip(extent.get_column("device").to_list(), extent.get_column("first").to_list(), strict=True)
-    )
-    last = dict(zip(extent.get_column("device").to_list(), extent.get_column("last").to_list(), strict=True))
-    for row in table.iter_rows(named=True):
-        by_cause = dict(causes.get((row["step"], row["device"]), {}))
-        idle = (row["end"] - row["start"]) - row["busy"]
-        # Window time before the device's first or after its last activity is not a gap between
-        # GPU work: the profile had not reached the GPU yet (or had left it).
-        outside = max(0, min(row["end"], first[row["device"]]) - row["start"]) + max(
-            0, row["end"] - max(row["start"], last[row["device"]])
-        )
-        if outside > 0:
-            by_cause["outside-gpu-span"] = outside
-        short = idle - sum(by_cause.values())
-        if short > 0:
-            by_cause["short-gaps"] = short
+    for step_number, device, start, end in (
+        grid.sort("start", "device").select("step", "device", "start", "end").iter_rows()
+    ):
+        first, last = extent[device]
+        by_cause = dict(causes.get((step_number, device), {}))
+        before = max(0, min(end, first) - start)
+        after = max(0, end - max(start, last))
+        if before:
+            by_cause[CauseKind.BEFORE_FIRST.value] = before
+        if after:
+            by_cause[CauseKind.AFTER_LAST.value] = after
+        key = (step_number, device)
+        kernel, compute_ns, busy_ns = kernel_in.get(key, 0), compute_in.get(key, 0), busy_in.get(key, 0)
+        info = judged[step_number]
         result.append(
             StepTime(
-                step=row["step"],
-                device=row["device"],
-                start_ns=row["start"],
-                end_ns=row["end"],
-                busy_ns=row["busy"],
-                copy_ns=row["copy"],
-                idle_by_cause_ns=tuple(sorted(by_cause.items(), key=lambda item: -item[1])),
+                step=step_number,
+                device=device,
+                start_ns=start,
+                end_ns=end,
+                busy_ns=busy_ns,
+                copy_ns=copy_in.get(key, 0),
+                idle_by_cause_ns=_ranked(by_cause),
+                compute_ns=compute_ns,
+                communication_ns=kernel - compute_ns,
+                copy_exposed_ns=busy_ns - kernel,
+                steady=info.steady,
+                reason=info.reason,
             )
         )
+    return tuple(result)
+
+
+def steady_usage(
+    devices: tuple[DeviceTime, ...],
+    steps: tuple[StepTime, ...],
+    busy: pl.DataFrame,
+    kernels: pl.DataFrame,
+    compute: pl.DataFrame,
+    gaps: pl.DataFrame,
+    steady: SteadyState,
+) -> tuple[Usage, ...]:
+    """How each device spent the steady state (:class:`Usage`).
+
+    With steps: the steady steps' windows summed (busy by class, idle by cause, before/after the
+    GPU's work). Without steps: the steady window clipped to the device's span, busy by class and
+    each gap's cause inside it.
+    """
+    result = []
+    for device in devices:
+        mine = [step for step in steps if step.device == device.device and step.steady]
+        outside = dict(device.idle_by_cause_ns).get(CauseKind.OUTSIDE_STEADY.value, 0)
+        totals: dict[str, int] = defaultdict(int)
+        if mine:
+            for step in mine:
+                for kind, ns in step.idle_by_cause_ns:
+                    totals[kind] += ns
+            parts = (
+                sum(step.compute_ns for step in mine),
+                sum(step.communication_ns for step in mine),
+                sum(step.copy_exposed_ns for step in mine),
+            )
+        else:
+            clipped = [
+                (max(start, device.first_ns), min(end, device.last_ns))
+                for start, end in steady.windows
+                if min(end, device.last_ns) > max(start, device.first_ns)
+            ]
+            windows = pl.DataFrame(
+                {"start": [a for a, _ in clipped], "end": [b for _, b in clipped]},
+                schema={"start": pl.Int64, "end": pl.Int64},
+            ).with_row_index("window")
+            mask = pl.col("device") == device.device
+
+            all_busy, kernel_busy, compute_busy = (
+                _total_inside(intervals.filter(mask), windows) for intervals in (busy, kernels, compute)
+            )
+            parts = (compute_busy, kernel_busy - compute_busy, all_busy - kernel_busy)
+            if clipped and gaps.height:
+                by_cause = (
+                    gaps.filter(mask)
+                    .join_where(
+                        windows.rename({"start": "w_start", "end": "w_end"}),
+                        pl.col("w_start") < pl.col("end"),
+                        pl.col("w_end") > pl.col("start"),
+                    )
+                    .group_by("cause_kind")
+                    .agg(ns=overlap_ns("start", "end", "w_start", "w_end").sum())
+                )
+                totals.update(dict(by_cause.iter_rows()))
+        idle = tuple(
+            sorted(
+                (
+                    (CauseKind(kind), ns)
+                    for kind, ns in totals.items()
+                    if ns and kind in CauseKind._value2member_map_
+                ),
+                key=lambda item: (-item[1], item[0].value),
+            )
+        )
+        window = sum(parts) + sum(ns for _, ns in idle)
+        result.append(Usage(device.device, window, *parts, idle, len(mine), outside))
     return tuple(result)

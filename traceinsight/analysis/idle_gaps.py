@@ -1,16 +1,31 @@
-"""Idle gaps on each GPU and what the host was doing during them.
+"""Idle gaps on each GPU and why the GPU waited in each.
 
-A gap is a stretch between merged busy blocks on one device. Its cause is read from the host
-thread that launched the GPU work which ends the gap (joined on correlation), in this order:
+A gap is a stretch between merged busy blocks on one device. Every gap gets exactly one cause
+(:class:`~traceinsight.analysis.causes.CauseKind`), so the causes add up to the idle time.
 
-1. ``dataloader`` — that thread spent at least ``cause_coverage`` of the gap in DataLoader ``__next__``;
-2. ``sync`` — a blocking call on that thread returned within ``sync_drain_slack_us`` of the gap's
-   start: the host waited for the GPU to drain its queue, so no work was queued ahead;
-3. ``cpu_op`` — the innermost operator or annotation covering at least ``cause_coverage`` of the gap;
-4. ``host-bound`` — none of these, but the thread made runtime calls or ran ops during the gap: it was
-   busy launching, or in Python between launches;
-5. ``untraced`` — the thread recorded nothing at all during the gap (Python code without
-   ``with_stack``, a lock, waiting on another thread); ``unknown`` — no launching thread found.
+First: was the work that ends the gap already queued when the GPU went idle? Its launching call
+(joined on correlation) tells. If that call returned before the gap began, the GPU had the work and
+waited on something of its own (another stream, an event, a CUDA graph dependency): ``queued``.
+Otherwise the host was late, and what the launching thread did during the gap is the cause, in
+this order (gaps of at least ``min_gap_us``):
+
+1. ``dataloader`` — the thread spent at least ``cause_coverage`` of the gap in DataLoader ``__next__``;
+2. ``sync`` — a blocking call on the thread returned within ``sync_drain_slack_us`` of the gap's
+   start after waiting at least ``cause_coverage`` of the gap's length: the host waited for the GPU
+   to drain its queue, so no work was queued ahead (a sync that barely waited did not cause the
+   gap: the host work after it did). When that call waited for a host-to-device copy (pageable
+   ``.to('cuda')``), the cause is ``copy`` instead;
+3. ``copy`` — the thread was inside a copy call (``cudaMemcpy*``) for ``cause_coverage`` of the gap;
+4. ``communication`` — the innermost covering operator is a collective (``c10d::``, ``record_param_comms``);
+5. ``cpu_op`` — the innermost operator or annotation covering ``cause_coverage`` of the gap: the host
+   was doing its own work in it (CPU compute, data preparation, a first call's initialisation). When
+   that operator itself launched the work that ends a gap shorter than ``dispatch_max_us``, the gap
+   is the operator's dispatch cost: ``host-bound``;
+6. ``host-bound`` — none of these, but the thread made calls or ran ops during the gap (launching,
+   Python between launches); ``untraced`` — it recorded nothing at all.
+
+Gaps shorter than ``min_gap_us`` are split only by the first question: ``host-bound`` when the host
+was late (launch overhead between kernels), ``queued`` otherwise. ``unknown``: no launching thread.
 """
 
 from __future__ import annotations
@@ -19,11 +34,31 @@ from collections.abc import Collection
 
 import polars as pl
 
+from traceinsight.analysis.causes import CauseKind
 from traceinsight.analysis.intervals import gaps_between, meeting, overlap_ns
 from traceinsight.analysis.results import IdleGap
 from traceinsight.analysis.sources import source_at
 from traceinsight.load import Trace, taxonomy
 from traceinsight.thresholds import Thresholds
+
+__all__ = ["all_gaps", "classify_gaps", "reported_gaps"]
+
+#: Columns of :func:`classify_gaps`' table.
+GAP_SCHEMA = pl.Schema(
+    {
+        "device": pl.Int64,
+        "start": pl.Int64,
+        "end": pl.Int64,
+        "duration": pl.Int64,
+        "cause_kind": pl.String,
+        "cause": pl.String,
+        "source": pl.String,
+        "source_kind": pl.String,
+        "pid": pl.Int64,
+        "tid": pl.Int64,
+        "sync_key": pl.Int64,
+    }
+)
 
 
 def all_gaps(busy: pl.DataFrame) -> pl.DataFrame:
@@ -39,74 +74,68 @@ def _main_thread(trace: Trace) -> tuple[int | None, int | None]:
     return top[0], top[1]
 
 
-def idle_gaps(
-    trace: Trace,
-    gaps: pl.DataFrame,
-    calls: pl.DataFrame,
-    thresholds: Thresholds,
-    user_code: Collection[str] = (),
-) -> tuple[IdleGap, ...]:
-    """Gaps of at least ``min_gap_us``, longest first, each with its cause and source line."""
-    min_ns = round(thresholds.min_gap_us * 1000)
-    long_gaps = gaps.filter(pl.col("duration") >= min_ns)
-    if long_gaps.is_empty():
-        return ()
-    launchers = (
+def _launchers(trace: Trace) -> pl.DataFrame:
+    """For each GPU activity start (device, ts): the thread that launched it and when its call ended."""
+    return (
         trace.gpu.select("device", "ts", "correlation")
-        .join(trace.runtime.select("correlation", "pid", "tid"), on="correlation", how="inner")
+        .join(
+            trace.runtime.select("correlation", "pid", "tid", l_ts="ts", l_end="end"),
+            on="correlation",
+            how="inner",
+        )
         .sort("correlation")
         .group_by("device", "ts")
-        .agg(pl.col("pid").first(), pl.col("tid").first())
+        .agg(pl.col("pid").first(), pl.col("tid").first(), pl.col("l_ts").min(), pl.col("l_end").min())
     )
-    main_pid, main_tid = _main_thread(trace)
-    table = (
-        long_gaps.join(launchers, left_on=["device", "end"], right_on=["device", "ts"], how="left")
-        .with_columns(
-            pl.col("pid").fill_null(pl.lit(main_pid, pl.Int64)),
-            pl.col("tid").fill_null(pl.lit(main_tid, pl.Int64)),
-        )
-        .with_row_index("gap")
-        .with_columns(pl.col("gap").cast(pl.Int64))
-    )
-    slack = round(thresholds.sync_drain_slack_us * 1000)
 
+
+def _host_activity(trace: Trace, calls: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """Host events that can meet a gap window → ``h_pid, h_tid, h_ts, h_end, name, kind, key``."""
+    no_key = pl.lit(None, pl.Int64)
     dataloader = trace.annotations.filter(
         pl.col("name").str.starts_with(taxonomy.DATALOADER_PREFIX) & pl.col("name").str.ends_with("__next__")
     )
-    windows = table.select(start=pl.col("start") - slack, end="end")
-    host = pl.concat(
+    copy_call = pl.any_horizontal(pl.col("name").str.starts_with(p) for p in taxonomy.COPY_CALL_PREFIXES)
+    runtime = trace.runtime.filter(~pl.col("name").is_in(list(taxonomy.BLOCKING_CALLS)))
+    ops = pl.concat(
         [
-            meeting(frame, "ts", "end", windows)
-            for frame in (
-                dataloader.select(
-                    "pid", "tid", "ts", "end", "name", kind=pl.lit("dataloader"), key=pl.lit(None, pl.Int64)
-                ),
-                calls.select("pid", "tid", "ts", "end", name="call", kind=pl.lit("sync"), key="key"),
-                trace.cpu_ops.select(
-                    "pid", "tid", "ts", "end", "name", kind=pl.lit("op"), key=pl.lit(None, pl.Int64)
-                ),
-                trace.annotations.filter(
-                    ~pl.col("name").str.starts_with("ProfilerStep#")
-                    & ~pl.col("name").str.starts_with(taxonomy.DATALOADER_PREFIX)
-                ).select("pid", "tid", "ts", "end", "name", kind=pl.lit("op"), key=pl.lit(None, pl.Int64)),
-                trace.runtime.filter(~pl.col("name").is_in(list(taxonomy.BLOCKING_CALLS))).select(
-                    "pid", "tid", "ts", "end", "name", kind=pl.lit("runtime"), key=pl.lit(None, pl.Int64)
-                ),
-            )
+            trace.cpu_ops.select("pid", "tid", "ts", "end", "name"),
+            trace.annotations.filter(
+                ~pl.col("name").str.starts_with("ProfilerStep#")
+                & ~pl.col("name").str.starts_with(taxonomy.DATALOADER_PREFIX)
+            ).select("pid", "tid", "ts", "end", "name"),
         ]
-    ).rename({"pid": "h_pid", "tid": "h_tid", "ts": "h_ts", "end": "h_end"})
+    )
+    frames = [
+        dataloader.select("pid", "tid", "ts", "end", "name", kind=pl.lit("dataloader"), key=no_key),
+        calls.select("pid", "tid", "ts", "end", name="call", kind=pl.lit("sync"), key="key"),
+        ops.select("pid", "tid", "ts", "end", "name", kind=pl.lit("op"), key=no_key),
+        runtime.filter(copy_call).select("pid", "tid", "ts", "end", "name", kind=pl.lit("copy"), key=no_key),
+        runtime.filter(~copy_call).select(
+            "pid", "tid", "ts", "end", "name", kind=pl.lit("runtime"), key=no_key
+        ),
+    ]
+    return pl.concat([meeting(frame, "ts", "end", windows) for frame in frames]).rename(
+        {"pid": "h_pid", "tid": "h_tid", "ts": "h_ts", "end": "h_end"}
+    )
+
+
+def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits: Thresholds) -> pl.DataFrame:
+    """Cause of each long gap whose next work the host launched late → ``gap, cause_kind, cause, sync_key``."""
+    slack = round(limits.sync_drain_slack_us * 1000)
+    windows = late.select(start=pl.col("start") - slack, end="end")
     touching = (
-        table.select("gap", "pid", "tid", "start", "end")
+        late.select("gap", "pid", "tid", "start", "end")
         .join_where(
-            host,
+            _host_activity(trace, calls, windows),
             pl.col("h_ts") < pl.col("end"),
             pl.col("h_end") >= pl.col("start") - slack,
         )
         .filter((pl.col("h_pid") == pl.col("pid")) & (pl.col("h_tid") == pl.col("tid")))
         .with_columns(covered=overlap_ns("start", "end", "h_ts", "h_end"))
     )
-    coverage = pl.col("covered") >= (pl.col("end") - pl.col("start")) * thresholds.cause_coverage
-    dl = (
+    covers = pl.col("covered") >= (pl.col("end") - pl.col("start")) * limits.cause_coverage
+    dataloader = (
         touching.filter(pl.col("kind") == "dataloader")
         .group_by("gap")
         .agg(dl_covered=pl.col("covered").sum(), dl_name=pl.col("name").first())
@@ -116,73 +145,181 @@ def idle_gaps(
             (pl.col("kind") == "sync")
             & (pl.col("h_end") >= pl.col("start") - slack)
             & (pl.col("h_end") <= pl.col("start") + slack)
+            & (pl.col("h_end") - pl.col("h_ts") >= (pl.col("end") - pl.col("start")) * limits.cause_coverage)
         )
         .sort("h_end")
         .group_by("gap")
         .agg(sync_key=pl.col("key").last())
     )
-    busiest_op = (
-        touching.filter((pl.col("kind") == "op") & coverage)
-        .sort("h_ts", "covered", descending=[True, True])  # innermost op that still covers the gap
+    in_copy = (
+        touching.filter((pl.col("kind") == "copy") & covers)
         .group_by("gap")
-        .agg(op_name=pl.col("name").first())
+        .agg(copy_call=pl.col("name").first())
+    )
+    innermost_op = (
+        touching.filter((pl.col("kind") == "op") & covers)
+        .sort("h_ts", "covered", descending=[True, True])  # the innermost op that still covers the gap
+        .group_by("gap")
+        .agg(op_name=pl.col("name").first(), op_ts=pl.col("h_ts").first(), op_end=pl.col("h_end").first())
     )
     recorded = (
         touching.filter((pl.col("covered") > 0) & (pl.col("kind") != "dataloader"))
         .group_by("gap")
         .agg(activity=pl.len())
     )
-    sync_labels = calls.select(
+    sync_facts = calls.select(
         sync_key="key",
-        sync_label=pl.when(pl.col("op").is_not_null())
-        .then(pl.format("{} in {}", "call", "op"))
-        .otherwise(pl.col("call")),
-        sync_source="source",
+        sync_call="call",
+        sync_op="op",
+        waited_copy="copy",
     )
-    classified = (
-        table.join(dl, on="gap", how="left")
+    h2d = pl.col("waited_copy").str.starts_with("Memcpy HtoD").fill_null(False)
+    # The covering operator launched the work that ends the gap: the gap is its dispatch cost.
+    dispatching = (
+        (pl.col("l_ts") >= pl.col("op_ts"))
+        & (pl.col("l_ts") <= pl.col("op_end"))
+        & (pl.col("duration") < round(limits.dispatch_max_us * 1000))
+    ).fill_null(False)
+    kind = (
+        pl.when(pl.col("dl_covered").fill_null(0) >= pl.col("duration") * limits.cause_coverage)
+        .then(pl.lit(CauseKind.DATALOADER.value))
+        .when(pl.col("sync_key").is_not_null() & h2d)
+        .then(pl.lit(CauseKind.COPY.value))
+        .when(pl.col("sync_key").is_not_null())
+        .then(pl.lit(CauseKind.SYNC.value))
+        .when(pl.col("copy_call").is_not_null())
+        .then(pl.lit(CauseKind.COPY.value))
+        .when(pl.col("op_name").str.contains(taxonomy.COMMUNICATION_OP_PATTERN).fill_null(False))
+        .then(pl.lit(CauseKind.COMMUNICATION.value))
+        .when(pl.col("op_name").is_not_null() & ~dispatching)
+        .then(pl.lit(CauseKind.HOST_OP.value))
+        .when(pl.col("activity").is_null())
+        .then(pl.lit(CauseKind.UNTRACED.value))
+        .otherwise(pl.lit(CauseKind.LAUNCH.value))
+    )
+    sync_label = (
+        pl.when(pl.col("waited_copy").is_not_null() & pl.col("sync_op").is_not_null())
+        .then(pl.format("{} after {} in {}", "sync_call", "waited_copy", "sync_op"))
+        .when(pl.col("waited_copy").is_not_null())
+        .then(pl.format("{} after {}", "sync_call", "waited_copy"))
+        .when(pl.col("sync_op").is_not_null())
+        .then(pl.format("{} in {}", "sync_call", "sync_op"))
+        .otherwise(pl.col("sync_call"))
+    )
+    return (
+        late.select("gap", "duration", "l_ts")
+        .join(dataloader, on="gap", how="left")
         .join(drained, on="gap", how="left")
-        .join(busiest_op, on="gap", how="left")
+        .join(in_copy, on="gap", how="left")
+        .join(innermost_op, on="gap", how="left")
         .join(recorded, on="gap", how="left")
-        .join(sync_labels, on="sync_key", how="left")
-        .with_columns(dl_covered=pl.col("dl_covered").fill_null(0))
+        .join(sync_facts, on="sync_key", how="left")
+        .with_columns(cause_kind=kind)
         .with_columns(
-            cause_kind=pl.when(pl.col("pid").is_null())
-            .then(pl.lit("unknown"))
-            .when(pl.col("dl_covered") >= pl.col("duration") * thresholds.cause_coverage)
-            .then(pl.lit("dataloader"))
-            .when(pl.col("sync_key").is_not_null())
-            .then(pl.lit("sync"))
-            .when(pl.col("op_name").is_not_null())
-            .then(pl.lit("cpu_op"))
-            .when(pl.col("activity").is_null())
-            .then(pl.lit("untraced"))
-            .otherwise(pl.lit("host-bound"))
-        )
-        .with_columns(
-            cause=pl.when(pl.col("cause_kind") == "dataloader")
+            sync_key=pl.when(pl.col("cause_kind").is_in([CauseKind.SYNC.value, CauseKind.COPY.value]))
+            .then(pl.col("sync_key"))
+            .otherwise(None),
+            cause=pl.when(pl.col("cause_kind") == CauseKind.DATALOADER.value)
             .then(pl.col("dl_name"))
-            .when(pl.col("cause_kind") == "sync")
-            .then(pl.col("sync_label"))
-            .when(pl.col("cause_kind") == "cpu_op")
+            .when(pl.col("sync_key").is_not_null())
+            .then(sync_label)
+            .when(pl.col("cause_kind") == CauseKind.COPY.value)
+            .then(pl.col("copy_call"))
+            .when(pl.col("cause_kind").is_in([CauseKind.COMMUNICATION.value, CauseKind.HOST_OP.value]))
             .then(pl.col("op_name"))
-            .when(pl.col("cause_kind") == "host-bound")
-            .then(pl.lit("host busy launching / in Python between launches"))
-            .when(pl.col("cause_kind") == "untraced")
-            .then(pl.lit("launching thread recorded nothing (Python without stacks, a lock, another thread)"))
-            .otherwise(pl.lit("no host thread tied to the next GPU work"))
+            .when(pl.col("op_name").is_not_null())
+            .then(pl.format("dispatching {}: the host took this long to launch its next kernel", "op_name"))
+            .when(pl.col("cause_kind") == CauseKind.UNTRACED.value)
+            .then(
+                pl.lit(
+                    "the launching thread recorded nothing (Python without stacks, a lock, another thread)"
+                )
+            )
+            .otherwise(pl.lit("the host was launching work or running Python between launches")),
         )
+        .select("gap", "cause_kind", "cause", "sync_key")
     )
-    points = classified.select(
-        key="gap", pid="pid", tid="tid", t=((pl.col("start") + pl.col("end")) // 2)
-    ).filter(pl.col("pid").is_not_null())
-    sources = source_at(trace, points, user_code).rename({"key": "gap", "source": "mid_source"})
-    classified = classified.join(sources, on="gap", how="left").with_columns(
-        source=pl.when(pl.col("cause_kind") == "sync")
-        .then(pl.coalesce("sync_source", "mid_source"))
-        .otherwise(pl.col("mid_source"))
+
+
+def classify_gaps(
+    trace: Trace,
+    gaps: pl.DataFrame,
+    calls: pl.DataFrame,
+    limits: Thresholds,
+    user_code: Collection[str] = (),
+) -> pl.DataFrame:
+    """Every gap with its cause (see the module doc) → :data:`GAP_SCHEMA`, in device/start order.
+
+    ``source`` (the user's line, else a library line: ``source_kind``) is found for gaps of at least
+    ``min_gap_us``; shorter ones have none.
+    """
+    if gaps.is_empty():
+        return pl.DataFrame(schema=GAP_SCHEMA)
+    min_ns = round(limits.min_gap_us * 1000)
+    main_pid, main_tid = _main_thread(trace)
+    table = (
+        gaps.join(_launchers(trace), left_on=["device", "end"], right_on=["device", "ts"], how="left")
+        .with_columns(
+            known=pl.col("pid").is_not_null(),
+            queued=(pl.col("l_end") <= pl.col("start")).fill_null(False),
+            long=pl.col("duration") >= min_ns,
+        )
+        .with_columns(
+            pl.col("pid").fill_null(pl.lit(main_pid, pl.Int64)),
+            pl.col("tid").fill_null(pl.lit(main_tid, pl.Int64)),
+        )
+        .sort("device", "start")
+        .with_row_index("gap")
+        .with_columns(pl.col("gap").cast(pl.Int64))
     )
-    ordered = classified.sort(["duration", "device", "start"], descending=[True, False, False])
+    late = table.filter(pl.col("long") & ~pl.col("queued") & pl.col("pid").is_not_null())
+    classified = _classify_late(trace, late, calls, limits) if late.height else None
+    queued_text = pl.lit(
+        "the next work was already queued: the GPU waited on another stream, an event or a graph"
+    )
+    simple = (
+        pl.when(pl.col("queued"))
+        .then(pl.lit(CauseKind.QUEUED.value))
+        .when(pl.col("pid").is_null())
+        .then(pl.lit(CauseKind.UNKNOWN.value))
+        .otherwise(pl.lit(CauseKind.LAUNCH.value))
+    )
+    simple_text = (
+        pl.when(pl.col("queued"))
+        .then(queued_text)
+        .when(pl.col("pid").is_null())
+        .then(pl.lit("no host thread tied to the next GPU work"))
+        .otherwise(pl.lit("launch overhead: the host issued the next work after the GPU ran out"))
+    )
+    table = table.with_columns(cause_kind=simple, cause=simple_text, sync_key=pl.lit(None, pl.Int64))
+    if classified is not None:
+        table = table.update(classified, on="gap", how="left")
+    long_rows = table.filter(pl.col("long") & pl.col("pid").is_not_null())
+    points = long_rows.select(key="gap", pid="pid", tid="tid", t=((pl.col("start") + pl.col("end")) // 2))
+    sources = source_at(trace, points, user_code).rename(
+        {"key": "gap", "source": "mid_source", "source_kind": "mid_kind"}
+    )
+    sync_sources = calls.select(sync_key="key", sync_source="source", sync_kind="source_kind")
+    use_sync = pl.col("sync_source").is_not_null()
+    return (
+        table.join(sources, on="gap", how="left")
+        .join(sync_sources, on="sync_key", how="left")
+        .with_columns(
+            source=pl.when(use_sync).then(pl.col("sync_source")).otherwise(pl.col("mid_source")),
+            source_kind=pl.when(use_sync).then(pl.col("sync_kind")).otherwise(pl.col("mid_kind")),
+        )
+        .sort("device", "start")
+        .select(list(GAP_SCHEMA))
+        .cast(GAP_SCHEMA)
+    )
+
+
+def reported_gaps(classified: pl.DataFrame, limits: Thresholds) -> tuple[IdleGap, ...]:
+    """Gaps of at least ``min_gap_us``, longest first, as results."""
+    min_ns = round(limits.min_gap_us * 1000)
+    ordered = classified.filter(pl.col("duration") >= min_ns).sort(
+        ["duration", "device", "start"], descending=[True, False, False]
+    )
     return tuple(
         IdleGap(
             device=row["device"],
@@ -193,6 +330,8 @@ def idle_gaps(
             source=row["source"],
             pid=row["pid"],
             tid=row["tid"],
+            source_kind=row["source_kind"],
+            sync_key=row["sync_key"],
         )
         for row in ordered.iter_rows(named=True)
     )

@@ -64,3 +64,14 @@ def meeting(frame: pl.DataFrame, ts: str, end: str, windows: pl.DataFrame) -> pl
     inside = index < blocks.height
     met = inside & (block_start.gather(index.clip(upper_bound=blocks.height - 1)) <= frame.get_column(end))
     return frame.filter(met)
+
+
+def within(times: pl.Series, windows: tuple[tuple[int, int], ...]) -> pl.Series:
+    """For each time, whether it falls in one of ``windows`` (disjoint ``[start, end)``, sorted)."""
+    if not windows:
+        return pl.Series(times.name, [False] * times.len(), dtype=pl.Boolean)
+    starts = pl.Series([start for start, _ in windows], dtype=pl.Int64)
+    ends = pl.Series([end for _, end in windows], dtype=pl.Int64)
+    index = starts.search_sorted(times, side="right").cast(pl.Int64) - 1
+    ahead = index >= 0
+    return (ahead & (times < ends.gather(index.clip(lower_bound=0)))).fill_null(False)

@@ -11,16 +11,27 @@ class DeviceTime:
 
     busy = length of the union of kernel, copy and memset intervals on the device (all streams);
     span = first GPU activity start to last GPU activity end; idle = span − busy.
+    busy = compute + communication + exposed copies: each busy nanosecond is counted once, compute
+    first (non-communication kernels), then communication kernels, then copies and memsets.
     """
 
     device: int
     name: str | None
     span_ns: int
     busy_ns: int
-    kernel_ns: int  # union of kernel intervals only
+    kernel_ns: int  # union of kernel intervals only (communication kernels included)
     copy_ns: int  # summed copy durations
     first_ns: int
     last_ns: int
+    #: Union of non-communication kernels.
+    compute_ns: int = 0
+    #: Communication kernel time not overlapped by compute.
+    communication_ns: int = 0
+    #: Copy and memset time while no kernel ran.
+    copy_exposed_ns: int = 0
+    #: Idle split by cause (``CauseKind`` values), adding up to ``idle_ns`` exactly; time outside
+    #: the steady-state steps is ``outside-steady-state``.
+    idle_by_cause_ns: tuple[tuple[str, int], ...] = ()
 
     @property
     def idle_ns(self) -> int:
@@ -35,7 +46,8 @@ class DeviceTime:
 
 @dataclass(frozen=True, slots=True)
 class StepTime:
-    """One ``ProfilerStep#N`` on one device: the host step window, GPU busy inside it."""
+    """One step (``ProfilerStep#N``, or an optimizer step) on one device: the host step window and
+    the GPU time inside it. compute + communication + exposed copies + idle = the window, exactly."""
 
     step: int
     device: int
@@ -43,8 +55,15 @@ class StepTime:
     end_ns: int
     busy_ns: int
     copy_ns: int
-    #: Idle inside the window split by cause kind (``dataloader``, ``sync``, ``cpu_op``, ...).
+    #: Idle inside the window split by cause kind (``CauseKind`` values), adding up to ``idle_ns``.
     idle_by_cause_ns: tuple[tuple[str, int], ...]
+    compute_ns: int = 0
+    communication_ns: int = 0
+    copy_exposed_ns: int = 0
+    #: False for start-up, outlier and cut-short steps (see :mod:`traceinsight.analysis.steady`).
+    steady: bool = True
+    #: Why the step is not steady, in plain words.
+    reason: str | None = None
 
     @property
     def span_ns(self) -> int:
@@ -74,6 +93,10 @@ class IdleGap:
     source: str | None  # "train.py:47" (the user's innermost frame), when stacks exist
     pid: int | None
     tid: int | None
+    #: ``user`` when ``source`` is the user's own line, ``library`` when only library frames were there.
+    source_kind: str | None = None
+    #: The blocking call (``blocking_calls`` key) that drained the queue, for ``sync``/``copy`` causes.
+    sync_key: int | None = None
 
     @property
     def duration_ns(self) -> int:
@@ -138,6 +161,14 @@ class SyncHotspot:
     per_step: float | None
     blocked_ns: int
     idle_after_ns: int
+    #: ``user`` or ``library`` (see :func:`traceinsight.analysis.sources.source_at`).
+    source_kind: str | None = None
+    #: The calls' keys in the blocking-call table (for the step replay).
+    keys: tuple[int, ...] = ()
+    #: Calls inside the steady-state steps, and how many per steady step.
+    steady_count: int = 0
+    #: GPU idle in gaps whose cause is these calls (``sync`` or ``copy``), inside the steady state.
+    idle_caused_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)

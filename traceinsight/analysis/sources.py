@@ -1,12 +1,14 @@
 """Tie host moments to the user's source line and to the operators that enclose them.
 
 Python frames (``with_stack=True``) enclose operators by time on the same thread. The user's line
-is the innermost frame whose file is the user's own (see :func:`taxonomy.is_user_file`). 2020-21
-traces have no frames but carry a ``Call stack`` string on operators: its first user entry is used.
+is the innermost frame whose file is the user's own (see :func:`taxonomy.is_user_file`), else the
+innermost third-party library frame, marked as such. 2020-21 traces have no frames but carry a
+``Call stack`` string on operators: its first user (else library) entry is used.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Collection
 
 import polars as pl
@@ -14,24 +16,60 @@ import polars as pl
 from traceinsight.analysis.intervals import meeting
 from traceinsight.load import Trace, taxonomy
 
+#: Packages whose frames are never shown as "library code" in place of the user's line: the
+#: framework itself and the Python machinery a script runs in.
+_FRAMEWORK_PACKAGES = frozenset(
+    {"torch", "torchvision", "torchaudio", "functorch", "triton", "traceinsight", "runpy"}
+)
 
-def _user_frame_locations(names: pl.Series, user_code: Collection[str]) -> pl.DataFrame:
-    """Map each distinct frame name to ``file:line`` when it is user code (others dropped)."""
-    rows: list[tuple[str, str]] = []
+#: ``source_kind`` values.
+USER, LIBRARY = "user", "library"
+
+
+def frame_kind(file: str, user_code: Collection[str]) -> str | None:
+    """``user`` for the user's own file, ``library`` for third-party code (vllm, transformers ...),
+    None for the framework, the standard library and built-ins."""
+    if taxonomy.is_user_file(file, user_code):
+        return USER
+    package = taxonomy.top_package(file)
+    if package is None or file.startswith("<") or package in _FRAMEWORK_PACKAGES:
+        return None
+    if (
+        package in sys.stdlib_module_names
+        or "/lib/python3" in file.replace("\\", "/").split("site-packages")[0]
+    ):
+        return None
+    return LIBRARY
+
+
+def _frame_locations(names: pl.Series, user_code: Collection[str]) -> pl.DataFrame:
+    """Map each distinct frame name to ``source`` (``file:line``) and ``rank`` (2 user, 1 library);
+    framework and standard-library frames are dropped."""
+    rows: list[tuple[str, str, int]] = []
     for name in names.unique().to_list():
         frame = taxonomy.parse_frame(name)
-        if frame is not None and taxonomy.is_user_file(frame.file, user_code):
-            rows.append((name, frame.location))
-    return pl.DataFrame(rows, schema={"name": pl.String, "source": pl.String}, orient="row")
+        if frame is None:
+            continue
+        kind = frame_kind(frame.file, user_code)
+        if kind is not None:
+            rows.append((name, frame.location, 2 if kind == USER else 1))
+    return pl.DataFrame(rows, schema={"name": pl.String, "source": pl.String, "rank": pl.Int8}, orient="row")
 
 
-def _first_user_entry(stack: str, user_code: Collection[str]) -> str | None:
-    """The innermost user frame of a 2021 ``Call stack`` ("a.py(3): f;b.py(9): g", innermost first)."""
+def _first_entry(stack: str, user_code: Collection[str]) -> tuple[str, int] | None:
+    """The innermost user frame of a 2021 ``Call stack`` ("a.py(3): f;b.py(9): g", innermost first),
+    else its innermost library frame, with its rank (2 user, 1 library)."""
+    library: tuple[str, int] | None = None
     for entry in stack.split(";"):
         frame = taxonomy.parse_frame(entry.strip())
-        if frame is not None and taxonomy.is_user_file(frame.file, user_code):
-            return frame.location
-    return None
+        if frame is None:
+            continue
+        kind = frame_kind(frame.file, user_code)
+        if kind == USER:
+            return frame.location, 2
+        if kind == LIBRARY and library is None:
+            library = (frame.location, 1)
+    return library
 
 
 def _instants(points: pl.DataFrame) -> pl.DataFrame:
@@ -40,23 +78,28 @@ def _instants(points: pl.DataFrame) -> pl.DataFrame:
 
 
 def source_at(trace: Trace, points: pl.DataFrame, user_code: Collection[str] = ()) -> pl.DataFrame:
-    """For rows ``key, pid, tid, t`` return ``key, source``: the user's line active at time t.
+    """For rows ``key, pid, tid, t`` return ``key, source, source_kind``: the line active at time t.
 
-    ``user_code`` names packages whose frames count as the user's (see :func:`taxonomy.is_user_file`).
-
-    Frames containing ``t`` on the same pid/tid are found with an inequality join; the latest-starting
-    (innermost) user frame wins. Without frames, the innermost enclosing operator's call stack is used.
+    Frames containing ``t`` on the same pid/tid are found with an inequality join; the innermost
+    (latest-starting) frame of the user's own code wins (``source_kind`` ``user``). When every frame
+    there is library code, the innermost third-party frame is named instead (``library``: vllm,
+    transformers ...; never torch or the standard library), so a report always points somewhere a
+    user can look. ``user_code`` names packages whose frames count as the user's (``--user-code``).
+    Without frames, the innermost enclosing operator's 2020-21 ``Call stack`` is used the same way.
     """
-    empty = pl.DataFrame(schema={"key": points.schema["key"], "source": pl.String})
+    empty = pl.DataFrame(
+        schema=pl.Schema({"key": points.schema["key"], "source": pl.String(), "source_kind": pl.String()})
+    )
     if points.is_empty():
         return empty
     found = empty
     instants = _instants(points)
+    kind = pl.when(pl.col("rank") == 2).then(pl.lit(USER)).otherwise(pl.lit(LIBRARY))
     if trace.python.height:
-        user = _user_frame_locations(trace.python.get_column("name"), user_code)
+        located = _frame_locations(trace.python.get_column("name"), user_code)
         frames = meeting(
-            trace.python.join(user, on="name", how="inner").select(
-                "pid", "tid", f_ts="ts", f_end="end", source="source"
+            trace.python.join(located, on="name", how="inner").select(
+                "pid", "tid", "rank", f_ts="ts", f_end="end", source="source"
             ),
             "f_ts",
             "f_end",
@@ -66,9 +109,10 @@ def source_at(trace: Trace, points: pl.DataFrame, user_code: Collection[str] = (
             found = (
                 points.join_where(frames, pl.col("t") >= pl.col("f_ts"), pl.col("t") <= pl.col("f_end"))
                 .filter((pl.col("pid") == pl.col("pid_right")) & (pl.col("tid") == pl.col("tid_right")))
-                .sort("f_ts")
+                .sort("rank", "f_ts")
                 .group_by("key")
-                .agg(pl.col("source").last())
+                .agg(pl.col("source").last(), pl.col("rank").last())
+                .select("key", "source", source_kind=kind)
             )
     if found.height < points.height:
         stacks = pl.concat(
@@ -98,15 +142,19 @@ def source_at(trace: Trace, points: pl.DataFrame, user_code: Collection[str] = (
                 .agg(pl.col("call_stack").last())
             )
             if by_stack.height:
-                locations = {
-                    stack: _first_user_entry(stack, user_code)
+                entries = {
+                    stack: _first_entry(stack, user_code)
                     for stack in by_stack.get_column("call_stack").unique()
                 }
-                by_stack = by_stack.select(
-                    "key",
-                    source=pl.col("call_stack").replace_strict(locations, return_dtype=pl.String),
+                located = pl.DataFrame(
+                    [(stack, entry[0], entry[1]) for stack, entry in entries.items() if entry is not None],
+                    schema={"call_stack": pl.String, "source": pl.String, "rank": pl.Int8},
+                    orient="row",
                 )
-                found = pl.concat([found, by_stack.filter(pl.col("source").is_not_null())])
+                by_stack = by_stack.join(located, on="call_stack", how="inner").select(
+                    "key", "source", source_kind=kind
+                )
+                found = pl.concat([found, by_stack])
     return found
 
 

@@ -6,8 +6,10 @@ from collections.abc import Collection
 
 import polars as pl
 
+from traceinsight.analysis.intervals import overlap_ns, within
 from traceinsight.analysis.results import SyncCall, SyncHotspot
 from traceinsight.analysis.sources import enclosing_ops, source_at
+from traceinsight.analysis.steady import SteadyState
 from traceinsight.load import Trace, taxonomy
 
 
@@ -151,20 +153,48 @@ def sync_calls(calls: pl.DataFrame) -> tuple[SyncCall, ...]:
 
 
 def sync_hotspots(
-    calls: pl.DataFrame, idle_after: pl.DataFrame, iterations: int | None
+    calls: pl.DataFrame,
+    idle_after: pl.DataFrame,
+    iterations: int | None,
+    gaps: pl.DataFrame | None = None,
+    steady: SteadyState | None = None,
 ) -> tuple[SyncHotspot, ...]:
-    """Blocking calls grouped by (call, op, source, copy waited for), ranked by blocked + idle-after time."""
+    """Blocking calls grouped by (call, op, source, copy waited for), ranked by blocked + idle-after time.
+
+    With ``gaps`` (classified, :func:`~traceinsight.analysis.idle_gaps.classify_gaps`) and ``steady``,
+    each hot spot also gets the idle its calls caused inside the steady state and its call count there.
+    """
     if calls.is_empty():
         return ()
+    windows = steady.windows if steady is not None else ()
+    in_steady = within(calls.get_column("ts"), windows)
+    caused = pl.DataFrame(schema={"key": pl.Int64, "caused": pl.Int64})
+    if gaps is not None and gaps.height and windows:
+        window_frame = pl.DataFrame(
+            {"w_start": [start for start, _ in windows], "w_end": [end for _, end in windows]},
+            schema={"w_start": pl.Int64, "w_end": pl.Int64},
+        )
+        caused = (
+            gaps.filter(pl.col("sync_key").is_not_null())
+            .join_where(window_frame, pl.col("w_start") < pl.col("end"), pl.col("w_end") > pl.col("start"))
+            .group_by(key="sync_key")
+            .agg(caused=overlap_ns("start", "end", "w_start", "w_end").sum())
+        )
     table = (
-        calls.join(idle_after, on="key", how="left")
-        .with_columns(pl.col("idle_after").fill_null(0))
+        calls.with_columns(steady=in_steady)
+        .join(idle_after, on="key", how="left")
+        .join(caused, on="key", how="left")
+        .with_columns(pl.col("idle_after").fill_null(0), pl.col("caused").fill_null(0))
         .group_by("call", "op", "source", "copy", maintain_order=True)
         .agg(
             op_chain=pl.col("op_chain").mode().sort().first(),
+            source_kind=pl.col("source_kind").first(),
             count=pl.len(),
             blocked=pl.col("dur").sum(),
             idle_after=pl.col("idle_after").sum(),
+            keys=pl.col("key"),
+            steady_count=pl.col("steady").sum(),
+            caused=pl.col("caused").sum(),
         )
         .with_columns(rank=pl.col("blocked") + pl.col("idle_after"))
         .sort(["rank", "count", "call"], descending=[True, True, False], nulls_last=True)
@@ -180,6 +210,10 @@ def sync_hotspots(
             per_step=row["count"] / iterations if iterations else None,
             blocked_ns=row["blocked"],
             idle_after_ns=row["idle_after"],
+            source_kind=row["source_kind"],
+            keys=tuple(row["keys"]),
+            steady_count=row["steady_count"],
+            idle_caused_ns=row["caused"],
         )
         for row in table.iter_rows(named=True)
     )

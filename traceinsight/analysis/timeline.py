@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceinsight.analysis.gpu_time import busy_intervals, step_windows
+from traceinsight.analysis.gpu_time import busy_intervals
+from traceinsight.analysis.steady import step_windows
 from traceinsight.analysis.syncs import launch_devices
 from traceinsight.load import Trace, taxonomy
 
@@ -135,7 +136,7 @@ def timeline(trace: Trace, max_blocks: int = 2000, busy: pl.DataFrame | None = N
         raise ValueError("max_blocks must be at least 2")
     origin = trace.meta.origin_ns
     busy = busy_intervals(trace) if busy is None else busy
-    steps = step_windows(trace)
+    _, steps = step_windows(trace)
     bounds: list[int] = [
         value
         for frame in (busy, steps)

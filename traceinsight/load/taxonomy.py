@@ -51,6 +51,25 @@ def is_dataloader_next(name: str) -> bool:
     return name.startswith(DATALOADER_PREFIX) and name.endswith("__next__")
 
 
+# --- communication ---------------------------------------------------------------------------------
+
+#: GPU kernels that move data between ranks (NCCL/RCCL collectives, send/recv, custom all-reduce):
+#: their own busy class, apart from compute. A regex over the kernel name.
+COMMUNICATION_KERNEL_PATTERN: Final[str] = (
+    r"(?i)nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|sendrecv|cross_device_reduce"
+)
+#: Host operators that issue or wait for communication (``c10d::allreduce_``, ``record_param_comms``,
+#: gloo/NCCL ranges, vLLM's collectives). A regex over the operator name.
+COMMUNICATION_OP_PATTERN: Final[str] = (
+    r"^(c10d::|c10d_functional::|_c10d_functional::|record_param_comms|nccl:|gloo:|symm_mem::)"
+    r"|^vllm::all_|ProcessGroup"
+)
+
+# --- start-up ------------------------------------------------------------------------------------
+
+#: Annotation names that say they are a warm-up (benchmark harnesses label their phases).
+WARMUP_ANNOTATION_PATTERN: Final[str] = r"(?i)warm_?up"
+
 # --- host-blocking calls ---------------------------------------------------------------------------
 
 #: Host calls that block the calling thread until the GPU has caught up.

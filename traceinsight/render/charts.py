@@ -25,6 +25,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, PathPatch
 from matplotlib.path import Path as MplPath
 
+from traceinsight.analysis import causes
+from traceinsight.analysis.causes import CauseKind
 from traceinsight.analysis.results import CopyGroup, HostSummary, IdleGap, StepTime, SyncHotspot
 from traceinsight.analysis.timeline import Timeline
 from traceinsight.formatting import format_duration, format_size
@@ -34,7 +36,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CAUSE_COLORS",
-    "CAUSE_LABELS",
     "CAUSE_ORDER",
     "cause_color",
     "cause_label",
@@ -56,48 +57,34 @@ COPY: Final[str] = "#56B4E9"
 SYNC_MARK: Final[str] = "#D55E00"
 EXPOSED: Final[str] = "#E69F00"
 
-#: Idle causes in the order every chart and table lists them.
-CAUSE_ORDER: Final[tuple[str, ...]] = (
-    "dataloader",
-    "sync",
-    "cpu_op",
-    "host-bound",
-    "untraced",
-    "unknown",
-    "short-gaps",
-    "outside-gpu-span",
-)
+#: A colour per idle cause (``CauseKind`` values); a cause this version does not know is grey.
 CAUSE_COLORS: Final[dict[str, str]] = {
-    "dataloader": "#E69F00",
-    "sync": "#D55E00",
-    "cpu_op": "#CC79A7",
-    "host-bound": "#009E73",
-    "untraced": "#999933",
-    "unknown": "#7F7F7F",
-    "short-gaps": "#B8B8B8",
-    "outside-gpu-span": "#E4E4E4",
+    CauseKind.DATALOADER.value: "#E69F00",
+    CauseKind.SYNC.value: "#D55E00",
+    CauseKind.COPY.value: "#F0A0A0",
+    CauseKind.COMMUNICATION.value: "#882255",
+    CauseKind.HOST_OP.value: "#CC79A7",
+    CauseKind.LAUNCH.value: "#009E73",
+    CauseKind.QUEUED.value: "#44AA99",
+    CauseKind.UNTRACED.value: "#999933",
+    CauseKind.UNKNOWN.value: "#7F7F7F",
+    CauseKind.OUTSIDE_STEADY.value: "#C8C8C8",
+    CauseKind.BEFORE_FIRST.value: "#E4E4E4",
+    CauseKind.AFTER_LAST.value: "#E4E4E4",
 }
-#: Plain words for each idle cause kind.
-CAUSE_LABELS: Final[dict[str, str]] = {
-    "dataloader": "waiting for the DataLoader",
-    "sync": "drained by a host sync",
-    "cpu_op": "host inside an operator",
-    "host-bound": "host launching / in Python",
-    "untraced": "host recorded nothing",
-    "unknown": "cause not found",
-    "short-gaps": "short gaps",
-    "outside-gpu-span": "before first / after last GPU work",
-}
+#: Causes in the order every chart and table lists them.
+CAUSE_ORDER: Final[tuple[str, ...]] = tuple(kind.value for kind in causes.CAUSE_ORDER)
+COMMUNICATION: Final[str] = "#332288"
 
 
 def cause_color(kind: str) -> str:
     """The colour of an idle cause kind (grey for kinds this version does not know)."""
-    return CAUSE_COLORS.get(kind, CAUSE_COLORS["unknown"])
+    return CAUSE_COLORS.get(kind, CAUSE_COLORS[CauseKind.UNKNOWN.value])
 
 
 def cause_label(kind: str) -> str:
     """Plain words for an idle cause kind (the kind itself when this version does not know it)."""
-    return CAUSE_LABELS.get(kind, kind)
+    return causes.cause_label(kind)
 
 
 def ordered_causes(kinds: Iterable[str]) -> list[str]:
@@ -334,10 +321,11 @@ def _label_bars(axes: Axes, ends: Sequence[float], texts: Sequence[str]) -> None
 
 
 def step_breakdown_figure(steps: Sequence[StepTime], limit: int = 40) -> Figure | None:
-    """Each profiled step as one stacked bar: GPU compute, copies, then idle by cause.
+    """Each profiled step as one stacked bar: GPU compute, communication, copies, then idle by cause.
 
-    Copy time is taken out of the busy time so a bar adds up to the step window. None without
-    ProfilerStep windows; at most ``limit`` bars.
+    Each busy nanosecond is counted once (compute, then communication, then copies), so a bar adds up
+    to the step window exactly. Steps left out of the steady state are marked. None without steps;
+    at most ``limit`` bars.
     """
     if not steps:
         return None
@@ -346,12 +334,18 @@ def step_breakdown_figure(steps: Sequence[StepTime], limit: int = 40) -> Figure 
     per_unit, unit = _unit(max(step.span_ns for step in shown))
     with chart_style():
         figure, axes = _hbar_axes(len(shown), extra=1.3)
-        labels = [f"step {s.step}" + (f" · GPU {s.device}" if multi_device else "") for s in shown]
+        labels = [
+            f"step {s.step}"
+            + (f" · GPU {s.device}" if multi_device else "")
+            + ("" if s.steady else " (not steady)")
+            for s in shown
+        ]
         rows = np.arange(len(shown))
         left = np.zeros(len(shown))
         segments: list[tuple[str, str, float, list[float]]] = [
-            ("GPU busy: compute", BUSY, 1.0, [max(s.busy_ns - s.copy_ns, 0) / per_unit for s in shown]),
-            ("GPU busy: copies", COPY, 1.0, [min(s.copy_ns, s.busy_ns) / per_unit for s in shown]),
+            ("GPU busy: compute", BUSY, 1.0, [s.compute_ns / per_unit for s in shown]),
+            ("GPU busy: communication", COMMUNICATION, 1.0, [s.communication_ns / per_unit for s in shown]),
+            ("GPU busy: copies", COPY, 1.0, [s.copy_exposed_ns / per_unit for s in shown]),
         ]
         for cause in ordered_causes(kind for s in shown for kind, _ in s.idle_by_cause_ns):
             widths = [dict(s.idle_by_cause_ns).get(cause, 0) / per_unit for s in shown]

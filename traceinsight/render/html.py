@@ -31,6 +31,7 @@ from traceinsight.analysis.timeline import Timeline
 from traceinsight.errors import TraceInsightError
 from traceinsight.formatting import format_duration, format_share, format_size, short_kernel_name
 from traceinsight.render import charts
+from traceinsight.render.facts import header_facts, saving_text, time_split
 from traceinsight.render.scorecard import Score, scorecard
 from traceinsight.report import Report
 from traceinsight.rules.findings import Finding
@@ -53,6 +54,14 @@ EXCERPT_CONTEXT: Final[int] = 3
 #: Source files larger than this are not read for excerpts.
 _MAX_SOURCE_BYTES: Final[int] = 4 * 1024 * 1024
 _MAX_LINE_CHARS: Final[int] = 160
+
+
+#: Colours of the busy classes in the "where the time goes" table (the charts' colours).
+_BUSY_COLORS: Final[dict[str, str]] = {
+    "compute": charts.BUSY,
+    "communication": charts.COMMUNICATION,
+    "copy": charts.COPY,
+}
 
 
 class TemplatesMissing(TraceInsightError):
@@ -187,57 +196,6 @@ class Chart:
 
     svg: Markup
     caption: str
-
-
-def _header_facts(report: Report) -> list[tuple[str, str]]:
-    analysis = report.analysis
-    meta = analysis.meta
-    facts: list[tuple[str, str]] = []
-    gpus = []
-    for device in meta.devices:
-        details = [
-            part
-            for part in (
-                f"compute capability {device.compute_capability}" if device.compute_capability else None,
-                f"{device.sm_count} SMs" if device.sm_count else None,
-                format_size(device.total_memory_bytes) if device.total_memory_bytes else None,
-            )
-            if part
-        ]
-        name = device.name or "name not recorded"
-        gpus.append(f"GPU {device.index}: {name}" + (f" ({', '.join(details)})" if details else ""))
-    facts.append(("GPU", "; ".join(gpus) if gpus else "none recorded"))
-    if meta.world_size is not None or meta.backend is not None:
-        world = f" of {meta.world_size}" if meta.world_size is not None else ""
-        backend = f" ({meta.backend})" if meta.backend else ""
-        facts.append(("Rank", f"rank {meta.rank}{world}{backend}"))
-    else:
-        facts.append(("Rank", "single process (no distributed info in the trace)"))
-    plural = "s" if analysis.iterations != 1 else ""
-    if analysis.iterations and analysis.steps_marked:
-        facts.append(("Steps", f"{analysis.iterations} profiled step{plural} (ProfilerStep)"))
-    elif analysis.iterations:
-        facts.append(("Steps", f"{analysis.iterations} optimizer step{plural} (no ProfilerStep markers)"))
-    else:
-        facts.append(("Steps", "no step markers in the trace"))
-    if analysis.devices:
-        # The wall-clock window, as the terminal summary shows it (not the per-GPU sum).
-        window = max(d.last_ns for d in analysis.devices) - min(d.first_ns for d in analysis.devices)
-        across = f" on {len(analysis.devices)} GPUs" if len(analysis.devices) > 1 else ""
-        facts.append(("GPU span", f"{format_duration(window)} from first to last GPU activity{across}"))
-    versions = []
-    torch_version = getattr(meta, "torch_version", None)  # not every loader version records it
-    if isinstance(torch_version, str):
-        versions.append(f"torch {torch_version}")
-    if meta.cuda_runtime_version:
-        versions.append(f"CUDA runtime {meta.cuda_runtime_version}")
-    if meta.cuda_driver_version:
-        versions.append(f"CUDA driver {meta.cuda_driver_version}")
-    if meta.hip_runtime_version:
-        versions.append(f"HIP runtime {meta.hip_runtime_version}")
-    facts.append(("Versions", ", ".join(versions) if versions else "not recorded in the trace"))
-    facts.append(("Trace", f"{meta.event_count:,} events, format {meta.era}"))
-    return facts
 
 
 def _cause_totals(analysis: Analysis) -> list[CauseTotal]:
@@ -389,16 +347,18 @@ class HtmlRenderer:
         analysis = report.analysis
         timeline = self.timeline if self.timeline is not None else _carried(analysis, "timeline", Timeline)
         kernels = self.kernels if self.kernels is not None else _carried(analysis, "kernels", TopKernels)
-        span = analysis.span_ns
         findings = [
             FindingView(
                 rank=index + 1,
                 finding=finding,
-                saving_share=finding.savings_ns / span if span else None,
-                excerpt=source_excerpt(finding.source, self.source_root) if finding.source else None,
+                saving_share=finding.saving_share,
+                excerpt=source_excerpt(finding.source, self.source_root)
+                if finding.source and not finding.minor
+                else None,
             )
             for index, finding in enumerate(report.findings)
         ]
+        cards = [view for view in findings if not view.finding.minor]
         source_totals = _source_totals(analysis.idle_gaps)
         gaps_ranked = sorted(analysis.idle_gaps, key=lambda g: (-g.duration_ns, g.device, g.start_ns))
         scores: tuple[Score, ...] = scorecard(report)
@@ -453,14 +413,20 @@ class HtmlRenderer:
         return {
             "version": traceinsight.__version__,
             "trace_name": report.trace_name,
-            "facts": _header_facts(report),
+            "facts": header_facts(report),
+            "run": report.run,
+            "warnings": analysis.warnings,
+            "time_splits": [(usage, time_split(usage)) for usage in analysis.usage if usage.window_ns],
+            "busy_color": _BUSY_COLORS,
+            "minor": [view for view in findings if view.finding.minor],
+            "saving_text": saving_text,
             "analysis": analysis,
             "has_gpu": analysis.has_gpu,
             "origin_ns": analysis.meta.origin_ns,
             "scores": scores,
             "overview": overview,
             "timeline_missing": analysis.has_gpu and timeline is None,
-            "findings": findings,
+            "findings": cards,
             "cause_totals": _cause_totals(analysis),
             "source_totals": source_totals[:TOP_SOURCES],
             "source_total_count": len(source_totals),

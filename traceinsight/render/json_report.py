@@ -1,8 +1,14 @@
 """The JSON output: a stable contract for scripts. Times in microseconds (floats), sizes in bytes.
 
-Top-level keys (never renamed; new keys may be added): ``schema``, ``trace``, ``devices``, ``steps``,
-``idle_gaps``, ``memcpy``, ``overlap``, ``syncs``, ``sync_hotspots``, ``findings``, ``host``.
-``start_us`` values are relative to the trace's earliest event (``trace.origin_us``).
+Top-level keys (never renamed; new keys may be added): ``schema``, ``trace``, ``run``, ``warnings``,
+``steady_state``, ``utilization``, ``devices``, ``steps``, ``idle_gaps``, ``memcpy``, ``overlap``,
+``syncs``, ``sync_hotspots``, ``findings``, ``host``. ``start_us`` values are relative to the
+trace's earliest event (``trace.origin_us``).
+
+Schema 2 (this version) added ``warnings``, ``steady_state``, ``utilization``, the busy classes and
+idle split of ``devices`` and ``steps``, and per finding ``minor``, ``savings_per_step_us``,
+``saving_share``, ``saving_note``, ``source_kind``; ``savings_us`` is now the step replay's
+saving, and ``cause_kind`` has the values of :class:`~traceinsight.analysis.causes.CauseKind`.
 """
 
 from __future__ import annotations
@@ -13,11 +19,40 @@ from typing import Any
 from traceinsight import __version__
 from traceinsight.report import Report
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def _us(ns: int) -> float:
     return round(ns / 1000, 3)
+
+
+def _causes(pairs: tuple[tuple[str, int], ...]) -> dict[str, float]:
+    return {cause: _us(ns) for cause, ns in pairs}
+
+
+def _utilization(report: Report) -> dict[str, Any]:
+    """The steady state over every device: the time judged, busy by class, idle by cause."""
+    usages = report.analysis.usage
+    window = sum(usage.window_ns for usage in usages)
+    idle: dict[str, int] = {}
+    for usage in usages:
+        for kind, ns in usage.idle:
+            idle[kind.value] = idle.get(kind.value, 0) + ns
+
+    def share(ns: int) -> float | None:
+        return round(ns / window, 4) if window else None
+
+    busy = sum(usage.busy_ns for usage in usages)
+    return {
+        "of": usages[0].of_what if usages else None,
+        "window_us": _us(window),
+        "busy_share": share(busy),
+        "compute_share": share(sum(usage.compute_ns for usage in usages)),
+        "communication_share": share(sum(usage.communication_ns for usage in usages)),
+        "copy_share": share(sum(usage.copy_ns for usage in usages)),
+        "idle_share": share(window - busy),
+        "idle_by_cause_us": {kind: _us(ns) for kind, ns in sorted(idle.items(), key=lambda item: -item[1])},
+    }
 
 
 def report_dict(report: Report) -> dict[str, Any]:
@@ -25,6 +60,7 @@ def report_dict(report: Report) -> dict[str, Any]:
     analysis = report.analysis
     meta = analysis.meta
     origin = meta.origin_ns
+    steady = analysis.steady
     return {
         "schema": SCHEMA_VERSION,
         "tool": {"name": "traceinsight", "version": __version__},
@@ -58,6 +94,19 @@ def report_dict(report: Report) -> dict[str, Any]:
             "failure": report.run.failure,
             "steps_recorded": report.run.steps_recorded,
         },
+        "warnings": [
+            {"kind": warning.kind, "message": warning.message, "advice": warning.advice}
+            for warning in analysis.warnings
+        ],
+        "steady_state": {
+            "steps_from": steady.source,
+            "step_time_us": None if steady.step_ns is None else _us(steady.step_ns),
+            "steady_steps": len(steady.steady_steps),
+            "windows_us": [[_us(start - origin), _us(end - origin)] for start, end in steady.windows],
+            "startup_end_us": None if steady.startup_end_ns is None else _us(steady.startup_end_ns - origin),
+            "startup_evidence": steady.startup_evidence,
+        },
+        "utilization": _utilization(report),
         "devices": [
             {
                 "device": device.device,
@@ -68,6 +117,10 @@ def report_dict(report: Report) -> dict[str, Any]:
                 "kernel_us": _us(device.kernel_ns),
                 "copy_us": _us(device.copy_ns),
                 "utilization": round(device.utilization, 4),
+                "compute_us": _us(device.compute_ns),
+                "communication_us": _us(device.communication_ns),
+                "copy_exposed_us": _us(device.copy_exposed_ns),
+                "idle_by_cause_us": _causes(device.idle_by_cause_ns),
             }
             for device in analysis.devices
         ],
@@ -80,7 +133,12 @@ def report_dict(report: Report) -> dict[str, Any]:
                 "busy_us": _us(step.busy_ns),
                 "idle_us": _us(step.idle_ns),
                 "copy_us": _us(step.copy_ns),
-                "idle_by_cause_us": {cause: _us(ns) for cause, ns in step.idle_by_cause_ns},
+                "idle_by_cause_us": _causes(step.idle_by_cause_ns),
+                "compute_us": _us(step.compute_ns),
+                "communication_us": _us(step.communication_ns),
+                "copy_exposed_us": _us(step.copy_exposed_ns),
+                "steady": step.steady,
+                "not_steady_because": step.reason,
             }
             for step in analysis.steps
         ],
@@ -92,6 +150,7 @@ def report_dict(report: Report) -> dict[str, Any]:
                 "cause_kind": gap.cause_kind,
                 "cause": gap.cause,
                 "source": gap.source,
+                "source_kind": gap.source_kind,
             }
             for gap in analysis.idle_gaps
         ],
@@ -130,6 +189,9 @@ def report_dict(report: Report) -> dict[str, Any]:
                 "per_step": None if hotspot.per_step is None else round(hotspot.per_step, 4),
                 "blocked_us": _us(hotspot.blocked_ns),
                 "idle_after_us": _us(hotspot.idle_after_ns),
+                "source_kind": hotspot.source_kind,
+                "steady_count": hotspot.steady_count,
+                "idle_caused_us": _us(hotspot.idle_caused_ns),
             }
             for hotspot in analysis.sync_hotspots
         ],
@@ -149,6 +211,13 @@ def report_dict(report: Report) -> dict[str, Any]:
                 "op": finding.op,
                 "source": finding.source,
                 "device": finding.device,
+                "minor": finding.minor,
+                "savings_per_step_us": None
+                if finding.saving_per_step_ns is None
+                else _us(finding.saving_per_step_ns),
+                "saving_share": None if finding.saving_share is None else round(finding.saving_share, 4),
+                "saving_note": finding.saving_note,
+                "source_kind": finding.source_kind,
             }
             for finding in report.findings
         ],

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from traceinsight.analysis.causes import cause_label
+from traceinsight.formatting import format_duration, format_share
 from traceinsight.report import Report
 
 
@@ -17,10 +19,6 @@ class Score:
     level: str
 
 
-def _pct(value: float) -> str:
-    return f"{value:.0%}"
-
-
 def no_gpu_statement(report: Report) -> str:
     """Plain words for a trace without GPU activity: did the run have no GPU, or just not use it?"""
     if report.analysis.meta.gpus_listed == 0:
@@ -32,31 +30,50 @@ def no_gpu_statement(report: Report) -> str:
 
 
 def scorecard(report: Report) -> tuple[Score, ...]:
-    """GPU busy and idle, copy overlap, host syncs per step, step time — with verdicts."""
+    """GPU busy and idle over the steady state, communication, copy overlap, host syncs per step,
+    step time — with verdicts. Shares are of the step time when the trace has steps."""
     analysis = report.analysis
     limits = analysis.thresholds
     scores: list[Score] = []
     if not analysis.has_gpu:
         scores.append(Score("GPU activity", "none", no_gpu_statement(report), "info"))
     else:
-        span = analysis.span_ns
-        busy = sum(device.busy_ns for device in analysis.devices)
-        share = busy / span if span else 0.0
-        level = "good" if share >= 0.8 else "warn" if share >= limits.low_utilization else "bad"
+        usages = analysis.usage
+        window = sum(usage.window_ns for usage in usages)
+        busy = sum(usage.busy_ns for usage in usages)
+        communication = sum(usage.communication_ns for usage in usages)
+        of_what = usages[0].of_what if usages else "the time"
+        share = busy / window if window else 0.0
+        useful = (busy - communication) / window if window else 0.0
+        level = "good" if useful >= 0.8 else "warn" if useful >= limits.low_utilization else "bad"
         verdict = {
             "good": "The GPU is kept busy.",
             "warn": "The GPU waits a noticeable part of the time.",
             "bad": "The GPU is idle most of the time: see the findings below.",
         }[level]
-        scores.append(Score("GPU busy", _pct(share), verdict, level))
+        scores.append(Score("GPU busy", format_share(share), f"Of {of_what}. {verdict}", level))
+        idle: dict[str, int] = {}
+        for usage in usages:
+            for kind, ns in usage.idle:
+                idle[kind.value] = idle.get(kind.value, 0) + ns
+        idle_ns = sum(idle.values())
+        if idle:
+            top, top_ns = max(idle.items(), key=lambda item: item[1])
+            idle_verdict = f"Mostly {cause_label(top)} ({format_share(top_ns / window)})."
+        else:
+            idle_verdict = "The GPU never waited."
         scores.append(
-            Score(
-                "GPU idle",
-                _pct(1 - share),
-                f"{(span - busy) / 1e6:,.1f} ms idle of {span / 1e6:,.1f} ms.",
-                level,
-            )
+            Score("GPU idle", format_share(idle_ns / window if window else 0.0), idle_verdict, level)
         )
+        if communication:
+            scores.append(
+                Score(
+                    "Communication",
+                    format_share(communication / window),
+                    "Kernels moving data between ranks while no compute ran.",
+                    "warn" if communication >= 0.1 * window else "info",
+                )
+            )
         for direction, label in (("HtoD", "H2D overlap"), ("DtoH", "D2H overlap")):
             ratio = analysis.overlap.get(direction)
             if ratio is None:
@@ -66,14 +83,15 @@ def scorecard(report: Report) -> tuple[Score, ...]:
                 scores.append(
                     Score(
                         label,
-                        _pct(ratio),
+                        format_share(ratio),
                         "Copies run under compute." if good else "Copies mostly run while kernels wait.",
                         "good" if good else "warn",
                     )
                 )
-    sync_count = sum(call.count for call in analysis.syncs)
-    if analysis.iterations:
-        per_step = sync_count / analysis.iterations
+    steady_steps = len(analysis.steady.steady_steps)
+    steady_syncs = sum(hotspot.steady_count for hotspot in analysis.sync_hotspots)
+    if steady_steps:
+        per_step = steady_syncs / steady_steps
         if per_step == 0:
             level, verdict = "good", "No host waits in the loop."
         elif per_step < 1:
@@ -83,6 +101,7 @@ def scorecard(report: Report) -> tuple[Score, ...]:
             verdict = "Each sync stops the host from queueing ahead."
         scores.append(Score("Host syncs / step", f"{per_step:.3g}", verdict, level))
     else:
+        sync_count = sum(call.count for call in analysis.syncs)
         scores.append(
             Score(
                 "Host syncs",
@@ -91,11 +110,13 @@ def scorecard(report: Report) -> tuple[Score, ...]:
                 "info" if not sync_count else "warn",
             )
         )
-    steps = [step for step in analysis.steps]
-    if steps:
-        windows = {step.step: step.span_ns for step in steps}
-        mean = sum(windows.values()) / len(windows)
+    if analysis.steady.step_ns:
         scores.append(
-            Score("Step time", f"{mean / 1e6:,.2f} ms", f"Mean of {len(windows)} profiled steps.", "info")
+            Score(
+                "Step time",
+                format_duration(analysis.steady.step_ns),
+                f"Median of {steady_steps} steady step{'s' if steady_steps != 1 else ''}.",
+                "info",
+            )
         )
     return tuple(scores)

@@ -1,6 +1,7 @@
-"""The terminal summary (rich): header, scorecard, findings worst first, then the detail tables.
+"""The terminal summary (rich): header, warnings, scorecard, where the GPU time goes, findings by
+saving, the minor ones, then the detail tables. Same sections, same order as the HTML page.
 
-Same sections, same order as the HTML page.
+Every string that comes from the trace is printed as a ``rich.text.Text``: never read as markup.
 """
 
 from __future__ import annotations
@@ -13,9 +14,13 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from traceinsight.formatting import format_duration, short_kernel_name
+from traceinsight.analysis.causes import cause_label
+from traceinsight.analysis.sources import LIBRARY
+from traceinsight.formatting import format_duration, format_share, short_kernel_name
+from traceinsight.render.facts import header_facts, saving_text, time_split
 from traceinsight.render.scorecard import scorecard
 from traceinsight.report import Report
+from traceinsight.rules.findings import Finding
 
 _LEVEL_STYLE = {"good": "green", "warn": "yellow", "bad": "red", "info": "cyan"}
 _SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
@@ -23,36 +28,77 @@ _TOP = 5
 
 
 def header_lines(report: Report) -> list[tuple[str, str]]:
-    """(label, value) pairs for the header: trace, GPUs, rank, steps, span, versions."""
-    analysis = report.analysis
-    meta = analysis.meta
-    gpus = (
-        ", ".join(f"{device.device}: {device.name or 'unnamed GPU'}" for device in analysis.devices)
-        or "none (no GPU activity in this trace)"
+    """(label, value) pairs for the header (the facts every renderer shows)."""
+    return header_facts(report)
+
+
+def _data(value: object) -> Text:
+    """A value from the trace, shown as it is: never read as markup."""
+    return Text(str(value))
+
+
+def _failure(report: Report) -> RenderableType | None:
+    run = report.run
+    if run is None or (run.failure is None and run.exit_status == 0):
+        return None
+    steps = f"; the trace holds {run.steps_recorded} complete steps" if run.steps_recorded is not None else ""
+    text = Text.assemble(
+        ("The script failed", "bold red"),
+        f" after {run.elapsed_s:,.1f} s with exit status {run.exit_status}",
+        (f": {run.failure}" if run.failure else ""),
+        f"{steps}. The report covers what ran before that.",
     )
-    lines = [("trace", report.trace_name), ("GPUs", gpus)]
-    rank = f"{meta.rank}" + (f" of {meta.world_size}" if meta.world_size else "")
-    lines.append(("rank", rank))
-    if analysis.iterations:
-        kind = "ProfilerStep spans" if analysis.steps_marked else "optimizer steps"
-        lines.append(("steps", f"{analysis.iterations} ({kind})"))
-    if analysis.devices:
-        lines.append(
-            (
-                "GPU span",
-                format_duration(
-                    max(d.last_ns for d in analysis.devices) - min(d.first_ns for d in analysis.devices)
-                ),
+    return Panel(text, border_style="red")
+
+
+def _warnings(report: Report) -> RenderableType | None:
+    if not report.analysis.warnings:
+        return None
+    body = Table.grid(padding=(0, 1))
+    body.add_column()
+    for warning in report.analysis.warnings:
+        body.add_row(Text.assemble(("• ", "yellow"), warning.message))
+        body.add_row(Text.assemble("  ", ("what to do: ", "dim"), warning.advice))
+    return Panel(body, title="read this first", title_align="left", border_style="yellow")
+
+
+def _time_split(report: Report) -> list[RenderableType]:
+    parts: list[RenderableType] = []
+    for usage in report.analysis.usage:
+        if not usage.window_ns:
+            continue
+        per_step = usage.steps > 0
+        title = f"Where GPU {usage.device}'s time goes ({usage.of_what}"
+        title += f", {usage.steps} steady steps)" if per_step else ")"
+        table = Table(title=title, title_justify="left", show_edge=False)
+        table.add_column("")
+        table.add_column("per step" if per_step else "time", justify="right", no_wrap=True)
+        table.add_column("share", justify="right", no_wrap=True)
+        for row in time_split(usage):
+            amount = row.per_step_ns if row.per_step_ns is not None else row.ns
+            table.add_row(row.label, format_duration(amount), format_share(row.share))
+        if usage.outside_ns:
+            table.caption = (
+                f"Idle outside the steady state, not in these figures: {format_duration(usage.outside_ns)}."
             )
-        )
-    versions = [
-        f"CUDA runtime {meta.cuda_runtime_version}" if meta.cuda_runtime_version else "",
-        f"driver {meta.cuda_driver_version}" if meta.cuda_driver_version else "",
-        f"HIP {meta.hip_runtime_version}" if meta.hip_runtime_version else "",
-    ]
-    if any(versions):
-        lines.append(("versions", ", ".join(v for v in versions if v)))
-    return lines
+        parts.append(table)
+    return parts
+
+
+def _finding_card(index: int, finding: Finding) -> RenderableType:
+    body = Table.grid(padding=(0, 2))
+    body.add_column(style="dim")
+    body.add_column()
+    for label, value in finding.evidence:
+        body.add_row(_data(label), _data(value))
+    body.add_row("saves", saving_text(finding) + (f": {finding.saving_note}" if finding.saving_note else ""))
+    body.add_row("do", finding.advice.summary)
+    title = Text.assemble(
+        (f"{index}. [{finding.severity}] ", _SEVERITY_STYLE[finding.severity]), (finding.rule, "bold")
+    )
+    return Panel(
+        Group(Text(finding.title, style="bold"), body), title=title, title_align="left", border_style="dim"
+    )
 
 
 def renderables(report: Report) -> list[RenderableType]:
@@ -60,62 +106,76 @@ def renderables(report: Report) -> list[RenderableType]:
     analysis = report.analysis
     parts: list[RenderableType] = []
     head = Table.grid(padding=(0, 2))
-    head.add_column(style="bold")
+    head.add_column(style="bold", no_wrap=True)
     head.add_column()
     for label, value in header_lines(report):
-        head.add_row(label, value)
+        head.add_row(label, _data(value))
     parts.append(Panel(head, title="traceinsight", title_align="left", border_style="blue"))
+    for extra in (_failure(report), _warnings(report)):
+        if extra is not None:
+            parts.append(extra)
 
     scores = Table(title="Scorecard", title_justify="left", show_edge=False, expand=False)
-    scores.add_column("measure")
-    scores.add_column("value", justify="right")
+    scores.add_column("measure", no_wrap=True)
+    scores.add_column("value", justify="right", no_wrap=True)
     scores.add_column("verdict")
     for score in scorecard(report):
         scores.add_row(score.label, Text(score.value, style=_LEVEL_STYLE[score.level]), score.verdict)
     parts.append(scores)
+    parts.extend(_time_split(report))
 
     if not analysis.has_gpu:
         parts.append(Text("Host-side view (no GPU activity in this trace)", style="bold cyan"))
-    if report.findings:
-        parts.append(
-            Text(f"\nFindings ({len(report.findings)}), largest estimated saving first", style="bold")
-        )
-        for index, finding in enumerate(report.findings, 1):
-            body = Table.grid(padding=(0, 2))
-            body.add_column(style="dim")
-            body.add_column()
-            for label, value in finding.evidence:
-                body.add_row(label, value)
-            body.add_row("saves up to", format_duration(finding.savings_ns))
-            body.add_row("do", finding.advice.summary)
-            title = Text.assemble(
-                (f"{index}. [{finding.severity}] ", _SEVERITY_STYLE[finding.severity]), (finding.rule, "bold")
-            )
-            headline = Text(finding.title, style="bold")
-            parts.append(Panel(Group(headline, body), title=title, title_align="left", border_style="dim"))
+    cards = [finding for finding in report.findings if not finding.minor]
+    minor = [finding for finding in report.findings if finding.minor]
+    if cards:
+        parts.append(Text(f"\nFindings ({len(cards)}), largest saving first", style="bold"))
+        for index, finding in enumerate(cards, 1):
+            parts.append(_finding_card(index, finding))
     elif analysis.has_gpu:
-        parts.append(Text("\nNo findings: nothing in this trace keeps the GPU waiting.", style="green"))
+        parts.append(
+            Text(
+                "\nNo findings: nothing in the steady state keeps the GPU waiting above the noise floor"
+                + (" (minor ones below)." if minor else "."),
+                style="green",
+            )
+        )
+    if minor:
+        listing = Table(
+            title=f"Minor findings ({len(minor)}): each saves under 1% of the step",
+            title_justify="left",
+            show_edge=False,
+            show_header=False,
+        )
+        listing.add_column("rule", style="dim", no_wrap=True)
+        listing.add_column("finding")
+        listing.add_column("saves", justify="right", no_wrap=True)
+        for finding in minor:
+            listing.add_row(finding.rule, _data(finding.title), format_duration(finding.savings_ns))
+        parts.append(listing)
 
     if analysis.idle_gaps:
         gaps = _detail_table(
-            f"Longest idle gaps (of {len(analysis.idle_gaps)})", ("GPU", "start", "idle", "cause", "source")
+            f"Longest idle gaps (of {len(analysis.idle_gaps)}; start counts from the trace's first event)",
+            ("GPU", "start", "idle", "cause", "what the host did", "source"),
         )
         for gap in analysis.idle_gaps[:_TOP]:
             gaps.add_row(
                 str(gap.device),
                 format_duration(gap.start_ns - analysis.meta.origin_ns),
                 format_duration(gap.duration_ns),
-                gap.cause,
-                gap.source or "",
+                cause_label(gap.cause_kind),
+                _data(gap.cause),
+                _data(_source(gap.source, gap.source_kind)),
             )
         parts.append(gaps)
     if analysis.sync_hotspots:
         hot = _detail_table("Sync hot spots", ("call", "op", "source", "count", "blocked", "GPU idle after"))
         for hotspot in analysis.sync_hotspots[:_TOP]:
             hot.add_row(
-                hotspot.call,
-                hotspot.op or "",
-                hotspot.source or "",
+                _data(hotspot.call),
+                _data(hotspot.op or ""),
+                _data(_source(hotspot.source, hotspot.source_kind)),
                 str(hotspot.count),
                 format_duration(hotspot.blocked_ns),
                 format_duration(hotspot.idle_after_ns),
@@ -127,22 +187,24 @@ def renderables(report: Report) -> list[RenderableType]:
             share = group.overlapped_ns / group.duration_ns if group.duration_ns else 0.0
             copies.add_row(
                 str(group.device),
-                group.kind,
+                _data(group.kind),
                 str(group.count),
                 f"{group.bytes:,}",
                 format_duration(group.duration_ns),
-                f"{share:.0%}",
+                format_share(share),
             )
         parts.append(copies)
     if analysis.kernels.kernels:
         kernels = Table(title="Top kernels", title_justify="left", show_edge=False)
-        for column in ("GPU", "kernel", "count", "total", "mean"):
-            kernels.add_column(column, overflow="ellipsis", no_wrap=column == "kernel")
+        kernels.add_column("GPU", no_wrap=True)
+        kernels.add_column("kernel", overflow="ellipsis", no_wrap=True, ratio=1)
+        for column in ("count", "total", "mean"):
+            kernels.add_column(column, justify="right", no_wrap=True)
         for stat in analysis.kernels.kernels[:_TOP]:
             kernels.add_row(
                 str(stat.device),
-                short_kernel_name(stat.name, 60),
-                str(stat.count),
+                _data(short_kernel_name(stat.name, 60)),
+                f"{stat.count:,}",
                 format_duration(stat.total_ns),
                 format_duration(stat.mean_ns),
             )
@@ -151,9 +213,15 @@ def renderables(report: Report) -> list[RenderableType]:
     if host.top_ops:
         ops = _detail_table("Busiest host operators", ("operator", "count", "total"))
         for name, count, total in host.top_ops[: len(host.top_ops) if not analysis.has_gpu else _TOP]:
-            ops.add_row(name, str(count), format_duration(total))
+            ops.add_row(_data(name), str(count), format_duration(total))
         parts.append(ops)
     return parts
+
+
+def _source(source: str | None, kind: str | None) -> str:
+    if source is None:
+        return ""
+    return f"{source} (library)" if kind == LIBRARY else source
 
 
 class TerminalRenderer:
@@ -176,7 +244,7 @@ def print_summary(report: Report, console: Console, outputs: list[tuple[str, Pat
     for part in renderables(report):
         console.print(part)
     for label, path in outputs or []:
-        console.print(f"{label}: [bold]{path}[/bold]")
+        console.print(Text.assemble(f"{label}: ", (str(path), "bold")))
 
 
 def _detail_table(title: str, columns: tuple[str, ...]) -> Table:

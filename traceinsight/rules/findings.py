@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from enum import StrEnum
 
-SEVERITIES = ("high", "medium", "low")
+__all__ = ["SEVERITIES", "Advice", "Finding", "Severity"]
+
+
+class Severity(StrEnum):
+    """How much a finding costs, by its saving's share of the step time."""
+
+    HIGH = "high"
+    MEDIUM = "medium"
+    LOW = "low"
+
+
+#: Severities, worst first.
+SEVERITIES = tuple(severity.value for severity in Severity)
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,11 +31,12 @@ class Advice:
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """One problem found in the trace.
+    """One problem found in the trace, and the one fix for it.
 
     ``rule`` is a stable id (``sync-in-loop``, ``pageable-memcpy`` ...); ``evidence`` holds the
-    numbers behind the claim as (label, value) pairs; ``savings_ns`` is an estimate of the GPU time
-    the fix would give back (an upper bound; savings of different findings can overlap).
+    numbers behind the claim as (label, value) pairs; ``savings_ns`` is what the fix gives back over
+    the steady-state steps, from the step replay (:mod:`traceinsight.analysis.replay`), or for
+    ``low-gpu-utilization`` the idle that no other finding explains (an upper bound).
     """
 
     rule: str
@@ -36,3 +50,17 @@ class Finding:
     op: str | None = None
     source: str | None = None
     device: int | None = None
+    #: The saving per steady step (None for a trace without steps).
+    saving_per_step_ns: int | None = None
+    #: The saving's share of the step time (of the steady window without steps).
+    saving_share: float | None = None
+    #: ``user`` or ``library`` for ``source`` (see :func:`traceinsight.analysis.sources.source_at`).
+    source_kind: str | None = None
+    #: Below the noise floor: listed among the minor findings, not as a card.
+    minor: bool = False
+    #: What the saving assumes, or why it is small, in plain words.
+    saving_note: str | None = None
+
+    def with_(self, **changes: object) -> Finding:
+        """A copy with ``changes`` (``dataclasses.replace``)."""
+        return replace(self, **changes)  # type: ignore[arg-type]

@@ -1,0 +1,368 @@
+"""The step replay: what a fix would give back, as a change in step time.
+
+A finding's saving is not the idle time next to it (a sync in a host-bound loop is followed by
+idle that removing the sync would not give back). It is the difference between two replays of the
+steady-state steps, one as recorded and one with the fix applied, in one model:
+
+- **Host.** The launching threads' own time is kept as recorded: Python, operators, launch calls.
+  Only what a fix removes changes: a blocking call that no longer waits takes no time; a shortened
+  range (a DataLoader ``__next__``, a pageable copy call) takes its new length. Everything the host
+  does after such a point happens that much earlier: it runs ahead.
+- **GPU.** Each kernel, copy and memset runs for its own recorded duration, in launch order on its
+  stream. Work the host launched late ends at the later of (its launch + launch latency + its
+  duration) and (the stream's busy frontier + its duration). Work that was already queued keeps
+  where it ended relative to the frontier as recorded: a gap the GPU left on its own (another
+  stream, an event, a CUDA graph held it) stays, and work that overlapped (a graph's branches on one
+  stream) still overlaps. The launch latency is the one recorded where the GPU was waiting for the
+  work, else the typical one.
+- **Blocking calls that stay** wait until the GPU activities launched before them have ended in the
+  replay, on every stream the call waited for as recorded (a stream still busy when the call
+  returned was not waited for: ``cudaStreamSynchronize`` of a copy stream leaves the compute stream
+  running), then return with the overhead they had after the GPU finished.
+- **The launch queue.** The host can be at most ``LAUNCH_QUEUE`` launches ahead of the GPU: a launch
+  waits until the work that many launches before it has started.
+- **Step time** of a window = the later of the host's end of the window and the end of the GPU work
+  launched in it, from the window's start. A saving is the baseline replay minus the fixed replay.
+
+Cross-stream dependencies are not modelled beyond the gaps kept above, and the GPU work itself is
+unchanged (a pinned copy is not assumed faster than a pageable one): savings are what removing the
+host's waits gives back, no more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from traceinsight.analysis.steady import SteadyState
+from traceinsight.load import Trace
+
+__all__ = ["LAUNCH_QUEUE", "Fix", "Replay", "prepare_replay"]
+
+#: Launches the host may be ahead of the GPU (CUDA's pending-launch queue holds about 1024).
+LAUNCH_QUEUE = 1024
+#: A stream's frontier before any work (far in the past, safe to add durations to).
+_NEVER = np.iinfo(np.int64).min // 4
+#: Launch latency assumed when no launch was waited for (ns).
+_DEFAULT_LATENCY_NS = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Fix:
+    """A change to replay: calls that stop waiting, host ranges that get shorter, copies moved off
+    the compute stream."""
+
+    #: Blocking calls (keys of ``blocking_calls``) that no longer wait: they take no time.
+    remove_calls: frozenset[int] = frozenset()
+    #: Host ranges ``(start, end, new length)`` in ns, e.g. a DataLoader wait handed over at once.
+    shorten: tuple[tuple[int, int, int], ...] = ()
+    #: Correlations of copies that move to a stream of their own (prefetched under compute).
+    side_stream: frozenset[int] = frozenset()
+
+    @property
+    def empty(self) -> bool:
+        """True when the fix changes nothing."""
+        return not (self.remove_calls or self.shorten or self.side_stream)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Window:
+    """One steady-state window's events, as arrays in launch order (times relative to ``start``)."""
+
+    start: int
+    end: int
+    #: GPU work launched in the window.
+    launch: np.ndarray
+    latency: np.ndarray
+    duration: np.ndarray
+    #: How far each activity moves its stream's busy frontier when it follows it (see ``_scan``).
+    advance: np.ndarray
+    stream: np.ndarray
+    correlation: np.ndarray
+    #: Per stream: when work launched before the window keeps it busy until (relative ns).
+    carry: dict[int, int]
+    #: Blocking calls on launching threads: key, start, end, overhead after the GPU finished.
+    call_key: np.ndarray
+    call_start: np.ndarray
+    call_end: np.ndarray
+    call_overhead: np.ndarray
+    #: Per call: the streams it did not wait for (still busy when it returned, as recorded).
+    call_skipped: tuple[frozenset[int], ...]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Replay:
+    """The steady-state windows, ready to replay with or without a fix."""
+
+    windows: tuple[_Window, ...] = ()
+    #: Steady steps the windows hold (1 for a trace without steps).
+    steps: int = 1
+    #: Recorded time of the windows: the later of the host's and the GPU's end, summed (ns).
+    recorded_ns: int = 0
+    _cache: dict[Fix, int] = field(default_factory=dict)
+
+    @property
+    def available(self) -> bool:
+        """True when there is GPU work to replay."""
+        return any(window.launch.size for window in self.windows)
+
+    def step_time_ns(self, fix: Fix | None = None) -> int:
+        """Replayed time of all windows (ns), with ``fix`` applied."""
+        fix = fix or Fix()
+        cached = self._cache.get(fix)
+        if cached is None:
+            cached = sum(_simulate(window, fix) for window in self.windows)
+            self._cache[fix] = cached
+        return cached
+
+    def saving_ns(self, fix: Fix) -> int:
+        """What ``fix`` gives back over the windows (ns, never negative)."""
+        if fix.empty or not self.available:
+            return 0
+        return max(0, self.step_time_ns() - self.step_time_ns(fix))
+
+    def saving_per_step_ns(self, fix: Fix) -> int:
+        """What ``fix`` gives back per steady step (ns)."""
+        return round(self.saving_ns(fix) / max(self.steps, 1))
+
+
+def _scan(
+    queued_at: np.ndarray, duration: np.ndarray, advance: np.ndarray, carry: int
+) -> tuple[np.ndarray, int]:
+    """Ends of one stream's work in launch order, and the stream's busy frontier after it.
+
+    ``end_i = max(q_i + d_i, F_{i-1} + a_i)`` and ``F_i = max(F_{i-1}, end_i)``, with ``F`` the
+    frontier (``carry`` before the first) and ``a_i`` how far the activity ended past the frontier as
+    recorded (its duration where the host launched it late). Since ``F_i = max(F_{i-1} + max(a_i, 0),
+    q_i + d_i)`` is a max-plus recurrence, a cumulative maximum solves it: with ``A_i`` the prefix
+    sum of ``max(a, 0)``, ``F_i = A_i + max(carry, max_{j<=i}(q_j + d_j - A_j))``.
+    """
+    prefix = np.cumsum(np.maximum(advance, 0))
+    frontier = prefix + np.maximum(np.maximum.accumulate(queued_at + duration - prefix), carry)
+    before = np.concatenate(([carry], frontier[:-1]))
+    return np.maximum(queued_at + duration, before + advance), int(frontier[-1])
+
+
+def _simulate(window: _Window, fix: Fix) -> int:
+    """Replayed length of one window with ``fix`` applied (see the module doc)."""
+    streams = window.stream.copy()
+    advance = window.advance
+    if fix.side_stream:
+        moved = np.isin(window.correlation, np.fromiter(fix.side_stream, dtype=np.int64))
+        streams[moved] = -1 - streams[moved]  # a copy stream beside each stream
+        advance = np.where(moved, window.duration, advance)
+    stream_end: dict[int, int] = dict(window.carry)
+    count = window.launch.size
+    starts = np.zeros(count, dtype=np.int64)
+    ends = np.zeros(count, dtype=np.int64)
+    anchors = _anchors(window, fix)
+    shift = 0
+    processed = 0
+    skipped = dict(zip(window.call_key.tolist(), window.call_skipped, strict=True))
+    for point, kind, value, extra, recorded_end in [*anchors, (window.end - window.start, "end", 0, 0, 0)]:
+        upto = int(np.searchsorted(window.launch, point, side="left")) if kind != "end" else count
+        if upto > processed:
+            batch = slice(processed, upto)
+            queued_at = window.launch[batch] + shift + window.latency[batch]
+            batch_streams = streams[batch]
+            for stream in np.unique(batch_streams):
+                mine = np.flatnonzero(batch_streams == stream) + processed
+                result, frontier = _scan(
+                    queued_at[mine - processed],
+                    window.duration[mine],
+                    advance[mine],
+                    stream_end.get(int(stream), _NEVER),
+                )
+                ends[mine] = result
+                starts[mine] = result - window.duration[mine]
+                stream_end[int(stream)] = frontier
+            # The launch queue: launch i cannot return before work i - LAUNCH_QUEUE has started.
+            index = np.arange(processed, upto)
+            behind = index - LAUNCH_QUEUE
+            held = behind >= 0
+            if held.any():
+                late_by = starts[behind[held]] - (window.launch[index[held]] + shift)
+                shift += max(0, int(late_by.max()))
+            processed = upto
+        if kind == "call":
+            call_start = point + shift
+            # A call the fix removes returns at once; one that stays waits for the GPU to finish.
+            if value in fix.remove_calls:
+                returned = call_start
+            else:
+                ignore = skipped[value]
+                done = max((end for stream, end in stream_end.items() if stream not in ignore), default=0)
+                returned = max(call_start, done) + extra
+            shift = returned - recorded_end
+        elif kind == "shorten":
+            shift -= value
+    host_end = window.end - window.start + shift
+    return max(host_end, int(ends.max()) if count else 0)
+
+
+#: A host point of the replay: (time, kind, key or time removed, overhead, recorded end).
+_Anchor = tuple[int, str, int, int, int]
+
+
+def _anchors(window: _Window, fix: Fix) -> list[_Anchor]:
+    """Host points in time order: blocking calls (``call``: key, overhead after the GPU finished,
+    recorded end) and shortened ranges (``shorten``: the time removed). Calls inside a shortened
+    range go with it."""
+    ranges = sorted(
+        (start - window.start, end - window.start, length)
+        for start, end, length in fix.shorten
+        if window.start <= start < window.end
+    )
+    shortened: list[_Anchor] = []
+    covered: list[tuple[int, int]] = []
+    for start, end, length in ranges:
+        if covered and start < covered[-1][1]:
+            continue  # nested in the previous range
+        shortened.append((start, "shorten", max(0, end - start - length), 0, 0))
+        covered.append((start, end))
+    calls: list[_Anchor] = []
+    for key, start, end, overhead in zip(
+        window.call_key, window.call_start, window.call_end, window.call_overhead, strict=True
+    ):
+        if any(low <= start < high for low, high in covered):
+            continue
+        calls.append((int(start), "call", int(key), int(overhead), int(end)))
+    return sorted(shortened + calls, key=lambda anchor: (anchor[0], anchor[1]))
+
+
+def prepare_replay(trace: Trace, calls: pl.DataFrame, steady: SteadyState) -> Replay:
+    """Collect the steady-state windows' GPU work and blocking calls into arrays for replaying."""
+    if not steady.windows or trace.gpu.is_empty():
+        return Replay(steps=max(len(steady.steady_steps), 1))
+    launches = trace.runtime.select("correlation", "pid", "tid", l_ts="ts", l_end="end").unique(
+        "correlation", keep="first"
+    )
+    work = (
+        trace.gpu.filter(pl.col("device").is_not_null())
+        .select("device", "stream", "ts", "dur", "end", "correlation")
+        .join(launches, on="correlation", how="left")
+        .with_columns(pl.col("stream").fill_null(-1))
+        .sort("device", "stream", "ts", "end")
+        .with_columns(prev_end=pl.col("end").cum_max().shift(1).over("device", "stream"))
+        .with_columns(
+            fixed=pl.col("l_ts").is_null(),
+            queued=(pl.col("l_end") <= pl.col("prev_end")).fill_null(False),
+            observed_latency=(pl.col("ts") - pl.col("l_ts")).clip(lower_bound=0),
+        )
+    )
+    typical = work.filter(~pl.col("queued") & ~pl.col("fixed")).get_column("observed_latency").median()
+    latency_ns = int(typical) if isinstance(typical, (int, float)) else _DEFAULT_LATENCY_NS
+    work = work.with_columns(
+        launch=pl.coalesce("l_ts", "ts"),
+        latency=pl.when(pl.col("fixed"))
+        .then(0)
+        .when(pl.col("queued"))
+        .then(pl.min_horizontal("observed_latency", pl.lit(latency_ns)))
+        .otherwise(pl.col("observed_latency")),
+        advance=pl.when(pl.col("queued") & pl.col("prev_end").is_not_null())
+        .then(pl.col("end") - pl.col("prev_end"))
+        .otherwise(pl.col("dur")),
+        stream_id=pl.struct("device", "stream").rank("dense").cast(pl.Int64),
+    )
+    launching = work.drop_nulls("pid").select("pid", "tid").unique()
+    windows = []
+    for start, end in steady.windows:
+        mine = work.filter((pl.col("launch") >= start) & (pl.col("launch") < end)).sort(
+            "launch", "correlation"
+        )
+        before = work.filter((pl.col("launch") < start) & (pl.col("end") > start))
+        carry = {
+            int(stream): int(last) - start
+            for stream, last in before.group_by("stream_id").agg(pl.col("end").max()).iter_rows()
+        }
+        window_calls = (
+            calls.filter((pl.col("ts") >= start) & (pl.col("ts") < end))
+            .join(launching, on=["pid", "tid"], how="semi")
+            .sort("ts")
+        )
+        overheads, skipped = _recorded_waits(mine, carry, window_calls, start)
+        windows.append(
+            _Window(
+                start=start,
+                end=end,
+                launch=mine.get_column("launch").to_numpy() - start,
+                latency=mine.get_column("latency").to_numpy(),
+                duration=mine.get_column("dur").to_numpy(),
+                advance=mine.get_column("advance").to_numpy(),
+                stream=mine.get_column("stream_id").to_numpy(),
+                correlation=mine.get_column("correlation").fill_null(-1).to_numpy(),
+                carry=carry,
+                call_key=window_calls.get_column("key").to_numpy(),
+                call_start=window_calls.get_column("ts").to_numpy() - start,
+                call_end=window_calls.get_column("end").to_numpy() - start,
+                call_overhead=np.asarray(overheads, dtype=np.int64),
+                call_skipped=skipped,
+            )
+        )
+    recorded = sum(
+        max(window.end, window.start + int(window.duration.size and ends.max())) - window.start
+        for window, ends in ((window, _recorded_ends(work, window)) for window in windows)
+    )
+    return Replay(windows=tuple(windows), steps=max(len(steady.steady_steps), 1), recorded_ns=recorded)
+
+
+def _recorded_waits(
+    work: pl.DataFrame, carry: dict[int, int], calls: pl.DataFrame, start: int
+) -> tuple[list[int], tuple[frozenset[int], ...]]:
+    """For each blocking call, as recorded: the streams it did not wait for, and its overhead after
+    the GPU work it waited for had ended.
+
+    A stream's frontier at the call is the end of the work launched on it before the call (or of
+    work from before the window); a stream whose frontier is past the call's return was not waited
+    for. The overhead is the call's return minus the later of its start and the frontier of the
+    streams it waited for.
+    """
+    frontiers: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for (stream,), group in work.group_by(["stream_id"]):
+        ordered = group.sort("launch")
+        frontiers[int(stream)] = (
+            ordered.get_column("launch").to_numpy() - start,
+            np.maximum.accumulate(ordered.get_column("end").to_numpy() - start),
+        )
+    streams = set(frontiers) | set(carry)
+    overheads: list[int] = []
+    skipped: list[frozenset[int]] = []
+    for call_ts, call_end in calls.select(pl.col("ts") - start, pl.col("end") - start).iter_rows():
+        at_call: dict[int, int] = {}
+        for stream in streams:
+            value = carry.get(stream)
+            if stream in frontiers:
+                launches, running = frontiers[stream]
+                upto = int(np.searchsorted(launches, call_ts, side="left"))
+                if upto:
+                    value = max(
+                        value if value is not None else int(running[upto - 1]), int(running[upto - 1])
+                    )
+            if value is not None:
+                at_call[stream] = value
+        ignored = frozenset(stream for stream, end in at_call.items() if end > call_end)
+        waited = max((end for stream, end in at_call.items() if stream not in ignored), default=call_ts)
+        overheads.append(min(max(0, call_end - max(call_ts, waited)), call_end - call_ts))
+        skipped.append(ignored)
+    return overheads, tuple(skipped)
+
+
+def _recorded_ends(work: pl.DataFrame, window: _Window) -> np.ndarray:
+    """Recorded end times (relative to the window) of the work launched in ``window``."""
+    mine = work.filter((pl.col("launch") >= window.start) & (pl.col("launch") < window.end))
+    return mine.get_column("end").to_numpy() - window.start
+
+
+def union(fixes: Iterable[Fix]) -> Fix:
+    """One fix doing everything the given fixes do."""
+    remove: set[int] = set()
+    shorten: list[tuple[int, int, int]] = []
+    side: set[int] = set()
+    for fix in fixes:
+        remove |= fix.remove_calls
+        shorten.extend(fix.shorten)
+        side |= fix.side_stream
+    return Fix(frozenset(remove), tuple(sorted(set(shorten))), frozenset(side))

@@ -1,0 +1,53 @@
+"""How each GPU spent the steady state: busy by class and idle by cause, per step when there are
+steps. What the scorecard, the "where the time goes" table and ``low-gpu-utilization`` show."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from traceinsight.analysis.causes import CauseKind
+
+__all__ = ["Usage"]
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """One device over the steady state. window = compute + communication + copies + idle, exactly."""
+
+    device: int
+    #: The time judged: the steady steps' windows summed, else the GPU span without the start-up.
+    window_ns: int
+    compute_ns: int
+    communication_ns: int
+    copy_ns: int
+    #: Idle by cause, largest first (time outside the steady state is not in the window).
+    idle: tuple[tuple[CauseKind, int], ...]
+    #: Steady steps the window holds (0 without steps).
+    steps: int
+    #: Idle outside the steady state on this device (start-up, outlier steps), not in the window.
+    outside_ns: int = 0
+
+    @property
+    def busy_ns(self) -> int:
+        """Compute + communication + exposed copies."""
+        return self.compute_ns + self.communication_ns + self.copy_ns
+
+    @property
+    def idle_ns(self) -> int:
+        """Window minus busy."""
+        return sum(ns for _, ns in self.idle)
+
+    @property
+    def of_what(self) -> str:
+        """What shares are of, in words: ``each step``, else ``the time analyzed`` or ``the time``."""
+        if self.steps:
+            return "each step"
+        return "the time analyzed" if self.outside_ns else "the time"
+
+    def share(self, ns: int) -> float:
+        """``ns`` as a share of the window (0 for an empty window)."""
+        return ns / self.window_ns if self.window_ns else 0.0
+
+    def per_step(self, ns: int) -> int | None:
+        """``ns`` per steady step (None without steps)."""
+        return round(ns / self.steps) if self.steps else None

@@ -1,0 +1,202 @@
+"""Is this trace a fair sample of the training loop? Warnings shown at the top of every output.
+
+Each warning has a stable ``kind`` (scripts key on it), a sentence saying what was seen and what it
+does to the numbers, and what to do about it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from traceinsight.analysis.steady import SteadyState
+from traceinsight.formatting import format_duration
+from traceinsight.load import Trace
+
+__all__ = ["TraceWarning", "trace_warnings"]
+
+#: Host calls that launch GPU work (each should have GPU activity with its correlation).
+_LAUNCH_CALLS = (
+    "cudaLaunchKernel",
+    "cudaLaunchKernelExC",
+    "cuLaunchKernel",
+    "cuLaunchKernelEx",
+    "hipLaunchKernel",
+    "hipExtLaunchKernel",
+    "hipModuleLaunchKernel",
+    "hipExtModuleLaunchKernel",
+)
+_GRAPH_LAUNCHES = ("cudaGraphLaunch", "hipGraphLaunch", "cuGraphLaunch")
+#: Float timestamps of adjacent GPU events overlap by a few ns; more than this is a recording issue.
+_OVERLAP_TOLERANCE_NS = 1_000
+_WAIT_ADVICE = (
+    "profile after the first steps: `traceinsight run --wait 2 train.py`, or "
+    "`torch.profiler.schedule(wait=1, warmup=1, active=3)` with `prof.step()` each iteration"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TraceWarning:
+    """Something about the trace that limits what its numbers say."""
+
+    kind: str
+    message: str
+    advice: str
+
+
+def _step_warnings(steady: SteadyState) -> list[TraceWarning]:
+    warnings: list[TraceWarning] = []
+    if steady.source == "none":
+        if steady.startup_end_ns is not None:
+            warnings.append(
+                TraceWarning(
+                    "startup-captured",
+                    f"Start-up was captured: {steady.startup_evidence}. Everything before it is left "
+                    "out of the findings (shown as idle outside the steady state).",
+                    _WAIT_ADVICE,
+                )
+            )
+        warnings.append(
+            TraceWarning(
+                "no-steps",
+                "The trace has no step markers (ProfilerStep or optimizer steps), so it is judged "
+                "as one window and figures cannot be given per step.",
+                "profile with a schedule and call `prof.step()` once per iteration, or use "
+                "`traceinsight run`, which marks steps at every `optimizer.step()`",
+            )
+        )
+        return warnings
+    skipped = [step for step in steady.steps if not step.steady]
+    startup = [step for step in skipped if step.reason and step.reason.startswith("start-up")]
+    outliers = [step for step in skipped if step.reason and step.reason.startswith("outlier")]
+    cut = [step for step in skipped if step not in startup and step not in outliers]
+    for step in startup:
+        warnings.append(
+            TraceWarning(
+                "startup-captured",
+                f"Start-up was captured: step {step.step} is not steady ({step.reason}: cuDNN autotune, "
+                "torch.compile, memory allocation). It is left out of the findings.",
+                _WAIT_ADVICE,
+            )
+        )
+    if outliers:
+        names = ", ".join(str(step.step) for step in outliers)
+        reasons = "; ".join(f"step {step.step}: {step.reason}" for step in outliers)
+        warnings.append(
+            TraceWarning(
+                "outlier-steps",
+                f"Step{'s' if len(outliers) > 1 else ''} {names} took far longer than the others "
+                f"({reasons}) and {'are' if len(outliers) > 1 else 'is'} left out of the findings.",
+                "look at what ran in that step (a checkpoint, an evaluation, garbage collection, a "
+                "data stall); profile more steps to see whether it repeats",
+            )
+        )
+    if cut:
+        names = ", ".join(str(step.step) for step in cut)
+        warnings.append(
+            TraceWarning(
+                "cut-short-steps",
+                f"Step{'s' if len(cut) > 1 else ''} {names} launched no GPU work (cut short when the "
+                "profiler started or stopped) and {} left out.".format("are" if len(cut) > 1 else "is"),
+                "nothing to do: the other steps are used",
+            )
+        )
+    return warnings
+
+
+def _gpu_warnings(trace: Trace) -> list[TraceWarning]:
+    warnings: list[TraceWarning] = []
+    gpu_correlations = trace.gpu.select("correlation").drop_nulls().unique()
+    launches = trace.runtime.filter(pl.col("name").is_in(_LAUNCH_CALLS) & pl.col("correlation").is_not_null())
+    if launches.height and trace.gpu.height:
+        missing = launches.join(gpu_correlations, on="correlation", how="anti")
+        if missing.height >= 10 and missing.height >= 0.01 * launches.height:
+            warnings.append(
+                TraceWarning(
+                    "dropped-gpu-events",
+                    f"{missing.height:,} of {launches.height:,} kernel launches have no kernel in the "
+                    "trace: the profiler dropped GPU events (often at the start of the window, or when "
+                    "its buffer filled), so GPU busy time is under-counted there.",
+                    "record fewer steps per window (`--active`), or skip the first step",
+                )
+            )
+    graphs = trace.runtime.filter(pl.col("name").is_in(_GRAPH_LAUNCHES)).height
+    if graphs:
+        warnings.append(
+            TraceWarning(
+                "cuda-graphs",
+                f"The trace replays CUDA graphs ({graphs:,} graph launches): the kernels inside a "
+                "graph share one launch, so what the host did is tied to the graph, not to each kernel.",
+                "nothing to do; to see per-kernel launches, profile once without graphs",
+            )
+        )
+    activities = trace.gpu.filter(pl.col("device").is_not_null())
+    if activities.height:
+        overlapping = (
+            activities.sort("device", "stream", "ts")
+            .with_columns(prev_end=pl.col("end").cum_max().shift(1).over("device", "stream"))
+            .filter(pl.col("ts") < pl.col("prev_end") - _OVERLAP_TOLERANCE_NS)
+            .height
+        )
+        if overlapping:
+            warnings.append(
+                TraceWarning(
+                    "stream-overlap",
+                    f"{overlapping:,} GPU activities overlap earlier work on the same stream by more "
+                    "than 1 µs, which a stream cannot do: a clock or recording problem. Busy time "
+                    "counts the overlap once.",
+                    "re-record the trace; if it repeats, report it to PyTorch with the torch and driver versions",
+                )
+            )
+        launched = activities.select("ts", "correlation").join(
+            trace.runtime.select("correlation", l_ts="ts").unique("correlation", keep="first"),
+            on="correlation",
+            how="inner",
+        )
+        early = launched.filter(pl.col("ts") < pl.col("l_ts") - _OVERLAP_TOLERANCE_NS)
+        if early.height:
+            worst = early.select((pl.col("l_ts") - pl.col("ts")).max()).item()
+            warnings.append(
+                TraceWarning(
+                    "clock-skew",
+                    f"{early.height:,} GPU activities start before the host call that launched them "
+                    f"(by up to {format_duration(worst)}): the CPU and GPU clocks disagree, so gap "
+                    "causes near them may be off.",
+                    "re-record the trace; a newer driver or torch usually aligns the clocks",
+                )
+            )
+    return warnings
+
+
+def _load_warnings(trace: Trace) -> list[TraceWarning]:
+    notes = dict(trace.meta.load_notes)
+    warnings = []
+    dropped = notes.get("dropped-time", 0)
+    if dropped:
+        warnings.append(
+            TraceWarning(
+                "dropped-time",
+                f"{dropped:,} event{'s' if dropped != 1 else ''} had impossible times (beyond what "
+                "a profile can hold) and {} left out.".format("were" if dropped != 1 else "was"),
+                "check what wrote the file; a trace written by torch.profiler never has them",
+            )
+        )
+    repaired = notes.get("repaired-name", 0)
+    if repaired:
+        warnings.append(
+            TraceWarning(
+                "repaired-name",
+                f"{repaired:,} Python frame name{'s' if repaired != 1 else ''} written by torch "
+                "without escaping (quotes or newlines) {} repaired so the file could be read.".format(
+                    "were" if repaired != 1 else "was"
+                ),
+                "nothing to do: a known torch bug in the Python tracer's output",
+            )
+        )
+    return warnings
+
+
+def trace_warnings(trace: Trace, steady: SteadyState) -> tuple[TraceWarning, ...]:
+    """Every warning about ``trace`` (see the module doc), load problems first."""
+    return tuple(_load_warnings(trace) + _step_warnings(steady) + _gpu_warnings(trace))

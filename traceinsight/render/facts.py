@@ -1,0 +1,134 @@
+"""What every renderer says, worded once: the header facts, where the GPU time goes, a saving.
+
+The terminal summary, the HTML page and (later) Markdown take their words from here, so the
+same trace reads the same everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from traceinsight.analysis.causes import BUSY_LABELS, CAUSE_LABELS, BusyClass
+from traceinsight.analysis.usage import Usage
+from traceinsight.formatting import format_duration, format_size
+from traceinsight.report import Report
+from traceinsight.rules.findings import Finding
+
+__all__ = ["TimeRow", "header_facts", "saving_text", "steps_fact", "time_split"]
+
+
+def steps_fact(report: Report) -> str:
+    """``6 ProfilerStep steps, all steady, median 176.27 ms`` and the like."""
+    analysis = report.analysis
+    steady = analysis.steady
+    if steady.source == "none":
+        if analysis.iterations:
+            return f"{analysis.iterations} optimizer step, too few to time: the trace is judged as one window"
+        return "no step markers: the trace is judged as one window"
+    kind = "ProfilerStep" if steady.source == "ProfilerStep" else "optimizer"
+    count = len(steady.steps)
+    kept = len(steady.steady_steps)
+    median = f", median {format_duration(steady.step_ns)}" if steady.step_ns else ""
+    if kept == count:
+        return f"{count} {kind} step{'s' if count != 1 else ''}{', all steady' if count > 1 else ''}{median}"
+    left_out = ", ".join(f"{step.step}" for step in steady.steps if not step.steady)
+    return f"{count} {kind} steps, {kept} steady (left out: {left_out}){median}"
+
+
+def header_facts(report: Report) -> list[tuple[str, str]]:
+    """(label, value) pairs for the top of every output."""
+    analysis = report.analysis
+    meta = analysis.meta
+    facts: list[tuple[str, str]] = [
+        ("Trace", f"{report.trace_name}: {meta.event_count:,} events, format {meta.era}")
+    ]
+    if report.run is not None:
+        run = report.run
+        facts.append(("Command", run.command))
+        when = run.started + (f", torch {run.torch_version}" if run.torch_version else "")
+        facts.append(("Run", f"{when}, {run.elapsed_s:,.1f} s, exit status {run.exit_status}"))
+    gpus = []
+    for device in meta.devices:
+        details = [
+            part
+            for part in (
+                f"compute capability {device.compute_capability}" if device.compute_capability else None,
+                f"{device.sm_count} SMs" if device.sm_count else None,
+                format_size(device.total_memory_bytes) if device.total_memory_bytes else None,
+            )
+            if part
+        ]
+        gpus.append(
+            f"{device.index}: {device.name or 'name not recorded'}"
+            + (f" ({', '.join(details)})" if details else "")
+        )
+    if not gpus and analysis.devices:
+        gpus = [f"{device.device}: name not recorded" for device in analysis.devices]
+    facts.append(("GPUs", "; ".join(gpus) if gpus else "none (no GPU activity in this trace)"))
+    if meta.world_size is not None or meta.backend is not None:
+        world = f" of {meta.world_size}" if meta.world_size is not None else ""
+        backend = f" ({meta.backend})" if meta.backend else ""
+        facts.append(("Rank", f"{meta.rank}{world}{backend}"))
+    else:
+        facts.append(("Rank", "single process (no distributed info in the trace)"))
+    facts.append(("Steps", steps_fact(report)))
+    if analysis.devices:
+        first = min(d.first_ns for d in analysis.devices)
+        last = max(d.last_ns for d in analysis.devices)
+        origin = meta.origin_ns
+        facts.append(
+            (
+                "GPU span",
+                f"{format_duration(last - first)}, from {format_duration(first - origin)} to "
+                f"{format_duration(last - origin)} after the trace's first event (times in tables count from there)",
+            )
+        )
+    versions = [
+        f"CUDA runtime {meta.cuda_runtime_version}" if meta.cuda_runtime_version else "",
+        f"CUDA driver {meta.cuda_driver_version}" if meta.cuda_driver_version else "",
+        f"HIP runtime {meta.hip_runtime_version}" if meta.hip_runtime_version else "",
+    ]
+    if any(versions):
+        facts.append(("Versions", ", ".join(v for v in versions if v)))
+    return facts
+
+
+@dataclass(frozen=True, slots=True)
+class TimeRow:
+    """One line of "where the GPU time goes": a busy class or an idle cause."""
+
+    label: str
+    #: ``busy`` or ``idle``.
+    kind: str
+    #: The busy class or cause value (``compute``, ``dataloader`` ...): colours and JSON keys.
+    key: str
+    ns: int
+    per_step_ns: int | None
+    share: float
+
+
+def time_split(usage: Usage) -> list[TimeRow]:
+    """Busy classes then idle causes for one device's steady state; the rows add up to the window."""
+    rows = [
+        TimeRow(f"busy: {BUSY_LABELS[kind]}", "busy", kind.value, ns, usage.per_step(ns), usage.share(ns))
+        for kind, ns in (
+            (BusyClass.COMPUTE, usage.compute_ns),
+            (BusyClass.COMMUNICATION, usage.communication_ns),
+            (BusyClass.COPY, usage.copy_ns),
+        )
+        if ns
+    ]
+    rows += [
+        TimeRow(f"idle: {CAUSE_LABELS[kind]}", "idle", kind.value, ns, usage.per_step(ns), usage.share(ns))
+        for kind, ns in usage.idle
+    ]
+    return rows
+
+
+def saving_text(finding: Finding) -> str:
+    """``about 2.08 ms per step (1% of the step)`` or ``about 0.91 ms in all (1% of the time analyzed)``."""
+    share = f" ({finding.saving_share:.0%} of the step)" if finding.saving_share is not None else ""
+    if finding.saving_per_step_ns is not None:
+        return f"about {format_duration(finding.saving_per_step_ns)} per step{share}"
+    share = f" ({finding.saving_share:.0%} of the time analyzed)" if finding.saving_share is not None else ""
+    return f"about {format_duration(finding.savings_ns)} in all{share}"

@@ -1,0 +1,111 @@
+"""The advice the rules give: what to change, with a concrete before/after."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from traceinsight.rules.findings import Advice
+
+ITEM: Final = Advice(
+    summary="Keep the value on the GPU and read it rarely: accumulate losses in a tensor and call "
+    ".item() (or print) once every N steps, after the loop, or from a logged detached copy.",
+    before="for x, y in loader:\n    loss = step(x, y)\n    print(loss.item())  # waits for the GPU every step",
+    after="running = torch.zeros((), device=device)\nfor i, (x, y) in enumerate(loader):\n"
+    "    loss = step(x, y)\n    running += loss.detach()\n    if i % 100 == 0:\n"
+    "        print((running / 100).item())  # one wait per 100 steps\n        running.zero_()",
+)
+BRANCH: Final = Advice(
+    summary="A Python `if` on a GPU tensor makes the host wait for it. Branch on the GPU with "
+    "torch.where / masking, or decide from values already on the host.",
+    before="def forward(self, x):\n    if x.sum() > 0:  # reads a GPU value: the host waits\n"
+    "        x = self.a(x)\n    return x",
+    after="def forward(self, x):\n    return torch.where(x.sum() > 0, self.a(x), x)  # stays on the GPU",
+)
+PINNED_COPY: Final = Advice(
+    summary="Copy from pinned memory without blocking: `pin_memory=True` in the DataLoader and "
+    "`.to(device, non_blocking=True)`, so the host queues the copy and keeps launching work.",
+    before="loader = DataLoader(ds, batch_size=64)\nfor x, y in loader:\n"
+    "    x = x.to('cuda')  # pageable: the host waits for the copy",
+    after="loader = DataLoader(ds, batch_size=64, pin_memory=True)\nfor x, y in loader:\n"
+    "    x = x.to('cuda', non_blocking=True)",
+)
+TO_HOST: Final = Advice(
+    summary="Moving a GPU tensor to the host (`.cpu()`, `.numpy()`, `.tolist()`, `torch.nonzero`, "
+    "boolean-mask indexing) waits for all queued work. Do it less often, batch it, or keep the "
+    "computation on the GPU.",
+    before="for batch in loader:\n    out = model(batch)\n    preds.append(out.argmax(1).cpu())  # waits every step",
+    after="for batch in loader:\n    out = model(batch)\n    preds.append(out.argmax(1))  # stay on the GPU\n"
+    "preds = torch.cat(preds).cpu()  # one wait at the end",
+)
+DATA_DEPENDENT: Final = Advice(
+    summary="An operation whose output size depends on GPU data (`torch.nonzero`, `masked_select`, "
+    "boolean-mask indexing, `unique`) must read the data on the host first. Keep shapes fixed: use "
+    "masks and `torch.where`, or compute the sizes once on the host.",
+    before="idx = torch.nonzero(mask)  # the host waits to learn how many\nx = x[idx]",
+    after="x = x * mask  # same shape, no wait; or torch.where(mask, x, 0)",
+)
+EXPLICIT_SYNC: Final = Advice(
+    summary="An explicit synchronize in the loop stops the host from queueing ahead. Remove it, or "
+    "wait on a CUDA event for just the work you need.",
+    before="for batch in loader:\n    step(batch)\n    torch.cuda.synchronize()",
+    after="for batch in loader:\n    step(batch)\n# synchronize once, only where a wall-clock time is needed",
+)
+PREFETCH: Final = Advice(
+    summary="Overlap input copies with compute: copy the next batch on a side stream from pinned "
+    "memory while the current one computes.",
+    before="for x, y in loader:\n    x, y = x.cuda(), y.cuda()\n    loss = step(x, y)",
+    after="stream = torch.cuda.Stream()\nit = iter(loader)  # DataLoader(..., pin_memory=True)\n"
+    "with torch.cuda.stream(stream):\n    nxt = [t.cuda(non_blocking=True) for t in next(it)]\n"
+    "for batch in it:\n    torch.cuda.current_stream().wait_stream(stream)\n    x, y = nxt\n"
+    "    with torch.cuda.stream(stream):\n        nxt = [t.cuda(non_blocking=True) for t in batch]\n"
+    "    loss = step(x, y)",
+)
+WORKERS: Final = Advice(
+    summary="Load batches in parallel and ahead of time: num_workers > 0 (start with the CPU "
+    "core count / GPUs), pin_memory=True, persistent_workers=True, prefetch_factor=2-4.",
+    before="loader = DataLoader(dataset, batch_size=64, shuffle=True)",
+    after="loader = DataLoader(\n    dataset, batch_size=64, shuffle=True,\n    num_workers=8, "
+    "pin_memory=True,\n    persistent_workers=True, prefetch_factor=4,\n)",
+)
+LAUNCH_BOUND: Final = Advice(
+    summary="The host cannot launch kernels as fast as the GPU runs them. Launch fewer, larger "
+    "kernels: fuse small ops with torch.compile, replay the step as a CUDA graph, or give each "
+    "kernel more work (a larger batch).",
+    before="model = MyModel().cuda()\nfor x in loader:\n    loss = model(x)  # hundreds of µs-scale kernels",
+    after='model = torch.compile(MyModel().cuda(), mode="reduce-overhead")  # fused + CUDA graphs\n'
+    "for x in loader:\n    loss = model(x)",
+)
+HOST_WORK: Final = Advice(
+    summary="The host runs these operators itself while the GPU waits. Move such work out of the "
+    "step: into the Dataset (it then runs in DataLoader workers), before the loop, or onto the GPU.",
+    before="for x, y in loader:\n    x = torch.from_numpy(augment(x.numpy()))  # CPU work in the step\n"
+    "    loss = step(x.cuda(), y.cuda())",
+    after="class Augmented(Dataset):\n    def __getitem__(self, i):\n"
+    "        return augment(self.base[i])  # runs in worker processes\n"
+    "loader = DataLoader(Augmented(base), num_workers=8, pin_memory=True)",
+)
+DEPENDENCY: Final = Advice(
+    summary="The GPU had the next work but waited on another stream or an event. Wait only for the "
+    "work you need (an event recorded right after it, not a whole stream), and check that the "
+    "stream you wait on was not itself waiting for the host.",
+    before="side = torch.cuda.Stream()\nwith torch.cuda.stream(side):\n    a = prepare(x)\n"
+    "    b = other(x)\ntorch.cuda.current_stream().wait_stream(side)  # waits for `other` too\nout = model(a)",
+    after="side = torch.cuda.Stream()\nready = torch.cuda.Event()\nwith torch.cuda.stream(side):\n"
+    "    a = prepare(x)\n    ready.record()\n    b = other(x)\n"
+    "torch.cuda.current_stream().wait_event(ready)  # waits for `prepare` only\nout = model(a)",
+)
+UNTRACED: Final = Advice(
+    summary="The launching thread recorded nothing during these gaps: record Python stacks to see "
+    "what it was doing (Python code outside any operator, a lock, waiting on another thread).",
+    before="with torch.profiler.profile(activities=[...]) as prof:\n    train()",
+    after="with torch.profiler.profile(activities=[...], with_stack=True) as prof:\n    train()\n"
+    "# or: traceinsight run train.py (records stacks of your own code)",
+)
+COMMUNICATION: Final = Advice(
+    summary="The host waits for communication between ranks. Overlap it with compute: let DDP "
+    "bucket gradients during backward, skip needless all-reduces with `no_sync()` under gradient "
+    "accumulation, and avoid collectives whose result the host reads right away.",
+    before="for i, batch in enumerate(loader):\n    loss = model(batch).mean()\n    loss.backward()  # all-reduce every micro-batch",
+    after="for i, batch in enumerate(loader):\n    ctx = model.no_sync() if (i + 1) % accum else contextlib.nullcontext()\n"
+    "    with ctx:\n        loss = model(batch).mean()\n        loss.backward()  # all-reduce once per accumulation",
+)
