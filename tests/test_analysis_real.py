@@ -123,14 +123,15 @@ def test_copy_overlap_with_kernels_matches_a_plain_intersection() -> None:
     assert report(name).analysis.overlap["HtoD"] == pytest.approx(ratio)
 
 
-def test_gp100_pageable_copy_and_sync_in_loop_tied_to_to_copy() -> None:
+def test_gp100_pageable_copy_and_its_sync_are_one_finding_tied_to_to_copy() -> None:
     name = "gp100_mlp_pageable_sync.json.gz"
     findings = report(name).findings
-    assert {"pageable-memcpy", "sync-in-loop"} <= rules_of(name)
-    sync = next(f for f in findings if f.rule == "sync-in-loop")
-    chain = dict(sync.evidence)["operator chain"]
-    assert sync.op == "aten::to"
-    assert "aten::copy_" in chain
+    # The copy and the cudaStreamSynchronize after it have one fix: one finding, not two.
+    assert "pageable-memcpy" in rules_of(name) and "sync-in-loop" not in rules_of(name)
+    copy = next(f for f in findings if f.rule == "pageable-memcpy")
+    assert copy.op == "aten::to"
+    waits = dict(copy.evidence)["host waits after them"]
+    assert "cudaStreamSynchronize" in waits and "aten::to > aten::_to_copy > aten::copy_" in waits
     raw = events(name)
     syncs = [e for e in raw if e.get("name") == "cudaStreamSynchronize"]
     hotspot = report(name).analysis.sync_hotspots[0]
@@ -225,6 +226,7 @@ def test_per_step_busy_matches_a_plain_clipped_union() -> None:
     steps = {step.step: step for step in report(name).analysis.steps}
     assert sorted(steps) == sorted(windows)
     first_gpu = min(start for start, _ in gpu)
+    last_gpu = max(end for _, end in gpu)
     for number, (start, end) in windows.items():
         clipped = [(max(s, start), min(e, end)) for s, e in gpu if s < end and e > start]
         step = steps[number]
@@ -232,7 +234,8 @@ def test_per_step_busy_matches_a_plain_clipped_union() -> None:
         assert step.idle_ns == (end - start) - union_length(clipped)
         causes = dict(step.idle_by_cause_ns)
         assert sum(causes.values()) == step.idle_ns
-        assert causes.get("outside-gpu-span", 0) == max(0, min(end, first_gpu) - start)
+        assert causes.get("before-first-work", 0) == max(0, min(end, first_gpu) - start)
+        assert causes.get("after-last-work", 0) == max(0, end - max(start, last_gpu))
 
 
 def test_each_sync_is_tied_to_the_copy_it_waits_for() -> None:

@@ -20,13 +20,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from markupsafe import escape
 
 from traceinsight.analysis import analyze
 from traceinsight.analysis.kernels import top_kernels
 from traceinsight.analysis.timeline import timeline
 from traceinsight.load import load_trace
 from traceinsight.render import charts
-from traceinsight.render.html import TOP_KERNELS, HtmlRenderer, source_excerpt, templates_dir
+from traceinsight.render.html import (
+    TOP_GAPS,
+    TOP_HOTSPOTS,
+    TOP_KERNELS,
+    HtmlRenderer,
+    source_excerpt,
+    templates_dir,
+)
 from traceinsight.render.scorecard import scorecard
 from traceinsight.report import Report
 from traceinsight.rules import evaluate
@@ -322,14 +330,27 @@ def test_every_finding_appears_with_its_id_title_and_source(gpu_page: Page) -> N
     for finding in gpu_page.report.findings:
         assert finding.rule in text
         assert finding.title in text
+        if finding.minor:  # listed in one line under "Minor findings", no card
+            continue
         assert finding.advice.summary in text
+        assert finding.advice.before in gpu_page.html or escape(finding.advice.before) in gpu_page.html
         if finding.source:
             assert finding.source in text
 
 
+def test_minor_findings_are_listed_not_carded(gpu_page: Page) -> None:
+    cards = [f for f in gpu_page.report.findings if not f.minor]
+    minor = [f for f in gpu_page.report.findings if f.minor]
+    assert gpu_page.html.count('class="finding severity-') == len(cards)
+    assert ('id="minor-findings"' in gpu_page.html) == bool(minor)
+
+
 def test_every_source_line_of_the_analysis_appears(gpu_page: Page) -> None:
     analysis = gpu_page.report.analysis
-    sources = {gap.source for gap in analysis.idle_gaps} | {spot.source for spot in analysis.sync_hotspots}
+    shown_gaps = sorted(analysis.idle_gaps, key=lambda g: (-g.duration_ns, g.device, g.start_ns))[:TOP_GAPS]
+    sources = {gap.source for gap in shown_gaps} | {
+        spot.source for spot in analysis.sync_hotspots[:TOP_HOTSPOTS]
+    }
     nodes = gpu_page.parsed.text_nodes()
     for source in sources - {None}:
         assert source in nodes
@@ -341,7 +362,7 @@ def test_pages_with_stacks_name_source_lines(workers0: Page, bert: Page) -> None
 
 
 def test_findings_come_ranked_by_saving(gpu_page: Page) -> None:
-    findings = gpu_page.report.findings
+    findings = [finding for finding in gpu_page.report.findings if not finding.minor]
     positions = [gpu_page.html.index(f'id="finding-{rank}"') for rank in range(1, len(findings) + 1)]
     assert positions == sorted(positions)
     assert [f.savings_ns for f in findings] == sorted((f.savings_ns for f in findings), reverse=True)
@@ -380,9 +401,9 @@ def test_header_names_gpu_rank_and_versions(b200: Page, recsys: Page) -> None:
         for device in document["deviceProperties"]:
             assert device["name"] in text
         info = document["distributedInfo"]
-        assert f"rank {info['rank']} of {info['world_size']}" in text
+        assert f"{info['rank']} of {info['world_size']} ({info['backend']})" in text
     assert "CUDA runtime 12.9" in b200.parsed.text  # cuda_runtime_version 12090 in the trace
-    assert "5 profiled steps" in recsys.parsed.text  # five ProfilerStep#N spans
+    assert "5 ProfilerStep steps" in recsys.parsed.text  # five ProfilerStep#N spans
 
 
 def test_charts_are_inline_svg_where_the_data_has_them(gpu_page: Page) -> None:

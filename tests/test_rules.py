@@ -1,4 +1,5 @@
-"""Every rule on tiny hand-built traces: it fires on the pattern and stays quiet without it."""
+"""Every rule on hand-built traces: it fires on the pattern with a replayed saving, stays quiet (or
+minor) without it, and one problem is one finding."""
 
 from __future__ import annotations
 
@@ -6,68 +7,32 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tracebuild import annotation, cpu_op, frame, kernel, launch, memcpy, runtime, write_trace
+from loops import copy_loop, dataloader_loop, item_loop
+from tracebuild import SAMPLES, annotation, cpu_op, kernel, launch, memcpy, runtime, write_trace
 
-from traceinsight.analysis import analyze
+from traceinsight.analysis import Analysis, analyze
+from traceinsight.analysis.causes import CauseKind
 from traceinsight.load import load_trace
 from traceinsight.rules import REGISTRY, evaluate
 from traceinsight.rules.findings import Finding
 
-STEP_US = 1000
+
+def analysis_of(tmp_path: Path, events: list[dict[str, Any]]) -> Analysis:
+    return analyze(load_trace(write_trace(tmp_path / "t.json", events)))
 
 
 def findings(tmp_path: Path, events: list[dict[str, Any]]) -> tuple[Finding, ...]:
-    return evaluate(analyze(load_trace(write_trace(tmp_path / "t.json", events))))
+    return evaluate(analysis_of(tmp_path, events))
 
 
-def rules(tmp_path: Path, events: list[dict[str, Any]]) -> set[str]:
-    return {f.rule for f in findings(tmp_path, events)}
+def cards(tmp_path: Path, events: list[dict[str, Any]]) -> set[str]:
+    """Rules with a finding above the noise floor."""
+    return {f.rule for f in findings(tmp_path, events) if not f.minor}
 
 
-def busy_steps(
-    steps: int = 4,
-    *,
-    gap_after: float = 0.0,
-    item_sync: bool = False,
-    pageable_copy: bool = False,
-    dataloader_us: float = 0.0,
-) -> list[dict[str, Any]]:
-    """``steps`` ProfilerSteps of back-to-back kernels, with optional per-step problems."""
-    events: list[dict[str, Any]] = []
-    t = 0.0
-    for step in range(steps):
-        start = t
-        if dataloader_us:
-            events.append(
-                annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t, dataloader_us)
-            )
-            t += dataloader_us
-        if pageable_copy:
-            events.append(cpu_op("aten::to", t, 30))
-            events.append(cpu_op("aten::copy_", t + 1, 28))
-            events.append(runtime("cudaMemcpyAsync", t + 2, 20, correlation=90_000 + step))
-            events.append(
-                memcpy(
-                    t + 5, 15, "Memcpy HtoD (Pageable -> Device)", nbytes=1 << 20, correlation=90_000 + step
-                )
-            )
-            t += 30
-        for k in range(8):  # the host keeps ahead: every kernel starts when the previous ends
-            events += launch(t + k, t + 10 + k * 100, 100)
-        t += 10 + 800
-        if item_sync:
-            events.append(frame("train.py(47): train_step", t - 5, 40, python_id=step * 10 + 1))
-            events.append(cpu_op("aten::item", t, 20))
-            events.append(cpu_op("aten::_local_scalar_dense", t + 1, 18))
-            events.append(runtime("cudaStreamSynchronize", t + 2, 10))
-            t += 20 + gap_after
-        events.append(annotation(f"ProfilerStep#{step}", start, t - start))
-    return events
-
-
-def test_every_rule_is_registered() -> None:
-    evaluate(analyze(load_trace(Path(__file__).parent.parent / "sample_traces" / "a100_triton.json.gz")))
-    assert set(REGISTRY) >= {
+def test_the_built_in_rules_are_registered() -> None:
+    evaluate(analyze(load_trace(SAMPLES / "a100_triton.json.gz")))
+    assert set(REGISTRY) == {
         "sync-in-loop",
         "pageable-memcpy",
         "blocking-h2d",
@@ -76,110 +41,229 @@ def test_every_rule_is_registered() -> None:
     }
 
 
-def test_healthy_synthetic_trace_has_no_findings(tmp_path: Path) -> None:
-    assert findings(tmp_path, busy_steps()) == ()
+def test_a_gpu_bound_loop_without_problems_has_no_findings(tmp_path: Path) -> None:
+    loop = copy_loop(
+        kind="Memcpy HtoD (Pinned -> Device)", sync_after=False, copy_us=20, copy_stream=9, prep_us=0
+    )
+    assert findings(tmp_path, loop.events) == ()
 
 
-def test_sync_in_loop_fires_for_a_per_step_item(tmp_path: Path) -> None:
-    found = findings(tmp_path, busy_steps(item_sync=True, gap_after=300))
+# --- sync-in-loop -------------------------------------------------------------------------------
+
+
+def test_sync_in_loop_names_the_line_and_the_call(tmp_path: Path) -> None:
+    found = findings(tmp_path, item_loop().events)
     sync = next(f for f in found if f.rule == "sync-in-loop")
-    assert sync.source == "train.py:47"
+    assert sync.title == "`.item()` at train.py:52 makes the host wait for the GPU every step"
     assert sync.op == "aten::item"
-    # the GPU idles from the sync's return to the next step's first kernel: 300 µs gap + 10 µs
-    # launch lead + the sync's own tail (it returns 8 µs after the step's last op started) → per step
-    assert sync.savings_ns > 0
-    assert ".item()" in sync.title
+    evidence = dict(sync.evidence)
+    assert evidence["operator chain"] == "aten::item > aten::_local_scalar_dense"
+    assert evidence["waits for"] == "Memcpy DtoH (Device -> Pageable)"
 
 
 def test_sync_in_loop_quiet_when_the_sync_happens_once(tmp_path: Path) -> None:
-    events = busy_steps()
-    events.append(runtime("cudaDeviceSynchronize", 5000, 10))
-    assert "sync-in-loop" not in rules(tmp_path, events)
+    events = copy_loop(kind="Memcpy HtoD (Pinned -> Device)", sync_after=False, copy_stream=9).events
+    events.append(runtime("cudaDeviceSynchronize", 400, 10))
+    assert "sync-in-loop" not in {f.rule for f in findings(tmp_path, events)}
 
 
 def test_sync_in_loop_quiet_when_the_gpu_never_idles_after(tmp_path: Path) -> None:
-    events = busy_steps()
-    # a sync every step that returns while the GPU is still busy (queued work remains)
-    for step in range(4):
-        events.append(runtime("cudaStreamSynchronize", step * 810 + 100, 5))
-    assert "sync-in-loop" not in rules(tmp_path, events)
+    loop = copy_loop(kind="Memcpy HtoD (Pinned -> Device)", sync_after=False, copy_stream=9, prep_us=0)
+    # a stream sync every step that returns at once: it waited for nothing, the GPU kept working
+    for start, _ in loop.steps:
+        loop.events.append(runtime("cudaStreamSynchronize", start + 300, 2))
+    assert "sync-in-loop" not in {f.rule for f in findings(tmp_path, loop.events)}
 
 
-def test_pageable_memcpy_fires_on_pageable_h2d(tmp_path: Path) -> None:
-    found = findings(tmp_path, busy_steps(pageable_copy=True))
-    page = next(f for f in found if f.rule == "pageable-memcpy")
-    assert "4 copies" in page.title
+# --- copies: one finding per fix --------------------------------------------------------------
+
+
+def test_a_pageable_copy_its_sync_and_the_idle_after_are_one_finding(tmp_path: Path) -> None:
+    loop = copy_loop(kind="Memcpy HtoD (Pageable -> Device)")
+    found = [f for f in findings(tmp_path, loop.events) if not f.minor]
+    copies = [f for f in found if f.rule == "pageable-memcpy"]
+    assert len(copies) == 1
+    assert "sync-in-loop" not in {f.rule for f in found}  # the sync is the copy's evidence
+    assert "blocking-h2d" not in {f.rule for f in found}
+    copy = copies[0]
+    assert "train.py:44" in copy.title and "every step" in copy.title
+    evidence = dict(copy.evidence)
+    assert evidence["Memcpy HtoD (Pageable -> Device)"].startswith("6 copies, 6.0 MiB")
+    assert "6 × cudaStreamSynchronize" in evidence["host waits after them"]
+    assert copy.savings_ns > 0
 
 
 def test_pageable_memcpy_quiet_for_pinned_copies(tmp_path: Path) -> None:
-    events = busy_steps()
-    events.append(memcpy(100, 15, "Memcpy HtoD (Pinned -> Device)", stream=8))
-    assert "pageable-memcpy" not in rules(tmp_path, events)
+    loop = copy_loop(kind="Memcpy HtoD (Pinned -> Device)", sync_after=False, copy_stream=9)
+    assert "pageable-memcpy" not in {f.rule for f in findings(tmp_path, loop.events)}
 
 
-def test_pageable_memcpy_quiet_for_tiny_dtoh_reads(tmp_path: Path) -> None:
-    events = busy_steps()
-    events.append(memcpy(4000, 2, "Memcpy DtoH (Device -> Pageable)", nbytes=4))
-    assert "pageable-memcpy" not in rules(tmp_path, events)
-
-
-def test_blocking_h2d_fires_when_copies_run_alone(tmp_path: Path) -> None:
-    events = busy_steps(steps=2)
-    for i in range(5):  # 5 × 200 µs of copies on an idle GPU after the steps
-        events.append(memcpy(3000 + i * 300, 200, "Memcpy HtoD (Pinned -> Device)"))
-    found = findings(tmp_path, events)
+def test_pinned_copies_on_the_compute_stream_are_prefetched_in_the_replay(tmp_path: Path) -> None:
+    # 200 µs pinned copies queued without a wait but on the compute stream, in a GPU-bound loop:
+    # moved to a side stream they run under the kernels, and each step loses their 200 µs.
+    loop = copy_loop(kind="Memcpy HtoD (Pinned -> Device)", sync_after=False, copy_us=200, prep_us=0)
+    found = findings(tmp_path, loop.events)
     h2d = next(f for f in found if f.rule == "blocking-h2d")
-    assert h2d.savings_ns == 5 * 200_000
+    assert h2d.saving_per_step_ns == pytest.approx(200_000, rel=0.05)
+    assert "pageable-memcpy" not in {f.rule for f in found}
 
 
 def test_blocking_h2d_quiet_when_copies_overlap_kernels(tmp_path: Path) -> None:
-    events = busy_steps(steps=2)
-    for i in range(5):  # copies on a side stream underneath the kernels
-        events.append(memcpy(20 + i * 100, 50, "Memcpy HtoD (Pinned -> Device)", stream=9))
-    assert "blocking-h2d" not in rules(tmp_path, events)
+    loop = copy_loop(kind="Memcpy HtoD (Pinned -> Device)", sync_after=False, copy_stream=9)
+    assert "blocking-h2d" not in {f.rule for f in findings(tmp_path, loop.events)}
+
+
+# --- dataloader-stall ---------------------------------------------------------------------------
 
 
 def test_dataloader_stall_fires_when_the_gpu_waits_for_batches(tmp_path: Path) -> None:
-    found = findings(tmp_path, busy_steps(dataloader_us=2000))
+    found = findings(tmp_path, dataloader_loop(wait_us=5000).events)
     stall = next(f for f in found if f.rule == "dataloader-stall")
-    assert stall.severity == "high"
-    # 3 stalls between steps (the first precedes all GPU work) of 2000 µs + 10 µs launch lead each
-    assert stall.savings_ns == 3 * (2000 + 10) * 1000
+    assert stall.severity == "high" and not stall.minor
+    assert stall.title.startswith("The GPU waits for the DataLoader") and "train.py:40" in stall.title
+    assert "loaded in the training process" in stall.title
 
 
 def test_dataloader_stall_quiet_for_a_fast_loader(tmp_path: Path) -> None:
-    assert "dataloader-stall" not in rules(tmp_path, busy_steps(dataloader_us=1))
+    assert "dataloader-stall" not in {f.rule for f in findings(tmp_path, dataloader_loop(wait_us=5).events)}
 
 
-def test_low_gpu_utilization_fires_and_names_the_cause(tmp_path: Path) -> None:
+# --- low-gpu-utilization ------------------------------------------------------------------------
+
+
+def test_low_gpu_utilization_names_where_the_idle_went(tmp_path: Path) -> None:
     events: list[dict[str, Any]] = []
-    for i in range(10):  # 100 µs kernels every 1000 µs; host idle in between (host-bound)
-        events += launch(i * 1000 - 5, i * 1000, 100)
-    found = findings(tmp_path, events)
-    low = next(f for f in found if f.rule == "low-gpu-utilization")
-    assert f"{1000 / 9100:.0%}" in low.title  # 10 × 100 µs busy over a 9,100 µs span
-    assert low.savings_ns == 9 * 900 * 1000
-    assert "host-bound" in low.title  # the launches fall inside the gaps
+    for step in range(4):  # 10 kernels of 20 µs, one launched every 100 µs: the host is the limit
+        start = step * 1000
+        events.append(annotation(f"ProfilerStep#{step}", start, 1000))
+        for k in range(10):
+            # each op spends 90 µs in Python and dispatch before its launch
+            events.append(cpu_op("aten::add", start + k * 100 - 85, 93))
+            events += launch(start + k * 100 + 5, start + k * 100 + 15, 20)
+    low = next(f for f in findings(tmp_path, events) if f.rule == "low-gpu-utilization")
+    # per step: 200 µs of compute in a 1000 µs window
+    assert low.title.startswith("GPU 0 computes only 20% of each step and is idle 80%")
+    assert "host launching" in low.title
+    assert low.advice.after.startswith("model = torch.compile")
 
 
 def test_low_gpu_utilization_quiet_when_busy(tmp_path: Path) -> None:
     events = [kernel(i * 100, 95) for i in range(100)]
-    assert "low-gpu-utilization" not in rules(tmp_path, events)
+    assert "low-gpu-utilization" not in {f.rule for f in findings(tmp_path, events)}
 
 
-@pytest.mark.parametrize("cause", ["dataloader", "sync", "cpu_op", "host-bound", "untraced"])
+# --- the noise floor ------------------------------------------------------------------------------
+
+
+def test_a_tiny_copy_is_a_minor_finding_not_a_card(tmp_path: Path) -> None:
+    loop = copy_loop(kind="Memcpy HtoD (Pinned -> Device)", sync_after=False, copy_stream=9, prep_us=0)
+    # one 16-byte pageable copy per step, queued in the middle of a busy GPU
+    for index, (start, _) in enumerate(loop.steps):
+        correlation = 900_000 + index
+        loop.events.append(runtime("cudaMemcpyAsync", start + 100, 2, correlation=correlation))
+        loop.events.append(
+            memcpy(
+                start + 300,
+                1,
+                "Memcpy HtoD (Pageable -> Device)",
+                nbytes=16,
+                correlation=correlation,
+                stream=9,
+            )
+        )
+    page = [f for f in findings(tmp_path, loop.events) if f.rule == "pageable-memcpy"]
+    assert len(page) == 1 and page[0].minor
+
+
+def test_cards_come_before_minor_findings_and_by_saving(tmp_path: Path) -> None:
+    loop = item_loop(kernel_us=5, launch_every_us=50)
+    found = findings(tmp_path, loop.events)
+    flags = [f.minor for f in found]
+    assert flags == sorted(flags)
+    major = [f.savings_ns for f in found if not f.minor]
+    assert major == sorted(major, reverse=True)
+
+
+# --- why the GPU waited: one cause per gap ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "cause",
+    ["dataloader", "sync", "copy", "communication", "cpu_op", "host-bound", "untraced", "queued"],
+)
 def test_gap_causes(tmp_path: Path, cause: str) -> None:
-    events = launch(0, 10, 100)
+    """A 100 µs kernel, a gap of about 890 µs, then a kernel: what the host did decides the cause."""
+    events = launch(0, 10, 100)  # the GPU runs 10-110
     correlation = 77_777
+    launched_at = 995.0
     if cause == "dataloader":
         events.append(annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 110, 880))
-    elif cause == "sync":
-        events.append(runtime("cudaStreamSynchronize", 20, 95))  # returns as the GPU drains
+    elif cause in ("sync", "copy"):
+        # the host waits from 20 until the GPU drains at 110, then launches at 210
+        if cause == "copy":
+            events.append(runtime("cudaMemcpyAsync", 15, 4, correlation=60_001))
+            events.append(memcpy(100, 8, "Memcpy HtoD (Pageable -> Device)", correlation=60_001))
+        events.append(runtime("cudaStreamSynchronize", 20, 91))
+        launched_at = 200
+    elif cause == "communication":
+        events.append(cpu_op("c10d::allreduce_", 115, 870))
     elif cause == "cpu_op":
         events.append(cpu_op("aten::nonzero_numpy_preprocess", 115, 870))
-    launched_at = 50 if cause == "untraced" else 995  # untraced: nothing recorded on the thread in the gap
+    elif cause == "host-bound":
+        # an operator that itself launches the kernel ending a short gap: its dispatch cost
+        events.append(cpu_op("aten::addmm", 105, 100))
+        launched_at = 190
+    elif cause == "untraced":
+        launched_at = 995  # nothing recorded on the thread between 110 and the launch
+    elif cause == "queued":
+        launched_at = 50  # launched long before the GPU went idle: held by something on the GPU
+    gpu_start = max(launched_at + 10, 1000.0) if cause != "host-bound" else 200.0
+    if cause in ("sync", "copy"):
+        gpu_start = 210.0
     events.append(runtime("cudaLaunchKernel", launched_at, 3, correlation=correlation))
-    events.append(kernel(1000, 100, correlation=correlation))
-    gap = analyze(load_trace(write_trace(tmp_path / "t.json", events))).idle_gaps[0]
-    assert gap.duration_ns == 890_000
-    assert gap.cause_kind == cause
+    events.append(kernel(gpu_start, 100, correlation=correlation))
+    analysis = analysis_of(tmp_path, events)
+    gap = max(analysis.idle_gaps, key=lambda g: g.duration_ns)
+    assert gap.cause_kind == cause == CauseKind(cause).value
+
+
+def test_a_long_stretch_inside_an_operator_that_launches_is_host_work(tmp_path: Path) -> None:
+    events = launch(0, 10, 100)
+    events.append(cpu_op("aten::cudnn_convolution", 105, 5000))  # autotune: 5 ms on the host
+    events.append(runtime("cudaLaunchKernel", 5090, 3, correlation=88_888))
+    events.append(kernel(5100, 100, correlation=88_888))
+    gap = analysis_of(tmp_path, events).idle_gaps[0]
+    assert gap.cause_kind == "cpu_op" and gap.cause == "aten::cudnn_convolution"
+
+
+def test_a_sync_that_barely_waited_is_not_the_cause(tmp_path: Path) -> None:
+    events = launch(0, 10, 100)
+    events.append(runtime("cudaDeviceSynchronize", 108, 3))  # returns at 111 having waited 3 µs
+    events.append(cpu_op("aten::clear_cache", 120, 800))  # then 800 µs of host work
+    events.append(runtime("cudaLaunchKernel", 990, 3, correlation=99_999))
+    events.append(kernel(1000, 100, correlation=99_999))
+    gap = analysis_of(tmp_path, events).idle_gaps[0]
+    assert gap.cause_kind == "cpu_op" and gap.cause == "aten::clear_cache"
+
+
+# --- words a user reads -------------------------------------------------------------------------
+
+INTERNAL = (
+    "cpu_op",
+    "host-bound",
+    "untraced",
+    "outside-steady-state",
+    "before-first-work",
+    "after-last-work",
+)
+
+
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(SAMPLES)) for p in SAMPLES.rglob("*.json*")))
+def test_no_finding_shows_an_internal_key(path: str) -> None:
+    for finding in evaluate(analyze(load_trace(SAMPLES / path))):
+        words = [finding.title, finding.why, finding.advice.summary, finding.saving_note or ""]
+        words += [label for label, _ in finding.evidence]
+        for text in words:
+            assert not any(key in text for key in INTERNAL), (finding.rule, text)
+        assert finding.advice.before.strip() and finding.advice.after.strip()
+        assert not finding.advice.before.lstrip().startswith("#"), "a placeholder, not code"

@@ -125,7 +125,7 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
     slack = round(limits.sync_drain_slack_us * 1000)
     windows = late.select(start=pl.col("start") - slack, end="end")
     touching = (
-        late.select("gap", "pid", "tid", "start", "end")
+        late.select("gap", "pid", "tid", "start", "end", "l_ts")
         .join_where(
             _host_activity(trace, calls, windows),
             pl.col("h_ts") < pl.col("end"),
@@ -162,8 +162,9 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         .group_by("gap")
         .agg(op_name=pl.col("name").first(), op_ts=pl.col("h_ts").first(), op_end=pl.col("h_end").first())
     )
+    ending_launch = (pl.col("kind") == "runtime") & (pl.col("h_ts") >= pl.col("l_ts")).fill_null(False)
     recorded = (
-        touching.filter((pl.col("covered") > 0) & (pl.col("kind") != "dataloader"))
+        touching.filter((pl.col("covered") > 0) & (pl.col("kind") != "dataloader") & ~ending_launch)
         .group_by("gap")
         .agg(activity=pl.len())
     )

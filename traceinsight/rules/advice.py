@@ -7,8 +7,9 @@ from typing import Final
 from traceinsight.rules.findings import Advice
 
 ITEM: Final = Advice(
-    summary="Keep the value on the GPU and read it rarely: accumulate losses in a tensor and call "
-    ".item() (or print) once every N steps, after the loop, or from a logged detached copy.",
+    summary='`.item()` (also `print(tensor)`, `float(tensor)`, `f"{loss}"`) copies a GPU value to the '
+    "host and waits for it. Keep the value on the GPU and read it rarely: accumulate losses in a "
+    "tensor and call .item() once every N steps, or after the loop.",
     before="for x, y in loader:\n    loss = step(x, y)\n    print(loss.item())  # waits for the GPU every step",
     after="running = torch.zeros((), device=device)\nfor i, (x, y) in enumerate(loader):\n"
     "    loss = step(x, y)\n    running += loss.detach()\n    if i % 100 == 0:\n"

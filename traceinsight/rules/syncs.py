@@ -46,7 +46,7 @@ def what_syncs(hotspot: SyncHotspot) -> tuple[str, Advice]:
     if "is_nonzero" in chain:
         return "A Python `if` on a GPU tensor", advice.BRANCH
     if "_local_scalar_dense" in chain or "aten::item" in chain:
-        return "`.item()` (or `print(tensor)`, `float(tensor)`)", advice.ITEM
+        return "`.item()`", advice.ITEM
     if direction == "DtoH":
         return "A copy to the host (`.cpu()`, `.numpy()`, `.tolist()`)", advice.TO_HOST
     if any(name in chain for name in ("nonzero", "masked_select", "unique", "index")):

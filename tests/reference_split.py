@@ -1,0 +1,229 @@
+"""The idle split computed again in plain Python from the raw JSON, as the docs describe it.
+
+Independent of the loader and of the polars code: stdlib ``json``, loops and ``bisect``, following
+the rules written in ``traceinsight/analysis/idle_gaps.py``'s module docstring and the README. For
+traces with integer µs times (so ns are exact without the loader's decimal rules) whose steps are
+all steady.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tracebuild import read_events
+
+GPU_KINDS = {
+    "kernel": "kernel",
+    "Kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "Memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "Memset": "memset",
+}
+RUNTIME = {"cuda_runtime", "cuda_driver", "Runtime"}
+LEGACY_ANNOTATIONS = ("ProfilerStep#", "enumerate(DataLoader)#", "Optimizer.step#", "Optimizer.zero_grad#")
+BLOCKING = {
+    "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy", "cudaMemcpy2D",
+    "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize", "hipStreamSynchronize",
+    "hipDeviceSynchronize", "hipEventSynchronize", "hipMemcpy", "hipMemcpyWithStream",
+}  # fmt: skip
+COPY_CALLS = ("cudaMemcpy", "hipMemcpy", "cuMemcpy")
+COMMUNICATION_OP = re.compile(
+    r"^(c10d::|c10d_functional::|_c10d_functional::|record_param_comms|nccl:|gloo:|symm_mem::)|^vllm::all_|ProcessGroup"
+)
+MIN_GAP, SLACK, COVERAGE, DISPATCH_MAX, COPY_WINDOW = 50_000, 50_000, 0.5, 1_000_000, 50_000
+
+
+@dataclass
+class HostEvent:
+    ts: int
+    end: int
+    name: str
+    kind: str  # dataloader | sync | copy | op | runtime
+    correlation: int | None = None
+
+
+@dataclass
+class Split:
+    """Per device idle by cause (steady state) and per (step, device) idle by cause."""
+
+    devices: dict[int, dict[str, int]] = field(default_factory=dict)
+    steps: dict[tuple[int, int], dict[str, int]] = field(default_factory=dict)
+
+
+def _ns(value: Any) -> int:
+    return round(value * 1000)
+
+
+def _overlap(a: int, b: int, c: int, d: int) -> int:
+    return max(0, min(b, d) - max(a, c))
+
+
+def reference_split(path: Path) -> Split:
+    _, events = read_events(path)
+    gpu: list[tuple[int, int, int, int | None, str]] = []  # device, start, end, correlation, name
+    runtime: list[tuple[int, int, int, int, str, int | None]] = []  # pid, tid, ts, end, name, correlation
+    ops: list[tuple[int, int, int, int, str]] = []
+    annotations: list[tuple[int, int, int, int, str]] = []
+    for e in events:
+        if e.get("ph") != "X" or "dur" not in e:
+            continue
+        cat, name, args = e.get("cat"), e.get("name", ""), e.get("args", {})
+        ts, end = _ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"])
+        if cat in GPU_KINDS:
+            device = args.get("device", e.get("pid"))
+            gpu.append((int(device), ts, end, args.get("correlation"), name))
+        elif cat in RUNTIME:
+            runtime.append((e["pid"], e["tid"], ts, end, name, args.get("correlation")))
+        elif cat in ("cpu_op", "Operator"):
+            target = annotations if cat == "Operator" and name.startswith(LEGACY_ANNOTATIONS) else ops
+            target.append((e["pid"], e["tid"], ts, end, name))
+        elif cat == "user_annotation":
+            annotations.append((e["pid"], e["tid"], ts, end, name))
+
+    # busy blocks and gaps per device
+    by_device: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for device, start, end, _, _ in gpu:
+        by_device[device].append((start, end))
+    gaps: list[tuple[int, int, int]] = []
+    extent: dict[int, tuple[int, int]] = {}
+    for device, intervals in by_device.items():
+        intervals.sort()
+        block_start, block_end = intervals[0]
+        extent[device] = (block_start, max(e for _, e in intervals))
+        for start, end in intervals[1:]:
+            if start > block_end:
+                gaps.append((device, block_end, start))
+                block_start, block_end = start, end
+            else:
+                block_end = max(block_end, end)
+
+    # who launched the work that ends each gap
+    launch_of = {corr: (pid, tid, ts, end) for pid, tid, ts, end, _, corr in runtime if corr is not None}
+    starting: dict[tuple[int, int], list[tuple[int, tuple[int, int, int, int]]]] = defaultdict(list)
+    for device, start, _, corr, _ in gpu:
+        if corr in launch_of:
+            starting[(device, start)].append((corr, launch_of[corr]))
+    calls_per_thread: dict[tuple[int, int], int] = defaultdict(int)
+    for pid, tid, *_ in runtime:
+        calls_per_thread[(pid, tid)] += 1
+    main = max(calls_per_thread, key=lambda key: calls_per_thread[key]) if calls_per_thread else None
+
+    # host events per thread, and what each blocking call waited for
+    copy_names = {corr: name for _, _, _, corr, name in gpu if corr is not None and name.startswith("Memcpy")}
+    host: dict[tuple[int, int], list[HostEvent]] = defaultdict(list)
+    copy_returns: dict[tuple[int, int], list[tuple[int, str]]] = defaultdict(list)
+    for pid, tid, ts, end, name, corr in runtime:
+        if name in BLOCKING:
+            host[(pid, tid)].append(HostEvent(ts, end, name, "sync", corr))
+        elif name.startswith(COPY_CALLS):
+            host[(pid, tid)].append(HostEvent(ts, end, name, "copy"))
+        else:
+            host[(pid, tid)].append(HostEvent(ts, end, name, "runtime"))
+        if name.startswith(COPY_CALLS) and corr in copy_names:
+            copy_returns[(pid, tid)].append((end, copy_names[corr]))
+    for pid, tid, ts, end, name in ops:
+        host[(pid, tid)].append(HostEvent(ts, end, name, "op"))
+    for pid, tid, ts, end, name in annotations:
+        if name.startswith("enumerate(DataLoader)#") and name.endswith("__next__"):
+            host[(pid, tid)].append(HostEvent(ts, end, name, "dataloader"))
+        elif not name.startswith(("ProfilerStep#", "enumerate(DataLoader)#")):
+            host[(pid, tid)].append(HostEvent(ts, end, name, "op"))
+    for thread in copy_returns.values():
+        thread.sort()
+
+    def waited_copy(thread: tuple[int, int], call: HostEvent) -> str | None:
+        if call.correlation in copy_names:
+            return copy_names[call.correlation]
+        returns = copy_returns.get(thread, [])
+        index = bisect.bisect_right(returns, (call.ts, "\uffff")) - 1
+        if index >= 0 and call.ts - returns[index][0] <= COPY_WINDOW:
+            return returns[index][1]
+        return None
+
+    def cause(device: int, start: int, end: int) -> str:
+        launchers = starting.get((device, end), [])
+        if launchers:
+            pid, tid = min(launchers)[1][:2]
+            l_ts = min(launch[2] for _, launch in launchers)
+            l_end = min(launch[3] for _, launch in launchers)
+        elif main is not None:
+            (pid, tid), l_ts, l_end = main, None, None
+        else:
+            return "unknown"
+        if l_end is not None and l_end <= start:
+            return "queued"
+        duration = end - start
+        if duration < MIN_GAP:
+            return "host-bound"
+        touching = [h for h in host[(pid, tid)] if h.ts < end and h.end >= start - SLACK]
+        covered = {id(h): _overlap(start, end, h.ts, h.end) for h in touching}
+        if sum(covered[id(h)] for h in touching if h.kind == "dataloader") >= duration * COVERAGE:
+            return "dataloader"
+        drained = [
+            h for h in touching
+            if h.kind == "sync" and start - SLACK <= h.end <= start + SLACK and h.end - h.ts >= duration * COVERAGE
+        ]  # fmt: skip
+        if drained:
+            waited = waited_copy((pid, tid), max(drained, key=lambda h: h.end))
+            return "copy" if waited is not None and waited.startswith("Memcpy HtoD") else "sync"
+        if any(h.kind == "copy" and covered[id(h)] >= duration * COVERAGE for h in touching):
+            return "copy"
+        covering = [h for h in touching if h.kind == "op" and covered[id(h)] >= duration * COVERAGE]
+        if covering:
+            op = max(covering, key=lambda h: (h.ts, covered[id(h)]))
+            if COMMUNICATION_OP.search(op.name):
+                return "communication"
+            if l_ts is not None and op.ts <= l_ts <= op.end and duration < DISPATCH_MAX:
+                return "host-bound"
+            return "cpu_op"
+        ending_launch = lambda h: h.kind == "runtime" and l_ts is not None and h.ts >= l_ts  # noqa: E731
+        if any(covered[id(h)] > 0 and h.kind != "dataloader" and not ending_launch(h) for h in touching):
+            return "host-bound"
+        return "untraced"
+
+    classified = [(device, start, end, cause(device, start, end)) for device, start, end in gaps]
+
+    # steps: ProfilerStep windows, else between Optimizer.step ends; all steady in these traces
+    profiler = {}
+    for _, _, ts, end, name in annotations:
+        match = re.match(r"^ProfilerStep#(\d+)$", name)
+        if match and int(match[1]) not in profiler:
+            profiler[int(match[1])] = (ts, end)
+    if profiler:
+        windows = [(step, *profiler[step]) for step in sorted(profiler, key=lambda s: profiler[s])]
+    else:
+        counts: dict[str, int] = defaultdict(int)
+        for *_, name in annotations:
+            if name.startswith("Optimizer.step#"):
+                counts[name] += 1
+        chosen = min(counts, key=lambda name: (-counts[name], name))
+        ends = sorted(end for _, _, _, end, name in annotations if name == chosen)
+        windows = [(index, a, b) for index, (a, b) in enumerate(itertools.pairwise(ends))]
+    steady = (windows[0][1], windows[-1][2])
+
+    split = Split()
+    for device in by_device:
+        totals: dict[str, int] = defaultdict(int)
+        for gap_device, start, end, kind in classified:
+            if gap_device == device:
+                inside = _overlap(start, end, *steady)
+                totals[kind] += inside
+                totals["outside-steady-state"] += (end - start) - inside
+        split.devices[device] = {kind: ns for kind, ns in totals.items() if ns}
+        first, last = extent[device]
+        for step, w_start, w_end in windows:
+            per_step: dict[str, int] = defaultdict(int)
+            for gap_device, start, end, kind in classified:
+                if gap_device == device:
+                    per_step[kind] += _overlap(start, end, w_start, w_end)
+            per_step["before-first-work"] += max(0, min(w_end, first) - w_start)
+            per_step["after-last-work"] += max(0, w_end - max(w_start, last))
+            split.steps[(step, device)] = {kind: ns for kind, ns in per_step.items() if ns}
+    return split

@@ -1,0 +1,179 @@
+"""The step replay: it reproduces what was recorded, and a fix saves what the timeline says it must."""
+
+from __future__ import annotations
+
+import random
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+from loops import item_loop
+from tracebuild import SAMPLES, read_events, write_trace
+
+from traceinsight.analysis import Analysis, analyze
+from traceinsight.analysis.replay import LAUNCH_QUEUE, Fix, _scan, _simulate, _Window
+from traceinsight.load import load_trace
+from traceinsight.rules import evaluate
+
+GPU_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
+RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "Runtime"}
+
+
+def analysis_of(tmp_path: Path, events: list[dict[str, object]]) -> Analysis:
+    return analyze(load_trace(write_trace(tmp_path / "t.json", events)))
+
+
+# --- the recurrence ---------------------------------------------------------------------------
+
+
+def _scan_by_loop(
+    queued: list[int], duration: list[int], advance: list[int], carry: int
+) -> tuple[list[int], int]:
+    """The recurrence of :func:`_scan`, one activity at a time."""
+    frontier = carry
+    ends = []
+    for q, d, a in zip(queued, duration, advance, strict=True):
+        end = max(q + d, frontier + a)
+        ends.append(end)
+        frontier = max(frontier, end)
+    return ends, frontier
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_scan_equals_the_plain_recurrence(seed: int) -> None:
+    rng = random.Random(seed)
+    n = rng.randint(1, 60)
+    queued = sorted(rng.randint(0, 10_000) for _ in range(n))
+    duration = [rng.randint(1, 500) for _ in range(n)]
+    # advances: a duration (late work), more (a kept gap), less (overlap) or negative (nested)
+    advance = [d + rng.choice([0, 0, rng.randint(1, 300), -rng.randint(1, 600)]) for d in duration]
+    carry = rng.choice([-(10**15), rng.randint(0, 2_000)])
+    ends, frontier = _scan(np.array(queued), np.array(duration), np.array(advance), carry)
+    expected_ends, expected_frontier = _scan_by_loop(queued, duration, advance, carry)
+    assert ends.tolist() == expected_ends
+    assert frontier == expected_frontier
+
+
+def test_a_launch_waits_for_room_in_the_launch_queue() -> None:
+    count = LAUNCH_QUEUE + 100
+    window = _Window(
+        start=0,
+        end=3_000_000,  # the host works until 3 ms after launching everything in the first 1.1 µs
+        launch=np.arange(count, dtype=np.int64),
+        latency=np.zeros(count, dtype=np.int64),
+        duration=np.full(count, 1_000, dtype=np.int64),
+        advance=np.full(count, 1_000, dtype=np.int64),
+        stream=np.zeros(count, dtype=np.int64),
+        correlation=np.arange(count, dtype=np.int64),
+        carry={},
+        call_key=np.zeros(0, dtype=np.int64),
+        call_start=np.zeros(0, dtype=np.int64),
+        call_end=np.zeros(0, dtype=np.int64),
+        call_overhead=np.zeros(0, dtype=np.int64),
+        call_skipped=(),
+    )
+    # Launch i cannot happen before work i - 1024 starts at (i - 1024) µs: the last launch is held
+    # until 99 µs, so everything the host does after it (until 3 ms) moves that much later.
+    last = count - 1
+    held = (last - LAUNCH_QUEUE) * 1_000 - last
+    assert _simulate(window, Fix()) == 3_000_000 + held
+
+
+# --- the recorded steps, reproduced -----------------------------------------------------------
+
+
+def _exact_ns(value: float) -> int:
+    return round(value * 1000)
+
+
+@cache
+def _analysis(name: str) -> Analysis:
+    return analyze(load_trace(SAMPLES / name))
+
+
+INTEGER_TIME_SAMPLES = [
+    "v100_resnet50_workers0.pt.trace.json.gz",
+    "v100_resnet50_workers4.pt.trace.json.gz",
+    "a100_recsys_rank0.json.gz",
+    "gp100_mlp_pageable_sync.json.gz",
+    "two_ranks/rank-0.json.gz",
+    "a100_ddp_nccl.json.gz",
+]
+
+
+@pytest.mark.parametrize("name", INTEGER_TIME_SAMPLES)
+def test_replay_without_a_fix_is_the_recorded_time(name: str) -> None:
+    """Recorded: per steady window, the later of its end and the end of the GPU work launched in it
+    (computed here from the raw JSON). The replay with no fix must land on it (within 1%)."""
+    analysis = _analysis(name)
+    raw = read_events(SAMPLES / name)[1]
+    launch_ts = {
+        event["args"]["correlation"]: _exact_ns(event["ts"])
+        for event in raw
+        if event.get("cat") in RUNTIME_CATS and "correlation" in event.get("args", {})
+    }
+    work = [
+        (
+            launch_ts.get(event["args"].get("correlation"), _exact_ns(event["ts"])),
+            _exact_ns(event["ts"] + event["dur"]),
+        )
+        for event in raw
+        if event.get("cat") in GPU_CATS and event.get("ph") == "X"
+    ]
+    recorded = 0
+    for start, end in analysis.steady.windows:
+        ends = [finish for launched, finish in work if start <= launched < end]
+        recorded += max([end, *ends]) - start
+    assert analysis.replay.recorded_ns == recorded
+    assert analysis.replay.step_time_ns() == pytest.approx(recorded, rel=0.01)
+
+
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(SAMPLES)) for p in SAMPLES.rglob("*.json*")))
+def test_replay_without_a_fix_reproduces_every_sample(path: str) -> None:
+    replay = _analysis(path).replay
+    if replay.available:
+        assert replay.step_time_ns() == pytest.approx(replay.recorded_ns, rel=0.01)
+
+
+# --- the model both ways ----------------------------------------------------------------------
+
+
+def test_a_sync_that_drains_a_full_queue_saves_the_idle_after_it(tmp_path: Path) -> None:
+    # 20 kernels of 100 µs launched every 5 µs: the GPU is the bottleneck; .item() then waits for
+    # it, and the GPU idles while Python prepares the next step.
+    loop = item_loop(kernel_us=100, launch_every_us=5, prep_us=300)
+    analysis = analysis_of(tmp_path, loop.events)
+    finding = next(f for f in evaluate(analysis) if f.rule == "sync-in-loop")
+    idle_after = loop.idle_after_syncs() * 1000
+    assert idle_after > 6 * 300_000
+    assert finding.savings_ns == pytest.approx(idle_after, rel=0.05)
+    assert not finding.minor and finding.severity == "high"  # ~13% of each step
+    assert finding.source == "train.py:52"
+    assert finding.title.startswith("`.item()`") and "train.py:52" in finding.title
+
+
+def test_the_same_sync_in_a_host_bound_loop_saves_almost_nothing(tmp_path: Path) -> None:
+    # 20 kernels of 5 µs launched every 50 µs: the GPU has drained long before .item(); the idle
+    # after it comes from the host preparing the next step, which the sync does not change.
+    loop = item_loop(kernel_us=5, launch_every_us=50, prep_us=300)
+    analysis = analysis_of(tmp_path, loop.events)
+    idle_after = loop.idle_after_syncs() * 1000
+    assert idle_after > 6 * 300_000
+    syncs = [f for f in evaluate(analysis) if f.rule == "sync-in-loop"]
+    assert all(f.savings_ns < 0.05 * idle_after for f in syncs)
+    assert all(f.minor for f in syncs)  # no card: below the noise floor
+    # and the idle after it is not blamed on the sync
+    assert all(gap.cause_kind != "sync" for gap in analysis.idle_gaps)
+
+
+def test_a_shortened_dataloader_wait_saves_its_length_minus_the_hand_over(tmp_path: Path) -> None:
+    from loops import dataloader_loop
+
+    loop = dataloader_loop(wait_us=5000, kernels=10, kernel_us=100)
+    analysis = analysis_of(tmp_path, loop.events)
+    finding = next(f for f in evaluate(analysis) if f.rule == "dataloader-stall")
+    handover = analysis.thresholds.dataloader_handover_us
+    # After the fix each step is the hand-over plus 100 µs of launches (the GPU's 1 ms fits under
+    # it): the step shrinks by the wait minus the hand-over.
+    assert finding.saving_per_step_ns == pytest.approx((5000 - handover) * 1000, rel=0.02)
