@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tracebuild import SAMPLES, read_events, union_length
+from tracebuild import SAMPLES, read_events, sample_report, union_length
 
 from traceinsight.analysis import Analysis, analyze
 from traceinsight.load import load_trace
@@ -30,10 +30,9 @@ BLOCKING = {
 }
 
 
-@cache
 def report(name: str) -> Report:
-    analysis = analyze(load_trace(SAMPLES / name))
-    return Report(analysis=analysis, findings=evaluate(analysis))
+    result: Report = sample_report(name)
+    return result
 
 
 @cache

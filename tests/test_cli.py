@@ -165,3 +165,84 @@ def test_outputs_are_written_whole_and_readable_by_others(tmp_path: Path) -> Non
     assert _analyze(str(trace), "--json", str(out), "--no-html")[0] == 0
     assert out.stat().st_mode & 0o044 == 0o044  # not the 0600 of a temporary file
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp left over
+
+
+# --- whose code it is ----------------------------------------------------------------------------
+
+B200 = SAMPLES / "b200_eager_stacks.json.gz"
+
+
+def _gap_sources(path: Path) -> set[tuple[str, str]]:
+    document = json.loads(path.read_text())
+    return {(gap["source"], gap["source_kind"]) for gap in document["idle_gaps"] if gap["source"]}
+
+
+def test_library_frames_are_named_as_library_code_without_user_code(tmp_path: Path) -> None:
+    code, _, _ = _analyze(str(B200), "--no-html", "--json", str(tmp_path / "r.json"))
+    assert code == 0
+    sources = _gap_sources(tmp_path / "r.json")
+    assert sources and {kind for _, kind in sources} == {"library"}
+    assert all(not source.startswith("torch/") for source, _ in sources)
+
+
+def test_user_code_option_makes_a_package_the_users(tmp_path: Path) -> None:
+    code, _, _ = _analyze(str(B200), "--no-html", "--user-code", "vllm", "--json", str(tmp_path / "r.json"))
+    assert code == 0
+    sources = _gap_sources(tmp_path / "r.json")
+    vllm = [source for source, kind in sources if source.startswith("vllm/")]
+    assert vllm and all(kind == "user" for source, kind in sources if source.startswith("vllm/"))
+
+
+def test_user_code_from_the_project_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.traceinsight]\nuser-code = ["vllm"]\n')
+    monkeypatch.chdir(tmp_path)
+    code, _, _ = _analyze(str(B200), "--no-html", "--json", "r.json")
+    assert code == 0
+    assert any(
+        kind == "user" for source, kind in _gap_sources(tmp_path / "r.json") if source.startswith("vllm/")
+    )
+
+
+def test_a_malformed_project_table_is_one_clear_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.traceinsight]\nuser_code = ["vllm"]\n')
+    monkeypatch.chdir(tmp_path)
+    code, _, stderr = _analyze(str(B200), "--no-html")
+    assert code == 2
+    assert stderr.count("\n") == 1 and "unknown key 'user_code'" in stderr
+
+
+# --- the JSON contract ---------------------------------------------------------------------------
+
+#: The keys schema 1 promised (README, 2026-11-21): never renamed or removed.
+SCHEMA_1 = {
+    "": {"schema", "tool", "trace", "devices", "steps", "idle_gaps", "memcpy", "overlap", "syncs", "sync_hotspots", "findings", "host"},
+    "devices": {"device", "name", "span_us", "busy_us", "idle_us", "kernel_us", "copy_us", "utilization"},
+    "steps": {"step", "device", "start_us", "span_us", "busy_us", "idle_us", "copy_us", "idle_by_cause_us"},
+    "idle_gaps": {"device", "start_us", "duration_us", "cause_kind", "cause", "source"},
+    "sync_hotspots": {"call", "op", "op_chain", "source", "copy", "count", "per_step", "blocked_us", "idle_after_us"},
+    "findings": {"rule", "severity", "title", "evidence", "savings_us", "advice", "why", "op", "source", "device"},
+}  # fmt: skip
+
+
+def test_the_json_keeps_every_schema_1_key_and_adds_the_new_ones(tmp_path: Path) -> None:
+    code, _, _ = _analyze(
+        str(SAMPLES / "v100_resnet50_workers0.pt.trace.json.gz"),
+        "--no-html",
+        "--json",
+        str(tmp_path / "r.json"),
+    )
+    assert code == 0
+    document = json.loads((tmp_path / "r.json").read_text())
+    assert SCHEMA_1[""] <= set(document)
+    for key, fields in SCHEMA_1.items():
+        if key:
+            assert document[key], key
+            for item in document[key]:
+                assert fields <= set(item), key
+    assert {"warnings", "steady_state", "utilization", "run"} <= set(document)
+    assert {"compute_us", "communication_us", "idle_by_cause_us"} <= set(document["devices"][0])
+    assert {"compute_us", "communication_us", "steady"} <= set(document["steps"][0])
+    assert {"minor", "savings_per_step_us", "saving_share"} <= set(document["findings"][0])
+    # the per-device idle split adds up to the idle time
+    for device in document["devices"]:
+        assert sum(device["idle_by_cause_us"].values()) == pytest.approx(device["idle_us"], abs=0.01)

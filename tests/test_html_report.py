@@ -403,7 +403,7 @@ def test_header_names_gpu_rank_and_versions(b200: Page, recsys: Page) -> None:
         info = document["distributedInfo"]
         assert f"{info['rank']} of {info['world_size']} ({info['backend']})" in text
     assert "CUDA runtime 12.9" in b200.parsed.text  # cuda_runtime_version 12090 in the trace
-    assert "5 ProfilerStep steps" in recsys.parsed.text  # five ProfilerStep#N spans
+    assert "5 (ProfilerStep ranges), all steady" in recsys.parsed.text  # five ProfilerStep#N spans
 
 
 def test_charts_are_inline_svg_where_the_data_has_them(gpu_page: Page) -> None:
@@ -469,7 +469,7 @@ def test_top_kernels_match_a_plain_count(gp100: Page) -> None:
 
 def test_healthy_trace_says_there_is_nothing_to_fix(healthy: Page) -> None:
     assert healthy.report.findings == ()
-    assert "No findings." in healthy.parsed.text
+    assert "No findings: nothing in the steady state keeps the GPU waiting" in healthy.parsed.text
 
 
 # --- code excerpts --------------------------------------------------------------------------------

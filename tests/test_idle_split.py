@@ -3,12 +3,11 @@ equal a plain-Python recomputation from the raw JSON on real traces."""
 
 from __future__ import annotations
 
-from functools import cache
 from pathlib import Path
 
 import pytest
 from reference_split import reference_split
-from tracebuild import SAMPLES, read_events, union_length
+from tracebuild import SAMPLES, read_events, sample_report, union_length
 
 from traceinsight.analysis import Analysis, analyze
 from traceinsight.analysis.causes import CauseKind
@@ -18,9 +17,9 @@ ALL_SAMPLES = sorted(str(path.relative_to(SAMPLES)) for path in SAMPLES.rglob("*
 GPU_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
 
 
-@cache
 def analysis(name: str) -> Analysis:
-    return analyze(load_trace(SAMPLES / name))
+    result: Analysis = sample_report(name).analysis
+    return result
 
 
 @pytest.mark.parametrize("name", ALL_SAMPLES)

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import random
-from functools import cache
 from pathlib import Path
 
 import numpy as np
 import pytest
 from loops import item_loop
-from tracebuild import SAMPLES, read_events, write_trace
+from tracebuild import SAMPLES, read_events, sample_report, write_trace
 
 from traceinsight.analysis import Analysis, analyze
 from traceinsight.analysis.replay import LAUNCH_QUEUE, Fix, _scan, _simulate, _Window
@@ -87,9 +86,9 @@ def _exact_ns(value: float) -> int:
     return round(value * 1000)
 
 
-@cache
 def _analysis(name: str) -> Analysis:
-    return analyze(load_trace(SAMPLES / name))
+    analysis: Analysis = sample_report(name).analysis
+    return analysis
 
 
 INTEGER_TIME_SAMPLES = [

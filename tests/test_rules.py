@@ -8,7 +8,17 @@ from typing import Any
 
 import pytest
 from loops import copy_loop, dataloader_loop, item_loop
-from tracebuild import SAMPLES, annotation, cpu_op, kernel, launch, memcpy, runtime, write_trace
+from tracebuild import (
+    SAMPLES,
+    annotation,
+    cpu_op,
+    kernel,
+    launch,
+    memcpy,
+    runtime,
+    sample_report,
+    write_trace,
+)
 
 from traceinsight.analysis import Analysis, analyze
 from traceinsight.analysis.causes import CauseKind
@@ -260,7 +270,7 @@ INTERNAL = (
 
 @pytest.mark.parametrize("path", sorted(str(p.relative_to(SAMPLES)) for p in SAMPLES.rglob("*.json*")))
 def test_no_finding_shows_an_internal_key(path: str) -> None:
-    for finding in evaluate(analyze(load_trace(SAMPLES / path))):
+    for finding in sample_report(path).findings:
         words = [finding.title, finding.why, finding.advice.summary, finding.saving_note or ""]
         words += [label for label, _ in finding.evidence]
         for text in words:

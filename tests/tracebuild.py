@@ -202,3 +202,19 @@ def assert_same_trace(fast: Any, reference: Any) -> None:
         frame = getattr(fast, name)
         assert frame.schema == table_schema, name
         assert_frame_equal(frame, getattr(reference, name), check_exact=True)
+
+
+_REPORTS: dict[str, Any] = {}
+
+
+def sample_report(name: str) -> Any:
+    """The report of ``sample_traces/<name>``, analyzed once per test session (read-only: share it)."""
+    if name not in _REPORTS:
+        from traceinsight.analysis import analyze
+        from traceinsight.load import load_trace
+        from traceinsight.report import Report
+        from traceinsight.rules import evaluate
+
+        analysis = analyze(load_trace(SAMPLES / name))
+        _REPORTS[name] = Report(analysis=analysis, findings=evaluate(analysis))
+    return _REPORTS[name]

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from traceinsight import __version__
+from traceinsight.config import read_config
 from traceinsight.errors import TraceInsightError
 from traceinsight.thresholds import Thresholds
 
@@ -67,8 +68,18 @@ def analyze(
         float, typer.Option(help="Shortest GPU idle stretch reported as a gap, in µs.", min=0)
     ] = _DEFAULTS.min_gap_us,
     low_utilization: Annotated[
-        float, typer.Option(help="GPU busy share below which low-gpu-utilization fires.", min=0, max=1)
+        float, typer.Option(help="GPU compute share below which low-gpu-utilization fires.", min=0, max=1)
     ] = _DEFAULTS.low_utilization,
+    user_code: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--user-code",
+            metavar="PACKAGE",
+            help="A package whose frames are your own code, for source lines (repeatable; also "
+            "`user-code` in [tool.traceinsight] of pyproject.toml).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Measure GPU idle gaps, copy overlap and sync hot spots in TRACE; print a summary, write a report."""
     # numpy's OpenBLAS starts a spinning thread per core at import; nothing here uses BLAS, and on
@@ -80,6 +91,8 @@ def analyze(
     global _analysis_done
     thresholds = Thresholds(min_gap_us=min_gap_us, low_utilization=low_utilization)
     try:
+        config = read_config()
+        packages = tuple(dict.fromkeys([*(user_code or ()), *config.user_code]))
         with terminal_progress(f"reading {trace.name}") as progress:
             analyze_and_write(
                 trace,
@@ -88,6 +101,7 @@ def analyze(
                 thresholds=thresholds,
                 write_html=not no_html,
                 progress=progress,
+                user_code=packages,
             )
         _analysis_done = True
     except TraceInsightError as exc:

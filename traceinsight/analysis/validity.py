@@ -197,6 +197,35 @@ def _load_warnings(trace: Trace) -> list[TraceWarning]:
     return warnings
 
 
+def _setup_warnings(trace: Trace, steady: SteadyState) -> list[TraceWarning]:
+    """Steps that are mostly time before the GPU's first work (or after its last): set-up, not training."""
+    steps = steady.steady_steps
+    if not steps or trace.gpu.is_empty():
+        return []
+    first = trace.gpu.get_column("ts").min()
+    last = trace.gpu.get_column("end").max()
+    if not isinstance(first, int) or not isinstance(last, int):
+        return []
+    total = sum(step.duration_ns for step in steps)
+    edges = sum(
+        max(0, min(step.end_ns, first) - step.start_ns) + max(0, step.end_ns - max(step.start_ns, last))
+        for step in steps
+    )
+    if total and edges >= 0.5 * total:
+        return [
+            TraceWarning(
+                "setup-captured",
+                f"{edges / total:.0%} of the profiled step time passes before the GPU's first work or "
+                "after its last: the profile caught set-up (compilation, loading, a first call) rather "
+                "than training steps.",
+                _WAIT_ADVICE,
+            )
+        ]
+    return []
+
+
 def trace_warnings(trace: Trace, steady: SteadyState) -> tuple[TraceWarning, ...]:
     """Every warning about ``trace`` (see the module doc), load problems first."""
-    return tuple(_load_warnings(trace) + _step_warnings(steady) + _gpu_warnings(trace))
+    return tuple(
+        _load_warnings(trace) + _step_warnings(steady) + _setup_warnings(trace, steady) + _gpu_warnings(trace)
+    )

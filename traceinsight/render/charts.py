@@ -357,7 +357,7 @@ def step_breakdown_figure(steps: Sequence[StepTime], limit: int = 40) -> Figure 
         axes.set_yticks(rows, labels)
         axes.invert_yaxis()
         axes.set_xlabel(f"{unit} within the step window")
-        figure.legend(loc="outside lower center", ncols=4)
+        figure.legend(loc="outside lower center", ncols=3)
     return figure
 
 

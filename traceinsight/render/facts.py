@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from traceinsight.analysis.causes import BUSY_LABELS, CAUSE_LABELS, BusyClass
+from traceinsight.analysis.causes import BUSY_LABELS, CAUSE_LABELS, BusyClass, cause_label
 from traceinsight.analysis.usage import Usage
-from traceinsight.formatting import format_duration, format_size
+from traceinsight.formatting import format_duration, format_share, format_size
 from traceinsight.report import Report
 from traceinsight.rules.findings import Finding
 
-__all__ = ["TimeRow", "header_facts", "saving_text", "steps_fact", "time_split"]
+__all__ = ["TimeRow", "header_facts", "no_findings_text", "saving_text", "steps_fact", "time_split"]
 
 
 def steps_fact(report: Report) -> str:
@@ -25,14 +25,14 @@ def steps_fact(report: Report) -> str:
         if analysis.iterations:
             return f"{analysis.iterations} optimizer step, too few to time: the trace is judged as one window"
         return "no step markers: the trace is judged as one window"
-    kind = "ProfilerStep" if steady.source == "ProfilerStep" else "optimizer"
+    kind = "ProfilerStep ranges" if steady.source == "ProfilerStep" else "between Optimizer.step calls"
     count = len(steady.steps)
     kept = len(steady.steady_steps)
     median = f", median {format_duration(steady.step_ns)}" if steady.step_ns else ""
     if kept == count:
-        return f"{count} {kind} step{'s' if count != 1 else ''}{', all steady' if count > 1 else ''}{median}"
+        return f"{count} ({kind}){', all steady' if count > 1 else ''}{median}"
     left_out = ", ".join(f"{step.step}" for step in steady.steps if not step.steady)
-    return f"{count} {kind} steps, {kept} steady (left out: {left_out}){median}"
+    return f"{count} ({kind}), {kept} steady (left out: step {left_out}){median}"
 
 
 def header_facts(report: Report) -> list[tuple[str, str]]:
@@ -132,3 +132,23 @@ def saving_text(finding: Finding) -> str:
         return f"about {format_duration(finding.saving_per_step_ns)} per step{share}"
     share = f" ({finding.saving_share:.0%} of the time analyzed)" if finding.saving_share is not None else ""
     return f"about {format_duration(finding.savings_ns)} in all{share}"
+
+
+def no_findings_text(report: Report) -> str:
+    """What to say when no finding is above the noise floor: where the idle went, never a bare "no"."""
+    usages = report.analysis.usage
+    window = sum(usage.window_ns for usage in usages)
+    idle: dict[str, int] = {}
+    for usage in usages:
+        for kind, ns in usage.idle:
+            idle[kind.value] = idle.get(kind.value, 0) + ns
+    total = sum(idle.values())
+    if not window or total < 0.2 * window:
+        return "No findings: nothing in the steady state keeps the GPU waiting above the noise floor."
+    top, top_ns = max(idle.items(), key=lambda item: item[1])
+    of_what = usages[0].of_what
+    return (
+        f"No finding to act on, but the GPU is idle {format_share(total / window)} of {of_what}, mostly "
+        f"{cause_label(top)} ({format_share(top_ns / window)}): see where the time goes above"
+        + (" and the warnings at the top." if report.analysis.warnings else ".")
+    )

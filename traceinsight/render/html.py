@@ -31,7 +31,7 @@ from traceinsight.analysis.timeline import Timeline
 from traceinsight.errors import TraceInsightError
 from traceinsight.formatting import format_duration, format_share, format_size, short_kernel_name
 from traceinsight.render import charts
-from traceinsight.render.facts import header_facts, saving_text, time_split
+from traceinsight.render.facts import header_facts, no_findings_text, saving_text, time_split
 from traceinsight.render.scorecard import Score, scorecard
 from traceinsight.report import Report
 from traceinsight.rules.findings import Finding
@@ -376,8 +376,8 @@ class HtmlRenderer:
                 _ChartSpec(
                     "steps",
                     "Each profiled step: GPU busy and idle by cause",
-                    "Each profiled step window: GPU busy (compute, copies) and idle time by cause. "
-                    "Short gaps are idle stretches below the gap threshold.",
+                    "Each profiled step window: GPU busy (compute, communication, copies) and idle time by "
+                    "cause; steps left out of the steady state are marked.",
                     lambda: charts.step_breakdown_figure(analysis.steps),
                 ),
                 _ChartSpec(
@@ -420,6 +420,7 @@ class HtmlRenderer:
             "busy_color": _BUSY_COLORS,
             "minor": [view for view in findings if view.finding.minor],
             "saving_text": saving_text,
+            "no_findings": no_findings_text(report),
             "analysis": analysis,
             "has_gpu": analysis.has_gpu,
             "origin_ns": analysis.meta.origin_ns,

@@ -17,7 +17,7 @@ from rich.text import Text
 from traceinsight.analysis.causes import cause_label
 from traceinsight.analysis.sources import LIBRARY
 from traceinsight.formatting import format_duration, format_share, short_kernel_name
-from traceinsight.render.facts import header_facts, saving_text, time_split
+from traceinsight.render.facts import header_facts, no_findings_text, saving_text, time_split
 from traceinsight.render.scorecard import scorecard
 from traceinsight.report import Report
 from traceinsight.rules.findings import Finding
@@ -133,13 +133,7 @@ def renderables(report: Report) -> list[RenderableType]:
         for index, finding in enumerate(cards, 1):
             parts.append(_finding_card(index, finding))
     elif analysis.has_gpu:
-        parts.append(
-            Text(
-                "\nNo findings: nothing in the steady state keeps the GPU waiting above the noise floor"
-                + (" (minor ones below)." if minor else "."),
-                style="green",
-            )
-        )
+        parts.append(Text("\n" + no_findings_text(report), style="green"))
     if minor:
         listing = Table(
             title=f"Minor findings ({len(minor)}): each saves under 1% of the step",

@@ -14,7 +14,7 @@ from traceinsight.analysis import Analysis
 from traceinsight.analysis.causes import CAUSE_LABELS, CauseKind
 from traceinsight.analysis.replay import Fix
 from traceinsight.analysis.results import IdleGap
-from traceinsight.formatting import format_duration
+from traceinsight.formatting import format_duration, format_share
 from traceinsight.rules import advice, rule
 from traceinsight.rules.common import saving_from_total, saving_of, severity, source_evidence, where
 from traceinsight.rules.findings import Advice, Finding
@@ -142,18 +142,18 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
             title += f", communicates {usage.communication_ns / window:.0%}"
         title += f" and is idle {idle_ns / window:.0%}: {listed}"
         evidence: list[tuple[str, str]] = [
-            ("compute", f"{format_duration(usage.compute_ns)} ({usage.compute_ns / window:.0%})"),
+            ("compute", f"{format_duration(usage.compute_ns)} ({format_share(usage.compute_ns / window)})"),
             (
                 "communication",
-                f"{format_duration(usage.communication_ns)} ({usage.communication_ns / window:.0%})",
+                f"{format_duration(usage.communication_ns)} ({format_share(usage.communication_ns / window)})",
             ),
             (
                 "copies (not under compute)",
-                f"{format_duration(usage.copy_ns)} ({usage.copy_ns / window:.0%})",
+                f"{format_duration(usage.copy_ns)} ({format_share(usage.copy_ns / window)})",
             ),
         ]
         evidence += [
-            (f"idle: {CAUSE_LABELS[kind]}", f"{format_duration(ns)} ({ns / window:.0%})")
+            (f"idle: {CAUSE_LABELS[kind]}", f"{format_duration(ns)} ({format_share(ns / window)})")
             for kind, ns in usage.idle
         ]
         source = source_kind = None
