@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceinsight.analysis.gpu_time import busy_intervals
+from traceinsight.analysis.intervals import merge_intervals
 from traceinsight.analysis.steady import step_windows
 from traceinsight.analysis.syncs import launch_devices
 from traceinsight.load import Trace, taxonomy
@@ -57,6 +58,8 @@ class DeviceTimeline:
     device: int
     blocks: tuple[BusyBlock, ...]
     syncs: tuple[SyncMark, ...]
+    #: Communication kernels (NCCL/RCCL ...) merged at the same resolution: drawn apart from compute.
+    communication: tuple[BusyBlock, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,10 +154,21 @@ def timeline(trace: Trace, max_blocks: int = 2000, busy: pl.DataFrame | None = N
     devices = sorted(int(d) for d in busy.get_column("device").unique().to_list())
     blocks = _merge_at_resolution(busy, resolution)
     marks = _merge_at_resolution(_sync_calls_per_device(trace, devices), resolution)
+    communication = _merge_at_resolution(
+        merge_intervals(
+            trace.gpu.filter(
+                (pl.col("kind") == "kernel")
+                & pl.col("name").str.contains(taxonomy.COMMUNICATION_KERNEL_PATTERN)
+            ),
+            by="device",
+        ),
+        resolution,
+    )
     per_device = []
     for device in devices:
         device_blocks = blocks.filter(pl.col("device") == device)
         device_marks = marks.filter(pl.col("device") == device)
+        device_communication = communication.filter(pl.col("device") == device)
         per_device.append(
             DeviceTimeline(
                 device=device,
@@ -165,6 +179,10 @@ def timeline(trace: Trace, max_blocks: int = 2000, busy: pl.DataFrame | None = N
                 syncs=tuple(
                     SyncMark(row[0], row[1], row[2])
                     for row in device_marks.select("start", "end", "count").iter_rows()
+                ),
+                communication=tuple(
+                    BusyBlock(row[0], row[1], row[2])
+                    for row in device_communication.select("start", "end", "busy").iter_rows()
                 ),
             )
         )

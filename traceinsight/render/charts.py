@@ -237,6 +237,7 @@ def timeline_figure(timeline: Timeline, gaps: Sequence[IdleGap], step_labels: bo
         causes_drawn: set[str] = set()
         levels_drawn: set[str] = set()
         any_sync = False
+        any_communication = False
         for axes, device in zip(axes_list, timeline.devices, strict=True):
             by_level: dict[int, list[tuple[float, float]]] = {}
             for block in device.blocks:
@@ -247,6 +248,19 @@ def timeline_figure(timeline: Timeline, gaps: Sequence[IdleGap], step_labels: bo
                 _, alpha, label = _BUSY_LEVELS[level]
                 levels_drawn.add(label)
                 _add_rectangles(axes, spans, 0.15, 0.85, BUSY, alpha)
+            if device.communication:
+                any_communication = True
+                _add_rectangles(
+                    axes,
+                    [
+                        (x(b.start_ns), x(max(b.end_ns, b.start_ns + 2 * resolution)))
+                        for b in device.communication
+                    ],
+                    0.02,
+                    0.13,
+                    COMMUNICATION,
+                    1.0,
+                )
             by_cause: dict[str, list[tuple[float, float]]] = {}
             for gap in gaps:
                 if gap.device == device.device and gap.duration_ns >= resolution:
@@ -294,13 +308,15 @@ def timeline_figure(timeline: Timeline, gaps: Sequence[IdleGap], step_labels: bo
             Patch(facecolor=cause_color(c), alpha=_IDLE_ALPHA, label=f"idle: {cause_label(c)}")
             for c in ordered_causes(causes_drawn)
         ]
+        if any_communication:
+            handles.append(Patch(facecolor=COMMUNICATION, label="communication kernels (strip below)"))
         if any_sync:
             handles.append(
                 Line2D([], [], linestyle="none", marker="v", color=SYNC_MARK, label="host sync call")
             )
         if 0 < len(timeline.steps) <= _MAX_STEP_LINES:
             handles.append(Line2D([], [], color=FOREGROUND, alpha=0.45, linestyle="--", label="step start"))
-        figure.legend(handles=handles, loc="outside lower center", ncols=min(4, len(handles)))
+        figure.legend(handles=handles, loc="outside lower center", ncols=min(3, len(handles)))
     return figure
 
 

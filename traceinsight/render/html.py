@@ -368,7 +368,7 @@ class HtmlRenderer:
                     "timeline",
                     "GPU activity over time",
                     "GPU activity over time. Blue: GPU busy (lighter where short gaps were merged to "
-                    "fit the page). Shaded: idle gaps of at least "
+                    "fit the page); a dark strip below it: communication kernels. Shaded: idle gaps of at least "
                     f"{analysis.thresholds.min_gap_us:g} µs, coloured by what the host was doing. "
                     "Triangles: host calls that waited for the GPU.",
                     lambda: charts.timeline_figure(timeline, analysis.idle_gaps) if timeline else None,

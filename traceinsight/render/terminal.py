@@ -69,7 +69,7 @@ def _time_split(report: Report) -> list[RenderableType]:
             continue
         per_step = usage.steps > 0
         title = f"Where GPU {usage.device}'s time goes ({usage.of_what}"
-        title += f", {usage.steps} steady steps)" if per_step else ")"
+        title += f", {usage.steps} steady step{'s' if usage.steps != 1 else ''})" if per_step else ")"
         table = Table(title=title, title_justify="left", show_edge=False)
         table.add_column("")
         table.add_column("per step" if per_step else "time", justify="right", no_wrap=True)
