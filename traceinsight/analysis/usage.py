@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from traceinsight.analysis.causes import CauseKind
 
-__all__ = ["Usage"]
+__all__ = ["Usage", "total_usage"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,3 +51,21 @@ class Usage:
     def per_step(self, ns: int) -> int | None:
         """``ns`` per steady step (None without steps)."""
         return round(ns / self.steps) if self.steps else None
+
+
+def total_usage(usages: tuple[Usage, ...]) -> Usage:
+    """Every device's steady state added up (device -1): what the scorecard and the JSON headline."""
+    idle: dict[CauseKind, int] = {}
+    for usage in usages:
+        for kind, ns in usage.idle:
+            idle[kind] = idle.get(kind, 0) + ns
+    return Usage(
+        device=-1,
+        window_ns=sum(usage.window_ns for usage in usages),
+        compute_ns=sum(usage.compute_ns for usage in usages),
+        communication_ns=sum(usage.communication_ns for usage in usages),
+        copy_ns=sum(usage.copy_ns for usage in usages),
+        idle=tuple(sorted(idle.items(), key=lambda item: (-item[1], item[0].value))),
+        steps=max((usage.steps for usage in usages), default=0),
+        outside_ns=sum(usage.outside_ns for usage in usages),
+    )

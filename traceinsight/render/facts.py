@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from traceinsight.analysis.causes import BUSY_LABELS, CAUSE_LABELS, BusyClass, cause_label
-from traceinsight.analysis.usage import Usage
+from traceinsight.analysis.causes import BUSY_LABELS, CAUSE_LABELS, BusyClass
+from traceinsight.analysis.usage import Usage, total_usage
 from traceinsight.formatting import format_duration, format_share, format_size
 from traceinsight.report import Report
 from traceinsight.rules.findings import Finding
@@ -136,19 +136,13 @@ def saving_text(finding: Finding) -> str:
 
 def no_findings_text(report: Report) -> str:
     """What to say when no finding is above the noise floor: where the idle went, never a bare "no"."""
-    usages = report.analysis.usage
-    window = sum(usage.window_ns for usage in usages)
-    idle: dict[str, int] = {}
-    for usage in usages:
-        for kind, ns in usage.idle:
-            idle[kind.value] = idle.get(kind.value, 0) + ns
-    total = sum(idle.values())
+    usage = total_usage(report.analysis.usage)
+    window, total = usage.window_ns, usage.idle_ns
     if not window or total < 0.2 * window:
         return "No findings: nothing in the steady state keeps the GPU waiting above the noise floor."
-    top, top_ns = max(idle.items(), key=lambda item: item[1])
-    of_what = usages[0].of_what
+    top, top_ns = usage.idle[0]
     return (
-        f"No finding to act on, but the GPU is idle {format_share(total / window)} of {of_what}, mostly "
-        f"{cause_label(top)} ({format_share(top_ns / window)}): see where the time goes above"
+        f"No finding to act on, but the GPU is idle {format_share(total / window)} of {usage.of_what}, mostly "
+        f"{CAUSE_LABELS[top]} ({format_share(top_ns / window)}): see where the time goes above"
         + (" and the warnings at the top." if report.analysis.warnings else ".")
     )

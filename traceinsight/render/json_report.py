@@ -17,6 +17,7 @@ import json
 from typing import Any
 
 from traceinsight import __version__
+from traceinsight.analysis.usage import total_usage
 from traceinsight.report import Report
 
 SCHEMA_VERSION = 2
@@ -32,26 +33,21 @@ def _causes(pairs: tuple[tuple[str, int], ...]) -> dict[str, float]:
 
 def _utilization(report: Report) -> dict[str, Any]:
     """The steady state over every device: the time judged, busy by class, idle by cause."""
-    usages = report.analysis.usage
-    window = sum(usage.window_ns for usage in usages)
-    idle: dict[str, int] = {}
-    for usage in usages:
-        for kind, ns in usage.idle:
-            idle[kind.value] = idle.get(kind.value, 0) + ns
+    usage = total_usage(report.analysis.usage)
+    window = usage.window_ns
 
     def share(ns: int) -> float | None:
         return round(ns / window, 4) if window else None
 
-    busy = sum(usage.busy_ns for usage in usages)
     return {
-        "of": usages[0].of_what if usages else None,
+        "of": usage.of_what if report.analysis.usage else None,
         "window_us": _us(window),
-        "busy_share": share(busy),
-        "compute_share": share(sum(usage.compute_ns for usage in usages)),
-        "communication_share": share(sum(usage.communication_ns for usage in usages)),
-        "copy_share": share(sum(usage.copy_ns for usage in usages)),
-        "idle_share": share(window - busy),
-        "idle_by_cause_us": {kind: _us(ns) for kind, ns in sorted(idle.items(), key=lambda item: -item[1])},
+        "busy_share": share(usage.busy_ns),
+        "compute_share": share(usage.compute_ns),
+        "communication_share": share(usage.communication_ns),
+        "copy_share": share(usage.copy_ns),
+        "idle_share": share(usage.idle_ns),
+        "idle_by_cause_us": {kind.value: _us(ns) for kind, ns in usage.idle},
     }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from traceinsight.analysis.causes import cause_label
+from traceinsight.analysis.usage import total_usage
 from traceinsight.formatting import format_duration, format_share
 from traceinsight.report import Report
 
@@ -38,11 +39,8 @@ def scorecard(report: Report) -> tuple[Score, ...]:
     if not analysis.has_gpu:
         scores.append(Score("GPU activity", "none", no_gpu_statement(report), "info"))
     else:
-        usages = analysis.usage
-        window = sum(usage.window_ns for usage in usages)
-        busy = sum(usage.busy_ns for usage in usages)
-        communication = sum(usage.communication_ns for usage in usages)
-        of_what = usages[0].of_what if usages else "the time"
+        usage = total_usage(analysis.usage)
+        window, busy, communication = usage.window_ns, usage.busy_ns, usage.communication_ns
         share = busy / window if window else 0.0
         useful = (busy - communication) / window if window else 0.0
         level = "good" if useful >= 0.8 else "warn" if useful >= limits.low_utilization else "bad"
@@ -51,19 +49,14 @@ def scorecard(report: Report) -> tuple[Score, ...]:
             "warn": "The GPU waits a noticeable part of the time.",
             "bad": "The GPU is idle most of the time: see the findings below.",
         }[level]
-        scores.append(Score("GPU busy", format_share(share), f"Of {of_what}. {verdict}", level))
-        idle: dict[str, int] = {}
-        for usage in usages:
-            for kind, ns in usage.idle:
-                idle[kind.value] = idle.get(kind.value, 0) + ns
-        idle_ns = sum(idle.values())
-        if idle:
-            top, top_ns = max(idle.items(), key=lambda item: item[1])
-            idle_verdict = f"Mostly {cause_label(top)} ({format_share(top_ns / window)})."
+        scores.append(Score("GPU busy", format_share(share), f"Of {usage.of_what}. {verdict}", level))
+        if usage.idle:
+            top, top_ns = usage.idle[0]
+            idle_verdict = f"Mostly {cause_label(top.value)} ({format_share(top_ns / window)})."
         else:
             idle_verdict = "The GPU never waited."
         scores.append(
-            Score("GPU idle", format_share(idle_ns / window if window else 0.0), idle_verdict, level)
+            Score("GPU idle", format_share(usage.idle_ns / window if window else 0.0), idle_verdict, level)
         )
         if communication:
             scores.append(

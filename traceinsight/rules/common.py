@@ -10,7 +10,7 @@ from traceinsight.analysis.replay import Fix
 from traceinsight.analysis.results import SyncHotspot
 from traceinsight.analysis.sources import LIBRARY
 from traceinsight.formatting import format_duration
-from traceinsight.rules.findings import Severity
+from traceinsight.rules.findings import Advice, Finding, Severity
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,3 +110,37 @@ def repeats(analysis: Analysis, count: int) -> bool:
     if steps:
         return count >= steps and (count >= 2 or analysis.steps_marked)
     return count >= analysis.thresholds.sync_min_repeats
+
+
+def make_finding(
+    analysis: Analysis,
+    rule: str,
+    saving: Saving,
+    *,
+    title: str,
+    evidence: list[tuple[str, str]] | tuple[tuple[str, str], ...],
+    advice: Advice,
+    why: str,
+    note: str | None = None,
+    source: str | None = None,
+    source_kind: str | None = None,
+    op: str | None = None,
+    device: int | None = None,
+) -> Finding:
+    """A finding whose severity and saving fields come from ``saving``."""
+    return Finding(
+        rule=rule,
+        severity=severity(analysis, saving),
+        title=title,
+        evidence=tuple(evidence),
+        savings_ns=saving.total_ns,
+        advice=advice,
+        why=why,
+        op=op,
+        source=source,
+        device=device,
+        saving_per_step_ns=saving.per_step_ns,
+        saving_share=saving.share,
+        source_kind=source_kind,
+        saving_note=note,
+    )

@@ -18,7 +18,7 @@ from traceinsight.analysis.replay import Fix
 from traceinsight.analysis.results import CopyGroup, SyncHotspot
 from traceinsight.formatting import format_duration, format_size
 from traceinsight.rules import advice, rule
-from traceinsight.rules.common import how_often, saving_of, severity, source_evidence, where
+from traceinsight.rules.common import how_often, make_finding, saving_of, source_evidence, where
 from traceinsight.rules.findings import Finding
 from traceinsight.rules.syncs import waits_for_h2d
 
@@ -106,13 +106,13 @@ def pageable_memcpy(analysis: Analysis) -> Iterator[Finding]:
                 ("source", source_evidence(source, source_kind)),
             ]
         )
-        yield Finding(
-            rule="pageable-memcpy",
-            severity=severity(analysis, saving),
+        yield make_finding(
+            analysis,
+            "pageable-memcpy",
+            saving,
             title=f"`.to('cuda')` from pageable memory{f' at {place}' if place else ''} makes the host "
             f"wait for each copy ({often}, {format_size(sum(g.bytes for g in groups))} in all)",
-            evidence=tuple(evidence),
-            savings_ns=saving.total_ns,
+            evidence=(evidence),
             advice=advice.PINNED_COPY,
             why="A copy from pageable memory is staged through a driver buffer while the host waits, "
             "and the synchronize after it drains the GPU's queue: the GPU idles until the host has "
@@ -120,10 +120,8 @@ def pageable_memcpy(analysis: Analysis) -> Iterator[Finding]:
             op=op,
             source=source,
             device=device,
-            saving_per_step_ns=saving.per_step_ns,
-            saving_share=saving.share,
             source_kind=source_kind,
-            saving_note=note,
+            note=note,
         )
 
 
@@ -169,12 +167,12 @@ def blocking_h2d(analysis: Analysis) -> Iterator[Finding]:
                 ("source", source_evidence(source, source_kind)),
             ]
         )
-        yield Finding(
-            rule="blocking-h2d",
-            severity=severity(analysis, saving),
+        yield make_finding(
+            analysis,
+            "blocking-h2d",
+            saving,
             title=f"Host-to-device copies{f' at {place}' if place else ''} stall the GPU: {what}",
-            evidence=tuple(evidence),
-            savings_ns=saving.total_ns,
+            evidence=(evidence),
             advice=advice.PREFETCH,
             why="While a copy runs alone the SMs have nothing to do, and a copy the host waits for "
             "stops it from queueing the next kernels; copies issued from pinned memory on another "
@@ -182,8 +180,6 @@ def blocking_h2d(analysis: Analysis) -> Iterator[Finding]:
             op=op,
             source=source,
             device=device,
-            saving_per_step_ns=saving.per_step_ns,
-            saving_share=saving.share,
             source_kind=source_kind,
-            saving_note=note,
+            note=note,
         )

@@ -16,7 +16,7 @@ from traceinsight.analysis.replay import Fix
 from traceinsight.analysis.results import IdleGap
 from traceinsight.formatting import format_duration, format_share
 from traceinsight.rules import advice, rule
-from traceinsight.rules.common import saving_from_total, saving_of, severity, source_evidence, where
+from traceinsight.rules.common import make_finding, saving_from_total, saving_of, source_evidence, where
 from traceinsight.rules.findings import Advice, Finding
 
 #: Causes other findings explain (and fix), or that are not the loop's: low-gpu-utilization leaves
@@ -78,9 +78,10 @@ def dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
         place = where(source, source_kind)
         per_step = saving_from_total(analysis, idle)
         amount = per_step.words()
-        yield Finding(
-            rule="dataloader-stall",
-            severity=severity(analysis, saving),
+        yield make_finding(
+            analysis,
+            "dataloader-stall",
+            saving,
             title=f"The GPU waits for the DataLoader {amount}"
             + (f" at {place}" if place else "")
             + (": batches are loaded in the training process" if serial else ": its workers do not keep up"),
@@ -93,16 +94,13 @@ def dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
                 ("iterator", iterator),
                 ("source", source_evidence(source, source_kind)),
             ),
-            savings_ns=saving.total_ns,
             advice=advice.WORKERS,
             why="The training loop asks for the next batch only after queuing the last step; while the "
             "batch is decoded and collated on the host nothing new reaches the GPU.",
             source=source,
             device=device.device,
-            saving_per_step_ns=saving.per_step_ns,
-            saving_share=saving.share,
             source_kind=source_kind,
-            saving_note=f"replayed with each batch ready, handed over in {format_duration(handover)}",
+            note=f"replayed with each batch ready, handed over in {format_duration(handover)}",
         )
 
 
@@ -170,19 +168,17 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
             evidence.append(("longest such gap", f"{format_duration(longest.duration_ns)}: {longest.cause}"))
             evidence.append(("source", source_evidence(source, source_kind)))
         saving = saving_from_total(analysis, rest)
-        yield Finding(
-            rule="low-gpu-utilization",
-            severity=severity(analysis, saving),
+        yield make_finding(
+            analysis,
+            "low-gpu-utilization",
+            saving,
             title=title,
-            evidence=tuple(evidence),
-            savings_ns=saving.total_ns,
+            evidence=(evidence),
             advice=_ADVICE.get(top_kind, advice.LAUNCH_BOUND),
             why=f"Most of the idle no other finding explains is {CAUSE_LABELS[top_kind]}: each gap is a "
             "moment the GPU had nothing to run.",
             source=source,
             device=device.device,
-            saving_per_step_ns=saving.per_step_ns,
-            saving_share=saving.share,
             source_kind=source_kind,
-            saving_note="an upper bound: the idle no other finding explains",
+            note="an upper bound: the idle no other finding explains",
         )

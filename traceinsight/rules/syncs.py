@@ -17,9 +17,9 @@ from traceinsight.rules import advice, rule
 from traceinsight.rules.common import (
     hotspot_place,
     how_often,
+    make_finding,
     repeats,
     saving_of,
-    severity,
     source_evidence,
 )
 from traceinsight.rules.findings import Advice, Finding
@@ -85,24 +85,22 @@ def sync_in_loop(analysis: Analysis) -> Iterator[Finding]:
                 "small because the host is the bottleneck here: without the wait it would still "
                 "launch the next work late, so the GPU would idle anyway"
             )
-        yield Finding(
-            rule="sync-in-loop",
-            severity=severity(analysis, saving),
+        yield make_finding(
+            analysis,
+            "sync-in-loop",
+            saving,
             title=" ".join(
                 part
                 for part in (what, hotspot_place(hotspot), "makes the host wait for the GPU", often)
                 if part
             ),
-            evidence=tuple(evidence),
-            savings_ns=saving.total_ns,
+            evidence=(evidence),
             advice=fix_advice,
             why=f"{hotspot.call} blocks the host until the GPU has finished everything queued, so "
             "when it returns the GPU has nothing left to run and idles while the host prepares "
             "and launches the next work.",
             op=hotspot.op,
             source=hotspot.source,
-            saving_per_step_ns=saving.per_step_ns,
-            saving_share=saving.share,
             source_kind=hotspot.source_kind,
-            saving_note=note,
+            note=note,
         )
