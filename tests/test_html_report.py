@@ -524,11 +524,10 @@ def test_trace_without_gpu_says_so_and_shows_the_host(name: str, tmp_path: Path)
     for section in ("idle-gaps", "sync-hotspots", "copies", "top-kernels"):
         assert f'id="{section}"' not in page.html
     assert 'id="host"' in page.html
-    totals: dict[str, float] = defaultdict(float)
-    for event in raw_events(SAMPLES / name):
-        if event.get("cat") == "cpu_op" and event.get("ph") == "X":
-            totals[event["name"]] += float(event.get("dur", 0))
-    busiest = max(totals, key=lambda op: totals[op])
+    from test_host import plain_self_times
+
+    own, _ = plain_self_times(name)  # the operator with the most self time, by a plain stack walk
+    busiest = max(own, key=lambda op: own[op])
     assert busiest in page.parsed.text_nodes()
     assert 'aria-labelledby="host-title"' in page.html
 
@@ -587,3 +586,48 @@ def test_timeline_is_downsampled_and_keeps_busy_time(max_blocks: int) -> None:
 def test_timeline_of_a_trace_without_gpu_is_empty() -> None:
     result = timeline(load_trace(SAMPLES / "cpu_only_gloo.pt.trace.json.gz"))
     assert result.devices == ()
+
+
+# --- a report made by `traceinsight run` --------------------------------------------------------
+
+
+def _run_report(name: str, **changes: Any) -> Report:
+    from traceinsight.report import RunContext
+
+    analysis = analyze(load_trace(SAMPLES / name))
+    facts: dict[str, Any] = {
+        "command": "traceinsight run train.py --epochs 1",
+        "script": "train.py",
+        "started": "2026-11-22T10:04:05+01:00",
+        "torch_version": "2.13.0",
+        "elapsed_s": 12.5,
+        "exit_status": 0,
+    }
+    run = RunContext(**{**facts, **changes})
+    return Report(analysis=analysis, findings=evaluate(analysis), run=run)
+
+
+def test_a_run_report_is_titled_by_the_script_command_date_and_torch(tmp_path: Path) -> None:
+    page = HtmlRenderer(source_root=tmp_path).render(_run_report("cpu_torch2.14_with_stack.pt.trace.json.gz"))
+    parsed = ParsedPage.of(page)
+    assert "<title>train.py · 2026-11-22 10:04 · traceinsight</title>" in page
+    assert "traceinsight run train.py --epochs 1" in parsed.text
+    assert "torch 2.13.0" in parsed.text
+    assert "ProfilerActivity.CUDA" not in page  # run records CUDA itself: no such advice
+
+
+def test_a_failed_script_is_said_first(tmp_path: Path) -> None:
+    report = _run_report(
+        "v100_resnet50_workers0.pt.trace.json.gz",
+        exit_status=1,
+        failure="ValueError: bad shape at train.py:47",
+        steps_recorded=2,
+    )
+    page = HtmlRenderer(source_root=tmp_path).render(report)
+    failed = page.index('id="script-failed"')
+    assert failed < page.index('id="scorecard"')
+    assert "ValueError: bad shape at train.py:47" in ParsedPage.of(page).text
+    from traceinsight.render.terminal import TerminalRenderer
+
+    text = TerminalRenderer(width=100).render(report)
+    assert text.index("The script failed") < text.index("Scorecard")

@@ -277,3 +277,35 @@ def test_no_finding_shows_an_internal_key(path: str) -> None:
             assert not any(key in text for key in INTERNAL), (finding.rule, text)
         assert finding.advice.before.strip() and finding.advice.after.strip()
         assert not finding.advice.before.lstrip().startswith("#"), "a placeholder, not code"
+
+
+# --- runs without a GPU -----------------------------------------------------------------------------
+
+
+def test_a_cpu_run_spending_its_steps_in_the_dataloader_gets_a_finding(tmp_path: Path) -> None:
+    events: list[dict[str, Any]] = []
+    for step in range(5):  # 10 ms steps, 6 ms of them in a serial DataLoader
+        start = step * 10_000
+        events.append(annotation(f"ProfilerStep#{step}", start, 10_000))
+        events.append(annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", start, 6_000))
+        events.append(cpu_op("aten::addmm", start + 6_100, 3_800))
+    document_path = tmp_path / "cpu.json"
+    from tracebuild import write_trace as write
+
+    write(document_path, events, deviceProperties=[])
+    result = analyze(load_trace(document_path))
+    stall = next(f for f in evaluate(result) if f.rule == "dataloader-stall")
+    assert stall.title.startswith("Each step waits 6.00 ms for the DataLoader (60% of the step)")
+    # the host is the whole step: each wait minus the 1 ms hand-over comes back
+    assert stall.saving_per_step_ns == 5_000_000 and not stall.minor
+
+
+def test_a_cpu_run_with_a_fast_loader_gets_none(tmp_path: Path) -> None:
+    events: list[dict[str, Any]] = []
+    for step in range(5):
+        start = step * 10_000
+        events.append(annotation(f"ProfilerStep#{step}", start, 10_000))
+        events.append(annotation("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", start, 100))
+        events.append(cpu_op("aten::addmm", start + 200, 9_700))
+    path = write_trace(tmp_path / "cpu.json", events, deviceProperties=[])
+    assert "dataloader-stall" not in {f.rule for f in evaluate(analyze(load_trace(path)))}

@@ -101,6 +101,15 @@ def _fix_inputs(trace: Trace, calls: pl.DataFrame, steady: SteadyState) -> FixIn
         .select("pid", "tid")
         .unique()
     )
+    if launching.is_empty():
+        # No GPU work: the threads that run the steps are the ones that matter (all, if unmarked).
+        launching = trace.annotations.filter(
+            pl.col("name").str.starts_with("ProfilerStep#")
+            | pl.col("name").str.starts_with(taxonomy.OPTIMIZER_STEP_PREFIX)
+        ).select("pid", "tid")
+        if launching.is_empty():
+            launching = trace.annotations.select("pid", "tid")
+        launching = launching.unique()
     waits = (
         trace.annotations.filter(
             inside

@@ -177,7 +177,10 @@ class HostSummary:
 
     threads: int
     cpu_ops: int
-    top_ops: tuple[tuple[str, int, int], ...]  # (name, count, total ns of top-level occurrences)
+    #: (name, count, total ns of top-level occurrences), by self time, most first.
+    top_ops: tuple[tuple[str, int, int], ...]
     dataloader_ns: int
     dataloader_count: int
     python_frames: int
+    #: Self time of each of ``top_ops`` (duration minus the operators it calls directly), ns.
+    top_ops_self: tuple[int, ...] = ()

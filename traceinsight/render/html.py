@@ -413,6 +413,12 @@ class HtmlRenderer:
         return {
             "version": traceinsight.__version__,
             "trace_name": report.trace_name,
+            "page_title": (
+                f"{report.run.script} · {report.run.started[:16].replace('T', ' ')} · traceinsight"
+                if report.run
+                else f"{report.trace_name} · traceinsight"
+            ),
+            "heading": report.run.command if report.run else report.trace_name,
             "facts": header_facts(report),
             "run": report.run,
             "warnings": analysis.warnings,
@@ -447,6 +453,7 @@ class HtmlRenderer:
             "kernel_rows": kernels.kernels[:TOP_KERNELS] if kernels is not None else (),
             "kernel_totals": dict(kernels.total_ns_by_device) if kernels else {},
             "host_chart": drawn["host"],
+            "host_ops": list(zip(analysis.host.top_ops, analysis.host.top_ops_self, strict=True)),
             "limits": {
                 "gaps": TOP_GAPS,
                 "sources": TOP_SOURCES,

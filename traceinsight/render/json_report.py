@@ -224,8 +224,10 @@ def report_dict(report: Report) -> dict[str, Any]:
             "dataloader_us": _us(analysis.host.dataloader_ns),
             "dataloader_count": analysis.host.dataloader_count,
             "top_ops": [
-                {"name": name, "count": count, "total_us": _us(total)}
-                for name, count, total in analysis.host.top_ops
+                {"name": name, "count": count, "total_us": _us(total), "self_us": _us(own)}
+                for (name, count, total), own in zip(
+                    analysis.host.top_ops, analysis.host.top_ops_self, strict=True
+                )
             ],
         },
     }

@@ -205,9 +205,10 @@ def renderables(report: Report) -> list[RenderableType]:
         parts.append(kernels)
     host = analysis.host
     if host.top_ops:
-        ops = _detail_table("Busiest host operators", ("operator", "count", "total"))
-        for name, count, total in host.top_ops[: len(host.top_ops) if not analysis.has_gpu else _TOP]:
-            ops.add_row(_data(name), str(count), format_duration(total))
+        ops = _detail_table("Busiest host operators (by self time)", ("operator", "count", "self", "total"))
+        shown = len(host.top_ops) if not analysis.has_gpu else _TOP
+        for (name, count, total), own in list(zip(host.top_ops, host.top_ops_self, strict=True))[:shown]:
+            ops.add_row(_data(name), str(count), format_duration(own), format_duration(total))
         parts.append(ops)
     return parts
 

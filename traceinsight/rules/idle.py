@@ -54,10 +54,51 @@ def _steady_gaps(analysis: Analysis, device: int, kind: CauseKind) -> list[IdleG
     ]
 
 
+def _cpu_dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
+    """Without GPU work: steady steps that spend ``dataloader_idle_share`` or more in ``__next__``.
+
+    The host is the whole step there, so each wait minus the hand-over is what loading ahead gives
+    back; on a GPU the same wait would leave the GPU idle.
+    """
+    limits = analysis.thresholds
+    waits = analysis.fix_inputs.dataloader_waits
+    steps = analysis.steady.steady_steps
+    window = sum(step.duration_ns for step in steps)
+    waited = sum(end - start for start, end in waits)
+    if not steps or not waits or waited < limits.dataloader_idle_share * window:
+        return
+    handover = round(limits.dataloader_handover_us * 1000)
+    saving = saving_from_total(analysis, sum(max(0, end - start - handover) for start, end in waits))
+    share = waited / window
+    yield make_finding(
+        analysis,
+        "dataloader-stall",
+        saving,
+        title=f"Each step waits {format_duration(round(waited / len(steps)))} for the DataLoader "
+        f"({share:.0%} of the step): batches are loaded in the training process",
+        evidence=(
+            (
+                "time in DataLoader __next__",
+                f"{format_duration(waited)} in {len(waits)} calls ({share:.0%} of the steps)",
+            ),
+            ("steady steps", str(len(steps))),
+            ("on a GPU", "the GPU would sit idle for all of it: nothing is queued while the batch is made"),
+        ),
+        advice=advice.WORKERS,
+        why="The loop asks for the next batch only when it needs it; while the batch is decoded and "
+        "collated in the training process, the step makes no progress.",
+        note=f"each batch ready, handed over in {format_duration(handover)}",
+    )
+
+
 @rule("dataloader-stall")
 def dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
-    """GPU idle while the launching thread waits in DataLoader ``__next__``, in the steady state."""
+    """GPU idle while the launching thread waits in DataLoader ``__next__``, in the steady state
+    (without GPU work: the share of each step spent there)."""
     limits = analysis.thresholds
+    if not analysis.has_gpu:
+        yield from _cpu_dataloader_stall(analysis)
+        return
     waits = analysis.fix_inputs.dataloader_waits
     for device in analysis.devices:
         idle = dict(device.idle_by_cause_ns).get(CauseKind.DATALOADER.value, 0)
