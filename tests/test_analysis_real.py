@@ -186,10 +186,11 @@ def test_source_lines_come_from_python_stacks() -> None:
     assert not hotspot.source.startswith("torch/")
 
 
-def test_healthy_trace_gets_no_warnings() -> None:
+def test_a_busy_trace_gets_only_the_precision_finding() -> None:
     analysis = report("v100_ddp_ns_timestamps.pt.trace.json.gz").analysis
     assert analysis.devices[0].utilization > 0.9
-    assert report("v100_ddp_ns_timestamps.pt.trace.json.gz").findings == ()
+    # 98% busy: nothing keeps the GPU waiting; its fp32 GEMMs on a V100 could use tensor cores
+    assert {f.rule for f in report("v100_ddp_ns_timestamps.pt.trace.json.gz").findings} == {"amp-opportunity"}
 
 
 def test_cpu_only_traces_still_get_the_host_view() -> None:
@@ -197,7 +198,12 @@ def test_cpu_only_traces_still_get_the_host_view() -> None:
         analysis = report(name).analysis
         assert not analysis.has_gpu and analysis.devices == ()
         assert analysis.host.cpu_ops == sum(1 for e in events(name) if e.get("cat") == "cpu_op")
-        assert report(name).findings == ()
+        # only host-side rules can fire: a sync waiting to happen (the sample calls .item() each step)
+        assert {f.rule for f in report(name).findings} <= {
+            "latent-sync",
+            "sync-in-forward",
+            "dataloader-stall",
+        }
 
 
 @pytest.mark.parametrize("path", sorted(SAMPLES.rglob("*.json*")), ids=lambda p: p.name)

@@ -211,7 +211,9 @@ def test_a_mostly_idle_gpu_never_gets_a_bare_no_findings(name: str) -> None:
 
 def test_workers0_pageable_copy_is_one_finding_and_workers4_has_no_dataloader_stall() -> None:
     workers0 = [f for f in report("v100_resnet50_workers0.pt.trace.json.gz").findings if not f.minor]
-    assert [f.rule for f in workers0] == ["dataloader-stall", "pageable-memcpy"]
-    assert "resnet50_profiler_api.py:44" in workers0[1].title
+    assert workers0[0].rule == "dataloader-stall"
+    copies = [f for f in workers0 if f.rule in {"pageable-memcpy", "blocking-h2d", "sync-in-loop"}]
+    assert [f.rule for f in copies] == ["pageable-memcpy"]  # the copy, its sync, its idle: one finding
+    assert "resnet50_profiler_api.py:44" in copies[0].title
     workers4 = {f.rule for f in report("v100_resnet50_workers4.pt.trace.json.gz").findings}
     assert "dataloader-stall" not in workers4

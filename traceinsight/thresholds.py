@@ -49,6 +49,20 @@ class Thresholds:
     first_call_factor: float = 10.0
     #: ... and at least this long (µs), before the operator's usual calls.
     first_call_min_us: float = 10_000.0
+    #: `launch-bound` fires when idle from the host launching is at least this share of the step.
+    launch_bound_share: float = 0.10
+    #: `amp-opportunity` / `tf32-opportunity` fire when fp32 GEMM/convolution kernels take at least
+    #: this share of the kernel time on a GPU with tensor cores ...
+    fp32_matmul_share: float = 0.20
+    #: ... and their fix is replayed with those kernels this many times faster (tensor cores run
+    #: fp16/bf16 and TF32 matmuls 2-8× faster than fp32 on CUDA cores: 2 is the cautious end).
+    tensor_core_speedup: float = 2.0
+    #: `exposed-communication` fires when communication runs without compute this share of the step.
+    exposed_communication_share: float = 0.10
+    #: `optimizer-not-fused` fires at this many kernels per optimizer step, none multi-tensor ...
+    optimizer_kernels_per_step: int = 50
+    #: ... and `zero_grad` at this many zeroing kernels per call.
+    zero_grad_kernels: int = 10
     #: The DataLoader fix is replayed as a hand-over of this long (µs) per batch: with workers,
     #: ``__next__`` took 0.08–1.4 ms on the kineto ResNet-50 sample (4 workers).
     dataloader_handover_us: float = 1000.0

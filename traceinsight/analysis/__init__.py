@@ -9,6 +9,10 @@ import polars as pl
 
 from traceinsight.analysis import copies, gpu_time, host, idle_gaps, syncs
 from traceinsight.analysis.kernels import TopKernels, top_kernels
+from traceinsight.analysis.latent import LatentSync, latent_syncs
+from traceinsight.analysis.launching import LaunchStats, launch_stats
+from traceinsight.analysis.optimizer import OptimizerStats, optimizer_stats
+from traceinsight.analysis.precision import PrecisionMix, precision_mix
 from traceinsight.analysis.replay import Replay, prepare_replay
 from traceinsight.analysis.results import (
     CopyGroup,
@@ -35,6 +39,8 @@ class FixInputs:
 
     #: DataLoader ``__next__`` ranges (start, end) on threads that launch GPU work.
     dataloader_waits: tuple[tuple[int, int], ...] = ()
+    #: The iterators they come from (``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__``).
+    dataloader_iterators: tuple[str, ...] = ()
     #: Host calls of host-to-device copies: (start, end, correlation, copy name, device).
     h2d_copy_calls: tuple[tuple[int, int, int, str, int], ...] = ()
     #: Median duration of a kernel launch call: what a non-blocking copy call costs (ns).
@@ -65,6 +71,12 @@ class Analysis:
     replay: Replay  # the steady steps, ready to replay a fix
     fix_inputs: FixInputs  # host ranges the fixes change
     usage: tuple[Usage, ...]  # per device: how the steady state was spent
+    precision: tuple[PrecisionMix, ...]  # per device: fp32 GEMM/conv vs tensor-core kernel time
+    launching: LaunchStats  # kernels per step, kernel vs launch times, operators dispatching in gaps
+    optimizer: OptimizerStats  # optimizer.step() and zero_grad() kernels
+    latent_syncs: tuple[LatentSync, ...]  # without GPU work: ops that would wait for a GPU
+    #: Processes that launched work on more than one GPU (``nn.DataParallel``'s single process).
+    multi_gpu_processes: int
 
     @property
     def span_ns(self) -> int:
@@ -131,6 +143,7 @@ def _fix_inputs(trace: Trace, calls: pl.DataFrame, steady: SteadyState) -> FixIn
     launch = trace.runtime.filter(pl.col("name").str.contains("LaunchKernel")).get_column("dur").median()
     return FixInputs(
         dataloader_waits=tuple(waits.select("ts", "end").iter_rows()),
+        dataloader_iterators=tuple(sorted(waits.get_column("name").unique().to_list())),
         h2d_copy_calls=tuple(copy_calls.iter_rows()),
         launch_cost_ns=int(launch) if isinstance(launch, (int, float)) else 5_000,
     )
@@ -174,4 +187,13 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None, user_code: Colle
         replay=prepare_replay(trace, calls, steady),
         fix_inputs=_fix_inputs(trace, calls, steady),
         usage=gpu_time.steady_usage(devices, steps, busy, kernels, compute, classified, steady),
+        precision=precision_mix(trace, steady),
+        launching=launch_stats(trace, steady, classified),
+        optimizer=optimizer_stats(trace, steady),
+        latent_syncs=latent_syncs(trace, steady, user_code),
+        multi_gpu_processes=syncs.launch_devices(trace)
+        .group_by("pid")
+        .len()
+        .filter(pl.col("len") > 1)
+        .height,
     )

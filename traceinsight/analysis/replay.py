@@ -61,11 +61,16 @@ class Fix:
     shorten: tuple[tuple[int, int, int], ...] = ()
     #: Correlations of copies that move to a stream of their own (prefetched under compute).
     side_stream: frozenset[int] = frozenset()
+    #: Correlations of GPU work that runs ``speedup`` times faster (tensor cores: AMP, TF32).
+    faster: frozenset[int] = frozenset()
+    speedup: float = 1.0
 
     @property
     def empty(self) -> bool:
         """True when the fix changes nothing."""
-        return not (self.remove_calls or self.shorten or self.side_stream)
+        return not (
+            self.remove_calls or self.shorten or self.side_stream or (self.faster and self.speedup != 1)
+        )
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -150,10 +155,16 @@ def _simulate(window: _Window, fix: Fix) -> int:
     """Replayed length of one window with ``fix`` applied (see the module doc)."""
     streams = window.stream.copy()
     advance = window.advance
+    duration = window.duration
+    if fix.faster and fix.speedup != 1:
+        quicker = np.isin(window.correlation, np.fromiter(fix.faster, dtype=np.int64))
+        shortened = np.where(quicker, np.round(duration / fix.speedup).astype(np.int64), duration)
+        advance = advance - (duration - shortened)  # it ends that much earlier after the frontier
+        duration = shortened
     if fix.side_stream:
         moved = np.isin(window.correlation, np.fromiter(fix.side_stream, dtype=np.int64))
         streams[moved] = -1 - streams[moved]  # a copy stream beside each stream
-        advance = np.where(moved, window.duration, advance)
+        advance = np.where(moved, duration, advance)
     stream_end: dict[int, int] = dict(window.carry)
     count = window.launch.size
     starts = np.zeros(count, dtype=np.int64)
@@ -172,12 +183,12 @@ def _simulate(window: _Window, fix: Fix) -> int:
                 mine = np.flatnonzero(batch_streams == stream) + processed
                 result, frontier = _scan(
                     queued_at[mine - processed],
-                    window.duration[mine],
+                    duration[mine],
                     advance[mine],
                     stream_end.get(int(stream), _NEVER),
                 )
                 ends[mine] = result
-                starts[mine] = result - window.duration[mine]
+                starts[mine] = result - duration[mine]
                 stream_end[int(stream)] = frontier
             # The launch queue: launch i cannot return before work i - LAUNCH_QUEUE has started.
             index = np.arange(processed, upto)
@@ -361,8 +372,12 @@ def union(fixes: Iterable[Fix]) -> Fix:
     remove: set[int] = set()
     shorten: list[tuple[int, int, int]] = []
     side: set[int] = set()
+    faster: set[int] = set()
+    speedup = 1.0
     for fix in fixes:
         remove |= fix.remove_calls
         shorten.extend(fix.shorten)
         side |= fix.side_stream
-    return Fix(frozenset(remove), tuple(sorted(set(shorten))), frozenset(side))
+        faster |= fix.faster
+        speedup = max(speedup, fix.speedup)
+    return Fix(frozenset(remove), tuple(sorted(set(shorten))), frozenset(side), frozenset(faster), speedup)

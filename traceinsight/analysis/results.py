@@ -169,6 +169,8 @@ class SyncHotspot:
     steady_count: int = 0
     #: GPU idle in gaps whose cause is these calls (``sync`` or ``copy``), inside the steady state.
     idle_caused_ns: int = 0
+    #: The ``nn.Module`` whose forward makes these calls (data-dependent control flow), if known.
+    module: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

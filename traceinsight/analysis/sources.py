@@ -190,3 +190,26 @@ def enclosing_ops(trace: Trace, points: pl.DataFrame) -> pl.DataFrame:
             op_chain=pl.col("o_name").str.join(" > "),
         )
     )
+
+
+def module_at(trace: Trace, points: pl.DataFrame) -> pl.DataFrame:
+    """For rows ``key, pid, tid, t`` return ``key, module``: the innermost ``nn.Module`` whose forward
+    was running at time t (from ``nn.Module: Name_N`` Python frames), e.g. ``BertModel``."""
+    empty = pl.DataFrame(schema={"key": points.schema["key"], "module": pl.String})
+    modules = trace.python.filter(pl.col("name").str.starts_with(taxonomy.MODULE_FRAME_PREFIX))
+    if points.is_empty() or modules.is_empty():
+        return empty
+    frames = meeting(
+        modules.select("pid", "tid", m_ts="ts", m_end="end", frame="name"), "m_ts", "m_end", _instants(points)
+    )
+    if frames.is_empty():
+        return empty
+    names = {name: taxonomy.module_name(name) for name in frames.get_column("frame").unique().to_list()}
+    return (
+        points.join_where(frames, pl.col("t") >= pl.col("m_ts"), pl.col("t") <= pl.col("m_end"))
+        .filter((pl.col("pid") == pl.col("pid_right")) & (pl.col("tid") == pl.col("tid_right")))
+        .sort("m_ts")
+        .group_by("key")
+        .agg(pl.col("frame").last())
+        .select("key", module=pl.col("frame").replace_strict(names, return_dtype=pl.String))
+    )

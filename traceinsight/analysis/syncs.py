@@ -8,7 +8,7 @@ import polars as pl
 
 from traceinsight.analysis.intervals import overlap_ns, within
 from traceinsight.analysis.results import SyncCall, SyncHotspot
-from traceinsight.analysis.sources import enclosing_ops, source_at
+from traceinsight.analysis.sources import enclosing_ops, module_at, source_at
 from traceinsight.analysis.steady import SteadyState
 from traceinsight.load import Trace, taxonomy
 
@@ -77,7 +77,8 @@ def blocking_calls(
 ) -> pl.DataFrame:
     """Every host-blocking runtime call with its operators, source line and the copy it waits for.
 
-    Columns: ``key, call, pid, tid, ts, end, dur, op, op_chain, innermost, source, copy``. The op
+    Columns: ``key, call, pid, tid, ts, end, dur, op, op_chain, innermost, source, source_kind,
+    module, copy``. The op
     chain is found by time containment on the call's thread (this works in every trace era); when no
     operator encloses the call, the call's ``External id`` is matched to an operator's, unless it
     merely repeats the call's own correlation (as 2022-23 traces write it).
@@ -110,6 +111,7 @@ def blocking_calls(
         )
         .drop("ext_op")
         .join(sources, on="key", how="left")
+        .join(module_at(trace, points), on="key", how="left")
         .join(_copy_before(trace, calls, copy_window_ns), on="key", how="left")
         .sort("key")
     )
@@ -189,6 +191,7 @@ def sync_hotspots(
         .agg(
             op_chain=pl.col("op_chain").mode().sort().first(),
             source_kind=pl.col("source_kind").first(),
+            module=pl.col("module").drop_nulls().mode().sort().first(),
             count=pl.len(),
             blocked=pl.col("dur").sum(),
             idle_after=pl.col("idle_after").sum(),
@@ -214,6 +217,7 @@ def sync_hotspots(
             keys=tuple(row["keys"]),
             steady_count=row["steady_count"],
             idle_caused_ns=row["caused"],
+            module=row["module"],
         )
         for row in table.iter_rows(named=True)
     )

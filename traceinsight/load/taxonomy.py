@@ -65,6 +65,58 @@ COMMUNICATION_OP_PATTERN: Final[str] = (
     r"|^vllm::all_|ProcessGroup"
 )
 
+# --- kernel families: precision ---------------------------------------------------------------
+
+#: GEMM and convolution kernels that run in plain fp32 on CUDA cores (no tensor cores): cuBLAS
+#: ``*_sgemm``, cuDNN ``scudnn`` / ``implicit_convolve_sgemm`` / float dgrad/wgrad engines, FFT and
+#: Winograd convolutions on float, CUTLASS SIMT sgemm. A regex over the kernel name.
+FP32_MATMUL_KERNEL_PATTERN: Final[str] = (
+    r"(?i)(^|[^a-z0-9])(maxwell|pascal|volta|turing|ampere|ada|hopper|sm\d+)_sgemm"
+    r"|(^|[^a-z0-9])sgemm[_<]|simt_sgemm|gcgemm|scudnn|implicit_convolve_sgemm"
+    r"|(dgrad|wgrad)\w*engine<float|wgrad_alg\d\w*<float|fft2d_[rc]2[rc]\w*<float|winograd\w*<float"
+)
+#: Kernels that use tensor cores (so precision is already reduced): TF32 (``s1688``, ``tf32``),
+#: half/bfloat16 (``h884``, ``h1688``, ``bf16``, ``f16``, ``hmma``, ``wmma``), fp8/fp4, Hopper+ jet kernels.
+TENSOR_CORE_KERNEL_PATTERN: Final[str] = (
+    r"(?i)tensorop|s1688|s16816|tf32|h884|h1688|h16816|hmma|wmma|bf16|f16|fp16|half|e4m3|e5m2|fp8|mxfp|"
+    r"nvjet|xmma_gemm_(bf16|f16)|_bf16|i8816|imma"
+)
+#: Optimizer kernels that update many tensors per launch (``foreach``/``fused`` implementations).
+MULTI_TENSOR_KERNEL_PATTERN: Final[str] = (
+    r"(?i)multi_tensor_apply|fused_adam|fusedadam|fused_sgd|FusedOptimizer"
+)
+
+# --- syncs waiting to happen: ops that make the host wait when their tensors are on a GPU ----------
+
+#: Operators that read a tensor's value (or size) on the host: on a GPU tensor each one waits for
+#: the GPU. Without a GPU they cost nothing, so a CPU trace shows where the waits will be.
+LATENT_SYNC_OPS: Final[frozenset[str]] = frozenset(
+    {
+        "aten::item",
+        "aten::_local_scalar_dense",
+        "aten::is_nonzero",
+        "aten::nonzero",
+        "aten::nonzero_static",
+        "aten::masked_select",
+        "aten::_unique2",
+        "aten::unique_consecutive",
+        "aten::unique_dim",
+        "aten::repeat_interleave",
+        "aten::tolist",
+    }
+)
+
+#: ``python_function`` frames that mark a module's forward: ``nn.Module: BertModel_0``.
+MODULE_FRAME_PREFIX: Final[str] = "nn.Module: "
+
+
+def module_name(frame_name: str) -> str:
+    """``nn.Module: BertModel_0`` → ``BertModel``."""
+    name = frame_name.removeprefix(MODULE_FRAME_PREFIX)
+    head, _, tail = name.rpartition("_")
+    return head if head and tail.isdigit() else name
+
+
 # --- start-up ------------------------------------------------------------------------------------
 
 #: Annotation names that say they are a warm-up (benchmark harnesses label their phases).

@@ -213,6 +213,7 @@ def report_dict(report: Report) -> dict[str, Any]:
                 else _us(finding.saving_per_step_ns),
                 "saving_share": None if finding.saving_share is None else round(finding.saving_share, 4),
                 "saving_note": finding.saving_note,
+                "saving_known": finding.saving_known,
                 "source_kind": finding.source_kind,
             }
             for finding in report.findings

@@ -83,7 +83,18 @@ def scorecard(report: Report) -> tuple[Score, ...]:
                 )
     steady_steps = len(analysis.steady.steady_steps)
     steady_syncs = sum(hotspot.steady_count for hotspot in analysis.sync_hotspots)
-    if steady_steps:
+    latent = sum(sync.steady_count for sync in analysis.latent_syncs)
+    if not analysis.has_gpu and latent and steady_steps:
+        scores.append(
+            Score(
+                "Host syncs / step",
+                f"{latent / steady_steps:.3g} on a GPU",
+                "None on this run (no GPU), but these operators would make the host wait on one: "
+                "see the findings.",
+                "warn",
+            )
+        )
+    elif steady_steps:
         per_step = steady_syncs / steady_steps
         if per_step == 0:
             level, verdict = "good", "No host waits in the loop."

@@ -34,13 +34,23 @@ def is_minor(analysis: Analysis, finding: Finding) -> bool:
     """Below the noise floor: the saving is under ``minor_share`` of the step time (of the steady
     window without steps) and under ``minor_total_us`` in all."""
     limits = analysis.thresholds
+    if not finding.saving_known:
+        return False
     share = finding.saving_share or 0.0
     return share < limits.minor_share and finding.savings_ns < limits.minor_total_us * 1000
 
 
 def evaluate(analysis: Analysis) -> tuple[Finding, ...]:
     """Run every registered rule; cards by largest saving first, then the minor findings."""
-    from traceinsight.rules import copies, idle, syncs  # noqa: F401  (registers the built-in rules)
+    from traceinsight.rules import (  # noqa: F401  (registers the built-in rules)
+        communication,
+        copies,
+        idle,
+        launching,
+        optimizer,
+        precision,
+        syncs,
+    )
 
     findings = [
         finding.with_(minor=is_minor(analysis, finding))

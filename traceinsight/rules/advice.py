@@ -110,3 +110,41 @@ COMMUNICATION: Final = Advice(
     after="for i, batch in enumerate(loader):\n    ctx = model.no_sync() if (i + 1) % accum else contextlib.nullcontext()\n"
     "    with ctx:\n        loss = model(batch).mean()\n        loss.backward()  # all-reduce once per accumulation",
 )
+AMP: Final = Advice(
+    summary="Run matrix multiplies and convolutions on tensor cores: autocast the forward pass to "
+    "fp16 (with a GradScaler) or bf16. Weights stay fp32; the GEMMs run several times faster.",
+    before="for x, y in loader:\n    loss = loss_fn(model(x), y)\n    loss.backward()\n    optimizer.step()",
+    after="scaler = torch.amp.GradScaler('cuda')\nfor x, y in loader:\n"
+    "    with torch.autocast('cuda', dtype=torch.float16):  # bf16 on Ampere+: no scaler needed\n"
+    "        loss = loss_fn(model(x), y)\n    scaler.scale(loss).backward()\n"
+    "    scaler.step(optimizer)\n    scaler.update()",
+)
+TF32: Final = Advice(
+    summary="Let fp32 matrix multiplies use TF32 tensor cores (Ampere and newer): one line, fp32 "
+    "range, about 10 bits of mantissa. For more, autocast to bf16.",
+    before="model = MyModel().cuda()",
+    after="torch.backends.cuda.matmul.allow_tf32 = True  # or torch.set_float32_matmul_precision('high')\n"
+    "torch.backends.cudnn.allow_tf32 = True\nmodel = MyModel().cuda()",
+)
+DDP: Final = Advice(
+    summary="nn.DataParallel drives every GPU from one Python process (one GIL) and copies the model "
+    "each step. Use DistributedDataParallel: one process per GPU, gradients all-reduced in "
+    "buckets during backward.",
+    before="model = nn.DataParallel(MyModel()).cuda()",
+    after="# torchrun --nproc-per-node NUM_GPUS train.py\ndist.init_process_group('nccl')\n"
+    "local_rank = int(os.environ['LOCAL_RANK'])\ntorch.cuda.set_device(local_rank)\n"
+    "model = DDP(MyModel().cuda(local_rank), device_ids=[local_rank])",
+)
+FUSED_OPTIMIZER: Final = Advice(
+    summary="The optimizer updates one parameter at a time: a few small kernels per parameter, each "
+    "a launch. Use the multi-tensor implementations: fused=True (one kernel for all parameters) "
+    "or foreach=True.",
+    before="optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)",
+    after="optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)",
+)
+SET_TO_NONE: Final = Advice(
+    summary="zero_grad() writes zeros into every gradient, a kernel each. Setting them to None "
+    "instead skips the kernels (the default since torch 2.0).",
+    before="optimizer.zero_grad()",
+    after="optimizer.zero_grad(set_to_none=True)",
+)

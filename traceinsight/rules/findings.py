@@ -60,6 +60,9 @@ class Finding:
     minor: bool = False
     #: What the saving assumes, or why it is small, in plain words.
     saving_note: str | None = None
+    #: False when the trace cannot tell the saving (a sync waiting to happen on a GPU the run did
+    #: not have): such a finding is never minor, and its saving is not shown as a number.
+    saving_known: bool = True
 
     def with_(self, **changes: object) -> Finding:
         """A copy with ``changes`` (``dataclasses.replace``)."""

@@ -18,6 +18,7 @@ from traceinsight.formatting import format_duration, format_share
 from traceinsight.rules import advice, rule
 from traceinsight.rules.common import make_finding, saving_from_total, saving_of, source_evidence, where
 from traceinsight.rules.findings import Advice, Finding
+from traceinsight.rules.launching import launch_idle
 
 #: Causes other findings explain (and fix), or that are not the loop's: low-gpu-utilization leaves
 #: their idle out of its saving.
@@ -70,12 +71,14 @@ def _cpu_dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
     handover = round(limits.dataloader_handover_us * 1000)
     saving = saving_from_total(analysis, sum(max(0, end - start - handover) for start, end in waits))
     share = waited / window
+    serial = any("_SingleProcessDataLoaderIter" in name for name in analysis.fix_inputs.dataloader_iterators)
     yield make_finding(
         analysis,
         "dataloader-stall",
         saving,
         title=f"Each step waits {format_duration(round(waited / len(steps)))} for the DataLoader "
-        f"({share:.0%} of the step): batches are loaded in the training process",
+        f"({share:.0%} of the step): "
+        + ("batches are loaded in the training process" if serial else "its workers do not keep up"),
         evidence=(
             (
                 "time in DataLoader __next__",
@@ -167,7 +170,8 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
         window = usage.window_ns
         if window < limits.min_span_us * 1000 or usage.compute_ns >= limits.low_utilization * window:
             continue
-        unexplained = [(kind, ns) for kind, ns in usage.idle if kind not in _EXPLAINED]
+        explained = _EXPLAINED | ({CauseKind.LAUNCH} if launch_idle(analysis, usage) is not None else set())
+        unexplained = [(kind, ns) for kind, ns in usage.idle if kind not in explained]
         rest = sum(ns for _, ns in unexplained)
         if not unexplained or rest < 0.05 * window:
             continue  # other findings explain the idle

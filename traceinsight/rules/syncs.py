@@ -1,4 +1,7 @@
-"""``sync-in-loop``: the host waits for the GPU every step, at one line of code.
+"""Host syncs in the loop: ``sync-in-loop`` (at one line, every step), ``sync-in-forward`` (inside a
+module's forward: data-dependent control flow), and, in a run without a GPU, ``latent-sync`` (an
+operator that would make the host wait once its tensors are on a GPU; inside a forward it is a
+``sync-in-forward``).
 
 Waits for a host-to-device copy (``.to('cuda')``) are the copy rules' evidence, not findings of
 their own: the fix is the copy's (one finding per fix).
@@ -19,8 +22,10 @@ from traceinsight.rules.common import (
     how_often,
     make_finding,
     repeats,
+    saving_from_total,
     saving_of,
     source_evidence,
+    where,
 )
 from traceinsight.rules.findings import Advice, Finding
 
@@ -56,10 +61,12 @@ def what_syncs(hotspot: SyncHotspot) -> tuple[str, Advice]:
     return f"`{hotspot.call}`" + (f" in {hotspot.op}" if hotspot.op else ""), advice.EXPLICIT_SYNC
 
 
-@rule("sync-in-loop")
-def sync_in_loop(analysis: Analysis) -> Iterator[Finding]:
-    """The same host sync (call, op, source line) happens every steady step."""
+def _sync_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
+    """Hot spots that repeat every steady step; inside a module's forward or not."""
+    rule_id = "sync-in-forward" if in_forward else "sync-in-loop"
     for hotspot in analysis.sync_hotspots:
+        if (hotspot.module is not None) != in_forward:
+            continue
         if waits_for_h2d(hotspot) or not repeats(analysis, hotspot.steady_count):
             continue
         if not hotspot.idle_caused_ns and not hotspot.idle_after_ns:
@@ -79,6 +86,8 @@ def sync_in_loop(analysis: Analysis) -> Iterator[Finding]:
             ("host blocked", format_duration(hotspot.blocked_ns)),
             ("GPU idle it caused", format_duration(hotspot.idle_caused_ns)),
         ]
+        if hotspot.module is not None:
+            evidence.insert(0, ("inside the forward of", hotspot.module))
         note = "replayed without the wait: the host runs ahead and the GPU keeps its queue"
         if hotspot.idle_caused_ns and saving.total_ns < hotspot.idle_caused_ns / 4:
             note = (
@@ -87,15 +96,21 @@ def sync_in_loop(analysis: Analysis) -> Iterator[Finding]:
             )
         yield make_finding(
             analysis,
-            "sync-in-loop",
+            rule_id,
             saving,
             title=" ".join(
                 part
-                for part in (what, hotspot_place(hotspot), "makes the host wait for the GPU", often)
+                for part in (
+                    what,
+                    f"in {hotspot.module}'s forward" if hotspot.module else "",
+                    hotspot_place(hotspot),
+                    "makes the host wait for the GPU",
+                    often,
+                )
                 if part
             ),
-            evidence=(evidence),
-            advice=fix_advice,
+            evidence=evidence,
+            advice=advice.BRANCH if in_forward and fix_advice is advice.EXPLICIT_SYNC else fix_advice,
             why=f"{hotspot.call} blocks the host until the GPU has finished everything queued, so "
             "when it returns the GPU has nothing left to run and idles while the host prepares "
             "and launches the next work.",
@@ -104,3 +119,87 @@ def sync_in_loop(analysis: Analysis) -> Iterator[Finding]:
             source_kind=hotspot.source_kind,
             note=note,
         )
+
+
+@rule("sync-in-loop")
+def sync_in_loop(analysis: Analysis) -> Iterator[Finding]:
+    """The same host sync (call, op, source line) happens every steady step, outside a forward."""
+    yield from _sync_findings(analysis, in_forward=False)
+
+
+@rule("sync-in-forward")
+def sync_in_forward(analysis: Analysis) -> Iterator[Finding]:
+    """A host sync every step inside an ``nn.Module``'s forward (and, without a GPU, an operator that
+    would sync there)."""
+    yield from _sync_findings(analysis, in_forward=True)
+    yield from _latent_findings(analysis, in_forward=True)
+
+
+@rule("latent-sync")
+def latent_sync(analysis: Analysis) -> Iterator[Finding]:
+    """Without a GPU: an operator that would make the host wait for one, every step."""
+    yield from _latent_findings(analysis, in_forward=False)
+
+
+_LATENT_WHAT: dict[str, tuple[str, Advice]] = {
+    "aten::item": ("`.item()`", advice.ITEM),
+    "aten::_local_scalar_dense": ("`.item()`", advice.ITEM),
+    "aten::is_nonzero": ("A Python `if` on a tensor", advice.BRANCH),
+    "aten::nonzero": ("`torch.nonzero`", advice.DATA_DEPENDENT),
+    "aten::nonzero_static": ("`torch.nonzero`", advice.DATA_DEPENDENT),
+    "aten::masked_select": ("Boolean-mask indexing", advice.DATA_DEPENDENT),
+    "aten::_unique2": ("`torch.unique`", advice.DATA_DEPENDENT),
+    "aten::unique_consecutive": ("`torch.unique_consecutive`", advice.DATA_DEPENDENT),
+    "aten::unique_dim": ("`torch.unique`", advice.DATA_DEPENDENT),
+    "aten::repeat_interleave": ("`repeat_interleave` with tensor repeats", advice.DATA_DEPENDENT),
+    "aten::tolist": ("`.tolist()`", advice.TO_HOST),
+}
+
+
+def _latent_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
+    rule_id = "sync-in-forward" if in_forward else "latent-sync"
+    for latent in analysis.latent_syncs:
+        if (latent.module is not None) != in_forward or not repeats(analysis, latent.steady_count):
+            continue
+        what, fix_advice = _LATENT_WHAT.get(latent.op, (f"`{latent.op}`", advice.TO_HOST))
+        often = how_often(analysis, latent.steady_count)
+        place = where(latent.source, latent.source_kind)
+        title = " ".join(
+            part
+            for part in (
+                what,
+                f"in {latent.module}'s forward" if latent.module else "",
+                f"at {place}" if place else "",
+                "would make the host wait for the GPU",
+                often,
+            )
+            if part
+        )
+        evidence = [
+            ("operator chain", latent.op_chain or latent.op),
+            ("source", source_evidence(latent.source, latent.source_kind)),
+            (
+                "how often",
+                f"{often} ({latent.steady_count} in the steady state, {latent.count} in the trace)",
+            ),
+            (
+                "on this run",
+                "no GPU, so it did not wait; on a GPU it reads a GPU value and waits for the queue",
+            ),
+        ]
+        if latent.module:
+            evidence.insert(0, ("inside the forward of", latent.module))
+        yield make_finding(
+            analysis,
+            rule_id,
+            saving_from_total(analysis, 0),
+            title=title + " (this run had no GPU)",
+            evidence=evidence,
+            advice=fix_advice,
+            why=f"{latent.op} needs the tensor's value on the host. On a GPU the host then waits for "
+            "every queued kernel before it can go on, and the GPU idles while the host catches up.",
+            note="cannot be measured without a GPU: profile it on one to see the saving",
+            source=latent.source,
+            source_kind=latent.source_kind,
+            op=latent.op,
+        ).with_(saving_known=False, severity="medium")

@@ -1,0 +1,325 @@
+"""The rules of what slows real training loops (issue 10): each fires on a hand-built trace and on a
+real sample that shows it, stays quiet on its healthy twin, with figures computed here."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import pytest
+from loops import item_loop
+from tracebuild import annotation, cpu_op, frame, kernel, runtime, sample_report, write_trace
+
+from traceinsight.analysis import Analysis, analyze
+from traceinsight.load import load_trace
+from traceinsight.render.scorecard import scorecard
+from traceinsight.report import Report
+from traceinsight.rules import evaluate
+from traceinsight.rules.findings import Finding
+
+_correlation = itertools.count(700_000)
+
+
+def analysis_of(tmp_path: Path, events: list[dict[str, Any]], **top: Any) -> Analysis:
+    return analyze(load_trace(write_trace(tmp_path / "t.json", events, **top)))
+
+
+def found(tmp_path: Path, events: list[dict[str, Any]], **top: Any) -> tuple[Finding, ...]:
+    return evaluate(analysis_of(tmp_path, events, **top))
+
+
+def rules(findings: tuple[Finding, ...]) -> set[str]:
+    return {finding.rule for finding in findings}
+
+
+def sample_rules(name: str) -> set[str]:
+    return {finding.rule for finding in sample_report(name).findings}
+
+
+def gpu_bound_steps(
+    names: list[str], *, steps: int = 4, kernel_us: float = 100, device: int = 0, pid: int = 100
+) -> list[dict[str, Any]]:
+    """Steps of 8 kernels (named in turn from ``names``) queued in 16 µs, then a stream sync that
+    waits for them: the GPU sets the pace, as in a loop that reads its loss every step."""
+    events: list[dict[str, Any]] = []
+    t = 0.0
+    for step in range(steps):
+        start = t
+        for k in range(8):
+            correlation = next(_correlation)
+            call = runtime("cudaLaunchKernel", start + k * 2, 1, correlation=correlation)
+            call["pid"] = pid
+            events.append(call)
+            gpu = kernel(
+                start + 10 + k * kernel_us, kernel_us, correlation=correlation, name=names[k % len(names)]
+            )
+            gpu["pid"] = gpu["args"]["device"] = device
+            events.append(gpu)
+        drained = start + 10 + 8 * kernel_us
+        sync = runtime("cudaStreamSynchronize", start + 20, drained + 2 - (start + 20))
+        sync["pid"] = pid
+        events.append(sync)
+        t = drained + 7
+        step_range = annotation(f"ProfilerStep#{step}", start, t - start)
+        step_range["pid"] = pid
+        events.append(step_range)
+    return events
+
+
+def device(capability: tuple[int, int]) -> dict[str, Any]:
+    return {
+        "deviceProperties": [
+            {"id": 0, "name": "Test GPU", "computeMajor": capability[0], "computeMinor": capability[1]}
+        ]
+    }
+
+
+# --- launch-bound -------------------------------------------------------------------------------
+
+
+def test_launch_bound_fires_on_a_loop_of_tiny_kernels(tmp_path: Path) -> None:
+    events: list[dict[str, Any]] = []
+    for step in range(4):  # 10 kernels of 20 µs, each after 90 µs of dispatch on the host
+        start = step * 1000
+        events.append(annotation(f"ProfilerStep#{step}", start, 1000))
+        for k in range(10):
+            correlation = next(_correlation)
+            events.append(cpu_op("aten::add", start + k * 100 - 85, 93))
+            events.append(runtime("cudaLaunchKernel", start + k * 100 + 5, 3, correlation=correlation))
+            events.append(kernel(start + k * 100 + 15, 20, correlation=correlation))
+    result = found(tmp_path, events)
+    launch = next(f for f in result if f.rule == "launch-bound")
+    assert "10 kernels per step" in launch.title and "median 20.0 µs each" in launch.title
+    assert "aten::add" in dict(launch.evidence)["the host was dispatching"]
+    # low-gpu-utilization does not count the same launch idle again: one finding per fix
+    assert "low-gpu-utilization" not in rules(result)
+
+
+def test_launch_bound_is_the_top_finding_on_b200_eager_decode() -> None:
+    top = next(f for f in sample_report("b200_eager_stacks.json.gz").findings if not f.minor)
+    assert top.rule == "launch-bound"
+
+
+def test_launch_bound_quiet_on_a_gpu_bound_loop(tmp_path: Path) -> None:
+    assert "launch-bound" not in rules(found(tmp_path, gpu_bound_steps(["relu_kernel"])))
+
+
+# --- sync-in-forward ----------------------------------------------------------------------------
+
+
+def test_a_sync_inside_a_module_forward_is_sync_in_forward(tmp_path: Path) -> None:
+    loop = item_loop()
+    for step_start, step_end in loop.steps:  # the .item() runs inside a module's forward
+        loop.events.append(
+            frame("nn.Module: GatedBlock_0", step_start + 90, step_end - step_start - 200, python_id=0)
+        )
+    result = found(tmp_path, loop.events)
+    forward = next(f for f in result if f.rule == "sync-in-forward")
+    assert "GatedBlock's forward" in forward.title and "train.py:52" in forward.title
+    assert dict(forward.evidence)["inside the forward of"] == "GatedBlock"
+    assert "sync-in-loop" not in rules(result)
+
+
+def test_bert_mask_check_is_a_sync_in_forward() -> None:
+    forward = next(
+        f for f in sample_report("h100_bert_small_stacks.json.gz").findings if f.rule == "sync-in-forward"
+    )
+    assert "BertModel's forward" in forward.title
+
+
+# --- amp / tf32 ---------------------------------------------------------------------------------
+
+
+def test_amp_fires_on_fp32_matmuls_on_volta_with_a_replayed_saving(tmp_path: Path) -> None:
+    events = gpu_bound_steps(["volta_sgemm_128x64_nn", "relu_kernel"], kernel_us=100)
+    result = found(tmp_path, events, **device((7, 0)))
+    amp = next(f for f in result if f.rule == "amp-opportunity")
+    assert amp.title.startswith("50% of GPU 0's kernel time is fp32 matrix multiplies")
+    # GPU-bound: 4 sgemm kernels of 100 µs per step run twice as fast → each step 200 µs shorter
+    assert amp.saving_per_step_ns == pytest.approx(200_000, rel=0.02)
+    assert "tf32-opportunity" not in rules(result)
+
+
+def test_amp_quiet_when_the_matmuls_already_use_tensor_cores(tmp_path: Path) -> None:
+    events = gpu_bound_steps(["volta_h884gemm_64x64_ldg8_nn", "relu_kernel"])
+    assert "amp-opportunity" not in rules(found(tmp_path, events, **device((7, 0))))
+
+
+def test_amp_quiet_without_tensor_cores(tmp_path: Path) -> None:
+    events = gpu_bound_steps(["maxwell_sgemm_128x64_nn", "relu_kernel"])
+    assert not {"amp-opportunity", "tf32-opportunity"} & rules(found(tmp_path, events, **device((6, 0))))
+
+
+def test_tf32_not_amp_on_ampere(tmp_path: Path) -> None:
+    events = gpu_bound_steps(["ampere_sgemm_128x64_nn", "relu_kernel"])
+    result = rules(found(tmp_path, events, **device((8, 0))))
+    assert "tf32-opportunity" in result and "amp-opportunity" not in result
+
+
+def test_amp_on_the_v100_samples_and_not_on_b200() -> None:
+    assert "amp-opportunity" in sample_rules("v100_ddp_ns_timestamps.pt.trace.json.gz")
+    assert "amp-opportunity" in sample_rules("v100_resnet50_workers0.pt.trace.json.gz")
+    assert not {"amp-opportunity", "tf32-opportunity"} & sample_rules("b200_eager_stacks.json.gz")
+    assert "tf32-opportunity" in sample_rules("a100_alexnet_cuda_sync.json.gz")
+
+
+# --- exposed-communication -----------------------------------------------------------------------
+
+
+def _compute_then_allreduce(*, overlapped: bool, devices: tuple[int, ...] = (0,)) -> list[dict[str, Any]]:
+    """4 steps: 8 kernels of 100 µs, and a 300 µs all-reduce on stream 20, after the compute (alone)
+    or under it; one process drives every device in ``devices``; a sync at the step's end waits."""
+    events: list[dict[str, Any]] = []
+    t = 0.0
+    for step in range(4):
+        start = t
+        for gpu in devices:
+            for k in range(8):
+                correlation = next(_correlation)
+                events.append(runtime("cudaLaunchKernel", start + k * 2, 1, correlation=correlation))
+                work = kernel(start + 10 + k * 100, 100, correlation=correlation, device=gpu)
+                work["pid"] = gpu
+                events.append(work)
+            correlation = next(_correlation)
+            events.append(runtime("cudaLaunchKernel", start + 17, 1, correlation=correlation))
+            at = start + 50 if overlapped else start + 810
+            comm = kernel(
+                at,
+                300,
+                correlation=correlation,
+                name="ncclKernel_AllReduce_RING_LL_Sum_float",
+                stream=20,
+                device=gpu,
+            )
+            comm["pid"] = gpu
+            events.append(comm)
+        drained = start + (810 if overlapped else 1110)
+        events.append(runtime("cudaStreamSynchronize", start + 20, drained + 2 - (start + 20)))
+        t = drained + 7
+        events.append(annotation(f"ProfilerStep#{step}", start, t - start))
+    return events
+
+
+def test_exposed_communication_fires_when_collectives_run_alone(tmp_path: Path) -> None:
+    result = analysis_of(tmp_path, _compute_then_allreduce(overlapped=False))
+    comm = next(f for f in evaluate(result) if f.rule == "exposed-communication")
+    # 300 µs of each 1117 µs step
+    assert f"communicates with no compute under it {300 / 1117:.0%} of each step" in comm.title
+
+
+def test_exposed_communication_quiet_when_overlapped(tmp_path: Path) -> None:
+    assert "exposed-communication" not in rules(found(tmp_path, _compute_then_allreduce(overlapped=True)))
+
+
+def test_exposed_communication_on_the_two_rank_sample() -> None:
+    assert "exposed-communication" in sample_rules("two_ranks/rank-0.json.gz")
+
+
+def test_one_process_on_two_gpus_is_told_to_use_ddp(tmp_path: Path) -> None:
+    result = analysis_of(tmp_path, _compute_then_allreduce(overlapped=False, devices=(0, 1)))
+    assert result.multi_gpu_processes == 1
+    comm = next(f for f in evaluate(result) if f.rule == "exposed-communication")
+    assert "nn.DataParallel" in comm.title and "DistributedDataParallel" in comm.advice.summary
+
+
+# --- optimizer-not-fused -------------------------------------------------------------------------
+
+
+def _optimizer_steps(kernel_name: str, per_step: int, *, zeroing: int = 0) -> list[dict[str, Any]]:
+    events = gpu_bound_steps(["relu_kernel"], steps=4)
+    starts = sorted(e["ts"] for e in events if e["name"].startswith("ProfilerStep#"))
+    for step_start in starts:
+        start = step_start + 20
+        events.append(annotation("Optimizer.step#SGD.step", start, 300))
+        for index in range(per_step):
+            correlation = next(_correlation)
+            events.append(runtime("cudaLaunchKernel", start + 1 + index * 4, 2, correlation=correlation))
+            events.append(
+                kernel(start + 900 + index, 1, correlation=correlation, name=kernel_name, stream=30)
+            )
+        if zeroing:
+            events.append(annotation("Optimizer.zero_grad#SGD.zero_grad", start + 310, 100))
+            for index in range(zeroing):
+                correlation = next(_correlation)
+                events.append(runtime("cudaMemsetAsync", start + 311 + index, 0.5, correlation=correlation))
+                memset = kernel(
+                    start + 950 + index, 1, correlation=correlation, name="Memset (Device)", stream=30
+                )
+                memset["cat"] = "gpu_memset"
+                events.append(memset)
+    return events
+
+
+def test_a_per_parameter_optimizer_loop_is_found(tmp_path: Path) -> None:
+    result = found(tmp_path, _optimizer_steps("elementwise_kernel<add>", 60, zeroing=20))
+    steps = [f for f in result if f.rule == "optimizer-not-fused"]
+    assert any("SGD.step() launches 60 small kernels per step" in f.title for f in steps)
+    assert any("zero_grad() writes zeros into every gradient: 20 kernels per call" in f.title for f in steps)
+
+
+def test_a_multi_tensor_optimizer_is_quiet(tmp_path: Path) -> None:
+    events = _optimizer_steps("multi_tensor_apply_kernel<SGDFunctor>", 60)
+    assert "optimizer-not-fused" not in rules(found(tmp_path, events))
+
+
+def test_optimizer_on_real_samples() -> None:
+    assert "optimizer-not-fused" in sample_rules("v100_resnet50_workers0.pt.trace.json.gz")  # torch 1.8 SGD
+
+
+# --- latent-sync (no GPU) -----------------------------------------------------------------------
+
+
+def _cpu_steps(ops: list[tuple[str, float, float]], *, module: bool = False) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    for step in range(4):
+        start = step * 1000
+        events.append(annotation(f"ProfilerStep#{step}", start, 1000))
+        events.append(frame("train.py(52): train_step", start + 1, 990, python_id=step * 10 + 1))
+        if module:
+            events.append(frame("nn.Module: Router_0", start + 5, 900, python_id=step * 10 + 2))
+        for name, at, duration in ops:
+            events.append(cpu_op(name, start + at, duration))
+    return events
+
+
+def test_a_cpu_run_is_told_where_a_gpu_run_would_wait(tmp_path: Path) -> None:
+    events = _cpu_steps([("aten::item", 500, 10), ("aten::_local_scalar_dense", 501, 8)])
+    result = analysis_of(tmp_path, events, deviceProperties=[])
+    latent = next(f for f in evaluate(result) if f.rule == "latent-sync")
+    assert latent.title.startswith("`.item()` at train.py:52 would make the host wait for the GPU every step")
+    assert not latent.minor and not latent.saving_known
+    score = next(s for s in scorecard(Report(result, evaluate(result))) if s.label == "Host syncs / step")
+    assert score.value == "1 on a GPU" and "No host waits" not in score.verdict
+
+
+def test_a_latent_sync_in_a_forward_is_sync_in_forward(tmp_path: Path) -> None:
+    events = _cpu_steps([("aten::is_nonzero", 500, 10), ("aten::item", 501, 8)], module=True)
+    result = rules(found(tmp_path, events, deviceProperties=[]))
+    assert "sync-in-forward" in result and "latent-sync" not in result
+
+
+def test_no_latent_syncs_without_such_ops(tmp_path: Path) -> None:
+    events = _cpu_steps([("aten::addmm", 500, 10)])
+    assert not {"latent-sync", "sync-in-forward"} & rules(found(tmp_path, events, deviceProperties=[]))
+
+
+def test_latent_sync_on_the_cpu_sample_names_its_line() -> None:
+    latent = next(
+        f
+        for f in sample_report("cpu_torch2.14_with_stack.pt.trace.json.gz").findings
+        if f.rule == "latent-sync"
+    )
+    assert latent.source == "make_cpu_trace.py:32"
+
+
+# --- quiet where the loop is healthy -------------------------------------------------------------
+
+
+def test_the_scheduling_rules_stay_quiet_on_a_busy_ddp_trace() -> None:
+    report = sample_report("v100_ddp_ns_timestamps.pt.trace.json.gz")
+    busy = report.analysis.usage[0]
+    assert busy.busy_ns / busy.window_ns > 0.95
+    assert not {"launch-bound", "sync-in-forward", "optimizer-not-fused", "latent-sync"} & {
+        f.rule for f in report.findings
+    }
