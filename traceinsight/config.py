@@ -7,6 +7,8 @@ for from a starting folder upwards (the current folder for ``analyze``, the scri
     [tool.traceinsight]
     user-code = ["vllm", "mylab"]   # packages whose frames are the user's own code
     source-root = "."               # where report excerpts may be read from (relative to this file)
+    fail-on = "high"                # the gate (see traceinsight/gate.py): also fail-on-rule,
+    max-idle = 30                   # max-syncs-per-step, max-regression
 
 Unknown keys are an error (a typo must not be silently ignored).
 """
@@ -31,6 +33,11 @@ __all__ = ["KNOWN_KEYS", "ProjectConfig", "find_pyproject", "read_config"]
 KNOWN_KEYS: Final[dict[str, str]] = {
     "user-code": "list of package names whose frames are the user's own code",
     "source-root": "folder (relative to pyproject.toml) that report excerpts may be read from",
+    "fail-on": "gate: fail on a finding of this severity or worse (high, medium, low)",
+    "fail-on-rule": "gate: fail on a finding of these rules (list of rule ids)",
+    "max-idle": "gate: most GPU idle allowed, percent of the step time",
+    "max-syncs-per-step": "gate: most host syncs per step allowed",
+    "max-regression": "gate (diff): most step-time growth allowed, percent",
 }
 
 

@@ -181,7 +181,7 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None, user_code: Colle
         sync_hotspots=syncs.sync_hotspots(calls, idle_after, iterations, classified, steady),
         host=host.host_summary(trace),
         timeline=timeline(trace, max_blocks=2000, busy=busy),
-        kernels=top_kernels(trace, top=20),
+        kernels=top_kernels(trace, top=50),
         steady=steady,
         warnings=trace_warnings(trace, steady),
         replay=prepare_replay(trace, calls, steady),

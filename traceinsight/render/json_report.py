@@ -218,6 +218,17 @@ def report_dict(report: Report) -> dict[str, Any]:
             }
             for finding in report.findings
         ],
+        "kernels": [
+            {
+                "device": stat.device,
+                "name": stat.name,
+                "count": stat.count,
+                "total_us": _us(stat.total_ns),
+                "mean_us": _us(stat.mean_ns),
+                "max_us": _us(stat.max_ns),
+            }
+            for stat in analysis.kernels.kernels
+        ],
         "host": {
             "threads": analysis.host.threads,
             "cpu_ops": analysis.host.cpu_ops,

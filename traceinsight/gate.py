@@ -1,0 +1,132 @@
+"""The gate: budgets a result must keep, for CI. A broken budget is one line and exit status 1.
+
+Budgets come from the command line (``--fail-on``, ``--fail-on-rule``, ``--max-idle``,
+``--max-syncs-per-step``, ``--max-regression``) or the ``[tool.traceinsight]`` table
+(``fail-on``, ``fail-on-rule``, ``max-idle``, ``max-syncs-per-step``, ``max-regression``); the
+command line wins. They are checked on the JSON result (the contract), so the same budgets hold
+for ``analyze`` and for ``diff`` (the after side, plus the step-time regression).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from traceinsight.compare import Comparison, syncs_per_step
+from traceinsight.errors import ConfigError
+from traceinsight.rules.findings import SEVERITIES
+
+__all__ = ["EXIT_BROKEN", "Budgets", "broken", "broken_diff", "budgets_from_table"]
+
+#: The exit status of a broken gate (bad input stays 2, internal errors 3).
+EXIT_BROKEN = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Budgets:
+    """What a result must keep. None (or empty) means "not checked"."""
+
+    #: Fail on any finding (not minor) of this severity or worse: ``high``, ``medium`` or ``low``.
+    fail_on: str | None = None
+    #: Fail on any finding (not minor) of these rules.
+    fail_on_rules: tuple[str, ...] = ()
+    #: Most GPU idle allowed, in percent of the step time (of the time analyzed without steps).
+    max_idle: float | None = None
+    #: Most host syncs per steady step allowed.
+    max_syncs_per_step: float | None = None
+    #: ``diff`` only: most step-time growth allowed, in percent of the before side.
+    max_regression: float | None = None
+
+    @property
+    def empty(self) -> bool:
+        """True when nothing is checked."""
+        return self == Budgets()
+
+    def over(self, other: Budgets) -> Budgets:
+        """These budgets, with any that ``other`` sets taken from it (the command line over the table)."""
+        return replace(
+            self,
+            **{
+                name: getattr(other, name)
+                for name in ("fail_on", "fail_on_rules", "max_idle", "max_syncs_per_step", "max_regression")
+                if getattr(other, name) not in (None, ())
+            },
+        )
+
+
+def _check_severity(value: Any, where: str) -> str:
+    if value not in SEVERITIES:
+        raise ConfigError(f"{where}: fail-on must be one of {', '.join(SEVERITIES)}, not {value!r}")
+    return str(value)
+
+
+def budgets_from_table(table: dict[str, Any] | None, where: str) -> Budgets:
+    """Budgets from a ``[tool.traceinsight]`` table (``where`` names it in errors)."""
+    if not table:
+        return Budgets()
+
+    def number(key: str) -> float | None:
+        value = table.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ConfigError(f"{where}: {key} in [tool.traceinsight] must be a number ≥ 0, not {value!r}")
+        return float(value)
+
+    rules = table.get("fail-on-rule", [])
+    if isinstance(rules, str):
+        rules = [rules]
+    if not isinstance(rules, list) or not all(isinstance(rule, str) for rule in rules):
+        raise ConfigError(
+            f'{where}: fail-on-rule in [tool.traceinsight] must be a list of rule ids, e.g. ["sync-in-loop"]'
+        )
+    fail_on = table.get("fail-on")
+    return Budgets(
+        fail_on=_check_severity(fail_on, where) if fail_on is not None else None,
+        fail_on_rules=tuple(rules),
+        max_idle=number("max-idle"),
+        max_syncs_per_step=number("max-syncs-per-step"),
+        max_regression=number("max-regression"),
+    )
+
+
+def broken(document: dict[str, Any], budgets: Budgets) -> list[str]:
+    """One line per budget the result breaks (empty: the gate passes)."""
+    lines: list[str] = []
+    findings = [finding for finding in document.get("findings", []) if not finding.get("minor")]
+    if budgets.fail_on is not None:
+        worst = SEVERITIES.index(budgets.fail_on)
+        for finding in findings:
+            if SEVERITIES.index(finding["severity"]) <= worst:
+                lines.append(
+                    f"a {finding['severity']} finding ({finding['rule']}, --fail-on {budgets.fail_on}): {finding['title']}"
+                )
+    for rule in budgets.fail_on_rules:
+        for finding in findings:
+            if finding["rule"] == rule:
+                lines.append(f"a {rule} finding (--fail-on-rule {rule}): {finding['title']}")
+    utilization = document.get("utilization", {})
+    idle = utilization.get("idle_share")
+    if budgets.max_idle is not None and idle is not None and idle * 100 > budgets.max_idle:
+        lines.append(
+            f"the GPU is idle {idle * 100:.1f}% of {utilization.get('of') or 'the time'}, over --max-idle {budgets.max_idle:g}%"
+        )
+    syncs = syncs_per_step(document)
+    if budgets.max_syncs_per_step is not None and syncs is not None and syncs > budgets.max_syncs_per_step:
+        lines.append(
+            f"{syncs:.3g} host syncs per step, over --max-syncs-per-step {budgets.max_syncs_per_step:g}"
+        )
+    return lines
+
+
+def broken_diff(comparison: Comparison, after: dict[str, Any], budgets: Budgets) -> list[str]:
+    """The after side's budgets, and the step time's growth against ``--max-regression``."""
+    lines = broken(after, budgets)
+    if budgets.max_regression is not None:
+        step = comparison.metric("step_time")
+        if step.relative is not None and step.relative * 100 > budgets.max_regression:
+            lines.append(
+                f"the {step.label} grew {step.relative * 100:.1f}% ({step.before:,.1f} µs → {step.after:,.1f} µs), "
+                f"over --max-regression {budgets.max_regression:g}%"
+            )
+    return lines

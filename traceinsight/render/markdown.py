@@ -1,0 +1,206 @@
+"""A short GitHub-flavoured Markdown summary, for a pull request comment or ``$GITHUB_STEP_SUMMARY``.
+
+The scorecard, where the GPU time goes, the top findings with their source lines and savings (and,
+for ``diff``, the before/after table). Bounded: at most ``MAX_CHARS`` characters for any trace.
+Every string that comes from the trace is escaped (each ASCII punctuation character backslashed,
+so a name can never become a link, an image, HTML or a table cell) and cut; only the advice's code,
+ours, is shown as code.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from traceinsight.analysis.usage import total_usage
+from traceinsight.compare import Comparison, Metric
+from traceinsight.formatting import format_duration, format_share
+from traceinsight.render.facts import header_facts, no_findings_text, saving_text, time_split
+from traceinsight.render.scorecard import scorecard
+from traceinsight.report import Report
+
+__all__ = ["MAX_CHARS", "MarkdownRenderer", "render_comparison"]
+
+#: GitHub truncates comments past 65,536 characters; stay well below.
+MAX_CHARS: Final[int] = 60_000
+#: Cards shown; the rest are counted.
+TOP_FINDINGS: Final[int] = 8
+#: A trace string is cut to this many characters.
+_MAX_TEXT: Final[int] = 200
+_PUNCTUATION = re.compile(r"([!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~])")
+
+
+def escape(text: object, limit: int = _MAX_TEXT) -> str:
+    """Text shown as it is: one line, cut to ``limit``, every Markdown-active character escaped."""
+    value = " ".join(str(text).split())
+    if len(value) > limit:
+        value = value[: limit - 1] + "…"
+    return _PUNCTUATION.sub(r"\\\1", value)
+
+
+def _fence(code: str) -> str:
+    """A fenced code block longer than any backtick run in ``code``."""
+    longest = max((len(run) for run in re.findall(r"`+", code)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}python\n{code}\n{fence}"
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+class MarkdownRenderer:
+    """Renders a :class:`Report` as a short Markdown summary."""
+
+    def render(self, report: Report) -> str:
+        """The summary, at most :data:`MAX_CHARS` characters."""
+        lines: list[str] = [f"## traceinsight: {escape(report.trace_name)}", ""]
+        for label, value in header_facts(report):
+            lines.append(f"- **{label}**: {escape(value, 300)}")
+        lines.append("")
+        run = report.run
+        if run is not None and (run.failure or run.exit_status):
+            lines += [
+                f"> **The script failed** (exit status {run.exit_status}): {escape(run.failure or '')}",
+                "",
+            ]
+        for warning in report.analysis.warnings:
+            lines += [f"> ⚠️ {escape(warning.message, 500)} *What to do:* {escape(warning.advice, 300)}", ">"]
+        if report.analysis.warnings:
+            lines[-1] = ""
+        lines += _table(
+            ("measure", "value", "verdict"),
+            [(escape(s.label), escape(s.value), escape(s.verdict, 300)) for s in scorecard(report)],
+        )
+        usage = total_usage(report.analysis.usage)
+        if usage.window_ns:
+            per_step = usage.steps > 0
+            lines += ["", f"**Where the GPU time goes** ({escape(usage.of_what)})", ""]
+            lines += _table(
+                ("", "per step" if per_step else "time", "share"),
+                [
+                    (
+                        escape(row.label),
+                        format_duration(row.per_step_ns if row.per_step_ns is not None else row.ns),
+                        format_share(row.share),
+                    )
+                    for row in time_split(usage)
+                ],
+            )
+        cards = [finding for finding in report.findings if not finding.minor]
+        minor = [finding for finding in report.findings if finding.minor]
+        lines.append("")
+        if cards:
+            lines += [f"### Findings ({len(cards)}), largest saving first", ""]
+            for index, finding in enumerate(cards[:TOP_FINDINGS], 1):
+                lines.append(
+                    f"**{index}. [{finding.severity}] `{finding.rule}`**: {escape(finding.title, 400)}"
+                )
+                lines.append("")
+                if finding.source:
+                    kind = " (library code)" if finding.source_kind == "library" else ""
+                    lines.append(f"- source: {escape(finding.source)}{kind}")
+                lines.append(
+                    f"- saves {escape(saving_text(finding))}"
+                    + (f": {escape(finding.saving_note, 300)}" if finding.saving_note else "")
+                )
+                lines.append(f"- do: {escape(finding.advice.summary, 400)}")
+                lines += [
+                    "",
+                    "<details><summary>before / after</summary>",
+                    "",
+                    _fence(finding.advice.before),
+                    "",
+                    _fence(finding.advice.after),
+                    "",
+                    "</details>",
+                    "",
+                ]
+            if len(cards) > TOP_FINDINGS:
+                lines += [f"… and {len(cards) - TOP_FINDINGS} more in the HTML report.", ""]
+        else:
+            lines += [escape(no_findings_text(report), 500), ""]
+        if minor:
+            lines.append(f"<details><summary>Minor findings ({len(minor)})</summary>\n")
+            lines += [f"- `{finding.rule}`: {escape(finding.title, 300)}" for finding in minor[:20]]
+            lines += ["", "</details>", ""]
+        return _bounded("\n".join(lines))
+
+
+def _value(metric: Metric, value: float | None) -> str:
+    if value is None:
+        return "—"
+    if metric.unit == "us":
+        return format_duration(value * 1000)
+    if metric.unit == "share":
+        return format_share(value)
+    return f"{value:.3g}"
+
+
+def _change(metric: Metric) -> str:
+    change = metric.change
+    if change is None:
+        return "—"
+    if metric.unit == "share":
+        return f"{change * 100:+.1f} pts"
+    if metric.unit == "us":
+        sign = "+" if change >= 0 else "−"
+        relative = f" ({metric.relative * 100:+.1f}%)" if metric.relative is not None else ""
+        return f"{sign}{format_duration(abs(change) * 1000)}{relative}"
+    return f"{change:+.3g}"
+
+
+def render_comparison(comparison: Comparison) -> str:
+    """The diff as Markdown: notes, the before/after table, findings fixed / new / still present."""
+    lines = [f"## traceinsight diff: {escape(comparison.before)} → {escape(comparison.after)}", ""]
+    for note in comparison.notes:
+        lines.append(f"> ⚠️ Not the same setup: {escape(note, 300)}")
+    if comparison.notes:
+        lines.append("")
+    basis = "per step" if comparison.basis == "per step" else "in all"
+    lines += _table(
+        ("", "before", "after", "change"),
+        [
+            (escape(m.label), _value(m, m.before), _value(m, m.after), _change(m))
+            for m in (*comparison.metrics, *comparison.idle)
+        ],
+    )
+    lines += ["", f"Times are {basis}.", ""]
+    for status, title in (("fixed", "Fixed"), ("new", "New"), ("still", "Still present")):
+        changes = [change for change in comparison.findings if change.status == status]
+        if not changes:
+            continue
+        lines += [f"### {title} ({len(changes)})", ""]
+        for change in changes[:15]:
+            saving = " → ".join(
+                format_duration(value * 1000) if value is not None else "—"
+                for value in (change.before_saving_us, change.after_saving_us)
+            )
+            lines.append(
+                f"- `{change.rule}` at {escape(change.site) or 'the trace'}: {escape(change.title, 300)} (saving {saving})"
+            )
+        lines.append("")
+    if comparison.kernels:
+        lines += ["### Kernels that changed most", ""]
+        lines += _table(
+            ("GPU", "kernel", "before", "after", "launches"),
+            [
+                (
+                    str(change.device),
+                    escape(change.name, 80),
+                    format_duration(change.before_total_us * 1000),
+                    format_duration(change.after_total_us * 1000),
+                    f"{change.before_count} → {change.after_count}",
+                )
+                for change in comparison.kernels
+            ],
+        )
+    return _bounded("\n".join(lines) + "\n")
+
+
+def _bounded(text: str) -> str:
+    if len(text) <= MAX_CHARS:
+        return text
+    return text[: MAX_CHARS - 80].rsplit("\n", 1)[0] + "\n\n… (cut to stay under GitHub's comment limit)\n"
