@@ -31,6 +31,8 @@ from traceinsight.load.taxonomy import is_user_file
 
 __all__ = ["FRAME_MARK", "UserFrameTracer"]
 
+_RUNNERS = ("traceinsight.capture.script", "runpy")
+
 FRAME_MARK = "traceinsight.frame: "
 """Prefix of the record-function names that stand for user frames until the export renames them."""
 
@@ -62,6 +64,8 @@ class UserFrameTracer:
         frame = sys._getframe(1)
         running: list[FrameType] = []
         while frame is not None:
+            if frame.f_globals.get("__name__") in _RUNNERS:
+                break  # below this frame runs traceinsight itself, not the script
             running.append(frame)
             frame = frame.f_back  # type: ignore[assignment]
         for outer in reversed(running):

@@ -44,6 +44,7 @@ __all__ = [
 ]
 
 PYTHON_SUFFIXES = (".py", ".pyw")
+_SCRIPT_MODULES: list[types.ModuleType] = []
 SIGINT_EXIT_STATUS = 128 + signal.SIGINT
 
 
@@ -180,6 +181,9 @@ def _run_script_file(absolute_path: str) -> None:
     main_module.__dict__["__builtins__"] = builtins
     saved_main = sys.modules["__main__"]
     sys.modules["__main__"] = main_module
+    # As under python, the script's globals live until the process ends: tearing them down here,
+    # while gloo threads may still be finishing work, deadlocked DDP jobs (see distributed.py).
+    _SCRIPT_MODULES.append(main_module)
     try:
         code = compile(source, absolute_path, "exec", dont_inherit=True)
         exec(code, main_module.__dict__)
