@@ -181,7 +181,7 @@ def check_distributed(run: Measured, folder: Path) -> list[str]:
         problems.append(f"ranks wrote to different folders: {traces}")
     ranks = []
     matmuls = []
-    for name, trace in zip(jsons, traces):
+    for name, trace in zip(jsons, traces, strict=True):
         document = json.loads((folder / name).read_text(encoding="utf-8"))
         ranks.append(document["trace"]["rank"])
         if document["trace"]["path"] != str(folder / trace):
@@ -200,7 +200,9 @@ def check_distributed(run: Measured, folder: Path) -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--only", nargs="*", help="shapes to run (default: all)")
     parser.add_argument("--repeat", type=int, default=10, help="runs of each torchrun shape")
     parser.add_argument("--kill-at", type=float, default=12.0, help="GB of RSS at which a tree is killed")
@@ -248,7 +250,9 @@ def main() -> int:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     print()
-    print("| shape | exit alone / run | wall alone / run (s) | peak RSS alone / run (GB) | files written by run |")
+    print(
+        "| shape | exit alone / run | wall alone / run (s) | peak RSS alone / run (GB) | files written by run |"
+    )
     print("|---|---|---|---|---|")
     for row in rows:
         print(row)
@@ -285,7 +289,9 @@ def _row(shape: Shape, alone: Measured, runs: list[Measured]) -> str:
 def _short(name: str) -> str:
     """File names without the date-time stamp (every run has its own)."""
     parts = name.split("/")
-    return "/".join(".".join(p for p in part.split(".") if not (p[:8].isdigit() and "-" in p)) for part in parts)
+    return "/".join(
+        ".".join(p for p in part.split(".") if not (p[:8].isdigit() and "-" in p)) for part in parts
+    )
 
 
 if __name__ == "__main__":

@@ -21,7 +21,9 @@ from typing import Any
 import pytest
 
 if os.environ.get("CI") and importlib.util.find_spec("torch") is None:
-    raise ImportError("torch is not installed but CI is set: `traceinsight run` must be tested with real torch")
+    raise ImportError(
+        "torch is not installed but CI is set: `traceinsight run` must be tested with real torch"
+    )
 torch = pytest.importorskip("torch")
 
 from typer.testing import CliRunner  # noqa: E402
@@ -135,7 +137,9 @@ def test_memory_budget_stops_an_active_window_and_writes_what_it_has(tmp_path: P
     assert ours.returncode == 0, ours.stderr
     assert ours.stdout == "done\n"  # the script ran to its end
     assert "recording stopped early" in ours.stderr and "--max-memory" in ours.stderr
-    steps = [e["name"] for e in events_of(tmp_path / "t.pt.trace.json.gz") if e["name"].startswith("ProfilerStep#")]
+    steps = [
+        e["name"] for e in events_of(tmp_path / "t.pt.trace.json.gz") if e["name"].startswith("ProfilerStep#")
+    ]
     assert 1 <= len(steps) < 5, steps
     assert (tmp_path / "r.html").is_file()
 
@@ -147,13 +151,21 @@ def test_memory_budget_drops_a_start_up_window_that_is_too_big(tmp_path: Path) -
     )  # fmt: skip
     assert ours.returncode == 0, ours.stderr
     assert "start-up recording (step 0) passed the memory budget" in ours.stderr
-    steps = [e["name"] for e in events_of(tmp_path / "t.pt.trace.json.gz") if e["name"].startswith("ProfilerStep#")]
+    steps = [
+        e["name"] for e in events_of(tmp_path / "t.pt.trace.json.gz") if e["name"].startswith("ProfilerStep#")
+    ]
     assert steps == [f"ProfilerStep#{n}" for n in range(3, 8)]
 
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("2G", 2 << 30), ("512M", 512 << 20), ("1.5GB", int(1.5 * (1 << 30))), ("800MiB", 800 << 20), ("4096", 4096)],
+    [
+        ("2G", 2 << 30),
+        ("512M", 512 << 20),
+        ("1.5GB", int(1.5 * (1 << 30))),
+        ("800MiB", 800 << 20),
+        ("4096", 4096),
+    ],
 )
 def test_sizes(text: str, expected: int) -> None:
     assert parse_size(text) == expected
@@ -179,7 +191,9 @@ def test_export_escapes_bare_quotes_and_turns_user_ranges_into_frames(tmp_path: 
         '{\n  "traceEvents": [\n'
         '  {\n    "ph": "X", "cat": "python_function",\n    "name": "a.py(1):     """",\n    "pid": 1, "tid": 1,\n'
         '    "ts": 1, "dur": 2\n  },\n'
-        '  {\n    "ph": "X",\n    "cat": "user_annotation",\n    "name": "' + FRAME_MARK + 'train.py(3): step",\n'
+        '  {\n    "ph": "X",\n    "cat": "user_annotation",\n    "name": "'
+        + FRAME_MARK
+        + 'train.py(3): step",\n'
         '    "pid": 1, "tid": 1, "ts": 1, "dur": 1\n  },\n'
         '  {\n    "ph": "X", "cat": "user_annotation",\n    "name": "ProfilerStep#3",\n    "pid": 1, "tid": 1,\n'
         '    "ts": 0, "dur": 9\n  }\n  ]\n}\n'
@@ -229,7 +243,7 @@ def test_failing_script_keeps_its_status_and_the_report_states_the_failure(tmp_p
     script = SCRIPTS / "probe.py"
     os.environ["PROBE_RECORD"] = str(tmp_path / "record.json")
     try:
-        result, trace, _, findings = run_cli(tmp_path, str(script), "steps=10", "end=raise")
+        result, _, _, findings = run_cli(tmp_path, str(script), "steps=10", "end=raise")
     finally:
         del os.environ["PROBE_RECORD"]
     assert result.exit_code == 1
@@ -259,7 +273,10 @@ def test_too_few_steps_is_a_message_not_exit_2(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("words", "status"), [(["--help"], 0), (["--epochs", "x"], 2)])
 def test_exit_before_the_first_step_leaves_no_files(words: list[str], status: int, tmp_path: Path) -> None:
     alone = subprocess.run(
-        [sys.executable, str(SCRIPTS / "parses_arguments.py"), *words], capture_output=True, text=True, timeout=60
+        [sys.executable, str(SCRIPTS / "parses_arguments.py"), *words],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     ours = traceinsight_process("run", str(SCRIPTS / "parses_arguments.py"), *words, cwd=tmp_path)
     assert ours.returncode == alone.returncode == status
@@ -277,7 +294,9 @@ def test_progress_lines_say_steps_size_and_time(tmp_path: Path) -> None:
         del os.environ["PROBE_RECORD"]
     assert result.exit_code == 0
     assert "traceinsight: recorded 5 steps; writing the trace…" in result.stderr
-    written = re.search(r"trace written: (\S+) \(([\d.]+) MB, ([\d.]+) MB of JSON, in ([\d.]+) s\)", result.stderr)
+    written = re.search(
+        r"trace written: (\S+) \(([\d.]+) MB, ([\d.]+) MB of JSON, in ([\d.]+) s\)", result.stderr
+    )
     assert written is not None, result.stderr
     assert written[1] == str(trace)
     assert float(written[2]) == pytest.approx(trace.stat().st_size / 1e6, abs=0.051)

@@ -22,7 +22,7 @@ def main() -> None:
     )  # fmt: skip
     compiled = torch.compile(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    for step in range(args.steps):
+    for _ in range(args.steps):
         images = torch.randn(args.batch_size, 3, 32, 32)
         labels = torch.randint(0, 10, (args.batch_size,))
         loss = nn.functional.cross_entropy(compiled(images), labels)

@@ -29,8 +29,13 @@ class Trainer:
         self.optimizer.zero_grad()
         outputs = self.model(inputs)
         if self.rank == 1:  # uneven work: rank 1's trace has twice the matmuls
-            outputs = outputs + (inputs @ torch.ones(inputs.shape[1], inputs.shape[1]) @ torch.ones(
-                inputs.shape[1], 1)).mean() * 0
+            outputs = (
+                outputs
+                + (
+                    inputs @ torch.ones(inputs.shape[1], inputs.shape[1]) @ torch.ones(inputs.shape[1], 1)
+                ).mean()
+                * 0
+            )
         loss = nn.functional.mse_loss(outputs, targets)
         loss.backward()
         self.optimizer.step()

@@ -3,12 +3,16 @@
 torch's Python tracer writes a frame's name unescaped: a code object named like a docstring line
 (what torch wrote for torchvision/ops/roi_align.py) makes the JSON invalid. Run from tests/data/.
 """
+
 import types
+
 import torch
-from torch.profiler import profile, ProfilerActivity
+from torch.profiler import ProfilerActivity, profile
+
 
 def rotate(x):
     return x.flip(0) * 2
+
 
 # A code object named like the docstring line torch wrote for torchvision/ops/roi_align.py.
 quoted = types.FunctionType(rotate.__code__.replace(co_name='    """'), globals())

@@ -327,13 +327,13 @@ def _trace_to_report(capture: CaptureResult, paths: OutputPaths, say: _Speaker) 
     export = capture.export
     if export is not None:
         say(
-            f"trace written: {paths.trace} ({export.written_bytes / 1e6:.1f} MB, "
+            f"trace written: {_shown(paths.trace)} ({export.written_bytes / 1e6:.1f} MB, "
             f"{export.raw_bytes / 1e6:.1f} MB of JSON, in {export.seconds:.1f} s)"
         )
         if export.repaired_names:
             say(f"torch wrote {export.repaired_names} names with unescaped quotes; they were escaped")
     else:
-        say(f"trace written: {paths.trace}")
+        say(f"trace written: {_shown(paths.trace)}")
     return capture.trace
 
 
@@ -452,7 +452,7 @@ def _analyze(
     try:
         analyze_and_write(
             trace,
-            html=paths.report,
+            html=_shown(paths.report),
             json_out=paths.json_out,
             console=console,
             user_code=settings.user_code,
@@ -484,6 +484,14 @@ def _say_job_files(say: _Speaker, paths: OutputPaths, rank: RankInfo) -> None:
 def _rank_zero_name(path: Path) -> Path:
     """The path as given before ``.rank0`` was added (so other ranks' names can be made)."""
     return path.with_name(path.name.replace(".rank0", "", 1))
+
+
+def _shown(path: Path) -> Path:
+    """``path`` relative to the current folder when it lies inside it (as the user would type it)."""
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path
 
 
 def _quiet_console() -> Console:

@@ -77,7 +77,9 @@ def load_trace(path: Path, progress: ProgressCallback | None = None) -> Trace:
     if progress is not None:
         progress(total, total, part.event_count)
     trace = _trace(path, document, part)
-    return replace(trace, meta=replace(trace.meta, load_notes=trace.meta.load_notes + notes)) if notes else trace
+    return (
+        replace(trace, meta=replace(trace.meta, load_notes=trace.meta.load_notes + notes)) if notes else trace
+    )
 
 
 #: Files smaller than this (on disk) are decoded in-process: starting workers costs ~0.3 s.
