@@ -128,32 +128,29 @@ def test_stacks_must_be_one_of_three(tmp_path: Path) -> None:
     assert not trace.exists()
 
 
-def test_memory_budget_stops_an_active_window_and_writes_what_it_has(tmp_path: Path) -> None:
-    # 40 MB kept per step: with a 64 MB budget (x2.5 for the stop) the window cannot last 5 steps.
+def run_with_budget(tmp_path: Path, budget: str, growth: str) -> tuple[str, list[str]]:
+    """``run --max-memory BUDGET frames_and_memory.py GROWTH`` in a process: stderr, ProfilerSteps."""
     ours = traceinsight_process(
-        "run", "--trace", "t.pt.trace.json.gz", "-o", "r.html", "--max-memory", "64M",
-        str(SCRIPTS / "frames_and_memory.py"), "grow=40", cwd=tmp_path,
+        "run", "--trace", "t.pt.trace.json.gz", "-o", "r.html", "--max-memory", budget,
+        str(SCRIPTS / "frames_and_memory.py"), growth, cwd=tmp_path,
     )  # fmt: skip
     assert ours.returncode == 0, ours.stderr
     assert ours.stdout == "done\n"  # the script ran to its end
-    assert "recording stopped early" in ours.stderr and "--max-memory" in ours.stderr
-    steps = [
-        e["name"] for e in events_of(tmp_path / "t.pt.trace.json.gz") if e["name"].startswith("ProfilerStep#")
-    ]
+    events = events_of(tmp_path / "t.pt.trace.json.gz")
+    return ours.stderr, [e["name"] for e in events if e["name"].startswith("ProfilerStep#")]
+
+
+def test_memory_budget_stops_an_active_window_and_writes_what_it_has(tmp_path: Path) -> None:
+    # 40 MB kept per step: with a 64 MB budget (x2.5 for the stop) the window cannot last 5 steps.
+    stderr, steps = run_with_budget(tmp_path, "64M", "grow=40")
+    assert "recording stopped early" in stderr and "--max-memory" in stderr
     assert 1 <= len(steps) < 5, steps
     assert (tmp_path / "r.html").is_file()
 
 
 def test_memory_budget_drops_a_start_up_window_that_is_too_big(tmp_path: Path) -> None:
-    ours = traceinsight_process(
-        "run", "--trace", "t.pt.trace.json.gz", "-o", "r.html", "--max-memory", "100M",
-        str(SCRIPTS / "frames_and_memory.py"), "early=200", cwd=tmp_path,
-    )  # fmt: skip
-    assert ours.returncode == 0, ours.stderr
-    assert "start-up recording (step 0) passed the memory budget" in ours.stderr
-    steps = [
-        e["name"] for e in events_of(tmp_path / "t.pt.trace.json.gz") if e["name"].startswith("ProfilerStep#")
-    ]
+    stderr, steps = run_with_budget(tmp_path, "100M", "early=200")
+    assert "start-up recording (step 0) passed the memory budget" in stderr
     assert steps == [f"ProfilerStep#{n}" for n in range(3, 8)]
 
 
@@ -239,13 +236,16 @@ def test_the_scripts_own_profiler_runs_and_run_reports_on_its_trace(kind: str, t
 # --- exit status, failure, --help ------------------------------------------------------------------
 
 
+@pytest.fixture
+def probe_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """probe.py writes how it was started where PROBE_RECORD says."""
+    monkeypatch.setenv("PROBE_RECORD", str(tmp_path / "record.json"))
+
+
+@pytest.mark.usefixtures("probe_record")
 def test_failing_script_keeps_its_status_and_the_report_states_the_failure(tmp_path: Path) -> None:
     script = SCRIPTS / "probe.py"
-    os.environ["PROBE_RECORD"] = str(tmp_path / "record.json")
-    try:
-        result, _, _, findings = run_cli(tmp_path, str(script), "steps=10", "end=raise")
-    finally:
-        del os.environ["PROBE_RECORD"]
+    result, _, _, findings = run_cli(tmp_path, str(script), "steps=10", "end=raise")
     assert result.exit_code == 1
     line = next(n for n, text in enumerate(script.read_text().splitlines(), 1) if "failed on purpose" in text)
     run = json.loads(findings.read_text())["run"]
@@ -259,12 +259,9 @@ def test_failing_script_keeps_its_status_and_the_report_states_the_failure(tmp_p
     assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d$", run["started"])
 
 
+@pytest.mark.usefixtures("probe_record")
 def test_too_few_steps_is_a_message_not_exit_2(tmp_path: Path) -> None:
-    os.environ["PROBE_RECORD"] = str(tmp_path / "record.json")
-    try:
-        result, trace, report, _ = run_cli(tmp_path, str(SCRIPTS / "probe.py"), "steps=2")
-    finally:
-        del os.environ["PROBE_RECORD"]
+    result, trace, report, _ = run_cli(tmp_path, str(SCRIPTS / "probe.py"), "steps=2")
     assert result.exit_code == 0
     assert "ran 2 steps but recording starts after 3" in result.stderr
     assert not trace.exists() and not report.exists()
@@ -286,12 +283,9 @@ def test_exit_before_the_first_step_leaves_no_files(words: list[str], status: in
     assert "before its first step: nothing written" in ours.stderr
 
 
+@pytest.mark.usefixtures("probe_record")
 def test_progress_lines_say_steps_size_and_time(tmp_path: Path) -> None:
-    os.environ["PROBE_RECORD"] = str(tmp_path / "record.json")
-    try:
-        result, trace, _, _ = run_cli(tmp_path, str(SCRIPTS / "probe.py"), "steps=10")
-    finally:
-        del os.environ["PROBE_RECORD"]
+    result, trace, _, _ = run_cli(tmp_path, str(SCRIPTS / "probe.py"), "steps=10")
     assert result.exit_code == 0
     assert "traceinsight: recorded 5 steps; writing the trace…" in result.stderr
     written = re.search(
