@@ -15,6 +15,7 @@ script starts (bad path, no torch, unwritable folder) exits 2 without running it
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import io
 import os
@@ -215,6 +216,8 @@ def run(
             max_memory_bytes=budget,
         )
         rank = rank_info()
+        if rank is not None:
+            settings = dataclasses.replace(settings, record_startup=False)
         paths = _output_paths(target, trace, output, json_out, rank)
         status = profile_and_report(target, settings, paths, console, rank=rank, project=project)
     except TraceInsightError as error:

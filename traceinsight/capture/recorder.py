@@ -86,6 +86,9 @@ class ProfileSettings:
     """Packages whose frames count as the user's (``--user-code``)."""
     max_memory_bytes: int = DEFAULT_MAX_MEMORY
     """Budget of one recording, the cost of stopping it included (``--max-memory``)."""
+    record_startup: bool = True
+    """Record from the start (the start-up window). False under torchrun: a gloo process group and
+    DDP built while a profiler records deadlock at exit (see :mod:`.distributed`)."""
 
     @property
     def first_active_step(self) -> int:
@@ -217,7 +220,9 @@ class TraceRecorder:
         activate_marker(self._marker)
         try:
             with self._own():
-                if self._records(self._schedule(0)):
+                if not self.settings.record_startup:
+                    pass  # nothing until the first step boundary
+                elif self._records(self._schedule(0)):
                     # Step 0 is recorded anyway: one scheduled profiler from the start.
                     self._scheduled_profiler = self._new_profiler(scheduled=True)
                     self._scheduled_profiler.start()
