@@ -28,7 +28,7 @@ torch = pytest.importorskip("torch")
 
 from typer.testing import CliRunner  # noqa: E402
 
-from traceinsight.capture.distributed import rank_path, worker_launch_args  # noqa: E402
+from traceinsight.capture.distributed import launcher_module, rank_path, worker_launch_args  # noqa: E402
 from traceinsight.capture.export import _copy_fixed  # noqa: E402
 from traceinsight.capture.frames import FRAME_MARK  # noqa: E402
 from traceinsight.capture.memory import parse_size  # noqa: E402
@@ -303,6 +303,17 @@ def test_rank_paths() -> None:
     assert rank_path(Path("a/t.pt.trace.json.gz"), 1) == Path("a/t.rank1.pt.trace.json.gz")
     assert rank_path(Path("r.html"), 0) == Path("r.rank0.html")
     assert rank_path(Path("trace-{rank}.json"), 3) == Path("trace-3.json")
+
+
+def test_torchrun_is_recognised_as_the_launcher(tmp_path: Path) -> None:
+    assert launcher_module("torch.distributed.run", is_module=True)
+    assert not launcher_module("torch.distributed.checkpoint", is_module=True)
+    torchrun = Path(sys.executable).parent / "torchrun"  # the console script torch installs
+    assert launcher_module(str(torchrun), is_module=False)
+    lookalike = tmp_path / "torchrun"
+    lookalike.write_text("print('not torch')\n")
+    assert not launcher_module(str(lookalike), is_module=False)
+    assert not launcher_module(str(SCRIPTS / "probe.py"), is_module=False)
 
 
 def test_launcher_arguments_wrap_the_worker_in_traceinsight_run() -> None:

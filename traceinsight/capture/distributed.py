@@ -6,9 +6,9 @@ is the script's stem and the start time of the process that launched them (the t
 the ranks' common parent), so ``train.20261122-101500.job/train.rank1.pt.trace.json.gz``.
 
 Nothing is recorded before a rank's first step. A gloo process group and its DDP model built while
-a profiler records made the job hang at exit (4 runs in 8 under `run`, 1 in 5 with only a
-profiler around start-up, 0 in 10 with a profiler only around steps 2-5, 0 in 10 alone; torch 2.13
-CPU): at the end of ``main()`` the main thread, holding the GIL, destroys the DDP ``Reducer`` and
+a profiler records made the job hang at exit (5 runs in 8 under `run`, 1 in 5 with only a
+profiler around start-up, 0 in 10 with a profiler only around steps 2-5, 0 in 10 alone, 0 in 10
+once nothing is recorded before the first step; torch 2.13 CPU): at the end of ``main()`` the main thread, holding the GIL, destroys the DDP ``Reducer`` and
 so the ``ProcessGroupGloo``, whose destructor waits for the work mutex; a gloo ``runLoop`` thread
 holds that mutex while it destroys its last ``AsyncAllreduceWork``, whose captured
 ``at::ThreadLocalState`` holds a Python object (the ``contextvars`` context torch stashes during

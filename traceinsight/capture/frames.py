@@ -60,7 +60,7 @@ class UserFrameTracer:
         self._record = _RecordFunctionFast
         self._running = True
         self._saved_profile = sys.getprofile()
-        self._saved_thread_profile = getattr(threading, "_profile_hook", None)
+        self._saved_thread_profile = threading.getprofile()
         frame = sys._getframe(1)
         running: list[FrameType] = []
         while frame is not None:
