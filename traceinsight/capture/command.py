@@ -38,7 +38,7 @@ from traceinsight.capture.distributed import (
     rank_path,
     worker_launch_args,
 )
-from traceinsight.capture.export import ProgressCallback
+from traceinsight.capture.export import ExportResult, ProgressCallback
 from traceinsight.capture.memory import parse_size
 from traceinsight.capture.recorder import (
     CaptureResult,
@@ -244,7 +244,9 @@ def profile_and_report(
     """
     speaks = rank is None or rank.rank == 0
     say = _Speaker(console if speaks else None, rank)
-    recorder = TraceRecorder(settings, paths.trace, RecorderEvents(say=say, writing=say.writing))
+    recorder = TraceRecorder(
+        settings, paths.trace, RecorderEvents(say=say, writing=say.writing, written=say.written)
+    )
     owner_pid = os.getpid()
     started = datetime.datetime.now().astimezone()
     clock = time.perf_counter()
@@ -267,7 +269,7 @@ def profile_and_report(
         say(f"the script exited (status {outcome.exit_status}) before its first step: nothing written")
         return exit_like_python(outcome)
 
-    trace = _trace_to_report(capture, paths, say)
+    trace = _trace_to_report(capture, say)
     if trace is None:
         say.error(_no_trace_reason(target, capture, settings))
         return exit_like_python(outcome)
@@ -290,6 +292,15 @@ class _Speaker:
         if self._console is not None:
             self._console.print(self._prefix + text, markup=False, highlight=False, soft_wrap=True)
 
+    def written(self, export: ExportResult) -> None:
+        """The trace file is in place: its path, size and the time writing it took."""
+        self(
+            f"trace written: {_shown(export.path)} ({export.written_bytes / 1e6:.1f} MB, "
+            f"{export.raw_bytes / 1e6:.1f} MB of JSON, in {export.seconds:.1f} s)"
+        )
+        if export.repaired_names:
+            self(f"torch wrote {export.repaired_names} names with unescaped quotes; they were escaped")
+
     def error(self, text: str) -> None:
         """A problem of ours (every rank says it; it does not change the exit status)."""
         sys.stderr.write(f"{self._prefix}error: {text}\n")
@@ -311,7 +322,7 @@ class _Speaker:
             yield progress
 
 
-def _trace_to_report(capture: CaptureResult, paths: OutputPaths, say: _Speaker) -> Path | None:
+def _trace_to_report(capture: CaptureResult, say: _Speaker) -> Path | None:
     """The trace the report is made from: ours, or the one the script exported with its own profiler."""
     if capture.foreign_profiler_at is not None:
         if capture.foreign_traces:
@@ -325,18 +336,6 @@ def _trace_to_report(capture: CaptureResult, paths: OutputPaths, say: _Speaker) 
             return chosen
         if capture.trace is None:
             return None
-    if capture.trace is None:
-        return None
-    export = capture.export
-    if export is not None:
-        say(
-            f"trace written: {_shown(paths.trace)} ({export.written_bytes / 1e6:.1f} MB, "
-            f"{export.raw_bytes / 1e6:.1f} MB of JSON, in {export.seconds:.1f} s)"
-        )
-        if export.repaired_names:
-            say(f"torch wrote {export.repaired_names} names with unescaped quotes; they were escaped")
-    else:
-        say(f"trace written: {_shown(paths.trace)}")
     return capture.trace
 
 

@@ -138,6 +138,8 @@ class RecorderEvents:
         contextlib.nullcontext(None)
     )
     """Context around stopping and writing a window; yields a progress callback or None."""
+    written: Callable[[ExportResult], None] = lambda export: None
+    """A window was written (said at once, so a long export ends visibly where it happened)."""
 
 
 def require_torch() -> None:
@@ -458,6 +460,7 @@ class TraceRecorder:
             return
         self._trace_written = True
         self._steps_in_trace = steps_in_window
+        self.events.written(self._export)
 
 
 def _gib(size: int) -> str:
