@@ -107,6 +107,23 @@ def test_stacks_user_records_only_the_scripts_own_frames(tmp_path: Path) -> None
     assert any("Input Dims" in e.get("args", {}) for e in ops)  # active steps keep shapes
 
 
+def test_workers_forked_while_frames_are_traced_do_not_trace(tmp_path: Path) -> None:
+    # A worker is forked in every step, the active ones (3-7) included.
+    ours = traceinsight_process(
+        "run",
+        "--trace",
+        "t.pt.trace.json.gz",
+        "-o",
+        "r.html",
+        str(SCRIPTS / "fork_in_window.py"),
+        cwd=tmp_path,
+    )
+    assert ours.returncode == 0, ours.stderr
+    assert ours.stdout == "workers with a profile function in steps: []\n"
+    frames = frames_by_name(tmp_path / "t.pt.trace.json.gz")
+    assert any(name.startswith("fork_in_window.py(") for name in frames), frames
+
+
 def test_stacks_all_and_none(tmp_path: Path) -> None:
     script = str(SCRIPTS / "frames_and_memory.py")
     (tmp_path / "all").mkdir()

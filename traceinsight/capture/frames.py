@@ -72,10 +72,14 @@ class UserFrameTracer:
             self._enter(outer)
         threading.setprofile(self._on_event)
         sys.setprofile(self._on_event)
+        _ACTIVE.append(self)
+        _register_fork_hook()
 
     def stop(self) -> None:
         """Close every open range (innermost first) and remove the profile functions."""
         self._running = False
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
         sys.setprofile(self._saved_profile)
         threading.setprofile(self._saved_thread_profile)
         with self._lock:
@@ -129,6 +133,26 @@ class UserFrameTracer:
                 path = path[len(prefix) :]
                 break
         return f"{FRAME_MARK}{path}({code.co_firstlineno}): {code.co_name}"
+
+
+_ACTIVE: list[UserFrameTracer] = []
+_FORK_HOOK: list[bool] = []
+
+
+def _register_fork_hook() -> None:
+    """Once: a child forked while frames are traced (a DataLoader worker) does not trace them."""
+    if _FORK_HOOK or not hasattr(os, "register_at_fork"):
+        return
+    _FORK_HOOK.append(True)
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
+def _forget_in_child() -> None:
+    for tracer in _ACTIVE:
+        tracer._running = False
+        sys.setprofile(tracer._saved_profile)
+        threading.setprofile(tracer._saved_thread_profile)
+    _ACTIVE.clear()
 
 
 def _not_user_folders() -> tuple[str, ...]:
