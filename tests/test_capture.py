@@ -167,7 +167,7 @@ def test_memory_budget_stops_an_active_window_and_writes_what_it_has(tmp_path: P
 
 def test_memory_budget_drops_a_start_up_window_that_is_too_big(tmp_path: Path) -> None:
     stderr, steps = run_with_budget(tmp_path, "100M", "early=200")
-    assert "start-up recording (step 0) passed the memory budget" in stderr
+    assert "start-up recording (step 0) passed the memory budget (--max-memory) and was dropped" in stderr
     assert steps == [f"ProfilerStep#{n}" for n in range(3, 8)]
 
 

@@ -271,6 +271,8 @@ def profile_and_report(
 
     trace = _trace_to_report(capture, say)
     if trace is None:
+        if capture.memory_stop == "start-up" and capture.steps_run:
+            say(_START_UP_DROPPED)
         say.error(_no_trace_reason(target, capture, settings))
         return exit_like_python(outcome)
     _say_window_notes(say, capture, settings)
@@ -368,6 +370,12 @@ def _no_trace_reason(target: ScriptTarget, capture: CaptureResult, settings: Pro
     )
 
 
+_START_UP_DROPPED = (
+    "the start-up recording (step 0) passed the memory budget (--max-memory) and was dropped; "
+    "profiling went on from the first step"
+)
+
+
 def _say_window_notes(say: _Speaker, capture: CaptureResult, settings: ProfileSettings) -> None:
     """Tell what the trace covers when it is not the full active window."""
     if capture.foreign_profiler_at is not None:
@@ -381,10 +389,7 @@ def _say_window_notes(say: _Speaker, capture: CaptureResult, settings: ProfileSe
             "part of the next; lower --active or raise --max-memory"
         )
     elif capture.memory_stop == "start-up":
-        say(
-            "the start-up recording (step 0) passed the memory budget and was dropped; "
-            "the trace holds the steps recorded after it"
-        )
+        say(_START_UP_DROPPED)
     if capture.whole_run:
         say(
             "no optimizer.step() or traceinsight.step() was seen: the trace covers the whole run "
