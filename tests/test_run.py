@@ -243,7 +243,7 @@ def test_profiler_failure_does_not_stop_the_script(
     monkeypatch.setattr(torch.profiler.profile, "step", failing_step)
     run = run_in_process(tmp_path, str(PROBE), "steps=10")
     assert "probe done" in run.stdout  # the training went on
-    assert run.exit_code == 2
+    assert run.exit_code == 0  # the script's own status: what went wrong is said, not exited with
     assert "torch.profiler failed (RuntimeError: profiler broke)" in error_line(run.stderr)
 
 
@@ -251,7 +251,7 @@ def test_schedule_that_never_reaches_an_active_step_says_how_many_steps_ran(
     tmp_path: Path, probe_record: Path
 ) -> None:
     run = run_in_process(tmp_path, str(PROBE), "steps=2")
-    assert run.exit_code == 2
+    assert run.exit_code == 0  # too few steps is a message, not exit 2
     line = error_line(run.stderr)
     assert "ran 2 steps" in line and "--wait" in line and str(PROBE) in line
     assert not run.trace.exists()

@@ -6,20 +6,47 @@ Registered by the CLI as::
 
 ``RUN_CONTEXT_SETTINGS`` stops option parsing at the script, so everything after it (including
 options that look like ours) reaches the script untouched.
+
+Exit status. Once the script has run, `run` exits with the script's own status, whatever happened
+to the trace or the report (what went wrong is said on stderr); only an error found before the
+script starts (bad path, no torch, unwritable folder) exits 2 without running it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import datetime
+import io
 import os
+import shlex
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
-from traceinsight.capture.recorder import CaptureResult, ProfileSettings, TraceRecorder, require_torch
+from traceinsight.capture.distributed import (
+    RankInfo,
+    job_stamp,
+    launcher_module,
+    rank_info,
+    rank_path,
+    worker_launch_args,
+)
+from traceinsight.capture.export import ExportResult, ProgressCallback
+from traceinsight.capture.memory import parse_size
+from traceinsight.capture.recorder import (
+    CaptureResult,
+    ProfileSettings,
+    RecorderEvents,
+    TraceRecorder,
+    require_torch,
+)
 from traceinsight.capture.script import (
     ScriptOutcome,
     ScriptTarget,
@@ -28,9 +55,9 @@ from traceinsight.capture.script import (
     run_target,
     script_target,
 )
-from traceinsight.errors import CaptureError, OutputError, TraceInsightError
+from traceinsight.errors import CaptureError, ConfigError, OutputError, TraceInsightError
 
-__all__ = ["RUN_CONTEXT_SETTINGS", "profile_and_report", "run"]
+__all__ = ["RUN_CONTEXT_SETTINGS", "OutputPaths", "profile_and_report", "run"]
 
 RUN_CONTEXT_SETTINGS: dict[str, Any] = {
     "allow_extra_args": True,
@@ -40,6 +67,16 @@ RUN_CONTEXT_SETTINGS: dict[str, Any] = {
 """Click context settings `run` needs: the script's own arguments pass through untouched."""
 
 _DEFAULTS = ProfileSettings()
+_STACKS = ("user", "all", "none")
+
+
+@dataclass(frozen=True, slots=True)
+class OutputPaths:
+    """Where one run writes (absolute, so that a script that changes folder moves nothing)."""
+
+    trace: Path
+    report: Path
+    json_out: str | None
 
 
 def run(
@@ -65,7 +102,9 @@ def run(
         typer.Option(
             "--trace",
             help="Where to write the trace (gzip JSON; plain JSON if PATH does not end in .gz). "
-            "Default: SCRIPT.<date-time>.pt.trace.json.gz in the current folder.",
+            "Default: SCRIPT.<date-time>.pt.trace.json.gz in the current folder; under torchrun "
+            "SCRIPT.<date-time>.job/SCRIPT.rankN.pt.trace.json.gz ({rank} in PATH is replaced, "
+            "else .rankN is added).",
             dir_okay=False,
             show_default=False,
         ),
@@ -106,6 +145,34 @@ def run(
         bool,
         typer.Option("--memory", help="Also record memory allocations."),
     ] = False,
+    stacks: Annotated[
+        str,
+        typer.Option(
+            "--stacks",
+            metavar="user|all|none",
+            help="Python frames recorded in active steps: your own code only (user), every frame "
+            "(all: much larger traces), or none.",
+        ),
+    ] = "user",
+    user_code: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--user-code",
+            metavar="PKG",
+            help="A package whose frames are your own code, even if installed (repeatable; adds to "
+            "[tool.traceinsight] user-code of the script's pyproject.toml).",
+            show_default=False,
+        ),
+    ] = None,
+    max_memory: Annotated[
+        str,
+        typer.Option(
+            "--max-memory",
+            metavar="SIZE",
+            help="Memory one recording may cost, stopping it included (e.g. 2G, 512M). Past it "
+            "recording stops early and what was recorded is written.",
+        ),
+    ] = "2G",
     module: Annotated[
         bool,
         typer.Option("-m", "--module", help="Run SCRIPT as a module, like python -m SCRIPT."),
@@ -115,25 +182,44 @@ def run(
 
     Steps are marked without changing the script: every optimizer.step() of a torch.optim optimizer
     ends one (call traceinsight.step() in loops without one). The trace and the report are written
-    even if the script fails or is interrupted; the exit status is the script's own.
+    even if the script fails or is interrupted; the exit status is the script's own. Under torchrun
+    every rank writes its own files; `traceinsight run -m torch.distributed.run ...` (or `run
+    torchrun ...`) profiles the workers.
     """
     console = Console(stderr=True)
     try:
         # Parsing stops at SCRIPT: the rest arrives in script_args (or, with other settings, ctx.args).
         words = (*(script_args or ()), *ctx.args)
+        if stacks not in _STACKS:
+            raise CaptureError(f"--stacks must be one of user, all, none (not {stacks!r})")
+        try:
+            budget = parse_size(max_memory)
+        except ValueError:
+            raise CaptureError(
+                f"--max-memory {max_memory!r} is not a size; give e.g. 2G, 512M or a number of bytes"
+            ) from None
+        if launcher_module(script, module):
+            require_torch()
+            status = _launch_workers(script, module, words, _forwarded_options(ctx))
+            raise typer.Exit(status)
         target = module_target(script, words) if module else script_target(script, words)
         require_torch()
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        trace_path = trace if trace is not None else Path(f"{target.stem}.{stamp}.pt.trace.json.gz")
-        report_path = output if output is not None else Path(f"{target.stem}.{stamp}.report.html")
-        _check_writable(trace_path, "--trace")
-        _check_writable(report_path, "-o/--output")
-        if json_out is not None and json_out != "-":
-            _check_writable(Path(json_out), "--json")
+        project = _project_folder(target)
         settings = ProfileSettings(
-            wait=wait, warmup=warmup, active=active, repeat=repeat, profile_memory=memory
+            wait=wait,
+            warmup=warmup,
+            active=active,
+            repeat=repeat,
+            profile_memory=memory,
+            stacks=stacks,  # type: ignore[arg-type]  # checked against _STACKS above
+            user_code=_user_code(project, user_code or ()),
+            max_memory_bytes=budget,
         )
-        status = profile_and_report(target, settings, trace_path, report_path, json_out, console)
+        rank = rank_info()
+        if rank is not None:
+            settings = dataclasses.replace(settings, record_startup=False)
+        paths = _output_paths(target, trace, output, json_out, rank)
+        status = profile_and_report(target, settings, paths, console, rank=rank, project=project)
     except TraceInsightError as error:
         # The same one line the CLI prints for every command's errors; never a traceback.
         sys.stderr.write(f"traceinsight: error: {error}\n")
@@ -145,112 +231,370 @@ def run(
 def profile_and_report(
     target: ScriptTarget,
     settings: ProfileSettings,
-    trace_path: Path,
-    report_path: Path,
-    json_out: str | None,
+    paths: OutputPaths,
     console: Console,
+    *,
+    rank: RankInfo | None = None,
+    project: Path | None = None,
 ) -> int:
-    """Run ``target`` under the profiler, write the trace, analyze it; return the exit status.
+    """Run ``target`` under the profiler, write the trace, analyze it; return the script's exit status.
 
-    Raises :class:`TraceInsightError` (carrying the script's failing status, if any) when there is
-    no trace or no report; for Ctrl-C, this process dies by SIGINT after writing, as Python does.
+    What went wrong with the trace or the report is said on stderr; it never changes the status.
+    For Ctrl-C, this process dies by SIGINT after writing, as Python does.
     """
-    # Absolute, so that a script that changes folder does not move the trace it is writing.
-    recorder = TraceRecorder(settings, trace_path.absolute())
+    speaks = rank is None or rank.rank == 0
+    say = _Speaker(console if speaks else None, rank)
+    recorder = TraceRecorder(
+        settings, paths.trace, RecorderEvents(say=say, writing=say.writing, written=say.written)
+    )
     owner_pid = os.getpid()
+    started = datetime.datetime.now().astimezone()
+    clock = time.perf_counter()
     recorder.start()
     if not recorder.records_cuda:
-        _say(console, "traceinsight: no CUDA device: profiling CPU activity only")
+        say("no CUDA device: profiling CPU activity only")
     try:
         outcome = run_target(target)
-    finally:
-        capture = recorder.finish()
+    except BaseException:
+        recorder.finish(discard=True)
+        raise
+    elapsed = time.perf_counter() - clock
+    # --help or a usage error before the first step: no trace, no report (nothing worth reading).
+    before_first_step = outcome.parser_exit and recorder.steps_run == 0
+    capture = recorder.finish(discard=before_first_step)
     if os.getpid() != owner_pid:
         # A child the script forked came back through here: it writes and prints nothing.
         return outcome.exit_status
+    if before_first_step:
+        say(f"the script exited (status {outcome.exit_status}) before its first step: nothing written")
+        return exit_like_python(outcome)
 
-    if capture.trace is None:
-        raise _with_exit_status(_no_trace_error(target, trace_path, capture, settings), outcome)
-    _say(console, f"traceinsight: trace written: {trace_path}")
-    _say_window_notes(console, capture, settings)
-    _analyze(trace_path, report_path, json_out, console, outcome)  # prints the report's path
+    trace = _trace_to_report(capture, say)
+    if trace is None:
+        if capture.memory_stop == "start-up" and capture.steps_run:
+            say(_START_UP_DROPPED)
+        say.error(_no_trace_reason(target, capture, settings))
+        return exit_like_python(outcome)
+    _say_window_notes(say, capture, settings)
+    context = _run_context(target, started, elapsed, outcome, capture, trace)
+    _analyze(trace, paths, settings, project, context, console if speaks else _quiet_console(), say)
+    if rank is not None and rank.rank == 0:
+        _say_job_files(say, paths, rank)
     return exit_like_python(outcome)
 
 
-def _analyze(
-    trace_path: Path, report_path: Path, json_out: str | None, console: Console, outcome: ScriptOutcome
-) -> None:
-    """Analyze the trace just written; on failure keep it and say how to retry."""
-    from traceinsight.pipeline import analyze_and_write
+class _Speaker:
+    """Status lines on stderr (``traceinsight: ...``) and the progress of writing a trace."""
 
-    try:
-        analyze_and_write(trace_path, html=report_path, json_out=json_out, console=console)
-    except TraceInsightError as error:
-        reason = str(error)
-    except Exception as error:  # an analysis bug must not lose the user's run
-        reason = f"{type(error).__name__}: {error}"
-    else:
-        return
-    raise _with_exit_status(
-        CaptureError(
-            f"the trace {trace_path} was kept but no report was made ({reason}); "
-            f"retry with: traceinsight analyze {trace_path}"
-        ),
-        outcome,
-    )
+    def __init__(self, console: Console | None, rank: RankInfo | None) -> None:
+        self._console = console
+        self._prefix = "traceinsight: " if rank is None else f"traceinsight (rank {rank.rank}): "
+
+    def __call__(self, text: str) -> None:
+        if self._console is not None:
+            self._console.print(self._prefix + text, markup=False, highlight=False, soft_wrap=True)
+
+    def written(self, export: ExportResult) -> None:
+        """The trace file is in place: its path, size and the time writing it took."""
+        self(
+            f"trace written: {_shown(export.path)} ({export.written_bytes / 1e6:.1f} MB, "
+            f"{export.raw_bytes / 1e6:.1f} MB of JSON, in {export.seconds:.1f} s)"
+        )
+        if export.repaired_names:
+            self(f"torch wrote {export.repaired_names} names with unescaped quotes; they were escaped")
+
+    def error(self, text: str) -> None:
+        """A problem of ours (every rank says it; it does not change the exit status)."""
+        sys.stderr.write(f"{self._prefix}error: {text}\n")
+        sys.stderr.flush()
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[ProgressCallback | None]:
+        """A live ``writing the trace (X MB): N %`` line on a terminal; nothing elsewhere."""
+        console = self._console
+        if console is None or not console.is_terminal:
+            yield None
+            return
+        with console.status(self._prefix + "stopping the profiler…", spinner="dots") as status:
+
+            def progress(done: int, total: int) -> None:
+                share = 100 * done // max(total, 1)
+                status.update(f"{self._prefix}writing the trace ({total / 1e6:.0f} MB): {share} %")
+
+            yield progress
 
 
-def _no_trace_error(
-    target: ScriptTarget, trace_path: Path, capture: CaptureResult, settings: ProfileSettings
-) -> TraceInsightError:
-    """Why nothing could be written, as one sentence with the next step."""
+def _trace_to_report(capture: CaptureResult, say: _Speaker) -> Path | None:
+    """The trace the report is made from: ours, or the one the script exported with its own profiler."""
+    if capture.foreign_profiler_at is not None:
+        if capture.foreign_traces:
+            if capture.trace is not None:
+                capture.trace.unlink(missing_ok=True)  # the script's own trace is the one to read
+            chosen = capture.foreign_traces[-1]
+            say(
+                f"the script started its own torch profiler ({capture.foreign_profiler_at}): "
+                f"traceinsight stepped aside and reports on the trace the script exported: {chosen}"
+            )
+            return chosen
+        if capture.trace is None:
+            return None
+    return capture.trace
+
+
+def _no_trace_reason(target: ScriptTarget, capture: CaptureResult, settings: ProfileSettings) -> str:
+    """Why nothing could be reported, as one sentence with the next step."""
+    if capture.foreign_profiler_at is not None:
+        return (
+            f"the script started its own torch profiler ({capture.foreign_profiler_at}), so traceinsight "
+            "stepped aside and recorded nothing; no trace exported by the script was found: analyze "
+            "the script's own trace with traceinsight analyze PATH"
+        )
     if capture.export_error is not None:
-        return OutputError(
-            f"cannot write trace {trace_path}: {capture.export_error}; "
-            "check the folder's free space and permissions, or pass another --trace"
+        return (
+            f"cannot write trace: {capture.export_error}; check the folder's free space and "
+            "permissions, or pass another --trace"
         )
     if capture.profiler_error is not None:
-        return CaptureError(
-            f"no trace for {target.name}: torch.profiler failed ({capture.profiler_error}); "
-            "if the script starts a profiler of its own, remove it (only one can run at a time)"
+        return f"no trace for {target.name}: torch.profiler failed ({capture.profiler_error})"
+    if capture.memory_stop == "start-up" and capture.steps_run == 0:
+        return (
+            f"no trace for {target.name}: the start-up recording passed the memory budget "
+            f"({settings.max_memory_bytes / (1 << 30):.1f} GiB) and was dropped, and no step was "
+            "marked; raise --max-memory or mark steps with traceinsight.step()"
         )
     steps = capture.steps_run
-    return CaptureError(
+    return (
         f"no trace for {target.name}: the script ran {steps} step{'' if steps == 1 else 's'} but "
         f"recording starts after {settings.first_active_step} (--wait {settings.wait} + "
         f"--warmup {settings.warmup}); lower --wait/--warmup or let the script run more steps"
     )
 
 
-def _with_exit_status(error: TraceInsightError, outcome: ScriptOutcome) -> TraceInsightError:
-    """Keep the script's failing status on our error, so the CLI exits with it."""
-    if outcome.exit_status != 0:
-        error.exit_code = outcome.exit_status
-    return error
+_START_UP_DROPPED = (
+    "the start-up recording (step 0) passed the memory budget (--max-memory) and was dropped; "
+    "profiling went on from the first step"
+)
 
 
-def _say_window_notes(console: Console, capture: CaptureResult, settings: ProfileSettings) -> None:
+def _say_window_notes(say: _Speaker, capture: CaptureResult, settings: ProfileSettings) -> None:
     """Tell what the trace covers when it is not the full active window."""
-    if capture.whole_run:
-        _say(
-            console,
-            "traceinsight: no optimizer.step() or traceinsight.step() was seen: "
-            "the trace covers the whole run as one step",
+    if capture.foreign_profiler_at is not None:
+        return
+    if capture.memory_stop == "window":
+        estimate = capture.memory_estimate_bytes or 0
+        say(
+            f"recording was stopped early at an estimated {estimate / (1 << 30):.1f} GiB (budget "
+            f"{settings.max_memory_bytes / (1 << 30):.1f} GiB, --max-memory): the trace holds "
+            f"{capture.steps_in_trace} complete step{'' if capture.steps_in_trace == 1 else 's'} and "
+            "part of the next; lower --active or raise --max-memory"
         )
+    elif capture.memory_stop == "start-up":
+        say(_START_UP_DROPPED)
+    if capture.whole_run:
+        say(
+            "no optimizer.step() or traceinsight.step() was seen: the trace covers the whole run "
+            "as one step, without Python frames"
+        )
+    elif capture.memory_stop == "window":
+        return
     elif capture.steps_in_trace == 0:
-        _say(
-            console,
-            f"traceinsight: the script ended after {capture.steps_run} steps, during the first recorded "
-            "one: the trace holds only what ran after the last step; "
-            "lower --wait/--warmup to record complete steps",
+        say(
+            f"the script ended after {capture.steps_run} steps, during the first recorded one: "
+            "the trace holds only what ran after the last step; lower --wait/--warmup to record "
+            "complete steps"
         )
     elif capture.steps_in_trace < settings.active:
-        _say(
-            console,
-            f"traceinsight: the script ended during the active window: the trace holds "
+        say(
+            f"the script ended during the active window: the trace holds "
             f"{capture.steps_in_trace} complete step{'' if capture.steps_in_trace == 1 else 's'} "
-            f"of the {settings.active} asked for",
+            f"of the {settings.active} asked for"
         )
+
+
+def _run_context(
+    target: ScriptTarget,
+    started: datetime.datetime,
+    elapsed: float,
+    outcome: ScriptOutcome,
+    capture: CaptureResult,
+    trace: Path,
+) -> Any:
+    """What the report says of the run (:class:`traceinsight.report.RunContext`)."""
+    import torch
+
+    from traceinsight.report import RunContext
+
+    words = sys.argv[1:]
+    if "run" in words:
+        command = "traceinsight " + shlex.join(words)
+    else:
+        command = "traceinsight run " + shlex.join(
+            [*(["-m"] if target.is_module else []), target.name, *target.args]
+        )
+    ours = capture.trace is not None and trace == capture.trace
+    return RunContext(
+        command=command,
+        script=target.name,
+        started=started.isoformat(timespec="seconds"),
+        torch_version=str(torch.__version__),
+        elapsed_s=round(elapsed, 3),
+        exit_status=outcome.exit_status,
+        failure=outcome.failure,
+        steps_recorded=None if (capture.whole_run or not ours) else capture.steps_in_trace,
+    )
+
+
+def _analyze(
+    trace: Path,
+    paths: OutputPaths,
+    settings: ProfileSettings,
+    project: Path | None,
+    context: Any,
+    console: Console,
+    say: _Speaker,
+) -> None:
+    """Analyze the trace just written; on failure keep it and say how to retry."""
+    from traceinsight.pipeline import analyze_and_write
+
+    try:
+        analyze_and_write(
+            trace,
+            html=_shown(paths.report),
+            json_out=paths.json_out,
+            console=console,
+            user_code=settings.user_code,
+            source_root=project,
+            run=context,
+        )
+    except TraceInsightError as error:
+        reason = str(error)
+    except Exception as error:  # an analysis bug must not lose the user's run
+        reason = f"{type(error).__name__}: {error}"
+    else:
+        return
+    say.error(
+        f"the trace {trace} was kept but no report was made ({reason}); "
+        f"retry with: traceinsight analyze {trace}"
+    )
+
+
+def _say_job_files(say: _Speaker, paths: OutputPaths, rank: RankInfo) -> None:
+    """Rank 0 lists every rank's files (a report over all ranks is not made yet)."""
+    traces = " ".join(str(rank_path(_rank_zero_name(paths.trace), r)) for r in range(rank.world_size))
+    say(
+        f"this job has {rank.world_size} ranks, each with its own trace and report in "
+        f"{paths.trace.parent}; the summary above is rank 0's. Analyze a rank with "
+        f"traceinsight analyze PATH, for each of: {traces}"
+    )
+
+
+def _rank_zero_name(path: Path) -> Path:
+    """The path as given before ``.rank0`` was added (so other ranks' names can be made)."""
+    return path.with_name(path.name.replace(".rank0", "", 1))
+
+
+def _shown(path: Path) -> Path:
+    """``path`` relative to the current folder when it lies inside it (as the user would type it)."""
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
+def _quiet_console() -> Console:
+    return Console(file=io.StringIO(), stderr=False)
+
+
+def _project_folder(target: ScriptTarget) -> Path:
+    """The script's project: the nearest folder at or above it with pyproject.toml or .git."""
+    start = Path.cwd() if target.is_module else Path(os.path.realpath(target.name)).parent
+    for folder in (start, *start.parents):
+        if (folder / "pyproject.toml").is_file() or (folder / ".git").exists():
+            return folder
+    return start
+
+
+def _user_code(project: Path, given: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """``--user-code`` packages merged with ``[tool.traceinsight] user-code`` of the script's project."""
+    from traceinsight.config import read_config
+
+    try:
+        configured = read_config(project).user_code
+    except ConfigError:
+        raise
+    merged: list[str] = []
+    for name in (*given, *configured):
+        if name not in merged:
+            merged.append(name)
+    return tuple(merged)
+
+
+def _output_paths(
+    target: ScriptTarget,
+    trace: Path | None,
+    output: Path | None,
+    json_out: str | None,
+    rank: RankInfo | None,
+) -> OutputPaths:
+    """The outputs' absolute paths, per rank under torchrun; fails now if one cannot be written."""
+    if rank is None:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        trace_path = trace if trace is not None else Path(f"{target.stem}.{stamp}.pt.trace.json.gz")
+        report_path = output if output is not None else Path(f"{target.stem}.{stamp}.report.html")
+        json_path = json_out
+    else:
+        folder = Path(f"{target.stem}.{job_stamp()}.job")
+        if trace is None or output is None:
+            folder.mkdir(exist_ok=True)
+        trace_path = rank_path(
+            trace if trace is not None else folder / f"{target.stem}.pt.trace.json.gz", rank.rank
+        )
+        report_path = rank_path(
+            output if output is not None else folder / f"{target.stem}.report.html", rank.rank
+        )
+        json_path = str(rank_path(Path(json_out), rank.rank)) if json_out not in (None, "-") else json_out
+    _check_writable(trace_path, "--trace")
+    _check_writable(report_path, "-o/--output")
+    if json_path is not None and json_path != "-":
+        _check_writable(Path(json_path), "--json")
+    return OutputPaths(
+        trace=trace_path.absolute(),
+        report=report_path.absolute(),
+        json_out=str(Path(json_path).absolute()) if json_path not in (None, "-") else json_path,
+    )
+
+
+def _forwarded_options(ctx: typer.Context) -> list[str]:
+    """Our options as given on the command line, to pass on to every worker of a torchrun job."""
+    words: list[str] = []
+    for name, value in ctx.params.items():
+        if name in ("script", "script_args", "module") or value is None:
+            continue
+        source = ctx.get_parameter_source(name)
+        if source is None or source.name == "DEFAULT":
+            continue
+        flag = "--" + name.replace("_", "-") if name != "json_out" else "--json"
+        if isinstance(value, bool):
+            if value:
+                words.append(flag)
+        elif isinstance(value, list):
+            for item in value:
+                words += [flag, str(item)]
+        else:
+            words += [flag, str(value)]
+    return words
+
+
+def _launch_workers(script: str, module: bool, words: tuple[str, ...], our_options: list[str]) -> int:
+    """Run torchrun unprofiled, its workers under ``traceinsight run``; return its exit status."""
+    launcher_args = worker_launch_args(words, our_options)
+    name = "torch.distributed.run" if module or not os.path.isfile(script) else script
+    target = ScriptTarget(name=name, args=tuple(launcher_args), is_module=name == "torch.distributed.run")
+    sys.stderr.write(
+        "traceinsight: profiling the workers of this torchrun job (not the launcher); "
+        "each rank writes its own files, rank 0 prints the summary\n"
+    )
+    return exit_like_python(run_target(target))
 
 
 def _check_writable(path: Path, option: str) -> None:
@@ -264,8 +608,3 @@ def _check_writable(path: Path, option: str) -> None:
         raise OutputError(f"cannot write {path}: folder {folder} is not writable; change {option}")
     if path.is_dir():
         raise OutputError(f"cannot write {path}: it is a folder; give a file name to {option}")
-
-
-def _say(console: Console, text: str) -> None:
-    """One status line on stderr, paths printed literally (no markup)."""
-    console.print(text, markup=False, highlight=False, soft_wrap=True)

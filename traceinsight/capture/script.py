@@ -44,6 +44,7 @@ __all__ = [
 ]
 
 PYTHON_SUFFIXES = (".py", ".pyw")
+_SCRIPT_MODULES: list[types.ModuleType] = []
 SIGINT_EXIT_STATUS = 128 + signal.SIGINT
 
 
@@ -72,6 +73,10 @@ class ScriptOutcome:
     """The status ``python SCRIPT`` would exit with (130 for Ctrl-C, where Python dies by SIGINT)."""
     interrupted: bool = False
     """True when the script ended with ``KeyboardInterrupt`` (Ctrl-C)."""
+    failure: str | None = None
+    """How it failed, one line: ``ValueError: bad shape at train.py:47`` (None when it exited 0)."""
+    parser_exit: bool = False
+    """True when an argument parser ended it (``--help``, a usage error): argparse, optparse, click."""
 
 
 def script_target(script: str, args: tuple[str, ...]) -> ScriptTarget:
@@ -130,13 +135,20 @@ def run_target(target: ScriptTarget) -> ScriptOutcome:
                 with _script_folder_first(script_folder):
                     _run_script_file(os.path.abspath(target.name))
         except SystemExit as exit_request:
-            return ScriptOutcome(exit_status=_system_exit_status(exit_request))
+            status = _system_exit_status(exit_request)
+            return ScriptOutcome(
+                exit_status=status,
+                failure=_failure_line(exit_request) if status else None,
+                parser_exit=_raised_by_parser(exit_request),
+            )
         except KeyboardInterrupt as interrupt:
             _show_traceback(interrupt)
-            return ScriptOutcome(exit_status=SIGINT_EXIT_STATUS, interrupted=True)
+            return ScriptOutcome(
+                exit_status=SIGINT_EXIT_STATUS, interrupted=True, failure=_failure_line(interrupt)
+            )
         except BaseException as error:
             _show_traceback(error)
-            return ScriptOutcome(exit_status=1)
+            return ScriptOutcome(exit_status=1, failure=_failure_line(error))
         return ScriptOutcome(exit_status=0)
     finally:
         sys.argv[:] = saved_argv
@@ -169,6 +181,9 @@ def _run_script_file(absolute_path: str) -> None:
     main_module.__dict__["__builtins__"] = builtins
     saved_main = sys.modules["__main__"]
     sys.modules["__main__"] = main_module
+    # As under python, the script's globals live until the process ends: tearing them down here,
+    # while gloo threads may still be finishing work, deadlocked DDP jobs (see distributed.py).
+    _SCRIPT_MODULES.append(main_module)
     try:
         code = compile(source, absolute_path, "exec", dont_inherit=True)
         exec(code, main_module.__dict__)
@@ -211,6 +226,45 @@ def _show_traceback(error: BaseException) -> None:
     _flush_standard_streams()
     sys.excepthook(type(error), error, traceback)
     _flush_standard_streams()
+
+
+_PARSER_MODULES = ("argparse", "optparse", "getopt", "click")
+
+
+def _raised_by_parser(exit_request: SystemExit) -> bool:
+    """True when an argument parser's frame is on the way to ``sys.exit`` (``--help``, bad options)."""
+    traceback = exit_request.__traceback__
+    while traceback is not None:
+        module = str(traceback.tb_frame.f_globals.get("__name__", ""))
+        if module.split(".")[0] in _PARSER_MODULES:
+            return True
+        traceback = traceback.tb_next
+    return False
+
+
+def _failure_line(error: BaseException) -> str:
+    """``Type: message at file:line``, the line being the innermost frame of the user's own code."""
+    from traceinsight.load.taxonomy import is_user_file
+
+    where = None
+    traceback = error.__traceback__
+    while traceback is not None:
+        path = traceback.tb_frame.f_code.co_filename
+        if os.path.isabs(path) and is_user_file(path):
+            where = f"{_short_path(path)}:{traceback.tb_lineno}"
+        traceback = traceback.tb_next
+    if isinstance(error, SystemExit):
+        what = f"sys.exit({error.code!r})"
+    else:
+        message = str(error).strip().splitlines()
+        what = f"{type(error).__name__}: {message[0]}" if message else type(error).__name__
+    return f"{what} at {where}" if where else what
+
+
+def _short_path(path: str) -> str:
+    """``path`` relative to the current folder when it is inside it."""
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
 
 
 def _has_python_shebang(path: Path) -> bool:

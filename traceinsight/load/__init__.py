@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import gc
 import os
+from dataclasses import replace
 from pathlib import Path
 
-from traceinsight.errors import TraceInsightError
+from traceinsight.errors import TraceFormatError, TraceInsightError
 from traceinsight.load import native
 from traceinsight.load.columns import ChunkTables, chunk_tables
 from traceinsight.load.decode import TraceDocument, decode_generic, read_bytes
 from traceinsight.load.parallel import Unsplittable, load_parallel
 from traceinsight.load.progress import ProgressCallback
+from traceinsight.load.repair import repair_names
 from traceinsight.load.tables import Device, Trace, TraceMeta, _meta, build_trace
 from traceinsight.load.whole import decode_whole
 
@@ -54,10 +56,18 @@ def load_trace(path: Path, progress: ProgressCallback | None = None) -> Trace:
     raw = read_bytes(path)
     if progress is not None:
         progress(max(total - 1, 0), total, 0)
+    notes: tuple[tuple[str, int], ...] = ()
     collecting = gc.isenabled()
     gc.disable()
     try:
-        document, events = decode_whole(raw, path)
+        try:
+            document, events = decode_whole(raw, path)
+        except TraceFormatError:
+            raw, repaired = repair_names(raw)  # torch's unescaped names; else the error stands
+            if not repaired:
+                raise
+            notes = (("repaired-name", repaired),)
+            document, events = decode_whole(raw, path)
         del raw
         part = chunk_tables(events)
         del events
@@ -66,7 +76,10 @@ def load_trace(path: Path, progress: ProgressCallback | None = None) -> Trace:
             gc.enable()
     if progress is not None:
         progress(total, total, part.event_count)
-    return _trace(path, document, part)
+    trace = _trace(path, document, part)
+    return (
+        replace(trace, meta=replace(trace.meta, load_notes=trace.meta.load_notes + notes)) if notes else trace
+    )
 
 
 #: Files smaller than this (on disk) are decoded in-process: starting workers costs ~0.3 s.

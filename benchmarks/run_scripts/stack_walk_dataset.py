@@ -1,0 +1,54 @@
+"""A Dataset that walks the Python stack per sample, like torchvision's FakeData seeding each sample.
+
+Each ``__getitem__`` reseeds torch (``torch.manual_seed`` runs a dozen Python functions) and
+calls ``traceback.extract_stack()``; with ``with_stack`` every one of those calls becomes a
+``python_function`` event, thousands per batch. A small conv net trains on the samples.
+``--steps`` (default 20), ``--batch-size`` (default 32).
+"""
+
+import argparse
+import traceback
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+
+class WalkingDataset(Dataset[tuple[torch.Tensor, int]]):
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        state = torch.get_rng_state()
+        torch.manual_seed(index)
+        image = torch.randn(3, 32, 32)
+        torch.set_rng_state(state)
+        depth = len(traceback.extract_stack())
+        return image, (index + depth) % 10
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--batch-size", type=int, default=32)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4), nn.Flatten(), nn.Linear(256, 10)
+    )
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = DataLoader(WalkingDataset(args.steps * args.batch_size), batch_size=args.batch_size)
+    for step, (images, labels) in enumerate(loader):
+        loss = nn.functional.cross_entropy(model(images), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if step % 5 == 0:
+            print(f"step {step} loss {loss.item():.4f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

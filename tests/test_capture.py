@@ -1,0 +1,379 @@
+"""`traceinsight run` on the shapes of issue 15, with real torch on CPU, each in seconds.
+
+Bounded capture (start-up window without stacks/shapes, ``--stacks``, ``--max-memory``), the
+script's own profiler, exit status and failure in the report, ``--help``, torchrun ranks and the
+launcher as a target. What needs a real process (the memory guard's interrupt, a profiler that
+crashed the process, torchrun) runs as one. Traces are read with gzip + json, not the package.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+if os.environ.get("CI") and importlib.util.find_spec("torch") is None:
+    raise ImportError(
+        "torch is not installed but CI is set: `traceinsight run` must be tested with real torch"
+    )
+torch = pytest.importorskip("torch")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from traceinsight.capture.distributed import launcher_module, rank_path, worker_launch_args  # noqa: E402
+from traceinsight.capture.export import _copy_fixed  # noqa: E402
+from traceinsight.capture.frames import FRAME_MARK  # noqa: E402
+from traceinsight.capture.memory import parse_size  # noqa: E402
+from traceinsight.cli import app  # noqa: E402
+
+SCRIPTS = Path(__file__).resolve().parent / "run_scripts"
+REPO = Path(__file__).resolve().parent.parent
+runner = CliRunner()
+
+
+def events_of(trace: Path) -> list[dict[str, Any]]:
+    """A trace's events, read with the standard library (plain or gzip JSON)."""
+    opener = gzip.open if trace.name.endswith(".gz") else open
+    with opener(trace, "rt", encoding="utf-8") as stream:  # type: ignore[operator]
+        events: list[dict[str, Any]] = json.load(stream)["traceEvents"]
+    return events
+
+
+def run_cli(tmp_path: Path, *words: str) -> tuple[Any, Path, Path, Path]:
+    """``traceinsight run --trace T -o R --json J WORDS`` in this process."""
+    trace, report, findings = tmp_path / "t.pt.trace.json.gz", tmp_path / "r.html", tmp_path / "f.json"
+    result = runner.invoke(
+        app, ["run", "--trace", str(trace), "-o", str(report), "--json", str(findings), *words]
+    )
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result, trace, report, findings
+
+
+def traceinsight_process(*words: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """``python -m traceinsight WORDS`` in a fresh process."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        env.pop(name, None)
+    return subprocess.run(
+        [sys.executable, "-m", "traceinsight", *words],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+
+
+# --- bounded capture -----------------------------------------------------------------------------
+
+
+def test_start_up_window_records_neither_stacks_nor_shapes(tmp_path: Path) -> None:
+    # Without steps the start-up recording is the trace: it shows what that window records.
+    result, trace, _, _ = run_cli(tmp_path, str(SCRIPTS / "no_steps.py"))
+    assert result.exit_code == 0, result.stderr
+    events = events_of(trace)
+    assert [e for e in events if e.get("cat") == "python_function"] == []
+    ops = [e for e in events if e.get("cat") == "cpu_op"]
+    assert ops and not any("Input Dims" in e.get("args", {}) for e in ops)
+    assert "without Python frames" in result.stderr
+
+
+def frames_by_name(trace: Path) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for event in events_of(trace):
+        if event.get("cat") == "python_function":
+            counts[event["name"]] = counts.get(event["name"], 0) + 1
+    return counts
+
+
+def test_stacks_user_records_only_the_scripts_own_frames(tmp_path: Path) -> None:
+    script = SCRIPTS / "frames_and_memory.py"
+    result, trace, _, _ = run_cli(tmp_path, str(script))
+    assert result.exit_code == 0, result.stderr
+    frames = frames_by_name(trace)
+    first_line = next(
+        number for number, line in enumerate(script.read_text().splitlines(), 1) if "def scaled_input" in line
+    )
+    # Two calls per step, five active steps; every frame is the script's (no torch, json or ours).
+    assert frames[f"frames_and_memory.py({first_line}): scaled_input"] == 2 * 5
+    assert all(name.startswith("frames_and_memory.py(") for name in frames), sorted(frames)
+    assert not any(FRAME_MARK in e.get("name", "") for e in events_of(trace))
+    ops = [e for e in events_of(trace) if e.get("cat") == "cpu_op"]
+    assert any("Input Dims" in e.get("args", {}) for e in ops)  # active steps keep shapes
+
+
+def test_workers_forked_while_frames_are_traced_do_not_trace(tmp_path: Path) -> None:
+    # A worker is forked in every step, the active ones (3-7) included.
+    ours = traceinsight_process(
+        "run",
+        "--trace",
+        "t.pt.trace.json.gz",
+        "-o",
+        "r.html",
+        str(SCRIPTS / "fork_in_window.py"),
+        cwd=tmp_path,
+    )
+    assert ours.returncode == 0, ours.stderr
+    assert ours.stdout == "workers with a profile function in steps: []\n"
+    frames = frames_by_name(tmp_path / "t.pt.trace.json.gz")
+    assert any(name.startswith("fork_in_window.py(") for name in frames), frames
+
+
+def test_stacks_all_and_none(tmp_path: Path) -> None:
+    script = str(SCRIPTS / "frames_and_memory.py")
+    (tmp_path / "all").mkdir()
+    (tmp_path / "none").mkdir()
+    result, trace, _, _ = run_cli(tmp_path / "all", "--stacks", "all", script)
+    assert result.exit_code == 0, result.stderr
+    frames = frames_by_name(trace)
+    assert any(name.startswith("json/") for name in frames)  # torch's tracer records every frame
+    assert any(name.startswith("torch/") for name in frames)
+    result, trace, _, _ = run_cli(tmp_path / "none", "--stacks", "none", script)
+    assert result.exit_code == 0, result.stderr
+    assert frames_by_name(trace) == {}
+
+
+def test_stacks_must_be_one_of_three(tmp_path: Path) -> None:
+    result, trace, _, _ = run_cli(tmp_path, "--stacks", "some", str(SCRIPTS / "no_steps.py"))
+    assert result.exit_code == 2
+    assert "--stacks must be one of user, all, none" in result.stderr
+    assert not trace.exists()
+
+
+def run_with_budget(tmp_path: Path, budget: str, growth: str) -> tuple[str, list[str]]:
+    """``run --max-memory BUDGET frames_and_memory.py GROWTH`` in a process: stderr, ProfilerSteps."""
+    ours = traceinsight_process(
+        "run", "--trace", "t.pt.trace.json.gz", "-o", "r.html", "--max-memory", budget,
+        str(SCRIPTS / "frames_and_memory.py"), growth, cwd=tmp_path,
+    )  # fmt: skip
+    assert ours.returncode == 0, ours.stderr
+    assert ours.stdout == "done\n"  # the script ran to its end
+    events = events_of(tmp_path / "t.pt.trace.json.gz")
+    return ours.stderr, [e["name"] for e in events if e["name"].startswith("ProfilerStep#")]
+
+
+def test_memory_budget_stops_an_active_window_and_writes_what_it_has(tmp_path: Path) -> None:
+    # 40 MB kept per step: with a 64 MB budget (x2.5 for the stop) the window cannot last 5 steps.
+    stderr, steps = run_with_budget(tmp_path, "64M", "grow=40")
+    assert "recording stopped early" in stderr and "--max-memory" in stderr
+    assert 1 <= len(steps) < 5, steps
+    assert (tmp_path / "r.html").is_file()
+
+
+def test_memory_budget_drops_a_start_up_window_that_is_too_big(tmp_path: Path) -> None:
+    stderr, steps = run_with_budget(tmp_path, "100M", "early=200")
+    assert "start-up recording (step 0) passed the memory budget (--max-memory) and was dropped" in stderr
+    assert steps == [f"ProfilerStep#{n}" for n in range(3, 8)]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2G", 2 << 30),
+        ("512M", 512 << 20),
+        ("1.5GB", int(1.5 * (1 << 30))),
+        ("800MiB", 800 << 20),
+        ("4096", 4096),
+    ],
+)
+def test_sizes(text: str, expected: int) -> None:
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "lots", "-1G", "0"])
+def test_bad_sizes(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_size(text)
+
+
+def test_bad_max_memory_is_one_line(tmp_path: Path) -> None:
+    result, _, _, _ = run_cli(tmp_path, "--max-memory", "lots", str(SCRIPTS / "no_steps.py"))
+    assert result.exit_code == 2
+    assert "--max-memory 'lots' is not a size" in result.stderr
+
+
+# --- the export ----------------------------------------------------------------------------------
+
+
+def test_export_escapes_bare_quotes_and_turns_user_ranges_into_frames(tmp_path: Path) -> None:
+    kineto = (
+        '{\n  "traceEvents": [\n'
+        '  {\n    "ph": "X", "cat": "python_function",\n    "name": "a.py(1):     """",\n    "pid": 1, "tid": 1,\n'
+        '    "ts": 1, "dur": 2\n  },\n'
+        '  {\n    "ph": "X",\n    "cat": "user_annotation",\n    "name": "'
+        + FRAME_MARK
+        + 'train.py(3): step",\n'
+        '    "pid": 1, "tid": 1, "ts": 1, "dur": 1\n  },\n'
+        '  {\n    "ph": "X", "cat": "user_annotation",\n    "name": "ProfilerStep#3",\n    "pid": 1, "tid": 1,\n'
+        '    "ts": 0, "dur": 9\n  }\n  ]\n}\n'
+    ).encode()
+    source, out = tmp_path / "raw.json", tmp_path / "out.json"
+    source.write_bytes(kineto)
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(kineto)
+    with source.open("rb") as reading, out.open("wb") as writing:
+        repaired, frames = _copy_fixed(reading, writing, len(kineto), None)
+    assert (repaired, frames) == (1, 1)
+    events = json.loads(out.read_text())["traceEvents"]
+    assert [(e["cat"], e["name"]) for e in events] == [
+        ("python_function", 'a.py(1):     """'),
+        ("python_function", "train.py(3): step"),
+        ("user_annotation", "ProfilerStep#3"),
+    ]
+
+
+# --- the script's own profiler ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["plain", "scheduled"])
+def test_the_scripts_own_profiler_runs_and_run_reports_on_its_trace(kind: str, tmp_path: Path) -> None:
+    out = tmp_path / "own"
+    out.mkdir()
+    ours = traceinsight_process(
+        "run", "--json", "f.json", str(SCRIPTS / "own_profiler.py"), kind, str(out), cwd=tmp_path
+    )
+    assert ours.returncode == 0, ours.stderr  # was SIGSEGV (139)
+    assert ours.stdout == "profiled itself\n"
+    own_traces = sorted(out.iterdir())
+    assert len(own_traces) == 1, own_traces
+    assert "stepped aside" in ours.stderr and str(own_traces[0]) in ours.stderr
+    findings = json.loads((tmp_path / "f.json").read_text())
+    assert findings["trace"]["path"] == str(own_traces[0])
+    # Nothing of ours but the report and the JSON: no stray trace.
+    ours_left = sorted(p.name for p in tmp_path.iterdir() if p.name != "own")
+    assert [name for name in ours_left if name.endswith(".json.gz")] == []
+    assert [name for name in ours_left if name.endswith(".report.html")] != []
+
+
+# --- exit status, failure, --help ------------------------------------------------------------------
+
+
+@pytest.fixture
+def probe_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """probe.py writes how it was started where PROBE_RECORD says."""
+    monkeypatch.setenv("PROBE_RECORD", str(tmp_path / "record.json"))
+
+
+@pytest.mark.usefixtures("probe_record")
+def test_failing_script_keeps_its_status_and_the_report_states_the_failure(tmp_path: Path) -> None:
+    script = SCRIPTS / "probe.py"
+    result, _, _, findings = run_cli(tmp_path, str(script), "steps=10", "end=raise")
+    assert result.exit_code == 1
+    line = next(n for n, text in enumerate(script.read_text().splitlines(), 1) if "failed on purpose" in text)
+    run = json.loads(findings.read_text())["run"]
+    assert run["failure"].startswith("ValueError: the probe failed on purpose at ")
+    assert run["failure"].endswith(f"probe.py:{line}")
+    assert run["exit_status"] == 1
+    assert run["steps_recorded"] == 5
+    assert run["script"] == str(script)
+    assert run["torch_version"] == torch.__version__
+    assert run["elapsed_s"] > 0
+    assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d$", run["started"])
+
+
+@pytest.mark.usefixtures("probe_record")
+def test_too_few_steps_is_a_message_not_exit_2(tmp_path: Path) -> None:
+    result, trace, report, _ = run_cli(tmp_path, str(SCRIPTS / "probe.py"), "steps=2")
+    assert result.exit_code == 0
+    assert "ran 2 steps but recording starts after 3" in result.stderr
+    assert not trace.exists() and not report.exists()
+
+
+@pytest.mark.parametrize(("words", "status"), [(["--help"], 0), (["--epochs", "x"], 2)])
+def test_exit_before_the_first_step_leaves_no_files(words: list[str], status: int, tmp_path: Path) -> None:
+    alone = subprocess.run(
+        [sys.executable, str(SCRIPTS / "parses_arguments.py"), *words],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    ours = traceinsight_process("run", str(SCRIPTS / "parses_arguments.py"), *words, cwd=tmp_path)
+    assert ours.returncode == alone.returncode == status
+    assert ours.stdout == alone.stdout
+    assert alone.stderr in ours.stderr
+    assert sorted(tmp_path.iterdir()) == []
+    assert "before its first step: nothing written" in ours.stderr
+
+
+@pytest.mark.usefixtures("probe_record")
+def test_progress_lines_say_steps_size_and_time(tmp_path: Path) -> None:
+    result, trace, _, _ = run_cli(tmp_path, str(SCRIPTS / "probe.py"), "steps=10")
+    assert result.exit_code == 0
+    assert "traceinsight: recorded 5 steps; writing the trace…" in result.stderr
+    written = re.search(
+        r"trace written: (\S+) \(([\d.]+) MB, ([\d.]+) MB of JSON, in ([\d.]+) s\)", result.stderr
+    )
+    assert written is not None, result.stderr
+    assert written[1] == str(trace)
+    assert float(written[2]) == pytest.approx(trace.stat().st_size / 1e6, abs=0.051)
+
+
+# --- torchrun ------------------------------------------------------------------------------------
+
+
+def test_rank_paths() -> None:
+    assert rank_path(Path("a/t.pt.trace.json.gz"), 1) == Path("a/t.rank1.pt.trace.json.gz")
+    assert rank_path(Path("r.html"), 0) == Path("r.rank0.html")
+    assert rank_path(Path("trace-{rank}.json"), 3) == Path("trace-3.json")
+
+
+def test_torchrun_is_recognised_as_the_launcher(tmp_path: Path) -> None:
+    assert launcher_module("torch.distributed.run", is_module=True)
+    assert not launcher_module("torch.distributed.checkpoint", is_module=True)
+    torchrun = Path(sys.executable).parent / "torchrun"  # the console script torch installs
+    assert launcher_module(str(torchrun), is_module=False)
+    lookalike = tmp_path / "torchrun"
+    lookalike.write_text("print('not torch')\n")
+    assert not launcher_module(str(lookalike), is_module=False)
+    assert not launcher_module(str(SCRIPTS / "probe.py"), is_module=False)
+
+
+def test_launcher_arguments_wrap_the_worker_in_traceinsight_run() -> None:
+    words = worker_launch_args(("--nproc-per-node", "2", "-m", "pkg.train", "--lr", "1"), ["--active", "3"])
+    assert words == [
+        "--nproc-per-node", "2", "--no-python", sys.executable, "-m", "traceinsight", "run",
+        "--active", "3", "-m", "pkg.train", "--lr", "1",
+    ]  # fmt: skip
+
+
+def check_job(tmp_path: Path, job: subprocess.CompletedProcess[str]) -> None:
+    """Distinct per-rank files in one folder; each rank's JSON is its own; one summary."""
+    assert job.returncode == 0, job.stderr
+    assert sorted(re.findall(r"rank (\d) done", job.stdout)) == ["0", "1"]
+    folders = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert len(folders) == 1 and folders[0].name.endswith(".job"), folders
+    names = sorted(p.name for p in folders[0].iterdir())
+    assert names == [
+        "ddp_two_ranks.rank0.pt.trace.json.gz", "ddp_two_ranks.rank0.report.html",
+        "ddp_two_ranks.rank1.pt.trace.json.gz", "ddp_two_ranks.rank1.report.html",
+    ]  # fmt: skip
+    matmuls = []
+    for rank in (0, 1):
+        trace = folders[0] / f"ddp_two_ranks.rank{rank}.pt.trace.json.gz"
+        events = events_of(trace)
+        matmuls.append(sum(1 for e in events if e.get("name") == "aten::mm" and e.get("cat") == "cpu_op"))
+        findings = json.loads((tmp_path / f"j.rank{rank}.json").read_text())
+        assert findings["trace"]["rank"] == rank
+        assert findings["trace"]["path"] == str(trace)
+    assert matmuls[1] == matmuls[0] + 5  # rank 1's extra matmul in each of the 5 recorded steps
+    summaries = (job.stdout + job.stderr).count("Scorecard")
+    assert summaries == 1
+    assert "ddp_two_ranks.rank1.pt.trace.json.gz" in job.stderr  # rank 0 lists every rank's files
+
+
+@pytest.mark.parametrize("form", ["torchrun-outside", "run-m-torch.distributed.run"])
+def test_torchrun_job_writes_one_folder_with_a_file_per_rank(form: str, tmp_path: Path) -> None:
+    script = str(SCRIPTS / "ddp_two_ranks.py")
+    launcher = ["-m", "torch.distributed.run", "--nproc-per-node", "2"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    if form == "torchrun-outside":
+        words = [sys.executable, *launcher, "-m", "traceinsight", "run", "--json", "j.json", script]
+    else:
+        words = [sys.executable, "-m", "traceinsight", "run", "--json", "j.json", *launcher, script]
+    job = subprocess.run(words, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    check_job(tmp_path, job)
