@@ -99,12 +99,33 @@ def test_stacks_user_records_only_the_scripts_own_frames(tmp_path: Path) -> None
     first_line = next(
         number for number, line in enumerate(script.read_text().splitlines(), 1) if "def scaled_input" in line
     )
-    # Two calls per step, five active steps; every frame is the script's (no torch, json or ours).
+    # Two calls per step, five active steps; every frame is the script's (no torch, json or ours),
+    # or a module's forward (named as torch's tracer names them).
     assert frames[f"frames_and_memory.py({first_line}): scaled_input"] == 2 * 5
-    assert all(name.startswith("frames_and_memory.py(") for name in frames), sorted(frames)
+    assert all(name.startswith(("frames_and_memory.py(", "nn.Module: ")) for name in frames), sorted(frames)
     assert not any(FRAME_MARK in e.get("name", "") for e in events_of(trace))
     ops = [e for e in events_of(trace) if e.get("cat") == "cpu_op"]
     assert any("Input Dims" in e.get("args", {}) for e in ops)  # active steps keep shapes
+
+
+def test_stacks_user_names_the_line_of_each_call_and_the_module(tmp_path: Path) -> None:
+    """A finding names the line that made it, not its function's first line: the call sites of the
+    user's calls into torch are frames of their own, and a tensor's bool() (a call the profile hook
+    never sees) stays with the line of its if."""
+    script = REPO / "examples" / "tensor_branch.py"
+    result, trace, _, findings = run_cli(tmp_path, str(script))
+    assert result.exit_code == 0, result.stderr
+    lines = script.read_text().splitlines()
+    branch = next(number for number, line in enumerate(lines, 1) if "if h.sum() > 0" in line)
+    forward = next(number for number, line in enumerate(lines, 1) if line.strip().startswith("def forward("))
+    frames = frames_by_name(trace)
+    assert f"tensor_branch.py({forward}): forward" in frames  # the frame, by its first line
+    assert f"tensor_branch.py({branch}): forward" in frames  # the call site, by its line
+    assert any(name.startswith("nn.Module: GatedBlock_") for name in frames)
+    document = json.loads(findings.read_text())
+    (finding,) = [f for f in document["findings"] if f["rule"] == "sync-in-forward"]
+    assert finding["source"] == f"tensor_branch.py:{branch}"
+    assert "GatedBlock's forward" in finding["title"]
 
 
 def test_workers_forked_while_frames_are_traced_do_not_trace(tmp_path: Path) -> None:

@@ -16,6 +16,17 @@ and closes it on the return. The profiler records those ranges with its own cloc
 operators exactly as torch's frames would; the export (:mod:`.export`) turns them into
 ``python_function`` events. Frames already running when recording starts (the training loop) are
 opened at once, outermost first, and closed when recording stops.
+
+Call sites. A frame's name carries its function's first line, which would put every finding of a
+training loop at ``def main():``. So each call the user's code makes into torch (a Python call into
+torch's files, or a C call on a torch object: ``loss.item()``, ``x.cuda()``, ``model(x)``) also
+gets a range, named by the caller's current line, from the call to its return. The operators that
+call runs nest inside it, so the source of a sync or a gap is the line that made it; the range
+lasts until the frame's next call into torch (or its return), which also covers what the line
+does after the call returns (``if h.sum() > 0:`` reads the tensor in ``__bool__``, a call the
+profile hook never sees). Only calls into torch get one: a user loop calling builtins thousands
+of times per step costs nothing more. Module forwards get ``nn.Module: ClassName_N`` ranges, as
+torch's tracer writes them, so findings can name the module.
 """
 
 from __future__ import annotations
@@ -37,8 +48,13 @@ FRAME_MARK = "traceinsight.frame: "
 """Prefix of the record-function names that stand for user frames until the export renames them."""
 
 
+#: A range the tracer holds open: (the frame it belongs to, the record, its kind, the line it names).
+_Open = tuple[FrameType, Any, str, int]
+
+
 class UserFrameTracer:
-    """Opens one profiler range per user-code frame between :meth:`start` and :meth:`stop`."""
+    """Opens profiler ranges for user-code frames, their call sites into torch, and module forwards,
+    between :meth:`start` and :meth:`stop` (see the module doc)."""
 
     def __init__(self, user_code: Collection[str]) -> None:
         self._user_code = tuple(user_code)
@@ -46,12 +62,17 @@ class UserFrameTracer:
         self._prefixes = _path_prefixes()
         self._not_user = _not_user_folders()
         self._open = threading.local()
-        self._threads: list[list[tuple[FrameType, Any]]] = []
+        self._threads: list[list[_Open]] = []
         self._lock = threading.Lock()
         self._running = False
         self._saved_profile: Any = None
         self._saved_thread_profile: Any = None
         self._record: Callable[[str], Any] | None = None
+        self._torch: dict[CodeType, bool] = {}
+        self._torch_folder = _torch_folder()
+        self._module_calls = _module_call_codes()
+        self._module_index: dict[int, str] = {}
+        self._class_counts: dict[str, int] = {}
 
     def start(self) -> None:
         """Start on this thread (opening the user frames now running) and on threads started later."""
@@ -86,11 +107,10 @@ class UserFrameTracer:
             stacks, self._threads = self._threads, []
         for stack in stacks:
             while stack:
-                _, record = stack.pop()
-                record.__exit__(None, None, None)
+                stack.pop()[1].__exit__(None, None, None)
 
-    def _stack(self) -> list[tuple[FrameType, Any]]:
-        stack: list[tuple[FrameType, Any]] | None = getattr(self._open, "stack", None)
+    def _stack(self) -> list[_Open]:
+        stack: list[_Open] | None = getattr(self._open, "stack", None)
         if stack is None:
             stack = []
             self._open.stack = stack
@@ -100,24 +120,79 @@ class UserFrameTracer:
 
     def _on_event(self, frame: FrameType, event: str, arg: object) -> None:
         if event == "call":
-            if self._running:
-                self._enter(frame)
+            if not self._running:
+                return
+            caller = frame.f_back
+            code = frame.f_code
+            if caller is not None and self._torch_code(code) and self._name(caller.f_code):
+                self._mark_line(caller)
+            if code in self._module_calls:
+                self._enter_module(frame)
+            self._enter(frame)
         elif event == "return":
             stack = getattr(self._open, "stack", None)
-            if stack and stack[-1][0] is frame:
+            while stack and stack[-1][0] is frame:  # its call site, its own range, its module range
                 stack.pop()[1].__exit__(None, None, None)
+        elif event == "c_call" and self._running and self._name(frame.f_code) and _torch_function(arg):
+            self._mark_line(frame)
 
-    def _enter(self, frame: FrameType) -> None:
-        code = frame.f_code
+    def _name(self, code: CodeType) -> str | None:
+        """The frame name of ``code`` when it is the user's (cached per code object), else None."""
         name = self._names.get(code, "")
         if name == "":
             name = self._frame_name(code)
             self._names[code] = name
-        if name is None or self._record is None:
+        return name
+
+    def _torch_code(self, code: CodeType) -> bool:
+        """True for Python code in torch's own files (cached per code object)."""
+        known = self._torch.get(code)
+        if known is None:
+            known = code.co_filename.startswith(self._torch_folder)
+            self._torch[code] = known
+        return known
+
+    def _push(self, frame: FrameType, name: str, kind: str, line: int) -> None:
+        if self._record is None:
             return
         record = self._record(name)
         record.__enter__()
-        self._stack().append((frame, record))
+        self._stack().append((frame, record, kind, line))
+
+    def _enter(self, frame: FrameType) -> None:
+        name = self._name(frame.f_code)
+        if name is not None:
+            self._push(frame, name, "frame", 0)
+
+    def _mark_line(self, frame: FrameType) -> None:
+        """The user's ``frame`` calls into torch: its current line gets a range until its next call
+        into torch or its return, so what runs meanwhile (the call, and what the line does after it,
+        like a tensor's ``__bool__``) is tied to that line."""
+        line = frame.f_lineno
+        stack = self._stack()
+        if stack and stack[-1][0] is frame and stack[-1][2] == "site":
+            if stack[-1][3] == line:
+                return
+            stack.pop()[1].__exit__(None, None, None)
+        name = self._names.get(frame.f_code)
+        if not name:
+            return
+        head, _, function = name.partition("): ")
+        self._push(frame, f"{head.rpartition('(')[0]}({line}): {function}", "site", line)
+
+    def _enter_module(self, frame: FrameType) -> None:
+        """A module's forward: ``nn.Module: ClassName_N`` (N counts instances of the class, as torch does)."""
+        module = frame.f_locals.get("self")
+        if module is None:
+            return
+        index = self._module_index.get(id(module))
+        if index is None:
+            kind = type(module).__name__
+            count = self._class_counts.get(kind, 0)
+            self._class_counts[kind] = count + 1
+            index = f"{kind}_{count}"
+            self._module_index[id(module)] = index
+        self._push(frame, f"{FRAME_MARK}nn.Module: {index}", "module", 0)
 
     def _frame_name(self, code: CodeType) -> str | None:
         """``FRAME_MARK + file(first line): function`` for user code, None for everything else."""
@@ -133,6 +208,40 @@ class UserFrameTracer:
                 path = path[len(prefix) :]
                 break
         return f"{FRAME_MARK}{path}({code.co_firstlineno}): {code.co_name}"
+
+
+def _module_call_codes() -> frozenset[CodeType]:
+    """The code objects torch runs when a module is called (``module(x)``)."""
+    from torch import nn
+
+    codes = set()
+    for name in ("_wrapped_call_impl", "_call_impl"):
+        function = getattr(nn.Module, name, None)
+        code = getattr(function, "__code__", None)
+        if isinstance(code, CodeType):
+            codes.add(code)
+    # One range per call: the outer method when both exist.
+    wrapped = getattr(getattr(nn.Module, "_wrapped_call_impl", None), "__code__", None)
+    return frozenset({wrapped} if isinstance(wrapped, CodeType) else codes)
+
+
+def _torch_folder() -> str:
+    """The folder torch is installed in (with a trailing separator)."""
+    import torch
+
+    return os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "")
+
+
+def _torch_function(function: object) -> bool:
+    """True for a C function or method of torch: ``Tensor.item``, ``torch.nonzero``, ``x.cuda`` ..."""
+    module = getattr(function, "__module__", None)
+    if isinstance(module, str):
+        return module == "torch" or module.startswith(("torch.", "torch._C"))
+    owner = getattr(function, "__self__", None)
+    if owner is None:
+        return False
+    kind = owner if isinstance(owner, type) else type(owner)
+    return getattr(kind, "__module__", "").startswith("torch")
 
 
 _ACTIVE: list[UserFrameTracer] = []
