@@ -116,7 +116,7 @@ def test_stacks_user_names_the_line_of_each_call_and_the_module(tmp_path: Path) 
     result, trace, _, findings = run_cli(tmp_path, str(script))
     assert result.exit_code == 0, result.stderr
     lines = script.read_text().splitlines()
-    branch = next(number for number, line in enumerate(lines, 1) if "if h.sum() > 0" in line)
+    branch = next(number for number, line in enumerate(lines, 1) if line.strip().startswith("if h.sum() > 0"))
     forward = next(number for number, line in enumerate(lines, 1) if line.strip().startswith("def forward("))
     frames = frames_by_name(trace)
     assert f"tensor_branch.py({forward}): forward" in frames  # the frame, by its first line
