@@ -243,6 +243,9 @@ def compare(
             share(before, "communication_share"),
             share(after, "communication_share"),
         ),
+        Metric(
+            "copy_share", "copies alone", "share", share(before, "copy_share"), share(after, "copy_share")
+        ),
         Metric("idle_share", "GPU idle", "share", share(before, "idle_share"), share(after, "idle_share")),
         Metric(
             "syncs_per_step", "host syncs per step", "count", syncs_per_step(before), syncs_per_step(after)

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CAUSE_COLORS",
     "CAUSE_ORDER",
+    "before_after_figure",
     "cause_color",
     "cause_label",
     "chart_style",
@@ -505,4 +506,37 @@ def host_ops_figure(host: HostSummary) -> Figure | None:
         _label_bars(axes, widths, texts)
         axes.set_xlim(0, max(max(widths) * 1.3, 1e-9))
         axes.set_xlabel(f"host time inside the operator ({unit}, inclusive)")
+    return figure
+
+
+def before_after_figure(
+    bars: Sequence[tuple[str, Sequence[tuple[str, str, float]]]], unit_ns: float, unit: str
+) -> Figure | None:
+    """One stacked horizontal bar per side (``before``, ``after``): (label, color, ns) segments,
+    so a diff shows where the step time went before and after. None when every bar is empty."""
+    if not any(value for _, segments in bars for _, _, value in segments):
+        return None
+    order: list[str] = []
+    colors: dict[str, str] = {}
+    for _, segments in bars:
+        for label, color, _ in segments:
+            if label not in colors:
+                order.append(label)
+                colors[label] = color
+    with chart_style():
+        figure, axes = _hbar_axes(len(bars), extra=1.5)
+        rows = np.arange(len(bars))
+        left = np.zeros(len(bars))
+        for label in order:
+            widths = (
+                np.array([sum(v for name, _, v in segments if name == label) for _, segments in bars])
+                / unit_ns
+            )
+            if widths.any():
+                axes.barh(rows, widths, left=left, color=colors[label], label=label, height=0.6)
+                left += widths
+        axes.set_yticks(rows, [name for name, _ in bars])
+        axes.invert_yaxis()
+        axes.set_xlabel(unit)
+        figure.legend(loc="outside lower center", ncols=3)
     return figure

@@ -1,0 +1,201 @@
+"""diff, the gate and the Markdown summary: figures computed here from the raw traces."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+from markdown_it import MarkdownIt
+from tracebuild import SAMPLES, annotation, cpu_op, frame, launch, read_events, sample_report, write_trace
+
+from traceinsight.analysis import analyze
+from traceinsight.compare import compare, comparison_dict, read_result
+from traceinsight.errors import ConfigError
+from traceinsight.gate import Budgets, broken, broken_diff, budgets_from_table
+from traceinsight.load import load_trace
+from traceinsight.render.json_report import report_dict
+from traceinsight.render.markdown import MAX_CHARS, MarkdownRenderer, escape, render_comparison
+from traceinsight.report import Report
+from traceinsight.rules import evaluate
+
+ALL_SAMPLES = sorted(str(path.relative_to(SAMPLES)) for path in SAMPLES.rglob("*.json*"))
+
+
+def document(name: str) -> dict[str, Any]:
+    result: dict[str, Any] = report_dict(sample_report(name))
+    return result
+
+
+def median_step_us(name: str) -> float:
+    """The median ProfilerStep duration from the raw JSON (every step of these traces is steady)."""
+    _, raw = read_events(SAMPLES / name)
+    return float(
+        statistics.median(e["dur"] for e in raw if str(e.get("name", "")).startswith("ProfilerStep#"))
+    )
+
+
+# --- diff --------------------------------------------------------------------------------------
+
+
+def test_diff_of_the_serial_and_parallel_loader_runs() -> None:
+    before, after = "v100_resnet50_workers0.pt.trace.json.gz", "v100_resnet50_workers4.pt.trace.json.gz"
+    comparison = compare(document(before), document(after), before, after)
+    assert comparison.basis == "per step"
+    step = comparison.metric("step_time")
+    assert step.before == pytest.approx(median_step_us(before), abs=0.001)
+    assert step.after == pytest.approx(median_step_us(after), abs=0.001)
+    assert step.change == pytest.approx(median_step_us(after) - median_step_us(before), abs=0.002)
+    assert [(c.rule, c.site) for c in comparison.fixed] == [
+        ("dataloader-stall", "resnet50_profiler_api.py:42")
+    ]
+    assert comparison.metric("idle:dataloader").after == 0
+    assert not comparison.notes  # same GPU, same step count
+
+
+def test_diff_of_a_trace_with_itself_changes_nothing() -> None:
+    name = "v100_resnet50_workers0.pt.trace.json.gz"
+    comparison = compare(document(name), document(name), name, name)
+    assert all(metric.change in (0, None) for metric in (*comparison.metrics, *comparison.idle))
+    assert {change.status for change in comparison.findings} == {"still"}
+    assert comparison.kernels == ()
+    assert all(c.before_saving_us == c.after_saving_us for c in comparison.findings)
+
+
+def test_diff_says_when_the_setups_differ() -> None:
+    comparison = compare(
+        document("v100_resnet50_workers0.pt.trace.json.gz"), document("a100_recsys_rank0.json.gz"), "a", "b"
+    )
+    assert any("GPUs differ" in note for note in comparison.notes)
+    assert any("step counts differ" in note for note in comparison.notes)
+
+
+def test_a_stored_json_result_is_read_as_it_is(tmp_path: Path) -> None:
+    import json
+
+    path = tmp_path / "baseline.json"
+    path.write_text(json.dumps(document("gp100_mlp_pageable_sync.json.gz")))
+    assert read_result(path) == document("gp100_mlp_pageable_sync.json.gz")
+    assert read_result(SAMPLES / "gp100_mlp_pageable_sync.json.gz") is None  # a trace
+
+
+def test_a_schema_1_result_cannot_be_compared(tmp_path: Path) -> None:
+    from traceinsight.errors import TraceFormatError
+
+    path = tmp_path / "old.json"
+    path.write_text('{"schema": 1, "tool": {"name": "traceinsight"}, "findings": []}')
+    with pytest.raises(TraceFormatError, match="schema 1"):
+        read_result(path)
+
+
+def test_the_diff_json_keeps_every_figure() -> None:
+    comparison = compare(
+        document("gp100_mlp_pageable_sync.json.gz"), document("gp100_mlp_pageable_sync.json.gz"), "a", "b"
+    )
+    data = comparison_dict(comparison)
+    assert {m["key"] for m in data["metrics"]} >= {"step_time", "busy_share", "idle_share", "syncs_per_step"}
+    assert all(f["status"] == "still" for f in data["findings"])
+
+
+# --- the gate ----------------------------------------------------------------------------------
+
+
+def _loop(tmp_path: Path, *, with_sync: bool) -> dict[str, Any]:
+    """A GPU-bound loop: with ``.item()`` draining the queue every step, or a healthy twin."""
+    from loops import copy_loop, item_loop
+
+    loop = (
+        item_loop(prep_us=300)
+        if with_sync
+        else copy_loop(
+            kind="Memcpy HtoD (Pinned -> Device)", sync_after=False, copy_us=20, copy_stream=9, prep_us=0
+        )
+    )
+    analysis = analyze(load_trace(write_trace(tmp_path / f"loop{with_sync}.json", loop.events)))
+    result: dict[str, Any] = report_dict(Report(analysis, evaluate(analysis)))
+    return result
+
+
+def test_each_budget_passes_and_breaks(tmp_path: Path) -> None:
+    clean, synced = _loop(tmp_path, with_sync=False), _loop(tmp_path, with_sync=True)
+    idle = synced["utilization"]["idle_share"] * 100
+    cases = [
+        Budgets(fail_on="high"),
+        Budgets(fail_on_rules=("sync-in-loop",)),
+        Budgets(max_idle=idle - 1),
+        Budgets(max_syncs_per_step=0.5),
+    ]
+    for budgets in cases:
+        assert broken(clean, budgets) == [], budgets
+        lines = broken(synced, budgets)
+        assert len(lines) >= 1 and all("\n" not in line for line in lines), budgets
+    assert broken(synced, Budgets(max_idle=idle + 1, max_syncs_per_step=1)) == []
+    assert any("over --max-idle" in line for line in broken(synced, Budgets(max_idle=idle - 1)))
+
+
+def test_the_regression_budget_compares_step_time(tmp_path: Path) -> None:
+    clean, synced = _loop(tmp_path, with_sync=False), _loop(tmp_path, with_sync=True)
+    slower = compare(clean, synced, "before", "after")
+    growth = slower.metric("step_time").relative
+    assert growth is not None and growth > 0
+    assert broken_diff(slower, synced, Budgets(max_regression=growth * 100 + 1)) == []
+    (line,) = broken_diff(slower, synced, Budgets(max_regression=growth * 100 - 1))
+    assert "over --max-regression" in line
+    faster = compare(synced, clean, "before", "after")
+    assert broken_diff(faster, clean, Budgets(max_regression=0)) == []
+
+
+def test_budgets_from_the_project_table() -> None:
+    budgets = budgets_from_table(
+        {"fail-on": "medium", "max-idle": 30, "fail-on-rule": "sync-in-loop"}, "pyproject.toml"
+    )
+    assert budgets == Budgets(fail_on="medium", fail_on_rules=("sync-in-loop",), max_idle=30.0)
+    assert Budgets(max_idle=30).over(Budgets(max_idle=10)).max_idle == 10  # the command line wins
+    with pytest.raises(ConfigError, match="fail-on must be one of"):
+        budgets_from_table({"fail-on": "critical"}, "pyproject.toml")
+    with pytest.raises(ConfigError, match="max-idle"):
+        budgets_from_table({"max-idle": "lots"}, "pyproject.toml")
+
+
+# --- Markdown ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ALL_SAMPLES)
+def test_the_markdown_of_every_sample_is_valid_and_bounded(name: str) -> None:
+    report = sample_report(name)
+    text = MarkdownRenderer().render(report)
+    assert len(text) < MAX_CHARS
+    tokens = MarkdownIt("gfm-like").parse(text)
+    kinds = {token.type for token in tokens}
+    assert "heading_open" in kinds and "table_open" in kinds
+    html = MarkdownIt("gfm-like").render(text)
+    assert "<a href" not in html and "<img" not in html  # nothing from the trace became a link
+    for finding in report.findings:
+        if not finding.minor:
+            assert escape(finding.title, 400) in text
+
+
+def test_trace_strings_cannot_become_markdown(tmp_path: Path) -> None:
+    events = [annotation("ProfilerStep#0", 0, 2000)]
+    events += launch(5, 10, 50)
+    hostile = "[click](https://evil.example/x) <img src=x onerror=alert(1)> | `code` *bold*"
+    events.append(frame(f"{hostile}.py(3): f", 0, 2000, python_id=1))
+    events.append(cpu_op(hostile, 100, 1800))
+    events += launch(1950, 1960, 30)
+    analysis = analyze(load_trace(write_trace(tmp_path / "t.json", events)))
+    text = MarkdownRenderer().render(Report(analysis, evaluate(analysis)))
+    html = MarkdownIt("gfm-like").render(text)
+    assert "evil.example" not in html.split('href="')[-1] if 'href="' in html else True
+    assert (
+        "<a href" not in html and "<img" not in html and "<em>" not in html.split("</h2>")[1].split("<h3")[0]
+    )
+
+
+def test_the_diff_markdown_has_the_before_after_table() -> None:
+    before, after = "v100_resnet50_workers0.pt.trace.json.gz", "v100_resnet50_workers4.pt.trace.json.gz"
+    text = render_comparison(compare(document(before), document(after), before, after))
+    tokens = MarkdownIt("gfm-like").parse(text)
+    assert "table_open" in {token.type for token in tokens}
+    assert "### Fixed (1)" in text and "dataloader\\-stall" not in text and "`dataloader-stall`" in text
+    assert len(text) < MAX_CHARS

@@ -1,0 +1,182 @@
+"""``traceinsight diff`` shown: the terminal summary (rich) and the HTML page, from a :class:`Comparison`.
+
+Same words and order everywhere: what differs in the setup, the before/after table (step time, busy,
+idle by cause, syncs, copies, communication), findings fixed / new / still present, the kernels
+that changed most. Every string from a trace is shown as data (``rich.text.Text``, autoescaped HTML).
+"""
+
+from __future__ import annotations
+
+from markupsafe import Markup
+from rich.console import RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+import traceinsight
+from traceinsight.analysis.causes import cause_label
+from traceinsight.compare import Comparison, Metric
+from traceinsight.formatting import format_duration, format_share, short_kernel_name
+from traceinsight.render import charts
+
+__all__ = ["ComparisonHtmlRenderer", "comparison_renderables", "format_change", "format_value"]
+
+_STATUS = {"fixed": ("Fixed", "green"), "new": ("New", "red"), "still": ("Still present", "yellow")}
+
+
+def format_value(metric: Metric, value: float | None) -> str:
+    """A metric's value in its unit."""
+    if value is None:
+        return "—"
+    if metric.unit == "us":
+        return format_duration(value * 1000)
+    if metric.unit == "share":
+        return format_share(value)
+    return f"{value:.3g}"
+
+
+def format_change(metric: Metric) -> str:
+    """after − before in the metric's unit (points for shares, % too for times)."""
+    change = metric.change
+    if change is None:
+        return "—"
+    if metric.unit == "share":
+        return f"{change * 100:+.1f} pts"
+    if metric.unit == "us":
+        relative = f" ({metric.relative * 100:+.1f}%)" if metric.relative is not None else ""
+        return f"{'+' if change >= 0 else '−'}{format_duration(abs(change) * 1000)}{relative}"
+    return f"{change:+.3g}"
+
+
+def _label(metric: Metric) -> str:
+    return f"idle: {cause_label(metric.label)}" if metric.key.startswith("idle:") else metric.label
+
+
+def comparison_renderables(comparison: Comparison) -> list[RenderableType]:
+    """Everything ``diff`` prints, in order."""
+    parts: list[RenderableType] = [
+        Panel(
+            Text.assemble(
+                ("before ", "bold"), comparison.before, "\n", ("after  ", "bold"), comparison.after
+            ),
+            title="traceinsight diff",
+            title_align="left",
+            border_style="blue",
+        )
+    ]
+    if comparison.notes:
+        body = Text("\n".join(f"• {note}" for note in comparison.notes))
+        parts.append(Panel(body, title="not the same setup", title_align="left", border_style="yellow"))
+    table = Table(title=f"Before and after ({comparison.basis})", title_justify="left", show_edge=False)
+    table.add_column("")
+    for column in ("before", "after", "change"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for metric in (*comparison.metrics, *comparison.idle):
+        table.add_row(
+            _label(metric),
+            format_value(metric, metric.before),
+            format_value(metric, metric.after),
+            format_change(metric),
+        )
+    parts.append(table)
+    for status, (title, style) in _STATUS.items():
+        changes = [change for change in comparison.findings if change.status == status]
+        if not changes:
+            continue
+        listing = Table(
+            title=f"{title} ({len(changes)})",
+            title_justify="left",
+            title_style=style,
+            show_edge=False,
+            show_header=False,
+        )
+        listing.add_column("rule", no_wrap=True, style="dim")
+        listing.add_column("finding")
+        listing.add_column("saving", justify="right", no_wrap=True)
+        for change in changes:
+            saving = " → ".join(
+                format_duration(value * 1000) if value is not None else "—"
+                for value in (change.before_saving_us, change.after_saving_us)
+            )
+            listing.add_row(change.rule, Text(change.title), saving)
+        parts.append(listing)
+    if comparison.kernels:
+        kernels = Table(title="Kernels that changed most", title_justify="left", show_edge=False)
+        kernels.add_column("GPU", no_wrap=True)
+        kernels.add_column("kernel", overflow="ellipsis", no_wrap=True, ratio=1)
+        for column in ("before", "after", "launches"):
+            kernels.add_column(column, justify="right", no_wrap=True)
+        for moved in comparison.kernels:
+            kernels.add_row(
+                str(moved.device),
+                Text(short_kernel_name(moved.name, 60)),
+                format_duration(moved.before_total_us * 1000),
+                format_duration(moved.after_total_us * 1000),
+                f"{moved.before_count} → {moved.after_count}",
+            )
+        parts.append(kernels)
+    return parts
+
+
+def _bars(comparison: Comparison) -> list[tuple[str, list[tuple[str, str, float]]]]:
+    """Each side's step (or analyzed time) split into busy classes and idle causes, in ns."""
+    step = comparison.metric("step_time")
+    bars: list[tuple[str, list[tuple[str, str, float]]]] = []
+    for side, value, total in (("before", "before", step.before), ("after", "after", step.after)):
+        if not total:
+            bars.append((side, []))
+            continue
+        segments = []
+        for key, label, color in (
+            ("compute_share", "GPU busy: compute", charts.BUSY),
+            ("communication_share", "GPU busy: communication", charts.COMMUNICATION),
+            ("copy_share", "GPU busy: copies", charts.COPY),
+        ):
+            share = getattr(comparison.metric(key), value)
+            if share:
+                segments.append((label, color, share * total * 1000))
+        for metric in comparison.idle:
+            amount = getattr(metric, value)
+            if amount:
+                segments.append(
+                    (f"idle: {cause_label(metric.label)}", charts.cause_color(metric.label), amount * 1000)
+                )
+        bars.append((side, segments))
+    return bars
+
+
+class ComparisonHtmlRenderer:
+    """The diff as one self-contained page, in the report's style."""
+
+    def render(self, comparison: Comparison) -> str:
+        """The whole page."""
+        from traceinsight.render.html import _environment
+
+        step = comparison.metric("step_time")
+        longest = max(value for value in (step.before, step.after, 1.0) if value)
+        per_unit, unit = (1e6, "ms") if longest * 1000 >= 1e6 else (1e3, "µs")
+        figure = charts.before_after_figure(_bars(comparison), per_unit, f"{unit} {comparison.basis}")
+        chart = (
+            None
+            if figure is None
+            else Markup(charts.to_svg(figure, "before-after", "Step time before and after"))
+        )
+        return (
+            _environment()
+            .get_template("diff.html")
+            .render(
+                version=traceinsight.__version__,
+                comparison=comparison,
+                chart=chart,
+                rows=[
+                    (_label(m), format_value(m, m.before), format_value(m, m.after), format_change(m))
+                    for m in (*comparison.metrics, *comparison.idle)
+                ],
+                statuses=[
+                    (title, status, [c for c in comparison.findings if c.status == status])
+                    for status, (title, _) in _STATUS.items()
+                ],
+                duration=lambda us: "—" if us is None else format_duration(us * 1000),
+                kernel_short=short_kernel_name,
+            )
+        )
