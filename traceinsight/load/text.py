@@ -1,0 +1,77 @@
+"""Every trace string is data: control characters replaced, length bounded, in one function.
+
+The loader applies :func:`clean_texts` once, where the tables are built (to the distinct strings
+of a scanned run, or to the text columns), on every path, so names can be printed, written to
+Markdown or HTML, and compared between loaders without further care. Replacing is one character
+for one, so positions and lengths are kept; cutting keeps the first characters.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import polars as pl
+
+from traceinsight.load.limits import TEXT_CHARS
+
+#: C0 controls (tab and newline included), DEL, C1 controls (ESC ] of OSC is C0), and the bidi
+#: embeddings, overrides and isolates that can make text read differently than it is stored.
+CONTROL_PATTERN: Final = r"[\x00-\x1F\x7F-\x9F\x{202A}-\x{202E}\x{2066}-\x{2069}]"
+REPLACEMENT: Final = "\ufffd"
+#: Characters kept of a cut string: the note ``…(+N chars)`` (at most 29 characters) fits after
+#: them, so a cut string is never longer than :data:`TEXT_CHARS` (cutting twice changes nothing).
+KEPT_CHARS: Final = TEXT_CHARS - 32
+
+
+def clean_texts(texts: pl.Series, lengths: pl.Series | None = None) -> pl.Series:
+    """``texts`` with control characters replaced by U+FFFD and strings longer than
+    :data:`~traceinsight.load.limits.TEXT_CHARS` cut to their first :data:`KEPT_CHARS` characters
+    plus ``…(+N chars)``, N the number of characters cut.
+
+    ``lengths`` gives each string's full length in characters when ``texts`` holds only a prefix
+    of some (the native scanner hands over only the start of a very long string); by default it is
+    the strings' own length. Nulls stay null.
+    """
+    if lengths is None:
+        lengths = texts.str.len_chars()
+    cleaned = (
+        texts.str.replace_all(CONTROL_PATTERN, REPLACEMENT)
+        if texts.str.contains(CONTROL_PATTERN).any()
+        else texts
+    )
+    long = lengths > TEXT_CHARS
+    if not long.any():
+        return cleaned
+    frame = pl.DataFrame({"text": cleaned, "length": lengths, "long": long})
+    return frame.select(
+        pl.when(pl.col("long"))
+        .then(
+            pl.col("text").str.slice(0, KEPT_CHARS)
+            + pl.lit("…(+")
+            + (pl.col("length") - KEPT_CHARS).cast(pl.String)
+            + pl.lit(" chars)")
+        )
+        .otherwise(pl.col("text"))
+        .alias(texts.name)
+    ).to_series()
+
+
+def clean_text(text: str) -> str:
+    """:func:`clean_texts` for one string (trace metadata: device names, the trace's name)."""
+    cleaned: str = clean_texts(pl.Series([text], dtype=pl.String))[0]
+    return cleaned
+
+
+def without_lone_surrogates(text: str) -> str:
+    """``text`` with each lone UTF-16 surrogate (``"\\ud800"`` in the JSON) replaced by U+FFFD.
+
+    Python's json reads such escapes into strings that no UTF-8 output (polars, a file) can hold;
+    they are replaced one for one, before anything else sees them.
+    """
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
