@@ -487,7 +487,7 @@ def test_unreadable_source_says_how_to_see_the_code(bert: Page) -> None:
     """The BERT trace names lines of a project that is not in the source root."""
     assert any(finding.source for finding in bert.report.findings)
     assert 'class="line hit"' not in bert.html
-    assert "run traceinsight analyze from the project directory" in " ".join(bert.parsed.text.split())
+    assert "run traceinsight analyze --source-root DIR" in " ".join(bert.parsed.text.split())
 
 
 # --- traces without GPU activity -------------------------------------------------------------------

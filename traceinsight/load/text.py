@@ -14,10 +14,16 @@ import polars as pl
 
 from traceinsight.load.limits import TEXT_CHARS
 
-#: C0 controls (tab and newline included), DEL, C1 controls (ESC ] of OSC is C0), and the bidi
-#: embeddings, overrides and isolates that can make text read differently than it is stored.
-CONTROL_PATTERN: Final = r"[\x00-\x1F\x7F-\x9F\x{202A}-\x{202E}\x{2066}-\x{2069}]"
+#: Code points replaced (first, last): C0 controls (tab and newline included; ESC starts every
+#: terminal escape), DEL, C1 controls, and the bidi embeddings, overrides and isolates that make
+#: text read differently than it is stored.
+CONTROL_RANGES: Final = ((0x00, 0x1F), (0x7F, 0x9F), (0x202A, 0x202E), (0x2066, 0x2069))
 REPLACEMENT: Final = "\ufffd"
+#: :data:`CONTROL_RANGES` as a polars (Rust) regex character class.
+CONTROL_PATTERN: Final = "[" + "".join(f"\\x{{{a:X}}}-\\x{{{b:X}}}" for a, b in CONTROL_RANGES) + "]"
+_CONTROL_TABLE: Final = {
+    code: REPLACEMENT for first, last in CONTROL_RANGES for code in range(first, last + 1)
+}
 #: Characters kept of a cut string: the note ``…(+N chars)`` (at most 29 characters) fits after
 #: them, so a cut string is never longer than :data:`TEXT_CHARS` (cutting twice changes nothing).
 KEPT_CHARS: Final = TEXT_CHARS - 32
@@ -60,6 +66,12 @@ def clean_text(text: str) -> str:
     """:func:`clean_texts` for one string (trace metadata: device names, the trace's name)."""
     cleaned: str = clean_texts(pl.Series([text], dtype=pl.String))[0]
     return cleaned
+
+
+def printable(text: str) -> str:
+    """``text`` with the control characters of :data:`CONTROL_RANGES` replaced (not cut): for
+    messages that name a file or quote a trace."""
+    return text.translate(_CONTROL_TABLE)
 
 
 def without_lone_surrogates(text: str) -> str:

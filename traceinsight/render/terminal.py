@@ -10,16 +10,28 @@ from pathlib import Path
 
 from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
+from rich.style import StyleType
 from rich.table import Table
 from rich.text import Text
 
 from traceinsight.formatting import format_duration, short_kernel_name
+from traceinsight.load.text import printable
 from traceinsight.render.scorecard import scorecard
 from traceinsight.report import Report
 
 _LEVEL_STYLE = {"good": "green", "warn": "yellow", "bad": "red", "info": "cyan"}
 _SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 _TOP = 5
+
+
+class _DataTable(Table):
+    """A table whose string cells are shown as written: trace strings are data, never rich markup."""
+
+    def add_row(
+        self, *renderables: RenderableType | None, style: StyleType | None = None, end_section: bool = False
+    ) -> None:
+        cells = (Text(cell) if isinstance(cell, str) else cell for cell in renderables)
+        super().add_row(*cells, style=style, end_section=end_section)
 
 
 def header_lines(report: Report) -> list[tuple[str, str]]:
@@ -59,14 +71,14 @@ def renderables(report: Report) -> list[RenderableType]:
     """Everything the summary prints, in order."""
     analysis = report.analysis
     parts: list[RenderableType] = []
-    head = Table.grid(padding=(0, 2))
+    head = _DataTable.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column()
     for label, value in header_lines(report):
         head.add_row(label, value)
     parts.append(Panel(head, title="traceinsight", title_align="left", border_style="blue"))
 
-    scores = Table(title="Scorecard", title_justify="left", show_edge=False, expand=False)
+    scores = _DataTable(title="Scorecard", title_justify="left", show_edge=False, expand=False)
     scores.add_column("measure")
     scores.add_column("value", justify="right")
     scores.add_column("verdict")
@@ -81,7 +93,7 @@ def renderables(report: Report) -> list[RenderableType]:
             Text(f"\nFindings ({len(report.findings)}), largest estimated saving first", style="bold")
         )
         for index, finding in enumerate(report.findings, 1):
-            body = Table.grid(padding=(0, 2))
+            body = _DataTable.grid(padding=(0, 2))
             body.add_column(style="dim")
             body.add_column()
             for label, value in finding.evidence:
@@ -135,7 +147,7 @@ def renderables(report: Report) -> list[RenderableType]:
             )
         parts.append(copies)
     if analysis.kernels.kernels:
-        kernels = Table(title="Top kernels", title_justify="left", show_edge=False)
+        kernels = _DataTable(title="Top kernels", title_justify="left", show_edge=False)
         for column in ("GPU", "kernel", "count", "total", "mean"):
             kernels.add_column(column, overflow="ellipsis", no_wrap=column == "kernel")
         for stat in analysis.kernels.kernels[:_TOP]:
@@ -176,12 +188,12 @@ def print_summary(report: Report, console: Console, outputs: list[tuple[str, Pat
     for part in renderables(report):
         console.print(part)
     for label, path in outputs or []:
-        console.print(f"{label}: [bold]{path}[/bold]")
+        console.print(Text.assemble(f"{label}: ", (printable(str(path)), "bold")))
 
 
 def _detail_table(title: str, columns: tuple[str, ...]) -> Table:
     """A details table: title on the left, no outer border, long cells folded onto more lines."""
-    table = Table(title=title, title_justify="left", show_edge=False)
+    table = _DataTable(title=title, title_justify="left", show_edge=False)
     for column in columns:
         table.add_column(column, overflow="fold")
     return table
