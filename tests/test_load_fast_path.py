@@ -16,7 +16,9 @@ from tracebuild import assert_same_trace
 
 from traceinsight.analysis import analyze
 from traceinsight.errors import TraceFormatError, TraceUnreadable
-from traceinsight.load import Trace, choose_loader, load_pure, load_trace, load_trace_reference, native
+from traceinsight.load import Trace, choose_loader, fallback, load_pure, load_trace, load_trace_reference, native
+from traceinsight.load.source import open_trace
+from traceinsight.load.tables import trace_for
 from traceinsight.load.progress import terminal_progress
 from traceinsight.render.json_report import report_dict
 from traceinsight.report import Report
@@ -57,6 +59,7 @@ def test_progress_grows_and_ends_once_with_all_events(
     """Progress per run of the C scanner (1 MB runs here), gunzipped or mapped."""
     if not native.AVAILABLE:
         pytest.skip("the C scanner was not built here")
+    monkeypatch.setenv("TRACEINSIGHT_NATIVE", "1")
     monkeypatch.setattr(native, "BLOCK_BYTES", 1 << 20)
     path = SAMPLES / "v100_resnet50_workers0.pt.trace.json.gz"
     if form == "plain":
@@ -70,6 +73,21 @@ def test_progress_grows_and_ends_once_with_all_events(
     assert all(done < size for done, _, _ in calls[:-1])
     assert [events for _, _, events in calls] == sorted(events for _, _, events in calls)
     assert calls[-1] == (size, size, trace.meta.event_count)
+
+
+@pytest.mark.parametrize("path", ALL_SAMPLES, ids=lambda p: str(p.relative_to(SAMPLES)))
+def test_the_pure_loader_reads_every_sample_with_msgspec(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The typed msgspec decode, not the reference builder it falls back to for odd values, reads
+    every real trace (else the pure-Python loader would be the slow reference in disguise)."""
+
+    def refuse(*_: object) -> None:
+        raise AssertionError("the reference's builder was used")
+
+    reference = load_trace_reference(path)
+    monkeypatch.setattr(fallback.reference, "build_tables", refuse)
+    with open_trace(path) as source:
+        document, part = load_pure(source, None)
+    assert_same_trace(trace_for(path, document, part), reference)
 
 
 def test_terminal_progress_is_silent_without_a_terminal() -> None:

@@ -83,11 +83,12 @@ _Document: Final[Any] = msgspec.defstruct(
     bases=(TraceDocument,),
     gc=False,
 )
+#: (bare array, split by phase) → decoder.
 _DECODERS: Final = {
-    (True, True): msgspec.json.Decoder(_PhasedDocument),
-    (True, False): msgspec.json.Decoder(_Document),
-    (False, True): msgspec.json.Decoder(list.__class_getitem__(_PHASED)),
-    (False, False): msgspec.json.Decoder(list.__class_getitem__(Event)),
+    (False, True): msgspec.json.Decoder(_PhasedDocument),
+    (False, False): msgspec.json.Decoder(_Document),
+    (True, True): msgspec.json.Decoder(list.__class_getitem__(_PHASED)),
+    (True, False): msgspec.json.Decoder(list.__class_getitem__(Event)),
 }
 _META_FIELDS: Final = tuple(f for f in TraceDocument.__struct_fields__ if f != "bare_array")
 #: What msgspec does not read as Python's json does: lone surrogates, NaN and infinities.
