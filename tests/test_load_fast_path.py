@@ -16,10 +16,18 @@ from tracebuild import assert_same_trace
 
 from traceinsight.analysis import analyze
 from traceinsight.errors import TraceFormatError, TraceUnreadable
-from traceinsight.load import Trace, choose_loader, fallback, load_pure, load_trace, load_trace_reference, native
+from traceinsight.load import (
+    Trace,
+    choose_loader,
+    fallback,
+    load_pure,
+    load_trace,
+    load_trace_reference,
+    native,
+)
+from traceinsight.load.progress import terminal_progress
 from traceinsight.load.source import open_trace
 from traceinsight.load.tables import trace_for
-from traceinsight.load.progress import terminal_progress
 from traceinsight.render.json_report import report_dict
 from traceinsight.report import Report
 from traceinsight.rules import evaluate

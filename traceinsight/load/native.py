@@ -54,7 +54,7 @@ from traceinsight.load.decode import (
 )
 from traceinsight.load.progress import ProgressCallback
 from traceinsight.load.reference import too_many_events
-from traceinsight.load.source import TraceFile, empty_trace, format_bytes, is_blank
+from traceinsight.load.source import TraceFile, empty_trace, format_bytes, is_blank, leading_whitespace
 from traceinsight.load.tables import GROUP_OF_CATEGORY, ChunkTables, assemble, empty_chunk, merge
 from traceinsight.load.text import clean_texts, without_lone_surrogates
 
@@ -86,7 +86,6 @@ BLOCK_BYTES: Final = 16 << 20
 MAPPED_RUNS: Final = 2
 #: Threads scanning runs of events at once (when the layout lets runs be cut without scanning).
 SCAN_THREADS: Final = 2
-_WHITESPACE: Final = b" \t\r\n"
 
 
 class Unavailable(Exception):
@@ -302,7 +301,8 @@ class _Frame:
 
     def found(self, head: bytes) -> None:
         self.head = head
-        self.bare = head.removeprefix(b"\xef\xbb\xbf").lstrip(_WHITESPACE).startswith(b"[")
+        body = head.removeprefix(b"\xef\xbb\xbf")
+        self.bare = body[leading_whitespace(body) :].startswith(b"[")
         self.depth = 1 if self.bare else 2
 
     def invalid(self, exc: Exception, base: int, text: bytes | bytearray | memoryview) -> TraceFormatError:
@@ -449,12 +449,11 @@ def _mapped(
 
 def _first_text_byte(view: memoryview) -> int:
     """Offset of the first byte that is not JSON whitespace (``len(view)`` if none)."""
-    step = 1 << 20
+    step = 16 << 20
     for at in range(0, len(view), step):
-        chunk = bytes(view[at : at + step])
-        body = chunk.lstrip(_WHITESPACE)
-        if body:
-            return at + len(chunk) - len(body)
+        skipped = leading_whitespace(view[at : at + step])
+        if skipped < len(view[at : at + step]):
+            return at + skipped
     return len(view)
 
 
@@ -572,9 +571,9 @@ def _streamed(
     found: int | None = None
     for block in blocks:
         if not head:
-            body = block.lstrip(_WHITESPACE)
-            offset += len(block) - len(body)
-            block = body
+            skipped = leading_whitespace(block)
+            offset += skipped
+            block = block[skipped:]
         head += block
         if head and (found := _events_start(frame, head, False, offset)) is not None:
             break

@@ -223,11 +223,30 @@ class TraceFile:
         return data
 
 
+JSON_WHITESPACE: Final = b" \t\r\n"
+
+
+def leading_whitespace(data: bytes | bytearray | memoryview) -> int:
+    """How many bytes of JSON whitespace ``data`` starts with.
+
+    ``bytes.lstrip()`` without arguments is several times faster than with them (it strips all
+    ASCII whitespace, also vertical tab and form feed, which JSON does not allow: checked after).
+    """
+    text = bytes(data)
+    stripped = len(text) - len(text.lstrip())
+    if stripped and text[:stripped].translate(None, JSON_WHITESPACE):
+        stripped = len(text) - len(text.lstrip(JSON_WHITESPACE))
+    return stripped
+
+
 def is_blank(data: bytes | bytearray | memoryview) -> bool:
     """Whether ``data`` holds nothing but JSON whitespace (checked a block at a time)."""
     view = memoryview(data)
-    step = 1 << 20
-    return all(not bytes(view[at : at + step]).strip(b" \t\r\n") for at in range(0, len(view), step))
+    step = 16 << 20
+    return all(
+        leading_whitespace(view[at : at + step]) == len(view[at : at + step])
+        for at in range(0, len(view), step)
+    )
 
 
 def empty_trace(path: Path) -> TraceFormatError:

@@ -38,6 +38,9 @@ def clean_texts(texts: pl.Series, lengths: pl.Series | None = None) -> pl.Series
     of some (the native scanner hands over only the start of a very long string); by default it is
     the strings' own length. Nulls stay null.
     """
+    if texts.len() == 1:  # polars copies a one-row column's string several times in each operation
+        value, length = texts[0], None if lengths is None else lengths[0]
+        return pl.Series(texts.name, [None if value is None else clean_text(value, length)], dtype=pl.String)
     if lengths is None:
         lengths = texts.str.len_chars()
     cleaned = (
@@ -48,24 +51,17 @@ def clean_texts(texts: pl.Series, lengths: pl.Series | None = None) -> pl.Series
     long = lengths > TEXT_CHARS
     if not long.any():
         return cleaned
-    frame = pl.DataFrame({"text": cleaned, "length": lengths, "long": long})
-    return frame.select(
-        pl.when(pl.col("long"))
-        .then(
-            pl.col("text").str.slice(0, KEPT_CHARS)
-            + pl.lit("…(+")
-            + (pl.col("length") - KEPT_CHARS).cast(pl.String)
-            + pl.lit(" chars)")
-        )
-        .otherwise(pl.col("text"))
-        .alias(texts.name)
-    ).to_series()
+    # Only the kept characters of a long string are copied (a 500 MB name costs no second copy).
+    cut = cleaned.str.slice(0, KEPT_CHARS) + "…(+" + (lengths - KEPT_CHARS).cast(pl.String) + " chars)"
+    return cleaned.zip_with(~long, cut).alias(texts.name)
 
 
-def clean_text(text: str) -> str:
-    """:func:`clean_texts` for one string (trace metadata: device names, the trace's name)."""
-    cleaned: str = clean_texts(pl.Series([text], dtype=pl.String))[0]
-    return cleaned
+def clean_text(text: str, length: int | None = None) -> str:
+    """:func:`clean_texts` for one string (``length``: its full length when ``text`` is a prefix)."""
+    full = len(text) if length is None else length
+    if full <= TEXT_CHARS:
+        return printable(text)
+    return f"{printable(text[:KEPT_CHARS])}…(+{full - KEPT_CHARS} chars)"  # replacing is one for one
 
 
 def printable(text: str) -> str:
