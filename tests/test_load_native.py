@@ -13,13 +13,15 @@ import json
 import math
 import os
 import random
+import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from tracebuild import assert_same_trace
 
 from traceinsight.errors import TraceFormatError
-from traceinsight.load import Trace, load_trace, load_trace_reference, native
+from traceinsight.load import Trace, limits, load_trace, load_trace_reference, native, schema
 from traceinsight.load.source import open_trace
 from traceinsight.load.tables import trace_for
 
@@ -383,3 +385,101 @@ def test_runs_cut_between_events_are_checked(
         assert threads == [2, 1]
     else:
         assert threads == [2]
+
+
+# ------------------------------------------------------------ state across scan windows, limits --
+
+
+def _compact(events: list[str], kineto_layout: bool) -> str:
+    joiner = ",\n  " if kineto_layout else ","
+    return '{"traceEvents": [\n  ' + joiner.join(events) + "\n]}"
+
+
+@needs_native
+@pytest.mark.parametrize("kineto_layout", [False, True], ids=["compact", "kineto"])
+@pytest.mark.parametrize("gzipped", [False, True], ids=["mapped", "gzip"])
+def test_a_missing_comma_is_refused_at_every_window_boundary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kineto_layout: bool, gzipped: bool
+) -> None:
+    """Every window size from 8 bytes to the whole text, so that a window ends exactly after the
+    event before the missing comma (and anywhere else); the same text with the comma loads."""
+    events = [f'{{"ph": "X", "cat": "cpu_op", "name": "op{i}", "ts": {i}, "dur": 1}}' for i in range(6)]
+    good = _compact(events, kineto_layout)
+    cut = good.index('{"ph": "X", "cat": "cpu_op", "name": "op3"')
+    bad = good[:cut].rstrip().removesuffix(",") + "\n  " + good[cut:]
+    assert len(bad) == len(good) - 1 or not kineto_layout
+    for name, text in (("good", good), ("bad", bad)):
+        path = tmp_path / (name + (".json.gz" if gzipped else ".json"))
+        path.write_bytes(gzip.compress(text.encode()) if gzipped else text.encode())
+    reference = load_trace_reference(tmp_path / ("good.json.gz" if gzipped else "good.json"))
+    for block in range(4, len(bad) + 1):
+        monkeypatch.setattr(native, "BLOCK_BYTES", block)
+        with pytest.raises(TraceFormatError, match="not valid JSON"):
+            _native(tmp_path / ("bad.json.gz" if gzipped else "bad.json"))
+        if block % 8 == 0:
+            assert_same_trace(_native(tmp_path / ("good.json.gz" if gzipped else "good.json")), reference)
+
+
+@pytest.fixture
+def small_limits() -> Iterator[None]:
+    """The scanner configured with tiny limits (depth 4, strings of 40 bytes, 30-digit ints)."""
+    assert native._scan is not None
+    fields = [(f.key, f.in_args, native._ROLE.get(f.kind, 0)) for f in schema.EVENT_FIELDS]
+    native._scan.configure(fields, (4, 40, native._CUT_BYTES, native._CUT_PREFIX, 30))
+    try:
+        yield
+    finally:
+        native._scan.configure(
+            fields,
+            (
+                limits.MAX_DEPTH,
+                limits.MAX_STRING_BYTES,
+                native._CUT_BYTES,
+                native._CUT_PREFIX,
+                limits.MAX_INT_DIGITS,
+            ),
+        )
+
+
+@needs_native
+@pytest.mark.parametrize(
+    ("event", "words"),
+    [
+        # '{"traceEvents": [' is 17 bytes; the event's members start 1 byte later, "ts": 1 ends at 38
+        ('{"ph": "X", "ts": 1, "args": {"a": []}}', "nested deeper than 512 levels at byte 52"),
+        ('{"ph": "X", "ts": 1, "x": [[[]]]}', "nested deeper than 512 levels at byte 44"),
+        ('{"ph": "X", "ts": 1, "name": "' + "n" * 41 + '"}', "a string longer than 1 GiB at byte 46"),
+        ('{"ph": "X", "ts": 1, "x": "' + "n" * 41 + '"}', "a string longer than 1 GiB at byte 43"),
+        ('{"ph": "X", "ts": 1, "x": ' + "9" * 31 + "}", "more than 4300 digits at byte 43"),
+    ],
+)
+def test_limits_stop_the_scanner_with_a_clear_line(
+    tmp_path: Path, small_limits: None, event: str, words: str
+) -> None:
+    """The messages name the configured limits of :mod:`.limits` (the scanner is given smaller
+    ones here): nesting counts the top-level object, the events array, the event and args."""
+    path = tmp_path / "t.json"
+    path.write_text('{"traceEvents": [' + event + "]}")
+    with pytest.raises(TraceFormatError, match=re.escape(words)):
+        _native(path)
+
+
+@needs_native
+def test_limits_allow_what_is_within_them(tmp_path: Path, small_limits: None) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(
+        '{"traceEvents": [{"ph": "X", "ts": 1, "name": "' + "n" * 40 + '", "x": [' + "9" * 30 + "]}]}"
+    )
+    assert_same_trace(_native(path), load_trace_reference(path))
+
+
+def test_more_events_than_the_limit_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limits, "MAX_EVENTS", 3)
+    path = tmp_path / "t.json"
+    path.write_text('{"traceEvents": [' + ", ".join(['{"ph": "X", "ts": 1}'] * 4) + "]}")
+    for native_setting in ("1", "0"):
+        monkeypatch.setenv("TRACEINSIGHT_NATIVE", native_setting)
+        with pytest.raises(TraceFormatError, match="more than 3 events"):
+            load_trace(path)
+    with pytest.raises(TraceFormatError, match="more than 3 events"):
+        load_trace_reference(path)

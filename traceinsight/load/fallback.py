@@ -28,10 +28,9 @@ from typing import Any, Final, Union, cast
 import msgspec
 import polars as pl
 
-from traceinsight.load import reference, schema
+from traceinsight.load import limits, reference, schema
 from traceinsight.load.coerce import INT64_NS_LIMIT, Scalar, as_int, as_ns, end_ns, float_column_to_ns
 from traceinsight.load.decode import UTF8_BOM, TraceDocument, check_start, json_error, parse_json
-from traceinsight.load.limits import MAX_EVENTS
 from traceinsight.load.tables import GROUP_OF_CATEGORY, ChunkTables, assemble, clean_categories, empty_chunk
 from traceinsight.load.text import clean_texts
 
@@ -142,7 +141,7 @@ def _decode(raw: bytes | bytearray, path: Path) -> tuple[TraceDocument, list[Any
 
 
 def _checked(events: list[Any], path: Path) -> list[Any]:
-    if len(events) > MAX_EVENTS:
+    if len(events) > limits.MAX_EVENTS:
         raise reference.too_many_events(path)
     return events
 

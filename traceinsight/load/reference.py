@@ -16,7 +16,7 @@ from typing import Any, Final
 import polars as pl
 
 from traceinsight.errors import TraceFormatError
-from traceinsight.load import schema, taxonomy
+from traceinsight.load import limits, schema, taxonomy
 from traceinsight.load.coerce import Scalar, as_int, as_ns
 from traceinsight.load.decode import (
     TraceDocument,
@@ -26,7 +26,6 @@ from traceinsight.load.decode import (
     parse_json,
     scalar,
 )
-from traceinsight.load.limits import MAX_EVENTS
 from traceinsight.load.source import SizeLimit, open_trace
 from traceinsight.load.tables import ChunkTables, Trace, clean_categories, trace_for
 from traceinsight.load.text import clean_texts
@@ -62,7 +61,7 @@ def document_and_events(value: Any, path: Path) -> tuple[TraceDocument, list[dic
     objects = [item for item in events if isinstance(item, dict)]
     if events and not objects:
         raise not_a_trace(path, "its events are not JSON objects")
-    if len(objects) > MAX_EVENTS:
+    if len(objects) > limits.MAX_EVENTS:
         raise too_many_events(path)
     return document, objects
 
@@ -70,7 +69,7 @@ def document_and_events(value: Any, path: Path) -> tuple[TraceDocument, list[dic
 def too_many_events(path: Path) -> TraceFormatError:
     """The one line for a trace past :data:`~.limits.MAX_EVENTS`."""
     return TraceFormatError(
-        f"cannot read trace {path}: it holds more than {MAX_EVENTS:,} events; "
+        f"cannot read trace {path}: it holds more than {limits.MAX_EVENTS:,} events; "
         "profile fewer steps (schedule active=) or split the trace"
     )
 
