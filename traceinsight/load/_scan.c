@@ -55,6 +55,39 @@ typedef struct {
 static FieldSpec specs[MAX_FIELDS];
 static int n_fields = 0;
 static int f_category = -1;
+/* Whether each field is a time (converted to ns from its text where exact). */
+static unsigned char is_time[MAX_FIELDS];
+/* The fields in ``args`` (reset when an event has a second "args"), as bits. */
+static uint32_t args_mask = 0;
+
+/* Keys by [in args][length]: the field index, KEY_PH or KEY_ARGS. */
+#define MAX_KEY 32
+#define MAX_SAME_LENGTH 8
+typedef struct {
+    const char *key;
+    uint64_t head, tail; /* see key_words */
+    int result;
+} KeyEntry;
+static KeyEntry key_table[2][MAX_KEY + 1][MAX_SAME_LENGTH];
+static int key_count[2][MAX_KEY + 1];
+/* By [in args][length][first byte]: 1 + the entry's index in key_table, 0 none, SHARED_SLOT when
+ * several keys share the length and first byte (then key_table is searched). */
+#define SHARED_SLOT 255
+static unsigned char key_slot[2][MAX_KEY + 1][256];
+
+static inline void key_words(const char *p, Py_ssize_t n, uint64_t *head, uint64_t *tail);
+
+static int add_key(const char *key, Py_ssize_t len, int in_args, int result) {
+    if (len < 1 || len > MAX_KEY || key_count[in_args][len] == MAX_SAME_LENGTH) return -1;
+    int index = key_count[in_args][len]++;
+    KeyEntry *entry = &key_table[in_args][len][index];
+    entry->key = key;
+    entry->result = result;
+    key_words(key, len, &entry->head, &entry->tail);
+    unsigned char *slot = &key_slot[in_args][len][(unsigned char)key[0]];
+    *slot = *slot ? SHARED_SLOT : (unsigned char)(index + 1);
+    return 0;
+}
 static Py_ssize_t max_depth = 512, max_string = (Py_ssize_t)1 << 30, cut_string = 1 << 16, cut_prefix = 1 << 14,
                   max_int_digits = 4300;
 
@@ -223,10 +256,11 @@ static Py_ssize_t intern(Out *o, const char *p, Py_ssize_t n, int escaped) {
 
 /* ---------------------------------------------------------------- lexing ------------------- */
 
-#define WS(c) ((c) == ' ' || (c) == '\n' || (c) == '\r' || (c) == '\t')
+/* JSON whitespace, by byte (one load and test per byte). */
+static const unsigned char WHITESPACE[256] = {[' '] = 1, ['\n'] = 1, ['\r'] = 1, ['\t'] = 1};
 
 static inline void skip_ws(Lex *L) {
-    while (cur < end_ && WS(*cur)) cur++;
+    while (cur < end_ && WHITESPACE[(unsigned char)*cur]) cur++;
 }
 
 /* One UTF-8 sequence starting at a byte >= 0x80 (cur points at it); strict like Python's codec. */
@@ -284,13 +318,17 @@ static int lex_string(Lex *L, const char **p, Py_ssize_t *n, int *escaped) {
             if (c == '"' || c == '\\' || c < 0x20 || c >= 0x80) break;
             cur++;
         }
-        if (cur - start > max_string) {
+        if (cur >= end_) {
+            if (cur - start <= max_string) return NEED_MORE;
             cur = quote;
             return LONG_STRING;
         }
-        if (cur >= end_) return NEED_MORE;
         unsigned char c = (unsigned char)*cur;
         if (c == '"') {
+            if (cur - start > max_string) {
+                cur = quote;
+                return LONG_STRING;
+            }
             *p = start;
             *n = cur - start;
             *escaped = esc;
@@ -763,35 +801,58 @@ static int lex_key(Lex *L, const char **p, Py_ssize_t *n, int *esc) {
 }
 
 /* A key's field index (in the event, or in its ``args``), KEY_PH, KEY_ARGS or KEY_OTHER. An
- * escaped key is compared by its decoded text, as the reference's dict sees it. */
-static int key_field(const char *p, Py_ssize_t n, int esc, int in_args) {
-    char decoded[64];
-    if (esc) {
-        n = unescape(p, n, decoded, (Py_ssize_t)sizeof decoded);
-        if (n < 0) return KEY_OTHER;
-        p = decoded;
+ * escaped key is compared by its decoded text, as the reference's dict sees it. Keys are looked
+ * up by length, then first byte (key_table, made by configure()). */
+/* A key of n bytes as two words: for n <= 6 its bytes (one load: the closing quote, the colon and
+ * a byte of the value follow a key, so 8 bytes can be read), else its first and last 8 bytes;
+ * equal words mean equal keys up to 16 bytes. */
+static inline void key_words(const char *p, Py_ssize_t n, uint64_t *head, uint64_t *tail) {
+    if (n <= 6) {
+        uint64_t word;
+        memcpy(&word, p, 8);
+        *head = word & ((1ULL << (8 * n)) - 1);
+        *tail = 0;
+    } else {
+        memcpy(head, p, 8);
+        memcpy(tail, p + n - 8, 8);
     }
-    if (!in_args) {
-        if (n == 2 && memcmp(p, "ph", 2) == 0) return KEY_PH;
-        if (n == 4 && memcmp(p, "args", 4) == 0) return KEY_ARGS;
-    }
-    for (int i = 0; i < n_fields; i++)
-        if (specs[i].in_args == in_args && specs[i].len == n && memcmp(specs[i].key, p, (size_t)n) == 0) return i;
+}
+
+static inline int key_matches(const KeyEntry *entry, const char *p, Py_ssize_t n) {
+    uint64_t head, tail;
+    key_words(p, n, &head, &tail);
+    return entry->head == head && entry->tail == tail && (n <= 16 || memcmp(entry->key, p, (size_t)n) == 0);
+}
+
+static inline int key_lookup(const char *p, Py_ssize_t n, int in_args) {
+    if (n < 1 || n > MAX_KEY) return KEY_OTHER;
+    int slot = key_slot[in_args][n][(unsigned char)p[0]];
+    const KeyEntry *entry = key_table[in_args][n];
+    if (slot == 0) return KEY_OTHER;
+    if (slot != SHARED_SLOT) return key_matches(&entry[slot - 1], p, n) ? entry[slot - 1].result : KEY_OTHER;
+    for (int i = 0, count = key_count[in_args][n]; i < count; i++)
+        if (key_matches(&entry[i], p, n)) return entry[i].result;
     return KEY_OTHER;
 }
 
-/* Whether a phase string is "X" (escaped: "\u0058"). */
-static int is_x(const char *p, Py_ssize_t n, int esc) {
-    char decoded[8];
-    if (esc) {
-        n = unescape(p, n, decoded, (Py_ssize_t)sizeof decoded);
-        p = decoded;
-    }
-    return n == 1 && p[0] == 'X';
+static inline int key_field(const char *p, Py_ssize_t n, int esc, int in_args) {
+    if (!esc) return key_lookup(p, n, in_args);
+    char decoded[64];
+    n = unescape(p, n, decoded, (Py_ssize_t)sizeof decoded);
+    return n < 0 ? KEY_OTHER : key_lookup(decoded, n, in_args);
 }
 
-/* The members of an object at cur ('{') at nesting ``depth``, each value into fields[]. */
-static int object_fields(Lex *L, Field *fields, int *ph_x, int in_args, int depth) {
+/* Whether a phase string is "X" (escaped: "\u0058"). */
+static inline int is_x(const char *p, Py_ssize_t n, int esc) {
+    if (!esc) return n == 1 && p[0] == 'X';
+    char decoded[8];
+    n = unescape(p, n, decoded, (Py_ssize_t)sizeof decoded);
+    return n == 1 && decoded[0] == 'X';
+}
+
+/* The members of an object at cur ('{') at nesting ``depth``, each value into fields[] (bit i of
+ * *seen set: fields without it are None, so nothing needs clearing per event). */
+static int object_fields(Lex *L, Field *fields, uint32_t *seen, int *ph_x, int in_args, int depth) {
     int r;
     if (depth > max_depth) return DEEP;
     cur++;
@@ -809,10 +870,9 @@ static int object_fields(Lex *L, Field *fields, int *ph_x, int in_args, int dept
         int f = key_field(kp, kn, kesc, in_args);
         if (f == KEY_ARGS) {
             /* the last "args" wins, as in a dict: reset what an earlier one gave */
-            for (int i = 0; i < n_fields; i++)
-                if (specs[i].in_args) fields[i].v.kind = K_NONE;
+            *seen &= ~args_mask;
             if (*cur == '{')
-                r = object_fields(L, fields, NULL, 1, depth + 1);
+                r = object_fields(L, fields, seen, NULL, 1, depth + 1);
             else
                 r = skip_value(L, depth + 1);
             if (r != OK) return r;
@@ -822,6 +882,7 @@ static int object_fields(Lex *L, Field *fields, int *ph_x, int in_args, int dept
             *ph_x = tmp.v.kind == K_STR && is_x(tmp.sp, tmp.sn, tmp.sesc);
         } else if (f >= 0) {
             Field *fd = &fields[f];
+            *seen |= 1U << f;
             if ((r = scalar(L, &fd->v, &fd->sp, &fd->sn, &fd->sesc, depth + 1)) != OK) return r;
         } else {
             if ((r = skip_value(L, depth + 1)) != OK) return r;
@@ -848,15 +909,15 @@ static int grow_rows(Out *o) {
 /* One event object at cur, at nesting ``depth``. */
 static int event(Lex *L, Out *o, int depth) {
     Field fields[MAX_FIELDS];
-    for (int i = 0; i < n_fields; i++) fields[i].v.kind = K_NONE;
+    uint32_t seen = 0;
     int ph_x = 0;
-    int r = object_fields(L, fields, &ph_x, 0, depth);
+    int r = object_fields(L, fields, &seen, &ph_x, 0, depth);
     if (r != OK) return r;
     o->events++;
     Py_ssize_t cat_index = -1;
     if (f_category >= 0) {
         Field *cat = &fields[f_category];
-        if (cat->v.kind == K_STR) {
+        if (seen >> f_category & 1 && cat->v.kind == K_STR) {
             cat_index = intern(o, cat->sp, cat->sn, cat->sesc);
             if (cat_index < 0) return NOMEM;
             Entry *e = &o->entries[cat_index];
@@ -869,6 +930,11 @@ static int event(Lex *L, Out *o, int depth) {
     Py_ssize_t row = o->rows++;
     for (int i = 0; i < n_fields; i++) {
         Field *fd = &fields[i];
+        if (!(seen >> i & 1)) { /* not in this event (or reset by a later "args"): None */
+            o->kinds[i][row] = K_NONE;
+            o->values[i][row] = 0;
+            continue;
+        }
         int64_t value = fd->v.value;
         if (fd->v.kind == K_STR) {
             Py_ssize_t index = i == f_category ? cat_index : intern(o, fd->sp, fd->sn, fd->sesc);
@@ -880,7 +946,7 @@ static int event(Lex *L, Out *o, int depth) {
             value = index;
         } else if (fd->v.kind == K_NONE)
             value = 0;
-        else if (fd->v.kind == K_FLOAT && specs[i].role == ROLE_TIME) {
+        else if (fd->v.kind == K_FLOAT && is_time[i]) {
             double d;
             memcpy(&d, &value, sizeof d);
             if (d == 0) { /* "0.0", "-0.0": repr's whole part is 0 */
@@ -1154,12 +1220,12 @@ static PyObject *configure(PyObject *Py_UNUSED(self), PyObject *args) {
         Py_ssize_t len;
         int in_args, role;
         if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "s#pi", &key, &len, &in_args, &role)) break;
-        char *copy = malloc((size_t)len + 1);
+        char *copy = calloc((size_t)len + 8, 1); /* padded: key_words reads 8 bytes */
         if (!copy) {
             PyErr_NoMemory();
             break;
         }
-        memcpy(copy, key, (size_t)len + 1);
+        memcpy(copy, key, (size_t)len);
         parsed[n++] = (FieldSpec){copy, len, in_args, role};
         if (role == ROLE_CATEGORY) category = (int)i;
     }
@@ -1172,6 +1238,21 @@ static PyObject *configure(PyObject *Py_UNUSED(self), PyObject *args) {
     memcpy(specs, parsed, sizeof(FieldSpec) * (size_t)n);
     n_fields = n;
     f_category = category;
+    args_mask = 0;
+    for (int i = 0; i < n; i++) {
+        if (specs[i].in_args) args_mask |= 1U << i;
+        is_time[i] = specs[i].role == ROLE_TIME;
+    }
+    memset(key_count, 0, sizeof key_count);
+    memset(key_slot, 0, sizeof key_slot);
+    static const char ph[8] = "ph", args_key[8] = "args"; /* padded, as key_words reads 8 bytes */
+    int bad = add_key(ph, 2, 0, KEY_PH) || add_key(args_key, 4, 0, KEY_ARGS);
+    for (int i = 0; i < n; i++) bad = bad || add_key(specs[i].key, specs[i].len, specs[i].in_args, i);
+    if (bad) {
+        n_fields = 0;
+        PyErr_SetString(PyExc_ValueError, "keys of 1 to 32 bytes, at most 8 of one length");
+        return NULL;
+    }
     max_depth = limits[0];
     max_string = limits[1];
     cut_string = limits[2];

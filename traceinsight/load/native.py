@@ -205,10 +205,10 @@ def block_tables(result: tuple[Any, ...]) -> ChunkTables:
     _resume, _state, _done, events, skipped, rows, columns, raw_strings, escaped, counts, cut = result
     strings = _decode_strings(raw_strings, escaped)
     texts = pl.Series(strings, dtype=pl.String)
-    lengths = texts.str.len_chars()
-    if cut:
+    lengths = None
+    if cut:  # long strings: only their start was handed over, with their full length
         index, chars = zip(*cut, strict=True)
-        lengths = lengths.scatter(list(index), pl.Series(chars, dtype=pl.UInt32))
+        lengths = texts.str.len_chars().scatter(list(index), pl.Series(chars, dtype=pl.UInt32))
     texts = clean_texts(texts, lengths)
     cleaned = texts.to_list()
     categories: dict[str, int] = {}
@@ -448,12 +448,14 @@ def _mapped(
 
 
 def _first_text_byte(view: memoryview) -> int:
-    """Offset of the first byte that is not JSON whitespace (``len(view)`` if none)."""
-    step = 16 << 20
-    for at in range(0, len(view), step):
+    """Offset of the first byte that is not JSON whitespace (``len(view)`` if none); a few bytes
+    are looked at first (a trace starts with ``{`` or ``[``), then blocks growing to 16 MiB."""
+    at, step = 0, 4096
+    while at < len(view):
         skipped = leading_whitespace(view[at : at + step])
         if skipped < len(view[at : at + step]):
             return at + skipped
+        at, step = at + step, min(step * 4, 16 << 20)
     return len(view)
 
 

@@ -96,6 +96,7 @@ GROUP_OF_CATEGORY: Final[dict[str, int]] = {
 _EMPTY_TABLES: Final = {
     name: pl.DataFrame(schema=table_schema) for name, table_schema in schema.TABLES.items()
 }
+_NO_EVENTS: Final = pl.DataFrame(schema=schema.EVENT_COLUMNS)
 
 
 @dataclass(slots=True)
@@ -133,8 +134,7 @@ def assemble(events: pl.DataFrame) -> tuple[dict[str, pl.DataFrame], bool]:
     -1 for none) → the loader's tables in file order, and whether GPU categories are the 2021
     capitalised ones."""
     parts = events.partition_by("group", as_dict=True, include_key=False)
-    empty = events.clear().drop("group")
-    frames = {group: parts.get((index,), empty) for index, group in enumerate(GROUPS)}
+    frames = {group: parts.get((index,), _NO_EVENTS) for index, group in enumerate(GROUPS)}
     cat, name = pl.col("cat"), pl.col("name")
     legacy_annotation = cat.is_in(list(taxonomy.CPU_OP_CATEGORIES)) & pl.any_horizontal(
         [name.str.starts_with(prefix) for prefix in taxonomy.LEGACY_ANNOTATION_PREFIXES]

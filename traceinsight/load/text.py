@@ -41,13 +41,21 @@ def clean_texts(texts: pl.Series, lengths: pl.Series | None = None) -> pl.Series
     if texts.len() == 1:  # polars copies a one-row column's string several times in each operation
         value, length = texts[0], None if lengths is None else lengths[0]
         return pl.Series(texts.name, [None if value is None else clean_text(value, length)], dtype=pl.String)
+    # One query over the usual column, which needs nothing done.
+    text = pl.col("text")
+    dirty, longest = (
+        pl.DataFrame({"text": texts} if lengths is None else {"text": texts, "length": lengths})
+        .select(
+            text.str.contains(CONTROL_PATTERN).any().alias("dirty"),
+            (text.str.len_chars() if lengths is None else pl.col("length")).max().alias("longest"),
+        )
+        .row(0)
+    )
+    if not dirty and (longest or 0) <= TEXT_CHARS:
+        return texts
     if lengths is None:
         lengths = texts.str.len_chars()
-    cleaned = (
-        texts.str.replace_all(CONTROL_PATTERN, REPLACEMENT)
-        if texts.str.contains(CONTROL_PATTERN).any()
-        else texts
-    )
+    cleaned = texts.str.replace_all(CONTROL_PATTERN, REPLACEMENT) if dirty else texts
     long = lengths > TEXT_CHARS
     if not long.any():
         return cleaned
