@@ -803,19 +803,26 @@ static int lex_key(Lex *L, const char **p, Py_ssize_t *n, int *esc) {
 /* A key's field index (in the event, or in its ``args``), KEY_PH, KEY_ARGS or KEY_OTHER. An
  * escaped key is compared by its decoded text, as the reference's dict sees it. Keys are looked
  * up by length, then first byte (key_table, made by configure()). */
-/* A key of n bytes as two words: for n <= 6 its bytes (one load: the closing quote, the colon and
- * a byte of the value follow a key, so 8 bytes can be read), else its first and last 8 bytes;
- * equal words mean equal keys up to 16 bytes. */
+/* A key of n bytes as two (overlapping) words, its first and its last bytes, read with loads of
+ * constant size inside the key: equal words mean equal keys up to 16 bytes. */
 static inline void key_words(const char *p, Py_ssize_t n, uint64_t *head, uint64_t *tail) {
-    if (n <= 6) {
-        uint64_t word;
-        memcpy(&word, p, 8);
-        *head = word & ((1ULL << (8 * n)) - 1);
-        *tail = 0;
-    } else {
+    if (n >= 8) {
         memcpy(head, p, 8);
         memcpy(tail, p + n - 8, 8);
-    }
+    } else if (n >= 4) {
+        uint32_t a, b;
+        memcpy(&a, p, 4);
+        memcpy(&b, p + n - 4, 4);
+        *head = a;
+        *tail = b;
+    } else if (n >= 2) {
+        uint16_t a, b;
+        memcpy(&a, p, 2);
+        memcpy(&b, p + n - 2, 2);
+        *head = a;
+        *tail = b;
+    } else
+        *head = *tail = (unsigned char)p[0];
 }
 
 static inline int key_matches(const KeyEntry *entry, const char *p, Py_ssize_t n) {
@@ -1220,12 +1227,12 @@ static PyObject *configure(PyObject *Py_UNUSED(self), PyObject *args) {
         Py_ssize_t len;
         int in_args, role;
         if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "s#pi", &key, &len, &in_args, &role)) break;
-        char *copy = calloc((size_t)len + 8, 1); /* padded: key_words reads 8 bytes */
+        char *copy = malloc((size_t)len + 1);
         if (!copy) {
             PyErr_NoMemory();
             break;
         }
-        memcpy(copy, key, (size_t)len);
+        memcpy(copy, key, (size_t)len + 1);
         parsed[n++] = (FieldSpec){copy, len, in_args, role};
         if (role == ROLE_CATEGORY) category = (int)i;
     }
@@ -1245,8 +1252,7 @@ static PyObject *configure(PyObject *Py_UNUSED(self), PyObject *args) {
     }
     memset(key_count, 0, sizeof key_count);
     memset(key_slot, 0, sizeof key_slot);
-    static const char ph[8] = "ph", args_key[8] = "args"; /* padded, as key_words reads 8 bytes */
-    int bad = add_key(ph, 2, 0, KEY_PH) || add_key(args_key, 4, 0, KEY_ARGS);
+    int bad = add_key("ph", 2, 0, KEY_PH) || add_key("args", 4, 0, KEY_ARGS);
     for (int i = 0; i < n; i++) bad = bad || add_key(specs[i].key, specs[i].len, specs[i].in_args, i);
     if (bad) {
         n_fields = 0;
