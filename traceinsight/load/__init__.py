@@ -51,11 +51,9 @@ def choose_loader() -> Loader:
 def load_pure(source: TraceFile, progress: ProgressCallback | None) -> tuple[TraceDocument, ChunkTables]:
     """The pure-Python loader: the whole text (gzip streamed in under the size limit) decoded by
     msgspec (:func:`.fallback.load_fallback`)."""
-    raw = source.read_all()
     if progress is not None:
-        progress(max(source.size - 1, 0), source.size, 0)
-    document, part = fallback.load_fallback(raw, source.path)
-    del raw
+        progress(0, source.size, 0)
+    document, part = fallback.load_fallback(source)
     if progress is not None:
         progress(source.size, source.size, part.event_count)
     return document, part

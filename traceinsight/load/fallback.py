@@ -31,7 +31,16 @@ import polars as pl
 from traceinsight.load import limits, reference, schema
 from traceinsight.load.coerce import INT64_NS_LIMIT, Scalar, as_int, as_ns, end_ns, float_column_to_ns
 from traceinsight.load.decode import UTF8_BOM, TraceDocument, check_start, json_error, parse_json
-from traceinsight.load.tables import GROUP_OF_CATEGORY, ChunkTables, assemble, clean_categories, empty_chunk
+from traceinsight.load.source import TraceFile
+from traceinsight.load.tables import (
+    GROUP_OF_CATEGORY,
+    GROUPS,
+    ChunkTables,
+    assemble,
+    clean_categories,
+    empty_chunk,
+    group_columns,
+)
 from traceinsight.load.text import clean_texts
 
 # --- the structs, made from the one field list -------------------------------------------------
@@ -95,16 +104,21 @@ _SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD][89a-fA-F]")
 _AT_BYTE: Final = re.compile(r"\(byte (\d+)\)")
 
 
-def load_fallback(raw: bytes | bytearray, path: Path) -> tuple[TraceDocument, ChunkTables]:
-    """The document and tables of a whole JSON text (see the module docstring)."""
-    check_start(raw, path)
+def load_fallback(source: TraceFile) -> tuple[TraceDocument, ChunkTables]:
+    """The document and tables of an opened trace (see the module docstring). The text is let go
+    of as soon as it is decoded, before the tables are made."""
+    raw = source.read_all()
+    check_start(raw, source.path)
     collecting = gc.isenabled()
     gc.disable()
     try:
-        decoded = _decode(raw, path)
+        decoded = _decode(raw, source.path)
         if decoded is None:  # values the typed decode cannot hold: the reference's way
-            document, events = reference.document_and_events(parse_json(raw, path), path)
+            value = parse_json(raw, source.path)
+            del raw
+            document, events = reference.document_and_events(value, source.path)
             return document, reference.build_tables(events)
+        del raw
         document, phased = decoded
         return document, event_tables(phased)
     finally:
@@ -228,6 +242,45 @@ def _pick(items: list[Any], indices: list[int]) -> list[Any]:
     return list(itemgetter(*indices)(items))
 
 
+def _group_frame(
+    group: str, xs: list[Any], indices: pl.Series, ts_all: pl.Series, cats: pl.Series
+) -> pl.DataFrame:
+    """The :func:`.tables.group_columns` of ``group`` for its events (``xs`` at ``indices``)."""
+    members = _pick(xs, indices.to_list())
+    args = list(map(attrgetter("args"), members))
+
+    def field(name: str) -> list[Scalar]:
+        return list(map(attrgetter(name), members))
+
+    def arg(name: str) -> list[Scalar]:
+        return list(map(attrgetter(name), args))
+
+    ts = ts_all.gather(indices)
+    dur, _ = _times(field("dur"))
+    dur = dur.fill_null(0).clip(lower_bound=0)
+    build: dict[str, Callable[[], pl.Series]] = {
+        "cat": lambda: cats.gather(indices),
+        "name": lambda: clean_texts(_texts(field("name"), _name)),
+        "ts": lambda: ts,
+        "dur": lambda: dur,
+        "end": lambda: end_ns(ts, dur),
+        "pid": lambda: _ids(field("pid")),
+        "tid": lambda: _ids(field("tid")),
+        "external_id": lambda: _external(arg("external_id"), arg("external_id_legacy")),
+        "correlation": lambda: _ids(arg("correlation")),
+        "device": lambda: _ids(arg("device")),
+        "stream": lambda: _ids(arg("stream")),
+        "bytes": lambda: _ids(arg("bytes")),
+        "python_id": lambda: _ids(arg("python_id")),
+        "parent_id": lambda: _ids(arg("python_parent_id")),
+        "call_stack": lambda: clean_texts(_texts(arg("call_stack"), _stack, nulls=True)),
+    }
+    columns = group_columns(group)
+    return pl.DataFrame(
+        {name: build[name]() for name in columns}, schema={n: schema.EVENT_COLUMNS[n] for n in columns}
+    )
+
+
 def event_tables(events: Sequence[Any]) -> ChunkTables:
     """Decoded events → the loader's tables (same rows, order and values as the reference's).
 
@@ -249,51 +302,22 @@ def event_tables(events: Sequence[Any]) -> ChunkTables:
     dropped = len(xs) - int(kept.sum())
     if float_time and dropped:  # as the reference: some event that is kept has a float time
         float_time = any(type(v) is float and k for v, k in zip(ts_values, kept.to_list(), strict=True))
+    cats = _texts(list(map(attrgetter("cat"), xs)), _category)
+    route = cats.replace_strict(GROUP_OF_CATEGORY, default=-1, return_dtype=pl.Int64)
     if not kept.any():
         chunk = empty_chunk(len(events), categories)
         chunk.dropped_time = dropped
         return chunk
-    indices = kept.arg_true()
-    members = _pick(xs, indices.to_list())
-    ts = ts_all.gather(indices)
-    args = list(map(attrgetter("args"), members))
-
-    def field(name: str) -> list[Scalar]:
-        return list(map(attrgetter(name), members))
-
-    def arg(name: str) -> list[Scalar]:
-        return list(map(attrgetter(name), args))
-
-    dur, _ = _times(field("dur"))
-    dur = dur.fill_null(0).clip(lower_bound=0)
-    cat = _texts(field("cat"), _category)
-    wide = pl.DataFrame(
-        {
-            "cat": cat,
-            "name": clean_texts(_texts(field("name"), _name)),
-            "ts": ts,
-            "dur": dur,
-            "end": end_ns(ts, dur),
-            "pid": _ids(field("pid")),
-            "tid": _ids(field("tid")),
-            "external_id": _external(arg("external_id"), arg("external_id_legacy")),
-            "correlation": _ids(arg("correlation")),
-            "device": _ids(arg("device")),
-            "stream": _ids(arg("stream")),
-            "bytes": _ids(arg("bytes")),
-            "python_id": _ids(arg("python_id")),
-            "parent_id": _ids(arg("python_parent_id")),
-            "call_stack": clean_texts(_texts(arg("call_stack"), _stack, nulls=True)),
-            "group": cat.replace_strict(GROUP_OF_CATEGORY, default=-1, return_dtype=pl.Int64),
-        },
-        schema={**schema.EVENT_COLUMNS, "group": pl.Int64},
-    )
-    tables, legacy = assemble(wide)
+    frames = {
+        group: _group_frame(group, xs, (kept & (route == index)).arg_true(), ts_all, cats)
+        for index, group in enumerate(GROUPS)
+    }
+    tables, legacy = assemble(frames)
     return ChunkTables(
         tables=tables,
         event_count=len(events),
         categories=categories,
-        origin=cast("int", ts.min()),
+        origin=cast("int", ts_all.min()),
         legacy=legacy,
         float_time=float_time,
         dropped_time=dropped,

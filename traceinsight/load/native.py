@@ -55,7 +55,14 @@ from traceinsight.load.decode import (
 from traceinsight.load.progress import ProgressCallback
 from traceinsight.load.reference import too_many_events
 from traceinsight.load.source import TraceFile, empty_trace, format_bytes, is_blank, leading_whitespace
-from traceinsight.load.tables import GROUP_OF_CATEGORY, ChunkTables, assemble, empty_chunk, merge
+from traceinsight.load.tables import (
+    GROUP_OF_CATEGORY,
+    ChunkTables,
+    assemble,
+    empty_chunk,
+    merge,
+    split_groups,
+)
 from traceinsight.load.text import clean_texts, without_lone_surrogates
 
 try:
@@ -267,7 +274,7 @@ def block_tables(result: tuple[Any, ...]) -> ChunkTables:
             "group": pl.Series(group, dtype=pl.Int64),
         }
     )
-    tables, legacy = assemble(frame)
+    tables, legacy = assemble(split_groups(frame))
     return ChunkTables(
         tables=tables,
         event_count=events,

@@ -93,6 +93,29 @@ GROUP_OF_CATEGORY: Final[dict[str, int]] = {
     **{cat: 5 for cat in taxonomy.CUDA_SYNC_CATEGORIES},
 }
 
+#: The tables each group's events go to.
+GROUP_TABLES: Final[dict[str, tuple[str, ...]]] = {
+    "gpu": ("gpu",),
+    "runtime": ("runtime",),
+    "ops": ("cpu_ops", "annotations"),
+    "python": ("python",),
+    "gpu_annotations": ("gpu_annotations",),
+    "cuda_sync": ("cuda_sync",),
+}
+#: Event columns a table column is taken from where its own is missing (see :func:`assemble`).
+_STAND_INS: Final = {"device": "pid", "stream": "tid"}
+
+
+def group_columns(group: str) -> tuple[str, ...]:
+    """The event columns the tables of ``group`` read: what a loader builds for its events (the
+    others may be left out of the group's frame)."""
+    needed = {"cat", "name", "ts", "dur", "end"}
+    for table in GROUP_TABLES[group]:
+        for column in schema.TABLES[table]:
+            needed |= {column, _STAND_INS.get(column, column)} & set(schema.EVENT_COLUMNS)
+    return tuple(column for column in schema.EVENT_COLUMNS if column in needed)
+
+
 _EMPTY_TABLES: Final = {
     name: pl.DataFrame(schema=table_schema) for name, table_schema in schema.TABLES.items()
 }
@@ -129,12 +152,16 @@ def _select(frame: pl.DataFrame, table_schema: pl.Schema, **columns: pl.Expr) ->
     return frame.select([pl.col(n).cast(t) for n, t in table_schema.items()])
 
 
-def assemble(events: pl.DataFrame) -> tuple[dict[str, pl.DataFrame], bool]:
+def split_groups(events: pl.DataFrame) -> dict[str, pl.DataFrame]:
     """Kept X events (:data:`.schema.EVENT_COLUMNS` plus ``group``, an index into :data:`GROUPS`,
-    -1 for none) → the loader's tables in file order, and whether GPU categories are the 2021
-    capitalised ones."""
+    -1 for none) → one frame per group, in file order."""
     parts = events.partition_by("group", as_dict=True, include_key=False)
-    frames = {group: parts.get((index,), _NO_EVENTS) for index, group in enumerate(GROUPS)}
+    return {group: parts.get((index,), _NO_EVENTS) for index, group in enumerate(GROUPS)}
+
+
+def assemble(frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame], bool]:
+    """One frame of kept X events per group (at least its :func:`group_columns`) → the loader's
+    tables in file order, and whether GPU categories are the 2021 capitalised ones."""
     cat, name = pl.col("cat"), pl.col("name")
     legacy_annotation = cat.is_in(list(taxonomy.CPU_OP_CATEGORIES)) & pl.any_horizontal(
         [name.str.starts_with(prefix) for prefix in taxonomy.LEGACY_ANNOTATION_PREFIXES]
