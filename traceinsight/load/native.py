@@ -216,8 +216,9 @@ def block_tables(result: tuple[Any, ...]) -> ChunkTables:
     if cut:  # long strings: only their start was handed over, with their full length
         index, chars = zip(*cut, strict=True)
         lengths = texts.str.len_chars().scatter(list(index), pl.Series(chars, dtype=pl.UInt32))
-    texts = clean_texts(texts, lengths)
-    cleaned = texts.to_list()
+    cleaned_texts = clean_texts(texts, lengths)
+    cleaned = strings if cleaned_texts is texts else cleaned_texts.to_list()  # usually nothing to clean
+    texts = cleaned_texts
     categories: dict[str, int] = {}
     for _order, index, count in counts:  # in the order each category was first seen
         key = cleaned[index] if index >= 0 else ""
