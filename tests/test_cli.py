@@ -10,7 +10,7 @@ import pytest
 from tracebuild import SAMPLES, kernel, write_trace
 from typer.testing import CliRunner
 
-from traceinsight.cli import app
+from traceinsight.cli import app, parse_size
 
 runner = CliRunner()
 
@@ -246,3 +246,19 @@ def test_the_json_keeps_every_schema_1_key_and_adds_the_new_ones(tmp_path: Path)
     # the per-device idle split adds up to the idle time
     for device in document["devices"]:
         assert sum(device["idle_by_cause_us"].values()) == pytest.approx(device["idle_us"], abs=0.01)
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("4096", 4096), ("100B", 100), ("500MB", 500_000_000), ("2gb", 2_000_000_000), ("1.5GiB", 1_610_612_736),
+     ("8 GiB", 8 * 2**30), ("10k", 10_000), ("3KiB", 3072), ("1T", 10**12)],
+)  # fmt: skip
+def test_max_size_is_read_in_decimal_and_binary_units(text: str, size: int) -> None:
+    assert parse_size(text) == size
+
+
+def test_an_unreadable_trace_is_not_a_usage_box(tmp_path: Path) -> None:
+    """typer would check readability itself and print its usage box: the loader words it instead."""
+    result = runner.invoke(app, ["analyze", str(tmp_path / "absent.json")])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("traceinsight: error: ") and "Usage" not in result.stderr

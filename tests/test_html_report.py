@@ -522,7 +522,7 @@ def test_unreadable_source_says_how_to_see_the_code(b200: Page) -> None:
     """The b200 trace names lines of a project (vllm) that is not in the source root."""
     assert any(finding.source for finding in b200.report.findings if not finding.minor)
     assert 'class="line hit"' not in b200.html
-    assert "run traceinsight analyze from the project directory" in " ".join(b200.parsed.text.split())
+    assert "run traceinsight analyze --source-root DIR" in " ".join(b200.parsed.text.split())
 
 
 # --- traces without GPU activity -------------------------------------------------------------------

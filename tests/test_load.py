@@ -12,6 +12,7 @@ import pytest
 from tracebuild import SAMPLES, kernel, read_events, runtime, write_trace
 
 from traceinsight.load import load_trace, load_trace_reference
+from traceinsight.load.text import clean_text, clean_texts
 
 ALL_SAMPLES = sorted(p for p in SAMPLES.rglob("*.json*"))
 GPU_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
@@ -173,3 +174,105 @@ def test_extreme_times_load_like_the_reference(tmp_path: Path, times: tuple[floa
     assert fast.gpu.equals(plain.gpu)
     # a time that an Int64 of ns cannot hold (after year 2262) drops the event, like a missing time
     assert fast.gpu.height == kept
+
+
+# --- every trace string is data ---------------------------------------------------------------------
+
+
+def _expected_clean(text: str) -> str:
+    """Written out independently of the loader: control characters (C0, DEL, C1, bidi embeddings,
+    overrides, isolates) become U+FFFD one for one; past 1024 characters, the first 992 are kept
+    and the number of characters cut is noted."""
+    replaced = "".join(
+        "\ufffd"
+        if ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F or 0x202A <= ord(c) <= 0x202E or 0x2066 <= ord(c) <= 0x2069
+        else c
+        for c in text
+    )
+    return replaced if len(replaced) <= 1024 else replaced[:992] + f"…(+{len(replaced) - 992} chars)"
+
+
+def test_control_characters_in_names_are_replaced_one_for_one(tmp_path: Path) -> None:
+    names = [
+        "\x1b]0;title\x07",
+        "a\tb\nc\r",
+        "\u202eevil\u2069",
+        "del\x7f c1\x85\x9b",
+        "fine ✓ 🚀",
+        "x" * 1025,
+    ]
+    path = write_trace(tmp_path / "t.json", [kernel(i * 10, 5, name=name) for i, name in enumerate(names)])
+    for loaded in (load_trace(path), load_trace_reference(path)):
+        assert loaded.gpu.sort("ts").get_column("name").to_list() == [_expected_clean(n) for n in names]
+
+
+def test_trace_metadata_strings_are_cleaned(tmp_path: Path) -> None:
+    path = write_trace(
+        tmp_path / "t.json",
+        [kernel(0, 5)],
+        deviceProperties=[{"id": 0, "name": "GPU\x1b[2J"}],
+        traceName="\x1b]8;;https://x\x07t",
+        distributedInfo={"rank": 0, "world_size": 1, "backend": "nccl\u202e"},
+    )
+    meta = load_trace(path).meta
+    assert meta.devices[0].name == "GPU\ufffd[2J"
+    assert meta.trace_name == "\ufffd]8;;https://x\ufffdt"
+    assert meta.backend == "nccl\ufffd"
+
+
+@pytest.mark.parametrize("path", ALL_SAMPLES, ids=lambda p: p.name)
+def test_names_analyses_read_are_loaded_as_written(path: Path) -> None:
+    """ProfilerStep#, copy names, DataLoader and optimizer annotations, Python frames: every such
+    name of every sample is loaded unchanged (none is long or holds a control character)."""
+    _, events = read_events(path)
+    markers = ("ProfilerStep#", "Memcpy", "Memset", "enumerate(DataLoader)", "Optimizer.", ".py(")
+    raw = {
+        e["name"]
+        for e in events
+        if e.get("ph") == "X" and isinstance(e.get("name"), str) and any(m in e["name"] for m in markers)
+    }
+    trace = load_trace(path)
+    loaded = set()
+    for table in (
+        trace.gpu,
+        trace.runtime,
+        trace.cpu_ops,
+        trace.python,
+        trace.annotations,
+        trace.gpu_annotations,
+    ):
+        loaded |= set(table.get_column("name").to_list())
+    assert raw <= loaded
+    assert all(_expected_clean(name) == name for name in raw)
+
+
+def test_clean_text_is_clean_texts_for_one_string() -> None:
+    """The one-string form (used for one-row columns and metadata) agrees with the column form."""
+    import random
+
+    rng = random.Random(3)
+    alphabet = ["a", "\x1b", "\t", "\u202e", "\u2067", "é", "🚀", "\x85", "\x7f", "\ufffd", " ", "\u2028"]
+    values = [
+        "".join(rng.choice(alphabet) for _ in range(rng.choice([0, 5, 1023, 1024, 1025, 3000])))
+        for _ in range(200)
+    ]
+    assert (
+        clean_texts(pl.Series(values)).to_list()
+        == [clean_text(v) for v in values]
+        == [_expected_clean(v) for v in values]
+    )
+
+
+def test_events_dropped_for_impossible_times_are_counted(tmp_path: Path) -> None:
+    good = kernel(10, 5)
+    late, nan, missing, huge = kernel(20, 5), kernel(30, 5), kernel(40, 5), kernel(50, 5)
+    late["ts"], huge["ts"] = "late", 1e300
+    del missing["ts"]
+    path = tmp_path / "t.json"
+    path.write_text(
+        json.dumps({"traceEvents": [good, late, nan, missing, huge]}).replace('"ts": 30', '"ts": NaN')
+    )
+    for loaded in (load_trace(path), load_trace_reference(path)):
+        assert loaded.gpu.height == 1
+        assert loaded.meta.load_notes == (("dropped-time", 4),)
+    assert load_trace(write_trace(tmp_path / "clean.json", [good])).meta.load_notes == ()

@@ -1,8 +1,9 @@
-"""The fast loaders equal the plain reference loader on every real sample, table by table and end to end.
+"""The production loaders equal the plain reference loader on every real sample, table by table
+and end to end.
 
 ``load_trace`` takes the native scanner when it was built (see ``test_load_native.py``); here both
-that default and the pure-Python paths (``TRACEINSIGHT_NATIVE=0``: msgspec, whole-buffer or in two
-worker processes) are held to the reference.
+that default and the pure-Python loader (``TRACEINSIGHT_NATIVE=0``: msgspec) are held to the
+reference.
 """
 
 from __future__ import annotations
@@ -15,9 +16,18 @@ from tracebuild import assert_same_trace
 
 from traceinsight.analysis import analyze
 from traceinsight.errors import TraceFormatError, TraceUnreadable
-from traceinsight.load import Trace, _trace, load_trace, load_trace_reference, native
-from traceinsight.load.parallel import Unsplittable, load_parallel
+from traceinsight.load import (
+    Trace,
+    choose_loader,
+    fallback,
+    load_pure,
+    load_trace,
+    load_trace_reference,
+    native,
+)
 from traceinsight.load.progress import terminal_progress
+from traceinsight.load.source import open_trace
+from traceinsight.load.tables import trace_for
 from traceinsight.render.json_report import report_dict
 from traceinsight.report import Report
 from traceinsight.rules import evaluate
@@ -43,46 +53,26 @@ def test_fast_path_equals_reference_tables_and_report(
     assert _report(fast) == _report(reference)
 
 
-@pytest.mark.parametrize("path", ALL_SAMPLES, ids=lambda p: str(p.relative_to(SAMPLES)))
-def test_chunked_two_process_path_equals_reference(path: Path) -> None:
-    """Small runs (256 kB) so every sample is split into many; other layouts must refuse, not guess."""
-    try:
-        loaded = load_parallel(path, None, workers=2, chunk_bytes=256 << 10)
-    except Unsplittable:
-        assert path.name in UNSPLIT_LAYOUTS
-        return
-    assert_same_trace(_trace(path, loaded.document, loaded.part), load_trace_reference(path))
-
-
-#: Samples whose events do not each start a line with one indentation (compact or mixed writers).
-UNSPLIT_LAYOUTS = {
-    "h100_bert_small_stacks.json.gz",
-    "h100_qwen_inference_stacks.json.gz",
-    "huge_integer_arg.pt.trace.json.gz",
-    "mi300_vllm_graph_replay.json.gz",
-    "rank-0.json.gz",
-    "rank-1.json.gz",
-}
-
-
-def test_forced_workers_fall_back_for_other_layouts(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_loader_is_chosen_by_the_build_and_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRACEINSIGHT_NATIVE", "0")
-    monkeypatch.setenv("TRACEINSIGHT_WORKERS", "2")
-    path = SAMPLES / "two_ranks" / "rank-0.json.gz"
-    assert_same_trace(load_trace(path), load_trace_reference(path))
+    assert choose_loader() is load_pure
+    monkeypatch.setenv("TRACEINSIGHT_NATIVE", "1")
+    assert choose_loader() is (native.load_native if native.AVAILABLE else load_pure)
 
 
-@pytest.mark.parametrize("loader", ["native", "workers"])
-def test_progress_grows_and_ends_once_with_all_events(monkeypatch: pytest.MonkeyPatch, loader: str) -> None:
-    """Progress per run of the C scanner (1 MB runs here), or per chunk of the worker processes."""
-    if loader == "native":
-        if not native.AVAILABLE:
-            pytest.skip("the C scanner was not built here")
-        monkeypatch.setattr(native, "BLOCK_BYTES", 1 << 20)
-    else:
-        monkeypatch.setenv("TRACEINSIGHT_NATIVE", "0")
-        monkeypatch.setenv("TRACEINSIGHT_WORKERS", "2")
+@pytest.mark.parametrize("form", ["gzip", "plain"])
+def test_progress_grows_and_ends_once_with_all_events(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, form: str
+) -> None:
+    """Progress per run of the C scanner (1 MB runs here), gunzipped or mapped."""
+    if not native.AVAILABLE:
+        pytest.skip("the C scanner was not built here")
+    monkeypatch.setenv("TRACEINSIGHT_NATIVE", "1")
+    monkeypatch.setattr(native, "BLOCK_BYTES", 1 << 20)
     path = SAMPLES / "v100_resnet50_workers0.pt.trace.json.gz"
+    if form == "plain":
+        path = tmp_path / "plain.json"
+        path.write_bytes(gzip.decompress((SAMPLES / "v100_resnet50_workers0.pt.trace.json.gz").read_bytes()))
     calls: list[tuple[int, int, int]] = []
     trace = load_trace(path, progress=lambda done, total, events: calls.append((done, total, events)))
     size = path.stat().st_size
@@ -91,6 +81,21 @@ def test_progress_grows_and_ends_once_with_all_events(monkeypatch: pytest.Monkey
     assert all(done < size for done, _, _ in calls[:-1])
     assert [events for _, _, events in calls] == sorted(events for _, _, events in calls)
     assert calls[-1] == (size, size, trace.meta.event_count)
+
+
+@pytest.mark.parametrize("path", ALL_SAMPLES, ids=lambda p: str(p.relative_to(SAMPLES)))
+def test_the_pure_loader_reads_every_sample_with_msgspec(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The typed msgspec decode, not the reference builder it falls back to for odd values, reads
+    every real trace (else the pure-Python loader would be the slow reference in disguise)."""
+
+    def refuse(*_: object) -> None:
+        raise AssertionError("the reference's builder was used")
+
+    reference = load_trace_reference(path)
+    monkeypatch.setattr(fallback.reference, "build_tables", refuse)
+    with open_trace(path) as source:
+        document, part = load_pure(source, None)
+    assert_same_trace(trace_for(path, document, part), reference)
 
 
 def test_terminal_progress_is_silent_without_a_terminal() -> None:
@@ -105,12 +110,11 @@ def test_progress_callback_reports_bytes_and_events() -> None:
     assert calls[-1] == (path.stat().st_size, path.stat().st_size, trace.meta.event_count)
 
 
-@pytest.mark.parametrize(("native", "workers"), [("1", "0"), ("0", "0"), ("0", "2")])
+@pytest.mark.parametrize("native", ["1", "0"])
 def test_truncated_gzip_is_reported_in_one_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native: str, workers: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native: str
 ) -> None:
     monkeypatch.setenv("TRACEINSIGHT_NATIVE", native)
-    monkeypatch.setenv("TRACEINSIGHT_WORKERS", workers)
     whole = (SAMPLES / "a100_alexnet_cuda_sync.json.gz").read_bytes()
     cut = tmp_path / "cut.json.gz"
     cut.write_bytes(whole[: len(whole) // 2])
@@ -118,12 +122,11 @@ def test_truncated_gzip_is_reported_in_one_line(
         load_trace(cut)
 
 
-@pytest.mark.parametrize(("native", "workers"), [("1", "0"), ("0", "0"), ("0", "2")])
+@pytest.mark.parametrize("native", ["1", "0"])
 def test_truncated_json_is_reported_in_one_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native: str, workers: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native: str
 ) -> None:
     monkeypatch.setenv("TRACEINSIGHT_NATIVE", native)
-    monkeypatch.setenv("TRACEINSIGHT_WORKERS", workers)
     text = gzip.decompress((SAMPLES / "a100_alexnet_cuda_sync.json.gz").read_bytes())
     cut = tmp_path / "cut.json"
     cut.write_bytes(text[: len(text) // 2])

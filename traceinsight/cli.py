@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -11,7 +12,7 @@ import typer
 
 from traceinsight import __version__
 from traceinsight.config import read_config
-from traceinsight.errors import TraceInsightError
+from traceinsight.errors import ConfigError, TraceInsightError
 from traceinsight.thresholds import Thresholds
 
 _DEFAULTS = Thresholds()
@@ -30,9 +31,29 @@ _analysis_done = False
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
-    """Print ``traceinsight: error: message`` on stderr; return the Exit to raise."""
-    sys.stderr.write(f"traceinsight: error: {message}\n")
+    """Print ``traceinsight: error: message`` on stderr; return the Exit to raise.
+
+    The message may quote a file name or a trace: control characters are replaced, so that it
+    stays one line and cannot drive the terminal.
+    """
+    from traceinsight.load.text import printable
+
+    sys.stderr.write(f"traceinsight: error: {printable(message)}\n")
     return typer.Exit(code)
+
+
+_SIZE = re.compile(r"(?i)\s*(\d+(?:\.\d+)?)\s*(b|[kmgt]i?b?)?\s*")
+_UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+
+
+def parse_size(text: str) -> int:
+    """``500MB``, ``2GB``, ``1.5GiB``, ``4096`` → bytes (k/M/G/T are powers of 1000, with i of 1024)."""
+    match = _SIZE.fullmatch(text)
+    if match is None:
+        raise ConfigError(f"--max-size {text!r}: not a size; write it like 500MB, 2GB or 8GiB")
+    number, unit = float(match.group(1)), (match.group(2) or "").lower()
+    scale = 1024 ** ("kmgt".index(unit[0]) + 1) if len(unit) > 1 and unit[1] == "i" else _UNITS[unit[:1]]
+    return int(number * scale)
 
 
 def _version(value: bool) -> None:
@@ -53,7 +74,9 @@ def _root(
 @app.command()
 def analyze(
     trace: Annotated[
-        Path, typer.Argument(help="A torch.profiler trace: .json or .json.gz.", show_default=False)
+        Path,
+        # readable=False: the loader words an unreadable file in one line, not typer's usage box.
+        typer.Argument(help="A torch.profiler trace: .json or .json.gz.", show_default=False, readable=False),
     ],
     output: Annotated[
         Path | None,
@@ -80,6 +103,28 @@ def analyze(
             show_default=False,
         ),
     ] = None,
+    source_root: Annotated[
+        Path | None,
+        typer.Option(
+            "--source-root",
+            help="Show code excerpts in the report, read from .py files inside DIR only "
+            "[default: source-root of [tool.traceinsight] in pyproject.toml, else no excerpts].",
+            metavar="DIR",
+            readable=False,
+        ),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Let the default report path replace a file that is not a report.")
+    ] = False,
+    max_size: Annotated[
+        str | None,
+        typer.Option(
+            "--max-size",
+            help="Refuse traces holding more JSON than SIZE (e.g. 8GB) [default: refuse gzip files that "
+            "expand more than 200 times, past 1 GiB].",
+            metavar="SIZE",
+        ),
+    ] = None,
 ) -> None:
     """Measure GPU idle gaps, copy overlap and sync hot spots in TRACE; print a summary, write a report."""
     # numpy's OpenBLAS starts a spinning thread per core at import; nothing here uses BLAS, and on
@@ -93,6 +138,9 @@ def analyze(
     try:
         config = read_config()
         packages = tuple(dict.fromkeys([*(user_code or ()), *config.user_code]))
+        from traceinsight.load import SizeLimit
+
+        limit = SizeLimit(parse_size(max_size) if max_size is not None else None)
         with terminal_progress(f"reading {trace.name}") as progress:
             analyze_and_write(
                 trace,
@@ -102,6 +150,9 @@ def analyze(
                 write_html=not no_html,
                 progress=progress,
                 user_code=packages,
+                source_root=_source_root(source_root),
+                force=force,
+                limit=limit,
             )
         _analysis_done = True
     except TraceInsightError as exc:
@@ -116,6 +167,20 @@ def analyze(
             "rerun with TRACEINSIGHT_DEBUG=1 for the traceback and please report it",
             3,
         ) from None
+
+
+def _source_root(option: Path | None) -> Path | None:
+    """The folder report excerpts may be read from: ``--source-root``, else ``source-root`` of the
+    ``[tool.traceinsight]`` table, else None (no excerpts)."""
+    if option is None:
+        from traceinsight.config import read_config
+
+        return read_config().source_root
+    if not option.is_dir():
+        raise ConfigError(
+            f"--source-root {option}: no such folder; name the project folder the trace's code is in"
+        )
+    return option
 
 
 def _register_run() -> None:

@@ -14,11 +14,12 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Final
 
 from rich.console import Console
 
 from traceinsight.errors import OutputError
-from traceinsight.load import load_trace
+from traceinsight.load import SizeLimit, load_trace
 from traceinsight.load.progress import ProgressCallback
 from traceinsight.render.json_report import JsonRenderer
 from traceinsight.render.terminal import print_summary
@@ -40,6 +41,63 @@ def check_writable(path: Path) -> None:
     if not directory.is_dir():
         raise OutputError(
             f"cannot write {path}: the folder {directory} does not exist; create it or pick another path"
+        )
+
+
+#: What every report page carries in its head (``templates/base.html``): a file that has it may be
+#: replaced by a new report at the default path.
+REPORT_MARKER: Final = b'<meta name="generator" content="traceinsight '
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file: the same resolved path, or the same inode (hard links)."""
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet)
+        return False
+
+
+def _is_report(path: Path) -> bool:
+    """Whether ``path`` is a traceinsight report (its head carries :data:`REPORT_MARKER`)."""
+    try:
+        with path.open("rb") as stream:
+            return REPORT_MARKER in stream.read(4096)
+    except OSError:
+        return False
+
+
+def check_outputs(
+    trace: Path, outputs: list[tuple[str, Path]], *, default_report: Path | None = None, force: bool = False
+) -> None:
+    """Refuse, before the analysis, outputs that would destroy a file that is not ours to replace.
+
+    ``outputs`` are (option, path) pairs. No output may be the trace itself or another output
+    (compared after resolving links and by inode). ``default_report`` is the report path the user
+    did not choose (``./<trace name>.html``): it may replace only an earlier traceinsight report,
+    unless ``force``.
+    """
+    for index, (option, path) in enumerate(outputs):
+        check_writable(path)
+        if _same_file(path, trace):
+            raise OutputError(
+                f"cannot write {path} ({option}): it is the trace being analyzed; pick another path"
+            )
+        for other_option, other in outputs[:index]:
+            if _same_file(path, other):
+                raise OutputError(
+                    f"cannot write {path}: {other_option} and {option} name the same file; give them different paths"
+                )
+    replacing = default_report is not None and not force and os.path.lexists(default_report)
+    if (
+        replacing
+        and default_report is not None
+        and (default_report.is_dir() or not _is_report(default_report))
+    ):
+        raise OutputError(
+            f"will not replace {default_report}: it exists and is not a traceinsight report; "
+            "choose the report's path with -o, or pass --force to replace it"
         )
 
 
@@ -72,8 +130,8 @@ def _stage(description: str) -> Iterator[None]:
         yield
 
 
-def render_html(report: Report, source_root: Path) -> str:
-    """The self-contained HTML page."""
+def render_html(report: Report, source_root: Path | None) -> str:
+    """The self-contained HTML page (code excerpts read only from ``source_root``; None: none)."""
     from traceinsight.render.html import HtmlRenderer
 
     return HtmlRenderer(source_root=source_root).render(report)
@@ -108,6 +166,8 @@ def analyze_and_write(
     user_code: tuple[str, ...] = (),
     source_root: Path | None = None,
     run: RunContext | None = None,
+    force: bool = False,
+    limit: SizeLimit | None = None,
 ) -> Report:
     """Analyze ``trace``; print the terminal summary; write the HTML report (and JSON if asked).
 
@@ -115,20 +175,23 @@ def analyze_and_write(
     valid JSON). ``html`` None means the default name in the current folder. ``progress`` is told
     how the load advances; the slower steps after it show a spinner when stderr is a terminal.
     ``user_code`` names packages whose frames are the user's own code (``--user-code``).
-    ``source_root`` is the folder the report's code excerpts may be read from (today None means
-    the current folder). ``run`` carries what ``traceinsight run`` knows of the script's run.
+    ``source_root`` is the folder the report's code excerpts may be read from (None: no excerpts,
+    only paths and line numbers). ``run`` carries what ``traceinsight run`` knows of the script's
+    run. Outputs are checked first (:func:`check_outputs`; ``force`` lets the default report path
+    replace any file). ``limit`` bounds how much JSON the trace may expand to.
     """
     html_path = (html if html is not None else default_report_path(trace)) if write_html else None
-    for target in (html_path, Path(json_out) if json_out not in (None, "-") else None):
-        if target is not None:
-            check_writable(target)
+    targets = [("-o/--output", html_path)] if html_path is not None else []
+    if json_out is not None and json_out != "-":
+        targets.append(("--json", Path(json_out)))
+    check_outputs(trace, targets, default_report=html_path if html is None else None, force=force)
     if html_path is not None:
         # matplotlib and jinja2 take ~1 s to import; do it while the trace loads (the loader mostly
         # waits on its worker processes), not after.
         threading.Thread(
             target=importlib.import_module, args=("traceinsight.render.html",), daemon=True
         ).start()
-    loaded = load_trace(trace, progress=progress)
+    loaded = load_trace(trace, progress=progress, limit=limit)
     _give_back_freed_memory()
     with _stage(f"analyzing {trace.name}"):
         report = report_for(loaded, thresholds, user_code, run)
@@ -144,7 +207,7 @@ def analyze_and_write(
         outputs.append(("JSON", json_path))
     if html_path is not None:
         with _stage(f"writing {html_path.name}"):
-            page = render_html(report, source_root if source_root is not None else Path.cwd())
+            page = render_html(report, source_root)
         write_atomically(html_path, page)
         outputs.append(("report", html_path))
     print_summary(report, console or Console(), outputs)

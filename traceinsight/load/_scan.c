@@ -1,17 +1,24 @@
 /* traceinsight.load._scan: the native event scanner of the loader (optional; see native.py).
  *
- * scan(buffer, start, final) reads the events of a trace's ``traceEvents`` array from ``buffer``,
- * beginning at ``start`` (just after the ``[`` or after an earlier event), and gives, for every
- * complete ``"ph": "X"`` event, the 15 fields the loader's tables use as columns of (kind, value):
- * kind 0 = None (missing, null, a list or an object), 1 = int (booleans are ints 0/1, as in the
- * reference decoder), 2 = float (value holds the double's bits), 3 = string (value is an index into
- * the chunk's list of distinct strings), 4 = a float time already in ns (see text_ns). It also counts every event object and its ``cat``.
+ * configure(fields, limits) is called once, at import, with the loader's field list
+ * (``schema.EVENT_FIELDS``: JSON key, whether it sits in ``args``, its role) and limits
+ * (``schema.LIMITS``), so the fields are declared once, in Python.
  *
- * The whole text it passes over is validated as JSON (strings, escapes, UTF-8, numbers, nesting),
- * so a file this scanner accepts is one the reference decoder accepts and reads the same way.
- * Anything it does not handle exactly (NaN/Infinity, integers beyond int64, escaped keys, long
- * numbers, a non-object element, invalid JSON) raises ``Unsupported``: the caller then uses the
- * pure-Python path, which gives the same tables or the canonical error.
+ * scan(buffer, start, state, depth) reads the events of a trace's ``traceEvents`` array from
+ * ``buffer``, beginning at ``start`` in ``state`` (0: just after the ``[``; 1: after an event, so a
+ * ``,`` or ``]`` must come; 2: after a ``,``, so an element must come) with the array at nesting
+ * ``depth``. For every complete ``"ph": "X"`` event it gives each configured field as a column of
+ * (kind, value): kind 0 = None (missing, null, a list or an object), 1 = int (booleans are 0/1, as
+ * in the reference decoder), 2 = float (value holds the double's bits; NaN and infinities too),
+ * 3 = string (value is an index into the run's list of distinct strings), 4 = a float time already
+ * in ns (see text_ns), 5 = an integer beyond int64 (value indexes its digits among the strings).
+ * It counts every event object, the elements that are not objects, and each ``cat``.
+ *
+ * Everything it passes over is validated as JSON exactly as Python's ``json`` reads a UTF-8 text
+ * (NaN and Infinity included), so a file the scanner reads is one the reference decoder reads the
+ * same way. Invalid JSON and the limits (nesting depth, string length, integer digits) raise
+ * ``Invalid(kind, offset)``. Strings longer than ``cut`` bytes are returned as a prefix with their
+ * full length in characters (the loader cuts long strings anyway), so a huge name costs no copy.
  *
  * Scanning runs without the GIL; Python objects are made only for the distinct strings.
  */
@@ -25,21 +32,72 @@
 #include <emmintrin.h>
 #endif
 
-#define NFIELDS 15
-enum { F_CAT, F_NAME, F_PID, F_TID, F_TS, F_DUR, F_EXT, F_EXT_LEGACY, F_CORRELATION, F_DEVICE,
-       F_STREAM, F_BYTES, F_PYTHON_ID, F_PYTHON_PARENT, F_CALL_STACK };
-enum { K_NONE = 0, K_INT = 1, K_FLOAT = 2, K_STR = 3, K_NS = 4 };
+#define MAX_FIELDS 32
+enum { ROLE_VALUE = 0, ROLE_TIME = 1, ROLE_CATEGORY = 2 };
+enum { K_NONE = 0, K_INT = 1, K_FLOAT = 2, K_STR = 3, K_NS = 4, K_BIG = 5 };
+enum { S_START = 0, S_AFTER_EVENT = 1, S_AFTER_COMMA = 2 };
+/* Key lookups that are not configured fields. */
+enum { KEY_OTHER = -1, KEY_PH = -2, KEY_ARGS = -3 };
 
 /* Outcomes of the scanning functions. */
-enum { OK = 0, NEED_MORE = 1, BAD = 2, NOMEM = 3 };
+enum { OK = 0, NEED_MORE = 1, BAD = 2, NOMEM = 3, DEEP = 4, LONG_STRING = 5, LONG_NUMBER = 6 };
 
-static PyObject *Unsupported;
+static PyObject *Invalid;
+
+typedef struct {
+    char *key;
+    Py_ssize_t len;
+    int in_args;
+    int role;
+} FieldSpec;
+
+/* Set by configure() (with the GIL held, before any scan). */
+static FieldSpec specs[MAX_FIELDS];
+static int n_fields = 0;
+static int f_category = -1;
+/* Whether each field is a time (converted to ns from its text where exact). */
+static unsigned char is_time[MAX_FIELDS];
+/* The fields in ``args`` (reset when an event has a second "args"), as bits. */
+static uint32_t args_mask = 0;
+
+/* Keys by [in args][length]: the field index, KEY_PH or KEY_ARGS. */
+#define MAX_KEY 32
+#define MAX_SAME_LENGTH 8
+typedef struct {
+    const char *key;
+    uint64_t head, tail; /* see key_words */
+    int result;
+} KeyEntry;
+static KeyEntry key_table[2][MAX_KEY + 1][MAX_SAME_LENGTH];
+static int key_count[2][MAX_KEY + 1];
+/* By [in args][length][first byte]: 1 + the entry's index in key_table, 0 none, SHARED_SLOT when
+ * several keys share the length and first byte (then key_table is searched). */
+#define SHARED_SLOT 255
+static unsigned char key_slot[2][MAX_KEY + 1][256];
+
+static inline void key_words(const char *p, Py_ssize_t n, uint64_t *head, uint64_t *tail);
+
+static int add_key(const char *key, Py_ssize_t len, int in_args, int result) {
+    if (len < 1 || len > MAX_KEY || key_count[in_args][len] == MAX_SAME_LENGTH) return -1;
+    int index = key_count[in_args][len]++;
+    KeyEntry *entry = &key_table[in_args][len][index];
+    entry->key = key;
+    entry->result = result;
+    key_words(key, len, &entry->head, &entry->tail);
+    unsigned char *slot = &key_slot[in_args][len][(unsigned char)key[0]];
+    *slot = *slot ? SHARED_SLOT : (unsigned char)(index + 1);
+    return 0;
+}
+static Py_ssize_t max_depth = 512, max_string = (Py_ssize_t)1 << 30, cut_string = 1 << 16, cut_prefix = 1 << 14,
+                  max_int_digits = 4300;
 
 typedef struct {
     const char *p; /* raw bytes between the quotes (escapes kept) */
     Py_ssize_t n;
+    Py_ssize_t keep; /* bytes handed to Python: n, or a prefix of a long string */
+    int64_t chars;   /* -1, or the full length in characters of a long string */
     uint64_t hash;
-    int64_t count; /* events whose cat is this string */
+    int64_t count;   /* events whose cat is this string */
     int64_t cat_seq; /* order in which it was first seen as a cat */
     int escaped;
 } Entry;
@@ -51,20 +109,17 @@ typedef struct {
     int32_t *slots; /* open addressing: index + 1, 0 = empty */
     Py_ssize_t n_slots;
     /* columns of the X events */
-    uint8_t *kinds[NFIELDS];
-    int64_t *values[NFIELDS];
+    uint8_t *kinds[MAX_FIELDS];
+    int64_t *values[MAX_FIELDS];
     Py_ssize_t rows, cap_rows;
-    /* counts over every event object */
-    int64_t events, other_cat, other_seq, cat_seq;
-    /* where a problem was found (for messages when debugging) */
-    Py_ssize_t bad_at;
-    const char *why;
+    /* counts over every element */
+    int64_t events, skipped, other_cat, other_seq, cat_seq;
 } Out;
 
 typedef struct {
     uint8_t kind;
     int64_t value;
-    const char *text; /* a float's digits as written */
+    const char *text; /* a number's text as written (floats, integers beyond int64) */
     Py_ssize_t tlen;
 } Val;
 
@@ -94,6 +149,63 @@ static uint64_t hash_bytes(const char *p, Py_ssize_t n) {
     return h;
 }
 
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* Four hex digits (already validated by lex_string). */
+static uint32_t hex4(const char *p) {
+    return (uint32_t)(hexval(p[0]) << 12 | hexval(p[1]) << 8 | hexval(p[2]) << 4 | hexval(p[3]));
+}
+
+/* Characters of a validated raw string as Python's json decodes it: a UTF-8 sequence, an escape,
+ * or an escaped surrogate pair is one character each. */
+static int64_t count_chars(const char *p, Py_ssize_t n) {
+    int64_t chars = 0;
+    for (Py_ssize_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)p[i];
+        if (c == '\\') {
+            if (p[i + 1] == 'u') {
+                uint32_t high = hex4(p + i + 2);
+                i += 6;
+                if (high >= 0xD800 && high <= 0xDBFF && i + 6 <= n && p[i] == '\\' && p[i + 1] == 'u') {
+                    uint32_t low = hex4(p + i + 2);
+                    if (low >= 0xDC00 && low <= 0xDFFF) i += 6;
+                }
+            } else
+                i += 2;
+            chars++;
+        } else {
+            if ((c & 0xC0) != 0x80) chars++;
+            i++;
+        }
+    }
+    return chars;
+}
+
+/* The end of the first ``want`` bytes of a validated raw string, moved on to the end of the
+ * character or escape it falls in. */
+static Py_ssize_t prefix_end(const char *p, Py_ssize_t n, Py_ssize_t want) {
+    Py_ssize_t i = 0;
+    while (i < n && i < want) {
+        unsigned char c = (unsigned char)p[i];
+        if (c == '\\')
+            i += p[i + 1] == 'u' ? 6 : 2;
+        else if (c < 0x80)
+            i++;
+        else if (c >= 0xF0)
+            i += 4;
+        else if (c >= 0xE0)
+            i += 3;
+        else
+            i += 2;
+    }
+    return i < n ? i : n;
+}
+
 static int grow_slots(Out *o) {
     Py_ssize_t n = o->n_slots ? o->n_slots * 2 : 1024;
     int32_t *slots = calloc((size_t)n, sizeof(int32_t));
@@ -109,7 +221,7 @@ static int grow_slots(Out *o) {
     return OK;
 }
 
-/* The index of the string p[0:n] in the chunk's list, added if new; -1 when out of memory. */
+/* The index of the string p[0:n] in the run's list, added if new; -1 when out of memory. */
 static Py_ssize_t intern(Out *o, const char *p, Py_ssize_t n, int escaped) {
     if ((o->n_entries + 1) * 2 > o->n_slots && grow_slots(o) != OK) return -1;
     uint64_t h = hash_bytes(p, n);
@@ -129,6 +241,12 @@ static Py_ssize_t intern(Out *o, const char *p, Py_ssize_t n, int escaped) {
     Entry *e = &o->entries[o->n_entries];
     e->p = p;
     e->n = n;
+    e->keep = n;
+    e->chars = -1;
+    if (n > cut_string) { /* long: only a prefix crosses into Python, with the full length */
+        e->keep = prefix_end(p, n, cut_prefix);
+        e->chars = count_chars(p, n);
+    }
     e->hash = h;
     e->count = 0;
     e->escaped = escaped;
@@ -138,17 +256,11 @@ static Py_ssize_t intern(Out *o, const char *p, Py_ssize_t n, int escaped) {
 
 /* ---------------------------------------------------------------- lexing ------------------- */
 
-#define WS(c) ((c) == ' ' || (c) == '\n' || (c) == '\r' || (c) == '\t')
+/* JSON whitespace, by byte (one load and test per byte). */
+static const unsigned char WHITESPACE[256] = {[' '] = 1, ['\n'] = 1, ['\r'] = 1, ['\t'] = 1};
 
 static inline void skip_ws(Lex *L) {
-    while (cur < end_ && WS(*cur)) cur++;
-}
-
-static int hexval(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
+    while (cur < end_ && WHITESPACE[(unsigned char)*cur]) cur++;
 }
 
 /* One UTF-8 sequence starting at a byte >= 0x80 (cur points at it); strict like Python's codec. */
@@ -157,7 +269,8 @@ static int utf8_seq(Lex *L) {
     unsigned char c = s[0];
     int len;
     unsigned char lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) len = 2;
+    if (c >= 0xC2 && c <= 0xDF)
+        len = 2;
     else if (c >= 0xE0 && c <= 0xEF) {
         len = 3;
         if (c == 0xE0) lo = 0xA0;
@@ -168,16 +281,18 @@ static int utf8_seq(Lex *L) {
         if (c == 0xF4) hi = 0x8F;
     } else
         return BAD;
+    /* the bytes that are there must be right, even when the sequence is cut by the buffer's end */
+    for (int i = 1; i < len && i < end_ - cur; i++)
+        if (s[i] < (i == 1 ? lo : 0x80) || s[i] > (i == 1 ? hi : 0xBF)) return BAD;
     if (end_ - cur < len) return NEED_MORE;
-    if (s[1] < lo || s[1] > hi) return BAD;
-    for (int i = 2; i < len; i++)
-        if (s[i] < 0x80 || s[i] > 0xBF) return BAD;
     cur += len;
     return OK;
 }
 
-/* A string; cur is at the opening quote. On OK, p and n give the raw contents and cur is past it. */
+/* A string; cur is at the opening quote. On OK, p and n give the raw contents and cur is past it.
+ * A string longer than max_string is LONG_STRING, with cur at its opening quote. */
 static int lex_string(Lex *L, const char **p, Py_ssize_t *n, int *escaped) {
+    const char *quote = cur;
     cur++;
     const char *start = cur;
     int esc = 0;
@@ -203,9 +318,17 @@ static int lex_string(Lex *L, const char **p, Py_ssize_t *n, int *escaped) {
             if (c == '"' || c == '\\' || c < 0x20 || c >= 0x80) break;
             cur++;
         }
-        if (cur >= end_) return NEED_MORE;
+        if (cur >= end_) {
+            if (cur - start <= max_string) return NEED_MORE;
+            cur = quote;
+            return LONG_STRING;
+        }
         unsigned char c = (unsigned char)*cur;
         if (c == '"') {
+            if (cur - start > max_string) {
+                cur = quote;
+                return LONG_STRING;
+            }
             *p = start;
             *n = cur - start;
             *escaped = esc;
@@ -223,9 +346,9 @@ static int lex_string(Lex *L, const char **p, Py_ssize_t *n, int *escaped) {
         if (end_ - cur < 2) return NEED_MORE;
         char e = cur[1];
         if (e == 'u') {
-            if (end_ - cur < 6) return NEED_MORE;
-            for (int i = 2; i < 6; i++)
+            for (int i = 2; i < 6 && i < end_ - cur; i++)
                 if (hexval(cur[i]) < 0) return BAD;
+            if (end_ - cur < 6) return NEED_MORE;
             cur += 6;
         } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' || e == 'r' ||
                    e == 't') {
@@ -233,6 +356,68 @@ static int lex_string(Lex *L, const char **p, Py_ssize_t *n, int *escaped) {
         } else
             return BAD;
     }
+}
+
+/* The UTF-8 of a validated raw string with its escapes decoded, into out[0:cap]; its length, or
+ * -1 when it does not fit or holds a lone surrogate (then it equals no key and no phase). */
+static Py_ssize_t unescape(const char *p, Py_ssize_t n, char *out, Py_ssize_t cap) {
+    Py_ssize_t o = 0;
+    for (Py_ssize_t i = 0; i < n;) {
+        uint32_t cp;
+        if (p[i] != '\\') {
+            if (o >= cap) return -1;
+            out[o++] = p[i++];
+            continue;
+        }
+        switch (p[i + 1]) {
+            case 'b': cp = '\b'; break;
+            case 'f': cp = '\f'; break;
+            case 'n': cp = '\n'; break;
+            case 'r': cp = '\r'; break;
+            case 't': cp = '\t'; break;
+            case 'u': cp = 0; break;
+            default: cp = (uint32_t)(unsigned char)p[i + 1]; break; /* " \ / */
+        }
+        if (p[i + 1] != 'u')
+            i += 2;
+        else {
+            cp = hex4(p + i + 2);
+            i += 6;
+            if (cp >= 0xDC00 && cp <= 0xDFFF) return -1;
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                if (!(i + 6 <= n && p[i] == '\\' && p[i + 1] == 'u')) return -1;
+                uint32_t low = hex4(p + i + 2);
+                if (low < 0xDC00 || low > 0xDFFF) return -1;
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+                i += 6;
+            }
+        }
+        char utf8[4];
+        int len;
+        if (cp < 0x80) {
+            utf8[0] = (char)cp;
+            len = 1;
+        } else if (cp < 0x800) {
+            utf8[0] = (char)(0xC0 | cp >> 6);
+            utf8[1] = (char)(0x80 | (cp & 0x3F));
+            len = 2;
+        } else if (cp < 0x10000) {
+            utf8[0] = (char)(0xE0 | cp >> 12);
+            utf8[1] = (char)(0x80 | (cp >> 6 & 0x3F));
+            utf8[2] = (char)(0x80 | (cp & 0x3F));
+            len = 3;
+        } else {
+            utf8[0] = (char)(0xF0 | cp >> 18);
+            utf8[1] = (char)(0x80 | (cp >> 12 & 0x3F));
+            utf8[2] = (char)(0x80 | (cp >> 6 & 0x3F));
+            utf8[3] = (char)(0x80 | (cp & 0x3F));
+            len = 4;
+        }
+        if (o + len > cap) return -1;
+        memcpy(out + o, utf8, (size_t)len);
+        o += len;
+    }
+    return o;
 }
 
 static const double POW10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
@@ -300,12 +485,28 @@ static int fast_double(const char *s, const char *e, double *out) {
     return 1;
 }
 
-/* A number; cur is at '-' or a digit. Integers that fit int64 → K_INT, others → K_FLOAT.
- * Kept integers beyond int64 and very long numbers are BAD (the Python path handles them). */
+/* strtod on a copy of s[0:len] (the buffer is not NUL-terminated); correctly rounded, like
+ * Python's float(). 0 when out of memory. */
+static int parse_double(const char *s, Py_ssize_t len, double *out) {
+    char small[64];
+    char *tmp = len < (Py_ssize_t)sizeof(small) ? small : malloc((size_t)len + 1);
+    if (!tmp) return 0;
+    memcpy(tmp, s, (size_t)len);
+    tmp[len] = 0;
+    *out = strtod(tmp, NULL);
+    if (tmp != small) free(tmp);
+    return 1;
+}
+
+/* A number; cur is at '-' or a digit. Integers that fit int64 → K_INT, longer ones → K_BIG (their
+ * text), others → K_FLOAT. An integer of more than max_int_digits digits is LONG_NUMBER (Python's
+ * json refuses it). ``keep`` 0: only the grammar matters (the value is skipped). */
 static int lex_number(Lex *L, Val *v, int keep) {
     const char *s = cur;
     const char *p = cur;
     int neg = 0, is_float = 0;
+/* the buffer ends inside the number: more bytes are needed, unless it is already too long */
+#define MORE (p - s > max_string ? LONG_NUMBER : NEED_MORE)
     if (*p == '-') {
         neg = 1;
         p++;
@@ -317,12 +518,13 @@ static int lex_number(Lex *L, Val *v, int keep) {
         while (p < end_ && *p >= '0' && *p <= '9') p++;
     } else
         return BAD;
+    Py_ssize_t digits = p - (s + neg);
     if (p < end_ && *p == '.') {
         is_float = 1;
         p++;
         const char *d = p;
         while (p < end_ && *p >= '0' && *p <= '9') p++;
-        if (p == d) return p >= end_ ? NEED_MORE : BAD;
+        if (p == d) return p >= end_ ? MORE : BAD;
     }
     if (p < end_ && (*p == 'e' || *p == 'E')) {
         is_float = 1;
@@ -330,35 +532,33 @@ static int lex_number(Lex *L, Val *v, int keep) {
         if (p < end_ && (*p == '+' || *p == '-')) p++;
         const char *d = p;
         while (p < end_ && *p >= '0' && *p <= '9') p++;
-        if (p == d) return p >= end_ ? NEED_MORE : BAD;
+        if (p == d) return p >= end_ ? MORE : BAD;
     }
-    if (p >= end_) return NEED_MORE; /* a number is never the last byte of a chunk of events */
+    if (p >= end_) return MORE; /* a number is never the last byte of a run of events */
+#undef MORE
+    if (!is_float && digits > max_int_digits) return LONG_NUMBER;
     Py_ssize_t len = p - s;
-    if (!keep) { /* skipped: only its grammar matters (NCCL's "Comms Id" exceeds uint64) */
+    if (!keep) {
         cur = p;
         return OK;
     }
     if (!is_float) {
         const char *d = s + neg;
-        Py_ssize_t digits = p - d;
-        if (digits > 19) return BAD;
-        if (digits == 19 && memcmp(d, neg ? "9223372036854775808" : "9223372036854775807", 19) > 0)
-            return BAD; /* beyond int64: a Python int, left to the Python path */
-        uint64_t acc = 0;
-        for (const char *q = d; q < p; q++) acc = acc * 10 + (uint64_t)(*q - '0');
-        v->kind = K_INT;
-        v->value = neg ? (int64_t)(0 - acc) : (int64_t)acc;
+        if (digits > 19 ||
+            (digits == 19 && memcmp(d, neg ? "9223372036854775808" : "9223372036854775807", 19) > 0)) {
+            v->kind = K_BIG; /* beyond int64: its digits go to Python as a string */
+            v->text = s;
+            v->tlen = len;
+        } else {
+            uint64_t acc = 0;
+            for (const char *q = d; q < p; q++) acc = acc * 10 + (uint64_t)(*q - '0');
+            v->kind = K_INT;
+            v->value = neg ? (int64_t)(0 - acc) : (int64_t)acc;
+        }
     } else {
         double d;
-        if (!fast_double(s, p, &d)) {
-            char tmp[64];
-            if (len >= (Py_ssize_t)sizeof(tmp)) return BAD;
-            memcpy(tmp, s, (size_t)len);
-            tmp[len] = 0;
-            d = strtod(tmp, NULL); /* correctly rounded, like Python's float() */
-        }
-        if (d - d != 0) return BAD; /* overflow to infinity: Python keeps inf, handled there */
-        v->kind = K_FLOAT;
+        if (!fast_double(s, p, &d) && !parse_double(s, len, &d)) return NOMEM;
+        v->kind = K_FLOAT; /* infinity when it overflows, as float() gives */
         v->text = s;
         v->tlen = len;
         memcpy(&v->value, &d, sizeof d);
@@ -372,6 +572,29 @@ static int lex_literal(Lex *L, const char *word, Py_ssize_t n) {
     if (memcmp(cur, word, (size_t)n) != 0) return BAD;
     cur += n;
     return OK;
+}
+
+/* NaN, Infinity, -Infinity: not JSON, but Python's json reads (and writes) them. */
+static int lex_nonfinite(Lex *L, Val *v) {
+    int r;
+    double d;
+    if (*cur == 'N') {
+        r = lex_literal(L, "NaN", 3);
+        d = NAN;
+    } else if (*cur == 'I') {
+        r = lex_literal(L, "Infinity", 8);
+        d = INFINITY;
+    } else {
+        r = lex_literal(L, "-Infinity", 9);
+        d = -INFINITY;
+    }
+    if (r == OK) {
+        v->kind = K_FLOAT;
+        v->text = NULL;
+        v->tlen = 0;
+        memcpy(&v->value, &d, sizeof d);
+    }
+    return r;
 }
 
 /* The ':' after a key, with the whitespace around it. */
@@ -404,8 +627,9 @@ static int next_member(Lex *L, char close, int *more) {
 
 static int skip_value(Lex *L, int depth);
 
+/* An object or array at cur, at nesting ``depth`` (the top-level value is at depth 1). */
 static int skip_container(Lex *L, int depth, char close) {
-    if (depth > 512) return BAD;
+    if (depth > max_depth) return DEEP;
     cur++;
     skip_ws(L);
     if (cur >= end_) return NEED_MORE;
@@ -428,7 +652,8 @@ static int skip_container(Lex *L, int depth, char close) {
     }
 }
 
-/* Any value, validated and skipped; cur is at its first byte. */
+/* Any value, validated and skipped; cur is at its first byte; ``depth``: its nesting if it is a
+ * container. */
 static int skip_value(Lex *L, int depth) {
     const char *p;
     Py_ssize_t n;
@@ -441,14 +666,20 @@ static int skip_value(Lex *L, int depth) {
         case 't': return lex_literal(L, "true", 4);
         case 'f': return lex_literal(L, "false", 5);
         case 'n': return lex_literal(L, "null", 4);
+        case 'N':
+        case 'I': return lex_nonfinite(L, &v);
+        case '-':
+            if (end_ - cur < 2) return NEED_MORE;
+            if (cur[1] == 'I') return lex_nonfinite(L, &v);
+            return lex_number(L, &v, 0);
         default:
-            if (*cur == '-' || (*cur >= '0' && *cur <= '9')) return lex_number(L, &v, 0);
+            if (*cur >= '0' && *cur <= '9') return lex_number(L, &v, 0);
             return BAD;
     }
 }
 
 /* A value kept as a scalar (the reference's ``_scalar``): lists and objects become None. */
-static int scalar(Lex *L, Val *v, const char **sp, Py_ssize_t *sn, int *sesc) {
+static int scalar(Lex *L, Val *v, const char **sp, Py_ssize_t *sn, int *sesc, int depth) {
     int r;
     switch (*cur) {
         case '"':
@@ -470,9 +701,15 @@ static int scalar(Lex *L, Val *v, const char **sp, Py_ssize_t *sn, int *sesc) {
         case '{':
         case '[':
             v->kind = K_NONE;
-            return skip_value(L, 1);
+            return skip_value(L, depth);
+        case 'N':
+        case 'I': return lex_nonfinite(L, v);
+        case '-':
+            if (end_ - cur < 2) return NEED_MORE;
+            if (cur[1] == 'I') return lex_nonfinite(L, v);
+            return lex_number(L, v, 1);
         default:
-            if (*cur == '-' || (*cur >= '0' && *cur <= '9')) return lex_number(L, v, 1);
+            if (*cur >= '0' && *cur <= '9') return lex_number(L, v, 1);
             return BAD;
     }
 }
@@ -486,7 +723,7 @@ static int cmp_twice(__int128 d, __int128 unit) {
     return d < unit ? -1 : d > unit ? 1 : 0;
 }
 
-/* The reference's ns for a float time (``tables._float_us_to_ns``: the plain-notation text of
+/* The reference's ns for a float time (``coerce.float_us_to_ns``: the plain-notation text of
  * ``repr(float)``, whole × 1000 + three fraction digits, +1 when the fourth is 5 or more, signed),
  * computed from the number's own text when that text provably is ``repr``'s: it has at most 15
  * significant digits (two such decimals never round to one double), or, with 16 to 19, it is
@@ -494,7 +731,7 @@ static int cmp_twice(__int128 d, __int128 unit) {
  * one digit shorter rounds to the same double. 0 when not proven (Python then takes the value). */
 static int text_ns(const char *s, Py_ssize_t len, double d, int64_t *ns) {
     double a = fabs(d);
-    if (!(a >= 1e-4 && a < 9e15)) return 0; /* repr switches to exponents; Int64 ns bound */
+    if (!s || !(a >= 1e-4 && a < 9e15)) return 0; /* repr switches to exponents; Int64 ns bound */
     const char *p = s, *e = s + len;
     int neg = *p == '-';
     p += neg;
@@ -555,46 +792,76 @@ typedef struct {
     int sesc;
 } Field;
 
-static int key_is(const char *p, Py_ssize_t n, const char *lit) {
-    size_t m = strlen(lit);
-    return (size_t)n == m && memcmp(p, lit, m) == 0;
-}
-
-/* The ``args`` object's fields we keep; others are skipped. */
-static int args_field(const char *p, Py_ssize_t n) {
-    switch (n) {
-        case 6: return key_is(p, n, "device") ? F_DEVICE : key_is(p, n, "stream") ? F_STREAM : -1;
-        case 5: return key_is(p, n, "bytes") ? F_BYTES : -1;
-        case 9: return key_is(p, n, "Python id") ? F_PYTHON_ID : -1;
-        case 10: return key_is(p, n, "Call stack") ? F_CALL_STACK : -1;
-        case 11:
-            return key_is(p, n, "External id") ? F_EXT : key_is(p, n, "correlation") ? F_CORRELATION
-                 : key_is(p, n, "external id") ? F_EXT_LEGACY : -1;
-        case 16: return key_is(p, n, "Python parent id") ? F_PYTHON_PARENT : -1;
-        default: return -1;
-    }
-}
-
-static int event_field(const char *p, Py_ssize_t n) {
-    if (n == 3) return key_is(p, n, "cat") ? F_CAT : key_is(p, n, "pid") ? F_PID : key_is(p, n, "tid") ? F_TID
-                     : key_is(p, n, "dur") ? F_DUR : -1;
-    if (n == 4) return key_is(p, n, "name") ? F_NAME : -1;
-    if (n == 2) return key_is(p, n, "ts") ? F_TS : key_is(p, n, "ph") ? 100 : -1;
-    return -1;
-}
-
-/* Reads `"key": ` at cur (inside an object); the key's raw bytes in p and n. */
-static int lex_key(Lex *L, const char **p, Py_ssize_t *n) {
-    int esc, r;
+/* Reads `"key": ` at cur (inside an object): the key's raw bytes and whether it holds escapes. */
+static int lex_key(Lex *L, const char **p, Py_ssize_t *n, int *esc) {
+    int r;
     if (*cur != '"') return BAD;
-    if ((r = lex_string(L, p, n, &esc)) != OK) return r;
-    if (esc) return BAD; /* an escaped key could spell a field's name: left to the Python path */
+    if ((r = lex_string(L, p, n, esc)) != OK) return r;
     return lex_colon(L);
 }
 
-/* The members of an object at cur ('{'), each value into fields[] through `which`. */
-static int object_fields(Lex *L, Field *fields, int (*which)(const char *, Py_ssize_t), int *ph_x, int top) {
+/* A key's field index (in the event, or in its ``args``), KEY_PH, KEY_ARGS or KEY_OTHER. An
+ * escaped key is compared by its decoded text, as the reference's dict sees it. Keys are looked
+ * up by length, then first byte (key_table, made by configure()). */
+/* A key of n bytes as two (overlapping) words, its first and its last bytes, read with loads of
+ * constant size inside the key: equal words mean equal keys up to 16 bytes. */
+static inline void key_words(const char *p, Py_ssize_t n, uint64_t *head, uint64_t *tail) {
+    if (n >= 8) {
+        memcpy(head, p, 8);
+        memcpy(tail, p + n - 8, 8);
+    } else if (n >= 4) {
+        uint32_t a, b;
+        memcpy(&a, p, 4);
+        memcpy(&b, p + n - 4, 4);
+        *head = a;
+        *tail = b;
+    } else if (n >= 2) {
+        uint16_t a, b;
+        memcpy(&a, p, 2);
+        memcpy(&b, p + n - 2, 2);
+        *head = a;
+        *tail = b;
+    } else
+        *head = *tail = (unsigned char)p[0];
+}
+
+static inline int key_matches(const KeyEntry *entry, const char *p, Py_ssize_t n) {
+    uint64_t head, tail;
+    key_words(p, n, &head, &tail);
+    return entry->head == head && entry->tail == tail && (n <= 16 || memcmp(entry->key, p, (size_t)n) == 0);
+}
+
+static inline int key_lookup(const char *p, Py_ssize_t n, int in_args) {
+    if (n < 1 || n > MAX_KEY) return KEY_OTHER;
+    int slot = key_slot[in_args][n][(unsigned char)p[0]];
+    const KeyEntry *entry = key_table[in_args][n];
+    if (slot == 0) return KEY_OTHER;
+    if (slot != SHARED_SLOT) return key_matches(&entry[slot - 1], p, n) ? entry[slot - 1].result : KEY_OTHER;
+    for (int i = 0, count = key_count[in_args][n]; i < count; i++)
+        if (key_matches(&entry[i], p, n)) return entry[i].result;
+    return KEY_OTHER;
+}
+
+static inline int key_field(const char *p, Py_ssize_t n, int esc, int in_args) {
+    if (!esc) return key_lookup(p, n, in_args);
+    char decoded[64];
+    n = unescape(p, n, decoded, (Py_ssize_t)sizeof decoded);
+    return n < 0 ? KEY_OTHER : key_lookup(decoded, n, in_args);
+}
+
+/* Whether a phase string is "X" (escaped: "\u0058"). */
+static inline int is_x(const char *p, Py_ssize_t n, int esc) {
+    if (!esc) return n == 1 && p[0] == 'X';
+    char decoded[8];
+    n = unescape(p, n, decoded, (Py_ssize_t)sizeof decoded);
+    return n == 1 && decoded[0] == 'X';
+}
+
+/* The members of an object at cur ('{') at nesting ``depth``, each value into fields[] (bit i of
+ * *seen set: fields without it are None, so nothing needs clearing per event). */
+static int object_fields(Lex *L, Field *fields, uint32_t *seen, int *ph_x, int in_args, int depth) {
     int r;
+    if (depth > max_depth) return DEEP;
     cur++;
     skip_ws(L);
     if (cur >= end_) return NEED_MORE;
@@ -605,25 +872,27 @@ static int object_fields(Lex *L, Field *fields, int (*which)(const char *, Py_ss
     for (;;) {
         const char *kp;
         Py_ssize_t kn;
-        if ((r = lex_key(L, &kp, &kn)) != OK) return r;
-        int f = which(kp, kn);
-        if (top && f < 0 && kn == 4 && key_is(kp, kn, "args")) {
+        int kesc;
+        if ((r = lex_key(L, &kp, &kn, &kesc)) != OK) return r;
+        int f = key_field(kp, kn, kesc, in_args);
+        if (f == KEY_ARGS) {
             /* the last "args" wins, as in a dict: reset what an earlier one gave */
-            for (int i = F_EXT; i < NFIELDS; i++) fields[i].v.kind = K_NONE;
-            if (*cur == '{') {
-                if ((r = object_fields(L, fields, args_field, NULL, 0)) != OK) return r;
-            } else {
-                if ((r = skip_value(L, 1)) != OK) return r;
-            }
-        } else if (f == 100) {
+            *seen &= ~args_mask;
+            if (*cur == '{')
+                r = object_fields(L, fields, seen, NULL, 1, depth + 1);
+            else
+                r = skip_value(L, depth + 1);
+            if (r != OK) return r;
+        } else if (f == KEY_PH) {
             Field tmp;
-            if ((r = scalar(L, &tmp.v, &tmp.sp, &tmp.sn, &tmp.sesc)) != OK) return r;
-            *ph_x = tmp.v.kind == K_STR && tmp.sn == 1 && tmp.sp[0] == 'X';
+            if ((r = scalar(L, &tmp.v, &tmp.sp, &tmp.sn, &tmp.sesc, depth + 1)) != OK) return r;
+            *ph_x = tmp.v.kind == K_STR && is_x(tmp.sp, tmp.sn, tmp.sesc);
         } else if (f >= 0) {
             Field *fd = &fields[f];
-            if ((r = scalar(L, &fd->v, &fd->sp, &fd->sn, &fd->sesc)) != OK) return r;
+            *seen |= 1U << f;
+            if ((r = scalar(L, &fd->v, &fd->sp, &fd->sn, &fd->sesc, depth + 1)) != OK) return r;
         } else {
-            if ((r = skip_value(L, 1)) != OK) return r;
+            if ((r = skip_value(L, depth + 1)) != OK) return r;
         }
         int more;
         if ((r = next_member(L, '}', &more)) != OK || !more) return r;
@@ -632,7 +901,7 @@ static int object_fields(Lex *L, Field *fields, int (*which)(const char *, Py_ss
 
 static int grow_rows(Out *o) {
     Py_ssize_t cap = o->cap_rows ? o->cap_rows * 2 : 4096;
-    for (int i = 0; i < NFIELDS; i++) {
+    for (int i = 0; i < n_fields; i++) {
         uint8_t *k = realloc(o->kinds[i], (size_t)cap);
         if (!k) return NOMEM;
         o->kinds[i] = k;
@@ -644,36 +913,47 @@ static int grow_rows(Out *o) {
     return OK;
 }
 
-/* One event object at cur. */
-static int event(Lex *L, Out *o) {
-    Field fields[NFIELDS];
-    for (int i = 0; i < NFIELDS; i++) fields[i].v.kind = K_NONE;
+/* One event object at cur, at nesting ``depth``. */
+static int event(Lex *L, Out *o, int depth) {
+    Field fields[MAX_FIELDS];
+    uint32_t seen = 0;
     int ph_x = 0;
-    int r = object_fields(L, fields, event_field, &ph_x, 1);
+    int r = object_fields(L, fields, &seen, &ph_x, 0, depth);
     if (r != OK) return r;
     o->events++;
-    Field *cat = &fields[F_CAT];
     Py_ssize_t cat_index = -1;
-    if (cat->v.kind == K_STR) {
-        cat_index = intern(o, cat->sp, cat->sn, cat->sesc);
-        if (cat_index < 0) return NOMEM;
-        Entry *e = &o->entries[cat_index];
-        if (!e->count++) e->cat_seq = o->cat_seq++;
-    } else if (!o->other_cat++)
-        o->other_seq = o->cat_seq++;
+    if (f_category >= 0) {
+        Field *cat = &fields[f_category];
+        if (seen >> f_category & 1 && cat->v.kind == K_STR) {
+            cat_index = intern(o, cat->sp, cat->sn, cat->sesc);
+            if (cat_index < 0) return NOMEM;
+            Entry *e = &o->entries[cat_index];
+            if (!e->count++) e->cat_seq = o->cat_seq++;
+        } else if (!o->other_cat++)
+            o->other_seq = o->cat_seq++;
+    }
     if (!ph_x) return OK;
     if (o->rows == o->cap_rows && grow_rows(o) != OK) return NOMEM;
     Py_ssize_t row = o->rows++;
-    for (int i = 0; i < NFIELDS; i++) {
+    for (int i = 0; i < n_fields; i++) {
         Field *fd = &fields[i];
+        if (!(seen >> i & 1)) { /* not in this event (or reset by a later "args"): None */
+            o->kinds[i][row] = K_NONE;
+            o->values[i][row] = 0;
+            continue;
+        }
         int64_t value = fd->v.value;
         if (fd->v.kind == K_STR) {
-            Py_ssize_t index = i == F_CAT ? cat_index : intern(o, fd->sp, fd->sn, fd->sesc);
+            Py_ssize_t index = i == f_category ? cat_index : intern(o, fd->sp, fd->sn, fd->sesc);
+            if (index < 0) return NOMEM;
+            value = index;
+        } else if (fd->v.kind == K_BIG) {
+            Py_ssize_t index = intern(o, fd->v.text, fd->v.tlen, 0);
             if (index < 0) return NOMEM;
             value = index;
         } else if (fd->v.kind == K_NONE)
             value = 0;
-        else if (fd->v.kind == K_FLOAT && (i == F_TS || i == F_DUR)) {
+        else if (fd->v.kind == K_FLOAT && is_time[i]) {
             double d;
             memcpy(&d, &value, sizeof d);
             if (d == 0) { /* "0.0", "-0.0": repr's whole part is 0 */
@@ -688,59 +968,89 @@ static int event(Lex *L, Out *o) {
     return OK;
 }
 
-/* Events from cur until the array's ']' (done) or the end of the complete events. */
-static int events(Lex *L, Out *o, int *done, const char **resume) {
+/* Elements from cur until the array's ']' (done) or the end of the complete ones. ``*state`` is
+ * where cur stands (see the module comment) and is kept in step with ``*resume``: the place, on a
+ * byte boundary between tokens, where the next scan starts. */
+static int events(Lex *L, Out *o, int *state, int *done, const char **resume, int depth) {
     for (;;) {
         skip_ws(L);
         *resume = cur;
         if (cur >= end_) return OK;
-        if (*cur == ']') {
+        char c = *cur;
+        if (*state == S_AFTER_EVENT) {
+            if (c == ',') {
+                cur++;
+                *state = S_AFTER_COMMA;
+                continue;
+            }
+            if (c != ']') return BAD;
+        }
+        if (c == ']') {
+            if (*state == S_AFTER_COMMA) return BAD; /* a trailing comma */
             cur++;
             *done = 1;
             *resume = cur;
             return OK;
         }
-        if (*cur == ',') { /* between events (a leading or doubled comma is caught below) */
-            cur++;
-            skip_ws(L);
-            if (cur >= end_) return OK; /* resume at the comma */
-            if (*cur != '{') return BAD;
-        }
-        if (*cur != '{') return BAD;
         const char *at = cur;
-        int r = event(L, o);
+        int r;
+        if (c == '{')
+            r = event(L, o, depth + 1);
+        else { /* not an object: the reference skips it */
+            r = skip_value(L, depth + 1);
+            if (r == OK) o->skipped++;
+        }
         if (r == NEED_MORE) {
             cur = at;
-            *resume = *resume; /* the comma (or the event) is read again with more bytes */
             return OK;
         }
         if (r != OK) return r;
-        *resume = cur;
-        /* after an event: ',' or ']' must follow (checked on the next turn) */
-        skip_ws(L);
-        if (cur < end_ && *cur != ',' && *cur != ']') return BAD;
+        *state = S_AFTER_EVENT;
     }
 }
 
 static void out_free(Out *o) {
     free(o->entries);
     free(o->slots);
-    for (int i = 0; i < NFIELDS; i++) {
+    for (int i = 0; i < MAX_FIELDS; i++) {
         free(o->kinds[i]);
         free(o->values[i]);
     }
 }
 
-/* scan(buffer, start, final, first) -> (resume, done, events, rows, columns, strings, escaped,
- * cat_counts): cat_counts are (first-seen order, string index or -1 for a non-string cat, events). ``first``: no event read yet (a comma may not come first). */
+static const char *outcome_name(int r) {
+    switch (r) {
+        case DEEP: return "depth";
+        case LONG_STRING: return "string";
+        case LONG_NUMBER: return "number";
+        default: return "json";
+    }
+}
+
+/* Sets Invalid(kind, offset) (or MemoryError) for a failed outcome. */
+static void raise_outcome(int r, Py_ssize_t offset) {
+    if (r == NOMEM) {
+        PyErr_NoMemory();
+        return;
+    }
+    PyObject *value = Py_BuildValue("(sn)", outcome_name(r), offset);
+    if (value) {
+        PyErr_SetObject(Invalid, value);
+        Py_DECREF(value);
+    }
+}
+
+/* scan(buffer, start, state, depth) -> (resume, state, done, events, skipped, rows, columns,
+ * strings, escaped, cat_counts, cut): cat_counts are (first-seen order, string index or -1 for a
+ * non-string cat, events); cut are (string index, full length in characters) of long strings. */
 static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer buf;
     Py_ssize_t start;
-    int final, first;
-    if (!PyArg_ParseTuple(args, "y*npp", &buf, &start, &final, &first)) return NULL;
-    if (start < 0 || start > buf.len) {
+    int state, depth;
+    if (!PyArg_ParseTuple(args, "y*nii", &buf, &start, &state, &depth)) return NULL;
+    if (start < 0 || start > buf.len || state < S_START || state > S_AFTER_COMMA || !n_fields) {
         PyBuffer_Release(&buf);
-        PyErr_SetString(PyExc_ValueError, "start out of range");
+        PyErr_SetString(PyExc_ValueError, n_fields ? "start or state out of range" : "configure() first");
         return NULL;
     }
     Out o;
@@ -751,47 +1061,33 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
     Lex lex = {base + start, base + buf.len}, *L = &lex;
     Py_BEGIN_ALLOW_THREADS
     resume = cur;
-    skip_ws(L);
-    if (first && cur < end_ && *cur == ',')
-        r = BAD;
-    else {
-        cur = base + start;
-        r = grow_rows(&o);
-        if (r == OK) r = events(L, &o, &done, &resume);
-    }
+    r = grow_rows(&o);
+    if (r == OK) r = events(L, &o, &state, &done, &resume, depth);
     Py_END_ALLOW_THREADS
     PyObject *result = NULL;
-    if (r == NOMEM) {
-        PyErr_NoMemory();
-        goto out;
-    }
-    if (r != OK || (final && !done)) {
-        PyErr_Format(Unsupported, "not read by the native scanner at byte %zd", (Py_ssize_t)(cur - base));
+    if (r != OK) {
+        raise_outcome(r, (Py_ssize_t)(cur - base));
         goto out;
     }
     {
-        PyObject *strings = PyList_New(o.n_entries), *escaped = PyList_New(0), *counts = PyList_New(0);
-        PyObject *columns = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)o.rows * NFIELDS * 9);
-        if (!strings || !escaped || !counts || !columns) {
-            Py_XDECREF(strings);
-            Py_XDECREF(escaped);
-            Py_XDECREF(counts);
-            Py_XDECREF(columns);
-            goto out;
+        PyObject *strings = PyList_New(o.n_entries), *escaped = PyList_New(0), *counts = PyList_New(0),
+                 *cut = PyList_New(0);
+        PyObject *columns = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)o.rows * n_fields * 9);
+        int fail = !strings || !escaped || !counts || !cut || !columns;
+        if (!fail) {
+            char *dst = PyBytes_AS_STRING(columns);
+            for (int i = 0; i < n_fields; i++) { /* values (int64 × rows) per field, then kinds */
+                memcpy(dst, o.values[i], (size_t)o.rows * 8);
+                dst += o.rows * 8;
+            }
+            for (int i = 0; i < n_fields; i++) {
+                memcpy(dst, o.kinds[i], (size_t)o.rows);
+                dst += o.rows;
+            }
         }
-        char *dst = PyBytes_AS_STRING(columns);
-        for (int i = 0; i < NFIELDS; i++) { /* values (int64 × rows) per field, then kinds */
-            memcpy(dst, o.values[i], (size_t)o.rows * 8);
-            dst += o.rows * 8;
-        }
-        for (int i = 0; i < NFIELDS; i++) {
-            memcpy(dst, o.kinds[i], (size_t)o.rows);
-            dst += o.rows;
-        }
-        int fail = 0;
         for (Py_ssize_t i = 0; i < o.n_entries && !fail; i++) {
             Entry *e = &o.entries[i];
-            PyObject *s = PyBytes_FromStringAndSize(e->p, e->n);
+            PyObject *s = PyBytes_FromStringAndSize(e->p, e->keep);
             if (!s) {
                 fail = 1;
                 break;
@@ -801,6 +1097,11 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
                 PyObject *k = PyLong_FromSsize_t(i);
                 if (!k || PyList_Append(escaped, k) < 0) fail = 1;
                 Py_XDECREF(k);
+            }
+            if (e->chars >= 0) {
+                PyObject *pair = Py_BuildValue("(nL)", i, (long long)e->chars);
+                if (!pair || PyList_Append(cut, pair) < 0) fail = 1;
+                Py_XDECREF(pair);
             }
             if (e->count) {
                 PyObject *pair = Py_BuildValue("(LnL)", (long long)e->cat_seq, i, (long long)e->count);
@@ -815,14 +1116,15 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
         }
         if (!fail && PyList_Sort(counts) < 0) fail = 1;
         if (fail) {
-            Py_DECREF(strings);
-            Py_DECREF(escaped);
-            Py_DECREF(counts);
-            Py_DECREF(columns);
+            Py_XDECREF(strings);
+            Py_XDECREF(escaped);
+            Py_XDECREF(counts);
+            Py_XDECREF(cut);
+            Py_XDECREF(columns);
             goto out;
         }
-        result = Py_BuildValue("(niLnNNNN)", (Py_ssize_t)(resume - base), done, (long long)o.events, o.rows,
-                               columns, strings, escaped, counts);
+        result = Py_BuildValue("(niiLLnNNNNN)", (Py_ssize_t)(resume - base), state, done, (long long)o.events,
+                               (long long)o.skipped, o.rows, columns, strings, escaped, counts, cut);
     }
 out:
     out_free(&o);
@@ -830,25 +1132,35 @@ out:
     return result;
 }
 
-/* events_start(buffer) -> offset just past the '[' of the top-level "traceEvents" array (or of a
- * bare array), -1 when the buffer ends first; Unsupported for any other shape. Everything before
- * it is validated as JSON. */
+/* events_start(buffer) -> (status, offset): status 0 found (offset just past the '[' of the
+ * top-level "traceEvents" array, or of a bare array), 1 the buffer ends first, 2 the text does not
+ * start with an object or an array, 3 the object ends without "traceEvents", 4 its first
+ * "traceEvents" is not an array. Everything before is validated as JSON (Invalid otherwise); a
+ * UTF-8 byte order mark is skipped. */
 static PyObject *events_start(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer buf;
     if (!PyArg_ParseTuple(args, "y*", &buf)) return NULL;
-    Py_ssize_t at = -2;
     const char *base = buf.buf;
     Lex lex = {base, base + buf.len}, *L = &lex;
+    int status = 1, r = OK;
+    Py_ssize_t at = 0;
     Py_BEGIN_ALLOW_THREADS
+    if (buf.len >= 3 && memcmp(base, "\xEF\xBB\xBF", 3) == 0) cur += 3;
     skip_ws(L);
     if (cur >= end_)
-        at = -1;
-    else if (*cur == '[')
+        status = 1;
+    else if (*cur == '[') {
+        status = 0;
         at = cur + 1 - base;
-    else if (*cur == '{') {
+    } else if (*cur != '{')
+        status = 2;
+    else {
         cur++;
-        int r = OK;
         skip_ws(L);
+        if (cur < end_ && *cur == '}') {
+            status = 3;
+            r = -1;
+        }
         while (r == OK) {
             if (cur >= end_) {
                 r = NEED_MORE;
@@ -856,30 +1168,109 @@ static PyObject *events_start(PyObject *Py_UNUSED(self), PyObject *args) {
             }
             const char *kp;
             Py_ssize_t kn;
-            if ((r = lex_key(L, &kp, &kn)) != OK) break;
-            if (key_is(kp, kn, "traceEvents")) {
-                if (*cur == '[') at = cur + 1 - base;
+            int kesc;
+            if ((r = lex_key(L, &kp, &kn, &kesc)) != OK) break;
+            char decoded[16];
+            if (kesc) {
+                kn = unescape(kp, kn, decoded, (Py_ssize_t)sizeof decoded);
+                kp = decoded;
+            }
+            if (kn == 11 && memcmp(kp, "traceEvents", 11) == 0) {
+                status = *cur == '[' ? 0 : 4;
+                at = cur + 1 - base;
+                r = -1;
                 break;
             }
-            if ((r = skip_value(L, 1)) != OK) break;
+            if ((r = skip_value(L, 2)) != OK) break;
             int more;
             if ((r = next_member(L, '}', &more)) != OK) break;
-            if (!more) r = BAD; /* the document ends without traceEvents */
+            if (!more) {
+                status = 3;
+                r = -1;
+            }
         }
-        if (r == NEED_MORE) at = -1;
+        if (r == NEED_MORE) {
+            status = 1;
+            r = OK;
+        } else if (r == -1)
+            r = OK;
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);
-    if (at == -2) {
-        PyErr_SetString(Unsupported, "no traceEvents array where the native scanner looks");
+    if (r != OK) {
+        raise_outcome(r, (Py_ssize_t)(cur - base));
         return NULL;
     }
-    return PyLong_FromSsize_t(at);
+    return Py_BuildValue("(in)", status, at);
+}
+
+/* configure(fields, limits): fields are (key: str, in_args: bool, role: int) with role 0 a value,
+ * 1 a time (µs, converted to ns from the text where exact), 2 the category; limits are (nesting
+ * depth, string bytes, long-string bytes, long-string prefix bytes, integer digits). */
+static PyObject *configure(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *fields;
+    Py_ssize_t limits[5];
+    if (!PyArg_ParseTuple(args, "O(nnnnn)", &fields, &limits[0], &limits[1], &limits[2], &limits[3], &limits[4]))
+        return NULL;
+    PyObject *seq = PySequence_Fast(fields, "fields must be a sequence");
+    if (!seq) return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    if (count < 1 || count > MAX_FIELDS) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_ValueError, "between 1 and 32 fields");
+        return NULL;
+    }
+    FieldSpec parsed[MAX_FIELDS];
+    int category = -1, n = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const char *key;
+        Py_ssize_t len;
+        int in_args, role;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "s#pi", &key, &len, &in_args, &role)) break;
+        char *copy = malloc((size_t)len + 1);
+        if (!copy) {
+            PyErr_NoMemory();
+            break;
+        }
+        memcpy(copy, key, (size_t)len + 1);
+        parsed[n++] = (FieldSpec){copy, len, in_args, role};
+        if (role == ROLE_CATEGORY) category = (int)i;
+    }
+    Py_DECREF(seq);
+    if (n != count) {
+        for (int i = 0; i < n; i++) free(parsed[i].key);
+        return NULL;
+    }
+    for (int i = 0; i < n_fields; i++) free(specs[i].key);
+    memcpy(specs, parsed, sizeof(FieldSpec) * (size_t)n);
+    n_fields = n;
+    f_category = category;
+    args_mask = 0;
+    for (int i = 0; i < n; i++) {
+        if (specs[i].in_args) args_mask |= 1U << i;
+        is_time[i] = specs[i].role == ROLE_TIME;
+    }
+    memset(key_count, 0, sizeof key_count);
+    memset(key_slot, 0, sizeof key_slot);
+    int bad = add_key("ph", 2, 0, KEY_PH) || add_key("args", 4, 0, KEY_ARGS);
+    for (int i = 0; i < n; i++) bad = bad || add_key(specs[i].key, specs[i].len, specs[i].in_args, i);
+    if (bad) {
+        n_fields = 0;
+        PyErr_SetString(PyExc_ValueError, "keys of 1 to 32 bytes, at most 8 of one length");
+        return NULL;
+    }
+    max_depth = limits[0];
+    max_string = limits[1];
+    cut_string = limits[2];
+    cut_prefix = limits[3];
+    max_int_digits = limits[4];
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
+    {"configure", configure, METH_VARARGS, "Set the fields and limits (once, before scanning)."},
     {"scan", scan, METH_VARARGS, "Scan complete events of a traceEvents array (see the module)."},
-    {"events_start", events_start, METH_VARARGS, "Offset of the first byte inside traceEvents."},
+    {"events_start", events_start, METH_VARARGS, "Where the traceEvents array starts."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -889,9 +1280,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_scan", "Native scan
 PyMODINIT_FUNC PyInit__scan(void) {
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
-    Unsupported = PyErr_NewException("traceinsight.load._scan.Unsupported", PyExc_ValueError, NULL);
-    if (!Unsupported || PyModule_AddObject(m, "Unsupported", Unsupported) < 0) return NULL;
-    Py_INCREF(Unsupported);
-    PyModule_AddIntConstant(m, "FIELDS", NFIELDS);
+    Invalid = PyErr_NewException("traceinsight.load._scan.Invalid", PyExc_ValueError, NULL);
+    if (!Invalid || PyModule_AddObject(m, "Invalid", Invalid) < 0) return NULL;
+    Py_INCREF(Invalid);
     return m;
 }

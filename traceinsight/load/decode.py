@@ -1,52 +1,23 @@
-"""From bytes to events, the plain way: read (plain or gzip), then stdlib ``json``.
+"""The trace document around the events, and the words for a file that is not a trace.
 
-:func:`read_bytes` owns the one-line errors for files that cannot be read (missing, a folder,
-truncated or corrupt gzip, empty). :func:`decode_generic` is the reference decoder: stdlib ``json``
-into dicts, each value coerced leniently into an :class:`Event`. It accepts any value types and is
-what the fast path (:mod:`.whole`, :mod:`.parallel`, :mod:`.columns`) must equal; it is also the
-fallback when the fast decoder rejects a file's types.
+:class:`TraceDocument` holds the top-level fields every loader reads besides the events.
+:func:`parse_json` is the reference reading of JSON text (strict UTF-8, stdlib ``json``), used
+by the reference loader and, for the fields around the events array, by the native one;
+:func:`document_from_value` turns the parsed top level into a :class:`TraceDocument`.
 """
 
 from __future__ import annotations
 
-import gzip
 import json
-import zlib
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from traceinsight.errors import TraceFormatError, TraceNotFound, TraceUnreadable
-
-Scalar = int | float | str | None
-
-
-class Args(msgspec.Struct, gc=False, frozen=True):
-    """The ``args`` fields analyses read; every other key is skipped while decoding."""
-
-    external_id: Scalar = msgspec.field(default=None, name="External id")
-    external_id_legacy: Scalar = msgspec.field(default=None, name="external id")
-    correlation: Scalar = None
-    device: Scalar = None
-    stream: Scalar = None
-    bytes: Scalar = None
-    python_id: Scalar = msgspec.field(default=None, name="Python id")
-    python_parent_id: Scalar = msgspec.field(default=None, name="Python parent id")
-    call_stack: Scalar = msgspec.field(default=None, name="Call stack")
-
-
-class Event(msgspec.Struct, gc=False):
-    """One trace event, reduced to what the loader needs."""
-
-    ph: Scalar = None
-    cat: Scalar = None
-    name: Scalar = None
-    pid: Scalar = None
-    tid: Scalar = None
-    ts: Scalar = None
-    dur: Scalar = None
-    args: Args | None = None
+from traceinsight.errors import TraceFormatError
+from traceinsight.load.coerce import Scalar
+from traceinsight.load.limits import MAX_INT_DIGITS
+from traceinsight.load.text import without_lone_surrogates
 
 
 class DeviceProperties(msgspec.Struct, gc=False):
@@ -71,7 +42,6 @@ class DistributedInfo(msgspec.Struct, gc=False):
 class TraceDocument(msgspec.Struct, gc=False):
     """The top-level object of a trace (traces before Dec 2020 are a bare event array)."""
 
-    traceEvents: list[Event] | None = None
     deviceProperties: list[DeviceProperties] | None = None
     distributedInfo: DistributedInfo | None = None
     baseTimeNanoseconds: Scalar = None
@@ -85,113 +55,117 @@ class TraceDocument(msgspec.Struct, gc=False):
     bare_array: bool = msgspec.field(default=False, name="traceinsight:bare_array")
 
 
-def read_bytes(path: Path) -> bytes:
-    """The trace's uncompressed bytes; gzip is recognised by its magic number, not the name."""
-    if not path.exists():
-        raise TraceNotFound(f"cannot read trace {path}: no such file; check the path")
-    if not path.is_file():
-        raise TraceNotFound(f"cannot read trace {path}: it is a directory, not a trace file")
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise TraceUnreadable(f"cannot read trace {path}: {exc.strerror or exc}") from exc
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except EOFError as exc:
-            raise TraceUnreadable(
-                f"cannot read trace {path}: the gzip stream ends early; "
-                "was the file copied completely and the profiler stopped cleanly?"
-            ) from exc
-        except (OSError, zlib.error) as exc:
-            raise TraceUnreadable(f"cannot read trace {path}: corrupt gzip data ({exc})") from exc
-    if not raw.strip():
-        raise TraceFormatError(
-            f"cannot read trace {path}: the file is empty; was the profiler stopped before it exported?"
-        )
-    return raw
+UTF8_BOM = b"\xef\xbb\xbf"
+#: Bytes a JSON text may start with (after whitespace).
+_JSON_START = frozenset(b'{["-0123456789tfnNI')
 
 
-def _json_error(path: Path, detail: str) -> TraceFormatError:
-    return TraceFormatError(
-        f"cannot read trace {path}: not valid JSON ({detail}); "
+def json_error(path: Path, detail: str, *, truncated: bool = True) -> TraceFormatError:
+    """The one line for a file that is not valid JSON (``truncated``: it may have been cut short)."""
+    hint = (
         "a truncated file usually means the export was interrupted"
+        if truncated
+        else "the file is damaged or is not a trace written by the profiler"
     )
+    return TraceFormatError(f"cannot read trace {path}: not valid JSON ({detail}); {hint}")
 
 
-def _not_a_trace(path: Path, what: str) -> TraceFormatError:
+def not_a_trace(path: Path, what: str) -> TraceFormatError:
+    """The one line for valid JSON that is not a trace."""
     return TraceFormatError(
         f"cannot read trace {path}: it is JSON but not a torch.profiler trace ({what}); "
         "pass the file written by export_chrome_trace or tensorboard_trace_handler"
     )
 
 
-def decode_generic(raw: bytes, path: Path) -> tuple[TraceDocument, list[Event]]:
-    """The plain path: stdlib ``json``, then coerce each value leniently."""
+def not_json_text(path: Path, first: int) -> TraceFormatError:
+    """The one line for a file whose first byte cannot start JSON (an image, an archive …)."""
+    return TraceFormatError(
+        f"cannot read trace {path}: not a JSON text (it starts with byte 0x{first:02x}, "
+        "so it is some other kind of file); pass the .json or .json.gz file the profiler wrote"
+    )
+
+
+def check_start(text: bytes | bytearray | memoryview, path: Path) -> None:
+    """Refuse a text whose first byte (after a byte order mark and whitespace) cannot start JSON;
+    one that starts a JSON value other than an object or array is not a trace."""
+    head = bytes(text[:4096]).removeprefix(UTF8_BOM).lstrip(b" \t\r\n")
+    if not head:
+        return
+    if head[0] not in _JSON_START:
+        raise not_json_text(path, head[0])
+    if head[0] not in b"{[":
+        try:
+            value, _ = json.JSONDecoder().raw_decode(head.decode("utf-8", "replace"))
+        except ValueError:
+            raise json_error(path, "it does not start with a JSON value", truncated=False) from None
+        raise not_a_trace(path, f"the top level is {json_kind(value)}, not an object")
+
+
+def json_kind(value: Any) -> str:
+    """``a number``, ``a string`` …: a parsed JSON value's kind, in words."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "null" if value is None else f"a {type(value).__name__}"
+
+
+def parse_json(raw: bytes | bytearray, path: Path, **options: Any) -> Any:
+    """Python's ``json`` on strict UTF-8 text (a leading byte order mark is allowed); every failure
+    is one :class:`TraceFormatError` line. ``options`` go to :func:`json.loads`."""
+    check_start(raw, path)
     try:
-        value = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise _json_error(path, str(exc)) from exc
-    if isinstance(value, list):
-        return TraceDocument(bare_array=True), [
-            _event_from_dict(item) for item in value if isinstance(item, dict)
-        ]
-    if not isinstance(value, dict):
-        raise _not_a_trace(path, f"the top level is a {type(value).__name__}")
-    events = value.get("traceEvents")
-    if not isinstance(events, list):
-        raise _not_a_trace(path, "no traceEvents list")
+        text = bytes(raw).removeprefix(UTF8_BOM).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise json_error(path, f"invalid UTF-8 at byte {exc.start}", truncated=False) from None
+    try:
+        return json.loads(text, **options)
+    except json.JSONDecodeError as exc:
+        raise json_error(path, str(exc)) from None
+    except RecursionError:
+        raise json_error(path, "nested too deeply for Python's json", truncated=False) from None
+    except ValueError as exc:  # an integer of more than 4300 digits
+        detail = f"{exc}".split(";")[0] or f"an integer of more than {MAX_INT_DIGITS} digits"
+        raise json_error(path, detail, truncated=False) from None
+
+
+def scalar(value: Any) -> Scalar:
+    """Keep JSON scalars; anything else (lists, objects) becomes None; booleans are 0/1; strings
+    lose lone surrogates (see :func:`.text.without_lone_surrogates`)."""
+    if isinstance(value, str):
+        return without_lone_surrogates(value)
+    if isinstance(value, bool):
+        return int(value)
+    return value if isinstance(value, int | float) else None
+
+
+def document_from_value(value: dict[str, Any]) -> TraceDocument:
+    """The :class:`TraceDocument` of a parsed top-level object."""
     devices = value.get("deviceProperties")
     dist = value.get("distributedInfo")
-    document = TraceDocument(
+    return TraceDocument(
         deviceProperties=[
-            DeviceProperties(**{k: _scalar(d.get(k)) for k in DeviceProperties.__struct_fields__})
+            DeviceProperties(**{k: scalar(d.get(k)) for k in DeviceProperties.__struct_fields__})
             for d in devices
             if isinstance(d, dict)
         ]
         if isinstance(devices, list)
         else None,
         distributedInfo=DistributedInfo(
-            rank=_scalar(dist.get("rank")),
-            world_size=_scalar(dist.get("world_size")),
-            backend=_scalar(dist.get("backend")),
+            rank=scalar(dist.get("rank")),
+            world_size=scalar(dist.get("world_size")),
+            backend=scalar(dist.get("backend")),
         )
         if isinstance(dist, dict)
         else None,
-        baseTimeNanoseconds=_scalar(value.get("baseTimeNanoseconds")),
-        schemaVersion=_scalar(value.get("schemaVersion")),
-        traceName=_scalar(value.get("traceName")),
-        cuda_runtime_version=_scalar(value.get("cuda_runtime_version")),
-        cuda_driver_version=_scalar(value.get("cuda_driver_version")),
-        hip_runtime_version=_scalar(value.get("hip_runtime_version")),
-        with_stack=_scalar(value.get("with_stack")),
-    )
-    return document, [_event_from_dict(item) for item in events if isinstance(item, dict)]
-
-
-def _scalar(value: Any) -> Scalar:
-    """Keep JSON scalars; anything else (lists, objects, booleans) becomes None."""
-    if isinstance(value, bool):
-        return int(value)
-    return value if isinstance(value, int | float | str) else None
-
-
-_ARG_KEYS = {
-    field: name for field, name in zip(Args.__struct_fields__, Args.__struct_encode_fields__, strict=True)
-}
-
-
-def _event_from_dict(item: dict[str, Any]) -> Event:
-    args = item.get("args")
-    return Event(
-        ph=_scalar(item.get("ph")),
-        cat=_scalar(item.get("cat")),
-        name=_scalar(item.get("name")),
-        pid=_scalar(item.get("pid")),
-        tid=_scalar(item.get("tid")),
-        ts=_scalar(item.get("ts")),
-        dur=_scalar(item.get("dur")),
-        args=Args(**{field: _scalar(args.get(key)) for field, key in _ARG_KEYS.items()})
-        if isinstance(args, dict)
-        else None,
+        baseTimeNanoseconds=scalar(value.get("baseTimeNanoseconds")),
+        schemaVersion=scalar(value.get("schemaVersion")),
+        traceName=scalar(value.get("traceName")),
+        cuda_runtime_version=scalar(value.get("cuda_runtime_version")),
+        cuda_driver_version=scalar(value.get("cuda_driver_version")),
+        hip_runtime_version=scalar(value.get("hip_runtime_version")),
+        with_stack=scalar(value.get("with_stack")),
     )

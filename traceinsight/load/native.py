@@ -1,23 +1,27 @@
 """The native path: the C scanner (:mod:`._scan`) reads events as the file streams in.
 
 Algorithm: a plain file is mapped in memory; a gzip file is gunzipped in blocks by a thread of
-its own, never whole. The scanner finds the ``traceEvents`` array; then the events are scanned in
-C, without the GIL, into columns of (kind, value) per field, with each distinct string made into a
-Python object once. When each event of a mapped file starts its own line (Kineto's layout), the
-file is cut at the last "newline, indentation, ``{``" before each 32 MB into runs of whole events
-that two threads scan at once; every run must then end in exactly one comma after its last event,
-else the cut was not between events and the load starts again with one scan after another, each
-resuming where the previous stopped (what other layouts and gunzipped streams get).
-Meanwhile the main thread turns each scanned run into the loader's tables with numpy and polars,
-applying the reference's coercions (:func:`.tables._int`, :func:`.tables._ns`, ``str`` for names)
-column-wise; the rare values of an unusual type (a float id, a non-string name) go through those
-same functions one by one. The top-level fields around the array are decoded once, from the bytes
-before and after it.
+its own (:meth:`.source.TraceFile.blocks`), never whole. The scanner finds the ``traceEvents``
+array; then the events are scanned in C, without the GIL, into columns of (kind, value) per field
+of :data:`.schema.EVENT_FIELDS`, with each distinct string made into a Python object once. When
+each event of a mapped file starts its own line (Kineto's layout), the file is cut at the last
+"newline, indentation, ``{``" before each 32 MB into runs of whole events that two threads scan
+at once; every run but the last must then end just after a comma, else the cut was not between
+events and the load starts again with one scan after another, each resuming where (and in the
+state in which) the previous stopped, which is what other layouts and gunzipped streams get. A
+scan that completes no element (an event longer than the window) is retried on a window twice as
+long, so a huge event costs linear time.
 
-The scanner validates everything it passes over and refuses (:class:`Unavailable`) whatever it
-does not read exactly like the reference (NaN, integers beyond int64 in a field the tables use,
-escaped keys, a non-object event, invalid JSON); the caller then takes the pure-Python path, which
-gives the same tables or the canonical one-line error.
+Meanwhile the main thread turns each scanned run into the loader's tables with numpy and polars,
+applying the reference's coercions (:mod:`.coerce`) column-wise and :func:`.text.clean_texts` to the
+run's distinct strings; the rare values of an unusual type (a float id, a non-string name) go
+through the per-value functions one by one. The top-level fields around the array are read once,
+by the reference's own JSON reading (:func:`.decode.parse_json`), from the bytes before and after it.
+
+The scanner validates everything it passes over; invalid JSON and the limits of :mod:`.limits`
+are one-line errors here. Only a file whose ``traceEvents`` the reference might read differently
+(a second ``traceEvents`` key, whose list would win; a first one that is not an array) is left to
+the pure-Python path (:class:`Unavailable`).
 """
 
 from __future__ import annotations
@@ -30,23 +34,36 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
 import polars as pl
 
-from traceinsight.load import schema
-from traceinsight.load.columns import (
-    _GROUP_FIELDS,
-    _GROUP_OF_CATEGORY,
-    ChunkTables,
-    _float_column_to_ns,
-    assemble,
+from traceinsight.errors import TraceFormatError
+from traceinsight.load import limits, schema
+from traceinsight.load.coerce import INT64_NS_LIMIT, as_int, as_ns, float_column_to_ns
+from traceinsight.load.decode import (
+    TraceDocument,
+    check_start,
+    document_from_value,
+    json_error,
+    not_a_trace,
+    parse_json,
 )
-from traceinsight.load.parallel import Loaded, Unsplittable, _blocks, _Frame, line_boundary
 from traceinsight.load.progress import ProgressCallback
-from traceinsight.load.tables import _int, _ns
+from traceinsight.load.reference import too_many_events
+from traceinsight.load.source import TraceFile, empty_trace, format_bytes, is_blank, leading_whitespace
+from traceinsight.load.tables import (
+    GROUP_OF_CATEGORY,
+    ChunkTables,
+    assemble,
+    empty_chunk,
+    merge,
+    split_groups,
+)
+from traceinsight.load.text import clean_texts, without_lone_surrogates
 
 try:
     from traceinsight.load import _scan  # type: ignore[attr-defined]
@@ -55,42 +72,31 @@ except ImportError:  # built without a C compiler: the pure-Python path does all
 
 AVAILABLE: Final = _scan is not None
 
-#: Field order of the scanner's columns (see ``_scan.c``).
-FIELDS: Final = (
-    "cat",
-    "name",
-    "pid",
-    "tid",
-    "ts",
-    "dur",
-    "external_id",
-    "external_id_legacy",
-    "correlation",
-    "device",
-    "stream",
-    "bytes",
-    "python_id",
-    "python_parent_id",
-    "call_stack",
-)
-_NONE, _INT, _FLOAT, _STR, _NS = 0, 1, 2, 3, 4
+#: Field order of the scanner's columns: the schema's list, handed to the scanner at import.
+FIELDS: Final = tuple(f.name for f in schema.EVENT_FIELDS)
+_ROLE: Final = {"category": 2, "time": 1}
+#: Strings longer than this many bytes reach Python as a prefix of ``_CUT_PREFIX`` bytes with their
+#: full length; :func:`.text.clean_texts` keeps far fewer characters of them anyway.
+_CUT_BYTES: Final = 1 << 16
+_CUT_PREFIX: Final = 1 << 14
+if _scan is not None:
+    _scan.configure(
+        [(f.key, f.in_args, _ROLE.get(f.kind, 0)) for f in schema.EVENT_FIELDS],
+        (limits.MAX_DEPTH, limits.MAX_STRING_BYTES, _CUT_BYTES, _CUT_PREFIX, limits.MAX_INT_DIGITS),
+    )
+
+_NONE, _INT, _FLOAT, _STR, _NS, _BIG = 0, 1, 2, 3, 4, 5
+_START, _AFTER_EVENT, _AFTER_COMMA = 0, 1, 2
 #: Bytes of the file read per block: the scanner's unit of work.
 BLOCK_BYTES: Final = 16 << 20
 #: A mapped file's runs are views, not copies: twice as long, which halves the per-run overhead.
 MAPPED_RUNS: Final = 2
 #: Threads scanning runs of events at once (when the layout lets runs be cut without scanning).
 SCAN_THREADS: Final = 2
-_HEAD_LIMIT: Final = 64 << 20
-_INT64_NS_LIMIT: Final = (2**63 - 1) // 1000
-
-
-_EMPTY_TABLES: Final = {
-    name: pl.DataFrame(schema=table_schema) for name, table_schema in schema.TABLES.items()
-}
 
 
 class Unavailable(Exception):
-    """The native path cannot read this file exactly (or was not built): use the Python path."""
+    """The native path leaves this file to the pure-Python path (see the module docstring)."""
 
 
 class _Column:
@@ -104,7 +110,8 @@ class _Column:
         self.kinds, self.values, self.strings = kinds, values, strings
 
     def python(self, rows: np.ndarray) -> list[Any]:
-        """The reference decoder's values at ``rows`` (None, int, float or str)."""
+        """The reference decoder's values at ``rows`` (None, int, float or str; a number beyond
+        Int64 is None: no coercion keeps it)."""
         floats = self.values.view(np.float64)
         out: list[Any] = []
         for row in rows.tolist():
@@ -120,7 +127,7 @@ class _Column:
         return out
 
     def ints(self, string_ints: np.ndarray, string_valid: np.ndarray) -> pl.Series:
-        """``_int`` of each value: ints as they are, strings by their table, floats one by one."""
+        """``as_int`` of each value: ints as they are, strings by their table, floats one by one."""
         kinds, values = self.kinds, self.values
         valid = kinds == _INT
         if not valid.all():
@@ -133,16 +140,17 @@ class _Column:
                 valid[strings] = string_valid[codes]
             floats = np.flatnonzero(kinds == _FLOAT)
             for row, value in zip(floats.tolist(), self.python(floats), strict=True):
-                number = _int(value)
+                number = as_int(value)
                 values[row], valid[row] = (number, True) if number is not None else (0, False)
         return _with_nulls(pl.Series(values, dtype=pl.Int64), valid)
 
     def texts(self, strings: pl.Series, other: Callable[[Any], str | None] | str | None) -> pl.Series:
-        """Strings as they are; any other value becomes ``other`` (a constant, or the reference's
-        rule applied value by value)."""
-        is_str = self.kinds == _STR
-        everything = bool(is_str.all())
-        codes = pl.Series(self.values if everything else np.where(is_str, self.values, 0), dtype=pl.Int64)
+        """Strings as they are; an integer beyond Int64 as its digits when ``other`` is ``str`` (the
+        reference's ``str(value)``); any other value becomes ``other`` (a constant, or the
+        reference's rule applied value by value)."""
+        is_text = (self.kinds == _STR) | ((self.kinds == _BIG) if other is str else False)
+        everything = bool(is_text.all())
+        codes = pl.Series(self.values if everything else np.where(is_text, self.values, 0), dtype=pl.Int64)
         result = (
             strings.gather(codes)
             if strings.len()
@@ -151,34 +159,32 @@ class _Column:
         if everything:
             return result
         if callable(other):
-            rest = np.flatnonzero(~is_str)
+            rest = np.flatnonzero(~is_text)
             return result.scatter(rest, pl.Series([other(v) for v in self.python(rest)], dtype=pl.String))
-        return result.set(pl.Series(~is_str), other)
+        return result.set(pl.Series(~is_text), other)
 
     def times(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``_ns`` of each value: (ns, valid, was a float).
+        """``as_ns`` of each value: (ns, valid, was a float).
 
         Ints are µs; ``_NS`` floats were converted by the scanner from their text; other floats
-        take the column-wise rule of the fast path (:func:`.columns._float_column_to_ns`)."""
+        take the column-wise rule (:func:`.coerce.float_column_to_ns`)."""
         kinds, values = self.kinds, self.values
         ints = kinds == _INT
         converted = kinds == _NS
         floats = kinds == _FLOAT
-        in_range = ints & (values >= -_INT64_NS_LIMIT) & (values <= _INT64_NS_LIMIT)
+        in_range = ints & (values >= -INT64_NS_LIMIT) & (values <= INT64_NS_LIMIT)
         ns = np.where(in_range, values * 1000, values)
         valid = in_range | converted
         if floats.any():
             rows = np.flatnonzero(floats)
             doubles = values.view(np.float64)[rows]
-            finite = np.isfinite(doubles) & (np.abs(doubles) < _INT64_NS_LIMIT)
+            finite = np.isfinite(doubles) & (np.abs(doubles) < INT64_NS_LIMIT)
             if finite.any():
-                ns[rows[finite]] = _float_column_to_ns(
-                    pl.Series(doubles[finite], dtype=pl.Float64)
-                ).to_numpy()
+                ns[rows[finite]] = float_column_to_ns(pl.Series(doubles[finite], dtype=pl.Float64)).to_numpy()
                 valid[rows[finite]] = True
             odd = rows[~finite]
             for row, value in zip(odd.tolist(), self.python(odd), strict=True):
-                number = _ns(value)
+                number = as_ns(value)
                 ns[row], valid[row] = (number, True) if number is not None else (0, False)
         return ns, valid, floats | converted
 
@@ -190,81 +196,86 @@ def _with_nulls(series: pl.Series, valid: np.ndarray) -> pl.Series:
 
 
 def _decode_strings(raw: list[bytes], escaped: list[int]) -> list[str]:
-    """The scanner's distinct strings (raw JSON contents) as Python strings."""
-    try:
-        strings = [s.decode() for s in raw]
-    except UnicodeDecodeError as exc:  # the scanner validated UTF-8; this cannot happen
-        raise Unavailable("undecodable string") from exc
+    """The scanner's distinct strings (raw JSON contents, validated UTF-8) as Python strings; the
+    raw bytes are let go of one by one."""
+    strings: list[str] = []
+    for index, data in enumerate(raw):
+        strings.append(data.decode())
+        raw[index] = b""
     for index in escaped:
-        strings[index] = json.loads(b'"' + raw[index] + b'"')
+        strings[index] = without_lone_surrogates(json.loads('"' + strings[index] + '"'))
     return strings
 
 
-#: Table groups by index, and each category's group (-1: none).
-_GROUPS: Final = tuple(_GROUP_FIELDS)
-_GROUP_INDEX: Final = {cat: _GROUPS.index(group) for cat, group in _GROUP_OF_CATEGORY.items()}
-
-
 def block_tables(result: tuple[Any, ...]) -> ChunkTables:
-    """One scan result → the loader's tables for its events (what ``build_trace`` gives for them)."""
-    _resume, _done, events, rows, columns, raw_strings, escaped, counts = result
+    """One scan result → the loader's tables for its events (what the reference gives for them)."""
+    _resume, _state, _done, events, skipped, rows, columns, raw_strings, escaped, counts, cut = result
     strings = _decode_strings(raw_strings, escaped)
+    texts = pl.Series(strings, dtype=pl.String)
+    lengths = None
+    if cut:  # long strings: only their start was handed over, with their full length
+        index, chars = zip(*cut, strict=True)
+        lengths = texts.str.len_chars().scatter(list(index), pl.Series(chars, dtype=pl.UInt32))
+    cleaned_texts = clean_texts(texts, lengths)
+    cleaned = strings if cleaned_texts is texts else cleaned_texts.to_list()  # usually nothing to clean
+    texts = cleaned_texts
     categories: dict[str, int] = {}
     for _order, index, count in counts:  # in the order each category was first seen
-        key = strings[index] if index >= 0 else ""
+        key = cleaned[index] if index >= 0 else ""
         categories[key] = categories.get(key, 0) + count
     if not rows:  # no complete event, or none of phase X: nothing for the tables
-        return ChunkTables(tables=_EMPTY_TABLES, event_count=events, categories=categories)
+        return empty_chunk(events, categories, skipped)
     buffer = np.frombuffer(columns, dtype=np.uint8)
     width = len(FIELDS)
     values = buffer[: rows * 8 * width].view(np.int64).reshape(width, rows)
     kinds = buffer[rows * 8 * width :].reshape(width, rows)
-    field = {name: _Column(kinds[i], values[i], strings) for i, name in enumerate(FIELDS)}
-    texts = pl.Series(strings, dtype=pl.String)
-    numbers = [_int(s) for s in strings]
+    # Strings as the loader sees them (cleaned) for names; as written for ids ("stream 7").
+    column = {name: _Column(kinds[i], values[i], cleaned) for i, name in enumerate(FIELDS)}
+    numbers = [as_int(s) for s in strings]
     string_ints = np.array([0 if n is None else n for n in numbers], dtype=np.int64)
     string_valid = np.array([n is not None for n in numbers], dtype=bool)
 
-    ts, kept, floats = field["ts"].times()
+    def ints(name: str) -> pl.Series:
+        return column[name].ints(string_ints, string_valid)
+
+    ts, kept, floats = column["ts"].times()
     float_time = bool((floats & kept).any())
-    dur, dur_valid, _ = field["dur"].times()
+    dur, dur_valid, _ = column["dur"].times()
     dur = np.where(dur_valid & (dur > 0), dur, 0)
     end = ts + dur  # wraps past Int64, which the reference leaves null
-    cat = field["cat"]
-    group_of_string = np.array([_GROUP_INDEX.get(s, -1) for s in strings] or [-1], dtype=np.int64)
+    cat = column["cat"]
+    group_of_string = np.array([GROUP_OF_CATEGORY.get(s, -1) for s in cleaned] or [-1], dtype=np.int64)
     group = np.where(cat.kinds == _STR, group_of_string[np.where(cat.kinds == _STR, cat.values, 0)], -1)
     group[~kept] = -1
-    # The reference takes "External id" unless it is None, then "external id"; then ``_int``.
-    ext, legacy_ext = field["external_id"], field["external_id_legacy"]
+    # The reference takes "External id" unless it is None, then "external id"; then ``as_int``.
+    ext, legacy_ext = column["external_id"], column["external_id_legacy"]
     use_legacy = ext.kinds == _NONE
     external = _Column(
         np.where(use_legacy, legacy_ext.kinds, ext.kinds),
         np.where(use_legacy, legacy_ext.values, ext.values),
-        strings,
+        cleaned,
     )
     frame = pl.DataFrame(
         {
             "cat": cat.texts(texts, ""),
-            "name": field["name"].texts(texts, str),
+            "name": column["name"].texts(texts, str),
             "ts": pl.Series(ts, dtype=pl.Int64),
             "dur": pl.Series(dur, dtype=pl.Int64),
             "end": _with_nulls(pl.Series(end, dtype=pl.Int64), end >= ts),
-            "pid": field["pid"].ints(string_ints, string_valid),
-            "tid": field["tid"].ints(string_ints, string_valid),
+            "pid": ints("pid"),
+            "tid": ints("tid"),
             "external_id": external.ints(string_ints, string_valid),
-            "correlation": field["correlation"].ints(string_ints, string_valid),
-            "device": field["device"].ints(string_ints, string_valid),
-            "stream": field["stream"].ints(string_ints, string_valid),
-            "bytes": field["bytes"].ints(string_ints, string_valid),
-            "python_id": field["python_id"].ints(string_ints, string_valid),
-            "parent_id": field["python_parent_id"].ints(string_ints, string_valid),
-            "call_stack": field["call_stack"].texts(texts, None),
+            "correlation": ints("correlation"),
+            "device": ints("device"),
+            "stream": ints("stream"),
+            "bytes": ints("bytes"),
+            "python_id": ints("python_id"),
+            "parent_id": ints("python_parent_id"),
+            "call_stack": column["call_stack"].texts(texts, None),
             "group": pl.Series(group, dtype=pl.Int64),
         }
     )
-    parts = frame.partition_by("group", as_dict=True, include_key=False)
-    empty = frame.clear()
-    tables, legacy = assemble({g: parts.get((i,), empty) for i, g in enumerate(_GROUPS)})
+    tables, legacy = assemble(split_groups(frame))
     return ChunkTables(
         tables=tables,
         event_count=events,
@@ -272,58 +283,147 @@ def block_tables(result: tuple[Any, ...]) -> ChunkTables:
         origin=int(ts[kept].min()) if kept.any() else None,
         legacy=legacy,
         float_time=float_time,
+        dropped_time=int(rows - kept.sum()),
+        skipped=skipped,
     )
 
 
-def _events_start(blocks: Iterator[bytes], frame: _Frame) -> bytes:
-    """Read up to the first byte inside the events array; the bytes read past it are returned."""
+# --- reading the text around the events, and scanning the events ------------------------------
+
+
+@dataclass
+class _Frame:
+    """What surrounds the events array, as read so far, and where the scan stands."""
+
+    path: Path
+    compressed: bool
+    head: bytes = b""
+    tail: bytes = b""
+    bare: bool = False
+    #: Nesting of the events array: 1 in a bare array, 2 in the top-level object.
+    depth: int = 2
+    #: Bytes of the file read (progress).
+    file_bytes: int = 0
+    events: int = 0
+    parts: list[ChunkTables] = field(default_factory=list)
+
+    def found(self, head: bytes) -> None:
+        self.head = head
+        body = head.removeprefix(b"\xef\xbb\xbf")
+        self.bare = body[leading_whitespace(body) :].startswith(b"[")
+        self.depth = 1 if self.bare else 2
+
+    def invalid(self, exc: Exception, base: int, text: bytes | bytearray | memoryview) -> TraceFormatError:
+        """The one line for the scanner's ``Invalid(kind, offset)`` in ``text``, whose first byte
+        is at ``base`` in the whole text."""
+        kind, offset = exc.args
+        where = f"at byte {base + offset:,}" + (" of the uncompressed text" if self.compressed else "")
+        path = self.path
+        if kind == "depth":
+            return TraceFormatError(
+                f"cannot read trace {path}: JSON nested deeper than {limits.MAX_DEPTH} levels {where}; "
+                "a profiler never writes that, so the file is damaged or not a trace"
+            )
+        if kind == "string":
+            return TraceFormatError(
+                f"cannot read trace {path}: a string longer than {format_bytes(limits.MAX_STRING_BYTES)} "
+                f"{where}; a profiler never writes that, so the file is damaged or not a trace"
+            )
+        if kind == "number":
+            return TraceFormatError(
+                f"cannot read trace {path}: a number of more than {limits.MAX_INT_DIGITS} digits {where}; "
+                "a profiler never writes that, so the file is damaged or not a trace"
+            )
+        return json_error(path, f"{_describe(text, offset)} {where}", truncated=False)
+
+    def fields_limit(self, where: str) -> TraceFormatError:
+        return TraceFormatError(
+            f"cannot read trace {self.path}: more than {format_bytes(limits.MAX_FIELDS_BYTES)} of JSON {where} "
+            "the events array; a profiler never writes that, so the file is damaged or not a trace"
+        )
+
+    def add(self, result: tuple[Any, ...]) -> None:
+        """Tables of one scan result, kept in file order."""
+        part = block_tables(result)
+        self.events += part.event_count
+        if self.events > limits.MAX_EVENTS:
+            raise too_many_events(self.path)
+        self.parts.append(part)
+
+    def document(self) -> TraceDocument:
+        """The top-level fields, as the reference reads them; :class:`Unavailable` for a second
+        ``traceEvents`` key (the reference reads the last one)."""
+        if self.bare:
+            if not is_blank(self.tail):
+                raise json_error(self.path, "data after the top-level array")
+            return TraceDocument(bare_array=True)
+        value = parse_json(self.head + b"]" + self.tail, self.path, object_pairs_hook=_flag_duplicates)
+        if not isinstance(value, dict) or _DUPLICATE in value:
+            raise Unavailable("a second traceEvents key")
+        return document_from_value(value)
+
+
+def _describe(text: bytes | bytearray | memoryview, offset: int) -> str:
+    """What the scanner stopped at, in words (never the trace's bytes themselves)."""
+    if offset >= len(text):
+        return "unexpected end"
+    byte = text[offset]
+    if byte >= 0x80:
+        return "invalid UTF-8"
+    if byte < 0x20:
+        return f"control character 0x{byte:02x} inside a string"
+    return "unexpected character" if chr(byte).isprintable() else f"unexpected byte 0x{byte:02x}"
+
+
+_DUPLICATE: Final = object()
+
+
+def _flag_duplicates(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+    value = dict(pairs)
+    if sum(key == "traceEvents" for key, _ in pairs) > 1:
+        value[_DUPLICATE] = True
+    return value
+
+
+def _events_start(frame: _Frame, text: bytes | bytearray | memoryview, final: bool, base: int) -> int | None:
+    """Offset just inside the events array of ``text`` (a trace's start, whitespace stripped),
+    None when more text is needed; one-line errors for what is not a trace."""
     assert _scan is not None
-    head = b""
-    start = -1
-    for block in blocks:
-        head += block
-        start = _events_start_in(head)
-        if start >= 0:
-            break
-        if len(head) > _HEAD_LIMIT:
-            raise Unavailable("no traceEvents near the start")
-    if start < 0:
-        raise Unavailable("no events array")
-    frame.head = head[:start]
-    frame.bare = head[:start].lstrip().startswith(b"[")
-    return head[start:]
+    try:
+        status, offset = _scan.events_start(text)
+    except _scan.Invalid as exc:
+        raise frame.invalid(exc, base, text) from None
+    if status == 0:
+        return int(offset)
+    if status == 1:
+        if final:
+            raise json_error(frame.path, "the text ends before the events array")
+        if len(text) > limits.MAX_FIELDS_BYTES:
+            raise frame.fields_limit("before")
+        return None
+    if status == 2:
+        check_start(bytes(text[:16]), frame.path)  # raises: not JSON, or JSON but not a container
+    if status == 3:
+        raise not_a_trace(frame.path, "no traceEvents list")
+    raise Unavailable("traceEvents is not an array")
+
+
+def _result(
+    future: Future[Any], frame: _Frame, base: int, text: bytes | bytearray | memoryview
+) -> tuple[Any, ...]:
+    assert _scan is not None
+    try:
+        return future.result()  # type: ignore[no-any-return]
+    except _scan.Invalid as exc:
+        raise frame.invalid(exc, base, text) from None
+
+
+def _truncated(frame: _Frame) -> TraceFormatError:
+    return json_error(frame.path, "the text ends inside the events array")
 
 
 class _Mismatch(Exception):
     """A cut between events was not one (another layout): scan the file run after run."""
-
-
-def _sequential(
-    pending: bytes, blocks: Iterator[bytes], frame: _Frame, pool: ThreadPoolExecutor
-) -> Iterator[tuple[Any, ...]]:
-    """Scan results block after block; each scan resumes where the previous one stopped. The next
-    scan is started before a result is handed on, so tables are built while it runs."""
-    assert _scan is not None
-    first = True
-    block = next(blocks, b"")
-    more = bool(block)
-    data = pending + block if pending else block
-    future = pool.submit(_scan.scan, data, 0, not more, first)
-    while True:
-        block = next(blocks, b"") if more else b""  # read (and gunzip) ahead while it scans
-        result = _result(future)
-        first = False
-        resume, done = result[0], result[1]
-        if done:
-            frame.tail = b"".join([data[resume:], block, *blocks])
-            yield result
-            return
-        if not more:
-            raise Unavailable("the events array does not end")
-        more = bool(block)
-        data = data[resume:] + block
-        future = pool.submit(_scan.scan, data, 0, not more, first)
-        yield result
 
 
 def _mapped(
@@ -333,57 +433,110 @@ def _mapped(
     copies), and each run's pages are dropped from this process once scanned, so the file never
     counts whole in its memory.
 
-    When each event starts its own line, runs are cut at :func:`.parallel.line_boundary` and
-    scanned ``workers`` at a time; each must end, after its last event, in exactly one comma
-    (checked in order), else the cut was not between events and :class:`_Mismatch` says so.
-    Otherwise each scan resumes where the previous one stopped."""
+    When each event starts its own line, runs are cut at :func:`line_boundary` and scanned
+    ``workers`` at a time; each but the last must end just after a comma (checked in order),
+    else the cut was not between events and :class:`_Mismatch` says so. Otherwise each scan
+    resumes where the previous one stopped."""
     assert _scan is not None
     view = memoryview(mapped)
     size = len(view)
-    window = min(size, 1 << 20)
-    while (start := _events_start_in(view[:window])) < 0:
-        if window >= size or window > _HEAD_LIMIT:
-            raise Unavailable("no events array near the start")
-        window = min(size, window * 4)
-    frame.head = bytes(view[:start])
-    frame.bare = frame.head.lstrip().startswith(b"[")
+    lead = _first_text_byte(view)
+    if lead >= size:
+        raise empty_trace(frame.path)
+    window = 1 << 20
+    while (found := _events_start(frame, view[lead : lead + window], lead + window >= size, lead)) is None:
+        window *= 4
+    start = lead + found
+    frame.found(bytes(view[lead:start]))
     boundary = (line_boundary(bytes(view[start : start + 4096])) or None) if workers > 1 else None
+    if boundary is None:
+        yield from _mapped_in_turn(view, mapped, start, frame, pool)
+    else:
+        yield from _mapped_cut(view, mapped, start, boundary, frame, pool, workers)
+
+
+def _first_text_byte(view: memoryview) -> int:
+    """Offset of the first byte that is not JSON whitespace (``len(view)`` if none); a few bytes
+    are looked at first (a trace starts with ``{`` or ``[``), then blocks growing to 16 MiB."""
+    at, step = 0, 4096
+    while at < len(view):
+        skipped = leading_whitespace(view[at : at + step])
+        if skipped < len(view[at : at + step]):
+            return at + skipped
+        at, step = at + step, min(step * 4, 16 << 20)
+    return len(view)
+
+
+def _finish_mapped(view: memoryview, end: int, frame: _Frame) -> None:
+    if len(view) - end > limits.MAX_FIELDS_BYTES:
+        raise frame.fields_limit("after")
+    frame.tail = bytes(view[end:])
+
+
+def _mapped_in_turn(
+    view: memoryview, mapped: mmap.mmap, start: int, frame: _Frame, pool: ThreadPoolExecutor
+) -> Iterator[tuple[Any, ...]]:
+    """One scan after another, each resuming where the previous stopped; the next is started
+    before a result is handed on, so tables are built while it runs."""
+    assert _scan is not None
+    size = len(view)
+    width = BLOCK_BYTES * MAPPED_RUNS
+    position, state = start, _START
+
+    def submit() -> Future[Any]:
+        return pool.submit(_scan.scan, view[position : min(size, position + width)], 0, state, frame.depth)
+
+    future = submit()
+    while True:
+        end = min(size, position + width)
+        result = _result(future, frame, position, view[position:end])
+        resume, state, done = result[0], result[1], result[2]
+        _drop_pages(mapped, position, position + resume)
+        frame.file_bytes = position + resume
+        if done:
+            _finish_mapped(view, position + resume, frame)
+            yield result
+            return
+        if end >= size:
+            raise _truncated(frame)
+        width = BLOCK_BYTES * MAPPED_RUNS if resume else width * 2  # an event longer than the window
+        position += resume
+        future = submit()
+        yield result
+
+
+def _mapped_cut(
+    view: memoryview,
+    mapped: mmap.mmap,
+    start: int,
+    boundary: bytes,
+    frame: _Frame,
+    pool: ThreadPoolExecutor,
+    workers: int,
+) -> Iterator[tuple[Any, ...]]:
+    """Runs cut at ``boundary``, scanned ``workers`` at a time (see :func:`_mapped`)."""
+    assert _scan is not None
+    size = len(view)
     inflight: deque[tuple[Future[Any], int, int]] = deque()
-    first = True
 
-    def submit(begin: int, end: int) -> None:
-        nonlocal first
-        inflight.append((pool.submit(_scan.scan, view[begin:end], 0, end >= size, first), begin, end))
-        first = False
-
-    def finish(cut: bool) -> tuple[Any, ...]:
+    def finish() -> tuple[Any, ...]:
         future, begin, end = inflight.popleft()
-        result = _result(future)
+        result = _result(future, frame, begin, view[begin:end])
+        resume, state, done = result[0], result[1], result[2]
         _drop_pages(mapped, begin, end)
         frame.file_bytes = end
-        if result[1]:  # done: the rest of the file follows the array
+        if done:  # the rest of the file follows the array
             for other, _, _ in inflight:
                 other.cancel()
             inflight.clear()
-            frame.tail = bytes(view[begin + result[0] :])
-        elif cut and bytes(view[begin + result[0] : end]).strip() != b",":
+            _finish_mapped(view, begin + resume, frame)
+        elif end >= size:
+            raise _truncated(frame)
+        elif begin + resume != end or state != _AFTER_COMMA:
             raise _Mismatch
         return result
 
     position = start
-    if boundary is None:  # one scan after another, each resuming where the previous stopped
-        width = BLOCK_BYTES * MAPPED_RUNS
-        while True:
-            end = min(size, position + width)
-            submit(position, end)
-            result = finish(cut=False)
-            yield result
-            if result[1]:
-                return
-            if end >= size:
-                raise Unavailable("the events array does not end")
-            width = BLOCK_BYTES * MAPPED_RUNS if result[0] else width * 2  # an event longer than the window
-            position += result[0]
     while position < size:
         end = min(size, position + BLOCK_BYTES * MAPPED_RUNS)
         cut = -1
@@ -391,22 +544,96 @@ def _mapped(
             end = min(size, end + BLOCK_BYTES * MAPPED_RUNS)
         if end < size:
             end = cut + len(boundary) - 1  # at the "{"
-        submit(position, end)
+        state = _START if position == start else _AFTER_COMMA
+        inflight.append((pool.submit(_scan.scan, view[position:end], 0, state, frame.depth), position, end))
         position = end
         while len(inflight) > workers or (inflight and position >= size):
-            result = finish(cut=True)
+            result = finish()
             yield result
-            if result[1]:
+            if result[2]:
                 return
-    raise Unavailable("the events array does not end")
+    raise _truncated(frame)
 
 
-def _events_start_in(head: bytes | memoryview) -> int:
+def line_boundary(rest: bytes) -> bytes | None:
+    """``\\n`` + indentation + ``{`` of the first event in ``rest`` (the bytes after the events
+    array's ``[``), when it starts its own line as Kineto writes every event; None for any other
+    layout. A raw newline cannot be inside a JSON string, so that pattern is always structure."""
+    body = rest.lstrip()
+    if not body:
+        return None
+    offset = len(rest) - len(body)
+    line = rest.rfind(b"\n", 0, offset)
+    indent = rest[line + 1 : offset]
+    if body[:1] != b"{" or line < 0 or indent.strip(b" \t"):
+        return None
+    return b"\n" + indent + b"{"
+
+
+def _streamed(
+    source: TraceFile, blocks: Iterator[bytes], frame: _Frame, pool: ThreadPoolExecutor
+) -> Iterator[tuple[Any, ...]]:
+    """Scan results of a gunzipped stream: the text is kept in one buffer that holds the part not
+    yet scanned; a scan that completes no element is retried on twice as much text."""
     assert _scan is not None
-    try:
-        return int(_scan.events_start(head))
-    except _scan.Unsupported as exc:
-        raise Unavailable(str(exc)) from exc
+    head = bytearray()
+    offset = 0  # text offset of head[0] (leading whitespace is dropped)
+    found: int | None = None
+    for block in blocks:
+        if not head:
+            skipped = leading_whitespace(block)
+            offset += skipped
+            block = block[skipped:]
+        head += block
+        if head and (found := _events_start(frame, head, False, offset)) is not None:
+            break
+    else:
+        if not head:
+            raise empty_trace(frame.path)
+        found = _events_start(frame, head, True, offset)
+    assert found is not None
+    frame.found(bytes(memoryview(head)[:found]))
+    buffer = bytearray(memoryview(head)[found:])
+    del head
+    offset += found
+    state, more, want = _START, True, BLOCK_BYTES
+
+    def fill() -> None:
+        nonlocal more
+        while more and len(buffer) < want:
+            block = next(blocks, None)
+            if block is None:
+                more = False
+            else:
+                buffer.extend(block)
+
+    fill()
+    future = pool.submit(_scan.scan, buffer, 0, state, frame.depth)
+    while True:
+        result = _result(future, frame, offset, buffer)
+        resume, state, done = result[0], result[1], result[2]
+        frame.file_bytes = source.consumed
+        if done:
+            tail = bytearray(memoryview(buffer)[resume:])
+            del buffer
+            for block in blocks:
+                tail += block
+                if len(tail) > limits.MAX_FIELDS_BYTES:
+                    raise frame.fields_limit("after")
+            frame.tail = bytes(tail)
+            yield result
+            return
+        if not more:
+            raise _truncated(frame)
+        if resume:
+            buffer = bytearray(memoryview(buffer)[resume:])
+            offset += resume
+            want = BLOCK_BYTES
+        else:  # no element completed: an event longer than the buffer
+            want = max(want, len(buffer)) * 2
+        fill()
+        future = pool.submit(_scan.scan, buffer, 0, state, frame.depth)
+        yield result
 
 
 def _drop_pages(mapped: mmap.mmap, begin: int, end: int) -> None:
@@ -417,24 +644,6 @@ def _drop_pages(mapped: mmap.mmap, begin: int, end: int) -> None:
     last = end - end % mmap.PAGESIZE
     if last > first:
         mapped.madvise(mmap.MADV_DONTNEED, first, last - first)
-
-
-def _result(future: Future[Any]) -> tuple[Any, ...]:
-    assert _scan is not None
-    try:
-        return future.result()  # type: ignore[no-any-return]
-    except _scan.Unsupported as exc:
-        raise Unavailable(str(exc)) from exc
-
-
-def load_native(path: Path, progress: ProgressCallback | None) -> Loaded:
-    """Load ``path`` with the scanner (see the module docstring); :class:`Unavailable` if it cannot."""
-    if _scan is None:
-        raise Unavailable("the native scanner was not built")
-    try:
-        return _load(path, progress, SCAN_THREADS)
-    except _Mismatch:
-        return _load(path, progress, 1)
 
 
 @contextlib.contextmanager
@@ -480,51 +689,52 @@ def _read_ahead(source: Iterator[bytes], depth: int = 2) -> Iterator[Iterator[by
             producer.join(timeout=0.05)
 
 
-def _map_plain(path: Path, stack: contextlib.ExitStack) -> mmap.mmap | None:
-    """The file mapped read-only when it is plain (not gzip) and not empty, else None."""
-    with path.open("rb") as stream:
-        if stream.read(2) in (b"\x1f\x8b", b""):
-            return None
-        try:
-            mapped = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
-        except (OSError, ValueError):
-            return None
-    stack.callback(_close_quietly, mapped)
-    return mapped
-
-
 def _close_quietly(mapped: mmap.mmap) -> None:
     # A view may still be alive somewhere (a cancelled scan): the collector closes the map then.
     with contextlib.suppress(BufferError):
         mapped.close()
 
 
-def _load(path: Path, progress: ProgressCallback | None, workers: int) -> Loaded:
-    total = path.stat().st_size
-    frame = _Frame()
-    parts: list[ChunkTables] = []
-    events = 0
+def load_native(source: TraceFile, progress: ProgressCallback | None) -> tuple[TraceDocument, ChunkTables]:
+    """Load an opened trace with the scanner (see the module docstring); :class:`Unavailable`
+    when the file is left to the pure-Python path."""
+    if _scan is None:
+        raise Unavailable("the native scanner was not built")
+    try:
+        return _load(source, progress, SCAN_THREADS)
+    except _Mismatch:
+        source.rewind()
+        return _load(source, progress, 1)
+
+
+def _load(
+    source: TraceFile, progress: ProgressCallback | None, workers: int
+) -> tuple[TraceDocument, ChunkTables]:
+    frame = _Frame(source.path, source.compressed)
+    total = source.size
     with contextlib.ExitStack() as stack:
         pool = stack.enter_context(
             ThreadPoolExecutor(max_workers=workers, thread_name_prefix="traceinsight-scan")
         )
-        try:
-            mapped = _map_plain(path, stack)
-            if mapped is not None:
-                results = _mapped(mapped, frame, pool, workers)
-            else:
-                # A gunzipped stream is scanned in one thread: gunzip already has the other core.
-                blocks = stack.enter_context(_read_ahead(_blocks(path, frame, BLOCK_BYTES)))
-                results = _sequential(_events_start(blocks, frame), blocks, frame, pool)
-            for result in results:
-                part = block_tables(result)
-                events += part.event_count
-                parts.append(part)
-                if progress is not None:
-                    progress(min(frame.file_bytes, total - 1), total, events)
-        except Unsplittable as exc:  # a damaged gzip stream: the Python path words the error
-            raise Unavailable(str(exc)) from exc
-    return frame.loaded(path, parts, progress, Unavailable)
+        mapped = source.mapped()
+        if mapped is not None:
+            stack.callback(_close_quietly, mapped)
+            results = _mapped(mapped, frame, pool, workers)
+        else:
+            # A gunzipped stream is scanned in one thread: gunzip already has the other core.
+            blocks = stack.enter_context(_read_ahead(source.blocks(BLOCK_BYTES)))
+            results = _streamed(source, blocks, frame, pool)
+        for result in results:
+            frame.add(result)
+            if progress is not None:
+                progress(min(frame.file_bytes, total - 1), total, frame.events)
+    document = frame.document()
+    merged = merge(frame.parts)
+    if merged.skipped and not merged.event_count:
+        raise not_a_trace(frame.path, "its events are not JSON objects")
+    if progress is not None:
+        progress(total, total, merged.event_count)
+    return document, merged
 
 
-__all__ = ["AVAILABLE", "Unavailable", "block_tables", "load_native"]
+__all__ = ["AVAILABLE", "FIELDS", "Unavailable", "block_tables", "line_boundary", "load_native"]

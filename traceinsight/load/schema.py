@@ -1,4 +1,4 @@
-"""The loader's tables: column names and dtypes, declared once.
+"""The loader's schema, declared once: the event fields it reads, and its tables' columns.
 
 Every time is an integer number of nanoseconds on the trace's own clock (``ts`` × 1000, rounded
 once at load); ``end = ts + dur``. ids that a trace may omit are nullable ``Int64``.
@@ -6,9 +6,47 @@ once at load); ``end = ts + dur``. ids that a trace may omit are nullable ``Int6
 
 from __future__ import annotations
 
-from typing import Final
+from dataclasses import dataclass
+from typing import Final, Literal
 
 import polars as pl
+
+
+@dataclass(frozen=True, slots=True)
+class EventField:
+    """One field of a trace event that the tables read."""
+
+    name: str
+    """The field's name in the loader (a column of the tables, or the source of one)."""
+    key: str
+    """Its JSON key."""
+    in_args: bool
+    """Whether it sits in the event's ``args`` object."""
+    kind: Literal["category", "name", "text", "id", "time"]
+    """How a value is read: ``category`` a string or "" (routes the event to its table), ``name``
+    a string or the value's ``str``, ``text`` a string or null, ``id`` :func:`.coerce.as_int`,
+    ``time`` µs to ns by :func:`.coerce.as_ns`."""
+
+
+#: The fields every loader reads (the C scanner is configured with this list at import, and the
+#: msgspec structs of the pure-Python loader are made from it).
+EVENT_FIELDS: Final[tuple[EventField, ...]] = (
+    EventField("cat", "cat", False, "category"),
+    EventField("name", "name", False, "name"),
+    EventField("pid", "pid", False, "id"),
+    EventField("tid", "tid", False, "id"),
+    EventField("ts", "ts", False, "time"),
+    EventField("dur", "dur", False, "time"),
+    EventField("external_id", "External id", True, "id"),
+    EventField("external_id_legacy", "external id", True, "id"),  # 2021 traces
+    EventField("correlation", "correlation", True, "id"),
+    EventField("device", "device", True, "id"),
+    EventField("stream", "stream", True, "id"),
+    EventField("bytes", "bytes", True, "id"),
+    EventField("python_id", "Python id", True, "id"),
+    EventField("python_parent_id", "Python parent id", True, "id"),
+    EventField("call_stack", "Call stack", True, "text"),  # 2020-21 traces
+)
 
 _TIMED: Final[dict[str, type[pl.DataType] | pl.DataType]] = {
     "ts": pl.Int64,
@@ -109,3 +147,25 @@ TABLES: Final[dict[str, pl.Schema]] = {
     "gpu_annotations": GPU_ANNOTATIONS,
     "cuda_sync": CUDA_SYNC,
 }
+
+
+#: The columns every loader builds for the X events it keeps, before they are split into
+#: :data:`TABLES` by ``load.tables.assemble``: each table's columns are among them, plus ``cat``
+#: (routing), ``pid``/``tid`` (the GPU rows' fallback for device/stream) and ``parent_id``.
+EVENT_COLUMNS: Final[pl.Schema] = pl.Schema(
+    {
+        "cat": pl.String,
+        "name": pl.String,
+        **_TIMED,
+        "pid": pl.Int64,
+        "tid": pl.Int64,
+        "external_id": pl.Int64,  # "External id", else the 2021 "external id"
+        "correlation": pl.Int64,
+        "device": pl.Int64,
+        "stream": pl.Int64,
+        "bytes": pl.Int64,
+        "python_id": pl.Int64,
+        "parent_id": pl.Int64,  # "Python parent id"
+        "call_stack": pl.String,
+    }
+)

@@ -1,25 +1,24 @@
-"""Events → typed polars tables plus trace metadata: the one shape every analysis reads.
+"""The loaded trace: typed polars tables plus metadata, and the one step every loader ends with.
 
-Legacy names are mapped here once (2021 ``Kernel``/``Runtime``/``Operator`` categories, ``external
-id``, ``"stream 7"`` tids, annotations recorded as operators), and time is normalised here once to
-integer nanoseconds.
+Every loader turns the ``"ph": "X"`` events it keeps into one frame of :data:`.schema.EVENT_COLUMNS`
+(with a ``group`` column naming the table each row goes to); :func:`assemble` splits that frame
+into the tables. Legacy names are mapped here once (2021 ``Kernel``/``Runtime``/``Operator``
+categories, annotations recorded as operators, device and stream taken from pid/tid).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
 from pathlib import Path
 from typing import Final
 
 import polars as pl
 
 from traceinsight.load import schema, taxonomy
-from traceinsight.load.decode import Event, Scalar, TraceDocument
-
-_DIGITS: Final[re.Pattern[str]] = re.compile(r"-?\d+")
+from traceinsight.load.coerce import as_int, as_version
+from traceinsight.load.decode import TraceDocument
+from traceinsight.load.text import clean_text, clean_texts
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,274 +79,209 @@ class Trace:
         return self.gpu.height > 0
 
 
-def _int(value: Scalar) -> int | None:
-    """An id as an int: ints as they are, numeric strings parsed, anything else None."""
-    if type(value) is int:
-        return value
-    if isinstance(value, str):
-        match = _DIGITS.search(value)
-        if match is not None and (value.isdigit() or value.startswith(("stream", "-"))):
-            return int(match.group())
-        if value.startswith("0x"):
-            try:
-                return int(value, 16)
-            except ValueError:
-                return None
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
+# --- from kept events to tables -----------------------------------------------------------------
+
+#: The groups of tables events are routed to ("ops" splits into cpu_ops and annotations by name).
+GROUPS: Final = ("gpu", "runtime", "ops", "python", "gpu_annotations", "cuda_sync")
+#: ``cat`` → the index in :data:`GROUPS` of its events' group (absent: the event is in no table).
+GROUP_OF_CATEGORY: Final[dict[str, int]] = {
+    **{cat: 0 for cat in taxonomy.GPU_ACTIVITY_CATEGORIES},
+    **{cat: 1 for cat in taxonomy.RUNTIME_CATEGORIES},
+    **{cat: 2 for cat in taxonomy.CPU_OP_CATEGORIES | taxonomy.ANNOTATION_CATEGORIES},
+    **{cat: 3 for cat in taxonomy.PYTHON_CATEGORIES},
+    **{cat: 4 for cat in taxonomy.GPU_ANNOTATION_CATEGORIES},
+    **{cat: 5 for cat in taxonomy.CUDA_SYNC_CATEGORIES},
+}
+
+#: The tables each group's events go to.
+GROUP_TABLES: Final[dict[str, tuple[str, ...]]] = {
+    "gpu": ("gpu",),
+    "runtime": ("runtime",),
+    "ops": ("cpu_ops", "annotations"),
+    "python": ("python",),
+    "gpu_annotations": ("gpu_annotations",),
+    "cuda_sync": ("cuda_sync",),
+}
+#: Event columns a table column is taken from where its own is missing (see :func:`assemble`).
+_STAND_INS: Final = {"device": "pid", "stream": "tid"}
 
 
-_INT64_MAX = 2**63 - 1
+def group_columns(group: str) -> tuple[str, ...]:
+    """The event columns the tables of ``group`` read: what a loader builds for its events (the
+    others may be left out of the group's frame)."""
+    needed = {"cat", "name", "ts", "dur", "end"}
+    for table in GROUP_TABLES[group]:
+        for column in schema.TABLES[table]:
+            needed |= {column, _STAND_INS.get(column, column)} & set(schema.EVENT_COLUMNS)
+    return tuple(column for column in schema.EVENT_COLUMNS if column in needed)
 
 
-def _ns(value: Scalar) -> int | None:
-    """Microseconds (int or float) → integer nanoseconds, rounded once; None when not a time or
-    beyond what an Int64 of ns holds (year 2262): such an event is dropped like one without time."""
-    if type(value) is int:
-        ns = value * 1000
-    elif type(value) is float:
-        ns = _float_us_to_ns(value)
-    else:
-        return None
-    return ns if -_INT64_MAX <= ns <= _INT64_MAX else None
+_EMPTY_TABLES: Final = {
+    name: pl.DataFrame(schema=table_schema) for name, table_schema in schema.TABLES.items()
+}
+_NO_EVENTS: Final = pl.DataFrame(schema=schema.EVENT_COLUMNS)
 
 
-def _float_us_to_ns(value: float) -> int:
-    """Float µs → ns as written in the file. Epoch-sized floats (1.7e15 µs) carry only 0.25 µs of
-    binary precision, so arithmetic on the float would shift times by up to 125 ns; the shortest
-    decimal text of the float (``repr``) is the text the profiler wrote, and is converted exactly."""
-    text = repr(value)
-    whole, dot, fraction = text.partition(".")
-    if dot and whole.lstrip("-").isdigit() and fraction.isdigit():
-        ns = int(whole) * 1000 + (-1 if whole.startswith("-") else 1) * int(fraction[:3].ljust(3, "0"))
-        if len(fraction) > 3 and fraction[3] >= "5":
-            ns += -1 if whole.startswith("-") else 1
-        return ns
-    return round(Decimal(text) * 1000) if value == value and abs(value) != float("inf") else 0
+@dataclass(slots=True)
+class ChunkTables:
+    """The tables of a run of consecutive events, plus what :class:`TraceMeta` needs from them."""
 
-
-def _version(value: Scalar) -> str | None:
-    """CUDA's integer versions (12040) → "12.4"; strings as they are."""
-    if type(value) is int and value > 1000:
-        return f"{value // 1000}.{(value % 1000) // 10}"
-    return None if value is None else str(value)
-
-
-class _Columns:
-    """Column lists for one table, appended row by row, turned into a frame with its schema."""
-
-    __slots__ = ("columns", "schema")
-
-    def __init__(self, table_schema: pl.Schema) -> None:
-        self.schema = table_schema
-        self.columns: dict[str, list[object]] = {name: [] for name in table_schema}
-
-    def frame(self) -> pl.DataFrame:
-        return pl.DataFrame(self.columns, schema=self.schema, strict=False)
-
-
-def build_trace(path: Path, document: TraceDocument, events: list[Event]) -> Trace:
-    """Sort events into tables. Only ``ph == "X"`` events with a time and duration are kept."""
-    gpu = _Columns(schema.GPU_ACTIVITY)
-    runtime = _Columns(schema.RUNTIME_CALLS)
-    cpu_ops = _Columns(schema.CPU_OPS)
-    python = _Columns(schema.PYTHON_FRAMES)
-    annotations = _Columns(schema.ANNOTATIONS)
-    gpu_annotations = _Columns(schema.GPU_ANNOTATIONS)
-    cuda_sync = _Columns(schema.CUDA_SYNC)
-    categories: dict[str, int] = {}
+    tables: dict[str, pl.DataFrame]
+    #: Event objects read (elements of the events array that are objects).
+    event_count: int
+    #: Events per (cleaned) category in first-seen order (non-string categories count as "").
+    categories: dict[str, int] = field(default_factory=dict)
     origin: int | None = None
-    legacy = False
-    float_time = False
+    legacy: bool = False
+    float_time: bool = False
+    #: ``"ph": "X"`` events dropped because their ``ts`` is not a time (missing, not a number,
+    #: NaN or infinite, beyond year 2262).
+    dropped_time: int = 0
+    #: Elements of the events array that are not objects (skipped).
+    skipped: int = 0
 
-    g, r, c, p, a, ga, cs = (
-        gpu.columns,
-        runtime.columns,
-        cpu_ops.columns,
-        python.columns,
-        annotations.columns,
-        gpu_annotations.columns,
-        cuda_sync.columns,
+
+def empty_chunk(event_count: int, categories: dict[str, int], skipped: int = 0) -> ChunkTables:
+    """A chunk that adds no rows."""
+    return ChunkTables(_EMPTY_TABLES, event_count, categories, skipped=skipped)
+
+
+def _select(frame: pl.DataFrame, table_schema: pl.Schema, **columns: pl.Expr) -> pl.DataFrame:
+    if columns:
+        frame = frame.with_columns(**columns)
+    return frame.select([pl.col(n).cast(t) for n, t in table_schema.items()])
+
+
+def split_groups(events: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    """Kept X events (:data:`.schema.EVENT_COLUMNS` plus ``group``, an index into :data:`GROUPS`,
+    -1 for none) → one frame per group, in file order."""
+    parts = events.partition_by("group", as_dict=True, include_key=False)
+    return {group: parts.get((index,), _NO_EVENTS) for index, group in enumerate(GROUPS)}
+
+
+def assemble(frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame], bool]:
+    """One frame of kept X events per group (at least its :func:`group_columns`) → the loader's
+    tables in file order, and whether GPU categories are the 2021 capitalised ones."""
+    cat, name = pl.col("cat"), pl.col("name")
+    legacy_annotation = cat.is_in(list(taxonomy.CPU_OP_CATEGORIES)) & pl.any_horizontal(
+        [name.str.starts_with(prefix) for prefix in taxonomy.LEGACY_ANNOTATION_PREFIXES]
     )
-    for event in events:
-        cat = event.cat if isinstance(event.cat, str) else ""
-        categories[cat] = categories.get(cat, 0) + 1
-        if event.ph != "X":
-            continue
-        ts = _ns(event.ts)
-        if ts is None:
-            continue
-        if type(event.ts) is float:
-            float_time = True
-        dur = _ns(event.dur) or 0
-        dur = max(dur, 0)
-        end = ts + dur
-        if origin is None or ts < origin:
-            origin = ts
-        name = event.name if isinstance(event.name, str) else str(event.name)
-        args = event.args
-        external: int | None = None
-        if args is not None:
-            external = _int(args.external_id if args.external_id is not None else args.external_id_legacy)
-        kind = taxonomy.GPU_ACTIVITY_CATEGORIES.get(cat)
-        if kind is not None:
-            legacy = legacy or cat[0].isupper()
-            device = _int(args.device) if args is not None else None
-            stream = _int(args.stream) if args is not None else None
-            g["kind"].append(kind)
-            g["name"].append(name)
-            g["device"].append(device if device is not None else _int(event.pid))
-            g["stream"].append(stream if stream is not None else _int(event.tid))
-            g["ts"].append(ts)
-            g["dur"].append(dur)
-            g["end"].append(end)
-            g["correlation"].append(_int(args.correlation) if args is not None else None)
-            g["external_id"].append(external)
-            g["bytes"].append(_int(args.bytes) if args is not None else None)
-        elif cat in taxonomy.RUNTIME_CATEGORIES:
-            r["name"].append(name)
-            r["pid"].append(_int(event.pid))
-            r["tid"].append(_int(event.tid))
-            r["ts"].append(ts)
-            r["dur"].append(dur)
-            r["end"].append(end)
-            r["correlation"].append(_int(args.correlation) if args is not None else None)
-            r["external_id"].append(external)
-        elif cat in taxonomy.CPU_OP_CATEGORIES:
-            target = a if name.startswith(taxonomy.LEGACY_ANNOTATION_PREFIXES) else None
-            if target is not None:
-                _append_annotation(target, name, event, ts, dur, end, external)
-                continue
-            c["name"].append(name)
-            c["pid"].append(_int(event.pid))
-            c["tid"].append(_int(event.tid))
-            c["ts"].append(ts)
-            c["dur"].append(dur)
-            c["end"].append(end)
-            c["external_id"].append(external)
-            stack = args.call_stack if args is not None else None
-            c["call_stack"].append(stack if isinstance(stack, str) else None)
-        elif cat in taxonomy.ANNOTATION_CATEGORIES:
-            _append_annotation(a, name, event, ts, dur, end, external)
-        elif cat in taxonomy.PYTHON_CATEGORIES:
-            p["name"].append(name)
-            p["pid"].append(_int(event.pid))
-            p["tid"].append(_int(event.tid))
-            p["ts"].append(ts)
-            p["dur"].append(dur)
-            p["end"].append(end)
-            p["python_id"].append(_int(args.python_id) if args is not None else None)
-            p["parent_id"].append(_int(args.python_parent_id) if args is not None else None)
-        elif cat in taxonomy.GPU_ANNOTATION_CATEGORIES:
-            ga["name"].append(name)
-            ga["device"].append(_int(event.pid))
-            ga["stream"].append(_int(event.tid))
-            ga["ts"].append(ts)
-            ga["dur"].append(dur)
-            ga["end"].append(end)
-        elif cat in taxonomy.CUDA_SYNC_CATEGORIES:
-            device = _int(args.device) if args is not None else None
-            stream = _int(args.stream) if args is not None else None
-            cs["name"].append(name)
-            cs["device"].append(device if device is not None else _int(event.pid))
-            cs["stream"].append(stream)
-            cs["ts"].append(ts)
-            cs["dur"].append(dur)
-            cs["end"].append(end)
-            cs["correlation"].append(_int(args.correlation) if args is not None else None)
-            cs["external_id"].append(external)
+    ops = frames["ops"].with_columns(
+        annotation=legacy_annotation | cat.is_in(list(taxonomy.ANNOTATION_CATEGORIES))
+    )
+    gpu = frames["gpu"]
+    tables = {
+        "gpu": _select(
+            gpu,
+            schema.GPU_ACTIVITY,
+            kind=cat.replace_strict(taxonomy.GPU_ACTIVITY_CATEGORIES, default=None, return_dtype=pl.String),
+            device=pl.coalesce("device", "pid"),
+            stream=pl.coalesce("stream", "tid"),
+        ),
+        "runtime": _select(frames["runtime"], schema.RUNTIME_CALLS),
+        "cpu_ops": _select(ops.filter(~pl.col("annotation")), schema.CPU_OPS),
+        "python": _select(frames["python"], schema.PYTHON_FRAMES),
+        "annotations": _select(ops.filter(pl.col("annotation")), schema.ANNOTATIONS),
+        "gpu_annotations": _select(
+            frames["gpu_annotations"], schema.GPU_ANNOTATIONS, device=pl.col("pid"), stream=pl.col("tid")
+        ),
+        "cuda_sync": _select(frames["cuda_sync"], schema.CUDA_SYNC, device=pl.coalesce("device", "pid")),
+    }
+    legacy = bool(gpu.height and gpu.get_column("cat").str.slice(0, 1).is_in(["K", "M"]).any())
+    return tables, legacy
 
-    gpu_frame = gpu.frame()
-    meta = _meta(path, document, len(events), gpu_frame, origin or 0, categories, legacy, float_time)
-    return Trace(
-        meta=meta,
-        gpu=gpu_frame,
-        runtime=runtime.frame(),
-        cpu_ops=cpu_ops.frame(),
-        python=python.frame(),
-        annotations=annotations.frame(),
-        gpu_annotations=gpu_annotations.frame(),
-        cuda_sync=cuda_sync.frame(),
+
+def clean_categories(counts: Iterable[tuple[str, int]]) -> dict[str, int]:
+    """Category counts keyed by the raw strings, in first-seen order → keyed by the cleaned ones
+    (two raw categories may clean to one), still in first-seen order."""
+    pairs = list(counts)
+    keys = clean_texts(pl.Series([key for key, _ in pairs], dtype=pl.String)).to_list()
+    merged: dict[str, int] = {}
+    for key, (_, count) in zip(keys, pairs, strict=True):
+        merged[key] = merged.get(key, 0) + count
+    return merged
+
+
+def merge(parts: Sequence[ChunkTables]) -> ChunkTables:
+    """Chunks in file order → one :class:`ChunkTables` (tables concatenated, counts summed)."""
+    categories: dict[str, int] = {}
+    for part in parts:
+        for key, count in part.categories.items():
+            categories[key] = categories.get(key, 0) + count
+    origins = [p.origin for p in parts if p.origin is not None]
+    tables: dict[str, pl.DataFrame] = {}
+    for name, table_schema in schema.TABLES.items():
+        frames = [p.tables[name] for p in parts if p.tables[name].height]
+        tables[name] = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=table_schema)
+    return ChunkTables(
+        tables=tables,
+        event_count=sum(p.event_count for p in parts),
+        categories=categories,
+        origin=min(origins) if origins else None,
+        legacy=any(p.legacy for p in parts),
+        float_time=any(p.float_time for p in parts),
+        dropped_time=sum(p.dropped_time for p in parts),
+        skipped=sum(p.skipped for p in parts),
     )
 
 
-def _append_annotation(
-    columns: dict[str, list[object]],
-    name: str,
-    event: Event,
-    ts: int,
-    dur: int,
-    end: int,
-    external: int | None,
-) -> None:
-    columns["name"].append(name)
-    columns["pid"].append(_int(event.pid))
-    columns["tid"].append(_int(event.tid))
-    columns["ts"].append(ts)
-    columns["dur"].append(dur)
-    columns["end"].append(end)
-    columns["external_id"].append(external)
-    stack = event.args.call_stack if event.args is not None else None
-    columns["call_stack"].append(stack if isinstance(stack, str) else None)
+# --- metadata -----------------------------------------------------------------------------------
+
+
+def _text(value: object) -> str | None:
+    return clean_text(value) if isinstance(value, str) else None
 
 
 def _devices(document: TraceDocument, gpu: pl.DataFrame) -> tuple[Device, ...]:
     known: dict[int, Device] = {}
     for props in document.deviceProperties or ():
-        index = _int(props.id)
+        index = as_int(props.id)
         if index is None:
             continue
-        major, minor = _int(props.computeMajor), _int(props.computeMinor)
+        major, minor = as_int(props.computeMajor), as_int(props.computeMinor)
         known[index] = Device(
             index=index,
-            name=props.name if isinstance(props.name, str) and props.name else None,
-            total_memory_bytes=_int(props.totalGlobalMem),
+            name=_text(props.name) if props.name else None,
+            total_memory_bytes=as_int(props.totalGlobalMem),
             compute_capability=f"{major}.{minor}" if major is not None and minor is not None else None,
-            sm_count=_int(props.numSms),
+            sm_count=as_int(props.numSms),
         )
     active: Iterable[int] = gpu.get_column("device").drop_nulls().unique().sort().to_list()
     # Only devices with activity are reported; deviceProperties lists every visible GPU.
     return tuple(known.get(index, Device(index=index)) for index in active)
 
 
-def _meta(
-    path: Path,
-    document: TraceDocument,
-    event_count: int,
-    gpu: pl.DataFrame,
-    origin: int,
-    categories: dict[str, int],
-    legacy: bool,
-    float_time: bool,
-) -> TraceMeta:
+def trace_for(path: Path, document: TraceDocument, part: ChunkTables) -> Trace:
+    """The :class:`Trace` of a loaded file: its tables and the metadata from the document and them."""
     dist = document.distributedInfo
-    base = _int(document.baseTimeNanoseconds)
+    base = as_int(document.baseTimeNanoseconds)
     if document.bare_array:
         era = "array-2020"
-    elif legacy:
+    elif part.legacy:
         era = "legacy-2021"
-    elif base is not None and float_time:
+    elif base is not None and part.float_time:
         era = "kineto-base-ns"
-    elif float_time:
+    elif part.float_time:
         era = "kineto-float"
     else:
         era = "kineto"
-    return TraceMeta(
-        path=str(path),
-        event_count=event_count,
-        devices=_devices(document, gpu),
-        rank=(_int(dist.rank) if dist is not None else None) or 0,
-        world_size=_int(dist.world_size) if dist is not None else None,
-        backend=dist.backend if dist is not None and isinstance(dist.backend, str) else None,
+    meta = TraceMeta(
+        path=clean_text(str(path)),
+        event_count=part.event_count,
+        devices=_devices(document, part.tables["gpu"]),
+        rank=(as_int(dist.rank) if dist is not None else None) or 0,
+        world_size=as_int(dist.world_size) if dist is not None else None,
+        backend=_text(dist.backend) if dist is not None else None,
         base_time_ns=base,
-        origin_ns=origin,
-        schema_version=_int(document.schemaVersion),
-        trace_name=document.traceName if isinstance(document.traceName, str) else None,
-        cuda_runtime_version=_version(document.cuda_runtime_version),
-        cuda_driver_version=_version(document.cuda_driver_version),
-        hip_runtime_version=_version(document.hip_runtime_version),
+        origin_ns=part.origin or 0,
+        schema_version=as_int(document.schemaVersion),
+        trace_name=_text(document.traceName),
+        cuda_runtime_version=_text(as_version(document.cuda_runtime_version)),
+        cuda_driver_version=_text(as_version(document.cuda_driver_version)),
+        hip_runtime_version=_text(as_version(document.hip_runtime_version)),
         era=era,
         gpus_listed=None if document.deviceProperties is None else len(document.deviceProperties),
-        categories=tuple(sorted(categories.items(), key=lambda item: -item[1])),
+        categories=tuple(sorted(part.categories.items(), key=lambda item: -item[1])),
+        load_notes=(("dropped-time", part.dropped_time),) if part.dropped_time else (),
     )
+    return Trace(meta=meta, **part.tables)

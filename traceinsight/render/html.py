@@ -31,6 +31,7 @@ from traceinsight.analysis.timeline import Timeline
 from traceinsight.errors import TraceInsightError
 from traceinsight.formatting import format_duration, format_share, format_size, short_kernel_name
 from traceinsight.render import charts
+from traceinsight.render.excerpts import SourceExcerpt, source_excerpt
 from traceinsight.render.facts import header_facts, no_findings_text, saving_text, time_split
 from traceinsight.render.scorecard import Score, scorecard
 from traceinsight.report import Report
@@ -49,11 +50,6 @@ TOP_SOURCES: Final[int] = 30
 TOP_HOTSPOTS: Final[int] = 20
 TOP_COPIES: Final[int] = 30
 TOP_KERNELS: Final[int] = 20
-#: Lines shown either side of a finding's source line.
-EXCERPT_CONTEXT: Final[int] = 3
-#: Source files larger than this are not read for excerpts.
-_MAX_SOURCE_BYTES: Final[int] = 4 * 1024 * 1024
-_MAX_LINE_CHARS: Final[int] = 160
 
 
 #: Colours of the busy classes in the "where the time goes" table (the charts' colours).
@@ -104,54 +100,6 @@ def _environment() -> jinja2.Environment:
         kernel_short=short_kernel_name,
     )
     return environment
-
-
-# --- source excerpts ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class SourceExcerpt:
-    """A few lines around a source line, read from disk when the report was made."""
-
-    location: str
-    path: str
-    line: int
-    #: (line number, text) pairs, the offending line among them.
-    lines: tuple[tuple[int, str], ...]
-
-
-def source_excerpt(location: str, root: Path, context: int = EXCERPT_CONTEXT) -> SourceExcerpt | None:
-    """The lines around ``file.py:line`` when that file is readable here, else None.
-
-    Relative paths are resolved against ``root`` and must stay inside it; absolute paths (the
-    user's own scripts outside ``sys.path``) are read as they are. Only ``.py`` files are read, so
-    a trace cannot pull arbitrary files into a report that is shared. None when the line is past
-    the end of the file (it changed since the profile).
-    """
-    file_part, _, line_part = location.rpartition(":")
-    if not file_part or not line_part.isdigit() or not file_part.endswith(".py"):
-        return None
-    line = int(line_part)
-    try:
-        base = root.resolve()
-        candidate = Path(file_part)
-        path = (candidate if candidate.is_absolute() else base / candidate).resolve(strict=True)
-        if not candidate.is_absolute() and not path.is_relative_to(base):
-            return None
-        if not path.is_file() or path.stat().st_size > _MAX_SOURCE_BYTES:
-            return None
-        text = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except (OSError, ValueError):
-        return None
-    if line < 1 or line > len(text):
-        return None
-    first = max(1, line - context)
-    last = min(len(text), line + context)
-    lines = tuple(
-        (number, text[number - 1].expandtabs(4).rstrip()[:_MAX_LINE_CHARS])
-        for number in range(first, last + 1)
-    )
-    return SourceExcerpt(location=location, path=str(path), line=line, lines=lines)
 
 
 # --- view models -------------------------------------------------------------------------------
@@ -321,8 +269,8 @@ def _collect_charts(pid: int, read: int) -> dict[str, str | None]:
 class HtmlRenderer:
     """Renders a :class:`Report` to one self-contained HTML page.
 
-    ``source_root`` is the directory relative source paths are read from for the code excerpts
-    (default: the current directory). ``timeline`` and ``kernels`` feed the timeline chart and the
+    ``source_root`` is the directory the code excerpts may be read from (see
+    :mod:`.excerpts`; None: no excerpts). ``timeline`` and ``kernels`` feed the timeline chart and the
     top-kernels table; when omitted they are taken from ``report.analysis`` if it carries them.
     """
 
@@ -333,7 +281,7 @@ class HtmlRenderer:
         timeline: Timeline | None = None,
         kernels: TopKernels | None = None,
     ) -> None:
-        self.source_root = source_root if source_root is not None else Path.cwd()
+        self.source_root = source_root
         self.timeline = timeline
         self.kernels = kernels
         self._environment = _environment()

@@ -11,12 +11,14 @@ from pathlib import Path
 
 from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
+from rich.style import StyleType
 from rich.table import Table
 from rich.text import Text
 
 from traceinsight.analysis.causes import cause_label
 from traceinsight.analysis.sources import LIBRARY
 from traceinsight.formatting import format_duration, format_share, short_kernel_name
+from traceinsight.load.text import printable
 from traceinsight.render.facts import header_facts, no_findings_text, saving_text, time_split
 from traceinsight.render.scorecard import scorecard
 from traceinsight.report import Report
@@ -25,6 +27,16 @@ from traceinsight.rules.findings import Finding
 _LEVEL_STYLE = {"good": "green", "warn": "yellow", "bad": "red", "info": "cyan"}
 _SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 _TOP = 5
+
+
+class _DataTable(Table):
+    """A table whose string cells are shown as written: trace strings are data, never rich markup."""
+
+    def add_row(
+        self, *renderables: RenderableType | None, style: StyleType | None = None, end_section: bool = False
+    ) -> None:
+        cells = (Text(cell) if isinstance(cell, str) else cell for cell in renderables)
+        super().add_row(*cells, style=style, end_section=end_section)
 
 
 def header_lines(report: Report) -> list[tuple[str, str]]:
@@ -54,7 +66,7 @@ def _failure(report: Report) -> RenderableType | None:
 def _warnings(report: Report) -> RenderableType | None:
     if not report.analysis.warnings:
         return None
-    body = Table.grid(padding=(0, 1))
+    body = _DataTable.grid(padding=(0, 1))
     body.add_column()
     for warning in report.analysis.warnings:
         body.add_row(Text.assemble(("• ", "yellow"), warning.message))
@@ -70,7 +82,7 @@ def _time_split(report: Report) -> list[RenderableType]:
         per_step = usage.steps > 0
         title = f"Where GPU {usage.device}'s time goes ({usage.of_what}"
         title += f", {usage.steps} steady step{'s' if usage.steps != 1 else ''})" if per_step else ")"
-        table = Table(title=title, title_justify="left", show_edge=False)
+        table = _DataTable(title=title, title_justify="left", show_edge=False)
         table.add_column("")
         table.add_column("per step" if per_step else "time", justify="right", no_wrap=True)
         table.add_column("share", justify="right", no_wrap=True)
@@ -86,7 +98,7 @@ def _time_split(report: Report) -> list[RenderableType]:
 
 
 def _finding_card(index: int, finding: Finding) -> RenderableType:
-    body = Table.grid(padding=(0, 2))
+    body = _DataTable.grid(padding=(0, 2))
     body.add_column(style="dim")
     body.add_column()
     for label, value in finding.evidence:
@@ -105,7 +117,7 @@ def renderables(report: Report) -> list[RenderableType]:
     """Everything the summary prints, in order."""
     analysis = report.analysis
     parts: list[RenderableType] = []
-    head = Table.grid(padding=(0, 2))
+    head = _DataTable.grid(padding=(0, 2))
     head.add_column(style="bold", no_wrap=True)
     head.add_column()
     for label, value in header_lines(report):
@@ -115,7 +127,7 @@ def renderables(report: Report) -> list[RenderableType]:
         if extra is not None:
             parts.append(extra)
 
-    scores = Table(title="Scorecard", title_justify="left", show_edge=False, expand=False)
+    scores = _DataTable(title="Scorecard", title_justify="left", show_edge=False, expand=False)
     scores.add_column("measure", no_wrap=True)
     scores.add_column("value", justify="right", no_wrap=True)
     scores.add_column("verdict")
@@ -135,7 +147,7 @@ def renderables(report: Report) -> list[RenderableType]:
     elif analysis.has_gpu:
         parts.append(Text("\n" + no_findings_text(report), style="green"))
     if minor:
-        listing = Table(
+        listing = _DataTable(
             title=f"Minor findings ({len(minor)}): each saves under 1% of the step",
             title_justify="left",
             show_edge=False,
@@ -189,7 +201,7 @@ def renderables(report: Report) -> list[RenderableType]:
             )
         parts.append(copies)
     if analysis.kernels.kernels:
-        kernels = Table(title="Top kernels", title_justify="left", show_edge=False)
+        kernels = _DataTable(title="Top kernels", title_justify="left", show_edge=False)
         kernels.add_column("GPU", no_wrap=True)
         kernels.add_column("kernel", overflow="ellipsis", no_wrap=True, ratio=1)
         for column in ("count", "total", "mean"):
@@ -239,12 +251,12 @@ def print_summary(report: Report, console: Console, outputs: list[tuple[str, Pat
     for part in renderables(report):
         console.print(part)
     for label, path in outputs or []:
-        console.print(Text.assemble(f"{label}: ", (str(path), "bold")))
+        console.print(Text.assemble(f"{label}: ", (printable(str(path)), "bold")))
 
 
 def _detail_table(title: str, columns: tuple[str, ...]) -> Table:
     """A details table: title on the left, no outer border, long cells folded onto more lines."""
-    table = Table(title=title, title_justify="left", show_edge=False)
+    table = _DataTable(title=title, title_justify="left", show_edge=False)
     for column in columns:
         table.add_column(column, overflow="fold")
     return table

@@ -1,0 +1,559 @@
+"""Fuzz the C scanner under AddressSanitizer and UndefinedBehaviorSanitizer, for a bounded time.
+
+Builds ``traceinsight/load/_scan.c`` with ``-fsanitize=address,undefined`` (every report fatal)
+into a scratch copy of the package, then runs this script again in a child process with the
+sanitizer runtime preloaded, which:
+
+1. mutates seeds (every sample trace, cut to its first events and written in two layouts, and the
+   small cases of the hostile corpus of ``tests/test_hostile.py``): bit flips, interesting bytes,
+   cuts at structural boundaries, spliced and deleted ranges, deep nesting, huge strings and
+   numbers, invalid UTF-8, NUL bytes, escapes, missing and doubled commas, repeated keys; each
+   input is written plain or gzipped and loaded with small random scan windows and one or two
+   scanning threads, so events straddle every kind of run boundary;
+2. loads each input with the native loader and the reference loader: when the native one loads,
+   the tables must equal the reference's exactly; when it refuses, the refusal must be a one-line
+   ``TraceInsightError`` (never another exception); the report (analysis, rules, JSON and the
+   terminal summary) is made from every input that loads, and must not fail;
+3. calls the scanner directly on random buffers, offsets, states and depths;
+4. runs the whole hostile corpus (bombs and special files included) through the CLI,
+   ``python -m traceinsight analyze … --json … -o …``, each case with its expected outcome.
+
+Any sanitizer report ends the child with a non-zero status; any mismatch or wrong outcome is
+printed and saved under ``--artifacts``. The exit status is 0 only when nothing was found.
+
+Run::
+
+    python benchmarks/fuzz_scanner.py --seconds 120          # what CI runs
+    python benchmarks/fuzz_scanner.py --seconds 3600 --seed 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import traceback
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SANITIZE = [
+    "-fsanitize=address,undefined",
+    "-fno-sanitize-recover=all",
+    "-fno-omit-frame-pointer",
+    "-g",
+    "-O1",
+]
+SANITIZER_ENV = {
+    "ASAN_OPTIONS": "detect_leaks=0:halt_on_error=1:abort_on_error=0:exitcode=86:detect_odr_violation=0",
+    "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1:exitcode=87",
+}
+
+
+# --- the parent: build, then run the child under the sanitizers ---------------------------------
+
+
+def build_sanitized(scratch: Path) -> Path:
+    """A copy of the package (and its templates) whose scanner is built with the sanitizers."""
+    shutil.copytree(
+        ROOT / "traceinsight", scratch / "traceinsight", ignore=shutil.ignore_patterns("*.so", "__pycache__")
+    )
+    shutil.copytree(ROOT / "templates", scratch / "templates")
+    compiler = os.environ.get("CC", "gcc")
+    target = scratch / "traceinsight" / "load" / f"_scan{sysconfig.get_config_var('EXT_SUFFIX')}"
+    include = sysconfig.get_paths()["include"]
+    command = [compiler, *SANITIZE, "-std=c11", "-Wall", "-shared", "-fPIC", f"-I{include}"]
+    subprocess.run([*command, str(ROOT / "traceinsight" / "load" / "_scan.c"), "-o", str(target)], check=True)
+    return target
+
+
+def runtime_libraries(compiler: str) -> str:
+    """What to preload: the AddressSanitizer runtime (Python itself is not built with it), and
+    libstdc++, without which its ``__cxa_throw`` interceptor aborts on the first C++ exception of
+    an uninstrumented library (matplotlib's ft2font throws while it looks up a font)."""
+    paths = []
+    for name in ("libasan.so", "libstdc++.so"):
+        found = subprocess.run(
+            [compiler, f"-print-file-name={name}"], capture_output=True, text=True
+        ).stdout.strip()
+        if not found or not Path(found).exists():
+            raise SystemExit(f"fuzz: {compiler} has no {name}; install gcc's sanitizer runtime (libasan)")
+        paths.append(str(Path(found).resolve()))
+    return " ".join(paths)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=120.0, help="time for the mutation loop")
+    parser.add_argument("--seed", type=int, default=None, help="random seed (default: from the clock)")
+    parser.add_argument("--artifacts", type=Path, default=ROOT / "benchmarks" / "data" / "fuzz")
+    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    options = parser.parse_args()
+    seed = options.seed if options.seed is not None else int(time.time())
+    if options.child is not None:
+        return child(options.child, options.seconds, seed, options.artifacts)
+    with tempfile.TemporaryDirectory(prefix="traceinsight-fuzz-") as scratch:
+        target = build_sanitized(Path(scratch))
+        env = {
+            **os.environ,
+            **SANITIZER_ENV,
+            "LD_PRELOAD": runtime_libraries(os.environ.get("CC", "gcc")),
+            "PYTHONPATH": scratch,
+            "TRACEINSIGHT_FUZZ_SCANNER": str(target),
+        }
+        print(
+            f"fuzz: scanner built with {' '.join(SANITIZE)}; seed {seed}; {options.seconds:g} s", flush=True
+        )
+        command = [
+            sys.executable,
+            __file__,
+            "--child",
+            scratch,
+            "--seconds",
+            str(options.seconds),
+            "--seed",
+            str(seed),
+        ]
+        done = subprocess.run([*command, "--artifacts", str(options.artifacts)], env=env, cwd=scratch)
+    if done.returncode in (86, 87) or done.returncode < 0:
+        print(
+            f"fuzz: FAILED: a sanitizer report or a crash (exit {done.returncode}); seed {seed}", flush=True
+        )
+    return done.returncode
+
+
+# --- the child: everything runs with the sanitized scanner ----------------------------------------
+
+
+def child(scratch: Path, seconds: float, seed: int, artifacts: Path) -> int:
+    import ctypes
+
+    from traceinsight.load import native
+
+    expected = os.environ.get("TRACEINSIGHT_FUZZ_SCANNER", "")
+    assert native._scan is not None and native._scan.__file__ == expected, (
+        "the sanitized scanner is not the one loaded"
+    )
+    scanner = ctypes.CDLL(native._scan.__file__)  # its symbols and those of the libraries it needs
+    for symbol in ("__asan_report_load1", "__ubsan_handle_add_overflow"):
+        assert hasattr(scanner, symbol), f"{symbol} missing: the scanner is not built with the sanitizers"
+    native._scan = ExactBuffers(native._scan)
+    sys.path.insert(0, str(ROOT / "tests"))
+    fuzz = Fuzzer(random.Random(seed), scratch / "work", artifacts)
+    for phase, run in (
+        ("mutation loop", lambda: fuzz.mutation_loop(seconds)),
+        ("direct scanner calls", lambda: fuzz.direct_scans(seconds / 6)),
+        ("hostile corpus through the CLI", fuzz.hostile_corpus),
+    ):
+        started = time.monotonic()
+        run()
+        fuzz.counts[f"seconds: {phase}"] = round(time.monotonic() - started)
+    print(fuzz.summary(seed), flush=True)
+    return 1 if fuzz.findings else 0
+
+
+def exact(buffer: Any) -> memoryview:
+    """A copy of ``buffer`` in an allocation of exactly its size: Python's bytes and bytearrays
+    (and the pages of a mapping) have bytes to spare after their end, where AddressSanitizer
+    cannot see a read one byte too far."""
+    import numpy as np
+
+    source = np.frombuffer(buffer, dtype=np.uint8)
+    array = np.empty(len(source), dtype=np.uint8)
+    array[:] = source
+    return memoryview(array)
+
+
+class ExactBuffers:
+    """The scanner module, with every buffer it is given copied by :func:`exact` first."""
+
+    def __init__(self, scan: Any) -> None:
+        self._scan = scan
+        self.Invalid = scan.Invalid
+        self.configure = scan.configure
+        self.__file__ = scan.__file__
+
+    def scan(self, buffer: Any, *rest: Any) -> Any:
+        return self._scan.scan(exact(buffer), *rest)
+
+    def events_start(self, buffer: Any) -> Any:
+        return self._scan.events_start(exact(buffer))
+
+
+class Fuzzer:
+    """The mutation loop, the direct scanner calls and the corpus run, with their counts."""
+
+    def __init__(self, rng: random.Random, work: Path, artifacts: Path) -> None:
+        self.rng = rng
+        self.work = work
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.artifacts = artifacts
+        self.counts: Counter[str] = Counter()
+        self.findings: list[str] = []
+        self.seeds = self._seeds()
+
+    # seeds ----------------------------------------------------------------------------------
+
+    def _seeds(self) -> list[bytes]:
+        from test_hostile import build_corpus
+
+        seeds: list[bytes] = []
+        for path in sorted((ROOT / "sample_traces").rglob("*.json*")):
+            raw = path.read_bytes()
+            value = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+            events = value if isinstance(value, list) else value.get("traceEvents", [])
+            head = events[:120]
+            if isinstance(value, list):
+                seeds.append(json.dumps(head).encode())
+                continue
+            document = {**value, "traceEvents": head}
+            seeds.append(json.dumps(document).encode())  # compact
+            body = ",\n  ".join(json.dumps(event) for event in head)  # Kineto's layout
+            rest = json.dumps({k: v for k, v in value.items() if k != "traceEvents"})[1:-1]
+            seeds.append(
+                ("{\n" + (rest + ",\n" if rest else "") + '"traceEvents": [\n  ' + body + "\n]\n}").encode()
+            )
+        for _, path in build_corpus(self.work / "corpus-seeds", subprocess_cases=False):
+            if path.stat().st_size < 1 << 20:
+                raw = path.read_bytes()
+                seeds.append(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" and _gunzips(raw) else raw)
+        return seeds
+
+    # mutations ------------------------------------------------------------------------------
+
+    def mutate(self, data: bytes) -> bytes:
+        for _ in range(self.rng.choice([1, 1, 2, 3, 5])):
+            operator = self.rng.choice(MUTATORS)
+            data = operator(self, bytearray(data))
+            self.counts[f"mutation {operator.__name__}"] += 1
+        return bytes(data)
+
+    def at(self, data: bytearray) -> int:
+        return self.rng.randrange(len(data) + 1)
+
+    def structural(self, data: bytearray) -> int:
+        marks = [i for i, byte in enumerate(data[:200_000]) if byte in b'{}[],:"']
+        return self.rng.choice(marks) if marks else self.at(data)
+
+    # one input ------------------------------------------------------------------------------
+
+    def check(self, data: bytes, label: str) -> None:
+        """Load ``data`` natively and with the reference; compare; make the report."""
+        from tracebuild import assert_same_trace
+
+        from traceinsight.errors import TraceInsightError
+        from traceinsight.load import load_pure, load_trace_reference, native
+        from traceinsight.load.source import open_trace
+        from traceinsight.load.tables import trace_for
+
+        gzipped = self.rng.random() < 0.3
+        path = self.work / ("input.json.gz" if gzipped else "input.json")
+        path.write_bytes(gzip.compress(data, compresslevel=1) if gzipped else data)
+        native.BLOCK_BYTES = self.rng.choice([1, 7, 64, 200, 4096, 65536, 1 << 20, 16 << 20])
+        native.SCAN_THREADS = self.rng.choice([1, 2])
+        self.counts["inputs"] += 1
+        outcome: Any
+        try:
+            with open_trace(path) as source:
+                try:
+                    document, part = native.load_native(source, None)
+                except native.Unavailable:
+                    self.counts["left to the pure-Python loader"] += 1
+                    source.rewind()
+                    document, part = load_pure(source, None)
+            outcome = trace_for(path, document, part)
+        except TraceInsightError as exc:
+            outcome = exc
+        except Exception:
+            self.finding(f"{label}: the native loader raised {traceback.format_exc()}", data)
+            return
+        if isinstance(outcome, TraceInsightError):
+            self.counts["refused"] += 1
+            self.counts[f"refused: {_words(str(outcome))}"] += 1
+            if "\n" in str(outcome):
+                self.finding(f"{label}: a refusal of more than one line: {outcome}", data)
+            return
+        try:
+            reference: Any = load_trace_reference(path)
+        except TraceInsightError as exc:
+            self.finding(f"{label}: native loads, the reference refuses: {exc}", data)
+            return
+        except Exception:
+            self.finding(f"{label}: the reference loader raised {traceback.format_exc()}", data)
+            return
+        try:
+            assert_same_trace(outcome, reference)
+        except AssertionError as exc:
+            self.finding(f"{label}: native and reference tables differ: {str(exc)[:2000]}", data)
+            return
+        self.counts["loaded, equal to the reference"] += 1
+        if self.counts["loaded, equal to the reference"] % 3 == 1:  # the report costs more than the load
+            self.report(outcome, label, data)
+
+    def report(self, trace: Any, label: str, data: bytes) -> None:
+        """Analysis, rules, JSON and the terminal summary of a loaded input must not fail."""
+        from traceinsight.render.json_report import JsonRenderer
+        from traceinsight.render.terminal import TerminalRenderer
+        from traceinsight.report import report_for
+
+        try:
+            made = report_for(trace)
+            JsonRenderer().render(made)
+            TerminalRenderer().render(made)
+        except Exception:
+            self.finding(f"{label}: the report of a loaded input failed: {traceback.format_exc()}", data)
+            return
+        self.counts["reports made"] += 1
+
+    def finding(self, message: str, data: bytes) -> None:
+        self.findings.append(message)
+        self.artifacts.mkdir(parents=True, exist_ok=True)
+        name = self.artifacts / f"finding-{len(self.findings)}.json"
+        name.write_bytes(data)
+        print(f"fuzz: FINDING ({name}): {message}", flush=True)
+
+    # the three parts ------------------------------------------------------------------------
+
+    def mutation_loop(self, seconds: float) -> None:
+        from traceinsight.load import native
+
+        block, threads = native.BLOCK_BYTES, native.SCAN_THREADS
+        try:
+            for index, seed in enumerate(self.seeds):  # every seed once as it is
+                self.check(seed, f"seed {index}")
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline and len(self.findings) < 20:
+                seed = self.rng.randrange(len(self.seeds))
+                self.check(self.mutate(self.seeds[seed]), f"mutant of seed {seed}")
+        finally:
+            native.BLOCK_BYTES, native.SCAN_THREADS = block, threads
+
+    def direct_scans(self, seconds: float) -> None:
+        """The scanner's two entry points on arbitrary buffers, offsets, states and depths: no
+        sanitizer report, and nothing but a result or ``Invalid``."""
+        from traceinsight.load import native
+
+        scan = native._scan
+        assert scan is not None
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            data = self.mutate(self.rng.choice(self.seeds))
+            data = data[self.rng.randrange(len(data) + 1) :][
+                : self.rng.choice([0, 1, 16, 300, 5000, 1 << 20])
+            ]
+            start = self.rng.randrange(len(data) + 1)
+            with contextlib.suppress(scan.Invalid):  # (ExactBuffers: each call reads an exact copy)
+                scan.scan(data, start, self.rng.randrange(3), self.rng.randrange(1, 5))
+            with contextlib.suppress(scan.Invalid):
+                scan.events_start(data[self.rng.randrange(len(data) + 1) :])
+            self.counts["direct scanner calls"] += 2
+
+    def hostile_corpus(self) -> None:
+        """Every corpus case through the whole CLI, each in a process of its own, two at a time."""
+        from test_hostile import build_corpus
+
+        cases = build_corpus(self.work / "corpus")
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            for (case, _), (code, stderr) in zip(cases, pool.map(self._run_cli, cases), strict=True):
+                self.counts["corpus cases through the CLI"] += 1
+                if code is None:
+                    self.finding(f"corpus {case.name}: analyze did not end within 300 s", b"")
+                elif code in (86, 87) or code < 0:
+                    self.finding(f"corpus {case.name}: sanitizer report or crash:\n{stderr[-4000:]}", b"")
+                elif case.refused is not None and not (code == 2 and case.refused in stderr):
+                    self.finding(
+                        f"corpus {case.name}: expected exit 2 ({case.refused}), got {code}: {stderr}", b""
+                    )
+                elif case.refused is None and code != 0:
+                    self.finding(f"corpus {case.name}: expected to load, got {code}: {stderr}", b"")
+
+    def _run_cli(self, built: tuple[Any, Path]) -> tuple[int | None, str]:
+        case, path = built
+        out = self.work / f"out-{case.name}"
+        out.mkdir()
+        command = [sys.executable, "-m", "traceinsight", "analyze", str(path), "--json", str(out / "r.json")]
+        # The page for every case that loads; a refusal comes before any rendering.
+        html = ["-o", str(out / "r.html")] if case.refused is None else ["--no-html"]
+        try:
+            done = subprocess.run([*command, *html], capture_output=True, text=True, timeout=300)
+        except subprocess.TimeoutExpired:
+            return None, ""
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+        return done.returncode, done.stderr
+
+    def summary(self, seed: int) -> str:
+        lines = [f"fuzz: seed {seed}; {len(self.findings)} finding(s)"]
+        lines += [f"  {count:>9,}  {what}" for what, count in sorted(self.counts.items())]
+        return "\n".join(lines)
+
+
+def _gunzips(raw: bytes) -> bool:
+    try:
+        gzip.decompress(raw)
+    except (OSError, EOFError):
+        return False
+    return True
+
+
+def _words(message: str) -> str:
+    """A refusal's reason without the file name and byte offsets, for counting."""
+    reason = message.split(": ", 2)[-1]
+    return "".join(c for c in reason.split(";")[0] if not c.isdigit()).replace(",", "")[:70]
+
+
+# --- mutators (each takes and returns a bytearray) -----------------------------------------------
+
+_INTERESTING = b'\x00\xff\x80\xbf\xc0\xc2\xe0\xed\xf0\xf4\xf5"\\{}[],: \n\t-0eE.'
+_STRINGS = [
+    b"\\ud800",
+    b"\\udc00",
+    b"\\ud83d\\ude80",
+    b"\\u0058",
+    b"\\u0000",
+    b"\\\\",
+    b'\\"',
+    b"\\x",
+    b"\\u12",
+    b"\xe2\x82",
+]
+_NUMBERS = [
+    b"9" * 19, b"9" * 20, b"-9223372036854775809", b"9" * 4300, b"9" * 4301, b"1e999", b"-1e999", b"-0.0", b"NaN",
+    b"Infinity", b"-Infinity", b"1.5e-400", b"0." + b"1" * 80, b"1712195495519695.75", b"8999999999999999.5",
+    b"01", b"1.", b"-", b"1e", b"9223372036854775808.0",
+]  # fmt: skip
+
+
+def flip(f: Fuzzer, data: bytearray) -> bytearray:
+    if data:
+        data[f.rng.randrange(len(data))] ^= 1 << f.rng.randrange(8)
+    return data
+
+
+def interesting_byte(f: Fuzzer, data: bytearray) -> bytearray:
+    if data:
+        data[f.rng.randrange(len(data))] = f.rng.choice(_INTERESTING)
+    return data
+
+
+def cut(f: Fuzzer, data: bytearray) -> bytearray:
+    at = f.structural(data)
+    return data[:at] + (b"]}" if f.rng.random() < 0.3 else b"")
+
+
+def delete(f: Fuzzer, data: bytearray) -> bytearray:
+    a = f.at(data)
+    return data[:a] + data[a + f.rng.choice([1, 2, 10, 100, 5000]) :]
+
+
+def splice(f: Fuzzer, data: bytearray) -> bytearray:
+    other = f.rng.choice(f.seeds)
+    a, b = sorted(f.rng.randrange(len(other) + 1) for _ in range(2))
+    at = f.structural(data)
+    return data[:at] + other[a : min(b, a + 20_000)] + data[at:]
+
+
+def duplicate(f: Fuzzer, data: bytearray) -> bytearray:
+    a = f.structural(data)
+    b = min(len(data), a + f.rng.choice([10, 300, 3000]))
+    return data[:b] + data[a:b] + data[b:]
+
+
+def nest(f: Fuzzer, data: bytearray) -> bytearray:
+    depth = f.rng.choice([2, 100, 508, 509, 510, 511, 512, 513, 1000, 20_000])
+    opener, closer = (b"[", b"]") if f.rng.random() < 0.5 else (b'{"a":', b"}")
+    at = data.find(b": ", f.at(data))
+    at = at + 2 if at >= 0 else f.at(data)
+    return (
+        data[:at]
+        + opener * depth
+        + b"1"
+        + closer * depth
+        + (b"," if f.rng.random() < 0.5 else b"")
+        + data[at:]
+    )
+
+
+def huge_string(f: Fuzzer, data: bytearray) -> bytearray:
+    at = data.find(b'"', f.at(data))
+    if at < 0:
+        return data
+    size = f.rng.choice([100, 16_383, 16_384, 65_536, 65_537, 70_000, 1 << 20])
+    filler = f.rng.choice(
+        [b"a", b"\xc3\xa9", b"\xf0\x9f\x9a\x80", b"\\n", b"\\ud83d\\ude80", b"\\u0041", b"\x1b"]
+    )
+    return data[: at + 1] + filler * (size // len(filler)) + data[at + 1 :]
+
+
+def number(f: Fuzzer, data: bytearray) -> bytearray:
+    at = data.find(b": ", f.at(data))
+    if at < 0:
+        return data
+    end = at + 2
+    while end < len(data) and (
+        data[end : end + 1] in (b"-", b".", b"e", b"E", b"+") or data[end : end + 1].isdigit()
+    ):
+        end += 1
+    return data[: at + 2] + f.rng.choice(_NUMBERS) + data[end:]
+
+
+def bad_text(f: Fuzzer, data: bytearray) -> bytearray:
+    at = data.find(b'"', f.at(data))
+    if at < 0:
+        return data
+    insert = f.rng.choice([*_STRINGS, bytes([f.rng.randrange(128, 256)]), b"\x00", b"\x1f"])
+    return data[: at + 1] + insert + data[at + 1 :]
+
+
+def nul(f: Fuzzer, data: bytearray) -> bytearray:
+    at = f.at(data)
+    return data[:at] + b"\x00" * f.rng.choice([1, 3, 4096]) + data[at:]
+
+
+def comma(f: Fuzzer, data: bytearray) -> bytearray:
+    marks = [i for i in range(min(len(data), 200_000)) if data[i : i + 2] == b"},"]
+    if not marks:
+        return data
+    at = f.rng.choice(marks) + 1
+    return data[:at] + data[at + 1 :] if f.rng.random() < 0.5 else data[:at] + b"," + data[at:]
+
+
+def repeated_key(f: Fuzzer, data: bytearray) -> bytearray:
+    key = f.rng.choice(
+        [
+            b'"traceEvents": [],',
+            b'"traceEvents": null,',
+            b'"ph": "i",',
+            b'"args": 5,',
+            b'"ts": "x",',
+            b'"cat": 7,',
+        ]
+    )
+    at = data.find(b"{", f.at(data))
+    return data if at < 0 else data[: at + 1] + key + data[at + 1 :]
+
+
+def whitespace(f: Fuzzer, data: bytearray) -> bytearray:
+    at = f.structural(data)
+    return data[:at] + f.rng.choice([b" ", b"\n  ", b"\r\n", b"\t", b" " * 70_000, b"\x0b"]) + data[at:]
+
+
+MUTATORS = (flip, interesting_byte, cut, delete, splice, duplicate, nest, huge_string, number, bad_text, nul, comma,
+            repeated_key, whitespace)  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,324 @@
+"""The pure-Python loader: msgspec decodes the whole text into small structs, polars makes columns.
+
+Used where the C scanner was not built (``TRACEINSIGHT_PURE=1``, no compiler) and for the rare
+file the scanner leaves to Python (see :mod:`.native`). The gzip text is streamed into one buffer
+under the size limit (:meth:`.source.TraceFile.read_all`); decoding needs the whole text.
+
+Algorithm: events are decoded split by phase (``"ph": "X"`` events into :data:`XEvent` with the
+fields of :data:`.schema.EVENT_FIELDS`, others reduced to their category), with the collector
+paused (the structs are ``gc=False``; nothing decoded can form a cycle). Columns are made with one
+C-level pass per field (``map(attrgetter(...))``); a column whose values all have the usual type
+becomes a polars Series directly and is converted with polars expressions, any other goes through
+the reference's per-value coercion (:mod:`.coerce`). A file whose values the typed decode cannot
+hold (a list where a number belongs, an event that is not an object, NaN, a lone surrogate) is
+read by the reference's own decoder and table builder (:mod:`.reference`): the same tables, slower.
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+import string
+from collections import Counter
+from collections.abc import Callable, Sequence
+from operator import attrgetter, itemgetter
+from pathlib import Path
+from typing import Any, Final, Union, cast
+
+import msgspec
+import polars as pl
+
+from traceinsight.load import limits, reference, schema
+from traceinsight.load.coerce import INT64_NS_LIMIT, Scalar, as_int, as_ns, end_ns, float_column_to_ns
+from traceinsight.load.decode import UTF8_BOM, TraceDocument, check_start, json_error, parse_json
+from traceinsight.load.source import TraceFile
+from traceinsight.load.tables import (
+    GROUP_OF_CATEGORY,
+    GROUPS,
+    ChunkTables,
+    assemble,
+    clean_categories,
+    empty_chunk,
+    group_columns,
+)
+from traceinsight.load.text import clean_texts
+
+# --- the structs, made from the one field list -------------------------------------------------
+
+
+def _fields(in_args: bool) -> list[tuple[str, Any, Any]]:
+    return [
+        (f.name, Scalar, msgspec.field(default=None, name=f.key))
+        for f in schema.EVENT_FIELDS
+        if f.in_args is in_args
+    ]
+
+
+#: The ``args`` fields the tables read (frozen: one empty instance stands for every missing one).
+Args: Final[Any] = msgspec.defstruct("Args", _fields(True), gc=False, frozen=True)
+_NO_ARGS: Final = Args()
+_EVENT_FIELDS: Final = [*_fields(False), ("args", Args, _NO_ARGS)]
+
+#: One event of any phase (the decode used when some ``ph`` is not a one-letter string).
+Event: Final[Any] = msgspec.defstruct("Event", [("ph", Scalar, None), *_EVENT_FIELDS], gc=False)
+#: A ``"ph": "X"`` event of the phase-tagged decode.
+XEvent: Final[Any] = msgspec.defstruct("XEvent", _EVENT_FIELDS, gc=False, tag_field="ph", tag="X")
+
+
+class OtherEvent(msgspec.Struct, gc=False, tag_field="ph"):
+    """An event of any other phase: only ``cat`` (its category is counted; the tables skip it)."""
+
+    cat: Scalar = None
+
+
+#: Phases decoded as :class:`OtherEvent` (one subclass per tag): flows, instants, metadata, counters…
+_OTHER_KINDS: Final = tuple(
+    msgspec.defstruct(f"Phase_{ord(c)}", [], bases=(OtherEvent,), tag=c)
+    for c in string.ascii_letters + "()"
+    if c != "X"
+)
+_PHASED: Final[Any] = Union.__getitem__((XEvent, *_OTHER_KINDS))
+
+_PhasedDocument: Final[Any] = msgspec.defstruct(
+    "PhasedDocument",
+    [("traceEvents", list.__class_getitem__(_PHASED) | None, None)],
+    bases=(TraceDocument,),
+    gc=False,
+)
+_Document: Final[Any] = msgspec.defstruct(
+    "Document",
+    [("traceEvents", list.__class_getitem__(Event) | None, None)],
+    bases=(TraceDocument,),
+    gc=False,
+)
+#: (bare array, split by phase) → decoder.
+_DECODERS: Final = {
+    (False, True): msgspec.json.Decoder(_PhasedDocument),
+    (False, False): msgspec.json.Decoder(_Document),
+    (True, True): msgspec.json.Decoder(list.__class_getitem__(_PHASED)),
+    (True, False): msgspec.json.Decoder(list.__class_getitem__(Event)),
+}
+_META_FIELDS: Final = tuple(f for f in TraceDocument.__struct_fields__ if f != "bare_array")
+#: What msgspec does not read as Python's json does: lone surrogates, NaN and infinities.
+_SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD][89a-fA-F]")
+_AT_BYTE: Final = re.compile(r"\(byte (\d+)\)")
+
+
+def load_fallback(source: TraceFile) -> tuple[TraceDocument, ChunkTables]:
+    """The document and tables of an opened trace (see the module docstring). The text is let go
+    of as soon as it is decoded, before the tables are made."""
+    raw = source.read_all()
+    check_start(raw, source.path)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        decoded = _decode(raw, source.path)
+        if decoded is None:  # values the typed decode cannot hold: the reference's way
+            value = parse_json(raw, source.path)
+            del raw
+            document, events = reference.document_and_events(value, source.path)
+            return document, reference.build_tables(events)
+        del raw
+        document, phased = decoded
+        return document, event_tables(phased)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _decode(raw: bytes | bytearray, path: Path) -> tuple[TraceDocument, list[Any]] | None:
+    """Typed decode, split by phase, else as one struct; None when only the reference can read it."""
+    if _SURROGATE_ESCAPE.search(raw):
+        return None
+    text = memoryview(raw)[len(UTF8_BOM) :] if raw.startswith(UTF8_BOM) else raw
+    bare = bytes(text[:64]).lstrip()[:1] == b"["
+    for phased in (True, False):
+        try:
+            value = _DECODERS[(bare, phased)].decode(text)
+        except msgspec.ValidationError:
+            continue
+        except msgspec.DecodeError as exc:
+            if _nonfinite_at(text, str(exc)):
+                return None  # NaN/Infinity: Python's json (the reference) reads them
+            raise json_error(path, str(exc).removeprefix("JSON is malformed: ")) from None
+        except UnicodeDecodeError as exc:
+            raise json_error(path, f"invalid UTF-8 at byte {exc.start}", truncated=False) from None
+        except RecursionError:
+            raise json_error(path, "nested too deeply", truncated=False) from None
+        if bare:
+            return TraceDocument(bare_array=True), _checked(value, path)
+        if value.traceEvents is None:
+            return None  # missing or null: the reference words it
+        document = TraceDocument(**{f: getattr(value, f) for f in _META_FIELDS})
+        return document, _checked(value.traceEvents, path)
+    return None
+
+
+def _checked(events: list[Any], path: Path) -> list[Any]:
+    if len(events) > limits.MAX_EVENTS:
+        raise reference.too_many_events(path)
+    return events
+
+
+def _nonfinite_at(raw: bytes | bytearray | memoryview, message: str) -> bool:
+    """Whether msgspec stopped at ``NaN``/``Infinity``/``-Infinity``, which Python's json writes."""
+    match = _AT_BYTE.search(message)
+    if match is None:
+        return False
+    at = int(match.group(1))
+    return bytes(raw[at : at + 9]).startswith((b"NaN", b"Infinity", b"-Infinity"))
+
+
+# --- columns ----------------------------------------------------------------------------------
+
+
+def _ids(values: list[Scalar]) -> pl.Series:
+    """:func:`.coerce.as_int` over a column (nulls kept).
+
+    polars' strict Int64 construction accepts exactly ints within Int64, integral floats and None
+    (what ``as_int`` keeps as they are) and raises on anything else, which then goes value by value.
+    """
+    try:
+        return pl.Series(values, dtype=pl.Int64, strict=True)
+    except (TypeError, OverflowError, ValueError, pl.exceptions.PolarsError):
+        return pl.Series([as_int(v) for v in values], dtype=pl.Int64, strict=False)
+
+
+def _times(values: list[Scalar]) -> tuple[pl.Series, bool]:
+    """:func:`.coerce.as_ns` over a column: (Int64 ns, null where not a time; whether any value was
+    a float)."""
+    kinds = set(map(type, values))
+    if kinds <= {int}:
+        try:
+            series = pl.Series(values, dtype=pl.Int64)
+            low, high = cast("int | None", series.min()) or 0, cast("int | None", series.max()) or 0
+            if low >= -INT64_NS_LIMIT and high <= INT64_NS_LIMIT:
+                return series * 1000, False
+        except (TypeError, OverflowError):
+            pass
+    elif kinds == {float}:
+        floats = pl.Series(values, dtype=pl.Float64)
+        if floats.is_finite().all() and (floats.abs().max() or 0.0) < INT64_NS_LIMIT:  # type: ignore[operator]
+            return float_column_to_ns(floats), True
+    return pl.Series([as_ns(v) for v in values], dtype=pl.Int64, strict=False), float in kinds
+
+
+def _texts(values: list[Scalar], convert: Callable[[Scalar], str | None], nulls: bool = False) -> pl.Series:
+    """A text column: strings as they are; other values through ``convert`` (the reference's rule).
+
+    ``nulls`` says whether None stays null (``call_stack``) or must go through ``convert`` too.
+    """
+    try:
+        series = pl.Series(values, dtype=pl.String, strict=True)
+        if nulls or not series.null_count():
+            return series
+    except (TypeError, ValueError, pl.exceptions.PolarsError):
+        pass
+    return pl.Series([v if type(v) is str else convert(v) for v in values], dtype=pl.String)
+
+
+def _name(value: Scalar) -> str:
+    return value if isinstance(value, str) else str(value)
+
+
+def _stack(value: Scalar) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _category(value: Scalar) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _external(primary: list[Scalar], legacy: list[Scalar]) -> pl.Series:
+    """``External id``, else the 2021 ``external id``: as the reference picks, then ``as_int``."""
+    return _ids([a if a is not None else b for a, b in zip(primary, legacy, strict=True)])
+
+
+def _pick(items: list[Any], indices: list[int]) -> list[Any]:
+    if not indices:
+        return []
+    if len(indices) == 1:
+        return [items[indices[0]]]
+    return list(itemgetter(*indices)(items))
+
+
+def _group_frame(
+    group: str, xs: list[Any], indices: pl.Series, ts_all: pl.Series, cats: pl.Series
+) -> pl.DataFrame:
+    """The :func:`.tables.group_columns` of ``group`` for its events (``xs`` at ``indices``)."""
+    members = _pick(xs, indices.to_list())
+    args = list(map(attrgetter("args"), members))
+
+    def field(name: str) -> list[Scalar]:
+        return list(map(attrgetter(name), members))
+
+    def arg(name: str) -> list[Scalar]:
+        return list(map(attrgetter(name), args))
+
+    ts = ts_all.gather(indices)
+    dur, _ = _times(field("dur"))
+    dur = dur.fill_null(0).clip(lower_bound=0)
+    build: dict[str, Callable[[], pl.Series]] = {
+        "cat": lambda: cats.gather(indices),
+        "name": lambda: clean_texts(_texts(field("name"), _name)),
+        "ts": lambda: ts,
+        "dur": lambda: dur,
+        "end": lambda: end_ns(ts, dur),
+        "pid": lambda: _ids(field("pid")),
+        "tid": lambda: _ids(field("tid")),
+        "external_id": lambda: _external(arg("external_id"), arg("external_id_legacy")),
+        "correlation": lambda: _ids(arg("correlation")),
+        "device": lambda: _ids(arg("device")),
+        "stream": lambda: _ids(arg("stream")),
+        "bytes": lambda: _ids(arg("bytes")),
+        "python_id": lambda: _ids(arg("python_id")),
+        "parent_id": lambda: _ids(arg("python_parent_id")),
+        "call_stack": lambda: clean_texts(_texts(arg("call_stack"), _stack, nulls=True)),
+    }
+    columns = group_columns(group)
+    return pl.DataFrame(
+        {name: build[name]() for name in columns}, schema={n: schema.EVENT_COLUMNS[n] for n in columns}
+    )
+
+
+def event_tables(events: Sequence[Any]) -> ChunkTables:
+    """Decoded events → the loader's tables (same rows, order and values as the reference's).
+
+    Only ``ph == "X"`` events with a time are kept; categories route them to tables.
+    """
+    counts: Counter[Scalar] = Counter(map(attrgetter("cat"), events))
+    raw_categories: dict[str, int] = {}
+    for value, count in counts.items():
+        key = _category(value)
+        raw_categories[key] = raw_categories.get(key, 0) + count
+    categories = clean_categories(raw_categories.items())
+    if events and type(events[0]) is Event:  # the one-struct decode: every phase in one type
+        xs = [e for e in events if e.ph == "X"]
+    else:
+        xs = [e for e in events if type(e) is XEvent]
+    ts_values = list(map(attrgetter("ts"), xs))
+    ts_all, float_time = _times(ts_values)
+    kept = ts_all.is_not_null()
+    dropped = len(xs) - int(kept.sum())
+    if float_time and dropped:  # as the reference: some event that is kept has a float time
+        float_time = any(type(v) is float and k for v, k in zip(ts_values, kept.to_list(), strict=True))
+    cats = _texts(list(map(attrgetter("cat"), xs)), _category)
+    route = cats.replace_strict(GROUP_OF_CATEGORY, default=-1, return_dtype=pl.Int64)
+    if not kept.any():
+        chunk = empty_chunk(len(events), categories)
+        chunk.dropped_time = dropped
+        return chunk
+    frames = {
+        group: _group_frame(group, xs, (kept & (route == index)).arg_true(), ts_all, cats)
+        for index, group in enumerate(GROUPS)
+    }
+    tables, legacy = assemble(frames)
+    return ChunkTables(
+        tables=tables,
+        event_count=len(events),
+        categories=categories,
+        origin=cast("int", ts_all.min()),
+        legacy=legacy,
+        float_time=float_time,
+        dropped_time=dropped,
+    )

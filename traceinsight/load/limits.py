@@ -1,0 +1,34 @@
+"""What the loader accepts: the limits that keep a hostile file from taking the machine.
+
+A trace is untrusted input (a teammate's upload, a bug report's attachment). Every limit here
+stops the load with one line and exit code 2; the README's "Safety" section lists them.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: Every string taken from a trace (names, categories, call stacks, device names) is cut to this
+#: many characters, with its full length noted (``…(+N chars)``), so that outputs stay bounded.
+TEXT_CHARS: Final = 1024
+
+#: JSON nesting deeper than this (the top-level value is level 1) is refused.
+MAX_DEPTH: Final = 512
+
+#: One JSON string (or number) longer than this many bytes is refused.
+MAX_STRING_BYTES: Final = 1 << 30
+
+#: More events than this are refused (memory grows with events: about 150 bytes per kept event).
+MAX_EVENTS: Final = 100_000_000
+
+#: Integers with more digits are refused, as Python's ``json`` refuses them.
+MAX_INT_DIGITS: Final = 4300
+
+#: The top-level fields before and after the events array (device properties, distributed info)
+#: may take at most this many bytes (whitespace aside).
+MAX_FIELDS_BYTES: Final = 64 << 20
+
+#: A gzip trace that expands more than ``GZIP_RATIO`` times its compressed size *and* past
+#: ``GZIP_FLOOR_BYTES`` is stopped as a compression bomb, unless ``--max-size`` says otherwise.
+GZIP_RATIO: Final = 200
+GZIP_FLOOR_BYTES: Final = 1 << 30

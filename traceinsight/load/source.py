@@ -1,0 +1,256 @@
+"""Opening a trace file safely and reading its JSON text: gzip is always streamed, never whole.
+
+:func:`open_trace` refuses what is not a regular file (a FIFO, a device, a socket) *before*
+opening it, so nothing can make the loader wait forever, and words every failure in one line.
+:class:`TraceFile` then gives the uncompressed text as blocks (:meth:`TraceFile.blocks`), mapped
+in memory (:meth:`TraceFile.mapped`, plain files), or whole (:meth:`TraceFile.read_all`), and
+holds every path to :class:`SizeLimit`: a gzip stream that expands past it stops with one line.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import stat
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import BinaryIO, Final
+
+from traceinsight.errors import TraceFormatError, TraceNotFound, TraceUnreadable
+from traceinsight.load.limits import GZIP_FLOOR_BYTES, GZIP_RATIO
+
+GZIP_MAGIC: Final = b"\x1f\x8b"
+_GZIP_READ_BYTES: Final = 256 << 10
+
+
+class TraceTooLarge(TraceUnreadable):
+    """The trace expands past the size limit (a compression bomb, or ``--max-size``)."""
+
+
+def format_bytes(count: int) -> str:
+    """``1 GiB``, ``500 MiB``, ``12 kiB``: sizes in messages."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("kiB", 10)):
+        if count >= 1 << shift:
+            return f"{count / (1 << shift):.3g} {unit}"
+    return f"{count} bytes"
+
+
+@dataclass(frozen=True, slots=True)
+class SizeLimit:
+    """How far a trace may expand when read.
+
+    ``max_bytes`` (``--max-size``): no trace may hold more JSON than this. Without it, a gzip
+    stream that expands more than :data:`~.limits.GZIP_RATIO` times its compressed size *and* past
+    :data:`~.limits.GZIP_FLOOR_BYTES` is stopped (a real trace compresses 10-30 times).
+    """
+
+    max_bytes: int | None = None
+
+    def check(self, path: Path, produced: int, consumed: int, compressed: bool) -> None:
+        """Raise :class:`TraceTooLarge` when ``produced`` bytes of JSON, read from ``consumed``
+        bytes of the file, are past the limit."""
+        if self.max_bytes is not None:
+            if produced > self.max_bytes:
+                raise TraceTooLarge(
+                    f"cannot read trace {path}: it holds more than {format_bytes(self.max_bytes)} of JSON "
+                    "(--max-size); pass a larger --max-size to read it"
+                )
+        elif compressed and produced > GZIP_FLOOR_BYTES and produced > GZIP_RATIO * max(consumed, 1):
+            raise TraceTooLarge(
+                f"cannot read trace {path}: the gzip data expands more than {GZIP_RATIO} times, past "
+                f"{format_bytes(GZIP_FLOOR_BYTES)} (a compression bomb?); if it is a real trace, pass "
+                "--max-size with its uncompressed size, e.g. --max-size 20GB"
+            )
+
+
+_KINDS: Final = (
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _unreadable(path: Path, exc: OSError) -> TraceNotFound | TraceUnreadable:
+    if isinstance(exc, FileNotFoundError | NotADirectoryError):
+        return TraceNotFound(f"cannot read trace {path}: no such file; check the path")
+    if isinstance(exc, PermissionError):
+        return TraceUnreadable(
+            f"cannot read trace {path}: permission denied; check that you may read the file "
+            "(and enter its folders), or copy it somewhere you can"
+        )
+    return TraceUnreadable(f"cannot read trace {path}: {exc.strerror or exc}")
+
+
+def open_trace(path: Path, limit: SizeLimit | None = None) -> TraceFile:
+    """Open ``path`` for reading if it is a regular file (symlinks followed); else one line.
+
+    The file type is checked with ``stat`` before the file is opened (opening a FIFO waits for a
+    writer), and again on the opened descriptor, which is opened non-blocking, so that a file
+    swapped in between cannot block either.
+    """
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
+    if stat.S_ISDIR(info.st_mode):
+        raise TraceNotFound(f"cannot read trace {path}: it is a directory, not a trace file")
+    if not stat.S_ISREG(info.st_mode):
+        kind = next((name for test, name in _KINDS if test(info.st_mode)), "not a regular file")
+        raise TraceUnreadable(
+            f"cannot read trace {path}: it is {kind}, not a regular file; save the trace to a file first"
+        )
+    flags = (
+        os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    )
+    try:
+        descriptor = os.open(path, flags)
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
+    opened = os.fstat(descriptor)
+    if not stat.S_ISREG(opened.st_mode) or (opened.st_dev, opened.st_ino) != (info.st_dev, info.st_ino):
+        os.close(descriptor)
+        raise TraceUnreadable(f"cannot read trace {path}: the file changed while it was opened; try again")
+    stream = os.fdopen(descriptor, "rb")
+    return TraceFile(path, stream, opened.st_size, limit or SizeLimit())
+
+
+class TraceFile:
+    """An opened trace (see :func:`open_trace`); a context manager that closes it."""
+
+    def __init__(self, path: Path, stream: BinaryIO, size: int, limit: SizeLimit) -> None:
+        self.path = path
+        self.stream = stream
+        #: Bytes of the file on disk.
+        self.size = size
+        self.limit = limit
+        try:
+            self.compressed = stream.read(2) == GZIP_MAGIC
+            stream.seek(0)
+        except OSError as exc:
+            raise _unreadable(path, exc) from None
+        #: Bytes of the file read so far (progress), and of JSON text given out.
+        self.consumed = 0
+        self.produced = 0
+        if not self.compressed:
+            limit.check(path, size, size, compressed=False)
+
+    def __enter__(self) -> TraceFile:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.stream.close()
+
+    def rewind(self) -> None:
+        """Read again from the start."""
+        self.stream.seek(0)
+        self.consumed = self.produced = 0
+
+    def mapped(self) -> mmap.mmap | None:
+        """The plain (not gzip), non-empty file mapped read-only, else None."""
+        if self.compressed or self.size == 0:
+            return None
+        try:
+            return mmap.mmap(self.stream.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):
+            return None
+
+    def blocks(self, size: int) -> Iterator[bytes]:
+        """The JSON text in blocks of about ``size`` bytes (gzip decompressed as it streams, any
+        number of members; zero padding after the last is allowed)."""
+        try:
+            if not self.compressed:
+                while block := self.stream.read(size):
+                    self.consumed += len(block)
+                    self.produced += len(block)
+                    yield block
+                return
+            yield from self._gunzip(size)
+        except OSError as exc:
+            raise _unreadable(self.path, exc) from None
+
+    def _gunzip(self, size: int) -> Iterator[bytes]:
+        inflater = zlib.decompressobj(31)
+        pending = b""
+        try:
+            while True:
+                if not pending:
+                    pending = self.stream.read(_GZIP_READ_BYTES)
+                    self.consumed += len(pending)
+                    if not pending:
+                        break
+                if inflater.eof:  # another gzip member follows (or padding)
+                    if not pending.strip(b"\x00"):
+                        pending = b""
+                        continue
+                    inflater = zlib.decompressobj(31)
+                # Bounded output: a block of a repetitive trace can inflate 20×, a bomb 1000×.
+                block = inflater.decompress(pending, size)
+                pending = inflater.unused_data if inflater.eof else inflater.unconsumed_tail
+                if block:
+                    self.produced += len(block)
+                    self.limit.check(self.path, self.produced, self.consumed, compressed=True)
+                    yield block
+        except zlib.error as exc:
+            raise TraceUnreadable(f"cannot read trace {self.path}: corrupt gzip data ({exc})") from None
+        if not inflater.eof:
+            raise TraceUnreadable(
+                f"cannot read trace {self.path}: the gzip stream ends early; "
+                "was the file copied completely and the profiler stopped cleanly?"
+            )
+
+    def read_all(self) -> bytes | bytearray:
+        """The whole JSON text (gzip streamed into one buffer, under the size limit); a text with
+        nothing but whitespace is refused as empty."""
+        if self.compressed:
+            text = bytearray()
+            for block in self.blocks(16 << 20):
+                text += block
+            data: bytes | bytearray = text
+        else:
+            try:
+                data = self.stream.read()
+            except OSError as exc:
+                raise _unreadable(self.path, exc) from None
+            self.consumed = self.produced = len(data)
+        if is_blank(data):
+            raise empty_trace(self.path)
+        return data
+
+
+JSON_WHITESPACE: Final = b" \t\r\n"
+
+
+def leading_whitespace(data: bytes | bytearray | memoryview) -> int:
+    """How many bytes of JSON whitespace ``data`` starts with.
+
+    ``bytes.lstrip()`` without arguments is several times faster than with them (it strips all
+    ASCII whitespace, also vertical tab and form feed, which JSON does not allow: checked after).
+    """
+    text = bytes(data)
+    stripped = len(text) - len(text.lstrip())
+    if stripped and text[:stripped].translate(None, JSON_WHITESPACE):
+        stripped = len(text) - len(text.lstrip(JSON_WHITESPACE))
+    return stripped
+
+
+def is_blank(data: bytes | bytearray | memoryview) -> bool:
+    """Whether ``data`` holds nothing but JSON whitespace (checked a block at a time)."""
+    view = memoryview(data)
+    step = 16 << 20
+    return all(
+        leading_whitespace(view[at : at + step]) == len(view[at : at + step])
+        for at in range(0, len(view), step)
+    )
+
+
+def empty_trace(path: Path) -> TraceFormatError:
+    """The one line for a file with no JSON in it."""
+    return TraceFormatError(
+        f"cannot read trace {path}: the file is empty; was the profiler stopped before it exported?"
+    )
