@@ -276,3 +276,31 @@ def test_events_dropped_for_impossible_times_are_counted(tmp_path: Path) -> None
         assert loaded.gpu.height == 1
         assert loaded.meta.load_notes == (("dropped-time", 4),)
     assert load_trace(write_trace(tmp_path / "clean.json", [good])).meta.load_notes == ()
+
+
+# --- torch's unescaped frame names ---------------------------------------------------------------
+
+QUOTED_NAME = Path(__file__).parent / "data" / "torch_quoted_frame_name.pt.trace.json.gz"
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_torch_trace_with_an_unescaped_frame_name_is_repaired(
+    native: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fixture is torch 2.13's own export (tests/data/make_quoted_frame_name_trace.py): a frame
+    named like a docstring line makes it invalid JSON; the loader mends that one name and says so."""
+    from traceinsight.load.repair import repair_names
+
+    raw = gzip.decompress(QUOTED_NAME.read_bytes())
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(raw)
+    mended, count = repair_names(raw)
+    expected = [e for e in json.loads(mended)["traceEvents"] if e.get("ph") == "X"]
+    quoted = [e for e in expected if e.get("cat") == "python_function" and e["name"].endswith('    """')]
+    assert count == len(quoted) >= 1  # the three calls of the quoted function
+    monkeypatch.setenv("TRACEINSIGHT_NATIVE", native)
+    trace = load_trace(QUOTED_NAME)
+    assert ("repaired-name", count) in trace.meta.load_notes
+    assert trace.python.height == sum(1 for e in expected if e.get("cat") == "python_function")
+    assert trace.cpu_ops.height == sum(1 for e in expected if e.get("cat") == "cpu_op")
+    assert sum(name.endswith('    """') for name in trace.python["name"].to_list()) == len(quoted)

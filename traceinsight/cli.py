@@ -5,15 +5,21 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from traceinsight import __version__
-from traceinsight.config import read_config
+from traceinsight.config import ProjectConfig, read_config
 from traceinsight.errors import ConfigError, TraceInsightError
+from traceinsight.rules.findings import SEVERITIES
 from traceinsight.thresholds import Thresholds
+
+if TYPE_CHECKING:
+    from traceinsight.gate import Budgets
 
 _DEFAULTS = Thresholds()
 
@@ -23,6 +29,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 
 
@@ -71,62 +78,192 @@ def _root(
     """Why does my GPU sit idle? Reads torch.profiler traces and names the line to fix."""
 
 
-@app.command()
+_EXIT_CODES = """\b
+Exit status: 0 done; 1 a gate was broken (one line per broken budget on stderr);
+2 bad input (an unreadable or invalid trace, a bad option or project setting);
+3 an internal error (please report it)."""
+
+_PROJECT = (
+    "Every option below the outputs can also be set in [tool.traceinsight] of the nearest pyproject.toml."
+)
+
+# --- options shared by `analyze` and `diff` ------------------------------------------------------
+
+JsonOption = Annotated[
+    str | None,
+    typer.Option("--json", metavar="PATH|-", help="Also write the result as JSON to PATH ('-': stdout).",
+                 show_default=False),
+]  # fmt: skip
+MarkdownOption = Annotated[
+    str | None,
+    typer.Option("--markdown", metavar="PATH|-", show_default=False,
+                 help="Also write a short GitHub Markdown summary (a PR comment, $GITHUB_STEP_SUMMARY) to PATH "
+                 "('-': stdout)."),
+]  # fmt: skip
+NoHtmlOption = Annotated[bool, typer.Option("--no-html", help="Do not write the HTML page.")]
+MinGapOption = Annotated[
+    float,
+    typer.Option(
+        "--min-gap-us", metavar="US", min=0, help="Shortest GPU idle stretch reported as a gap, in µs."
+    ),
+]
+LowUseOption = Annotated[
+    float,
+    typer.Option("--low-utilization", metavar="SHARE", min=0, max=1,
+                 help="GPU compute share (0-1) below which low-gpu-utilization fires."),
+]  # fmt: skip
+UserCodeOption = Annotated[
+    list[str] | None,
+    typer.Option("--user-code", metavar="PACKAGE", show_default=False,
+                 help="A package whose frames are your own code, for source lines (repeatable; also "
+                 "user-code in [tool.traceinsight])."),
+]  # fmt: skip
+ForceOption = Annotated[
+    bool,
+    typer.Option("--force", help="Let the default page path replace a file that is not a traceinsight page."),
+]
+MaxSizeOption = Annotated[
+    str | None,
+    typer.Option("--max-size", metavar="SIZE", show_default=False,
+                 help="Refuse traces holding more JSON than SIZE (e.g. 8GB) [default: refuse gzip files that "
+                 "expand more than 200 times, past 1 GiB]."),
+]  # fmt: skip
+FailOnOption = Annotated[
+    str | None,
+    typer.Option("--fail-on", metavar="SEVERITY", show_default=False,
+                 help="Gate: exit 1 when a finding of SEVERITY or worse is found (high, medium or low)."),
+]  # fmt: skip
+FailOnRuleOption = Annotated[
+    list[str] | None,
+    typer.Option("--fail-on-rule", metavar="RULE", show_default=False,
+                 help="Gate: exit 1 when a finding of rule RULE is found (repeatable; ids in the README)."),
+]  # fmt: skip
+MaxIdleOption = Annotated[
+    float | None,
+    typer.Option("--max-idle", metavar="PCT", min=0, show_default=False,
+                 help="Gate: exit 1 when the GPU is idle more than PCT % of the step time."),
+]  # fmt: skip
+MaxSyncsOption = Annotated[
+    float | None,
+    typer.Option("--max-syncs-per-step", metavar="N", min=0, show_default=False,
+                 help="Gate: exit 1 when the host waits on the GPU more than N times per step."),
+]  # fmt: skip
+TopOption = Annotated[
+    int, typer.Option("--top", metavar="N", min=1, help="Rows shown in each terminal table.")
+]
+
+
+def _budgets(
+    config: ProjectConfig,
+    *,
+    fail_on: str | None,
+    fail_on_rules: list[str] | None,
+    max_idle: float | None,
+    max_syncs_per_step: float | None,
+    max_regression: float | None = None,
+) -> Budgets:
+    """The gate's budgets: the command line over the project table."""
+    from traceinsight.gate import Budgets, budgets_from_table
+
+    if fail_on is not None and fail_on not in SEVERITIES:
+        raise ConfigError(f"--fail-on {fail_on!r}: give one of {', '.join(SEVERITIES)}")
+    given = Budgets(
+        fail_on=fail_on,
+        fail_on_rules=tuple(fail_on_rules or ()),
+        max_idle=max_idle,
+        max_syncs_per_step=max_syncs_per_step,
+        max_regression=max_regression,
+    )
+    return budgets_from_table(config.table, str(config.path)).over(given)
+
+
+def _check_outputs_to_stdout(json_out: str | None, markdown: str | None) -> None:
+    if json_out == "-" and markdown == "-":
+        raise ConfigError("--json - and --markdown - both ask for stdout; write one of them to a file")
+
+
+def _gate(lines: list[str]) -> None:
+    """Print one line per broken budget and exit 1 (nothing when the gate passes)."""
+    from traceinsight.gate import EXIT_BROKEN
+    from traceinsight.load.text import printable
+
+    for line in lines:
+        sys.stderr.write(f"traceinsight: gate: {printable(line)}\n")
+    if lines:
+        raise typer.Exit(EXIT_BROKEN)
+
+
+@contextmanager
+def _errors(subject: object) -> Iterator[None]:
+    """Every error becomes one line: bad input exit 2, no memory or a bug exit 3."""
+    try:
+        yield
+    except TraceInsightError as exc:
+        raise fail(str(exc), exc.exit_code) from None
+    except MemoryError:
+        raise fail(f"ran out of memory analyzing {subject}; try a machine with more memory", 3) from None
+    except Exception as exc:  # a bug, not bad input: still one line unless debugging
+        if os.environ.get("TRACEINSIGHT_DEBUG"):
+            raise
+        raise fail(
+            f"internal error analyzing {subject}: {type(exc).__name__}: {exc}; "
+            "rerun with TRACEINSIGHT_DEBUG=1 for the traceback and please report it",
+            3,
+        ) from None
+
+
+@app.command(epilog=_EXIT_CODES)
 def analyze(
     trace: Annotated[
         Path,
         # readable=False: the loader words an unreadable file in one line, not typer's usage box.
-        typer.Argument(help="A torch.profiler trace: .json or .json.gz.", show_default=False, readable=False),
+        typer.Argument(
+            metavar="TRACE",
+            help="A torch.profiler trace: .json or .json.gz.",
+            show_default=False,
+            readable=False,
+        ),
     ],
     output: Annotated[
         Path | None,
-        typer.Option("-o", "--output", help="Where to write the HTML report [default: ./<trace name>.html]."),
-    ] = None,
-    json_out: Annotated[
-        str | None,
-        typer.Option("--json", help="Also write the full result as JSON to PATH ('-' for stdout)."),
-    ] = None,
-    no_html: Annotated[bool, typer.Option("--no-html", help="Do not write the HTML report.")] = False,
-    min_gap_us: Annotated[
-        float, typer.Option(help="Shortest GPU idle stretch reported as a gap, in µs.", min=0)
-    ] = _DEFAULTS.min_gap_us,
-    low_utilization: Annotated[
-        float, typer.Option(help="GPU compute share below which low-gpu-utilization fires.", min=0, max=1)
-    ] = _DEFAULTS.low_utilization,
-    user_code: Annotated[
-        list[str] | None,
         typer.Option(
-            "--user-code",
-            metavar="PACKAGE",
-            help="A package whose frames are your own code, for source lines (repeatable; also "
-            "`user-code` in [tool.traceinsight] of pyproject.toml).",
+            "-o",
+            "--output",
+            metavar="PATH",
             show_default=False,
+            help="Where to write the HTML report [default: ./<trace name>.html].",
         ),
     ] = None,
+    json_out: JsonOption = None,
+    markdown: MarkdownOption = None,
+    no_html: NoHtmlOption = False,
+    top: TopOption = 5,
+    min_gap_us: MinGapOption = _DEFAULTS.min_gap_us,
+    low_utilization: LowUseOption = _DEFAULTS.low_utilization,
+    user_code: UserCodeOption = None,
     source_root: Annotated[
         Path | None,
         typer.Option(
             "--source-root",
-            help="Show code excerpts in the report, read from .py files inside DIR only "
-            "[default: source-root of [tool.traceinsight] in pyproject.toml, else no excerpts].",
             metavar="DIR",
             readable=False,
+            show_default=False,
+            help="Show code excerpts in the report, read from .py files inside DIR only "
+            "[default: source-root of [tool.traceinsight], else no excerpts].",
         ),
     ] = None,
-    force: Annotated[
-        bool, typer.Option("--force", help="Let the default report path replace a file that is not a report.")
-    ] = False,
-    max_size: Annotated[
-        str | None,
-        typer.Option(
-            "--max-size",
-            help="Refuse traces holding more JSON than SIZE (e.g. 8GB) [default: refuse gzip files that "
-            "expand more than 200 times, past 1 GiB].",
-            metavar="SIZE",
-        ),
-    ] = None,
+    force: ForceOption = False,
+    max_size: MaxSizeOption = None,
+    fail_on: FailOnOption = None,
+    fail_on_rule: FailOnRuleOption = None,
+    max_idle: MaxIdleOption = None,
+    max_syncs_per_step: MaxSyncsOption = None,
 ) -> None:
-    """Measure GPU idle gaps, copy overlap and sync hot spots in TRACE; print a summary, write a report."""
+    """Measure GPU idle gaps, copy overlap and sync hot spots in TRACE; print a summary, write a report.
+
+    Writes ./<trace name>.html unless -o or --no-html says otherwise; --json and --markdown add the
+    full result and a short summary. The gate options turn findings and budgets into exit status 1.
+    """
     # numpy's OpenBLAS starts a spinning thread per core at import; nothing here uses BLAS, and on
     # a 2-core machine those threads take CPU from the loader's. (Only here: `run` keeps the user's.)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -135,47 +272,145 @@ def analyze(
 
     global _analysis_done
     thresholds = Thresholds(min_gap_us=min_gap_us, low_utilization=low_utilization)
-    try:
+    with _errors(trace):
         config = read_config()
         packages = tuple(dict.fromkeys([*(user_code or ()), *config.user_code]))
+        budgets = _budgets(config, fail_on=fail_on, fail_on_rules=fail_on_rule, max_idle=max_idle,
+                           max_syncs_per_step=max_syncs_per_step)  # fmt: skip
+        _check_outputs_to_stdout(json_out, markdown)
         from traceinsight.load import SizeLimit
 
         limit = SizeLimit(parse_size(max_size) if max_size is not None else None)
         with terminal_progress(f"reading {trace.name}") as progress:
-            analyze_and_write(
+            report = analyze_and_write(
                 trace,
                 html=output,
                 json_out=json_out,
+                markdown=markdown,
                 thresholds=thresholds,
                 write_html=not no_html,
                 progress=progress,
                 user_code=packages,
-                source_root=_source_root(source_root),
+                source_root=_source_root(source_root, config),
                 force=force,
                 limit=limit,
+                top=top,
             )
+        broken: list[str] = []
+        if not budgets.empty:
+            from traceinsight.gate import broken as broken_budgets
+            from traceinsight.render.json_report import report_dict
+
+            broken = broken_budgets(report_dict(report), budgets)
         _analysis_done = True
-    except TraceInsightError as exc:
-        raise fail(str(exc), exc.exit_code) from None
-    except MemoryError:
-        raise fail(f"ran out of memory analyzing {trace}; try a machine with more memory", 3) from None
-    except Exception as exc:  # a bug, not bad input: still one line unless debugging
-        if os.environ.get("TRACEINSIGHT_DEBUG"):
-            raise
-        raise fail(
-            f"internal error analyzing {trace}: {type(exc).__name__}: {exc}; "
-            "rerun with TRACEINSIGHT_DEBUG=1 for the traceback and please report it",
-            3,
-        ) from None
+    _gate(broken)
 
 
-def _source_root(option: Path | None) -> Path | None:
+@app.command(epilog=_EXIT_CODES)
+def diff(
+    before: Annotated[
+        Path,
+        typer.Argument(
+            metavar="BEFORE",
+            show_default=False,
+            readable=False,
+            help="The baseline: a trace (.json/.json.gz) or a result of analyze --json.",
+        ),
+    ],
+    after: Annotated[
+        Path,
+        typer.Argument(
+            metavar="AFTER",
+            show_default=False,
+            readable=False,
+            help="The change to judge: a trace or a result of analyze --json.",
+        ),
+    ],
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "-o",
+            "--output",
+            metavar="PATH",
+            show_default=False,
+            help="Where to write the HTML page [default: ./<before>-vs-<after>.html].",
+        ),
+    ] = None,
+    json_out: JsonOption = None,
+    markdown: MarkdownOption = None,
+    no_html: NoHtmlOption = False,
+    top: Annotated[
+        int, typer.Option("--top", metavar="N", min=1, help="Kernels listed whose time changed most.")
+    ] = 10,
+    min_gap_us: MinGapOption = _DEFAULTS.min_gap_us,
+    low_utilization: LowUseOption = _DEFAULTS.low_utilization,
+    user_code: UserCodeOption = None,
+    force: ForceOption = False,
+    max_size: MaxSizeOption = None,
+    fail_on: FailOnOption = None,
+    fail_on_rule: FailOnRuleOption = None,
+    max_idle: MaxIdleOption = None,
+    max_syncs_per_step: MaxSyncsOption = None,
+    max_regression: Annotated[
+        float | None,
+        typer.Option(
+            "--max-regression",
+            metavar="PCT",
+            min=0,
+            show_default=False,
+            help="Gate: exit 1 when the step time grew more than PCT % over BEFORE.",
+        ),
+    ] = None,
+) -> None:
+    """Compare two runs: step time, GPU busy and idle by cause, syncs, copies, communication,
+    findings fixed / new / still there, and the kernels that changed most.
+
+    A stored result (analyze --json) works as a baseline without its trace. The gate options hold
+    AFTER to the budgets, and --max-regression its step time to BEFORE's.
+    """
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    from traceinsight.load.progress import terminal_progress
+    from traceinsight.pipeline import diff_and_write
+
+    global _analysis_done
+    thresholds = Thresholds(min_gap_us=min_gap_us, low_utilization=low_utilization)
+    with _errors(f"{before} and {after}"):
+        config = read_config()
+        packages = tuple(dict.fromkeys([*(user_code or ()), *config.user_code]))
+        budgets = _budgets(config, fail_on=fail_on, fail_on_rules=fail_on_rule, max_idle=max_idle,
+                           max_syncs_per_step=max_syncs_per_step, max_regression=max_regression)  # fmt: skip
+        _check_outputs_to_stdout(json_out, markdown)
+        from traceinsight.load import SizeLimit
+
+        limit = SizeLimit(parse_size(max_size) if max_size is not None else None)
+        comparison, after_result = diff_and_write(
+            before,
+            after,
+            html=output,
+            json_out=json_out,
+            markdown=markdown,
+            write_html=not no_html,
+            thresholds=thresholds,
+            user_code=packages,
+            progress=lambda path: terminal_progress(f"reading {path.name}"),
+            limit=limit,
+            force=force,
+            top=top,
+        )
+        broken: list[str] = []
+        if not budgets.empty:
+            from traceinsight.gate import broken_diff
+
+            broken = broken_diff(comparison, after_result, budgets)
+        _analysis_done = True
+    _gate(broken)
+
+
+def _source_root(option: Path | None, config: ProjectConfig | None = None) -> Path | None:
     """The folder report excerpts may be read from: ``--source-root``, else ``source-root`` of the
     ``[tool.traceinsight]`` table, else None (no excerpts)."""
     if option is None:
-        from traceinsight.config import read_config
-
-        return read_config().source_root
+        return (config or read_config()).source_root
     if not option.is_dir():
         raise ConfigError(
             f"--source-root {option}: no such folder; name the project folder the trace's code is in"

@@ -61,6 +61,7 @@ class FindingChange:
     rule: str
     site: str
     title: str
+    #: The finding's saving on the comparison's basis (per step when both sides have steps), µs.
     before_saving_us: float | None
     after_saving_us: float | None
     severity: str
@@ -138,6 +139,11 @@ def read_result(path: Path) -> Document | None:
         ) from None
     if not isinstance(document, dict) or document.get("tool", {}).get("name") != "traceinsight":
         return None
+    if document["tool"].get("kind") == "diff":
+        raise TraceFormatError(
+            f"cannot compare {path}: it is the output of traceinsight diff; give a trace or a result of "
+            "traceinsight analyze --json"
+        )
     if not isinstance(document.get("schema"), int) or document["schema"] < 2:
         raise TraceFormatError(
             f"cannot compare {path}: it is a result of schema {document.get('schema')}, written before "
@@ -283,6 +289,11 @@ def compare(
             table.setdefault((finding["rule"], finding_site(finding)), finding)
         return table
 
+    def saving(finding: Document) -> float | None:
+        """The finding's saving on the comparison's basis (per step when both sides have steps)."""
+        per_step = finding.get("savings_per_step_us")
+        return per_step if basis == "per step" and per_step is not None else finding.get("savings_us")
+
     old, fresh = keyed(before), keyed(after)
     changes = [
         FindingChange(
@@ -290,16 +301,14 @@ def compare(
             rule=key[0],
             site=key[1],
             title=(fresh.get(key) or finding)["title"],
-            before_saving_us=finding.get("savings_us"),
-            after_saving_us=fresh[key].get("savings_us") if key in fresh else None,
+            before_saving_us=saving(finding),
+            after_saving_us=saving(fresh[key]) if key in fresh else None,
             severity=(fresh.get(key) or finding)["severity"],
         )
         for key, finding in old.items()
     ]
     changes += [
-        FindingChange(
-            "new", key[0], key[1], finding["title"], None, finding.get("savings_us"), finding["severity"]
-        )
+        FindingChange("new", key[0], key[1], finding["title"], None, saving(finding), finding["severity"])
         for key, finding in fresh.items()
         if key not in old
     ]

@@ -1,38 +1,52 @@
 """The one path from a trace file to every output: load → analyze → rules → renderers.
 
 Both commands (`analyze` and `run`) go through :func:`analyze_and_write`, so a report made right
-after a capture is the same as one made later from the file alone.
+after a capture is the same as one made later from the file alone; `diff` goes through
+:func:`diff_and_write`, which reads each side as `analyze` would (or takes its stored JSON result).
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from rich.console import Console
+from rich.text import Text
 
+from traceinsight.compare import Comparison, compare, read_result
 from traceinsight.errors import OutputError
 from traceinsight.load import SizeLimit, load_trace
 from traceinsight.load.progress import ProgressCallback
-from traceinsight.render.json_report import JsonRenderer
+from traceinsight.load.text import printable
+from traceinsight.render.json_report import JsonRenderer, report_dict
 from traceinsight.render.terminal import print_summary
 from traceinsight.report import Report, RunContext, report_for
 from traceinsight.thresholds import Thresholds
 
 
-def default_report_path(trace: Path) -> Path:
-    """``<cwd>/<trace name without .json/.json.gz>.html``."""
+def _stem(trace: Path) -> str:
     name = trace.name
     for suffix in (".gz", ".json"):
         name = name.removesuffix(suffix)
-    return Path.cwd() / f"{name}.html"
+    return name
+
+
+def default_report_path(trace: Path) -> Path:
+    """``<cwd>/<trace name without .json/.json.gz>.html``."""
+    return Path.cwd() / f"{_stem(trace)}.html"
+
+
+def default_diff_path(before: Path, after: Path) -> Path:
+    """``<cwd>/<before>-vs-<after>.html`` (names without .json/.json.gz)."""
+    return Path.cwd() / f"{_stem(before)}-vs-{_stem(after)}.html"
 
 
 def check_writable(path: Path) -> None:
@@ -69,18 +83,23 @@ def _is_report(path: Path) -> bool:
 
 
 def check_outputs(
-    trace: Path, outputs: list[tuple[str, Path]], *, default_report: Path | None = None, force: bool = False
+    trace: Path | Sequence[Path],
+    outputs: list[tuple[str, Path]],
+    *,
+    default_report: Path | None = None,
+    force: bool = False,
 ) -> None:
     """Refuse, before the analysis, outputs that would destroy a file that is not ours to replace.
 
-    ``outputs`` are (option, path) pairs. No output may be the trace itself or another output
-    (compared after resolving links and by inode). ``default_report`` is the report path the user
-    did not choose (``./<trace name>.html``): it may replace only an earlier traceinsight report,
-    unless ``force``.
+    ``trace`` is the input (or the inputs); ``outputs`` are (option, path) pairs. No output may be
+    an input or another output (compared after resolving links and by inode). ``default_report``
+    is the report path the user did not choose (``./<trace name>.html``): it may replace only an
+    earlier traceinsight report, unless ``force``.
     """
+    inputs = [trace] if isinstance(trace, Path) else list(trace)
     for index, (option, path) in enumerate(outputs):
         check_writable(path)
-        if _same_file(path, trace):
+        if any(_same_file(path, source) for source in inputs):
             raise OutputError(
                 f"cannot write {path} ({option}): it is the trace being analyzed; pick another path"
             )
@@ -168,6 +187,8 @@ def analyze_and_write(
     run: RunContext | None = None,
     force: bool = False,
     limit: SizeLimit | None = None,
+    markdown: str | None = None,
+    top: int = 5,
 ) -> Report:
     """Analyze ``trace``; print the terminal summary; write the HTML report (and JSON if asked).
 
@@ -178,12 +199,11 @@ def analyze_and_write(
     ``source_root`` is the folder the report's code excerpts may be read from (None: no excerpts,
     only paths and line numbers). ``run`` carries what ``traceinsight run`` knows of the script's
     run. Outputs are checked first (:func:`check_outputs`; ``force`` lets the default report path
-    replace any file). ``limit`` bounds how much JSON the trace may expand to.
+    replace any file). ``limit`` bounds how much JSON the trace may expand to. ``markdown`` is a
+    path or ``"-"`` for the Markdown summary; ``top`` is how many rows the terminal tables show.
     """
     html_path = (html if html is not None else default_report_path(trace)) if write_html else None
-    targets = [("-o/--output", html_path)] if html_path is not None else []
-    if json_out is not None and json_out != "-":
-        targets.append(("--json", Path(json_out)))
+    targets = _targets(html_path, json_out, markdown)
     check_outputs(trace, targets, default_report=html_path if html is None else None, force=force)
     if html_path is not None:
         # matplotlib and jinja2 take ~1 s to import; do it while the trace loads (the loader mostly
@@ -196,19 +216,133 @@ def analyze_and_write(
     with _stage(f"analyzing {trace.name}"):
         report = report_for(loaded, thresholds, user_code, run)
     del loaded
-    outputs: list[tuple[str, Path]] = []
-    if json_out == "-":
-        sys.stdout.write(JsonRenderer().render(report))
-        sys.stdout.flush()
-        console = Console(stderr=True)
-    elif json_out is not None:
-        json_path = Path(json_out)
-        write_atomically(json_path, JsonRenderer().render(report))
-        outputs.append(("JSON", json_path))
-    if html_path is not None:
-        with _stage(f"writing {html_path.name}"):
-            page = render_html(report, source_root)
-        write_atomically(html_path, page)
-        outputs.append(("report", html_path))
-    print_summary(report, console or Console(), outputs)
+
+    def page() -> str:
+        return render_html(report, source_root)
+
+    def summary() -> str:
+        from traceinsight.render.markdown import MarkdownRenderer
+
+        return MarkdownRenderer().render(report)
+
+    outputs, to_stdout = _write_outputs(
+        [
+            ("JSON", json_out, lambda: JsonRenderer().render(report)),
+            ("Markdown", markdown, summary),
+            ("report", None if html_path is None else str(html_path), page),
+        ]
+    )
+    print_summary(report, console or Console(stderr=to_stdout), outputs, top=top)
     return report
+
+
+def _targets(html: Path | None, json_out: str | None, markdown: str | None) -> list[tuple[str, Path]]:
+    """The files a command will write, as (option, path) pairs for :func:`check_outputs`."""
+    targets = [("-o/--output", html)] if html is not None else []
+    targets += [(option, Path(value)) for option, value in (("--json", json_out), ("--markdown", markdown))
+                if value is not None and value != "-"]  # fmt: skip
+    return targets
+
+
+def _write_outputs(
+    outputs: list[tuple[str, str | None, Callable[[], str]]],
+) -> tuple[list[tuple[str, Path]], bool]:
+    """Write each (label, destination, text maker): a path atomically, ``"-"`` to stdout, None not at
+    all. Returns the files written and whether stdout was used (the summary then goes to stderr)."""
+    written: list[tuple[str, Path]] = []
+    to_stdout = False
+    for label, destination, make in outputs:
+        if destination is None:
+            continue
+        if destination == "-":
+            sys.stdout.write(make())
+            sys.stdout.flush()
+            to_stdout = True
+            continue
+        path = Path(destination)
+        with _stage(f"writing {path.name}"):
+            text = make()
+        write_atomically(path, text)
+        written.append((label, path))
+    return written, to_stdout
+
+
+def result_of(
+    path: Path,
+    *,
+    thresholds: Thresholds | None = None,
+    user_code: tuple[str, ...] = (),
+    progress: ProgressCallback | None = None,
+    limit: SizeLimit | None = None,
+) -> dict[str, Any]:
+    """The JSON result of ``path``: read as it is when it is one (``analyze --json``), else the
+    trace analyzed as ``analyze`` does."""
+    stored = read_result(path)
+    if stored is not None:
+        return stored
+    loaded = load_trace(path, progress=progress, limit=limit)
+    _give_back_freed_memory()
+    with _stage(f"analyzing {path.name}"):
+        report = report_for(loaded, thresholds, user_code)
+    del loaded
+    return report_dict(report)
+
+
+def diff_and_write(
+    before: Path,
+    after: Path,
+    *,
+    html: Path | None,
+    json_out: str | None = None,
+    markdown: str | None = None,
+    write_html: bool = True,
+    console: Console | None = None,
+    thresholds: Thresholds | None = None,
+    user_code: tuple[str, ...] = (),
+    progress: Callable[[Path], AbstractContextManager[ProgressCallback | None]] | None = None,
+    limit: SizeLimit | None = None,
+    force: bool = False,
+    top: int = 10,
+) -> tuple[Comparison, dict[str, Any]]:
+    """Compare ``before`` with ``after`` (each a trace or a JSON result); print the summary, write
+    the page (and JSON/Markdown if asked). Returns the comparison and the after side's result (for
+    the gate). ``progress(path)`` opens the load's progress display for each trace read."""
+    from traceinsight.compare import comparison_dict
+    from traceinsight.render.diff import ComparisonHtmlRenderer, comparison_renderables
+    from traceinsight.render.markdown import render_comparison
+
+    html_path = (html if html is not None else default_diff_path(before, after)) if write_html else None
+    check_outputs(
+        (before, after),
+        _targets(html_path, json_out, markdown),
+        default_report=html_path if html is None else None,
+        force=force,
+    )
+    documents = []
+    for path in (before, after):
+        with progress(path) if progress is not None else nullcontext() as callback:
+            documents.append(
+                result_of(path, thresholds=thresholds, user_code=user_code, progress=callback, limit=limit)
+            )
+    comparison = compare(documents[0], documents[1], before.name, after.name, top=top)
+    outputs, to_stdout = _write_outputs(
+        [
+            (
+                "JSON",
+                json_out,
+                lambda: json.dumps(comparison_dict(comparison), indent=2, ensure_ascii=False) + "\n",
+            ),
+            ("Markdown", markdown, lambda: render_comparison(comparison)),
+            (
+                "page",
+                None if html_path is None else str(html_path),
+                lambda: ComparisonHtmlRenderer().render(comparison),
+            ),
+        ]
+    )
+    out = console or Console(stderr=to_stdout)
+    for part in comparison_renderables(comparison):
+        out.print(part)
+    for label, path in outputs:
+        out.print(Text.assemble(f"{label}: ", (printable(str(path)), "bold")))
+    return comparison, documents[1]

@@ -101,6 +101,7 @@ def run(
         Path | None,
         typer.Option(
             "--trace",
+            metavar="PATH",
             help="Where to write the trace (gzip JSON; plain JSON if PATH does not end in .gz). "
             "Default: SCRIPT.<date-time>.pt.trace.json.gz in the current folder; under torchrun "
             "SCRIPT.<date-time>.job/SCRIPT.rankN.pt.trace.json.gz ({rank} in PATH is replaced, "
@@ -114,6 +115,7 @@ def run(
         typer.Option(
             "-o",
             "--output",
+            metavar="PATH",
             help="Where to write the HTML report. Default: SCRIPT.<date-time>.report.html.",
             dir_okay=False,
             show_default=False,
@@ -127,19 +129,23 @@ def run(
     ] = None,
     wait: Annotated[
         int,
-        typer.Option(min=0, help="Steps to skip first (step 0 includes start-up)."),
+        typer.Option(metavar="N", min=0, help="Steps to skip first (step 0 includes start-up)."),
     ] = _DEFAULTS.wait,
     warmup: Annotated[
         int,
-        typer.Option(min=0, help="Steps profiled then thrown away, after the skipped ones."),
+        typer.Option(metavar="N", min=0, help="Steps profiled then thrown away, after the skipped ones."),
     ] = _DEFAULTS.warmup,
     active: Annotated[
         int,
-        typer.Option(min=1, help="Steps recorded into the trace."),
+        typer.Option(metavar="N", min=1, help="Steps recorded into the trace."),
     ] = _DEFAULTS.active,
     repeat: Annotated[
         int,
-        typer.Option(min=0, help="Wait/warm-up/active cycles (0: until the script ends); the last is kept."),
+        typer.Option(
+            metavar="N",
+            min=0,
+            help="Wait/warm-up/active cycles (0: until the script ends); the last is kept.",
+        ),
     ] = _DEFAULTS.repeat,
     memory: Annotated[
         bool,
@@ -158,7 +164,7 @@ def run(
         list[str] | None,
         typer.Option(
             "--user-code",
-            metavar="PKG",
+            metavar="PACKAGE",
             help="A package whose frames are your own code, even if installed (repeatable; adds to "
             "[tool.traceinsight] user-code of the script's pyproject.toml).",
             show_default=False,

@@ -85,7 +85,12 @@ def load_trace(
                 source.rewind()
                 document, part = load_pure(source, progress)
         except TraceFormatError:
-            # torch's own unescaped frame names (see :mod:`.repair`); any other error stands
+            # torch's own unescaped frame names (see :mod:`.repair`); any other error stands. Only
+            # a text that starts as a trace object is read again whole to look for them.
+            source.rewind()
+            head = next(source.blocks(4096), b"")
+            if not head.removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\r\n").startswith(b"{"):
+                raise
             source.rewind()
             text, repaired = repair_names(source.read_all())
             if not repaired:

@@ -18,6 +18,7 @@ from traceinsight.analysis.causes import cause_label
 from traceinsight.compare import Comparison, Metric
 from traceinsight.formatting import format_duration, format_share, short_kernel_name
 from traceinsight.render import charts
+from traceinsight.render.terminal import KernelTable
 
 __all__ = ["ComparisonHtmlRenderer", "comparison_renderables", "format_change", "format_value"]
 
@@ -92,29 +93,36 @@ def comparison_renderables(comparison: Comparison) -> list[RenderableType]:
         )
         listing.add_column("rule", no_wrap=True, style="dim")
         listing.add_column("finding")
-        listing.add_column("saving", justify="right", no_wrap=True)
-        for change in changes:
-            saving = " → ".join(
+        savings = [
+            " → ".join(
                 format_duration(value * 1000) if value is not None else "—"
                 for value in (change.before_saving_us, change.after_saving_us)
             )
+            for change in changes
+        ]
+        listing.add_column("saving", justify="right", no_wrap=True, min_width=max(map(len, savings)))
+        for change, saving in zip(changes, savings, strict=True):
             listing.add_row(change.rule, Text(change.title), saving)
         parts.append(listing)
     if comparison.kernels:
-        kernels = Table(title="Kernels that changed most", title_justify="left", show_edge=False)
-        kernels.add_column("GPU", no_wrap=True)
-        kernels.add_column("kernel", overflow="ellipsis", no_wrap=True, ratio=1)
-        for column in ("before", "after", "launches"):
-            kernels.add_column(column, justify="right", no_wrap=True)
-        for moved in comparison.kernels:
-            kernels.add_row(
-                str(moved.device),
-                Text(short_kernel_name(moved.name, 60)),
-                format_duration(moved.before_total_us * 1000),
-                format_duration(moved.after_total_us * 1000),
-                f"{moved.before_count} → {moved.after_count}",
+        parts.append(
+            KernelTable(
+                f"Kernels that changed most ({comparison.basis})",
+                ("before", "after", "launches"),
+                [
+                    (
+                        moved.device,
+                        moved.name,
+                        (
+                            format_duration(moved.before_total_us * 1000),
+                            format_duration(moved.after_total_us * 1000),
+                            f"{moved.before_count} → {moved.after_count}",
+                        ),
+                    )
+                    for moved in comparison.kernels
+                ],
             )
-        parts.append(kernels)
+        )
     return parts
 
 

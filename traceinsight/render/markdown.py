@@ -27,7 +27,11 @@ MAX_CHARS: Final[int] = 60_000
 TOP_FINDINGS: Final[int] = 8
 #: A trace string is cut to this many characters.
 _MAX_TEXT: Final[int] = 200
-_PUNCTUATION = re.compile(r"([!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~])")
+#: What Markdown (GitHub's, with autolinks and math) can read as markup inside a line: links, images,
+#: emphasis, code, HTML and entities, tables, strikethrough, math, and the ``.``/``:``/``@`` of an
+#: autolink. (Line-start markers such as ``-``, ``+``, ``=`` cannot occur: a trace string never
+#: starts a line.)
+_PUNCTUATION = re.compile(r"([!#$&()*.:<>@\[\\\]_`{|}~])")
 
 
 def escape(text: object, limit: int = _MAX_TEXT) -> str:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Final
 
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.panel import Panel
 from rich.style import StyleType
 from rich.table import Table
@@ -37,6 +38,38 @@ class _DataTable(Table):
     ) -> None:
         cells = (Text(cell) if isinstance(cell, str) else cell for cell in renderables)
         super().add_row(*cells, style=style, end_section=end_section)
+
+
+class KernelTable:
+    """A table of kernels (GPU, name, figures) made when its width is known: the figures keep their
+    full width and the name takes what is left, cut with an ellipsis (rich would cut every column,
+    figures included, when a long name does not fit 80 columns)."""
+
+    #: Each column's padding (1 either side) and the rule between columns.
+    _OVERHEAD: Final = 3
+
+    def __init__(
+        self, title: str, columns: tuple[str, ...], rows: list[tuple[int, str, tuple[str, ...]]]
+    ) -> None:
+        self.title = title
+        self.columns = columns
+        self.rows = rows
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        widths = [
+            max(len(column), *(len(figures[i]) for _, _, figures in self.rows))
+            for i, column in enumerate(self.columns)
+        ]
+        fixed = 3 + sum(widths) + self._OVERHEAD * (len(widths) + 2)
+        room = max(options.max_width - fixed, 16)
+        table = _DataTable(title=self.title, title_justify="left", show_edge=False)
+        table.add_column("GPU", no_wrap=True, min_width=3)
+        table.add_column("kernel", overflow="ellipsis", no_wrap=True, max_width=room)
+        for column, width in zip(self.columns, widths, strict=True):
+            table.add_column(column, justify="right", no_wrap=True, min_width=width)
+        for device, name, figures in self.rows:
+            table.add_row(str(device), _data(short_kernel_name(name, min(room, 60))), *figures)
+        yield table
 
 
 def header_lines(report: Report) -> list[tuple[str, str]]:
@@ -113,7 +146,7 @@ def _finding_card(index: int, finding: Finding) -> RenderableType:
     )
 
 
-def renderables(report: Report) -> list[RenderableType]:
+def renderables(report: Report, top: int = _TOP) -> list[RenderableType]:
     """Everything the summary prints, in order."""
     analysis = report.analysis
     parts: list[RenderableType] = []
@@ -165,7 +198,7 @@ def renderables(report: Report) -> list[RenderableType]:
             f"Longest idle gaps (of {len(analysis.idle_gaps)}; start counts from the trace's first event)",
             ("GPU", "start", "idle", "cause", "what the host did", "source"),
         )
-        for gap in analysis.idle_gaps[:_TOP]:
+        for gap in analysis.idle_gaps[:top]:
             gaps.add_row(
                 str(gap.device),
                 format_duration(gap.start_ns - analysis.meta.origin_ns),
@@ -177,7 +210,7 @@ def renderables(report: Report) -> list[RenderableType]:
         parts.append(gaps)
     if analysis.sync_hotspots:
         hot = _detail_table("Sync hot spots", ("call", "op", "source", "count", "blocked", "GPU idle after"))
-        for hotspot in analysis.sync_hotspots[:_TOP]:
+        for hotspot in analysis.sync_hotspots[:top]:
             hot.add_row(
                 _data(hotspot.call),
                 _data(hotspot.op or ""),
@@ -189,7 +222,7 @@ def renderables(report: Report) -> list[RenderableType]:
         parts.append(hot)
     if analysis.copies:
         copies = _detail_table("Copies by kind", ("GPU", "kind", "count", "bytes", "time", "overlapped"))
-        for group in analysis.copies[:_TOP]:
+        for group in analysis.copies[:top]:
             share = group.overlapped_ns / group.duration_ns if group.duration_ns else 0.0
             copies.add_row(
                 str(group.device),
@@ -201,24 +234,24 @@ def renderables(report: Report) -> list[RenderableType]:
             )
         parts.append(copies)
     if analysis.kernels.kernels:
-        kernels = _DataTable(title="Top kernels", title_justify="left", show_edge=False)
-        kernels.add_column("GPU", no_wrap=True)
-        kernels.add_column("kernel", overflow="ellipsis", no_wrap=True, ratio=1)
-        for column in ("count", "total", "mean"):
-            kernels.add_column(column, justify="right", no_wrap=True)
-        for stat in analysis.kernels.kernels[:_TOP]:
-            kernels.add_row(
-                str(stat.device),
-                _data(short_kernel_name(stat.name, 60)),
-                f"{stat.count:,}",
-                format_duration(stat.total_ns),
-                format_duration(stat.mean_ns),
+        parts.append(
+            KernelTable(
+                "Top kernels",
+                ("count", "total", "mean"),
+                [
+                    (
+                        stat.device,
+                        stat.name,
+                        (f"{stat.count:,}", format_duration(stat.total_ns), format_duration(stat.mean_ns)),
+                    )
+                    for stat in analysis.kernels.kernels[:top]
+                ],
             )
-        parts.append(kernels)
+        )
     host = analysis.host
     if host.top_ops:
         ops = _detail_table("Busiest host operators (by self time)", ("operator", "count", "self", "total"))
-        shown = len(host.top_ops) if not analysis.has_gpu else _TOP
+        shown = len(host.top_ops) if not analysis.has_gpu else top
         for (name, count, total), own in list(zip(host.top_ops, host.top_ops_self, strict=True))[:shown]:
             ops.add_row(_data(name), str(count), format_duration(own), format_duration(total))
         parts.append(ops)
@@ -246,9 +279,11 @@ class TerminalRenderer:
         return buffer.getvalue()
 
 
-def print_summary(report: Report, console: Console, outputs: list[tuple[str, Path]] | None = None) -> None:
-    """Print the summary to ``console`` and, last, where each output was written."""
-    for part in renderables(report):
+def print_summary(
+    report: Report, console: Console, outputs: list[tuple[str, Path]] | None = None, top: int = _TOP
+) -> None:
+    """Print the summary to ``console`` (``top`` rows per table) and, last, where each output was written."""
+    for part in renderables(report, top):
         console.print(part)
     for label, path in outputs or []:
         console.print(Text.assemble(f"{label}: ", (printable(str(path)), "bold")))
