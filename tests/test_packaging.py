@@ -20,7 +20,9 @@ def test_distribution_name_and_optional_torch() -> None:
     assert project["name"] == "torch-traceinsight"  # "traceinsight" on PyPI is another project
     assert not any(dep.startswith("torch") for dep in project["dependencies"])
     assert any(dep.startswith("torch") for dep in project["optional-dependencies"]["run"])
-    assert project["scripts"]["traceinsight"] == "traceinsight.cli:main"
+    assert (
+        project["scripts"]["traceinsight"] == "traceinsight.__main__:main"
+    )  # Ctrl-C while importing the CLI is one line
 
 
 def _build_wheel(folder: Path, **environment: str) -> Path:

@@ -15,7 +15,8 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -454,13 +455,120 @@ def test_ctrl_c_still_writes_trace_and_report_then_dies_like_python(tmp_path: Pa
     assert run.report.is_file()
 
 
+@pytest.mark.parametrize("delay", [0.05, 0.3, 0.6])
+def test_ctrl_c_before_the_script_starts_is_one_line_and_status_130(delay: float, tmp_path: Path) -> None:
+    """Ctrl-C while the command starts (its imports, torch's, the profiler's set-up): the script
+    (which would write a file first thing) never ran, nothing is written, one line, 130."""
+    script = tmp_path / "marks.py"
+    script.write_text("open('ran', 'w').close()\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "traceinsight", "run", str(script)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # a shell's job, not ignoring it
+    )
+    time.sleep(delay)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    if (tmp_path / "ran").exists():
+        pytest.skip(f"this machine started the script within {delay} s")  # not the case under test
+    assert process.returncode == 130, stderr
+    assert stderr.splitlines() == [stderr.strip()] and "interrupted (Ctrl-C)" in stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["marks.py"]
+
+
 # --- examples ----------------------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def example_run(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Callable[[str], tuple[RunResult, dict[str, Any]]]:
+    """``traceinsight run --json`` of an example (each run once per module): the run and its JSON."""
+    cache: dict[str, tuple[RunResult, dict[str, Any]]] = {}
+
+    def get(name: str) -> tuple[RunResult, dict[str, Any]]:
+        if name not in cache:
+            folder = tmp_path_factory.mktemp(name.removesuffix(".py"))
+            run = run_in_process(folder, "--json", str(folder / "run.json"), str(EXAMPLES / name))
+            assert run.exit_code == 0, run.stderr
+            cache[name] = (run, json.loads((folder / "run.json").read_text(encoding="utf-8")))
+        return cache[name]
+
+    return get
+
+
+def line_of(script: str, text: str) -> int:
+    """The 1-based line of ``script`` (in examples/) whose code (not a docstring or a comment)
+    holds ``text``."""
+    import ast
+
+    source = (EXAMPLES / script).read_text()
+    docstrings = {
+        line
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+        for line in range(node.lineno, (node.end_lineno or node.lineno) + 1)
+    }
+    (line,) = [
+        n
+        for n, code in enumerate(source.splitlines(), 1)
+        if n not in docstrings and text in code.split("#", 1)[0]
+    ]
+    return line
+
+
 @pytest.mark.parametrize("example", sorted(path.name for path in EXAMPLES.glob("*.py")))
-def test_example_runs_on_cpu_and_the_report_says_there_was_no_gpu(example: str, tmp_path: Path) -> None:
-    run = run_in_process(tmp_path, str(EXAMPLES / example))
-    assert run.exit_code == 0, run.stderr
+def test_example_runs_on_cpu_and_the_report_says_there_was_no_gpu(
+    example: str, example_run: Callable[[str], tuple[RunResult, dict[str, Any]]]
+) -> None:
+    run, _ = example_run(example)
     assert run.step_names() == [f"ProfilerStep#{n}" for n in range(3, 8)]
     assert_report_written(run)
     assert "no gpu" in run.report.read_text(encoding="utf-8").lower()
+
+
+def test_item_every_step_is_a_latent_sync_at_its_line_and_its_twin_is_not(
+    example_run: Callable[[str], tuple[RunResult, dict[str, Any]]],
+) -> None:
+    _, problem = example_run("item_every_step.py")
+    _, fixed = example_run("item_every_step_fixed.py")
+    line = line_of("item_every_step.py", "loss.item()")
+    latent = [f for f in problem["findings"] if f["rule"] == "latent-sync"]
+    assert [f["source"] for f in latent] == [f"item_every_step.py:{line}"]
+    assert not [f for f in fixed["findings"] if f["rule"] in ("latent-sync", "sync-in-forward")]
+
+
+def test_tensor_branch_is_a_sync_in_forward_naming_its_module_and_its_twin_is_not(
+    example_run: Callable[[str], tuple[RunResult, dict[str, Any]]],
+) -> None:
+    _, problem = example_run("tensor_branch.py")
+    _, fixed = example_run("tensor_branch_fixed.py")
+    line = line_of("tensor_branch.py", "if h.sum() > 0")
+    (finding,) = [f for f in problem["findings"] if f["rule"] == "sync-in-forward"]
+    assert finding["source"] == f"tensor_branch.py:{line}"
+    assert "GatedBlock" in finding["title"]
+    assert not [f for f in fixed["findings"] if f["rule"] in ("latent-sync", "sync-in-forward")]
+
+
+def test_diff_of_an_example_and_its_fixed_twin_reports_the_finding_fixed(
+    example_run: Callable[[str], tuple[RunResult, dict[str, Any]]], tmp_path: Path
+) -> None:
+    before, _ = example_run("item_every_step.py")
+    after, _ = example_run("item_every_step_fixed.py")
+    out = tmp_path / "diff.json"
+    result = runner.invoke(
+        app, ["diff", str(before.trace), str(after.trace), "--no-html", "--json", str(out)]
+    )
+    assert result.exit_code == 0, result.stderr
+    comparison = json.loads(out.read_text())
+    line = line_of("item_every_step.py", "loss.item()")
+    fixed = [(f["rule"], f["site"]) for f in comparison["findings"] if f["status"] == "fixed"]
+    assert ("latent-sync", f"item_every_step.py:{line}") in fixed
+    assert not [f for f in comparison["findings"] if f["status"] == "new" and f["rule"] == "latent-sync"]

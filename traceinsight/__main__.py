@@ -1,6 +1,23 @@
-"""`python -m traceinsight` is the same as the `traceinsight` command."""
+"""The `traceinsight` command's entry point; `python -m traceinsight` is the same command.
 
-from traceinsight.cli import main
+The CLI's imports (typer, rich) take about half a second: Ctrl-C in that time is one line and exit
+status 130, like Ctrl-C at any later point before a script runs, never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main() -> None:
+    """Import the CLI and run it."""
+    try:
+        from traceinsight.cli import main as cli_main
+    except KeyboardInterrupt:
+        sys.stderr.write("traceinsight: interrupted (Ctrl-C) while starting; nothing was run or written\n")
+        raise SystemExit(130) from None
+    cli_main()
+
 
 if __name__ == "__main__":
     main()

@@ -437,6 +437,18 @@ def _register_run() -> None:
 _register_run()
 
 
+def _interrupted(exit: BaseException) -> bool:
+    """Whether ``exit`` is typer's status 130 for a KeyboardInterrupt (it prints nothing itself)."""
+    seen: BaseException | None = exit
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def main() -> None:
     """Console-script entry point.
 
@@ -447,6 +459,11 @@ def main() -> None:
     try:
         app()
     except SystemExit as exc:
+        if _interrupted(exc):
+            # Ctrl-C before a script ran, or during an analysis (outputs are written whole or not
+            # at all); a script's own Ctrl-C is `run`'s, which dies by SIGINT as Python does.
+            sys.stderr.write("traceinsight: interrupted (Ctrl-C); no output was left half-written\n")
+            raise SystemExit(130) from None
         if not _analysis_done:
             raise
         code = exc.code

@@ -99,6 +99,12 @@ class Comparison:
     findings: tuple[FindingChange, ...]
     kernels: tuple[KernelChange, ...]
 
+    @property
+    def shown(self) -> tuple[Metric, ...]:
+        """The metrics and idle causes with a value on either side (what the renderers list; a run
+        without a GPU has no GPU shares)."""
+        return tuple(m for m in (*self.metrics, *self.idle) if m.before is not None or m.after is not None)
+
     def metric(self, key: str) -> Metric:
         """The metric named ``key``."""
         return next(metric for metric in (*self.metrics, *self.idle) if metric.key == key)
@@ -291,6 +297,8 @@ def compare(
 
     def saving(finding: Document) -> float | None:
         """The finding's saving on the comparison's basis (per step when both sides have steps)."""
+        if finding.get("saving_known") is False:
+            return None  # no GPU in the run, or nothing to replay: no figure to compare
         per_step = finding.get("savings_per_step_us")
         return per_step if basis == "per step" and per_step is not None else finding.get("savings_us")
 

@@ -72,7 +72,7 @@ def comparison_renderables(comparison: Comparison) -> list[RenderableType]:
     table.add_column("")
     for column in ("before", "after", "change"):
         table.add_column(column, justify="right", no_wrap=True)
-    for metric in (*comparison.metrics, *comparison.idle):
+    for metric in comparison.shown:
         table.add_row(
             _label(metric),
             format_value(metric, metric.before),
@@ -178,7 +178,7 @@ class ComparisonHtmlRenderer:
                 chart=chart,
                 rows=[
                     (_label(m), format_value(m, m.before), format_value(m, m.after), format_change(m))
-                    for m in (*comparison.metrics, *comparison.idle)
+                    for m in comparison.shown
                 ],
                 statuses=[
                     (title, status, [c for c in comparison.findings if c.status == status])

@@ -166,10 +166,7 @@ def render_comparison(comparison: Comparison) -> str:
     basis = "per step" if comparison.basis == "per step" else "in all"
     lines += _table(
         ("", "before", "after", "change"),
-        [
-            (escape(m.label), _value(m, m.before), _value(m, m.after), _change(m))
-            for m in (*comparison.metrics, *comparison.idle)
-        ],
+        [(escape(m.label), _value(m, m.before), _value(m, m.after), _change(m)) for m in comparison.shown],
     )
     lines += ["", f"Times are {basis}.", ""]
     for status, title in (("fixed", "Fixed"), ("new", "New"), ("still", "Still present")):
