@@ -252,3 +252,35 @@ def test_help_is_plain_and_says_the_exit_codes(command: str) -> None:
         assert "[tool.traceinsight]" in stdout  # not eaten as markup
         assert "Exit status: 0 done; 1 a gate was broken" in stdout
         assert "[default: ./<" in stdout  # -o's default
+
+
+# --- a stored result is untrusted input ----------------------------------------------------------
+
+
+def test_a_hostile_stored_result_is_data_or_one_line(tmp_path: Path) -> None:
+    baseline = result_of(WORKERS0, tmp_path)
+    hostile = json.loads(json.dumps(baseline))
+    hostile["findings"][0]["title"] = (
+        "\x1b[2J\x1b]0;pwned\x07 [bold]b[/bold] <img src=x> [x](https://evil.example)"
+    )
+    after = tmp_path / "hostile.json"
+    after.write_text(json.dumps(hostile))
+    stored = tmp_path / "baseline.json"
+    stored.write_text(json.dumps(baseline))
+    page, summary = tmp_path / "d.html", tmp_path / "d.md"
+    code, stdout, stderr = invoke(
+        "diff", str(stored), str(after), "-o", str(page), "--markdown", str(summary)
+    )
+    assert code == 0, stderr
+    for text in (stdout, page.read_text(), summary.read_text()):
+        assert "\x1b" not in text and "\x07" not in text
+    assert "[bold]b[/bold]" in stdout  # rich markup shown as written
+    assert "<img" not in page.read_text()
+    rendered = MarkdownIt("gfm-like").render(summary.read_text())
+    assert "<a " not in rendered and "<img" not in rendered
+
+    broken = json.loads(json.dumps(baseline))
+    broken["kernels"] = [{"device": "GPU zero", "name": 3}]
+    after.write_text(json.dumps(broken))
+    code, _, stderr = invoke("diff", str(stored), str(after), "--no-html")
+    assert code == 2 and stderr.count("\n") == 1 and "not a complete traceinsight result" in stderr

@@ -223,15 +223,27 @@ def _strings(value: Any) -> list[str]:
     return []
 
 
-def assert_outputs_clean(stdout: str, json_path: Path, html_path: Path) -> None:
-    """No control character in the terminal summary, in any JSON value, or in the page; no live
-    markup: rich markup is printed as written, HTML from the trace is escaped."""
+def assert_outputs_clean(
+    stdout: str, json_path: Path, html_path: Path, markdown_path: Path | None = None
+) -> None:
+    """No control character in the terminal summary, in any JSON value, in the page or the Markdown;
+    no live markup: rich markup is printed as written, HTML from the trace is escaped, and nothing
+    in the Markdown becomes a link, an image or HTML."""
     assert_printable(stdout, "the terminal summary")
     for value in _strings(json.loads(json_path.read_text(encoding="utf-8"))):
         assert _CONTROL_IN_VALUE.search(value) is None, f"a JSON value holds a control character: {value!r}"
     page = html_path.read_text(encoding="utf-8")
     assert_printable(page, "the HTML report")
     assert "<img" not in page  # the trace's HTML is escaped (the page has no images of its own)
+    if markdown_path is not None:
+        from markdown_it import MarkdownIt
+
+        summary = markdown_path.read_text(encoding="utf-8")
+        assert_printable(summary, "the Markdown summary")
+        kinds = {token.type for token in MarkdownIt("gfm-like").parse(summary)}
+        for block in MarkdownIt("gfm-like").parse(summary):
+            kinds |= {child.type for child in block.children or ()}
+        assert not kinds & {"link_open", "image", "html_inline", "html_block"}, kinds
 
 
 # --- the corpus through the CLI, in-process ------------------------------------------------------
@@ -246,7 +258,16 @@ def test_hostile_trace_is_refused_in_one_line_or_loaded_as_the_reference(
     out.mkdir()
     result = runner.invoke(
         app,
-        ["analyze", str(path), "--json", str(out / "r.json"), "-o", str(out / "r.html")],
+        [
+            "analyze",
+            str(path),
+            "--json",
+            str(out / "r.json"),
+            "-o",
+            str(out / "r.html"),
+            "--markdown",
+            str(out / "r.md"),
+        ],
         catch_exceptions=False,
     )
     if case.refused is not None:
@@ -258,7 +279,7 @@ def test_hostile_trace_is_refused_in_one_line_or_loaded_as_the_reference(
         assert list(out.iterdir()) == []  # nothing written, nothing half-written
         return
     assert result.exit_code == 0, result.output
-    assert_outputs_clean(result.stdout, out / "r.json", out / "r.html")
+    assert_outputs_clean(result.stdout, out / "r.json", out / "r.html", out / "r.md")
     loaded = load_trace(path)
     assert loaded.meta.load_notes == case.notes
     assert_same_trace(loaded, load_trace_reference(path))

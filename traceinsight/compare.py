@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from traceinsight.errors import TraceFormatError, TraceUnreadable
+from traceinsight.load.text import clean_text
 
 __all__ = [
     "Comparison",
@@ -150,12 +151,25 @@ def read_result(path: Path) -> Document | None:
             f"cannot compare {path}: it is the output of traceinsight diff; give a trace or a result of "
             "traceinsight analyze --json"
         )
-    if not isinstance(document.get("schema"), int) or document["schema"] < 2:
+    cleaned: Document = _cleaned(document)
+    if not isinstance(cleaned.get("schema"), int) or cleaned["schema"] < 2:
         raise TraceFormatError(
-            f"cannot compare {path}: it is a result of schema {document.get('schema')}, written before "
+            f"cannot compare {path}: it is a result of schema {cleaned.get('schema')}, written before "
             "traceinsight measured steps and savings; analyze its trace again"
         )
-    return document
+    return cleaned
+
+
+def _cleaned(value: Any) -> Any:
+    """A stored result is untrusted like a trace: every string (keys too) gets the trace's cleaning
+    (control characters replaced, long strings cut), so that none can drive a terminal."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list):
+        return [_cleaned(item) for item in value]
+    if isinstance(value, dict):
+        return {clean_text(key): _cleaned(item) for key, item in value.items()}
+    return value
 
 
 def _steps(document: Document) -> int:

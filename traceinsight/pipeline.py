@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.text import Text
 
 from traceinsight.compare import Comparison, compare, read_result
-from traceinsight.errors import OutputError
+from traceinsight.errors import OutputError, TraceFormatError
 from traceinsight.load import SizeLimit, load_trace
 from traceinsight.load.progress import ProgressCallback
 from traceinsight.load.text import printable
@@ -324,7 +324,15 @@ def diff_and_write(
             documents.append(
                 result_of(path, thresholds=thresholds, user_code=user_code, progress=callback, limit=limit)
             )
-    comparison = compare(documents[0], documents[1], before.name, after.name, top=top)
+    try:
+        comparison = compare(documents[0], documents[1], before.name, after.name, top=top)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
+        # Only a stored result can lack what compare reads (an analysis always has it): bad input.
+        stored = " and ".join(str(path) for path in (before, after) if read_result(path) is not None)
+        raise TraceFormatError(
+            f"cannot compare {stored or before}: not a complete traceinsight result "
+            f"({type(error).__name__}: {error}); write it again with traceinsight analyze --json"
+        ) from None
     outputs, to_stdout = _write_outputs(
         [
             (
