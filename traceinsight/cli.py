@@ -7,6 +7,7 @@ import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -20,6 +21,7 @@ from traceinsight.thresholds import Thresholds
 
 if TYPE_CHECKING:
     from traceinsight.gate import Budgets
+    from traceinsight.load import SizeLimit
 
 _DEFAULTS = Thresholds()
 
@@ -153,20 +155,40 @@ TopOption = Annotated[
 ]
 
 
-def _budgets(
-    config: ProjectConfig,
+@dataclass(frozen=True, slots=True)
+class _Shared:
+    """What `analyze` and `diff` read alike from their options and the project table."""
+
+    config: ProjectConfig
+    user_code: tuple[str, ...]
+    budgets: Budgets
+    limit: SizeLimit
+    thresholds: Thresholds
+
+
+def _shared(
     *,
+    user_code: list[str] | None,
+    max_size: str | None,
+    json_out: str | None,
+    markdown: str | None,
+    min_gap_us: float,
+    low_utilization: float,
     fail_on: str | None,
     fail_on_rules: list[str] | None,
     max_idle: float | None,
     max_syncs_per_step: float | None,
     max_regression: float | None = None,
-) -> Budgets:
-    """The gate's budgets: the command line over the project table."""
+) -> _Shared:
+    """Read the project table and check the options both commands take (the command line wins)."""
     from traceinsight.gate import Budgets, budgets_from_table
+    from traceinsight.load import SizeLimit
 
+    config = read_config()
     if fail_on is not None and fail_on not in SEVERITIES:
         raise ConfigError(f"--fail-on {fail_on!r}: give one of {', '.join(SEVERITIES)}")
+    if json_out == "-" and markdown == "-":
+        raise ConfigError("--json - and --markdown - both ask for stdout; write one of them to a file")
     given = Budgets(
         fail_on=fail_on,
         fail_on_rules=tuple(fail_on_rules or ()),
@@ -174,12 +196,13 @@ def _budgets(
         max_syncs_per_step=max_syncs_per_step,
         max_regression=max_regression,
     )
-    return budgets_from_table(config.table, str(config.path)).over(given)
-
-
-def _check_outputs_to_stdout(json_out: str | None, markdown: str | None) -> None:
-    if json_out == "-" and markdown == "-":
-        raise ConfigError("--json - and --markdown - both ask for stdout; write one of them to a file")
+    return _Shared(
+        config=config,
+        user_code=tuple(dict.fromkeys([*(user_code or ()), *config.user_code])),
+        budgets=budgets_from_table(config.table, str(config.path)).over(given),
+        limit=SizeLimit(parse_size(max_size) if max_size is not None else None),
+        thresholds=Thresholds(min_gap_us=min_gap_us, low_utilization=low_utilization),
+    )
 
 
 def _gate(lines: list[str]) -> None:
@@ -271,37 +294,31 @@ def analyze(
     from traceinsight.pipeline import analyze_and_write
 
     global _analysis_done
-    thresholds = Thresholds(min_gap_us=min_gap_us, low_utilization=low_utilization)
     with _errors(trace):
-        config = read_config()
-        packages = tuple(dict.fromkeys([*(user_code or ()), *config.user_code]))
-        budgets = _budgets(config, fail_on=fail_on, fail_on_rules=fail_on_rule, max_idle=max_idle,
-                           max_syncs_per_step=max_syncs_per_step)  # fmt: skip
-        _check_outputs_to_stdout(json_out, markdown)
-        from traceinsight.load import SizeLimit
-
-        limit = SizeLimit(parse_size(max_size) if max_size is not None else None)
+        shared = _shared(user_code=user_code, max_size=max_size, json_out=json_out, markdown=markdown,
+                         min_gap_us=min_gap_us, low_utilization=low_utilization, fail_on=fail_on,
+                         fail_on_rules=fail_on_rule, max_idle=max_idle, max_syncs_per_step=max_syncs_per_step)  # fmt: skip
         with terminal_progress(f"reading {trace.name}") as progress:
             report = analyze_and_write(
                 trace,
                 html=output,
                 json_out=json_out,
                 markdown=markdown,
-                thresholds=thresholds,
+                thresholds=shared.thresholds,
                 write_html=not no_html,
                 progress=progress,
-                user_code=packages,
-                source_root=_source_root(source_root, config),
+                user_code=shared.user_code,
+                source_root=_source_root(source_root, shared.config),
                 force=force,
-                limit=limit,
+                limit=shared.limit,
                 top=top,
             )
         broken: list[str] = []
-        if not budgets.empty:
+        if not shared.budgets.empty:
             from traceinsight.gate import broken as broken_budgets
             from traceinsight.render.json_report import report_dict
 
-            broken = broken_budgets(report_dict(report), budgets)
+            broken = broken_budgets(report_dict(report), shared.budgets)
         _analysis_done = True
     _gate(broken)
 
@@ -373,16 +390,11 @@ def diff(
     from traceinsight.pipeline import diff_and_write
 
     global _analysis_done
-    thresholds = Thresholds(min_gap_us=min_gap_us, low_utilization=low_utilization)
     with _errors(f"{before} and {after}"):
-        config = read_config()
-        packages = tuple(dict.fromkeys([*(user_code or ()), *config.user_code]))
-        budgets = _budgets(config, fail_on=fail_on, fail_on_rules=fail_on_rule, max_idle=max_idle,
-                           max_syncs_per_step=max_syncs_per_step, max_regression=max_regression)  # fmt: skip
-        _check_outputs_to_stdout(json_out, markdown)
-        from traceinsight.load import SizeLimit
-
-        limit = SizeLimit(parse_size(max_size) if max_size is not None else None)
+        shared = _shared(user_code=user_code, max_size=max_size, json_out=json_out, markdown=markdown,
+                         min_gap_us=min_gap_us, low_utilization=low_utilization, fail_on=fail_on,
+                         fail_on_rules=fail_on_rule, max_idle=max_idle, max_syncs_per_step=max_syncs_per_step,
+                         max_regression=max_regression)  # fmt: skip
         comparison, after_result = diff_and_write(
             before,
             after,
@@ -390,18 +402,18 @@ def diff(
             json_out=json_out,
             markdown=markdown,
             write_html=not no_html,
-            thresholds=thresholds,
-            user_code=packages,
+            thresholds=shared.thresholds,
+            user_code=shared.user_code,
             progress=lambda path: terminal_progress(f"reading {path.name}"),
-            limit=limit,
+            limit=shared.limit,
             force=force,
             top=top,
         )
         broken: list[str] = []
-        if not budgets.empty:
+        if not shared.budgets.empty:
             from traceinsight.gate import broken_diff
 
-            broken = broken_diff(comparison, after_result, budgets)
+            broken = broken_diff(comparison, after_result, shared.budgets)
         _analysis_done = True
     _gate(broken)
 
