@@ -86,6 +86,9 @@ if _scan is not None:
     )
 
 _NONE, _INT, _FLOAT, _STR, _NS, _BIG = 0, 1, 2, 3, 4, 5
+#: The scanner's row phases (its last column): an X event, else a ``"ph": "i"`` one.
+_PHASE_X: Final = 1
+_NO_MEMORY: Final = pl.DataFrame(schema=schema.MEMORY_EVENTS)
 _START, _AFTER_EVENT, _AFTER_COMMA = 0, 1, 2
 #: Bytes of the file read per block: the scanner's unit of work.
 BLOCK_BYTES: Final = 16 << 20
@@ -207,6 +210,35 @@ def _decode_strings(raw: list[bytes], escaped: list[int]) -> list[str]:
     return strings
 
 
+def _memory_frame(
+    column: dict[str, _Column],
+    instants: np.ndarray,
+    ts: np.ndarray,
+    cleaned: list[str],
+    string_ints: np.ndarray,
+    string_valid: np.ndarray,
+) -> pl.DataFrame:
+    """The ``memory`` table of a run: its ``"ph": "i"`` rows with a time (``instants``) whose
+    cleaned name is ``[memory]``; only their rows of the memory fields are converted."""
+    if instants.any():  # a string may be interned twice (escaped and not): compare every one
+        names = column["name"]
+        is_memory = np.array([s == schema.MEMORY_EVENT_NAME for s in cleaned] or [False], dtype=bool)
+        instants = (
+            instants & (names.kinds == _STR) & is_memory[np.where(names.kinds == _STR, names.values, 0)]
+        )
+    rows = np.flatnonzero(instants)
+    if not len(rows):
+        return _NO_MEMORY
+    data: dict[str, pl.Series] = {"ts": pl.Series(ts[rows], dtype=pl.Int64)}
+    for name, field_name in schema.MEMORY_COLUMNS.items():
+        if name != "ts":
+            field = column[field_name]
+            data[name] = _Column(field.kinds[rows], field.values[rows], cleaned).ints(
+                string_ints, string_valid
+            )
+    return pl.DataFrame(data, schema=schema.MEMORY_EVENTS)
+
+
 def block_tables(result: tuple[Any, ...]) -> ChunkTables:
     """One scan result → the loader's tables for its events (what the reference gives for them)."""
     _resume, _state, _done, events, skipped, rows, columns, raw_strings, escaped, counts, cut = result
@@ -223,12 +255,13 @@ def block_tables(result: tuple[Any, ...]) -> ChunkTables:
     for _order, index, count in counts:  # in the order each category was first seen
         key = cleaned[index] if index >= 0 else ""
         categories[key] = categories.get(key, 0) + count
-    if not rows:  # no complete event, or none of phase X: nothing for the tables
+    if not rows:  # no complete event, or none of phase X or i: nothing for the tables
         return empty_chunk(events, categories, skipped)
     buffer = np.frombuffer(columns, dtype=np.uint8)
     width = len(FIELDS)
     values = buffer[: rows * 8 * width].view(np.int64).reshape(width, rows)
-    kinds = buffer[rows * 8 * width :].reshape(width, rows)
+    kinds = buffer[rows * 8 * width : rows * 9 * width].reshape(width, rows)
+    is_x = buffer[rows * 9 * width :] == _PHASE_X
     # Strings as the loader sees them (cleaned) for names; as written for ids ("stream 7").
     column = {name: _Column(kinds[i], values[i], cleaned) for i, name in enumerate(FIELDS)}
     numbers = [as_int(s) for s in strings]
@@ -238,7 +271,9 @@ def block_tables(result: tuple[Any, ...]) -> ChunkTables:
     def ints(name: str) -> pl.Series:
         return column[name].ints(string_ints, string_valid)
 
-    ts, kept, floats = column["ts"].times()
+    ts, valid_ts, floats = column["ts"].times()
+    memory = _memory_frame(column, ~is_x & valid_ts, ts, cleaned, string_ints, string_valid)
+    kept = valid_ts & is_x
     float_time = bool((floats & kept).any())
     dur, dur_valid, _ = column["dur"].times()
     dur = np.where(dur_valid & (dur > 0), dur, 0)
@@ -277,13 +312,13 @@ def block_tables(result: tuple[Any, ...]) -> ChunkTables:
     )
     tables, legacy = assemble(split_groups(frame))
     return ChunkTables(
-        tables=tables,
+        tables={**tables, "memory": memory},
         event_count=events,
         categories=categories,
         origin=int(ts[kept].min()) if kept.any() else None,
         legacy=legacy,
         float_time=float_time,
-        dropped_time=int(rows - kept.sum()),
+        dropped_time=int(is_x.sum() - kept.sum()),
         skipped=skipped,
     )
 

@@ -72,6 +72,7 @@ class Trace:
     annotations: pl.DataFrame
     gpu_annotations: pl.DataFrame
     cuda_sync: pl.DataFrame
+    memory: pl.DataFrame
 
     @property
     def has_gpu_activity(self) -> bool:
