@@ -21,7 +21,7 @@ import pytest
 from tracebuild import assert_same_trace
 
 from traceinsight.errors import TraceFormatError
-from traceinsight.load import Trace, limits, load_trace, load_trace_reference, native, schema
+from traceinsight.load import Trace, limits, load_trace, load_trace_reference, native
 from traceinsight.load.source import open_trace
 from traceinsight.load.tables import trace_for
 
@@ -431,7 +431,7 @@ def test_a_missing_comma_is_refused_at_every_window_boundary(
 def small_limits() -> Iterator[None]:
     """The scanner configured with tiny limits (depth 4, strings of 40 bytes, 30-digit ints)."""
     assert native._scan is not None
-    fields = [(f.key, f.in_args, native._ROLE.get(f.kind, 0)) for f in schema.EVENT_FIELDS]
+    fields = native.SCANNER_FIELDS
     native._scan.configure(fields, (4, 40, native._CUT_BYTES, native._CUT_PREFIX, 30))
     try:
         yield
