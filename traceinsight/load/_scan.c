@@ -1124,6 +1124,7 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
              * for the ROLE_INSTANT fields over their own rows */
             for (int side = 0; side < 2; side++) {
                 Py_ssize_t rows = side ? o.side_rows : o.rows;
+                if (!rows) continue; /* the side columns are never allocated without "i" rows */
                 for (int i = 0; i < n_fields; i++)
                     if (is_instant[i] == side) {
                         memcpy(dst, o.values[i], (size_t)rows * 8);
