@@ -340,3 +340,12 @@ def test_run_with_memory_on_cpu_leads_to_the_memory_section_and_chart(tmp_path: 
     assert cpu["peak_allocated_bytes"] == max(r["Total Allocated"] for r in records) >= MIB
     assert 'id="memory-title"' in page.read_text(encoding="utf-8")
     assert "Memory (peaks over the whole trace)" in result.stderr  # run prints its summary there
+
+
+def test_the_readme_rules_table_has_a_memory_pressure_row() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    (row,) = [line for line in readme.splitlines() if line.startswith("| `memory-pressure` |")]
+    limits = Thresholds()
+    assert f"≥ {limits.memory_pressure_share:.0%}".replace("%", " %") in row
+    assert f"≥ {limits.allocator_churn_step_share:.0%}".replace("%", " %") in row
+    assert f"≥ {limits.allocator_churn_min_calls} calls" in row
