@@ -5,7 +5,8 @@ file the scanner leaves to Python (see :mod:`.native`). The gzip text is streame
 under the size limit (:meth:`.source.TraceFile.read_all`); decoding needs the whole text.
 
 Algorithm: events are decoded split by phase (``"ph": "X"`` events into :data:`XEvent` with the
-fields of :data:`.schema.EVENT_FIELDS`, others reduced to their category), with the collector
+fields of :data:`.schema.EVENT_FIELDS`, ``"ph": "i"`` ones into :data:`IEvent` for the ``memory``
+table, others reduced to their category), with the collector
 paused (the structs are ``gc=False``; nothing decoded can form a cycle). Columns are made with one
 C-level pass per field (``map(attrgetter(...))``); a column whose values all have the usual type
 becomes a polars Series directly and is converted with polars expressions, any other goes through
