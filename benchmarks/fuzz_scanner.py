@@ -216,6 +216,7 @@ class Fuzzer:
             value = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
             events = value if isinstance(value, list) else value.get("traceEvents", [])
             head = events[:120]
+            head += [e for e in events[120:] if isinstance(e, dict) and e.get("name") == "[memory]"][:20]
             if isinstance(value, list):
                 seeds.append(json.dumps(head).encode())
                 continue
@@ -537,6 +538,8 @@ def repeated_key(f: Fuzzer, data: bytearray) -> bytearray:
             b'"traceEvents": [],',
             b'"traceEvents": null,',
             b'"ph": "i",',
+            b'"name": "[memory]", "ph": "i",',
+            b'"args": {"Bytes": -1, "Total Allocated": 1e30, "Device Id": "0x"},',
             b'"args": 5,',
             b'"ts": "x",',
             b'"cat": 7,',

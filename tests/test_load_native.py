@@ -21,7 +21,7 @@ import pytest
 from tracebuild import assert_same_trace
 
 from traceinsight.errors import TraceFormatError
-from traceinsight.load import Trace, limits, load_trace, load_trace_reference, native, schema
+from traceinsight.load import Trace, limits, load_trace, load_trace_reference, native
 from traceinsight.load.source import open_trace
 from traceinsight.load.tables import trace_for
 
@@ -85,6 +85,7 @@ _NAMES = [
     "aten::mm", "ProfilerStep#3", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
     "cudaLaunchKernel", "cudaStreamSynchronize", "Memcpy HtoD (Pageable -> Device)",
     'void k<float, "q">(int)', "naïve ✓ kernel", "tab\tand\nnewline", "emoji 🚀", "back\\slash", "",
+    "[memory]", "[memory]\t", "[OutOfMemory]",
 ]  # fmt: skip
 
 
@@ -136,7 +137,7 @@ def _event(rng: random.Random) -> str:
     fields: list[tuple[str, str]] = []
     if rng.random() < 0.95:
         fields.append(
-            ("ph", json.dumps("X" if rng.random() < 0.8 else rng.choice(["f", "s", "i", "M", "x"])))
+            ("ph", json.dumps("X" if rng.random() < 0.7 else rng.choice(["f", "s", "i", "i", "i", "M", "x"])))
         )
     if rng.random() < 0.95:
         fields.append(("cat", json.dumps(rng.choice(_CATEGORIES)) if rng.random() < 0.9 else _value(rng)))
@@ -152,7 +153,8 @@ def _event(rng: random.Random) -> str:
     if rng.random() < 0.8:
         args = []
         for key in ("External id", "external id", "correlation", "device", "stream", "bytes", "Python id",
-                    "Python parent id", "Call stack", "Comms Id", "Input Dims"):  # fmt: skip
+                    "Python parent id", "Call stack", "Comms Id", "Input Dims", "Device Type", "Device Id",
+                    "Bytes", "Total Allocated", "Total Reserved", "Addr"):  # fmt: skip
             if rng.random() < 0.4:
                 value = (
                     str(rng.randrange(10**6))
@@ -206,6 +208,11 @@ _PYTHON_JSON = {
     "escaped key": '{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "\\u0074s": 5, "dur": 1}',
     "escaped args key": '{"ph": "X", "cat": "kernel", "name": "a", "ts": 5, "\\u0061rgs": {"\\u0064evice": 3}}',
     "escaped phase": '{"ph": "\\u0058", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 5, "dur": 1}',
+    "memory records": '{"ph": "i", "name": "[memory]", "ts": 7.5, "args": {"Bytes": -4, "Device Id": "-1"}},'
+    ' {"ph": "\\u0069", "name": "\\u005bmemory]", "ts": 3, "args": {"Total Allocated": 1e3, "Device Type": 1}},'
+    ' {"ph": "i", "name": "[memory]", "ts": "late", "args": {"Bytes": 1}},'
+    ' {"ph": "X", "name": "[memory]", "cat": "cpu_op", "ts": 9, "args": {"Bytes": 2}},'
+    ' {"ph": "i", "name": "[OutOfMemory]", "ts": 4, "args": {"Bytes": 3}}',
     "huge kept int": '{"ph": "X", "cat": "kernel", "name": "k", "pid": 1, "tid": 1, "ts": 5, "dur": 1,'
     ' "args": {"correlation": 99999999999999999999}}',
     "huge int name": '{"ph": "X", "cat": "cpu_op", "name": -123456789012345678901234567890, "ts": 5}',
@@ -424,7 +431,7 @@ def test_a_missing_comma_is_refused_at_every_window_boundary(
 def small_limits() -> Iterator[None]:
     """The scanner configured with tiny limits (depth 4, strings of 40 bytes, 30-digit ints)."""
     assert native._scan is not None
-    fields = [(f.key, f.in_args, native._ROLE.get(f.kind, 0)) for f in schema.EVENT_FIELDS]
+    fields = native.SCANNER_FIELDS
     native._scan.configure(fields, (4, 40, native._CUT_BYTES, native._CUT_PREFIX, 30))
     try:
         yield

@@ -54,6 +54,7 @@ def test_the_built_in_rules_are_registered() -> None:
         "tf32-opportunity",
         "exposed-communication",
         "optimizer-not-fused",
+        "memory-pressure",
         "low-gpu-utilization",
     }
 

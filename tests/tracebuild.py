@@ -178,6 +178,26 @@ def frame(
     }
 
 
+def memory_record(
+    ts: float,
+    nbytes: int,
+    *,
+    allocated: int | None = None,
+    reserved: int | None = None,
+    device: int = 0,
+    device_type: int = 1,
+) -> dict[str, Any]:
+    """An allocator's ``[memory]`` record: ``nbytes`` allocated (freed when negative); the totals
+    after it (left out, as in 2021 traces, when None)."""
+    args: dict[str, Any] = {"Device Type": device_type, "Device Id": device, "Bytes": nbytes, "Addr": 4096}
+    if allocated is not None:
+        args["Total Allocated"] = allocated
+    if reserved is not None:
+        args["Total Reserved"] = reserved
+    return {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": PID, "tid": TID,
+            "ts": ts, "args": args}  # fmt: skip
+
+
 def write_trace(path: Path, events: list[dict[str, Any]], *, gz: bool = False, **top: Any) -> Path:
     """Write a Kineto-style object trace with ``events`` (and extra top-level keys)."""
     document = {

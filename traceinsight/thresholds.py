@@ -59,6 +59,16 @@ class Thresholds:
     tensor_core_speedup: float = 2.0
     #: `exposed-communication` fires when communication runs without compute this share of the step.
     exposed_communication_share: float = 0.10
+    #: `memory-pressure` fires when the peak reserved (or allocated) memory of a GPU reaches this
+    #: share of its total memory (the TensorBoard plugin's 90 %) ...
+    memory_pressure_share: float = 0.9
+    #: ... or when allocator calls (cudaMalloc/cudaFree) happen in at least this share of the
+    #: steady steps (at least 2 of them) ...
+    allocator_churn_step_share: float = 0.5
+    #: ... or, in a trace without steps, at least this many times in the steady window.
+    allocator_churn_min_calls: int = 4
+    #: Points per device in the memory-over-time series (each the maximum of its time bucket).
+    memory_series_points: int = 600
     #: `optimizer-not-fused` fires at this many kernels per optimizer step, none multi-tensor ...
     optimizer_kernels_per_step: int = 50
     #: ... and `zero_grad` at this many zeroing kernels per call.

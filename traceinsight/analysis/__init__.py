@@ -11,6 +11,7 @@ from traceinsight.analysis import copies, gpu_time, host, idle_gaps, syncs
 from traceinsight.analysis.kernels import TopKernels, top_kernels
 from traceinsight.analysis.latent import LatentSync, latent_syncs
 from traceinsight.analysis.launching import LaunchStats, launch_stats
+from traceinsight.analysis.memory import MemoryUsage, memory_usage
 from traceinsight.analysis.optimizer import OptimizerStats, optimizer_stats
 from traceinsight.analysis.precision import PrecisionMix, precision_mix
 from traceinsight.analysis.replay import Replay, prepare_replay
@@ -75,6 +76,7 @@ class Analysis:
     launching: LaunchStats  # kernels per step, kernel vs launch times, operators dispatching in gaps
     optimizer: OptimizerStats  # optimizer.step() and zero_grad() kernels
     latent_syncs: tuple[LatentSync, ...]  # without GPU work: ops that would wait for a GPU
+    memory: MemoryUsage  # per device: peak memory vs the total, over time; allocator calls in steps
     #: Processes that launched work on more than one GPU (``nn.DataParallel``'s single process).
     multi_gpu_processes: int
 
@@ -191,6 +193,7 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None, user_code: Colle
         launching=launch_stats(trace, steady, classified),
         optimizer=optimizer_stats(trace, steady),
         latent_syncs=latent_syncs(trace, steady, user_code),
+        memory=memory_usage(trace, steady, limits.memory_series_points),
         multi_gpu_processes=syncs.launch_devices(trace)
         .group_by("pid")
         .len()

@@ -7,7 +7,8 @@
  * scan(buffer, start, state, depth) reads the events of a trace's ``traceEvents`` array from
  * ``buffer``, beginning at ``start`` in ``state`` (0: just after the ``[``; 1: after an event, so a
  * ``,`` or ``]`` must come; 2: after a ``,``, so an element must come) with the array at nesting
- * ``depth``. For every complete ``"ph": "X"`` event it gives each configured field as a column of
+ * ``depth``. For every complete ``"ph": "X"`` or ``"ph": "i"`` event (a row, its phase given in a
+ * column of bytes after the others: 1 X, 2 i) it gives each configured field as a column of
  * (kind, value): kind 0 = None (missing, null, a list or an object), 1 = int (booleans are 0/1, as
  * in the reference decoder), 2 = float (value holds the double's bits; NaN and infinities too),
  * 3 = string (value is an index into the run's list of distinct strings), 4 = a float time already
@@ -33,9 +34,11 @@
 #endif
 
 #define MAX_FIELDS 32
-enum { ROLE_VALUE = 0, ROLE_TIME = 1, ROLE_CATEGORY = 2 };
+enum { ROLE_VALUE = 0, ROLE_TIME = 1, ROLE_CATEGORY = 2, ROLE_INSTANT = 3 };
 enum { K_NONE = 0, K_INT = 1, K_FLOAT = 2, K_STR = 3, K_NS = 4, K_BIG = 5 };
 enum { S_START = 0, S_AFTER_EVENT = 1, S_AFTER_COMMA = 2 };
+/* Row kinds: events of other phases give no row. */
+enum { PH_OTHER = 0, PH_X = 1, PH_I = 2 };
 /* Key lookups that are not configured fields. */
 enum { KEY_OTHER = -1, KEY_PH = -2, KEY_ARGS = -3 };
 
@@ -57,6 +60,9 @@ static int n_fields = 0;
 static int f_category = -1;
 /* Whether each field is a time (converted to ns from its text where exact). */
 static unsigned char is_time[MAX_FIELDS];
+/* Whether each field is read only from "i" events (ROLE_INSTANT: a column of their own rows). */
+static unsigned char is_instant[MAX_FIELDS];
+static int n_instant = 0;
 /* The fields in ``args`` (reset when an event has a second "args"), as bits. */
 static uint32_t args_mask = 0;
 
@@ -111,7 +117,10 @@ typedef struct {
     /* columns of the X events */
     uint8_t *kinds[MAX_FIELDS];
     int64_t *values[MAX_FIELDS];
+    uint8_t *phases; /* PH_X or PH_I per row */
     Py_ssize_t rows, cap_rows;
+    /* Rows of the ROLE_INSTANT fields: one per PH_I row, in order (their kinds/values above). */
+    Py_ssize_t side_rows, cap_side;
     /* counts over every element */
     int64_t events, skipped, other_cat, other_seq, cat_seq;
 } Out;
@@ -849,17 +858,20 @@ static inline int key_field(const char *p, Py_ssize_t n, int esc, int in_args) {
     return n < 0 ? KEY_OTHER : key_lookup(decoded, n, in_args);
 }
 
-/* Whether a phase string is "X" (escaped: "\u0058"). */
-static inline int is_x(const char *p, Py_ssize_t n, int esc) {
-    if (!esc) return n == 1 && p[0] == 'X';
+/* A phase string's row kind: PH_X for "X", PH_I for "i" (escaped too: "\u0058"), else PH_OTHER. */
+static inline int phase_of(const char *p, Py_ssize_t n, int esc) {
     char decoded[8];
-    n = unescape(p, n, decoded, (Py_ssize_t)sizeof decoded);
-    return n == 1 && decoded[0] == 'X';
+    if (esc) {
+        n = unescape(p, n, decoded, (Py_ssize_t)sizeof decoded);
+        p = decoded;
+    }
+    if (n != 1) return PH_OTHER;
+    return p[0] == 'X' ? PH_X : p[0] == 'i' ? PH_I : PH_OTHER;
 }
 
 /* The members of an object at cur ('{') at nesting ``depth``, each value into fields[] (bit i of
  * *seen set: fields without it are None, so nothing needs clearing per event). */
-static int object_fields(Lex *L, Field *fields, uint32_t *seen, int *ph_x, int in_args, int depth) {
+static int object_fields(Lex *L, Field *fields, uint32_t *seen, int *phase, int in_args, int depth) {
     int r;
     if (depth > max_depth) return DEEP;
     cur++;
@@ -886,7 +898,7 @@ static int object_fields(Lex *L, Field *fields, uint32_t *seen, int *ph_x, int i
         } else if (f == KEY_PH) {
             Field tmp;
             if ((r = scalar(L, &tmp.v, &tmp.sp, &tmp.sn, &tmp.sesc, depth + 1)) != OK) return r;
-            *ph_x = tmp.v.kind == K_STR && is_x(tmp.sp, tmp.sn, tmp.sesc);
+            *phase = tmp.v.kind == K_STR ? phase_of(tmp.sp, tmp.sn, tmp.sesc) : PH_OTHER;
         } else if (f >= 0) {
             Field *fd = &fields[f];
             *seen |= 1U << f;
@@ -902,6 +914,7 @@ static int object_fields(Lex *L, Field *fields, uint32_t *seen, int *ph_x, int i
 static int grow_rows(Out *o) {
     Py_ssize_t cap = o->cap_rows ? o->cap_rows * 2 : 4096;
     for (int i = 0; i < n_fields; i++) {
+        if (is_instant[i]) continue;
         uint8_t *k = realloc(o->kinds[i], (size_t)cap);
         if (!k) return NOMEM;
         o->kinds[i] = k;
@@ -909,7 +922,25 @@ static int grow_rows(Out *o) {
         if (!v) return NOMEM;
         o->values[i] = v;
     }
+    uint8_t *p = realloc(o->phases, (size_t)cap);
+    if (!p) return NOMEM;
+    o->phases = p;
     o->cap_rows = cap;
+    return OK;
+}
+
+static int grow_side(Out *o) {
+    Py_ssize_t cap = o->cap_side ? o->cap_side * 2 : 256;
+    for (int i = 0; i < n_fields; i++) {
+        if (!is_instant[i]) continue;
+        uint8_t *k = realloc(o->kinds[i], (size_t)cap);
+        if (!k) return NOMEM;
+        o->kinds[i] = k;
+        int64_t *v = realloc(o->values[i], (size_t)cap * sizeof(int64_t));
+        if (!v) return NOMEM;
+        o->values[i] = v;
+    }
+    o->cap_side = cap;
     return OK;
 }
 
@@ -917,8 +948,8 @@ static int grow_rows(Out *o) {
 static int event(Lex *L, Out *o, int depth) {
     Field fields[MAX_FIELDS];
     uint32_t seen = 0;
-    int ph_x = 0;
-    int r = object_fields(L, fields, &seen, &ph_x, 0, depth);
+    int phase = PH_OTHER;
+    int r = object_fields(L, fields, &seen, &phase, 0, depth);
     if (r != OK) return r;
     o->events++;
     Py_ssize_t cat_index = -1;
@@ -932,11 +963,21 @@ static int event(Lex *L, Out *o, int depth) {
         } else if (!o->other_cat++)
             o->other_seq = o->cat_seq++;
     }
-    if (!ph_x) return OK;
+    if (phase == PH_OTHER) return OK;
     if (o->rows == o->cap_rows && grow_rows(o) != OK) return NOMEM;
-    Py_ssize_t row = o->rows++;
+    Py_ssize_t main_row = o->rows++, side_row = -1;
+    o->phases[main_row] = (uint8_t)phase;
+    if (phase == PH_I && n_instant) {
+        if (o->side_rows == o->cap_side && grow_side(o) != OK) return NOMEM;
+        side_row = o->side_rows++;
+    }
     for (int i = 0; i < n_fields; i++) {
         Field *fd = &fields[i];
+        Py_ssize_t row = main_row;
+        if (is_instant[i]) {
+            if (side_row < 0) continue;
+            row = side_row;
+        }
         if (!(seen >> i & 1)) { /* not in this event (or reset by a later "args"): None */
             o->kinds[i][row] = K_NONE;
             o->values[i][row] = 0;
@@ -1016,6 +1057,7 @@ static void out_free(Out *o) {
         free(o->kinds[i]);
         free(o->values[i]);
     }
+    free(o->phases);
 }
 
 static const char *outcome_name(int r) {
@@ -1072,17 +1114,31 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
     {
         PyObject *strings = PyList_New(o.n_entries), *escaped = PyList_New(0), *counts = PyList_New(0),
                  *cut = PyList_New(0);
-        PyObject *columns = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)o.rows * n_fields * 9);
+        Py_ssize_t n_main = n_fields - n_instant;
+        PyObject *columns =
+            PyBytes_FromStringAndSize(NULL, o.rows * (n_main * 9 + 1) + o.side_rows * n_instant * 9);
         int fail = !strings || !escaped || !counts || !cut || !columns;
         if (!fail) {
             char *dst = PyBytes_AS_STRING(columns);
-            for (int i = 0; i < n_fields; i++) { /* values (int64 × rows) per field, then kinds */
-                memcpy(dst, o.values[i], (size_t)o.rows * 8);
-                dst += o.rows * 8;
-            }
-            for (int i = 0; i < n_fields; i++) {
-                memcpy(dst, o.kinds[i], (size_t)o.rows);
-                dst += o.rows;
+            /* values (int64 × rows) per field, then kinds, then the rows' phases; then the same
+             * for the ROLE_INSTANT fields over their own rows */
+            for (int side = 0; side < 2; side++) {
+                Py_ssize_t rows = side ? o.side_rows : o.rows;
+                if (!rows) continue; /* the side columns are never allocated without "i" rows */
+                for (int i = 0; i < n_fields; i++)
+                    if (is_instant[i] == side) {
+                        memcpy(dst, o.values[i], (size_t)rows * 8);
+                        dst += rows * 8;
+                    }
+                for (int i = 0; i < n_fields; i++)
+                    if (is_instant[i] == side) {
+                        memcpy(dst, o.kinds[i], (size_t)rows);
+                        dst += rows;
+                    }
+                if (!side) {
+                    memcpy(dst, o.phases, (size_t)rows);
+                    dst += rows;
+                }
             }
         }
         for (Py_ssize_t i = 0; i < o.n_entries && !fail; i++) {
@@ -1205,7 +1261,8 @@ static PyObject *events_start(PyObject *Py_UNUSED(self), PyObject *args) {
 }
 
 /* configure(fields, limits): fields are (key: str, in_args: bool, role: int) with role 0 a value,
- * 1 a time (µs, converted to ns from the text where exact), 2 the category; limits are (nesting
+ * 1 a time (µs, converted to ns from the text where exact), 2 the category, 3 a value read only
+ * from "i" events (its columns hold one row per "i" row, in order, after the phases); limits are (nesting
  * depth, string bytes, long-string bytes, long-string prefix bytes, integer digits). */
 static PyObject *configure(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *fields;
@@ -1246,9 +1303,12 @@ static PyObject *configure(PyObject *Py_UNUSED(self), PyObject *args) {
     n_fields = n;
     f_category = category;
     args_mask = 0;
+    n_instant = 0;
     for (int i = 0; i < n; i++) {
         if (specs[i].in_args) args_mask |= 1U << i;
         is_time[i] = specs[i].role == ROLE_TIME;
+        is_instant[i] = specs[i].role == ROLE_INSTANT;
+        n_instant += is_instant[i];
     }
     memset(key_count, 0, sizeof key_count);
     memset(key_slot, 0, sizeof key_slot);

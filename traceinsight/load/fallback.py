@@ -5,7 +5,8 @@ file the scanner leaves to Python (see :mod:`.native`). The gzip text is streame
 under the size limit (:meth:`.source.TraceFile.read_all`); decoding needs the whole text.
 
 Algorithm: events are decoded split by phase (``"ph": "X"`` events into :data:`XEvent` with the
-fields of :data:`.schema.EVENT_FIELDS`, others reduced to their category), with the collector
+fields of :data:`.schema.EVENT_FIELDS`, ``"ph": "i"`` ones into :data:`IEvent` for the ``memory``
+table, others reduced to their category), with the collector
 paused (the structs are ``gc=False``; nothing decoded can form a cycle). Columns are made with one
 C-level pass per field (``map(attrgetter(...))``); a column whose values all have the usual type
 becomes a polars Series directly and is converted with polars expressions, any other goes through
@@ -46,11 +47,11 @@ from traceinsight.load.text import clean_texts
 # --- the structs, made from the one field list -------------------------------------------------
 
 
-def _fields(in_args: bool) -> list[tuple[str, Any, Any]]:
+def _fields(in_args: bool, memory: bool = False) -> list[tuple[str, Any, Any]]:
     return [
         (f.name, Scalar, msgspec.field(default=None, name=f.key))
         for f in schema.EVENT_FIELDS
-        if f.in_args is in_args
+        if f.in_args is in_args and (memory or not f.memory)
     ]
 
 
@@ -58,11 +59,34 @@ def _fields(in_args: bool) -> list[tuple[str, Any, Any]]:
 Args: Final[Any] = msgspec.defstruct("Args", _fields(True), gc=False, frozen=True)
 _NO_ARGS: Final = Args()
 _EVENT_FIELDS: Final = [*_fields(False), ("args", Args, _NO_ARGS)]
+#: The ``args`` of an event of any phase: an X event's and a ``[memory]`` record's.
+AllArgs: Final[Any] = msgspec.defstruct("AllArgs", _fields(True, memory=True), gc=False, frozen=True)
+_NO_ALL_ARGS: Final = AllArgs()
+#: The ``args`` of a ``[memory]`` record.
+MemoryArgs: Final[Any] = msgspec.defstruct(
+    "MemoryArgs", [f for f in _fields(True, memory=True) if f not in _fields(True)], gc=False, frozen=True
+)
+_NO_MEMORY_ARGS: Final = MemoryArgs()
 
 #: One event of any phase (the decode used when some ``ph`` is not a one-letter string).
-Event: Final[Any] = msgspec.defstruct("Event", [("ph", Scalar, None), *_EVENT_FIELDS], gc=False)
+Event: Final[Any] = msgspec.defstruct(
+    "Event", [("ph", Scalar, None), *_fields(False), ("args", AllArgs, _NO_ALL_ARGS)], gc=False
+)
 #: A ``"ph": "X"`` event of the phase-tagged decode.
 XEvent: Final[Any] = msgspec.defstruct("XEvent", _EVENT_FIELDS, gc=False, tag_field="ph", tag="X")
+#: A ``"ph": "i"`` event of the phase-tagged decode (a ``[memory]`` record when its name says so).
+IEvent: Final[Any] = msgspec.defstruct(
+    "IEvent",
+    [
+        ("cat", Scalar, None),
+        ("name", Scalar, None),
+        ("ts", Scalar, None),
+        ("args", MemoryArgs, _NO_MEMORY_ARGS),
+    ],
+    gc=False,
+    tag_field="ph",
+    tag=schema.MEMORY_PHASE,
+)
 
 
 class OtherEvent(msgspec.Struct, gc=False, tag_field="ph"):
@@ -75,9 +99,9 @@ class OtherEvent(msgspec.Struct, gc=False, tag_field="ph"):
 _OTHER_KINDS: Final = tuple(
     msgspec.defstruct(f"Phase_{ord(c)}", [], bases=(OtherEvent,), tag=c)
     for c in string.ascii_letters + "()"
-    if c != "X"
+    if c not in ("X", schema.MEMORY_PHASE)
 )
-_PHASED: Final[Any] = Union.__getitem__((XEvent, *_OTHER_KINDS))
+_PHASED: Final[Any] = Union.__getitem__((XEvent, IEvent, *_OTHER_KINDS))
 
 _PhasedDocument: Final[Any] = msgspec.defstruct(
     "PhasedDocument",
@@ -281,6 +305,19 @@ def _group_frame(
     )
 
 
+def memory_frame(instants: Sequence[Any]) -> pl.DataFrame:
+    """Decoded instant events → the ``memory`` table: the ``[memory]`` records with a time."""
+    names = clean_texts(_texts(list(map(attrgetter("name"), instants)), lambda _: None, nulls=True))
+    members = _pick(list(instants), (names == schema.MEMORY_EVENT_NAME).fill_null(False).arg_true().to_list())
+    ts, _ = _times(list(map(attrgetter("ts"), members)))
+    args = list(map(attrgetter("args"), members))
+    columns = {
+        column: ts if column == "ts" else _ids(list(map(attrgetter(field), args)))
+        for column, field in schema.MEMORY_COLUMNS.items()
+    }
+    return pl.DataFrame(columns, schema=schema.MEMORY_EVENTS).filter(pl.col("ts").is_not_null())
+
+
 def event_tables(events: Sequence[Any]) -> ChunkTables:
     """Decoded events → the loader's tables (same rows, order and values as the reference's).
 
@@ -294,8 +331,11 @@ def event_tables(events: Sequence[Any]) -> ChunkTables:
     categories = clean_categories(raw_categories.items())
     if events and type(events[0]) is Event:  # the one-struct decode: every phase in one type
         xs = [e for e in events if e.ph == "X"]
+        instants = [e for e in events if e.ph == schema.MEMORY_PHASE]
     else:
         xs = [e for e in events if type(e) is XEvent]
+        instants = [e for e in events if type(e) is IEvent]
+    memory = memory_frame(instants)
     ts_values = list(map(attrgetter("ts"), xs))
     ts_all, float_time = _times(ts_values)
     kept = ts_all.is_not_null()
@@ -307,6 +347,7 @@ def event_tables(events: Sequence[Any]) -> ChunkTables:
     if not kept.any():
         chunk = empty_chunk(len(events), categories)
         chunk.dropped_time = dropped
+        chunk.tables = {**chunk.tables, "memory": memory}
         return chunk
     frames = {
         group: _group_frame(group, xs, (kept & (route == index)).arg_true(), ts_all, cats)
@@ -314,7 +355,7 @@ def event_tables(events: Sequence[Any]) -> ChunkTables:
     }
     tables, legacy = assemble(frames)
     return ChunkTables(
-        tables=tables,
+        tables={**tables, "memory": memory},
         event_count=len(events),
         categories=categories,
         origin=cast("int", ts_all.min()),

@@ -74,18 +74,30 @@ AVAILABLE: Final = _scan is not None
 
 #: Field order of the scanner's columns: the schema's list, handed to the scanner at import.
 FIELDS: Final = tuple(f.name for f in schema.EVENT_FIELDS)
+#: The fields read from every row, and those read only from ``"ph": "i"`` rows (the ``[memory]``
+#: fields: the scanner gives them one row per ``i`` row, so X rows carry none of them).
+_ROW_FIELDS: Final = tuple(f.name for f in schema.EVENT_FIELDS if not f.memory)
+_INSTANT_FIELDS: Final = tuple(f.name for f in schema.EVENT_FIELDS if f.memory)
 _ROLE: Final = {"category": 2, "time": 1}
+_INSTANT_ROLE: Final = 3
+#: What the scanner is configured with: (JSON key, in args, role) per field of the schema.
+SCANNER_FIELDS: Final = tuple(
+    (f.key, f.in_args, _INSTANT_ROLE if f.memory else _ROLE.get(f.kind, 0)) for f in schema.EVENT_FIELDS
+)
 #: Strings longer than this many bytes reach Python as a prefix of ``_CUT_PREFIX`` bytes with their
 #: full length; :func:`.text.clean_texts` keeps far fewer characters of them anyway.
 _CUT_BYTES: Final = 1 << 16
 _CUT_PREFIX: Final = 1 << 14
 if _scan is not None:
     _scan.configure(
-        [(f.key, f.in_args, _ROLE.get(f.kind, 0)) for f in schema.EVENT_FIELDS],
+        SCANNER_FIELDS,
         (limits.MAX_DEPTH, limits.MAX_STRING_BYTES, _CUT_BYTES, _CUT_PREFIX, limits.MAX_INT_DIGITS),
     )
 
 _NONE, _INT, _FLOAT, _STR, _NS, _BIG = 0, 1, 2, 3, 4, 5
+#: The scanner's row phases (its last column): an X event, else a ``"ph": "i"`` one.
+_PHASE_X: Final = 1
+_NO_MEMORY: Final = pl.DataFrame(schema=schema.MEMORY_EVENTS)
 _START, _AFTER_EVENT, _AFTER_COMMA = 0, 1, 2
 #: Bytes of the file read per block: the scanner's unit of work.
 BLOCK_BYTES: Final = 16 << 20
@@ -207,6 +219,39 @@ def _decode_strings(raw: list[bytes], escaped: list[int]) -> list[str]:
     return strings
 
 
+def _memory_frame(
+    column: dict[str, _Column],
+    instant_column: dict[str, _Column],
+    instants: np.ndarray,
+    valid_ts: np.ndarray,
+    ts: np.ndarray,
+    cleaned: list[str],
+    string_ints: np.ndarray,
+    string_valid: np.ndarray,
+) -> pl.DataFrame:
+    """The ``memory`` table of a run: of its ``"ph": "i"`` rows (``instants``, whose memory fields
+    are the ``instant_column`` rows in the same order), those with a time whose cleaned name is
+    ``[memory]``."""
+    if not len(instants):
+        return _NO_MEMORY
+    # A string may be interned twice (escaped and not): every distinct one is compared.
+    names = column["name"]
+    is_memory = np.array([s == schema.MEMORY_EVENT_NAME for s in cleaned] or [False], dtype=bool)
+    name_kinds, name_values = names.kinds[instants], names.values[instants]
+    keep = valid_ts[instants] & (name_kinds == _STR) & is_memory[np.where(name_kinds == _STR, name_values, 0)]
+    picked = np.flatnonzero(keep)
+    if not len(picked):
+        return _NO_MEMORY
+    data: dict[str, pl.Series] = {"ts": pl.Series(ts[instants[picked]], dtype=pl.Int64)}
+    for name, field_name in schema.MEMORY_COLUMNS.items():
+        if name != "ts":
+            field = instant_column[field_name]
+            data[name] = _Column(field.kinds[picked], field.values[picked], cleaned).ints(
+                string_ints, string_valid
+            )
+    return pl.DataFrame(data, schema=schema.MEMORY_EVENTS)
+
+
 def block_tables(result: tuple[Any, ...]) -> ChunkTables:
     """One scan result → the loader's tables for its events (what the reference gives for them)."""
     _resume, _state, _done, events, skipped, rows, columns, raw_strings, escaped, counts, cut = result
@@ -223,14 +268,23 @@ def block_tables(result: tuple[Any, ...]) -> ChunkTables:
     for _order, index, count in counts:  # in the order each category was first seen
         key = cleaned[index] if index >= 0 else ""
         categories[key] = categories.get(key, 0) + count
-    if not rows:  # no complete event, or none of phase X: nothing for the tables
+    if not rows:  # no complete event, or none of phase X or i: nothing for the tables
         return empty_chunk(events, categories, skipped)
     buffer = np.frombuffer(columns, dtype=np.uint8)
-    width = len(FIELDS)
+    width = len(_ROW_FIELDS)
     values = buffer[: rows * 8 * width].view(np.int64).reshape(width, rows)
-    kinds = buffer[rows * 8 * width :].reshape(width, rows)
+    kinds = buffer[rows * 8 * width : rows * 9 * width].reshape(width, rows)
+    phases = buffer[rows * 9 * width : rows * (9 * width + 1)]
+    is_x = phases == _PHASE_X
+    instants = np.flatnonzero(~is_x)  # the rows of the instant fields' columns, in order
+    side, at = len(_INSTANT_FIELDS), rows * (9 * width + 1)
+    side_values = buffer[at : at + len(instants) * 8 * side].view(np.int64).reshape(side, len(instants))
+    side_kinds = buffer[at + len(instants) * 8 * side :].reshape(side, len(instants))
     # Strings as the loader sees them (cleaned) for names; as written for ids ("stream 7").
-    column = {name: _Column(kinds[i], values[i], cleaned) for i, name in enumerate(FIELDS)}
+    column = {name: _Column(kinds[i], values[i], cleaned) for i, name in enumerate(_ROW_FIELDS)}
+    instant_column = {
+        name: _Column(side_kinds[i], side_values[i], cleaned) for i, name in enumerate(_INSTANT_FIELDS)
+    }
     numbers = [as_int(s) for s in strings]
     string_ints = np.array([0 if n is None else n for n in numbers], dtype=np.int64)
     string_valid = np.array([n is not None for n in numbers], dtype=bool)
@@ -238,7 +292,12 @@ def block_tables(result: tuple[Any, ...]) -> ChunkTables:
     def ints(name: str) -> pl.Series:
         return column[name].ints(string_ints, string_valid)
 
-    ts, kept, floats = column["ts"].times()
+    ts, valid_ts, floats = column["ts"].times()
+    memory = _memory_frame(column, instant_column, instants, valid_ts, ts, cleaned, string_ints, string_valid)
+    if len(instants):  # the tables of X events are built from the X rows only
+        column = {name: _Column(c.kinds[is_x], c.values[is_x], cleaned) for name, c in column.items()}
+        ts, valid_ts, floats = ts[is_x], valid_ts[is_x], floats[is_x]
+    kept = valid_ts
     float_time = bool((floats & kept).any())
     dur, dur_valid, _ = column["dur"].times()
     dur = np.where(dur_valid & (dur > 0), dur, 0)
@@ -277,13 +336,13 @@ def block_tables(result: tuple[Any, ...]) -> ChunkTables:
     )
     tables, legacy = assemble(split_groups(frame))
     return ChunkTables(
-        tables=tables,
+        tables={**tables, "memory": memory},
         event_count=events,
         categories=categories,
         origin=int(ts[kept].min()) if kept.any() else None,
         legacy=legacy,
         float_time=float_time,
-        dropped_time=int(rows - kept.sum()),
+        dropped_time=int(len(kept) - kept.sum()),
         skipped=skipped,
     )
 

@@ -28,11 +28,12 @@ from traceinsight.load.decode import (
 )
 from traceinsight.load.source import SizeLimit, open_trace
 from traceinsight.load.tables import ChunkTables, Trace, clean_categories, trace_for
-from traceinsight.load.text import clean_texts
+from traceinsight.load.text import clean_text, clean_texts
 
 #: Field name → JSON key, for the fields at the top of an event and for those in its ``args``.
 _TOP: Final = {f.name: f.key for f in schema.EVENT_FIELDS if not f.in_args}
-_ARGS: Final = {f.name: f.key for f in schema.EVENT_FIELDS if f.in_args}
+_ARGS: Final = {f.name: f.key for f in schema.EVENT_FIELDS if f.in_args and not f.memory}
+_MEMORY_ARGS: Final = {f.name: f.key for f in schema.EVENT_FIELDS if f.memory}
 
 
 def load_trace_reference(path: Path, limit: SizeLimit | None = None) -> Trace:
@@ -93,8 +94,26 @@ def _get(item: dict[str, Any], key: str) -> Scalar:
     return scalar(item.get(key))
 
 
+def _memory_event(item: dict[str, Any], columns: dict[str, list[object]]) -> None:
+    """Add an instant event to the ``memory`` columns when it is a ``[memory]`` record with a time
+    (its name compared as the tables show names, cleaned)."""
+    raw_name = _get(item, _TOP["name"])
+    if not isinstance(raw_name, str) or clean_text(raw_name) != schema.MEMORY_EVENT_NAME:
+        return
+    ts = as_ns(_get(item, _TOP["ts"]))
+    if ts is None:
+        return
+    args_value = item.get("args")
+    args = args_value if isinstance(args_value, dict) else {}
+    columns["ts"].append(ts)
+    for column, field in schema.MEMORY_COLUMNS.items():
+        if column != "ts":
+            columns[column].append(as_int(_get(args, _MEMORY_ARGS[field])))
+
+
 def build_tables(events: list[dict[str, Any]]) -> ChunkTables:
-    """Sort events into tables. Only ``ph == "X"`` events with a time are kept."""
+    """Sort events into tables. Only ``ph == "X"`` events with a time are kept, and ``[memory]``
+    instant events with a time (which count neither for the origin nor as dropped)."""
     gpu = _Columns(schema.GPU_ACTIVITY)
     runtime = _Columns(schema.RUNTIME_CALLS)
     cpu_ops = _Columns(schema.CPU_OPS)
@@ -102,6 +121,7 @@ def build_tables(events: list[dict[str, Any]]) -> ChunkTables:
     annotations = _Columns(schema.ANNOTATIONS)
     gpu_annotations = _Columns(schema.GPU_ANNOTATIONS)
     cuda_sync = _Columns(schema.CUDA_SYNC)
+    memory = _Columns(schema.MEMORY_EVENTS)
     categories: dict[str, int] = {}
     origin: int | None = None
     legacy = False
@@ -121,7 +141,11 @@ def build_tables(events: list[dict[str, Any]]) -> ChunkTables:
         raw_cat = _get(item, _TOP["cat"])
         cat = raw_cat if isinstance(raw_cat, str) else ""
         categories[cat] = categories.get(cat, 0) + 1
-        if _get(item, "ph") != "X":
+        phase = _get(item, "ph")
+        if phase == schema.MEMORY_PHASE:
+            _memory_event(item, memory.columns)
+            continue
+        if phase != "X":
             continue
         raw_ts = _get(item, _TOP["ts"])
         ts = as_ns(raw_ts)
@@ -214,6 +238,7 @@ def build_tables(events: list[dict[str, Any]]) -> ChunkTables:
             "annotations": annotations.frame(),
             "gpu_annotations": gpu_annotations.frame(),
             "cuda_sync": cuda_sync.frame(),
+            "memory": memory.frame(),
         },
         event_count=len(events),
         categories=clean_categories(categories.items()),

@@ -26,6 +26,8 @@ class EventField:
     """How a value is read: ``category`` a string or "" (routes the event to its table), ``name``
     a string or the value's ``str``, ``text`` a string or null, ``id`` :func:`.coerce.as_int`,
     ``time`` µs to ns by :func:`.coerce.as_ns`."""
+    memory: bool = False
+    """Read only from ``[memory]`` instant events (:data:`MEMORY_EVENTS`), never from X events."""
 
 
 #: The fields every loader reads (the C scanner is configured with this list at import, and the
@@ -46,7 +48,18 @@ EVENT_FIELDS: Final[tuple[EventField, ...]] = (
     EventField("python_id", "Python id", True, "id"),
     EventField("python_parent_id", "Python parent id", True, "id"),
     EventField("call_stack", "Call stack", True, "text"),  # 2020-21 traces
+    # The allocator's records (``profile_memory=True``); the totals since torch 1.10.
+    EventField("device_type", "Device Type", True, "id", memory=True),
+    EventField("device_id", "Device Id", True, "id", memory=True),
+    EventField("alloc_bytes", "Bytes", True, "id", memory=True),
+    EventField("total_allocated", "Total Allocated", True, "id", memory=True),
+    EventField("total_reserved", "Total Reserved", True, "id", memory=True),
 )
+
+#: The phase and name of the instant events :data:`MEMORY_EVENTS` holds (2021 traces give them no
+#: ``cat``; later ones ``cpu_instant_event``, which ``[OutOfMemory]`` shares).
+MEMORY_PHASE: Final = "i"
+MEMORY_EVENT_NAME: Final = "[memory]"
 
 _TIMED: Final[dict[str, type[pl.DataType] | pl.DataType]] = {
     "ts": pl.Int64,
@@ -138,6 +151,21 @@ CUDA_SYNC: Final[pl.Schema] = pl.Schema(
     }
 )
 
+#: ``[memory]`` instant events: one allocation (``bytes`` > 0) or free (< 0) by the allocator of
+#: ``device_type`` (c10's DeviceType: 0 CPU, 1 CUDA, also on ROCm) ``device_id`` (-1 for the CPU),
+#: with the allocator's totals after it (null in 2021 traces, which recorded only ``Bytes``). The
+#: block address (``Addr``) is not kept: no analysis reads it.
+MEMORY_EVENTS: Final[pl.Schema] = pl.Schema(
+    {
+        "ts": pl.Int64,
+        "device_type": pl.Int64,
+        "device_id": pl.Int64,
+        "bytes": pl.Int64,
+        "total_allocated": pl.Int64,
+        "total_reserved": pl.Int64,
+    }
+)
+
 TABLES: Final[dict[str, pl.Schema]] = {
     "gpu": GPU_ACTIVITY,
     "runtime": RUNTIME_CALLS,
@@ -146,10 +174,17 @@ TABLES: Final[dict[str, pl.Schema]] = {
     "annotations": ANNOTATIONS,
     "gpu_annotations": GPU_ANNOTATIONS,
     "cuda_sync": CUDA_SYNC,
+    "memory": MEMORY_EVENTS,
+}
+
+#: ``memory`` column → the field it is read from (see :data:`EVENT_FIELDS`).
+MEMORY_COLUMNS: Final[dict[str, str]] = {
+    "ts": "ts",
+    **{f.name if f.name != "alloc_bytes" else "bytes": f.name for f in EVENT_FIELDS if f.memory},
 }
 
 
-#: The columns every loader builds for the X events it keeps, before they are split into
+#: The columns every loader builds for the X events it keeps (never the ``memory`` fields), before they are split into
 #: :data:`TABLES` by ``load.tables.assemble``: each table's columns are among them, plus ``cat``
 #: (routing), ``pid``/``tid`` (the GPU rows' fallback for device/stream) and ``parent_id``.
 EVENT_COLUMNS: Final[pl.Schema] = pl.Schema(

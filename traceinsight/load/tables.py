@@ -2,7 +2,7 @@
 
 Every loader turns the ``"ph": "X"`` events it keeps into one frame of :data:`.schema.EVENT_COLUMNS`
 (with a ``group`` column naming the table each row goes to); :func:`assemble` splits that frame
-into the tables. Legacy names are mapped here once (2021 ``Kernel``/``Runtime``/``Operator``
+into the tables; the ``[memory]`` instant events are each loader's ``memory`` table beside them. Legacy names are mapped here once (2021 ``Kernel``/``Runtime``/``Operator``
 categories, annotations recorded as operators, device and stream taken from pid/tid).
 """
 
@@ -72,6 +72,7 @@ class Trace:
     annotations: pl.DataFrame
     gpu_annotations: pl.DataFrame
     cuda_sync: pl.DataFrame
+    memory: pl.DataFrame
 
     @property
     def has_gpu_activity(self) -> bool:

@@ -151,6 +151,19 @@ SYNCHRONOUS_COPY_CALLS: Final[frozenset[str]] = frozenset(
     {"cudaMemcpy", "cudaMemcpy2D", "hipMemcpy", "hipMemcpyWithStream"}
 )
 
+# --- memory ------------------------------------------------------------------------------------------
+
+#: Runtime calls of the device allocator. The caching allocator calls them when it grows or gives
+#: memory back (``torch.cuda.empty_cache()``, an allocation that fails and frees the cache first);
+#: in a loop at its usual pace they are rare.
+ALLOCATOR_CALLS: Final[frozenset[str]] = frozenset({"cudaMalloc", "cudaFree", "hipMalloc", "hipFree"})
+
+#: ``Device Type`` of ``[memory]`` records (c10's ``DeviceType``) → what the report calls it. ROCm
+#: builds record their GPUs as CUDA devices.
+MEMORY_DEVICE_TYPES: Final[dict[int, str]] = {0: "CPU", 1: "GPU"}
+#: The ``Device Type`` of a GPU, whose total memory ``deviceProperties`` gives.
+GPU_DEVICE_TYPE: Final = 1
+
 # --- copies ------------------------------------------------------------------------------------------
 
 _COPY_NAME = re.compile(r"^Memcpy (?P<dir>[A-Za-z]+)(?: \((?P<src>\w+) -> (?P<dst>\w+)\))?")

@@ -27,6 +27,7 @@ from matplotlib.path import Path as MplPath
 
 from traceinsight.analysis import causes
 from traceinsight.analysis.causes import CauseKind
+from traceinsight.analysis.memory import DeviceMemory
 from traceinsight.analysis.results import CopyGroup, HostSummary, IdleGap, StepTime, SyncHotspot
 from traceinsight.analysis.timeline import Timeline
 from traceinsight.formatting import format_duration, format_size
@@ -44,6 +45,7 @@ __all__ = [
     "copies_figure",
     "host_ops_figure",
     "idle_gaps_figure",
+    "memory_figure",
     "ordered_causes",
     "step_breakdown_figure",
     "sync_hotspots_figure",
@@ -506,6 +508,61 @@ def host_ops_figure(host: HostSummary) -> Figure | None:
         _label_bars(axes, widths, texts)
         axes.set_xlim(0, max(max(widths) * 1.3, 1e-9))
         axes.set_xlabel(f"host time inside the operator ({unit}, inclusive)")
+    return figure
+
+
+#: Line colours of the memory chart, one per device in turn.
+_MEMORY_COLORS: Final[tuple[str, ...]] = (BUSY, "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9")
+
+
+def _size_unit(largest: float) -> tuple[float, str]:
+    """The axis unit for sizes up to ``largest`` bytes: (bytes per unit, unit name)."""
+    for scale, unit in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if largest >= scale:
+            return float(scale), unit
+    return 1.0, "B"
+
+
+def memory_figure(devices: Sequence[DeviceMemory]) -> Figure | None:
+    """Memory over time per device: allocated (solid), reserved by the caching allocator (dashed)
+    and the device's total (dotted), from the bounded series of the analysis. None when the trace
+    holds no ``[memory]`` records."""
+    drawn = [device for device in devices if device.series]
+    if not drawn:
+        return None
+    largest = max(max(device.peak_bytes, device.total_memory_bytes or 0) for device in drawn)
+    per_byte, size_unit = _size_unit(float(largest))
+    per_unit, unit = _unit(max(max(t for t, _, _ in device.series) for device in drawn))
+    with chart_style():
+        figure = Figure(figsize=(_WIDTH_IN, 3.4), layout="constrained")
+        axes = figure.add_subplot()
+        for index, device in enumerate(drawn):
+            color = _MEMORY_COLORS[index % len(_MEMORY_COLORS)]
+            times = np.array([t for t, _, _ in device.series], dtype=np.float64) / per_unit
+            allocated = np.array([a for _, a, _ in device.series], dtype=np.float64) / per_byte
+            bound = " (at least)" if device.allocated_is_lower_bound else ""
+            axes.plot(
+                times,
+                allocated,
+                drawstyle="steps-post",
+                color=color,
+                label=f"{device.label} allocated{bound}",
+            )
+            if device.peak_reserved_bytes:  # the CPU allocator records 0 reserved: not drawn
+                reserved = np.array([r or 0 for _, _, r in device.series], dtype=np.float64) / per_byte
+                axes.plot(
+                    times, reserved, drawstyle="steps-post", color=color, linestyle="--",
+                    label=f"{device.label} reserved",
+                )  # fmt: skip
+            if device.total_memory_bytes:
+                axes.axhline(
+                    device.total_memory_bytes / per_byte, color=color, linestyle=":",
+                    label=f"{device.label} total ({format_size(device.total_memory_bytes)})",
+                )  # fmt: skip
+        axes.set_ylim(bottom=0)
+        axes.set_xlabel(f"time from the trace's first event ({unit})")
+        axes.set_ylabel(size_unit)
+        figure.legend(loc="outside lower center", ncols=3)
     return figure
 
 

@@ -14,7 +14,51 @@ from traceinsight.formatting import format_duration, format_share, format_size
 from traceinsight.report import Report
 from traceinsight.rules.findings import Finding
 
-__all__ = ["TimeRow", "header_facts", "no_findings_text", "saving_text", "steps_fact", "time_split"]
+__all__ = [
+    "MEMORY_COLUMNS",
+    "TimeRow",
+    "allocator_fact",
+    "header_facts",
+    "memory_rows",
+    "no_findings_text",
+    "saving_text",
+    "steps_fact",
+    "time_split",
+]
+
+#: The columns of :func:`memory_rows`.
+MEMORY_COLUMNS = ("device", "peak allocated", "peak reserved", "device memory", "peak share", "records")
+
+
+def memory_rows(report: Report) -> list[tuple[str, ...]]:
+    """One row per device with ``[memory]`` records (see :data:`MEMORY_COLUMNS`); none without."""
+    rows: list[tuple[str, ...]] = []
+    for device in report.analysis.memory.devices:
+        allocated = format_size(device.peak_allocated_bytes)
+        rows.append(
+            (
+                device.label,
+                f"≥ {allocated}" if device.allocated_is_lower_bound else allocated,
+                "—" if device.peak_reserved_bytes is None else format_size(device.peak_reserved_bytes),
+                "—" if device.total_memory_bytes is None else format_size(device.total_memory_bytes),
+                format_share(device.peak_share),
+                f"{device.records:,}",
+            )
+        )
+    return rows
+
+
+def allocator_fact(report: Report) -> str | None:
+    """``cudaMalloc 5, cudaFree 11 in the steady state: 52.91 ms of host time (in 3 of 4 steady
+    steps)``; None when the steady state holds no allocator call."""
+    churn = report.analysis.memory.churn
+    if not churn.calls:
+        return None
+    names = ", ".join(f"{name} {count:,}" for name, count, _ in churn.by_name)
+    steps = (
+        f" (in {churn.steps_with_calls} of {churn.steady_steps} steady steps)" if churn.steady_steps else ""
+    )
+    return f"{names} in the steady state: {format_duration(churn.call_ns)} of host time{steps}"
 
 
 def steps_fact(report: Report) -> str:

@@ -32,7 +32,15 @@ from traceinsight.errors import TraceInsightError
 from traceinsight.formatting import format_duration, format_share, format_size, short_kernel_name
 from traceinsight.render import charts
 from traceinsight.render.excerpts import SourceExcerpt, source_excerpt
-from traceinsight.render.facts import header_facts, no_findings_text, saving_text, time_split
+from traceinsight.render.facts import (
+    MEMORY_COLUMNS,
+    allocator_fact,
+    header_facts,
+    memory_rows,
+    no_findings_text,
+    saving_text,
+    time_split,
+)
 from traceinsight.render.scorecard import Score, scorecard
 from traceinsight.report import Report
 from traceinsight.rules.findings import Finding
@@ -350,6 +358,14 @@ class HtmlRenderer:
                     lambda: charts.copies_figure(analysis.copies),
                 ),
                 _ChartSpec(
+                    "memory",
+                    "Memory over time",
+                    "Memory over time from the allocator's records: allocated by tensors (solid), "
+                    "reserved by the caching allocator (dashed), the device's total memory (dotted). "
+                    "Each point is the largest value of its time slice, so peaks are kept.",
+                    lambda: charts.memory_figure(analysis.memory.devices),
+                ),
+                _ChartSpec(
                     "host",
                     "Busiest host operators",
                     "The busiest host operators by total time (inclusive of the operators they call).",
@@ -401,6 +417,10 @@ class HtmlRenderer:
             "kernel_rows": kernels.kernels[:TOP_KERNELS] if kernels is not None else (),
             "kernel_totals": dict(kernels.total_ns_by_device) if kernels else {},
             "host_chart": drawn["host"],
+            "memory_chart": drawn["memory"],
+            "memory_columns": MEMORY_COLUMNS,
+            "memory_rows": memory_rows(report),
+            "allocator_fact": allocator_fact(report),
             "host_ops": list(zip(analysis.host.top_ops, analysis.host.top_ops_self, strict=True)),
             "limits": {
                 "gaps": TOP_GAPS,

@@ -2,13 +2,15 @@
 
 Top-level keys (never renamed; new keys may be added): ``schema``, ``trace``, ``run``, ``warnings``,
 ``steady_state``, ``utilization``, ``devices``, ``steps``, ``idle_gaps``, ``memcpy``, ``overlap``,
-``syncs``, ``sync_hotspots``, ``findings``, ``host``. ``start_us`` values are relative to the
+``syncs``, ``sync_hotspots``, ``findings``, ``host``, ``memory``. ``start_us`` values are relative to the
 trace's earliest event (``trace.origin_us``).
 
 Schema 2 (this version) added ``warnings``, ``steady_state``, ``utilization``, the busy classes and
 idle split of ``devices`` and ``steps``, and per finding ``minor``, ``savings_per_step_us``,
 ``saving_share``, ``saving_note``, ``source_kind``; ``savings_us`` is now the step replay's
 saving, and ``cause_kind`` has the values of :class:`~traceinsight.analysis.causes.CauseKind`.
+Later additions within schema 2: ``kernels``, ``memory`` (per device: peaks in bytes, the device's
+total, ``series`` of ``[start_us, allocated, reserved]``; ``allocator_calls`` in the steady state).
 """
 
 from __future__ import annotations
@@ -48,6 +50,39 @@ def _utilization(report: Report) -> dict[str, Any]:
         "copy_share": share(usage.copy_ns),
         "idle_share": share(usage.idle_ns),
         "idle_by_cause_us": {kind.value: _us(ns) for kind, ns in usage.idle},
+    }
+
+
+def _memory(report: Report) -> dict[str, Any]:
+    """Peak memory per device (bytes) and its series; the allocator's calls in the steady state."""
+    memory = report.analysis.memory
+    churn = memory.churn
+    return {
+        "devices": [
+            {
+                "device": device.label,
+                "device_type": device.device_type,
+                "device_id": device.device_id,
+                "records": device.records,
+                "peak_allocated_bytes": device.peak_allocated_bytes,
+                "peak_allocated_at_us": _us(device.peak_allocated_at_ns),
+                "allocated_is_lower_bound": device.allocated_is_lower_bound,
+                "peak_reserved_bytes": device.peak_reserved_bytes,
+                "total_memory_bytes": device.total_memory_bytes,
+                "peak_share": None if device.peak_share is None else round(device.peak_share, 4),
+                "series": [[_us(t), allocated, reserved] for t, allocated, reserved in device.series],
+            }
+            for device in memory.devices
+        ],
+        "allocator_calls": {
+            "count": churn.calls,
+            "host_us": _us(churn.call_ns),
+            "by_name": [
+                {"call": name, "count": count, "host_us": _us(ns)} for name, count, ns in churn.by_name
+            ],
+            "steady_steps": churn.steady_steps,
+            "steps_with_calls": churn.steps_with_calls,
+        },
     }
 
 
@@ -242,6 +277,7 @@ def report_dict(report: Report) -> dict[str, Any]:
                 )
             ],
         },
+        "memory": _memory(report),
     }
 
 

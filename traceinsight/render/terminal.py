@@ -20,7 +20,15 @@ from traceinsight.analysis.causes import cause_label
 from traceinsight.analysis.sources import LIBRARY
 from traceinsight.formatting import format_duration, format_share, short_kernel_name
 from traceinsight.load.text import printable
-from traceinsight.render.facts import header_facts, no_findings_text, saving_text, time_split
+from traceinsight.render.facts import (
+    MEMORY_COLUMNS,
+    allocator_fact,
+    header_facts,
+    memory_rows,
+    no_findings_text,
+    saving_text,
+    time_split,
+)
 from traceinsight.render.scorecard import scorecard
 from traceinsight.report import Report
 from traceinsight.rules.findings import Finding
@@ -233,6 +241,15 @@ def renderables(report: Report, top: int = _TOP) -> list[RenderableType]:
                 format_share(share),
             )
         parts.append(copies)
+    memory = memory_rows(report)
+    if memory:
+        table = _detail_table("Memory (peaks over the whole trace)", MEMORY_COLUMNS)
+        for row in memory:
+            table.add_row(*row)
+        parts.append(table)
+    allocator = allocator_fact(report)
+    if allocator is not None:
+        parts.append(Text.assemble(("Allocator calls: ", "bold"), allocator))
     if analysis.kernels.kernels:
         parts.append(
             KernelTable(

@@ -47,6 +47,7 @@ def evaluate(analysis: Analysis) -> tuple[Finding, ...]:
         copies,
         idle,
         launching,
+        memory,
         optimizer,
         precision,
         syncs,

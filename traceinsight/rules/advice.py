@@ -148,3 +148,26 @@ SET_TO_NONE: Final = Advice(
     before="optimizer.zero_grad()",
     after="optimizer.zero_grad(set_to_none=True)",
 )
+ALLOCATOR_CHURN: Final = Advice(
+    summary="PyTorch's caching allocator keeps freed blocks for reuse, so a loop at its usual pace "
+    "never calls cudaMalloc/cudaFree. Calls every step mean the cache is emptied "
+    "(torch.cuda.empty_cache() in the loop) or cannot serve the requests (fragmentation: varying "
+    "shapes). Remove empty_cache() from the loop; with varying shapes, let the allocator grow "
+    "segments in place instead of allocating new ones.",
+    before="for x, y in loader:\n    loss = step(x, y)\n"
+    "    torch.cuda.empty_cache()  # frees the cache: the next step allocates it again",
+    after="# PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py\n"
+    "for x, y in loader:\n    loss = step(x, y)  # blocks reused from the cache, no cudaMalloc",
+)
+NEAR_MEMORY_LIMIT: Final = Advice(
+    summary="The GPU is nearly full: the next larger batch or longer sequence runs out of memory, "
+    "and near the limit the allocator frees its cache and retries (synchronizing cudaFree and "
+    "cudaMalloc calls). Hold less: mixed precision halves activations, activation checkpointing "
+    "recomputes them in backward instead of keeping them, a smaller batch with gradient "
+    "accumulation keeps the effective batch; expandable segments cut fragmentation.",
+    before="for x, y in loader:  # batch_size=64\n    loss = model(x).loss\n    loss.backward()",
+    after="# PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; DataLoader(ds, batch_size=32)\n"
+    "for i, (x, y) in enumerate(loader):\n    with torch.autocast('cuda', dtype=torch.bfloat16):\n"
+    "        loss = model(x).loss / 2  # or torch.utils.checkpoint on the big blocks\n"
+    "    loss.backward()\n    if i % 2 == 1:\n        optimizer.step(); optimizer.zero_grad()",
+)
