@@ -156,7 +156,7 @@ def render_html(report: Report, source_root: Path | None) -> str:
     return HtmlRenderer(source_root=source_root).render(report)
 
 
-def _give_back_freed_memory() -> None:
+def give_back_freed_memory() -> None:
     """Return the heap pages the loader freed to the system (glibc's ``malloc_trim``).
 
     Loading allocates and frees block after block (gunzipped text, scanned columns); glibc keeps
@@ -212,7 +212,7 @@ def analyze_and_write(
             target=importlib.import_module, args=("traceinsight.render.html",), daemon=True
         ).start()
     loaded = load_trace(trace, progress=progress, limit=limit)
-    _give_back_freed_memory()
+    give_back_freed_memory()
     with _stage(f"analyzing {trace.name}"):
         report = report_for(loaded, thresholds, user_code, run)
     del loaded
@@ -281,7 +281,7 @@ def result_of(
     if stored is not None:
         return stored
     loaded = load_trace(path, progress=progress, limit=limit)
-    _give_back_freed_memory()
+    give_back_freed_memory()
     with _stage(f"analyzing {path.name}"):
         report = report_for(loaded, thresholds, user_code)
     del loaded
