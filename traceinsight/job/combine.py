@@ -38,7 +38,8 @@ from traceinsight.rules.findings import SEVERITIES
 
 __all__ = ["JobFinding", "JobReport", "RankTiming", "Straggler", "combine"]
 
-#: Idle causes a straggler's time can be blamed on (not the step's edges or time outside the steady state).
+#: Idle causes a straggler's time can be blamed on: what its host did while its GPU waited (not
+#: ``queued``, where the GPU waited on itself, nor the step's edges or time outside the steady state).
 BLAMED_CAUSES: Final[tuple[CauseKind, ...]] = (
     CauseKind.DATALOADER,
     CauseKind.SYNC,
@@ -47,7 +48,6 @@ BLAMED_CAUSES: Final[tuple[CauseKind, ...]] = (
     CauseKind.HOST_OP,
     CauseKind.UNTRACED,
     CauseKind.COMMUNICATION,
-    CauseKind.QUEUED,
 )
 #: How the job report names a cause of lateness.
 CAUSE_WORDS: Final[dict[str, str]] = {
@@ -58,7 +58,10 @@ CAUSE_WORDS: Final[dict[str, str]] = {
     CauseKind.HOST_OP.value: "host work in an operator",
     CauseKind.UNTRACED.value: "untraced host work",
     CauseKind.COMMUNICATION.value: "communication",
-    CauseKind.QUEUED.value: "queued work waiting on a dependency",
+    CauseKind.QUEUED.value: "queued",
+    CauseKind.OUTSIDE_STEADY.value: "outside steady state",
+    CauseKind.BEFORE_FIRST.value: "before first work",
+    CauseKind.AFTER_LAST.value: "after last work",
     "compute": "slower GPU work",
 }
 _MAD_SCALE: Final = 1.4826
@@ -176,7 +179,9 @@ def _match(ranks: Sequence[RankResult]) -> tuple[list[tuple[str, dict[int, tuple
     return matched, warnings
 
 
-def _timings(ranks: Sequence[RankResult], matched: list[tuple[str, dict[int, tuple[int, int]]]]) -> tuple[RankTiming, ...]:
+def _timings(
+    ranks: Sequence[RankResult], matched: list[tuple[str, dict[int, tuple[int, int]]]]
+) -> tuple[RankTiming, ...]:
     late: dict[int, list[int]] = {result.rank: [] for result in ranks}
     waited: dict[int, int] = dict.fromkeys(late, 0)
     caused: dict[int, int] = dict.fromkeys(late, 0)
@@ -232,11 +237,15 @@ def _cause(result: RankResult, ranks: Sequence[RankResult]) -> tuple[str | None,
     return best
 
 
-def _stragglers(ranks: Sequence[RankResult], timings: tuple[RankTiming, ...], step_ns: int | None) -> tuple[Straggler, ...]:
+def _stragglers(
+    ranks: Sequence[RankResult], timings: tuple[RankTiming, ...], step_ns: int | None
+) -> tuple[Straggler, ...]:
     floor = round(_STEP_FLOOR_SHARE * step_ns) if step_ns else _LATE_FLOOR_NS
     reasons: dict[int, list[str]] = defaultdict(list)
     if timings and any(timing.matched for timing in timings):
-        for rank, excess in _outliers({t.rank: t.late_median_ns for t in timings}, max(floor, _LATE_FLOOR_NS)).items():
+        for rank, excess in _outliers(
+            {t.rank: t.late_median_ns for t in timings}, max(floor, _LATE_FLOOR_NS)
+        ).items():
             timing = next(t for t in timings if t.rank == rank)
             reasons[rank].append(
                 f"its collectives start {format_duration(timing.late_median_ns)} after the median rank's "
@@ -322,7 +331,9 @@ def combine(results: Sequence[RankResult]) -> JobReport:
     steps = [result.step_ns for result in ranks if result.step_ns is not None]
     step_ns = median_low(steps) if steps else None
     if len(ranks) < 3:
-        warnings.append(f"{len(ranks)} rank(s): stragglers are named from 3 ranks up (they are outliers among the ranks)")
+        warnings.append(
+            f"{len(ranks)} rank(s): stragglers are named from 3 ranks up (they are outliers among the ranks)"
+        )
     kinds = Counter(kind for kind, _ in matched)
     return JobReport(
         ranks=ranks,

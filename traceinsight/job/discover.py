@@ -77,7 +77,9 @@ def _expand(argument: Path) -> list[Path]:
     if _GLOB_CHARS.search(text):
         matched = sorted(Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file())
         if not matched:
-            raise TraceNotFound(f"no file matches {text}; check the pattern (quote it to let traceinsight expand it)")
+            raise TraceNotFound(
+                f"no file matches {text}; check the pattern (quote it to let traceinsight expand it)"
+            )
         return matched
     raise TraceNotFound(f"cannot read trace {text}: no such file or folder")
 
@@ -88,7 +90,5 @@ def discover_ranks(arguments: Sequence[Path]) -> tuple[RankFile, ...]:
     for argument in arguments:
         for path in _expand(argument):
             paths.setdefault(path.resolve(), None)
-    hinted = sorted(
-        paths, key=lambda p: (_name_rank(p) is None, _name_rank(p) or 0, p.name, str(p))
-    )
+    hinted = sorted(paths, key=lambda p: (_name_rank(p) is None, _name_rank(p) or 0, p.name, str(p)))
     return tuple(RankFile(path=p, name_rank=_name_rank(p), order=i) for i, p in enumerate(hinted))

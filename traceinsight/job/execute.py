@@ -12,6 +12,7 @@ path imports dask.
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 import os
 import sys
@@ -139,13 +140,13 @@ def run_dask(
 ) -> list[RankResult]:
     """Analyze every rank on the dask.distributed cluster at ``address``; results in ``tasks``' order."""
     try:
-        from distributed import Client, as_completed
+        distributed: Any = importlib.import_module("distributed")
     except ImportError:
         raise ConfigError(
             "--dask needs dask.distributed, which is not installed: pip install 'torch-traceinsight[dask]'"
         ) from None
     try:
-        client: Any = Client(address, timeout=30, set_as_default=False)
+        client: Any = distributed.Client(address, timeout=30, set_as_default=False)
     except (OSError, TimeoutError, ValueError) as exc:
         raise ConfigError(
             f"cannot reach the dask scheduler at {address}: {exc}; check the address (tcp://host:8786) "
@@ -153,7 +154,7 @@ def run_dask(
         ) from None
     with client:
         futures = client.map(analyze_rank, list(tasks), pure=False)
-        for done, _ in enumerate(as_completed(futures), start=1):
+        for done, _ in enumerate(distributed.as_completed(futures), start=1):
             if progress is not None:
                 progress(done, len(tasks))
         results: list[RankResult] = client.gather(futures)
