@@ -136,7 +136,11 @@ def run_local(
 
 
 def run_dask(
-    tasks: Sequence[RankTask], address: str, *, progress: RankProgress | None = None
+    tasks: Sequence[RankTask],
+    address: str,
+    *,
+    progress: RankProgress | None = None,
+    connect_timeout_s: float = 30,
 ) -> list[RankResult]:
     """Analyze every rank on the dask.distributed cluster at ``address``; results in ``tasks``' order."""
     try:
@@ -146,7 +150,7 @@ def run_dask(
             "--dask needs dask.distributed, which is not installed: pip install 'torch-traceinsight[dask]'"
         ) from None
     try:
-        client: Any = distributed.Client(address, timeout=30, set_as_default=False)
+        client: Any = distributed.Client(address, timeout=connect_timeout_s)
     except (OSError, TimeoutError, ValueError) as exc:
         raise ConfigError(
             f"cannot reach the dask scheduler at {address}: {exc}; check the address (tcp://host:8786) "
