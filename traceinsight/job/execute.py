@@ -30,8 +30,9 @@ __all__ = ["RankProgress", "pool_size", "rank_progress", "run_dask", "run_local"
 #: ``(ranks done, ranks in all)`` after each rank.
 RankProgress = Callable[[int, int], None]
 
-#: Peak memory of analyzing a trace, per byte of its JSON (measured: benchmarks/bench_job.py).
-MEMORY_PER_JSON_BYTE: Final = 4
+#: Peak memory of analyzing a trace, per byte of its JSON, rounded up: benchmarks/bench_analyze.py
+#: measured 1.2 to 1.7 times the JSON (results-2026-11-22.txt, 250 MB plain and gzip).
+MEMORY_PER_JSON_BYTE: Final = 2
 #: What a worker holds before it reads a trace (interpreter, polars, the analysis' imports).
 WORKER_BASE_BYTES: Final = 250 * 2**20
 
