@@ -281,3 +281,11 @@ def test_job_html_and_markdown(job8: Path, tmp_path: Path) -> None:
     text = summary.read_text()
     assert "rank 2: slow because of DataLoader" in text.replace("\\", "")
     assert "rank 5: slow because of a host sync" in text.replace("\\", "")
+
+
+def test_a_bad_rank_trace_is_one_line_naming_it(tmp_path: Path) -> None:
+    _tiny_rank(tmp_path / "rank-0.json", 0)
+    (tmp_path / "rank-1.json").write_text("{not json")
+    result = runner.invoke(app, ["analyze", str(tmp_path), "--no-html", "--workers", "2"])
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1 and "rank-1.json" in result.output

@@ -249,7 +249,8 @@ def _stragglers(
             timing = next(t for t in timings if t.rank == rank)
             reasons[rank].append(
                 f"its collectives start {format_duration(timing.late_median_ns)} after the median rank's "
-                f"(median over {timing.matched}; {format_duration(excess)} more than the job's median rank)"
+                f"(the median over {timing.matched} collectives; {format_duration(excess)} above the job's "
+                "median lateness)"
             )
     stepped = {result.rank: result.step_ns for result in ranks if result.step_ns is not None}
     for rank, excess in _outliers(stepped, floor).items():

@@ -116,7 +116,7 @@ def rank_cells(job: JobReport, result: RankResult) -> tuple[str, ...]:
         f"{cause_label(largest[0].value)} {_per_step(result, largest[1])}" if largest is not None else "—",
         f"{result.syncs_per_step:.1f}" if result.syncs_per_step is not None else "—",
         format_duration(timing.late_median_ns) if timing is not None else "—",
-        format_duration(timing.caused_ns) if timing is not None else "—",
+        _per_step(result, timing.caused_ns) if timing is not None else "—",
         top.title if top is not None else "—",
     )
 
@@ -151,7 +151,8 @@ def straggler_lines(job: JobReport) -> list[tuple[int, str, list[str]]]:
         details = list(straggler.reasons)
         if straggler.caused_ns:
             details.append(
-                f"the other ranks waited {format_duration(straggler.caused_ns)} for it in collectives"
+                f"the other ranks waited {format_duration(straggler.caused_ns)} for it in collectives "
+                "(summed over the ranks and the collectives it came last to)"
             )
         if straggler.top_finding:
             details.append(f"its top finding: {straggler.top_finding}")
