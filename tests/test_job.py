@@ -289,3 +289,32 @@ def test_a_bad_rank_trace_is_one_line_naming_it(tmp_path: Path) -> None:
     result = runner.invoke(app, ["analyze", str(tmp_path), "--no-html", "--workers", "2"])
     assert result.exit_code == 2
     assert result.output.count("\n") == 1 and "rank-1.json" in result.output
+
+
+def _result(rank: int, starts: list[int]) -> Any:
+    from traceinsight.analysis.usage import Usage
+    from traceinsight.job.rank import Collective, RankResult
+
+    usage = Usage(
+        device=-1, window_ns=1000, compute_ns=500, communication_ns=100, copy_ns=0, idle=(), steps=1
+    )
+    return RankResult(
+        rank=rank, rank_from="order", path=f"r{rank}.json", world_size=None, backend=None, usage=usage,
+        has_usage=True, step_ns=1000, communication_total_ns=100, steady_syncs=0, findings=(),
+        collectives=tuple(Collective("AllReduce", start, start + 5) for start in starts),
+        collectives_from="gpu", warnings=(),
+    )  # fmt: skip
+
+
+def test_lateness_and_waits_by_hand() -> None:
+    """Starts (ns) r0: 0, 100; r1: 10, 100; r2: 50, 300. Medians 10 and 100; r2 is last in both."""
+    from traceinsight.job import combine
+
+    job = combine([_result(2, [50, 300]), _result(0, [0, 100]), _result(1, [10, 100])])
+    timing = {t.rank: (t.late_median_ns, t.late_max_ns, t.waited_ns, t.caused_ns) for t in job.timings}
+    assert timing == {
+        0: (-10, 0, 50 + 200, 0),
+        1: (0, 0, 40 + 200, 0),
+        2: (40, 200, 0, 50 + 40 + 200 + 200),
+    }
+    assert job.collectives_matched == 2

@@ -21,7 +21,7 @@ from traceinsight.formatting import format_duration, format_share
 from traceinsight.job.combine import CAUSE_WORDS, JobReport
 from traceinsight.job.rank import RankResult
 from traceinsight.load.text import printable
-from traceinsight.render.markdown import MAX_CHARS, escape
+from traceinsight.render.markdown import _bounded, _table, escape
 
 __all__ = [
     "RANK_COLUMNS",
@@ -213,13 +213,8 @@ def print_job_summary(
         console.print(Text.assemble(f"{label}: ", (printable(str(path)), "bold")))
 
 
-def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]
-
-
 def render_job_markdown(job: JobReport) -> str:
-    """The job as GitHub Markdown, at most :data:`~.markdown.MAX_CHARS` characters."""
+    """The job as GitHub Markdown, bounded like the one-trace summary (:data:`~.markdown.MAX_CHARS`)."""
     lines = [f"## traceinsight job: {escape(job_headline(job), 300)}", ""]
     lines += [f"> **warning:** {escape(warning, 400)}" for warning in job.warnings]
     lines.append("")
@@ -246,9 +241,4 @@ def render_job_markdown(job: JobReport) -> str:
                 for f in job.findings[:20]
             ],
         )  # fmt: skip
-    text = "\n".join(lines) + "\n"
-    if len(text) > MAX_CHARS:
-        text = (
-            text[: MAX_CHARS - 80].rsplit("\n", 1)[0] + "\n\n… (cut to stay under GitHub's comment limit)\n"
-        )
-    return text
+    return _bounded("\n".join(lines) + "\n")
