@@ -68,7 +68,7 @@ def _expand(argument: Path) -> list[Path]:
         found = sorted(p for p in argument.iterdir() if p.is_file() and _is_trace_name(p))
         if not found:
             raise TraceNotFound(
-                f"no traces in {argument}: the folder holds no .json or .json.gz file; "
+                f"no traces in {argument}: the directory holds no .json or .json.gz file; "
                 "name the folder the ranks' traces were written to"
             )
         return found
