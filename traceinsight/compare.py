@@ -151,25 +151,12 @@ def read_result(path: Path) -> Document | None:
             f"cannot compare {path}: it is the output of traceinsight diff; give a trace or a result of "
             "traceinsight analyze --json"
         )
-    cleaned: Document = _cleaned(document)
-    if not isinstance(cleaned.get("schema"), int) or cleaned["schema"] < 2:
+    if not isinstance(document.get("schema"), int) or document["schema"] < 2:
         raise TraceFormatError(
-            f"cannot compare {path}: it is a result of schema {cleaned.get('schema')}, written before "
+            f"cannot compare {path}: it is a result of schema {document.get('schema')!r}, written before "
             "traceinsight measured steps and savings; analyze its trace again"
         )
-    return cleaned
-
-
-def _cleaned(value: Any) -> Any:
-    """A stored result is untrusted like a trace: every string (keys too) gets the trace's cleaning
-    (control characters replaced, long strings cut), so that none can drive a terminal."""
-    if isinstance(value, str):
-        return clean_text(value)
-    if isinstance(value, list):
-        return [_cleaned(item) for item in value]
-    if isinstance(value, dict):
-        return {clean_text(key): _cleaned(item) for key, item in value.items()}
-    return value
+    return document
 
 
 def _steps(document: Document) -> int:
@@ -188,12 +175,18 @@ def _per(document: Document, total_us: float, basis: str) -> float:
     return total_us / _steps(document) if basis == "per step" else total_us
 
 
+def text(value: object) -> str:
+    """A string taken from a result, for display: a stored result is untrusted like a trace, so it
+    gets the trace's cleaning (control characters replaced, long strings cut)."""
+    return clean_text(str(value))
+
+
 def finding_site(finding: Document) -> str:
     """Where a finding is: its source line, else its operator, else its GPU (for matching sides)."""
     if finding.get("source"):
-        return str(finding["source"])
+        return text(finding["source"])
     if finding.get("op"):
-        return str(finding["op"])
+        return text(finding["op"])
     if finding.get("device") is not None:
         return f"GPU {finding['device']}"
     return ""
@@ -204,7 +197,7 @@ def _notes(before: Document, after: Document) -> list[str]:
 
     def gpus(document: Document) -> str:
         return (
-            ", ".join(sorted(str(d.get("name")) for d in document.get("devices", []) if d.get("name")))
+            ", ".join(sorted(text(d.get("name")) for d in document.get("devices", []) if d.get("name")))
             or "none"
         )
 
@@ -219,7 +212,7 @@ def _notes(before: Document, after: Document) -> list[str]:
     ]
     for (one, two), what in zip(versions, ("torch", "the CUDA runtime"), strict=True):
         if one and two and one != two:
-            notes.append(f"{what} differs: {one} before, {two} after")
+            notes.append(f"{what} differs: {text(one)} before, {text(two)} after")
     if before["trace"].get("world_size") != after["trace"].get("world_size"):
         notes.append("the world sizes differ")
     return notes
@@ -294,8 +287,8 @@ def compare(
     causes = dict.fromkeys([*before_use.get("idle_by_cause_us", {}), *after_use.get("idle_by_cause_us", {})])
     idle = [
         Metric(
-            f"idle:{cause}",
-            cause,
+            f"idle:{text(cause)}",
+            text(cause),
             "us",
             _per(before, float(before_use.get("idle_by_cause_us", {}).get(cause, 0.0)), basis),
             _per(after, float(after_use.get("idle_by_cause_us", {}).get(cause, 0.0)), basis),
@@ -306,7 +299,7 @@ def compare(
     def keyed(document: Document) -> dict[tuple[str, str], Document]:
         table: dict[tuple[str, str], Document] = {}
         for finding in document.get("findings", []):
-            table.setdefault((finding["rule"], finding_site(finding)), finding)
+            table.setdefault((text(finding["rule"]), finding_site(finding)), finding)
         return table
 
     def saving(finding: Document) -> float | None:
@@ -322,15 +315,17 @@ def compare(
             status="fixed" if key not in fresh else "still",
             rule=key[0],
             site=key[1],
-            title=(fresh.get(key) or finding)["title"],
+            title=text((fresh.get(key) or finding)["title"]),
             before_saving_us=saving(finding),
             after_saving_us=saving(fresh[key]) if key in fresh else None,
-            severity=(fresh.get(key) or finding)["severity"],
+            severity=text((fresh.get(key) or finding)["severity"]),
         )
         for key, finding in old.items()
     ]
     changes += [
-        FindingChange("new", key[0], key[1], finding["title"], None, saving(finding), finding["severity"])
+        FindingChange(
+            "new", key[0], key[1], text(finding["title"]), None, saving(finding), text(finding["severity"])
+        )
         for key, finding in fresh.items()
         if key not in old
     ]
@@ -340,7 +335,7 @@ def compare(
     )
 
     def kernels(document: Document) -> dict[tuple[int, str], Document]:
-        return {(int(k["device"]), k["name"]): k for k in document.get("kernels", [])}
+        return {(int(k["device"]), text(k["name"])): k for k in document.get("kernels", [])}
 
     was, now = kernels(before), kernels(after)
     moved = [

@@ -143,7 +143,8 @@ def _gpu_warnings(trace: Trace) -> list[TraceWarning]:
             warnings.append(
                 TraceWarning(
                     "stream-overlap",
-                    f"{overlapping:,} GPU activities overlap earlier work on the same stream by more "
+                    f"{overlapping:,} GPU {'activity overlaps' if overlapping == 1 else 'activities overlap'} "
+                    "earlier work on the same stream by more "
                     "than 1 µs, which a stream cannot do: a clock or recording problem. Busy time "
                     "counts the overlap once.",
                     "re-record the trace; if it repeats, report it to PyTorch with the torch and driver versions",
