@@ -241,7 +241,7 @@ def analyze(
         list[Path],
         # readable=False: the loader words an unreadable file in one line, not typer's usage box.
         typer.Argument(
-            metavar="TRACE...",
+            metavar="TRACE",
             help="A torch.profiler trace: .json or .json.gz. Several traces, a folder or a glob pattern: "
             "one report for a distributed job, one rank per trace.",
             show_default=False,
