@@ -237,12 +237,13 @@ def _errors(subject: object) -> Iterator[None]:
 
 @app.command(epilog=_EXIT_CODES)
 def analyze(
-    trace: Annotated[
-        Path,
+    traces: Annotated[
+        list[Path],
         # readable=False: the loader words an unreadable file in one line, not typer's usage box.
         typer.Argument(
             metavar="TRACE",
-            help="A torch.profiler trace: .json or .json.gz.",
+            help="A torch.profiler trace: .json or .json.gz. Several traces, a folder or a glob pattern: "
+            "one report for a distributed job, one rank per trace.",
             show_default=False,
             readable=False,
         ),
@@ -281,8 +282,42 @@ def analyze(
     fail_on_rule: FailOnRuleOption = None,
     max_idle: MaxIdleOption = None,
     max_syncs_per_step: MaxSyncsOption = None,
+    per_rank: Annotated[
+        Path | None,
+        typer.Option(
+            "--per-rank",
+            metavar="DIR",
+            show_default=False,
+            readable=False,
+            help="Job: also write each rank's own report into DIR (rank-N.json, rank-N.html).",
+        ),
+    ] = None,
+    dask: Annotated[
+        str | None,
+        typer.Option(
+            "--dask",
+            metavar="ADDRESS",
+            envvar="TRACEINSIGHT_DASK",
+            show_default=False,
+            help="Job: analyze the ranks on this dask.distributed scheduler (tcp://host:8786); "
+            "the traces must be readable there. Needs torch-traceinsight[dask].",
+        ),
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            metavar="N",
+            min=1,
+            show_default=False,
+            help="Job: local worker processes [default: by cores and memory].",
+        ),
+    ] = None,
 ) -> None:
     """Measure GPU idle gaps, copy overlap and sync hot spots in TRACE; print a summary, write a report.
+
+    Given several traces, a folder or a pattern, analyzes each rank on its own and writes one job
+    report: a per-rank table, the stragglers and why, findings common to the ranks.
 
     Writes ./<trace name>.html unless -o or --no-html says otherwise; --json and --markdown add the
     full result and a short summary. The gate options turn findings and budgets into exit status 1.
@@ -294,6 +329,19 @@ def analyze(
     from traceinsight.pipeline import analyze_and_write
 
     global _analysis_done
+    from traceinsight.job.discover import is_job
+
+    if is_job(traces):
+        with _errors(" ".join(map(str, traces))):
+            shared = _shared(user_code=user_code, max_size=max_size, json_out=json_out, markdown=markdown,
+                             min_gap_us=min_gap_us, low_utilization=low_utilization, fail_on=fail_on,
+                             fail_on_rules=fail_on_rule, max_idle=max_idle, max_syncs_per_step=max_syncs_per_step)  # fmt: skip
+            _analyze_job(traces, shared, output=output, json_out=json_out, markdown=markdown, no_html=no_html,
+                         top=top, source_root=source_root, force=force, per_rank=per_rank, dask=dask,
+                         workers=workers)  # fmt: skip
+            _analysis_done = True
+        return
+    trace = traces[0]
     with _errors(trace):
         shared = _shared(user_code=user_code, max_size=max_size, json_out=json_out, markdown=markdown,
                          min_gap_us=min_gap_us, low_utilization=low_utilization, fail_on=fail_on,
@@ -321,6 +369,32 @@ def analyze(
             broken = broken_budgets(report_dict(report), shared.budgets)
         _analysis_done = True
     _gate(broken)
+
+
+def _analyze_job(traces: list[Path], shared: _Shared, *, output: Path | None, json_out: str | None,
+                 markdown: str | None, no_html: bool, top: int, source_root: Path | None, force: bool,
+                 per_rank: Path | None, dask: str | None, workers: int | None) -> None:  # fmt: skip
+    """`analyze` on a distributed job (see :func:`traceinsight.pipeline.analyze_job_and_write`)."""
+    from traceinsight.pipeline import analyze_job_and_write
+
+    if not shared.budgets.empty:
+        raise ConfigError("the gate options take one trace; gate each rank's trace on its own")
+    analyze_job_and_write(
+        traces,
+        html=output,
+        json_out=json_out,
+        markdown=markdown,
+        write_html=not no_html,
+        thresholds=shared.thresholds,
+        user_code=shared.user_code,
+        source_root=_source_root(source_root, shared.config),
+        force=force,
+        limit=shared.limit,
+        per_rank=per_rank,
+        dask=dask or None,
+        workers=workers,
+        top=max(top, 10),
+    )
 
 
 @app.command(epilog=_EXIT_CODES)

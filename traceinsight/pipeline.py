@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from rich.console import Console
 from rich.text import Text
@@ -30,6 +30,9 @@ from traceinsight.render.json_report import JsonRenderer, report_dict
 from traceinsight.render.terminal import print_summary
 from traceinsight.report import Report, RunContext, report_for
 from traceinsight.thresholds import Thresholds
+
+if TYPE_CHECKING:
+    from traceinsight.job import JobReport
 
 
 def _stem(trace: Path) -> str:
@@ -156,7 +159,7 @@ def render_html(report: Report, source_root: Path | None) -> str:
     return HtmlRenderer(source_root=source_root).render(report)
 
 
-def _give_back_freed_memory() -> None:
+def give_back_freed_memory() -> None:
     """Return the heap pages the loader freed to the system (glibc's ``malloc_trim``).
 
     Loading allocates and frees block after block (gunzipped text, scanned columns); glibc keeps
@@ -212,7 +215,7 @@ def analyze_and_write(
             target=importlib.import_module, args=("traceinsight.render.html",), daemon=True
         ).start()
     loaded = load_trace(trace, progress=progress, limit=limit)
-    _give_back_freed_memory()
+    give_back_freed_memory()
     with _stage(f"analyzing {trace.name}"):
         report = report_for(loaded, thresholds, user_code, run)
     del loaded
@@ -281,7 +284,7 @@ def result_of(
     if stored is not None:
         return stored
     loaded = load_trace(path, progress=progress, limit=limit)
-    _give_back_freed_memory()
+    give_back_freed_memory()
     with _stage(f"analyzing {path.name}"):
         report = report_for(loaded, thresholds, user_code)
     del loaded
@@ -354,3 +357,84 @@ def diff_and_write(
     for label, path in outputs:
         out.print(Text.assemble(f"{label}: ", (printable(str(path)), "bold")))
     return comparison, documents[1]
+
+
+def default_job_report_path(arguments: list[Path]) -> Path:
+    """``./<folder name>.html`` for one folder, else ``./job.html``."""
+    if len(arguments) == 1 and arguments[0].is_dir():
+        return Path.cwd() / f"{arguments[0].resolve().name or 'job'}.html"
+    return Path.cwd() / "job.html"
+
+
+def analyze_job_and_write(
+    arguments: list[Path],
+    *,
+    html: Path | None,
+    json_out: str | None = None,
+    markdown: str | None = None,
+    write_html: bool = True,
+    console: Console | None = None,
+    thresholds: Thresholds | None = None,
+    user_code: tuple[str, ...] = (),
+    source_root: Path | None = None,
+    force: bool = False,
+    limit: SizeLimit | None = None,
+    per_rank: Path | None = None,
+    dask: str | None = None,
+    workers: int | None = None,
+    top: int = 10,
+) -> JobReport:
+    """Analyze a distributed job (several traces, a folder, a pattern): each rank on its own in a
+    local process pool, or on the dask cluster at ``dask``; combine; print the job summary; write
+    the job's HTML page (and JSON / Markdown if asked). ``per_rank`` is a folder that gets each
+    rank's own JSON and HTML report (``rank-<N>.json/.html``); with ``dask`` it must be a folder
+    the workers can write to. ``workers`` fixes the local pool's size (default: cores and memory).
+    """
+    from traceinsight.job import RankTask, combine, discover_ranks
+    from traceinsight.job.execute import rank_progress, run_dask, run_local
+    from traceinsight.render.job_json import JobJsonRenderer
+    from traceinsight.render.job_text import print_job_summary, render_job_markdown
+
+    files = discover_ranks(arguments)
+    html_path = (html if html is not None else default_job_report_path(arguments)) if write_html else None
+    targets = _targets(html_path, json_out, markdown)
+    for file in files:
+        check_outputs(file.path, targets, default_report=html_path if html is None else None, force=force)
+    if per_rank is not None and not per_rank.is_dir():
+        raise OutputError(f"--per-rank {per_rank}: no such folder; create it, or leave the option out")
+    tasks = [
+        RankTask(
+            path=str(file.path),
+            name_rank=file.name_rank,
+            order=file.order,
+            thresholds=thresholds or Thresholds(),
+            user_code=user_code,
+            max_bytes=limit.max_bytes if limit is not None else None,
+            per_rank_dir=None if per_rank is None else str(per_rank.resolve()),
+            source_root=None if source_root is None else str(source_root.resolve()),
+        )
+        for file in files
+    ]
+    with rank_progress(len(tasks)) as progress:
+        if dask:
+            results = run_dask(tasks, dask, progress=progress)
+        else:
+            results = run_local(tasks, workers=workers, progress=progress)
+    job = combine(results)
+
+    def page() -> str:
+        from traceinsight.render.job_html import JobHtmlRenderer
+
+        return JobHtmlRenderer().render(job)
+
+    outputs, to_stdout = _write_outputs(
+        [
+            ("JSON", json_out, lambda: JobJsonRenderer().render(job)),
+            ("Markdown", markdown, lambda: render_job_markdown(job)),
+            ("report", None if html_path is None else str(html_path), page),
+        ]
+    )
+    if per_rank is not None:
+        outputs.append(("each rank's report", per_rank))
+    print_job_summary(job, console or Console(stderr=to_stdout), outputs, top=top)
+    return job

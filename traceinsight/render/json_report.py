@@ -19,7 +19,7 @@ import json
 from typing import Any
 
 from traceinsight import __version__
-from traceinsight.analysis.usage import total_usage
+from traceinsight.analysis.usage import Usage, total_usage
 from traceinsight.report import Report
 
 SCHEMA_VERSION = 2
@@ -35,14 +35,19 @@ def _causes(pairs: tuple[tuple[str, int], ...]) -> dict[str, float]:
 
 def _utilization(report: Report) -> dict[str, Any]:
     """The steady state over every device: the time judged, busy by class, idle by cause."""
-    usage = total_usage(report.analysis.usage)
+    return usage_dict(total_usage(report.analysis.usage), bool(report.analysis.usage))
+
+
+def usage_dict(usage: Usage, judged: bool) -> dict[str, Any]:
+    """``utilization`` of the JSON: the time judged, busy by class, idle by cause (``judged``:
+    whether the trace had a steady state on a GPU; ``of`` is null when not)."""
     window = usage.window_ns
 
     def share(ns: int) -> float | None:
         return round(ns / window, 4) if window else None
 
     return {
-        "of": usage.of_what if report.analysis.usage else None,
+        "of": usage.of_what if judged else None,
         "window_us": _us(window),
         "busy_share": share(usage.busy_ns),
         "compute_share": share(usage.compute_ns),

@@ -1,0 +1,152 @@
+"""Benchmark `analyze` on distributed jobs: N-rank jobs from a real rank trace, locally and on dask.
+
+Each job is made once by ``tests/jobbuild.py`` (copies of ``sample_traces/two_ranks/rank-0``,
+shifted, with one DataLoader-starved and one per-step-sync rank planted), in ``--cache``. Then for
+each N and each way of running, :func:`traceinsight.pipeline.analyze_job_and_write` (the
+``analyze DIR`` path: discovery, per-rank analysis, combining, JSON) runs in a fresh child process:
+
+- ``local``: the default process pool (sized to cores and memory);
+- ``dask``: a ``LocalCluster(processes=True, n_workers=2, threads_per_worker=1)`` started in the child
+  before the clock starts (its start-up is printed apart).
+
+Printed per run: wall time of the job, ranks/s, and maximum RSS — of the largest single process
+(the job's main process or any worker) and of the whole process tree at once (RSS summed over the
+child and every descendant, polled every 50 ms with psutil; pages shared after fork count in each
+process, so the sum overstates). For scale: the JSON size of one rank and of all ranks, and the
+maximum RSS of ``analyze`` on one rank alone. The stragglers found are checked against the plan.
+
+Run::
+
+    python benchmarks/bench_job.py                 # N = 8, 64, 256; local and dask
+    python benchmarks/bench_job.py --ranks 64 --modes local
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from jobbuild import BASE, Plan, make_job  # noqa: E402
+
+CHILD = """
+import json, sys, time
+from pathlib import Path
+from traceinsight.pipeline import analyze_job_and_write
+
+if __name__ == "__main__":
+    folder, mode, out = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+    address, started = None, time.perf_counter()
+    if mode == "dask":
+        from distributed import LocalCluster
+        cluster = LocalCluster(processes=True, n_workers=2, threads_per_worker=1, dashboard_address=None)
+        address = cluster.scheduler_address
+    setup = time.perf_counter() - started
+    started = time.perf_counter()
+    job = analyze_job_and_write([folder], html=None, write_html=False, json_out=out, dask=address,
+                                console=__import__("rich.console").console.Console(file=open("/dev/null", "w")))
+    wall = time.perf_counter() - started
+    print(json.dumps({"wall": wall, "setup": setup, "stragglers": [s.rank for s in job.stragglers]}))
+"""
+
+ONE_RANK = """
+import resource, sys
+from pathlib import Path
+from traceinsight.job import RankTask, analyze_rank
+from traceinsight.thresholds import Thresholds
+analyze_rank(RankTask(sys.argv[1], 0, 0, Thresholds()))
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+"""
+
+
+def _poll(process: psutil.Process, peaks: dict[str, int], stop: threading.Event) -> None:
+    while not stop.is_set():
+        try:
+            tree = [process, *process.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return
+        sizes = []
+        for member in tree:
+            with contextlib.suppress(psutil.Error):
+                sizes.append(member.memory_info().rss)
+        peaks["sum"] = max(peaks["sum"], sum(sizes))
+        peaks["single"] = max(peaks["single"], max(sizes, default=0))
+        stop.wait(0.05)
+
+
+def run_job(folder: Path, mode: str) -> dict[str, object]:
+    """One job in a fresh child process: its own figures and the process tree's peaks."""
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(scratch) / "job.json"
+        child = psutil.Popen(
+            [sys.executable, "-c", CHILD, str(folder), mode, str(out)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=scratch,
+            env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        )
+        peaks = {"sum": 0, "single": 0}
+        stop = threading.Event()
+        poller = threading.Thread(target=_poll, args=(child, peaks, stop), daemon=True)
+        poller.start()
+        stdout, stderr = child.communicate()
+        stop.set()
+        poller.join()
+        if child.returncode != 0:
+            raise SystemExit(f"{mode} job on {folder} failed:\n{stderr[-3000:]}")
+        figures = json.loads(stdout.strip().splitlines()[-1])
+        return {**figures, **peaks}
+
+
+def one_rank_peak() -> int:
+    done = subprocess.run(
+        [sys.executable, "-c", ONE_RANK, str(BASE)], capture_output=True, text=True, check=True
+    )
+    return int(done.stdout.strip())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--ranks", type=int, nargs="+", default=[8, 64, 256])
+    parser.add_argument("--modes", nargs="+", default=["local", "dask"], choices=["local", "dask"])
+    parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "traceinsight-bench-jobs")
+    args = parser.parse_args()
+    rank_json = len(gzip.decompress(BASE.read_bytes()))
+    cores = len(os.sched_getaffinity(0))
+    print(f"machine: {cores} cores, {psutil.virtual_memory().total / 2**30:.1f} GiB; one rank: "
+          f"{rank_json / 1e6:.1f} MB of JSON; analyze_rank on one rank alone: max RSS "
+          f"{one_rank_peak() / 2**20:.0f} MiB")  # fmt: skip
+    print(f"{'ranks':>5} {'mode':>5} {'JSON (all)':>10} {'wall s':>7} {'ranks/s':>7} "
+          f"{'max RSS 1 proc':>14} {'max RSS tree':>12} {'setup s':>7}  stragglers")  # fmt: skip
+    for ranks in args.ranks:
+        folder = args.cache / f"job{ranks}"
+        plan = Plan(ranks, dataloader_rank=ranks // 3, sync_rank=(2 * ranks) // 3)
+        if not (folder / f"rank-{ranks - 1}.json.gz").exists():
+            make_job(folder, plan)
+        for mode in args.modes:
+            figures = run_job(folder, mode)
+            wall = float(figures["wall"])  # type: ignore[arg-type]
+            found = figures["stragglers"]
+            check = "ok" if sorted(found) == sorted([plan.dataloader_rank, plan.sync_rank]) else "MISMATCH"  # type: ignore[arg-type]
+            print(f"{ranks:>5} {mode:>5} {ranks * rank_json / 1e6:>8.0f}MB {wall:>7.1f} {ranks / wall:>7.1f} "
+                  f"{int(figures['single']) / 2**20:>10.0f} MiB {int(figures['sum']) / 2**20:>8.0f} MiB "  # type: ignore[call-overload]
+                  f"{float(figures['setup']):>7.1f}  {found} {check}", flush=True)  # type: ignore[arg-type]  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

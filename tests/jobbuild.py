@@ -1,0 +1,171 @@
+"""N-rank jobs made from one real rank trace: shifted copies, with slow ranks planted by editing events.
+
+Used by the job tests and by ``benchmarks/bench_job.py``. Plain stdlib, independent of the loader.
+
+Each rank is a copy of ``sample_traces/two_ranks/rank-0.json.gz`` (a real 2-step DDP rank with
+NCCL kernels) with ``distributedInfo.rank``/``world_size`` set, and every time shifted by a small
+per-rank jitter (whole µs, below :data:`MAX_JITTER_US`). Two ranks may be made slow:
+
+- **DataLoader-starved**: at the start of each step the main thread spends ``dataloader_us`` in
+  ``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__``; everything the host does after
+  it, and the GPU work it launches, happens that much later.
+- **per-step sync**: once per step, right after the main thread launches an NCCL kernel (the
+  queue is then long: the kernel waits for the other ranks), ``cudaDeviceSynchronize`` blocks
+  until every GPU stream has drained, then the host spends ``after_sync_us`` before going on.
+
+"Later" is done the same way for both (:func:`_pause`): host events from the pause on move by its
+length (events that span it grow by it), and GPU events move with their launching call.
+"""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tracebuild import SAMPLES
+
+BASE = SAMPLES / "two_ranks" / "rank-0.json.gz"
+MAX_JITTER_US = 300
+DATALOADER_NEXT = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+_GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
+_LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "Runtime"}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Which ranks are slow, and how."""
+
+    ranks: int
+    dataloader_rank: int | None = None
+    sync_rank: int | None = None
+    dataloader_us: int = 100_000
+    after_sync_us: int = 30_000
+
+
+def jitter_us(rank: int) -> int:
+    """The rank's clock shift in whole µs (deterministic, 0 ≤ jitter < MAX_JITTER_US)."""
+    return (rank * 7919) % MAX_JITTER_US
+
+
+def _launches(events: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    return {
+        e["args"]["correlation"]: e
+        for e in events
+        if e.get("cat") in _LAUNCH_CATS and isinstance(e.get("args"), dict) and "correlation" in e["args"]
+    }
+
+
+def _launch_ts(event: dict[str, Any], launches: dict[int, dict[str, Any]]) -> float | None:
+    correlation = (event.get("args") or {}).get("correlation")
+    if correlation is None and event.get("ph") in ("s", "f") and event.get("cat") == "ac2g":
+        correlation = event.get("id")
+    launch = launches.get(correlation) if correlation is not None else None
+    return launch["ts"] if launch is not None else None
+
+
+def _pause(events: list[dict[str, Any]], at: int, length: int, launch_ts: dict[int, float | None]) -> None:
+    """Make everything from host time ``at`` on happen ``length`` µs later (see the module doc)."""
+    for index, event in enumerate(events):
+        if "ts" not in event or event.get("ph") == "M":
+            continue
+        if event.get("cat") in _GPU_CATS or (event.get("cat") == "ac2g" and event.get("ph") == "f"):
+            launched = launch_ts[index]
+            if launched is not None and launched >= at:
+                event["ts"] += length
+            continue
+        if event["ts"] >= at:
+            event["ts"] += length
+        elif event.get("ph") == "X" and event["ts"] + event.get("dur", 0) > at:
+            event["dur"] += length
+
+
+def _main_steps(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(
+        (e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")), key=lambda e: e["ts"]
+    )
+
+
+def _plant_dataloader(events: list[dict[str, Any]], wait_us: int) -> None:
+    launches = _launches(events)
+    launch_ts = [_launch_ts(e, launches) for e in events]
+    steps = _main_steps(events)
+    for step in reversed(steps):  # latest first: earlier pauses then move the later ones too
+        at = step["ts"] + 1
+        _pause(events, at, wait_us, launch_ts)
+        launch_ts.append(None)
+        events.append(
+            {"ph": "X", "cat": "user_annotation", "name": DATALOADER_NEXT, "pid": step["pid"],
+             "tid": step["tid"], "ts": at, "dur": wait_us, "args": {"External id": 0}}
+        )  # fmt: skip
+
+
+def _plant_sync(events: list[dict[str, Any]], after_us: int) -> None:
+    launches = _launches(events)
+    launch_ts = [_launch_ts(e, launches) for e in events]
+    gpu = [
+        (launch_ts[i], e)
+        for i, e in enumerate(events)
+        if e.get("cat") in _GPU_CATS and launch_ts[i] is not None
+    ]
+    steps = _main_steps(events)
+    points = []
+    for step in steps:
+        main = (step["pid"], step["tid"])
+        nccl = sorted(
+            (launches[e["args"]["correlation"]] for _, e in gpu if "nccl" in e["name"].lower()),
+            key=lambda launch: launch["ts"],
+        )
+        inside = [
+            launch for launch in nccl
+            if (launch["pid"], launch["tid"]) == main and step["ts"] <= launch["ts"] < step["ts"] + step["dur"]
+        ]  # fmt: skip
+        at = inside[0]["ts"] + inside[0]["dur"] + 1
+        drained = max(e["ts"] + e["dur"] for launched, e in gpu if launched is not None and launched < at)
+        points.append((at, drained, main))
+    correlation = 10**9
+    for at, drained, (pid, tid) in reversed(points):
+        waited = max(1, drained - at)
+        _pause(events, at, waited + after_us, launch_ts)
+        correlation += 1
+        launch_ts.append(None)
+        events.append(
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": pid, "tid": tid,
+             "ts": at, "dur": waited, "args": {"correlation": correlation, "External id": 0}}
+        )  # fmt: skip
+
+
+def rank_document(base: dict[str, Any], rank: int, plan: Plan) -> dict[str, Any]:
+    """One rank's trace document."""
+    document = copy.deepcopy(base)
+    events = document["traceEvents"]
+    if rank == plan.dataloader_rank:
+        _plant_dataloader(events, plan.dataloader_us)
+    if rank == plan.sync_rank:
+        _plant_sync(events, plan.after_sync_us)
+    shift = jitter_us(rank)
+    for event in events:
+        if "ts" in event and event.get("ph") != "M":
+            event["ts"] += shift
+    document["distributedInfo"] = {
+        **document.get("distributedInfo", {}),
+        "rank": rank,
+        "world_size": plan.ranks,
+    }
+    return document
+
+
+def make_job(folder: Path, plan: Plan) -> list[Path]:
+    """Write the job's traces (``rank-<N>.json.gz``) into ``folder``; returns their paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    base = json.loads(gzip.decompress(BASE.read_bytes()))
+    paths = []
+    for rank in range(plan.ranks):
+        path = folder / f"rank-{rank}.json.gz"
+        text = json.dumps(rank_document(base, rank, plan), separators=(",", ":"))
+        path.write_bytes(gzip.compress(text.encode(), compresslevel=1))
+        paths.append(path)
+    return paths

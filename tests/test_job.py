@@ -1,0 +1,320 @@
+"""Distributed jobs: one report for many ranks (discovery, per-rank figures, lateness, stragglers,
+the local pool and dask giving the same bytes). Expected figures come from plain JSON reading."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+from statistics import median_low
+from typing import Any
+
+import pytest
+from jobbuild import Plan, make_job
+from tracebuild import SAMPLES, annotation, launch, read_events, union_length, write_trace
+from typer.testing import CliRunner
+
+from traceinsight.cli import app
+
+runner = CliRunner()
+TWO_RANKS = SAMPLES / "two_ranks"
+DATALOADER_RANK = 17
+SYNC_RANK = 42
+
+
+def _analyze(*args: str) -> Any:
+    result = runner.invoke(app, ["analyze", *args])
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def _json(tmp_path: Path, *args: str, name: str = "job.json") -> dict[str, Any]:
+    out = tmp_path / name
+    _analyze(*args, "--no-html", "--json", str(out))
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def job64(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """The 64-rank job (rank 17 DataLoader-starved, rank 42 with a per-step sync) and its JSON."""
+    folder = tmp_path_factory.mktemp("job64")
+    make_job(folder, Plan(64, dataloader_rank=DATALOADER_RANK, sync_rank=SYNC_RANK))
+    out = folder.parent / "job64.json"
+    _analyze(str(folder), "--no-html", "--json", str(out))
+    return folder, json.loads(out.read_text())
+
+
+# --- the real two-rank trace -----------------------------------------------------------------
+
+
+def test_two_rank_folder_gives_each_ranks_own_figures(tmp_path: Path) -> None:
+    job = _json(tmp_path, str(TWO_RANKS))
+    assert [rank["rank"] for rank in job["ranks"]] == [0, 1]
+    for rank in job["ranks"]:
+        own = _json(tmp_path, str(TWO_RANKS / f"rank-{rank['rank']}.json.gz"), name=f"own{rank['rank']}.json")
+        assert rank["rank_from"] == "distributedInfo"
+        assert rank["utilization"] == own["utilization"]
+        assert rank["step_time_us"] == own["steady_state"]["step_time_us"]
+        assert rank["steps"] == own["steady_state"]["steady_steps"]
+        assert rank["top_finding"]["rule"] == next(f["rule"] for f in own["findings"] if not f["minor"])
+
+
+def test_two_rank_communication_is_apart_from_compute(tmp_path: Path) -> None:
+    """Communication per step = the union of NCCL kernels inside the steps, from the raw events."""
+    job = _json(tmp_path, str(TWO_RANKS))
+    for rank in job["ranks"]:
+        _, events = read_events(TWO_RANKS / f"rank-{rank['rank']}.json.gz")
+        steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")]
+        start = min(e["ts"] for e in steps)
+        end = max(e["ts"] + e["dur"] for e in steps)
+        nccl = [
+            (max(e["ts"], start), min(e["ts"] + e["dur"], end))
+            for e in events
+            if e.get("cat") == "kernel"
+            and "nccl" in e["name"].lower()
+            and e["ts"] < end
+            and e["ts"] + e["dur"] > start
+        ]
+        expected_per_step = union_length(nccl) / len(steps)
+        figures = rank["per_step_us"]
+        assert figures["communication"] == pytest.approx(expected_per_step, abs=0.01)
+        assert 0 < figures["communication_exposed"] <= figures["communication"]
+        assert figures["compute"] > 0
+        share = rank["utilization"]
+        assert share["communication_share"] > 0
+        assert share["compute_share"] + share["communication_share"] + share["copy_share"] + share[
+            "idle_share"
+        ] == pytest.approx(1, abs=0.001)
+
+
+def test_rank_result_is_small_and_picklable() -> None:
+    from traceinsight.job import RankTask, analyze_rank
+    from traceinsight.thresholds import Thresholds
+
+    path = TWO_RANKS / "rank-0.json.gz"
+    result = analyze_rank(RankTask(str(path), None, 0, Thresholds()))
+    blob = pickle.dumps(result)
+    assert pickle.loads(blob) == result
+    _, events = read_events(path)
+    assert len(blob) < len(json.dumps(events)) / 100  # a summary, not the events
+    assert len(result.collectives) == sum(
+        1 for e in events if e.get("cat") == "kernel" and "nccl" in e["name"].lower()
+    )
+
+
+# --- the 64-rank job with two planted slow ranks ---------------------------------------------
+
+
+def _expected_lateness(folder: Path, ranks: int) -> dict[int, float]:
+    """Median lateness per rank in µs: the n-th NCCL kernel of each kind matched across ranks,
+    its start minus the median (lower middle) start, then each rank's median (lower middle)."""
+    starts: dict[int, dict[str, list[int]]] = {}
+    for rank in range(ranks):
+        _, events = read_events(folder / f"rank-{rank}.json.gz")
+        kinds: dict[str, list[int]] = {}
+        for e in sorted(
+            (e for e in events if e.get("cat") == "kernel" and "nccl" in e["name"].lower()),
+            key=lambda e: e["ts"],
+        ):
+            kinds.setdefault(e["name"].split("_")[1], []).append(e["ts"])
+        starts[rank] = kinds
+    late: dict[int, list[int]] = {rank: [] for rank in range(ranks)}
+    for kind in starts[0]:
+        for index in range(len(starts[0][kind])):
+            middle = median_low(starts[rank][kind][index] for rank in range(ranks))
+            for rank in range(ranks):
+                late[rank].append(starts[rank][kind][index] - middle)
+    return {rank: float(median_low(values)) for rank, values in late.items()}
+
+
+def test_job_names_exactly_the_planted_ranks_with_their_causes(job64: tuple[Path, dict[str, Any]]) -> None:
+    _, job = job64
+    stragglers = {s["rank"]: s for s in job["stragglers"]}
+    assert set(stragglers) == {DATALOADER_RANK, SYNC_RANK}
+    assert stragglers[DATALOADER_RANK]["cause"] == "dataloader"
+    assert stragglers[SYNC_RANK]["cause"] == "sync"
+    # the others wait for the DataLoader-starved rank, which arrives last at every collective
+    assert stragglers[DATALOADER_RANK]["others_waited_us"] > 0
+    assert job["job"]["ranks"] == 64
+    assert job["job"]["collectives"]["matched"] == 10
+
+
+def test_job_lateness_equals_an_independent_count(job64: tuple[Path, dict[str, Any]]) -> None:
+    folder, job = job64
+    expected = _expected_lateness(folder, 64)
+    found = {rank["rank"]: rank["collectives"]["late_median_us"] for rank in job["ranks"]}
+    assert found == expected
+    # the planted delays: 100 ms of DataLoader per step; the sync waits, then 30 ms of host time
+    assert expected[DATALOADER_RANK] >= 100_000 - 300
+    assert expected[SYNC_RANK] >= 30_000
+    assert max(abs(late) for rank, late in expected.items() if rank not in stragglers_of(job)) < 300
+
+
+def stragglers_of(job: dict[str, Any]) -> set[int]:
+    return {s["rank"] for s in job["stragglers"]}
+
+
+def test_findings_common_to_all_ranks_are_reported_once(job64: tuple[Path, dict[str, Any]]) -> None:
+    _, job = job64
+    rules = [finding["rule"] for finding in job["findings"]]
+    assert len(rules) == len(set(rules))
+    dataloader = next(f for f in job["findings"] if f["rule"] == "dataloader-stall")
+    assert dataloader["ranks"] == [DATALOADER_RANK]
+    assert any(f["rank_count"] == 64 for f in job["findings"])
+
+
+# --- where the ranks run ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def job8(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("job8")
+    make_job(folder, Plan(8, dataloader_rank=2, sync_rank=5))
+    return folder
+
+
+def test_dask_and_local_give_byte_identical_json(job8: Path, tmp_path: Path) -> None:
+    distributed = pytest.importorskip("distributed")
+    local = tmp_path / "local.json"
+    _analyze(str(job8), "--no-html", "--workers", "2", "--json", str(local))
+    with distributed.LocalCluster(
+        processes=True, n_workers=2, threads_per_worker=1, dashboard_address=None
+    ) as cluster:
+        remote = tmp_path / "dask.json"
+        _analyze(str(job8), "--no-html", "--dask", cluster.scheduler_address, "--json", str(remote))
+    assert remote.read_bytes() == local.read_bytes()
+    assert {s["rank"] for s in json.loads(local.read_text())["stragglers"]} == {2, 5}
+
+
+def test_local_job_never_imports_dask(job8: Path, tmp_path: Path) -> None:
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from traceinsight.pipeline import analyze_job_and_write\n"
+        "if __name__ == '__main__':\n"
+        f"    analyze_job_and_write([Path({str(job8)!r})], html=None, write_html=False, workers=2)\n"
+        "    assert 'dask' not in sys.modules and 'distributed' not in sys.modules, 'dask imported'\n"
+    )
+    script = tmp_path / "local_only.py"
+    script.write_text(code)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+
+
+def test_unreachable_dask_scheduler_is_a_config_error(job8: Path) -> None:
+    pytest.importorskip("distributed")
+    from traceinsight.errors import ConfigError
+    from traceinsight.job import RankTask
+    from traceinsight.job.execute import run_dask
+    from traceinsight.thresholds import Thresholds
+
+    task = RankTask(str(job8 / "rank-0.json.gz"), 0, 0, Thresholds())
+    with pytest.raises(ConfigError, match=r"cannot reach the dask scheduler at tcp://127\.0\.0\.1:9"):
+        run_dask([task], "tcp://127.0.0.1:9", connect_timeout_s=1)
+
+
+def test_per_rank_reports_are_each_ranks_own(tmp_path: Path) -> None:
+    folder = tmp_path / "each"
+    folder.mkdir()
+    _json(
+        tmp_path,
+        str(TWO_RANKS / "rank-0.json.gz"),
+        str(TWO_RANKS / "rank-1.json.gz"),
+        "--per-rank",
+        str(folder),
+    )
+    for rank in (0, 1):
+        own = _json(tmp_path, str(TWO_RANKS / f"rank-{rank}.json.gz"), name=f"own{rank}.json")
+        written = json.loads((folder / f"rank-{rank}.json").read_text())
+        own["trace"]["path"] = written["trace"]["path"]
+        assert written == own
+        assert (folder / f"rank-{rank}.html").read_text().startswith("<!DOCTYPE html>")
+
+
+# --- which files, which rank -----------------------------------------------------------------
+
+
+def _tiny_rank(path: Path, shift: float, **top: Any) -> Path:
+    events = [annotation("ProfilerStep#1", shift, 1000), *launch(10 + shift, 20 + shift, 50)]
+    return write_trace(path, events, **top)
+
+
+def test_rank_from_file_name_then_order(tmp_path: Path) -> None:
+    _tiny_rank(tmp_path / "worker_rank3.json", 0)
+    _tiny_rank(tmp_path / "worker_rank1.json", 0)
+    _tiny_rank(tmp_path / "other.json", 0)
+    job = _json(tmp_path, str(tmp_path / "*.json"))
+    found = [(rank["rank"], Path(rank["path"]).name, rank["rank_from"]) for rank in job["ranks"]]
+    assert found == [
+        (1, "worker_rank1.json", "file name"),
+        (2, "other.json", "order"),
+        (3, "worker_rank3.json", "file name"),
+    ]
+
+
+def test_two_traces_of_one_rank_are_refused(tmp_path: Path) -> None:
+    info = {"distributedInfo": {"rank": 0, "world_size": 2, "backend": "nccl"}}
+    _tiny_rank(tmp_path / "a.json", 0, **info)
+    _tiny_rank(tmp_path / "b.json", 0, **info)
+    result = runner.invoke(app, ["analyze", str(tmp_path), "--no-html"])
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1 and "two traces say they are rank 0" in result.output
+
+
+@pytest.mark.parametrize("argument", ["empty", "nothing-*.json.gz"])
+def test_no_traces_is_one_line(tmp_path: Path, argument: str) -> None:
+    (tmp_path / "empty").mkdir()
+    result = runner.invoke(app, ["analyze", str(tmp_path / argument), "--no-html"])
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1
+
+
+def test_job_html_and_markdown(job8: Path, tmp_path: Path) -> None:
+    page, summary = tmp_path / "job.html", tmp_path / "job.md"
+    _analyze(str(job8), "-o", str(page), "--markdown", str(summary))
+    html = page.read_text()
+    assert "<script" not in html and "http://" not in html and "https://" not in html
+    assert html.count('<tr class="straggler">') == 2
+    assert all(f"<td>{rank}</td>" in html for rank in range(8))
+    text = summary.read_text()
+    assert "rank 2: slow because of DataLoader" in text.replace("\\", "")
+    assert "rank 5: slow because of a host sync" in text.replace("\\", "")
+
+
+def test_a_bad_rank_trace_is_one_line_naming_it(tmp_path: Path) -> None:
+    _tiny_rank(tmp_path / "rank-0.json", 0)
+    (tmp_path / "rank-1.json").write_text("{not json")
+    result = runner.invoke(app, ["analyze", str(tmp_path), "--no-html", "--workers", "2"])
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1 and "rank-1.json" in result.output
+
+
+def _result(rank: int, starts: list[int]) -> Any:
+    from traceinsight.analysis.usage import Usage
+    from traceinsight.job.rank import Collective, RankResult
+
+    usage = Usage(
+        device=-1, window_ns=1000, compute_ns=500, communication_ns=100, copy_ns=0, idle=(), steps=1
+    )
+    return RankResult(
+        rank=rank, rank_from="order", path=f"r{rank}.json", world_size=None, backend=None, usage=usage,
+        has_usage=True, step_ns=1000, communication_total_ns=100, steady_syncs=0, findings=(),
+        collectives=tuple(Collective("AllReduce", start, start + 5) for start in starts),
+        collectives_from="gpu", warnings=(),
+    )  # fmt: skip
+
+
+def test_lateness_and_waits_by_hand() -> None:
+    """Starts (ns) r0: 0, 100; r1: 10, 100; r2: 50, 300. Medians 10 and 100; r2 is last in both."""
+    from traceinsight.job import combine
+
+    job = combine([_result(2, [50, 300]), _result(0, [0, 100]), _result(1, [10, 100])])
+    timing = {t.rank: (t.late_median_ns, t.late_max_ns, t.waited_ns, t.caused_ns) for t in job.timings}
+    assert timing == {
+        0: (-10, 0, 50 + 200, 0),
+        1: (0, 0, 40 + 200, 0),
+        2: (40, 200, 0, 50 + 40 + 200 + 200),
+    }
+    assert job.collectives_matched == 2

@@ -1,0 +1,349 @@
+"""One report from the ranks' results: collectives matched across ranks, lateness, stragglers.
+
+Collectives are matched by sequence: the n-th collective of each kind on one rank is the n-th of
+that kind on every other rank (kind: the NCCL/RCCL kernel's collective, ``AllReduce``,
+``SendRecv``…, or the host ``c10d::`` operator without GPU work). Times are on the traces' own
+clocks, taken as one clock (torch.profiler writes wall-clock time; ranks on hosts with skewed
+clocks show the skew as lateness).
+
+For each matched collective c and rank r:
+
+- ``lateness(r, c) = start(r, c) − median over ranks of start(·, c)`` (the lower middle value for
+  an even count), so a rank on time is near 0 whatever the others do;
+- ``wait(r, c) = max over ranks of start(·, c) − start(r, c)``: how long r sat in c waiting for
+  the last rank to arrive;
+- the rank that arrives last in c *caused* ``Σ wait(r, c)`` over the others.
+
+A rank is a straggler when its median lateness, its step time, or its *own time* (step time less
+its collective waits per step) is above the job's median by more than
+``max(floor, 4 × 1.4826 × MAD)`` — MAD the median absolute deviation over ranks, floor 5 % of the
+median step time (200 µs for lateness without steps). Its cause is the idle cause whose time per
+step exceeds the job's median for that cause the most (DataLoader, a host sync, a blocking copy,
+launching…), or slower GPU work when compute time grew more than any idle cause.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from statistics import median_low
+from typing import Final
+
+from traceinsight.analysis.causes import CauseKind
+from traceinsight.errors import TraceFormatError
+from traceinsight.formatting import format_duration
+from traceinsight.job.rank import RankResult
+from traceinsight.rules.findings import SEVERITIES
+
+__all__ = ["JobFinding", "JobReport", "RankTiming", "Straggler", "combine"]
+
+#: Idle causes a straggler's time can be blamed on: what its host did while its GPU waited (not
+#: ``queued``, where the GPU waited on itself, nor the step's edges or time outside the steady state).
+BLAMED_CAUSES: Final[tuple[CauseKind, ...]] = (
+    CauseKind.DATALOADER,
+    CauseKind.SYNC,
+    CauseKind.COPY,
+    CauseKind.LAUNCH,
+    CauseKind.HOST_OP,
+    CauseKind.UNTRACED,
+    CauseKind.COMMUNICATION,
+)
+#: How the job report names a cause of lateness.
+CAUSE_WORDS: Final[dict[str, str]] = {
+    CauseKind.DATALOADER.value: "DataLoader",
+    CauseKind.SYNC.value: "a host sync",
+    CauseKind.COPY.value: "a blocking copy",
+    CauseKind.LAUNCH.value: "launching",
+    CauseKind.HOST_OP.value: "host work in an operator",
+    CauseKind.UNTRACED.value: "untraced host work",
+    CauseKind.COMMUNICATION.value: "communication",
+    CauseKind.QUEUED.value: "queued",
+    CauseKind.OUTSIDE_STEADY.value: "outside steady state",
+    CauseKind.BEFORE_FIRST.value: "before first work",
+    CauseKind.AFTER_LAST.value: "after last work",
+    "compute": "slower GPU work",
+}
+_MAD_SCALE: Final = 1.4826
+_MAD_TIMES: Final = 4.0
+_STEP_FLOOR_SHARE: Final = 0.05
+_LATE_FLOOR_NS: Final = 200_000
+
+
+@dataclass(frozen=True, slots=True)
+class RankTiming:
+    """A rank in the job's collectives."""
+
+    rank: int
+    matched: int
+    """Collectives of this rank matched with every other rank's."""
+    late_median_ns: int
+    late_max_ns: int
+    waited_ns: int
+    """Time this rank spent in collectives waiting for the last rank to arrive (summed)."""
+    caused_ns: int
+    """Time the other ranks spent waiting for this rank, in collectives it arrived at last."""
+
+
+@dataclass(frozen=True, slots=True)
+class Straggler:
+    """A rank that holds the others back, and why."""
+
+    rank: int
+    reasons: tuple[str, ...]
+    """What is out of line, in plain words (``collectives start 80.0 ms late (median)``)."""
+    cause: str | None
+    """``CauseKind`` value (or ``compute``) whose time per step grew most over the job's median."""
+    cause_excess_ns: int
+    """How much more of that per step than the job's median rank."""
+    caused_ns: int
+    """Time the other ranks waited for this rank in collectives."""
+    top_finding: str | None
+
+    @property
+    def cause_words(self) -> str:
+        """The cause as the report names it."""
+        return CAUSE_WORDS.get(self.cause, self.cause) if self.cause is not None else "no single cause"
+
+
+@dataclass(frozen=True, slots=True)
+class JobFinding:
+    """One rule's findings over the ranks: reported once, with the ranks it fired on."""
+
+    rule: str
+    severity: str
+    title: str
+    """The title on the rank where the saving is largest."""
+    ranks: tuple[int, ...]
+    savings_ns: int
+    """Summed over the ranks."""
+    minor: bool
+
+
+@dataclass(frozen=True, slots=True)
+class JobReport:
+    """Everything the job's renderers show."""
+
+    ranks: tuple[RankResult, ...]
+    """By rank."""
+    timings: tuple[RankTiming, ...]
+    """By rank (empty when the ranks have no collectives to match)."""
+    collectives_from: str
+    collectives_matched: int
+    collective_kinds: tuple[tuple[str, int], ...]
+    stragglers: tuple[Straggler, ...]
+    findings: tuple[JobFinding, ...]
+    warnings: tuple[str, ...]
+    step_ns: int | None
+    """Median over ranks of each rank's median steady step."""
+
+    def timing(self, rank: int) -> RankTiming | None:
+        """The rank's collective timing."""
+        return next((timing for timing in self.timings if timing.rank == rank), None)
+
+
+def _check_ranks(results: Sequence[RankResult]) -> None:
+    seen: dict[int, str] = {}
+    for result in results:
+        if result.rank in seen:
+            raise TraceFormatError(
+                f"two traces say they are rank {result.rank}: {seen[result.rank]} and {result.path} "
+                f"(rank taken from {result.rank_from}); give each rank's trace once"
+            )
+        seen[result.rank] = result.path
+
+
+def _match(ranks: Sequence[RankResult]) -> tuple[list[tuple[str, dict[int, tuple[int, int]]]], list[str]]:
+    """Matched collectives: (kind, {rank: (start, end)}) in order, and warnings on counts that differ."""
+    by_rank: dict[int, dict[str, list[tuple[int, int]]]] = {}
+    for result in ranks:
+        kinds: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        for collective in result.collectives:
+            kinds[collective.kind].append((collective.start_ns, collective.end_ns))
+        by_rank[result.rank] = kinds
+    warnings: list[str] = []
+    every_kind = sorted({kind for kinds in by_rank.values() for kind in kinds})
+    matched: list[tuple[str, dict[int, tuple[int, int]]]] = []
+    for kind in every_kind:
+        counts = {rank: len(kinds.get(kind, [])) for rank, kinds in by_rank.items()}
+        low, high = min(counts.values()), max(counts.values())
+        if low != high:
+            fewest = min(counts, key=lambda rank: (counts[rank], rank))
+            warnings.append(
+                f"ranks ran {low} to {high} {kind} collectives (rank {fewest}: {low}); the first {low} "
+                "of each rank were matched: profile the same steps on every rank"
+            )
+        for index in range(low):
+            matched.append((kind, {rank: kinds[kind][index] for rank, kinds in by_rank.items()}))
+    matched.sort(key=lambda item: (median_low([start for start, _ in item[1].values()]), item[0]))
+    return matched, warnings
+
+
+def _timings(
+    ranks: Sequence[RankResult], matched: list[tuple[str, dict[int, tuple[int, int]]]]
+) -> tuple[RankTiming, ...]:
+    late: dict[int, list[int]] = {result.rank: [] for result in ranks}
+    waited: dict[int, int] = dict.fromkeys(late, 0)
+    caused: dict[int, int] = dict.fromkeys(late, 0)
+    for _, starts in matched:
+        values = {rank: start for rank, (start, _) in starts.items()}
+        middle = median_low(values.values())
+        last_rank = max(values, key=lambda rank: (values[rank], -rank))
+        last = values[last_rank]
+        for rank, start in values.items():
+            late[rank].append(start - middle)
+            waited[rank] += last - start
+            if rank != last_rank:
+                caused[last_rank] += last - start
+    return tuple(
+        RankTiming(
+            rank=rank,
+            matched=len(values),
+            late_median_ns=median_low(values) if values else 0,
+            late_max_ns=max(values, default=0),
+            waited_ns=waited[rank],
+            caused_ns=caused[rank],
+        )
+        for rank, values in sorted(late.items())
+    )
+
+
+def _outliers(values: dict[int, int], floor_ns: int) -> dict[int, int]:
+    """Ranks whose value is above the median by more than ``max(floor, 4 × 1.4826 × MAD)``: rank → excess over the median."""
+    if len(values) < 3:
+        return {}
+    middle = median_low(values.values())
+    spread = median_low(abs(value - middle) for value in values.values())
+    bound = max(floor_ns, round(_MAD_TIMES * _MAD_SCALE * spread))
+    return {rank: value - middle for rank, value in values.items() if value - middle > bound}
+
+
+def _idle_per_step(result: RankResult) -> dict[str, int]:
+    per_cause = {kind.value: result.per_step(ns) for kind, ns in result.usage.idle}
+    per_cause["compute"] = result.per_step(result.usage.compute_ns)
+    return per_cause
+
+
+def _cause(result: RankResult, ranks: Sequence[RankResult]) -> tuple[str | None, int]:
+    """The cause whose time per step exceeds the job's median rank the most, and by how much."""
+    candidates = [kind.value for kind in BLAMED_CAUSES] + ["compute"]
+    own = _idle_per_step(result)
+    others = [_idle_per_step(other) for other in ranks]
+    best: tuple[str | None, int] = (None, 0)
+    for cause in candidates:
+        excess = own.get(cause, 0) - median_low([split.get(cause, 0) for split in others])
+        if excess > best[1]:
+            best = (cause, excess)
+    return best
+
+
+def _stragglers(
+    ranks: Sequence[RankResult], timings: tuple[RankTiming, ...], step_ns: int | None
+) -> tuple[Straggler, ...]:
+    floor = round(_STEP_FLOOR_SHARE * step_ns) if step_ns else _LATE_FLOOR_NS
+    reasons: dict[int, list[str]] = defaultdict(list)
+    if timings and any(timing.matched for timing in timings):
+        for rank, excess in _outliers(
+            {t.rank: t.late_median_ns for t in timings}, max(floor, _LATE_FLOOR_NS)
+        ).items():
+            timing = next(t for t in timings if t.rank == rank)
+            reasons[rank].append(
+                f"its collectives start {format_duration(timing.late_median_ns)} after the median rank's "
+                f"(the median over {timing.matched} collectives; {format_duration(excess)} above the job's "
+                "median lateness)"
+            )
+    stepped = {result.rank: result.step_ns for result in ranks if result.step_ns is not None}
+    for rank, excess in _outliers(stepped, floor).items():
+        reasons[rank].append(f"its step takes {format_duration(excess)} longer than the median rank's")
+    waited = {timing.rank: timing.waited_ns for timing in timings}
+    own = {
+        result.rank: result.step_ns - result.per_step(waited.get(result.rank, 0))
+        for result in ranks
+        if result.step_ns is not None
+    }
+    for rank, excess in _outliers(own, floor).items():
+        if not any("step takes" in reason for reason in reasons[rank]):
+            reasons[rank].append(
+                f"its own time per step (step time less waits in collectives) is {format_duration(excess)} "
+                "above the median rank's"
+            )
+    by_rank = {result.rank: result for result in ranks}
+    caused = {timing.rank: timing.caused_ns for timing in timings}
+    found = []
+    for rank in sorted(reasons):
+        result = by_rank[rank]
+        cause, excess = _cause(result, ranks)
+        top = result.top_finding
+        found.append(
+            Straggler(
+                rank=rank,
+                reasons=tuple(reasons[rank]),
+                cause=cause,
+                cause_excess_ns=excess,
+                caused_ns=caused.get(rank, 0),
+                top_finding=top.title if top is not None else None,
+            )
+        )
+    return tuple(sorted(found, key=lambda straggler: (-straggler.caused_ns, straggler.rank)))
+
+
+def _severity_order(severity: str) -> int:
+    return SEVERITIES.index(severity) if severity in SEVERITIES else len(SEVERITIES)
+
+
+def _findings(ranks: Sequence[RankResult]) -> tuple[JobFinding, ...]:
+    by_rule: dict[str, list[tuple[int, int, str, str, bool]]] = defaultdict(list)
+    for result in ranks:
+        for finding in result.findings:
+            by_rule[finding.rule].append(
+                (result.rank, finding.savings_ns, finding.title, finding.severity, finding.minor)
+            )
+    found = []
+    for rule, entries in by_rule.items():
+        biggest = max(entries, key=lambda entry: (entry[1], -entry[0]))
+        found.append(
+            JobFinding(
+                rule=rule,
+                severity=min((entry[3] for entry in entries), key=_severity_order),
+                title=biggest[2],
+                ranks=tuple(sorted({entry[0] for entry in entries})),
+                savings_ns=sum(entry[1] for entry in entries),
+                minor=all(entry[4] for entry in entries),
+            )
+        )
+    return tuple(sorted(found, key=lambda f: (f.minor, -len(f.ranks), -f.savings_ns, f.rule)))
+
+
+def combine(results: Sequence[RankResult]) -> JobReport:
+    """The job report from every rank's result (any order)."""
+    _check_ranks(results)
+    ranks = tuple(sorted(results, key=lambda result: result.rank))
+    warnings: list[str] = []
+    sizes = {result.world_size for result in ranks if result.world_size is not None}
+    if len(sizes) == 1 and (size := next(iter(sizes))) != len(ranks):
+        warnings.append(
+            f"the traces say the job had {size} ranks; {len(ranks)} were given, so figures are over those only"
+        )
+    sources = Counter(result.collectives_from for result in ranks)
+    source = sources.most_common(1)[0][0] if ranks else "none"
+    matched, match_warnings = _match(ranks) if len(ranks) > 1 else ([], [])
+    warnings += match_warnings
+    timings = _timings(ranks, matched) if matched else ()
+    steps = [result.step_ns for result in ranks if result.step_ns is not None]
+    step_ns = median_low(steps) if steps else None
+    if len(ranks) < 3:
+        warnings.append(
+            f"{len(ranks)} rank(s): stragglers are named from 3 ranks up (they are outliers among the ranks)"
+        )
+    kinds = Counter(kind for kind, _ in matched)
+    return JobReport(
+        ranks=ranks,
+        timings=timings,
+        collectives_from=source,
+        collectives_matched=len(matched),
+        collective_kinds=tuple(sorted(kinds.items(), key=lambda item: (-item[1], item[0]))),
+        stragglers=_stragglers(ranks, timings, step_ns),
+        findings=_findings(ranks),
+        warnings=tuple(warnings),
+        step_ns=step_ns,
+    )

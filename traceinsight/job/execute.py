@@ -1,0 +1,192 @@
+"""Where the ranks are analyzed: in this process, a local process pool, or a dask.distributed cluster.
+
+Local (the default): a pool of worker processes sized to the cores and to the memory available
+(:func:`pool_size`), each worker analyzing one rank at a time and freeing it before the next, so
+peak memory is about ``workers × the largest rank``, never the sum of the ranks. Workers start
+from a fork server that has imported the analysis once (``spawn`` where there is no fork).
+
+Dask (``--dask ADDRESS`` or ``TRACEINSIGHT_DASK``): the same :func:`~.rank.analyze_rank` goes to an
+existing cluster with ``client.map``; the paths must be readable where the workers run. Only this
+path imports dask.
+"""
+
+from __future__ import annotations
+
+import importlib
+import multiprocessing
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Final
+
+from traceinsight.errors import ConfigError
+from traceinsight.job.rank import RankResult, RankTask, analyze_rank
+
+__all__ = ["RankProgress", "pool_size", "rank_progress", "run_dask", "run_local"]
+
+#: ``(ranks done, ranks in all)`` after each rank.
+RankProgress = Callable[[int, int], None]
+
+#: Peak memory of analyzing a trace, per byte of its JSON, rounded up: benchmarks/bench_analyze.py
+#: measured 1.2 to 1.7 times the JSON (results-2026-11-22.txt, 250 MB plain and gzip).
+MEMORY_PER_JSON_BYTE: Final = 2
+#: What a worker holds before it reads a trace (interpreter, polars, the analysis' imports).
+WORKER_BASE_BYTES: Final = 250 * 2**20
+
+
+def _json_bytes(path: Path) -> int:
+    """How much JSON a file holds: its size, or for gzip the trailer's length (modulo 4 GiB)."""
+    try:
+        size = path.stat().st_size
+        if path.name.endswith(".gz") and size >= 18:
+            with path.open("rb") as stream:
+                stream.seek(-4, os.SEEK_END)
+                expanded = int.from_bytes(stream.read(4), "little")
+            return max(expanded, size)
+        return size
+    except OSError:
+        return 0
+
+
+def _available_memory() -> int | None:
+    """``MemAvailable`` of ``/proc/meminfo`` in bytes (None elsewhere)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as stream:
+            for line in stream:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def pool_size(tasks: Sequence[RankTask], requested: int | None = None) -> int:
+    """Workers for the local pool: ``requested``, else as many as there are cores, ranks, and
+    memory for a worker each holding the largest rank."""
+    if requested is not None:
+        return max(1, min(requested, len(tasks)))
+    largest = max((_json_bytes(Path(task.path)) for task in tasks), default=0)
+    per_worker = WORKER_BASE_BYTES + MEMORY_PER_JSON_BYTE * largest
+    available = _available_memory()
+    by_memory = max(1, available // per_worker) if available is not None else len(tasks)
+    return max(1, min(_cores(), len(tasks), by_memory))
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["traceinsight.job.rank"])
+        return context
+    return multiprocessing.get_context("spawn")
+
+
+@contextmanager
+def _threads_per_worker(workers: int) -> Iterator[None]:
+    """Give each worker's polars its share of the cores (read when a worker imports polars)."""
+    key = "POLARS_MAX_THREADS"
+    before = os.environ.get(key)
+    if before is None:
+        os.environ[key] = str(max(1, _cores() // workers))
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(key, None)
+
+
+def run_local(
+    tasks: Sequence[RankTask], *, workers: int | None = None, progress: RankProgress | None = None
+) -> list[RankResult]:
+    """Analyze every rank on this machine; results in the order of ``tasks``."""
+    size = pool_size(tasks, workers)
+    if size == 1:
+        results = []
+        for done, task in enumerate(tasks, start=1):
+            results.append(analyze_rank(task))
+            if progress is not None:
+                progress(done, len(tasks))
+        return results
+    with _threads_per_worker(size), ProcessPoolExecutor(max_workers=size, mp_context=_context()) as pool:
+        futures: dict[Future[RankResult], int] = {
+            pool.submit(analyze_rank, task): index for index, task in enumerate(tasks)
+        }
+        found: dict[int, RankResult] = {}
+        pending = set(futures)
+        try:
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    found[futures[future]] = future.result()
+                if progress is not None:
+                    progress(len(found), len(tasks))
+        except BaseException:
+            for future in pending:
+                future.cancel()
+            raise
+    return [found[index] for index in range(len(tasks))]
+
+
+def run_dask(
+    tasks: Sequence[RankTask],
+    address: str,
+    *,
+    progress: RankProgress | None = None,
+    connect_timeout_s: float = 30,
+) -> list[RankResult]:
+    """Analyze every rank on the dask.distributed cluster at ``address``; results in ``tasks``' order."""
+    try:
+        distributed: Any = importlib.import_module("distributed")
+    except ImportError:
+        raise ConfigError(
+            "--dask needs dask.distributed, which is not installed: pip install 'torch-traceinsight[dask]'"
+        ) from None
+    try:
+        client: Any = distributed.Client(address, timeout=connect_timeout_s)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise ConfigError(
+            f"cannot reach the dask scheduler at {address}: {exc}; check the address (tcp://host:8786) "
+            "or drop --dask / TRACEINSIGHT_DASK to analyze locally"
+        ) from None
+    with client:
+        futures = client.map(analyze_rank, list(tasks), pure=False)
+        for done, _ in enumerate(distributed.as_completed(futures), start=1):
+            if progress is not None:
+                progress(done, len(tasks))
+        results: list[RankResult] = client.gather(futures)
+    return results
+
+
+@contextmanager
+def rank_progress(total: int) -> Iterator[RankProgress | None]:
+    """A rich progress bar on stderr across the ranks, or None when stderr is not a terminal."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    bar = Progress(
+        TextColumn("analyzing ranks"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        transient=True,
+        console=Console(stderr=True),
+    )
+    task = bar.add_task("ranks", total=total)
+
+    def update(done: int, _total: int) -> None:
+        bar.update(task, completed=done)
+
+    with bar:
+        yield update
