@@ -485,12 +485,14 @@ def _analyze(
 
 
 def _say_job_files(say: _Speaker, paths: OutputPaths, rank: RankInfo) -> None:
-    """Rank 0 lists every rank's files (a report over all ranks is not made yet)."""
+    """Rank 0 says how to make the job report once every rank has written its trace (ranks end at
+    their own pace, so rank 0 does not wait for them)."""
     traces = " ".join(str(rank_path(_rank_zero_name(paths.trace), r)) for r in range(rank.world_size))
     say(
         f"this job has {rank.world_size} ranks, each with its own trace and report in "
-        f"{paths.trace.parent}; the summary above is rank 0's. Analyze a rank with "
-        f"traceinsight analyze PATH, for each of: {traces}"
+        f"{paths.trace.parent}; the summary above is rank 0's. When every rank has finished, "
+        f"the job report (stragglers, what each rank waits on): traceinsight analyze {paths.trace.parent}/ "
+        f"(the traces: {traces})"
     )
 
 

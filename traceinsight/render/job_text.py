@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -70,11 +71,16 @@ def _per_step(result: RankResult, ns: int) -> str:
     return format_duration(result.per_step(ns))
 
 
-#: The terminal's narrower table (ms per steady step): no top finding (the stragglers section
-#: names it), the largest idle cause in a word.
+#: The terminal's narrower table (ms per steady step; fits 80 columns): no top finding (the
+#: stragglers section names it), the largest idle cause in a few words.
 TERMINAL_COLUMNS: Final[tuple[str, ...]] = (
-    "rank", "step", "busy", "comm.", "exposed", "idle", "top idle cause", "syncs", "late", "waited for",
+    "rank", "step", "busy", "comm", "exposed", "idle", "idle cause", "syncs", "late", "waits",
 )  # fmt: skip
+_TERMINAL_KEY: Final = (
+    "ms per steady step; comm: communication kernels (exposed: with no compute under them); idle "
+    "cause: the largest; "
+    "late: median lateness in collectives; waits: the others' wait for this rank"
+)
 
 
 def _ms(ns: int | None) -> str:
@@ -90,9 +96,15 @@ def terminal_cells(job: JobReport, result: RankResult) -> tuple[str, ...]:
         str(result.rank),
         _ms(result.step_ns),
         format_share(usage.share(usage.busy_ns)) if usage.window_ns else "—",
-        _ms(result.per_step(result.communication_total_ns)),
-        _ms(result.per_step(usage.communication_ns)),
-        _ms(result.per_step(usage.idle_ns)),
+        *(
+            (
+                _ms(result.per_step(result.communication_total_ns)),
+                _ms(result.per_step(usage.communication_ns)),
+                _ms(result.per_step(usage.idle_ns)),
+            )
+            if usage.window_ns
+            else ("—", "—", "—")  # no GPU activity: no GPU time to split
+        ),
         "—" if largest is None else CAUSE_WORDS.get(largest, largest),
         f"{result.syncs_per_step:.1f}" if result.syncs_per_step is not None else "—",
         _ms(timing.late_median_ns if timing is not None else None),
@@ -179,16 +191,13 @@ def print_job_summary(
         )
     ordered = ranks_in_order(job)
     shown = ordered[: max(top, len(job.stragglers))]
-    table = Table(
-        title="Ranks (ms per steady step; late: median lateness in collectives; waited for: the others' wait for it)",
-        title_justify="left",
-        show_edge=False,
-        padding=(0, 1),
-    )
+    table = Table(title="Ranks", caption=_TERMINAL_KEY, title_justify="left", caption_justify="left",
+                  box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))  # fmt: skip
     for column in TERMINAL_COLUMNS:
-        table.add_column(
-            column, overflow="fold", justify="left" if column in ("rank", "top idle cause") else "right"
-        )
+        if column == "idle cause":
+            table.add_column(column, overflow="fold", ratio=1)
+        else:
+            table.add_column(column, no_wrap=True, justify="left" if column == "rank" else "right")
     for result in shown:
         table.add_row(*(Text(cell) for cell in terminal_cells(job, result)))
     console.print(table)
@@ -197,18 +206,17 @@ def print_job_summary(
             Text(f"… {len(ordered) - len(shown)} more ranks in the JSON and HTML report", style="dim")
         )
     if job.findings:
-        findings = Table(title="Findings across ranks", title_justify="left", show_edge=False)
-        for column in ("rule", "ranks", "severity", "saving (all ranks)", "finding"):
-            findings.add_column(column, overflow="fold", no_wrap=column != "finding", min_width=None)
+        console.print(Text("Findings across ranks", style="bold"))
         for finding in job.findings[: max(top, 5)]:
-            findings.add_row(
-                Text(finding.rule),
-                Text(f"{len(finding.ranks)} of {len(job.ranks)}"),
-                Text(finding.severity),
-                Text(format_duration(finding.savings_ns)),
-                Text(finding.title + (" (minor)" if finding.minor else "")),
+            console.print(
+                Text.assemble(
+                    (finding.rule, "bold"),
+                    f" · {len(finding.ranks)} of {len(job.ranks)} ranks · {finding.severity}"
+                    f" · saves {format_duration(finding.savings_ns)} (all ranks)"
+                    + (" · minor" if finding.minor else ""),
+                )
             )
-        console.print(findings)
+            console.print(Text(finding.title), style="dim", overflow="fold")
     for label, path in outputs or []:
         console.print(Text.assemble(f"{label}: ", (printable(str(path)), "bold")))
 
