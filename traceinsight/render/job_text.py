@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Final
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, JustifyMethod, RenderResult
 from rich.table import Table
 from rich.text import Text
 
@@ -172,6 +172,35 @@ def straggler_lines(job: JobReport) -> list[tuple[int, str, list[str]]]:
     return lines
 
 
+class _RankTable:
+    """The terminal's per-rank table, made when the width is known: every figure keeps its width,
+    the idle cause takes what is left (cut with an ellipsis)."""
+
+    _CAUSE: Final = TERMINAL_COLUMNS.index("idle cause")
+
+    def __init__(self, rows: list[tuple[str, ...]]) -> None:
+        self.rows = rows
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        widths = [
+            max(len(column), *(len(row[i]) for row in self.rows)) for i, column in enumerate(TERMINAL_COLUMNS)
+        ]
+        # No padding: the box's one-space rule between columns is the only gap.
+        fixed = sum(width for i, width in enumerate(widths) if i != self._CAUSE) + len(widths) - 1
+        room = max(options.max_width - fixed, 6)
+        table = Table(title="Ranks", caption=_TERMINAL_KEY, title_justify="left", caption_justify="left",
+                      box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0))  # fmt: skip
+        for index, (column, width) in enumerate(zip(TERMINAL_COLUMNS, widths, strict=True)):
+            if index == self._CAUSE:
+                table.add_column(column, no_wrap=True, overflow="ellipsis", max_width=room)
+            else:
+                justify: JustifyMethod = "left" if column == "rank" else "right"
+                table.add_column(column, no_wrap=True, justify=justify, min_width=width)
+        for row in self.rows:
+            table.add_row(*(Text(cell) for cell in row))
+        yield table
+
+
 def print_job_summary(
     job: JobReport, console: Console, outputs: list[tuple[str, Path]] | None = None, top: int = 10
 ) -> None:
@@ -191,16 +220,7 @@ def print_job_summary(
         )
     ordered = ranks_in_order(job)
     shown = ordered[: max(top, len(job.stragglers))]
-    table = Table(title="Ranks", caption=_TERMINAL_KEY, title_justify="left", caption_justify="left",
-                  box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))  # fmt: skip
-    for column in TERMINAL_COLUMNS:
-        if column == "idle cause":
-            table.add_column(column, overflow="fold", ratio=1)
-        else:
-            table.add_column(column, no_wrap=True, justify="left" if column == "rank" else "right")
-    for result in shown:
-        table.add_row(*(Text(cell) for cell in terminal_cells(job, result)))
-    console.print(table)
+    console.print(_RankTable([terminal_cells(job, result) for result in shown]))
     if len(ordered) > len(shown):
         console.print(
             Text(f"… {len(ordered) - len(shown)} more ranks in the JSON and HTML report", style="dim")
