@@ -36,6 +36,8 @@ class JobHtmlRenderer:
                 straggling={str(straggler.rank) for straggler in job.stragglers},
                 columns=RANK_COLUMNS,
                 numeric=[column in NUMERIC_COLUMNS for column in RANK_COLUMNS],
-                rows=[rank_cells(job, result) for result in ranks_in_order(job)],
+                # the top finding is its rule id in the table (its title on hover; the findings
+                # section below has the words), so that a row stays one line
+                rows=[(rank_cells(job, result)[:-1], result.top_finding) for result in ranks_in_order(job)],
             )
         )
