@@ -22,9 +22,12 @@ from traceinsight.load import Trace, taxonomy
 def self_times(ops: pl.DataFrame) -> pl.DataFrame:
     """Per operator row → ``name, dur, self, top`` (self = dur minus direct callees' durations;
     top = its direct caller has another name, so its duration counts in the name's total)."""
-    if ops.is_empty():
-        return pl.DataFrame(schema={"name": pl.String, "dur": pl.Int64, "self": pl.Int64, "top": pl.Boolean})
-    # Threads, and runs of one start on a thread, are adjacent in this order: counts within them are
+    empty = pl.DataFrame(schema={"name": pl.String, "dur": pl.Int64, "self": pl.Int64, "top": pl.Boolean})
+    timed = ops.select("pid", "tid", "ts", "end", "dur", "name").drop_nulls(["ts", "end"])
+    if timed.is_empty():
+        return empty
+    # The order is worked out on the integer columns alone; names and durations are gathered into
+    # it once at the end (an operator table can hold millions of rows). Threads, and runs of one start on a thread, are adjacent in this order: counts within them are
     # running values read at a run's first row (forward fill), never windows over many small groups.
     order = pl.int_range(pl.len(), dtype=pl.Int64)
     new_thread = (
@@ -32,8 +35,8 @@ def self_times(ops: pl.DataFrame) -> pl.DataFrame:
     ).fill_null(True)
     new_start = (new_thread | (pl.col("ts") != pl.col("ts").shift(1))).fill_null(True)
     ordered = (
-        ops.select("pid", "tid", "ts", "end", "dur", "name")
-        .drop_nulls(["ts", "end"])
+        timed.select("pid", "tid", "ts", "end")
+        .with_row_index("position")
         .sort(["pid", "tid", "ts", "end"], descending=[False, False, False, True], maintain_order=True)
         .with_columns(
             order=order,
@@ -42,7 +45,9 @@ def self_times(ops: pl.DataFrame) -> pl.DataFrame:
             first_of_start=new_start,
             last_of_start=new_start.shift(-1).fill_null(True),
         )
+        .drop("pid", "tid")
     )
+    positions = ordered.get_column("position")
     first_in_thread = (pl.col("thread") != pl.col("thread").shift(1)).fill_null(True)
     ends = (
         ordered.select("thread", ts="end")
@@ -55,6 +60,7 @@ def self_times(ops: pl.DataFrame) -> pl.DataFrame:
         .get_column("ended")
         .fill_null(0)
     )
+    del ends
     # The last end ≤ ts counts every end at or before the start, which includes zero-length
     # operators starting at that same instant that come at or after this one in the order (they
     # sort last among equal starts): those have not ended before it, so they are taken back out.
@@ -64,32 +70,47 @@ def self_times(ops: pl.DataFrame) -> pl.DataFrame:
     zeros_through_start = pl.when("last_of_start").then(zeros_through).backward_fill()
     zero_after = zeros_through_start - zeros_before - (zeros_through - zeros_before - 1).clip(lower_bound=0)
     with_depth = ordered.with_columns(ended=ended).select(
-        "thread", "order", "name", "dur", depth=pl.col("started") - (pl.col("ended") - zero_after) - 1
+        "thread", "order", depth=pl.col("started") - (pl.col("ended") - zero_after) - 1
     )
+    del ordered, ended
     # One integer key per (thread, depth): the caller is the latest row before at (thread, depth - 1).
     low, high = with_depth.select(low=pl.col("depth").min(), high=pl.col("depth").max()).row(0)
     span = high - low + 2
     key = pl.col("thread") * span + pl.col("depth") - low + 1
-    linked = with_depth.with_columns(caller_key=key - 1).join_asof(
-        with_depth.select(caller_key=key, parent="order"),
-        left_on="order",
-        right_on="parent",
-        by="caller_key",
-        strategy="backward",
-        allow_exact_matches=False,
-        check_sortedness=False,
+    parent = (
+        with_depth.select("order", caller_key=key - 1)
+        .join_asof(
+            with_depth.select(caller_key=key, parent="order"),
+            left_on="order",
+            right_on="parent",
+            by="caller_key",
+            strategy="backward",
+            allow_exact_matches=False,
+            check_sortedness=False,
+        )
+        .get_column("parent")
     )
+    del with_depth
     # ``order`` is the row number, so a caller's row is found by position.
-    callees = linked.drop_nulls("parent").group_by("parent").agg(pl.col("dur").sum())
-    spent = pl.zeros(linked.height, dtype=pl.Int64, eager=True).scatter(
+    names = timed.get_column("name").gather(positions)
+    durations = timed.get_column("dur").gather(positions)
+    callees = (
+        pl.DataFrame({"parent": parent, "dur": durations})
+        .drop_nulls("parent")
+        .group_by("parent")
+        .agg(pl.col("dur").sum())
+    )
+    spent = pl.zeros(len(positions), dtype=pl.Int64, eager=True).scatter(
         callees.get_column("parent"), callees.get_column("dur")
     )
-    return linked.select(
-        "name",
-        "dur",
-        (pl.col("dur") - spent).clip(lower_bound=0).alias("self"),
-        # counted in the total unless a call of the same name encloses it (recursion)
-        (pl.col("name").gather(pl.col("parent")) != pl.col("name")).fill_null(True).alias("top"),
+    return pl.DataFrame(
+        {
+            "name": names,
+            "dur": durations,
+            "self": (durations - spent).clip(lower_bound=0),
+            # counted in the total unless a call of the same name encloses it (recursion)
+            "top": (names.gather(parent) != names).fill_null(True),
+        }
     )
 
 
