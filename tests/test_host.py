@@ -109,7 +109,8 @@ def _stack_walk(rows: list[tuple[int, int, int, int, str]]) -> list[tuple[str, i
 
 @pytest.mark.parametrize("seed", range(20))
 def test_self_time_of_random_nested_ops_equals_a_stack_walk(seed: int) -> None:
-    """Zero-length operators, equal starts, identical spans, recursion and several threads."""
+    """Zero-length operators, equal starts, identical spans, recursion, several threads, and a row
+    without times (left out)."""
     rng = random.Random(seed)
     rows: list[tuple[int, int, int, int, str]] = []
     for pid, tid in [(1, 1), (1, 2), (2, 1)][: rng.randint(1, 3)]:
@@ -117,8 +118,9 @@ def test_self_time_of_random_nested_ops_equals_a_stack_walk(seed: int) -> None:
         _nested_ops(rng, 0, 1_000, 5, spans)
         rows += [(pid, tid, ts, end, name) for ts, end, name in spans]
     rng.shuffle(rows)
+    untimed = [(1, 1, None, None, None, "aten::untimed")] if seed % 2 else []  # left out
     ops = pl.DataFrame(
-        [(pid, tid, ts, end, end - ts, name) for pid, tid, ts, end, name in rows],
+        [(pid, tid, ts, end, end - ts, name) for pid, tid, ts, end, name in rows] + untimed,
         schema={
             "pid": pl.Int64,
             "tid": pl.Int64,

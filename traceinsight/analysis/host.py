@@ -23,7 +23,9 @@ def self_times(ops: pl.DataFrame) -> pl.DataFrame:
     """Per operator row → ``name, dur, self, top`` (self = dur minus direct callees' durations;
     top = its direct caller has another name, so its duration counts in the name's total)."""
     empty = pl.DataFrame(schema={"name": pl.String, "dur": pl.Int64, "self": pl.Int64, "top": pl.Boolean})
-    timed = ops.select("pid", "tid", "ts", "end", "dur", "name").drop_nulls(["ts", "end"])
+    timed = ops.select("pid", "tid", "ts", "end", "dur", "name")
+    if timed.get_column("ts").null_count() or timed.get_column("end").null_count():
+        timed = timed.drop_nulls(["ts", "end"])  # a copy: only when there is something to drop
     if timed.is_empty():
         return empty
     # The order is worked out on the integer columns alone; names and durations are gathered into
