@@ -7,9 +7,14 @@ properties, distributed info, base time, logs) is written once, in the sample's 
 events in Kineto's own layout (each event starts on a line ``  {``), so the result looks like what
 torch.profiler writes for a longer run.
 
+The benchmark's shapes (:data:`SHAPES`) are real samples of different kinds of run: DDP training
+with many short gaps, recsys with thousands of copies, LLM decode with ~10^5 tiny kernels and
+Python stacks, and a ResNet-50 step with its DataLoader in the main process.
+
 Usage::
 
-    python benchmarks/make_large_trace.py --size-gb 0.5 [--gzip] [--source sample_traces/x.json.gz]
+    python benchmarks/make_large_trace.py --size-gb 0.5 [--gzip] [--shape a100_recsys_rank0]
+    python benchmarks/make_large_trace.py --size-gb 0.5 --source sample_traces/x.json.gz
 
 Files land in ``benchmarks/data/`` (git-ignored) as ``<source stem>.x<size>GB.json[.gz]``; an
 existing file is reused.
@@ -28,6 +33,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "benchmarks" / "data"
 DEFAULT_SOURCE = ROOT / "sample_traces" / "v100_ddp_ns_timestamps.pt.trace.json.gz"
+
+#: Benchmark shapes: name → the real sample that is repeated.
+SHAPES = {
+    "v100_ddp_ns_timestamps": DEFAULT_SOURCE,
+    "a100_recsys_rank0": ROOT / "sample_traces" / "a100_recsys_rank0.json.gz",
+    "b200_eager_stacks": ROOT / "sample_traces" / "b200_eager_stacks.json.gz",
+    "h100_qwen_inference_stacks": ROOT / "sample_traces" / "h100_qwen_inference_stacks.json.gz",
+    "v100_resnet50_workers0": ROOT / "sample_traces" / "v100_resnet50_workers0.pt.trace.json.gz",
+}
 
 _ID_ARGS = ("External id", "external id", "correlation", "Python id", "Python parent id")
 
@@ -156,10 +170,13 @@ def main() -> None:
     )
     parser.add_argument("--size-gb", type=float, action="append", help="target size(s) in GB (1e9 bytes)")
     parser.add_argument("--gzip", action="store_true", help="also write the gzip twin")
-    parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="the real trace to repeat")
+    sources = parser.add_mutually_exclusive_group()
+    sources.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="the real trace to repeat")
+    sources.add_argument("--shape", choices=sorted(SHAPES), help="a benchmark shape (its sample)")
     options = parser.parse_args()
+    source = SHAPES[options.shape] if options.shape else options.source
     for size in options.size_gb or [0.1]:
-        print(ensure_trace(size, options.gzip, options.source))
+        print(ensure_trace(size, options.gzip, source))
 
 
 if __name__ == "__main__":

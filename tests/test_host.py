@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections import defaultdict
 
 import polars as pl
@@ -65,3 +66,70 @@ def test_a_chain_of_wrappers_is_one_row_of_self_time() -> None:
     assert first == "aten::empty_strided"
     names = [op for op, _, _ in host.top_ops[:3]]
     assert "aten::to" not in names and "aten::_to_copy" not in names
+
+
+def _nested_ops(
+    rng: random.Random, start: int, end: int, depth: int, out: list[tuple[int, int, str]]
+) -> None:
+    """Properly nested operators inside [start, end]: children touch, repeat a parent's span, or
+    last zero time (zero-length ones often at the same instant as a sibling's start)."""
+    if depth == 0:
+        return
+    cursor = start
+    while cursor < end and rng.random() < 0.8:
+        length = rng.choice([0, 0, end - cursor, rng.randint(0, end - cursor)])
+        name = rng.choice(["aten::add", "aten::to", "aten::copy_"])
+        out.append((cursor, cursor + length, name))
+        _nested_ops(rng, cursor, cursor + length, depth - 1, out)
+        cursor += length + rng.choice([0, 0, 1, 3])
+
+
+def _stack_walk(rows: list[tuple[int, int, int, int, str]]) -> list[tuple[str, int, int, bool]]:
+    """(name, dur, self, top) per row by a stack per thread, as in :func:`plain_self_times`."""
+    by_thread: dict[tuple[int, int], list[tuple[int, int, str]]] = defaultdict(list)
+    for pid, tid, ts, end, name in rows:
+        by_thread[(pid, tid)].append((ts, end, name))
+    result = []
+    for events in by_thread.values():
+        events.sort(key=lambda e: (e[0], -e[1]))
+        stack: list[int] = []
+        callees = [0] * len(events)
+        top = [True] * len(events)
+        for index, (ts, end, name) in enumerate(events):
+            while stack and events[stack[-1]][1] <= ts:
+                stack.pop()
+            if stack:
+                callees[stack[-1]] += end - ts
+                top[index] = events[stack[-1]][2] != name
+            stack.append(index)
+        for index, (ts, end, name) in enumerate(events):
+            result.append((name, end - ts, max(0, end - ts - callees[index]), top[index]))
+    return sorted(result)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_self_time_of_random_nested_ops_equals_a_stack_walk(seed: int) -> None:
+    """Zero-length operators, equal starts, identical spans, recursion, several threads, and a row
+    without times (left out)."""
+    rng = random.Random(seed)
+    rows: list[tuple[int, int, int, int, str]] = []
+    for pid, tid in [(1, 1), (1, 2), (2, 1)][: rng.randint(1, 3)]:
+        spans: list[tuple[int, int, str]] = []
+        _nested_ops(rng, 0, 1_000, 5, spans)
+        rows += [(pid, tid, ts, end, name) for ts, end, name in spans]
+    rng.shuffle(rows)
+    untimed = [(1, 1, None, None, None, "aten::untimed")] if seed % 2 else []  # left out
+    ops = pl.DataFrame(
+        [(pid, tid, ts, end, end - ts, name) for pid, tid, ts, end, name in rows] + untimed,
+        schema={
+            "pid": pl.Int64,
+            "tid": pl.Int64,
+            "ts": pl.Int64,
+            "end": pl.Int64,
+            "dur": pl.Int64,
+            "name": pl.String,
+        },
+        orient="row",
+    )
+    timed = self_times(ops)
+    assert sorted(timed.iter_rows()) == _stack_walk(rows)

@@ -7,7 +7,7 @@ import random
 import polars as pl
 import pytest
 
-from traceinsight.analysis.intervals import meeting
+from traceinsight.analysis.intervals import meeting, merge_intervals
 
 
 def _frame(rows: list[tuple[int, int]], a: str, b: str) -> pl.DataFrame:
@@ -33,3 +33,34 @@ def test_meeting_keeps_exactly_the_rows_an_inequality_join_would_match(seed: int
         assert set(matched) <= set(kept)  # reversed windows: a superset, narrowed by the join
     else:
         assert kept == matched
+
+
+def _plain_union(spans: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """(group, start, end) blocks: per group, sort by start and extend while the next starts at or
+    before the furthest end so far."""
+    blocks: list[tuple[int, int, int]] = []
+    for group in sorted({g for g, _, _ in spans}):
+        current: list[int] | None = None
+        for start, end in sorted((s, e) for g, s, e in spans if g == group):
+            if current is not None and start <= current[1]:
+                current[1] = max(current[1], end)
+                continue
+            if current is not None:
+                blocks.append((group, current[0], current[1]))
+            current = [start, end]
+        if current is not None:
+            blocks.append((group, current[0], current[1]))
+    return blocks
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_merged_blocks_equal_a_plain_union(seed: int) -> None:
+    """Nested, chained, touching, zero-length and tied intervals on several devices."""
+    rng = random.Random(seed)
+    spans = []
+    for _ in range(rng.randint(1, 80)):
+        start = rng.randint(0, 200)
+        spans.append((rng.randint(0, 3), start, start + rng.choice([0, 0, 1, 5, rng.randint(0, 50)])))
+    frame = pl.DataFrame(spans, schema={"device": pl.Int64, "ts": pl.Int64, "end": pl.Int64}, orient="row")
+    merged = merge_intervals(frame, "device")
+    assert list(merged.iter_rows()) == _plain_union(spans)

@@ -13,6 +13,7 @@ import os
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
@@ -152,6 +153,20 @@ def _stage(description: str) -> Iterator[None]:
         yield
 
 
+@contextmanager
+def _timed(stage: str) -> Iterator[None]:
+    """With ``TRACEINSIGHT_TIMINGS=1``, print how long ``stage`` took on stderr (for benchmarks:
+    ``traceinsight timing: <stage> <seconds> s``, one line per stage)."""
+    if os.environ.get("TRACEINSIGHT_TIMINGS") != "1":
+        yield
+        return
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        print(f"traceinsight timing: {stage} {time.perf_counter() - start:.3f} s", file=sys.stderr)
+
+
 def render_html(report: Report, source_root: Path | None) -> str:
     """The self-contained HTML page (code excerpts read only from ``source_root``; None: none)."""
     from traceinsight.render.html import HtmlRenderer
@@ -214,9 +229,10 @@ def analyze_and_write(
         threading.Thread(
             target=importlib.import_module, args=("traceinsight.render.html",), daemon=True
         ).start()
-    loaded = load_trace(trace, progress=progress, limit=limit)
-    give_back_freed_memory()
-    with _stage(f"analyzing {trace.name}"):
+    with _timed("load"):
+        loaded = load_trace(trace, progress=progress, limit=limit)
+        give_back_freed_memory()
+    with _stage(f"analyzing {trace.name}"), _timed("analysis"):
         report = report_for(loaded, thresholds, user_code, run)
     del loaded
 
@@ -235,7 +251,8 @@ def analyze_and_write(
             ("report", None if html_path is None else str(html_path), page),
         ]
     )
-    print_summary(report, console or Console(stderr=to_stdout), outputs, top=top)
+    with _timed("terminal"):
+        print_summary(report, console or Console(stderr=to_stdout), outputs, top=top)
     return report
 
 
@@ -257,15 +274,17 @@ def _write_outputs(
     for label, destination, make in outputs:
         if destination is None:
             continue
+        stage = "HTML" if label in ("report", "page") else label
         if destination == "-":
-            sys.stdout.write(make())
-            sys.stdout.flush()
+            with _timed(stage):
+                sys.stdout.write(make())
+                sys.stdout.flush()
             to_stdout = True
             continue
         path = Path(destination)
-        with _stage(f"writing {path.name}"):
+        with _stage(f"writing {path.name}"), _timed(stage):
             text = make()
-        write_atomically(path, text)
+            write_atomically(path, text)
         written.append((label, path))
     return written, to_stdout
 

@@ -161,10 +161,9 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None, user_code: Colle
     calls = syncs.blocking_calls(trace, round(limits.copy_sync_window_us * 1000), user_code)
     iterations = iteration_count(trace)
     gaps = idle_gaps.all_gaps(busy)
+    launched = syncs.launch_devices(trace)
     classified = idle_gaps.classify_gaps(trace, gaps, calls, limits, user_code)
-    idle_after = syncs.idle_after_calls(
-        calls, gaps, syncs.launch_devices(trace), round(limits.sync_drain_slack_us * 1000)
-    )
+    idle_after = syncs.idle_after_calls(calls, gaps, launched, round(limits.sync_drain_slack_us * 1000))
     copy_groups = copies.copy_groups(trace, calls, kernels, limits)
     devices = gpu_time.device_times(trace, busy, kernels, compute, classified, steady)
     steps = gpu_time.step_times(trace, busy, kernels, compute, classified, steady)
@@ -182,7 +181,7 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None, user_code: Colle
         syncs=syncs.sync_calls(calls),
         sync_hotspots=syncs.sync_hotspots(calls, idle_after, iterations, classified, steady),
         host=host.host_summary(trace),
-        timeline=timeline(trace, max_blocks=2000, busy=busy),
+        timeline=timeline(trace, max_blocks=2000, busy=busy, launched=launched),
         kernels=top_kernels(trace, top=50),
         steady=steady,
         warnings=trace_warnings(trace, steady),
@@ -194,9 +193,5 @@ def analyze(trace: Trace, thresholds: Thresholds | None = None, user_code: Colle
         optimizer=optimizer_stats(trace, steady),
         latent_syncs=latent_syncs(trace, steady, user_code),
         memory=memory_usage(trace, steady, limits.memory_series_points),
-        multi_gpu_processes=syncs.launch_devices(trace)
-        .group_by("pid")
-        .len()
-        .filter(pl.col("len") > 1)
-        .height,
+        multi_gpu_processes=launched.group_by("pid").len().filter(pl.col("len") > 1).height,
     )

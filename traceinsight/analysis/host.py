@@ -22,68 +22,97 @@ from traceinsight.load import Trace, taxonomy
 def self_times(ops: pl.DataFrame) -> pl.DataFrame:
     """Per operator row → ``name, dur, self, top`` (self = dur minus direct callees' durations;
     top = its direct caller has another name, so its duration counts in the name's total)."""
-    if ops.is_empty():
-        return pl.DataFrame(schema={"name": pl.String, "dur": pl.Int64, "self": pl.Int64, "top": pl.Boolean})
+    empty = pl.DataFrame(schema={"name": pl.String, "dur": pl.Int64, "self": pl.Int64, "top": pl.Boolean})
+    timed = ops.select("pid", "tid", "ts", "end", "dur", "name")
+    if timed.get_column("ts").null_count() or timed.get_column("end").null_count():
+        timed = timed.drop_nulls(["ts", "end"])  # a copy: only when there is something to drop
+    if timed.is_empty():
+        return empty
+    # The order is worked out on the integer columns alone; names and durations are gathered into
+    # it once at the end (an operator table can hold millions of rows). Threads, and runs of one start on a thread, are adjacent in this order: counts within them are
+    # running values read at a run's first row (forward fill), never windows over many small groups.
+    order = pl.int_range(pl.len(), dtype=pl.Int64)
+    new_thread = (
+        (pl.col("pid") != pl.col("pid").shift(1)) | (pl.col("tid") != pl.col("tid").shift(1))
+    ).fill_null(True)
+    new_start = (new_thread | (pl.col("ts") != pl.col("ts").shift(1))).fill_null(True)
     ordered = (
-        ops.select("pid", "tid", "ts", "end", "dur", "name")
-        .drop_nulls(["ts", "end"])
+        timed.select("pid", "tid", "ts", "end")
+        .with_row_index("position")
         .sort(["pid", "tid", "ts", "end"], descending=[False, False, False, True], maintain_order=True)
-        .with_row_index("order")
-        .with_columns(pl.col("order").cast(pl.Int64))
-    )
-    thread = ["pid", "tid"]
-    started = pl.int_range(1, pl.len() + 1).over(thread)
-    ends = ordered.select(*thread, "end").sort(*thread, "end")
-    ended_before = (
-        ordered.select(*thread, "order", "ts")
-        .join_asof(
-            ends.with_columns(ended=pl.int_range(1, pl.len() + 1).over(thread)).rename({"end": "ts"}),
-            on="ts",
-            by=thread,
-            strategy="backward",
-            check_sortedness=False,
+        .with_columns(
+            order=order,
+            thread=new_thread.cum_sum().cast(pl.Int64),
+            started=order - pl.when(new_thread).then(order).forward_fill() + 1,
+            first_of_start=new_start,
+            last_of_start=new_start.shift(-1).fill_null(True),
         )
-        .select("order", ended=pl.col("ended").fill_null(0))
+        .drop("pid", "tid")
     )
+    positions = ordered.get_column("position")
+    first_in_thread = (pl.col("thread") != pl.col("thread").shift(1)).fill_null(True)
+    ends = (
+        ordered.select("thread", ts="end")
+        .sort("thread", "ts")
+        .with_columns(ended=order - pl.when(first_in_thread).then(order).forward_fill() + 1)
+    )
+    ended = (
+        ordered.select("thread", "ts")
+        .join_asof(ends, on="ts", by="thread", strategy="backward", check_sortedness=False)
+        .get_column("ended")
+        .fill_null(0)
+    )
+    del ends
     # The last end ≤ ts counts every end at or before the start, which includes zero-length
     # operators starting at that same instant that come at or after this one in the order (they
     # sort last among equal starts): those have not ended before it, so they are taken back out.
     zero = (pl.col("end") == pl.col("ts")).cast(pl.Int64)
-    same_start = [*thread, "ts"]
-    with_depth = (
-        ordered.with_columns(started=started)
-        .join(ended_before, on="order")
-        .with_columns(
-            zero_after=zero.sum().over(same_start) - (zero.cum_sum().over(same_start) - 1).clip(lower_bound=0)
-        )
-        .with_columns(depth=pl.col("started") - (pl.col("ended") - pl.col("zero_after")) - 1)
+    zeros_through = zero.cum_sum()
+    zeros_before = pl.when("first_of_start").then(zeros_through - zero).forward_fill()
+    zeros_through_start = pl.when("last_of_start").then(zeros_through).backward_fill()
+    zero_after = zeros_through_start - zeros_before - (zeros_through - zeros_before - 1).clip(lower_bound=0)
+    with_depth = ordered.with_columns(ended=ended).select(
+        "thread", "order", depth=pl.col("started") - (pl.col("ended") - zero_after) - 1
     )
-    parents = with_depth.select(*thread, "order", parent_depth=pl.col("depth")).rename({"order": "parent"})
-    linked = (
-        with_depth.with_columns(parent_depth=pl.col("depth") - 1)
-        .sort("order")
+    del ordered, ended
+    # One integer key per (thread, depth): the caller is the latest row before at (thread, depth - 1).
+    low, high = with_depth.select(low=pl.col("depth").min(), high=pl.col("depth").max()).row(0)
+    span = high - low + 2
+    key = pl.col("thread") * span + pl.col("depth") - low + 1
+    parent = (
+        with_depth.select("order", caller_key=key - 1)
         .join_asof(
-            parents.sort("parent"),
+            with_depth.select(caller_key=key, parent="order"),
             left_on="order",
             right_on="parent",
-            by=[*thread, "parent_depth"],
+            by="caller_key",
             strategy="backward",
             allow_exact_matches=False,
             check_sortedness=False,
         )
+        .get_column("parent")
     )
-    callees = linked.group_by("parent").agg(callees=pl.col("dur").sum())
-    caller_names = linked.select(parent="order", caller="name")
-    return (
-        linked.join(callees, left_on="order", right_on="parent", how="left")
-        .join(caller_names, on="parent", how="left")
-        .select(
-            "name",
-            "dur",
-            (pl.col("dur") - pl.col("callees").fill_null(0)).clip(lower_bound=0).alias("self"),
+    del with_depth
+    # ``order`` is the row number, so a caller's row is found by position.
+    names = timed.get_column("name").gather(positions)
+    durations = timed.get_column("dur").gather(positions)
+    callees = (
+        pl.DataFrame({"parent": parent, "dur": durations})
+        .drop_nulls("parent")
+        .group_by("parent")
+        .agg(pl.col("dur").sum())
+    )
+    spent = pl.zeros(len(positions), dtype=pl.Int64, eager=True).scatter(
+        callees.get_column("parent"), callees.get_column("dur")
+    )
+    return pl.DataFrame(
+        {
+            "name": names,
+            "dur": durations,
+            "self": (durations - spent).clip(lower_bound=0),
             # counted in the total unless a call of the same name encloses it (recursion)
-            (pl.col("caller") != pl.col("name")).fill_null(True).alias("top"),
-        )
+            "top": (names.gather(parent) != names).fill_null(True),
+        }
     )
 
 

@@ -10,19 +10,30 @@ def merge_intervals(frame: pl.DataFrame, by: str) -> pl.DataFrame:
 
     Sort by start within each group; an interval opens a new merged block when it starts after the
     running maximum of all earlier ends (cumulative max), so nested and chained intervals collapse.
+    A block then starts at its first row's start and ends at the running maximum on its last row
+    (every earlier block ended before it opened); with nulls, blocks are grouped instead.
     """
     if frame.is_empty():
         return pl.DataFrame(schema={by: frame.schema[by], "start": pl.Int64, "end": pl.Int64})
     ordered = frame.select(by, "ts", "end").sort(by, "ts")
-    running_end = pl.col("end").cum_max().shift(1).over(by)
-    blocks = ordered.with_columns(
-        block=(running_end.is_null() | (pl.col("ts") > running_end)).cum_sum().over(by)
-    )
+    if any(ordered.get_column(name).null_count() for name in (by, "ts", "end")):
+        running_end = pl.col("end").cum_max().shift(1).over(by)
+        blocks = ordered.with_columns(
+            block=(running_end.is_null() | (pl.col("ts") > running_end)).cum_sum().over(by)
+        )
+        return (
+            blocks.group_by(by, "block")
+            .agg(start=pl.col("ts").min(), end=pl.col("end").max())
+            .drop("block")
+            .sort(by, "start")
+        )
+    reach = pl.col("end").cum_max().over(by)
+    opens = (pl.col(by) != pl.col(by).shift(1)).fill_null(True) | (pl.col("ts") > reach.shift(1))
     return (
-        blocks.group_by(by, "block")
-        .agg(start=pl.col("ts").min(), end=pl.col("end").max())
-        .drop("block")
-        .sort(by, "start")
+        ordered.with_columns(opens=opens, reach=reach)
+        .with_columns(start=pl.when("opens").then(pl.col("ts")).forward_fill())
+        .filter(pl.col("opens").shift(-1).fill_null(True))
+        .select(by, "start", end="reach")
     )
 
 

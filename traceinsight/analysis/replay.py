@@ -276,7 +276,13 @@ def prepare_replay(trace: Trace, calls: pl.DataFrame, steady: SteadyState) -> Re
         advance=pl.when(pl.col("queued") & pl.col("prev_end").is_not_null())
         .then(pl.col("end") - pl.col("prev_end"))
         .otherwise(pl.col("dur")),
-        stream_id=pl.struct("device", "stream").rank("dense").cast(pl.Int64),
+        # ``work`` is sorted by device and stream: a stream's dense rank counts the changes.
+        stream_id=(
+            (pl.col("device") != pl.col("device").shift(1)) | (pl.col("stream") != pl.col("stream").shift(1))
+        )
+        .fill_null(True)
+        .cum_sum()
+        .cast(pl.Int64),
     )
     launching = work.drop_nulls("pid").select("pid", "tid").unique()
     windows = []

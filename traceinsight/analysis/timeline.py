@@ -110,7 +110,7 @@ def _merge_at_resolution(frame: pl.DataFrame, resolution_ns: int) -> pl.DataFram
     )
 
 
-def _sync_calls_per_device(trace: Trace, devices: list[int]) -> pl.DataFrame:
+def _sync_calls_per_device(trace: Trace, devices: list[int], launched: pl.DataFrame | None) -> pl.DataFrame:
     """Blocking host calls → ``device, start, end``: on every device their process launched on.
 
     A call from a process that launched nothing (or without a pid) is shown on every device.
@@ -121,7 +121,7 @@ def _sync_calls_per_device(trace: Trace, devices: list[int]) -> pl.DataFrame:
     schema = pl.Schema({"device": pl.Int64, "start": pl.Int64, "end": pl.Int64})
     if calls.is_empty() or not devices:
         return pl.DataFrame(schema=schema)
-    launched = launch_devices(trace).drop_nulls()
+    launched = (launch_devices(trace) if launched is None else launched).drop_nulls()
     mapped = calls.join(launched, on="pid", how="inner").select("device", "start", "end")
     unmapped = calls.join(launched, on="pid", how="anti").join(
         pl.DataFrame({"device": devices}, schema={"device": pl.Int64}), how="cross"
@@ -129,11 +129,17 @@ def _sync_calls_per_device(trace: Trace, devices: list[int]) -> pl.DataFrame:
     return pl.concat([mapped, unmapped.select("device", "start", "end")]).cast(schema)
 
 
-def timeline(trace: Trace, max_blocks: int = 2000, busy: pl.DataFrame | None = None) -> Timeline:
+def timeline(
+    trace: Trace,
+    max_blocks: int = 2000,
+    busy: pl.DataFrame | None = None,
+    launched: pl.DataFrame | None = None,
+) -> Timeline:
     """The per-device busy timeline with at most ``max_blocks`` blocks (and marks) per device.
 
     See the module docstring for how intervals are merged; ``max_blocks`` must be at least 2.
-    ``busy`` is :func:`busy_intervals` of the trace when the caller has it already.
+    ``busy`` is :func:`busy_intervals` and ``launched`` :func:`launch_devices` of the trace when
+    the caller has them already.
     """
     if max_blocks < 2:
         raise ValueError("max_blocks must be at least 2")
@@ -153,7 +159,7 @@ def timeline(trace: Trace, max_blocks: int = 2000, busy: pl.DataFrame | None = N
     resolution = max(1, math.ceil((end - start) / (max_blocks - 1)))
     devices = sorted(int(d) for d in busy.get_column("device").unique().to_list())
     blocks = _merge_at_resolution(busy, resolution)
-    marks = _merge_at_resolution(_sync_calls_per_device(trace, devices), resolution)
+    marks = _merge_at_resolution(_sync_calls_per_device(trace, devices, launched), resolution)
     communication = _merge_at_resolution(
         merge_intervals(
             trace.gpu.filter(

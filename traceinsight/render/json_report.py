@@ -16,6 +16,8 @@ total, ``series`` of ``[start_us, allocated, reserved]``; ``allocator_calls`` in
 from __future__ import annotations
 
 import json
+import uuid
+from json.encoder import encode_basestring
 from typing import Any
 
 from traceinsight import __version__
@@ -286,9 +288,94 @@ def report_dict(report: Report) -> dict[str, Any]:
     }
 
 
+def _scalar(value: object) -> str | None:
+    """``value`` as ``json.dumps(value, ensure_ascii=False)`` writes it, for None, bools, ints,
+    floats and strings; None for anything else."""
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, int):
+        return int.__repr__(value)
+    if isinstance(value, float):
+        if value != value:
+            return "NaN"
+        if value in (float("inf"), float("-inf")):
+            return "Infinity" if value > 0 else "-Infinity"
+        return float.__repr__(value)
+    if isinstance(value, str):
+        return encode_basestring(value)
+    return None
+
+
+def _encoded_column(values: list[Any]) -> list[str] | None:
+    """Each value as :func:`_scalar` writes it (None if one is not a scalar)."""
+    out: list[str] = []
+    strings: dict[str, str] = {}  # causes, sources and kinds repeat from row to row
+    for value in values:
+        kind = type(value)
+        if kind is str:
+            text = strings.get(value)
+            if text is None:
+                text = strings[value] = encode_basestring(value)
+        elif kind is int:
+            text = int.__repr__(value)
+        elif kind is float and value - value == 0:  # finite
+            text = float.__repr__(value)
+        else:
+            scalar = _scalar(value)
+            if scalar is None:
+                return None
+            text = scalar
+        out.append(text)
+    return out
+
+
+def _flat_rows(rows: list[Any]) -> str | None:
+    """A top-level list of flat objects (the same string keys in the same order, scalar values) as
+    ``json.dumps(..., indent=2)`` writes it at depth 1, or None when it is not one.
+
+    The standard encoder indents in Python, several calls per value; an LLM decode trace reports
+    tens of thousands of gaps. Here each column is encoded in one pass and each row is one
+    ``%`` format of a template with the keys already written.
+    """
+    if not rows or not isinstance(rows[0], dict) or not rows[0]:
+        return None
+    keys = tuple(rows[0])
+    if not all(isinstance(key, str) for key in keys):
+        return None
+    if not all(isinstance(row, dict) and tuple(row) == keys for row in rows):
+        return None
+    columns = []
+    for key in keys:
+        column = _encoded_column([row[key] for row in rows])
+        if column is None:
+            return None
+        columns.append(column)
+    fields = ",\n".join(f"      {encode_basestring(key).replace('%', '%%')}: %s" for key in keys)
+    template = "    {\n" + fields + "\n    }"
+    return "[\n" + ",\n".join(template % values for values in zip(*columns, strict=True)) + "\n  ]"
+
+
 class JsonRenderer:
     """Renders :func:`report_dict` as indented JSON."""
 
     def render(self, report: Report) -> str:
-        """The report as a JSON document (UTF-8, keys in contract order)."""
-        return json.dumps(report_dict(report), indent=2, ensure_ascii=False) + "\n"
+        """The report as a JSON document (UTF-8, keys in contract order).
+
+        Byte for byte ``json.dumps(report_dict(report), indent=2, ensure_ascii=False)``; the long
+        lists of flat objects are written by :func:`_flat_rows` and put in place of a marker.
+        """
+        document = report_dict(report)
+        spliced: dict[str, str] = {}
+        for key, value in document.items():
+            if isinstance(value, list) and len(value) > 100 and (text := _flat_rows(value)) is not None:
+                marker = f"traceinsight-{uuid.uuid4().hex}"
+                document[key] = marker
+                spliced[json.dumps(marker)] = text
+        out = json.dumps(document, indent=2, ensure_ascii=False)
+        for marker, text in spliced.items():
+            out = out.replace(marker, text, 1)
+        return out + "\n"

@@ -46,11 +46,12 @@ _ADVICE: dict[CauseKind, Advice] = {
 def _steady_gaps(analysis: Analysis, device: int, kind: CauseKind) -> list[IdleGap]:
     """Reported gaps of one cause on one device that overlap the steady state."""
     windows = analysis.steady.windows
+    cause = kind.value
     return [
         gap
         for gap in analysis.idle_gaps
         if gap.device == device
-        and gap.cause_kind == kind.value
+        and gap.cause_kind == cause
         and any(gap.start_ns < end and gap.end_ns > start for start, end in windows)
     ]
 
