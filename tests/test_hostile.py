@@ -111,6 +111,12 @@ def _window_boundary(path: Path) -> Path:
     return _text(path, head + first + '{"ph": "X", "cat": "cpu_op", "ts": 2, "dur": 1, "name": "b"}]}')
 
 
+def _empty_folder(path: Path) -> Path:
+    """A folder given as the trace: a job (issue 12) with no rank traces in it."""
+    path.mkdir()
+    return path
+
+
 def _fifo(path: Path) -> Path:
     os.mkfifo(path)
     return path
@@ -192,7 +198,7 @@ CORPUS: tuple[Hostile, ...] = (
     Hostile("fifo", _fifo, refused="named pipe (FIFO), not a regular file", rss_mb=600),
     Hostile("socket", _socket, refused="a socket, not a regular file", rss_mb=600),
     Hostile("character-device", lambda p: Path("/dev/zero"), refused="a character device, not a regular file", rss_mb=600),
-    Hostile("directory", lambda p: p.parent, refused="directory", rss_mb=600),
+    Hostile("directory", _empty_folder, refused="no traces in", rss_mb=600),
 )  # fmt: skip
 
 
