@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from traceinsight.analysis.causes import cause_label
 from traceinsight.errors import TraceFormatError, TraceUnreadable
+from traceinsight.formatting import format_duration, format_share
 from traceinsight.load.text import clean_text
 
 __all__ = [
@@ -51,6 +53,33 @@ class Metric:
         """The change as a share of before (None when before is 0 or missing)."""
         change = self.change
         return None if change is None or not self.before else change / self.before
+
+    @property
+    def title(self) -> str:
+        """The row's name in every view (an idle cause in words, never its key)."""
+        return f"idle: {cause_label(self.label)}" if self.key.startswith("idle:") else self.label
+
+    def text(self, value: float | None) -> str:
+        """``value`` (``before`` or ``after``) written in the metric's unit, as every view shows it."""
+        if value is None:
+            return "—"
+        if self.unit == "us":
+            return format_duration(value * 1000)
+        if self.unit == "share":
+            return format_share(value)
+        return f"{value:.3g}"
+
+    def change_text(self) -> str:
+        """after − before in the metric's unit (points for shares, % too for times)."""
+        change = self.change
+        if change is None:
+            return "—"
+        if self.unit == "share":
+            return f"{change * 100:+.1f} pts"
+        if self.unit == "us":
+            relative = f" ({self.relative * 100:+.1f}%)" if self.relative is not None else ""
+            return f"{'+' if change >= 0 else '−'}{format_duration(abs(change) * 1000)}{relative}"
+        return f"{change:+.3g}"
 
 
 @dataclass(frozen=True, slots=True)

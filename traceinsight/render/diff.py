@@ -15,42 +15,14 @@ from rich.text import Text
 
 import traceinsight
 from traceinsight.analysis.causes import cause_label
-from traceinsight.compare import Comparison, Metric
-from traceinsight.formatting import format_duration, format_share, short_kernel_name
+from traceinsight.compare import Comparison
+from traceinsight.formatting import format_duration, short_kernel_name
 from traceinsight.render import charts
 from traceinsight.render.terminal import KernelTable
 
-__all__ = ["ComparisonHtmlRenderer", "comparison_renderables", "format_change", "format_value"]
+__all__ = ["ComparisonHtmlRenderer", "comparison_renderables"]
 
 _STATUS = {"fixed": ("Fixed", "green"), "new": ("New", "red"), "still": ("Still present", "yellow")}
-
-
-def format_value(metric: Metric, value: float | None) -> str:
-    """A metric's value in its unit."""
-    if value is None:
-        return "—"
-    if metric.unit == "us":
-        return format_duration(value * 1000)
-    if metric.unit == "share":
-        return format_share(value)
-    return f"{value:.3g}"
-
-
-def format_change(metric: Metric) -> str:
-    """after − before in the metric's unit (points for shares, % too for times)."""
-    change = metric.change
-    if change is None:
-        return "—"
-    if metric.unit == "share":
-        return f"{change * 100:+.1f} pts"
-    if metric.unit == "us":
-        relative = f" ({metric.relative * 100:+.1f}%)" if metric.relative is not None else ""
-        return f"{'+' if change >= 0 else '−'}{format_duration(abs(change) * 1000)}{relative}"
-    return f"{change:+.3g}"
-
-
-def _label(metric: Metric) -> str:
-    return f"idle: {cause_label(metric.label)}" if metric.key.startswith("idle:") else metric.label
 
 
 def comparison_renderables(comparison: Comparison) -> list[RenderableType]:
@@ -74,10 +46,10 @@ def comparison_renderables(comparison: Comparison) -> list[RenderableType]:
         table.add_column(column, justify="right", no_wrap=True)
     for metric in comparison.shown:
         table.add_row(
-            _label(metric),
-            format_value(metric, metric.before),
-            format_value(metric, metric.after),
-            format_change(metric),
+            metric.title,
+            metric.text(metric.before),
+            metric.text(metric.after),
+            metric.change_text(),
         )
     parts.append(table)
     for status, (title, style) in _STATUS.items():
@@ -177,8 +149,7 @@ class ComparisonHtmlRenderer:
                 comparison=comparison,
                 chart=chart,
                 rows=[
-                    (_label(m), format_value(m, m.before), format_value(m, m.after), format_change(m))
-                    for m in comparison.shown
+                    (m.title, m.text(m.before), m.text(m.after), m.change_text()) for m in comparison.shown
                 ],
                 statuses=[
                     (title, status, [c for c in comparison.findings if c.status == status])

@@ -13,7 +13,7 @@ import re
 from typing import Final
 
 from traceinsight.analysis.usage import total_usage
-from traceinsight.compare import Comparison, Metric
+from traceinsight.compare import Comparison
 from traceinsight.formatting import format_duration, format_share
 from traceinsight.render.facts import header_facts, no_findings_text, saving_text, time_split
 from traceinsight.render.scorecard import scorecard
@@ -133,29 +133,6 @@ class MarkdownRenderer:
         return _bounded("\n".join(lines))
 
 
-def _value(metric: Metric, value: float | None) -> str:
-    if value is None:
-        return "—"
-    if metric.unit == "us":
-        return format_duration(value * 1000)
-    if metric.unit == "share":
-        return format_share(value)
-    return f"{value:.3g}"
-
-
-def _change(metric: Metric) -> str:
-    change = metric.change
-    if change is None:
-        return "—"
-    if metric.unit == "share":
-        return f"{change * 100:+.1f} pts"
-    if metric.unit == "us":
-        sign = "+" if change >= 0 else "−"
-        relative = f" ({metric.relative * 100:+.1f}%)" if metric.relative is not None else ""
-        return f"{sign}{format_duration(abs(change) * 1000)}{relative}"
-    return f"{change:+.3g}"
-
-
 def render_comparison(comparison: Comparison) -> str:
     """The diff as Markdown: notes, the before/after table, findings fixed / new / still present."""
     lines = [f"## traceinsight diff: {escape(comparison.before)} → {escape(comparison.after)}", ""]
@@ -166,7 +143,7 @@ def render_comparison(comparison: Comparison) -> str:
     basis = "per step" if comparison.basis == "per step" else "in all"
     lines += _table(
         ("", "before", "after", "change"),
-        [(escape(m.label), _value(m, m.before), _value(m, m.after), _change(m)) for m in comparison.shown],
+        [(escape(m.title), m.text(m.before), m.text(m.after), m.change_text()) for m in comparison.shown],
     )
     lines += ["", f"Times are {basis}.", ""]
     for status, title in (("fixed", "Fixed"), ("new", "New"), ("still", "Still present")):
