@@ -62,8 +62,9 @@ def _step_warnings(steady: SteadyState) -> list[TraceWarning]:
                 "no-steps",
                 "The trace has no step markers (ProfilerStep or optimizer steps), so it is judged "
                 "as one window and figures cannot be given per step.",
-                "profile with a schedule and call `prof.step()` once per iteration, or use "
-                "`traceinsight run`, which marks steps at every `optimizer.step()`",
+                "mark each iteration: `traceinsight run` marks every `optimizer.step()`, and "
+                "`traceinsight.step()` in a loop without one; with your own profiler, call "
+                "`prof.step()` once per iteration",
             )
         )
         return warnings
