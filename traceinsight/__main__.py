@@ -6,6 +6,7 @@ status 130, like Ctrl-C at any later point before a script runs, never a traceba
 
 from __future__ import annotations
 
+import os
 import sys
 
 
@@ -15,7 +16,10 @@ def main() -> None:
         from traceinsight.cli import main as cli_main
     except KeyboardInterrupt:
         sys.stderr.write("traceinsight: interrupted (Ctrl-C) while starting; nothing was run or written\n")
-        raise SystemExit(130) from None
+        sys.stderr.flush()
+        # Not SystemExit: an import cut short by the interrupt can leave the interpreter to end
+        # itself by SIGINT on the way out (seen 1 run in 12). Nothing ran, so nothing to tear down.
+        os._exit(130)
     cli_main()
 
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
@@ -523,6 +523,15 @@ def _register_run() -> None:
 _register_run()
 
 
+def _exit_interrupted() -> NoReturn:
+    """One line and status 130. Not SystemExit: after an interrupted import the interpreter can end
+    itself by SIGINT on the way out (seen 3 runs in 30), which a caller reads as another status."""
+    sys.stderr.write("traceinsight: interrupted (Ctrl-C); no output was left half-written\n")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(130)
+
+
 def _interrupted(exit: BaseException) -> bool:
     """Whether ``exit`` is typer's status 130 for a KeyboardInterrupt (it prints nothing itself)."""
     seen: BaseException | None = exit
@@ -544,12 +553,13 @@ def main() -> None:
     """
     try:
         app()
+    except KeyboardInterrupt:  # while typer builds the command, before its own handler
+        _exit_interrupted()
     except SystemExit as exc:
         if _interrupted(exc):
             # Ctrl-C before a script ran, or during an analysis (outputs are written whole or not
             # at all); a script's own Ctrl-C is `run`'s, which dies by SIGINT as Python does.
-            sys.stderr.write("traceinsight: interrupted (Ctrl-C); no output was left half-written\n")
-            raise SystemExit(130) from None
+            _exit_interrupted()
         if not _analysis_done:
             raise
         code = exc.code

@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import threading
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -142,10 +144,25 @@ class RecorderEvents:
     """A window was written (said at once, so a long export ends visibly where it happened)."""
 
 
+@contextlib.contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """Hold Ctrl-C back until the block ends (then it arrives as usual): torch's C++ start-up
+    aborts the process (SIGABRT, "terminate called … KeyboardInterrupt") when interrupted."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def require_torch() -> None:
     """Raise :class:`CaptureError` with the install command when torch cannot be imported."""
     try:
-        import torch  # noqa: F401
+        with _sigint_deferred():
+            import torch  # noqa: F401
     except ImportError as error:
         raise CaptureError(
             f"cannot profile: torch is not importable in this Python ({error}); "
