@@ -1,8 +1,10 @@
-"""Build hook: compile the loader's optional C scanner (``traceinsight/load/_scan.c``).
+"""Build hook: compile the optional C modules: the loader's scanner (``traceinsight/load/_scan.c``)
+and the host analysis's nesting walk (``traceinsight/analysis/_nesting.c``).
 
-The scanner makes loading several times faster; without a C compiler (or with
-``TRACEINSIGHT_PURE=1``) the package builds as pure Python and loads with msgspec instead, with the
-same results. An editable install compiles the module in place, beside its source.
+The scanner makes loading several times faster, the walk the self times of host operators;
+without a C compiler (or with ``TRACEINSIGHT_PURE=1``) the package builds as pure Python, loads
+with msgspec and walks with polars instead, with the same results. An editable install compiles
+the modules in place, beside their sources.
 """
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ from typing import Any
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-MODULE = "traceinsight.load._scan"
-SOURCE = "traceinsight/load/_scan.c"
+#: (module, source) of each optional C module.
+MODULES = (
+    ("traceinsight.load._scan", "traceinsight/load/_scan.c"),
+    ("traceinsight.analysis._nesting", "traceinsight/analysis/_nesting.c"),
+)
 
 
 class NativeScannerHook(BuildHookInterface):  # type: ignore[type-arg]
@@ -28,22 +33,23 @@ class NativeScannerHook(BuildHookInterface):  # type: ignore[type-arg]
         root = Path(self.root)
         editable = version == "editable"
         try:
-            built = _compile(root, inplace=editable)
-        except Exception as exc:  # no compiler, no headers: the pure-Python loader still works
-            print(f"traceinsight: C scanner not built ({exc}); loading will use pure Python", file=sys.stderr)
+            built = [(module, _compile(root, module, source, inplace=editable)) for module, source in MODULES]
+        except Exception as exc:  # no compiler, no headers: the pure-Python paths still work
+            print(f"traceinsight: C modules not built ({exc}); loading will use pure Python", file=sys.stderr)
             return
         build_data["pure_python"] = False
         build_data["infer_tag"] = True
         if not editable:
-            build_data["force_include"][str(built)] = "/".join([*MODULE.split(".")[:-1], built.name])
+            for module, path in built:
+                build_data["force_include"][str(path)] = "/".join([*module.split(".")[:-1], path.name])
 
 
-def _compile(root: Path, *, inplace: bool) -> Path:
+def _compile(root: Path, module: str, source: str, *, inplace: bool) -> Path:
     from setuptools import Distribution, Extension
     from setuptools.command.build_ext import build_ext
 
     flags = [] if sys.platform == "win32" else ["-O3", "-std=c11", "-Wall"]
-    extension = Extension(MODULE, [SOURCE], extra_compile_args=flags)
+    extension = Extension(module, [source], extra_compile_args=flags)
     distribution = Distribution({"name": "torch-traceinsight", "ext_modules": [extension]})
     distribution.script_name = "hatch_build.py"
     command = build_ext(distribution)
@@ -56,7 +62,7 @@ def _compile(root: Path, *, inplace: bool) -> Path:
     try:
         command.ensure_finalized()
         command.run()
-        path = Path(command.get_ext_fullpath(MODULE))
+        path = Path(command.get_ext_fullpath(module))
     finally:
         os.chdir(cwd)
     return path if path.is_absolute() else root / path

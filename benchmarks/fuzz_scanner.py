@@ -65,17 +65,21 @@ SANITIZER_ENV = {
 
 
 def build_sanitized(scratch: Path) -> Path:
-    """A copy of the package (and its templates) whose scanner is built with the sanitizers."""
+    """A copy of the package (and its templates) whose C modules (the scanner, and the nesting walk
+    the reports use) are built with the sanitizers; the scanner's path."""
     shutil.copytree(
         ROOT / "traceinsight", scratch / "traceinsight", ignore=shutil.ignore_patterns("*.so", "__pycache__")
     )
     shutil.copytree(ROOT / "templates", scratch / "templates")
     compiler = os.environ.get("CC", "gcc")
-    target = scratch / "traceinsight" / "load" / f"_scan{sysconfig.get_config_var('EXT_SUFFIX')}"
     include = sysconfig.get_paths()["include"]
     command = [compiler, *SANITIZE, "-std=c11", "-Wall", "-shared", "-fPIC", f"-I{include}"]
-    subprocess.run([*command, str(ROOT / "traceinsight" / "load" / "_scan.c"), "-o", str(target)], check=True)
-    return target
+    built = []
+    for module in ("load/_scan", "analysis/_nesting"):
+        target = scratch / "traceinsight" / f"{module}{sysconfig.get_config_var('EXT_SUFFIX')}"
+        subprocess.run([*command, str(ROOT / "traceinsight" / f"{module}.c"), "-o", str(target)], check=True)
+        built.append(target)
+    return built[0]
 
 
 def runtime_libraries(compiler: str) -> str:
@@ -115,7 +119,7 @@ def main() -> int:
             "TRACEINSIGHT_FUZZ_SCANNER": str(target),
         }
         print(
-            f"fuzz: scanner built with {' '.join(SANITIZE)}; seed {seed}; {options.seconds:g} s", flush=True
+            f"fuzz: C modules built with {' '.join(SANITIZE)}; seed {seed}; {options.seconds:g} s", flush=True
         )
         command = [
             sys.executable,
@@ -150,6 +154,13 @@ def child(scratch: Path, seconds: float, seed: int, artifacts: Path) -> int:
     scanner = ctypes.CDLL(native._scan.__file__)  # its symbols and those of the libraries it needs
     for symbol in ("__asan_report_load1", "__ubsan_handle_add_overflow"):
         assert hasattr(scanner, symbol), f"{symbol} missing: the scanner is not built with the sanitizers"
+    from traceinsight.analysis import host
+
+    assert (
+        host._nesting is not None
+        and "_nesting" in host._nesting.__file__
+        and str(scratch) in host._nesting.__file__
+    ), "the sanitized nesting walk is not the one loaded"
     native._scan = ExactBuffers(native._scan)
     sys.path.insert(0, str(ROOT / "tests"))
     fuzz = Fuzzer(random.Random(seed), scratch / "work", artifacts)

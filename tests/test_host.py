@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from collections import defaultdict
 
@@ -9,6 +10,7 @@ import polars as pl
 import pytest
 from tracebuild import SAMPLES, read_events, sample_report
 
+from traceinsight.analysis import host
 from traceinsight.analysis.host import self_times
 from traceinsight.load import load_trace
 
@@ -107,8 +109,9 @@ def _stack_walk(rows: list[tuple[int, int, int, int, str]]) -> list[tuple[str, i
     return sorted(result)
 
 
+@pytest.mark.parametrize("native", [True, False], ids=["C walk", "polars"])
 @pytest.mark.parametrize("seed", range(20))
-def test_self_time_of_random_nested_ops_equals_a_stack_walk(seed: int) -> None:
+def test_self_time_of_random_nested_ops_equals_a_stack_walk(seed: int, native: bool) -> None:
     """Zero-length operators, equal starts, identical spans, recursion, several threads, and a row
     without times (left out)."""
     rng = random.Random(seed)
@@ -131,5 +134,55 @@ def test_self_time_of_random_nested_ops_equals_a_stack_walk(seed: int) -> None:
         },
         orient="row",
     )
-    timed = self_times(ops)
+    timed = self_times(ops, native=native)
     assert sorted(timed.iter_rows()) == _stack_walk(rows)
+
+
+def _ops_frame(rows: list[tuple[int, int, int, int, str]]) -> pl.DataFrame:
+    return pl.DataFrame(
+        [(pid, tid, ts, end, end - ts, name) for pid, tid, ts, end, name in rows],
+        schema={
+            "pid": pl.Int64,
+            "tid": pl.Int64,
+            "ts": pl.Int64,
+            "end": pl.Int64,
+            "dur": pl.Int64,
+            "name": pl.String,
+        },
+        orient="row",
+    )
+
+
+@pytest.mark.skipif(
+    host._nesting is None and not os.environ.get("CI"), reason="the C walk was not built here"
+)
+@pytest.mark.parametrize("seed", range(30))
+def test_the_c_walk_gives_the_polars_rows_on_overlaps_that_do_not_nest(seed: int) -> None:
+    """Recording glitches (operators that overlap without nesting), equal starts and ends, zero
+    lengths, many threads: the C walk gives the polars form's rows, in its order."""
+    assert host._nesting is not None, "CI is set but traceinsight.analysis._nesting was not built"
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(rng.randint(1, 400)):
+        ts = rng.randint(0, 60)
+        rows.append((rng.randint(1, 2), rng.randint(1, 3), ts, ts + rng.choice([0, 0, 1, 5, rng.randint(0, 60)]),
+                     rng.choice(["a", "b", "c"])))  # fmt: skip
+    ops = _ops_frame(rows)
+    assert self_times(ops).rows() == self_times(ops, native=False).rows()
+
+
+@pytest.mark.skipif(
+    host._nesting is None and not os.environ.get("CI"), reason="the C walk was not built here"
+)
+@pytest.mark.parametrize(
+    "name",
+    [
+        "a100_recsys_rank0.json.gz",
+        "v100_ddp_ns_timestamps.pt.trace.json.gz",
+        "b200_eager_stacks.json.gz",
+        "mi300_vllm_graph_replay.json.gz",
+    ],
+)
+def test_the_c_walk_gives_the_polars_rows_on_real_traces(name: str) -> None:
+    ops = load_trace(SAMPLES / name).cpu_ops
+    assert self_times(ops).rows() == self_times(ops, native=False).rows()

@@ -2,6 +2,13 @@
 
 The CLI's imports (typer, rich) take about half a second: Ctrl-C in that time is one line and exit
 status 130, like Ctrl-C at any later point before a script runs, never a traceback.
+
+polars' allocator (jemalloc) keeps freed pages resident for 10 s by default, so each stage of an
+analysis adds the last one's garbage to the peak memory. The command asks it to give them back
+after 100 ms, from a thread of its own: the peak on a 0.5 GB trace falls by 40-70 MB (to below the
+file's size) for a few percent more system time. The setting is read once, when polars loads, and
+is taken out of the environment again, so a script under `traceinsight run` never sees it; a
+value the user set is kept as it is.
 """
 
 from __future__ import annotations
@@ -9,9 +16,16 @@ from __future__ import annotations
 import os
 import sys
 
+#: jemalloc's options for polars (its builds prefix the variable with ``_RJEM_``).
+ALLOCATOR_VARIABLE = "_RJEM_MALLOC_CONF"
+ALLOCATOR_OPTIONS = "background_thread:true,dirty_decay_ms:100,muzzy_decay_ms:0"
+
 
 def main() -> None:
     """Import the CLI and run it."""
+    ours = ALLOCATOR_VARIABLE not in os.environ
+    if ours:
+        os.environ[ALLOCATOR_VARIABLE] = ALLOCATOR_OPTIONS
     try:
         from traceinsight.cli import main as cli_main
     except KeyboardInterrupt:
@@ -20,6 +34,9 @@ def main() -> None:
         # Not SystemExit: an import cut short by the interrupt can leave the interpreter to end
         # itself by SIGINT on the way out (seen 1 run in 12). Nothing ran, so nothing to tear down.
         os._exit(130)
+    finally:
+        if ours:
+            os.environ.pop(ALLOCATOR_VARIABLE, None)
     cli_main()
 
 
