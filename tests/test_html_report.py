@@ -258,7 +258,7 @@ def test_same_input_gives_the_same_page(gp100: Page, source_root: Path) -> None:
 def test_charts_drawn_in_a_forked_child_equal_charts_drawn_here(
     gp100: Page, source_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Half the charts are drawn by a forked child where the OS allows; without it, same page."""
+    """Some charts are drawn by a forked child where the OS allows; without it, the same page."""
     monkeypatch.setenv("TRACEINSIGHT_WORKERS", "0")
     assert render("gp100_mlp_pageable_sync.json.gz", source_root).html == gp100.html
 
@@ -272,6 +272,21 @@ def test_a_failing_chart_child_is_replaced_by_drawing_here(
         html_module, "_collect_charts", lambda pid, read: (os.close(read), os.waitpid(pid, 0), {})[2]
     )
     assert render("gp100_mlp_pageable_sync.json.gz", source_root).html == gp100.html
+
+
+def test_parent_and_child_split_the_charts_where_they_meet() -> None:
+    """The parent takes charts from the front and the child from the back until they meet; each
+    chart is taken by one of them, and the one taken by both at once is drawn (by the parent if
+    the child gave it up)."""
+    from traceinsight.render.html import _Claims
+
+    claims = _Claims(5)
+    assert claims.take_front(0) and claims.take_front(1)
+    assert claims.take_back(4) and claims.take_back(3) and claims.take_back(2)
+    assert not claims.take_front(2)  # the child has it
+    other = _Claims(3)
+    assert other.take_front(0) and other.take_front(1) and other.take_front(2)
+    assert not other.take_back(2)  # the parent drew every chart: the child stops at once
 
 
 def test_same_input_gives_the_same_page_in_another_process(gp100: Page, source_root: Path) -> None:

@@ -11,8 +11,10 @@ the clock or the machine except the optional code excerpts, read from ``source_r
 from __future__ import annotations
 
 import importlib.resources
+import mmap
 import os
 import pickle
+import struct
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -208,21 +210,23 @@ def _render_charts(specs: Sequence[_ChartSpec]) -> dict[str, Chart | None]:
     """Every chart, as inline SVG.
 
     matplotlib holds the GIL, so threads would not help: where the OS can fork, a child process
-    draws every other chart while this one draws the rest, and sends its SVG back over a pipe.
+    draws charts from the last one backwards while this one draws from the first onwards, until
+    they meet (each says in shared memory which chart it takes next, so the split follows what the
+    charts cost on this trace rather than a fixed half), and sends its SVG back over a pipe.
     The child only runs matplotlib on the report's plain values (never polars, whose threads do not
     survive a fork) and leaves with ``os._exit``. Any chart it did not deliver is drawn here, so
     the page is the same either way.
     """
     svgs: dict[str, str | None] = {}
-    mine, theirs = list(specs[::2]), list(specs[1::2])
-    child = _fork_charts(theirs) if theirs and _can_fork() else None
-    if child is None:
-        mine, theirs = list(specs), []
-    for spec in mine:
+    claims = _Claims(len(specs)) if len(specs) > 1 and _can_fork() else None
+    child = _fork_charts(specs, claims) if claims is not None else None
+    for index, spec in enumerate(specs):
+        if child is not None and claims is not None and not claims.take_front(index):
+            break
         svgs[spec.chart_id] = spec.svg()
     if child is not None:
-        svgs.update(_collect_charts(*child))
-    for spec in theirs:
+        svgs.update((key, value) for key, value in _collect_charts(*child).items() if key not in svgs)
+    for spec in specs:
         if spec.chart_id not in svgs:
             svgs[spec.chart_id] = spec.svg()
     return {
@@ -233,12 +237,32 @@ def _render_charts(specs: Sequence[_ChartSpec]) -> dict[str, Chart | None]:
     }
 
 
+class _Claims:
+    """Which charts the parent (from the front) and the child (from the back) have taken, in
+    memory the two share after the fork. Each writes its claim, then reads the other's; when both
+    claim the same chart at once, either both draw it (the same SVG) or neither does and the
+    parent draws it after the child is done, so a race costs time, never a chart."""
+
+    def __init__(self, count: int) -> None:
+        self._shared = mmap.mmap(-1, 16)
+        struct.pack_into("qq", self._shared, 0, 0, count)
+
+    def take_front(self, index: int) -> bool:
+        struct.pack_into("q", self._shared, 0, index + 1)
+        return index < struct.unpack_from("q", self._shared, 8)[0]
+
+    def take_back(self, index: int) -> bool:
+        struct.pack_into("q", self._shared, 8, index)
+        return index >= struct.unpack_from("q", self._shared, 0)[0]
+
+
 def _can_fork() -> bool:
     return hasattr(os, "fork") and (os.cpu_count() or 1) > 1 and os.environ.get("TRACEINSIGHT_WORKERS") != "0"
 
 
-def _fork_charts(specs: Sequence[_ChartSpec]) -> tuple[int, int] | None:
-    """Start a child drawing ``specs``; (pid, read end of its pipe), or None if it cannot start."""
+def _fork_charts(specs: Sequence[_ChartSpec], claims: _Claims) -> tuple[int, int] | None:
+    """Start a child drawing ``specs`` from the last backwards while ``claims`` lets it; (pid, read
+    end of its pipe), or None if it cannot start."""
     try:
         read, write = os.pipe()
         pid = os.fork()
@@ -248,7 +272,12 @@ def _fork_charts(specs: Sequence[_ChartSpec]) -> tuple[int, int] | None:
         status = 1
         try:
             os.close(read)
-            payload = pickle.dumps({spec.chart_id: spec.svg() for spec in specs})
+            drawn: dict[str, str | None] = {}
+            for index in range(len(specs) - 1, -1, -1):
+                if not claims.take_back(index):
+                    break
+                drawn[specs[index].chart_id] = specs[index].svg()
+            payload = pickle.dumps(drawn)
             with os.fdopen(write, "wb") as stream:
                 stream.write(payload)
             status = 0
