@@ -57,11 +57,12 @@ from traceinsight.load.reference import too_many_events
 from traceinsight.load.source import TraceFile, empty_trace, format_bytes, is_blank, leading_whitespace
 from traceinsight.load.tables import (
     GROUP_OF_CATEGORY,
+    GROUPS,
+    NO_EVENTS,
     ChunkTables,
     assemble,
     empty_chunk,
     merge,
-    split_groups,
 )
 from traceinsight.load.text import clean_texts, without_lone_surrogates
 
@@ -294,18 +295,30 @@ def block_tables(result: tuple[Any, ...]) -> ChunkTables:
 
     ts, valid_ts, floats = column["ts"].times()
     memory = _memory_frame(column, instant_column, instants, valid_ts, ts, cleaned, string_ints, string_valid)
-    if len(instants):  # the tables of X events are built from the X rows only
-        column = {name: _Column(c.kinds[is_x], c.values[is_x], cleaned) for name, c in column.items()}
-        ts, valid_ts, floats = ts[is_x], valid_ts[is_x], floats[is_x]
+    x_rows = np.flatnonzero(is_x) if len(instants) else None  # the tables are built from X rows only
+    if x_rows is not None:
+        ts, valid_ts, floats = ts[x_rows], valid_ts[x_rows], floats[x_rows]
     kept = valid_ts
     float_time = bool((floats & kept).any())
+    origin = int(ts[kept].min()) if kept.any() else None
+    cat = column["cat"]
+    cat_kinds, cat_values = (cat.kinds, cat.values) if x_rows is None else (cat.kinds[x_rows], cat.values[x_rows])
+    group_of_string = np.array([GROUP_OF_CATEGORY.get(s, -1) for s in cleaned] or [-1], dtype=np.int64)
+    is_str = cat_kinds == _STR
+    group = np.where(is_str, group_of_string[np.where(is_str, cat_values, 0)], -1)
+    group[~kept] = -1
+    # The rows of the tables, group after group, each in file order (a stable sort); every column
+    # is taken at these rows once, and each group's frame is a slice of one frame.
+    order = np.argsort(group, kind="stable")
+    first = int(np.searchsorted(group[order], 0))
+    order = order[first:]
+    sizes = np.bincount(group[order], minlength=len(GROUPS)).tolist()
+    rows_taken = order if x_rows is None else x_rows[order]
+    ts = ts[order]
+    column = {name: _Column(c.kinds[rows_taken], c.values[rows_taken], cleaned) for name, c in column.items()}
     dur, dur_valid, _ = column["dur"].times()
     dur = np.where(dur_valid & (dur > 0), dur, 0)
     end = ts + dur  # wraps past Int64, which the reference leaves null
-    cat = column["cat"]
-    group_of_string = np.array([GROUP_OF_CATEGORY.get(s, -1) for s in cleaned] or [-1], dtype=np.int64)
-    group = np.where(cat.kinds == _STR, group_of_string[np.where(cat.kinds == _STR, cat.values, 0)], -1)
-    group[~kept] = -1
     # The reference takes "External id" unless it is None, then "external id"; then ``as_int``.
     ext, legacy_ext = column["external_id"], column["external_id_legacy"]
     use_legacy = ext.kinds == _NONE
@@ -316,7 +329,7 @@ def block_tables(result: tuple[Any, ...]) -> ChunkTables:
     )
     frame = pl.DataFrame(
         {
-            "cat": cat.texts(texts, ""),
+            "cat": column["cat"].texts(texts, ""),
             "name": column["name"].texts(texts, str),
             "ts": pl.Series(ts, dtype=pl.Int64),
             "dur": pl.Series(dur, dtype=pl.Int64),
@@ -331,15 +344,20 @@ def block_tables(result: tuple[Any, ...]) -> ChunkTables:
             "python_id": ints("python_id"),
             "parent_id": ints("python_parent_id"),
             "call_stack": column["call_stack"].texts(texts, None),
-            "group": pl.Series(group, dtype=pl.Int64),
         }
     )
-    tables, legacy = assemble(split_groups(frame))
+    offsets = np.cumsum([0, *sizes]).tolist()
+    tables, legacy = assemble(
+        {
+            group_name: frame.slice(offsets[index], sizes[index]) if sizes[index] else NO_EVENTS
+            for index, group_name in enumerate(GROUPS)
+        }
+    )
     return ChunkTables(
         tables={**tables, "memory": memory},
         event_count=events,
         categories=categories,
-        origin=int(ts[kept].min()) if kept.any() else None,
+        origin=origin,
         legacy=legacy,
         float_time=float_time,
         dropped_time=int(len(kept) - kept.sum()),

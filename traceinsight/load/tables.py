@@ -120,7 +120,8 @@ def group_columns(group: str) -> tuple[str, ...]:
 _EMPTY_TABLES: Final = {
     name: pl.DataFrame(schema=table_schema) for name, table_schema in schema.TABLES.items()
 }
-_NO_EVENTS: Final = pl.DataFrame(schema=schema.EVENT_COLUMNS)
+#: The frame of a group without events (what :func:`split_groups` gives for it).
+NO_EVENTS: Final = pl.DataFrame(schema=schema.EVENT_COLUMNS)
 
 
 @dataclass(slots=True)
@@ -157,7 +158,7 @@ def split_groups(events: pl.DataFrame) -> dict[str, pl.DataFrame]:
     """Kept X events (:data:`.schema.EVENT_COLUMNS` plus ``group``, an index into :data:`GROUPS`,
     -1 for none) → one frame per group, in file order."""
     parts = events.partition_by("group", as_dict=True, include_key=False)
-    return {group: parts.get((index,), _NO_EVENTS) for index, group in enumerate(GROUPS)}
+    return {group: parts.get((index,), NO_EVENTS) for index, group in enumerate(GROUPS)}
 
 
 def assemble(frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame], bool]:
