@@ -62,6 +62,7 @@ from traceinsight.load.tables import (
     ChunkTables,
     assemble,
     empty_chunk,
+    group_columns,
     merge,
 )
 from traceinsight.load.text import clean_texts, without_lone_surrogates
@@ -253,6 +254,60 @@ def _memory_frame(
     return pl.DataFrame(data, schema=schema.MEMORY_EVENTS)
 
 
+#: The event columns each group's frame holds (what its tables read).
+_GROUP_COLUMNS: Final = {group: group_columns(group) for group in GROUPS}
+#: The scanner's field of each plain integer event column.
+_ID_FIELD: Final = {"parent_id": "python_parent_id"}
+
+
+def _group_frame(
+    columns: tuple[str, ...],
+    column: dict[str, _Column],
+    rows: np.ndarray,
+    ts: np.ndarray,
+    texts: pl.Series,
+    cleaned: list[str],
+    string_ints: np.ndarray,
+    string_valid: np.ndarray,
+) -> pl.DataFrame:
+    """The event ``columns`` of the scanned ``rows`` of one group (their times ``ts`` in ns, all
+    valid), converted as the reference does."""
+
+    def taken(name: str) -> _Column:
+        field = column[name]
+        return _Column(field.kinds[rows], field.values[rows], cleaned)
+
+    dur, dur_valid, _ = taken("dur").times()
+    dur = np.where(dur_valid & (dur > 0), dur, 0)
+    end = ts + dur  # wraps past Int64, which the reference leaves null
+    data: dict[str, pl.Series] = {}
+    for name in columns:
+        if name == "cat":
+            data[name] = taken("cat").texts(texts, "")
+        elif name == "name":
+            data[name] = taken("name").texts(texts, str)
+        elif name == "call_stack":
+            data[name] = taken("call_stack").texts(texts, None)
+        elif name == "ts":
+            data[name] = pl.Series(ts, dtype=pl.Int64)
+        elif name == "dur":
+            data[name] = pl.Series(dur, dtype=pl.Int64)
+        elif name == "end":
+            data[name] = _with_nulls(pl.Series(end, dtype=pl.Int64), end >= ts)
+        elif name == "external_id":
+            # The reference takes "External id" unless it is None, then "external id"; then ``as_int``.
+            ext, legacy_ext = taken("external_id"), taken("external_id_legacy")
+            use_legacy = ext.kinds == _NONE
+            data[name] = _Column(
+                np.where(use_legacy, legacy_ext.kinds, ext.kinds),
+                np.where(use_legacy, legacy_ext.values, ext.values),
+                cleaned,
+            ).ints(string_ints, string_valid)
+        else:
+            data[name] = taken(_ID_FIELD.get(name, name)).ints(string_ints, string_valid)
+    return pl.DataFrame(data)
+
+
 def block_tables(result: tuple[Any, ...]) -> ChunkTables:
     """One scan result → the loader's tables for its events (what the reference gives for them)."""
     _resume, _state, _done, events, skipped, rows, columns, raw_strings, escaped, counts, cut = result
@@ -290,9 +345,6 @@ def block_tables(result: tuple[Any, ...]) -> ChunkTables:
     string_ints = np.array([0 if n is None else n for n in numbers], dtype=np.int64)
     string_valid = np.array([n is not None for n in numbers], dtype=bool)
 
-    def ints(name: str) -> pl.Series:
-        return column[name].ints(string_ints, string_valid)
-
     ts, valid_ts, floats = column["ts"].times()
     memory = _memory_frame(column, instant_column, instants, valid_ts, ts, cleaned, string_ints, string_valid)
     x_rows = np.flatnonzero(is_x) if len(instants) else None  # the tables are built from X rows only
@@ -302,57 +354,39 @@ def block_tables(result: tuple[Any, ...]) -> ChunkTables:
     float_time = bool((floats & kept).any())
     origin = int(ts[kept].min()) if kept.any() else None
     cat = column["cat"]
-    cat_kinds, cat_values = (cat.kinds, cat.values) if x_rows is None else (cat.kinds[x_rows], cat.values[x_rows])
+    cat_kinds, cat_values = (
+        (cat.kinds, cat.values) if x_rows is None else (cat.kinds[x_rows], cat.values[x_rows])
+    )
     group_of_string = np.array([GROUP_OF_CATEGORY.get(s, -1) for s in cleaned] or [-1], dtype=np.int64)
     is_str = cat_kinds == _STR
     group = np.where(is_str, group_of_string[np.where(is_str, cat_values, 0)], -1)
     group[~kept] = -1
-    # The rows of the tables, group after group, each in file order (a stable sort); every column
-    # is taken at these rows once, and each group's frame is a slice of one frame.
+    # The rows of the tables, group after group, each in file order (a stable sort); each group's
+    # frame is built from its own rows and only the columns its tables read, so every frame owns
+    # its memory (a table never holds on to another's rows).
     order = np.argsort(group, kind="stable")
-    first = int(np.searchsorted(group[order], 0))
-    order = order[first:]
+    order = order[int(np.searchsorted(group[order], 0)) :]
     sizes = np.bincount(group[order], minlength=len(GROUPS)).tolist()
-    rows_taken = order if x_rows is None else x_rows[order]
-    ts = ts[order]
-    column = {name: _Column(c.kinds[rows_taken], c.values[rows_taken], cleaned) for name, c in column.items()}
-    dur, dur_valid, _ = column["dur"].times()
-    dur = np.where(dur_valid & (dur > 0), dur, 0)
-    end = ts + dur  # wraps past Int64, which the reference leaves null
-    # The reference takes "External id" unless it is None, then "external id"; then ``as_int``.
-    ext, legacy_ext = column["external_id"], column["external_id_legacy"]
-    use_legacy = ext.kinds == _NONE
-    external = _Column(
-        np.where(use_legacy, legacy_ext.kinds, ext.kinds),
-        np.where(use_legacy, legacy_ext.values, ext.values),
-        cleaned,
-    )
-    frame = pl.DataFrame(
-        {
-            "cat": column["cat"].texts(texts, ""),
-            "name": column["name"].texts(texts, str),
-            "ts": pl.Series(ts, dtype=pl.Int64),
-            "dur": pl.Series(dur, dtype=pl.Int64),
-            "end": _with_nulls(pl.Series(end, dtype=pl.Int64), end >= ts),
-            "pid": ints("pid"),
-            "tid": ints("tid"),
-            "external_id": external.ints(string_ints, string_valid),
-            "correlation": ints("correlation"),
-            "device": ints("device"),
-            "stream": ints("stream"),
-            "bytes": ints("bytes"),
-            "python_id": ints("python_id"),
-            "parent_id": ints("python_parent_id"),
-            "call_stack": column["call_stack"].texts(texts, None),
-        }
-    )
-    offsets = np.cumsum([0, *sizes]).tolist()
-    tables, legacy = assemble(
-        {
-            group_name: frame.slice(offsets[index], sizes[index]) if sizes[index] else NO_EVENTS
-            for index, group_name in enumerate(GROUPS)
-        }
-    )
+    full_rows = order if x_rows is None else x_rows[order]
+    frames: dict[str, pl.DataFrame] = {}
+    first = 0
+    for group_index, group_name in enumerate(GROUPS):
+        size = sizes[group_index]
+        if not size:
+            frames[group_name] = NO_EVENTS
+            continue
+        frames[group_name] = _group_frame(
+            _GROUP_COLUMNS[group_name],
+            column,
+            full_rows[first : first + size],
+            ts[order[first : first + size]],
+            texts,
+            cleaned,
+            string_ints,
+            string_valid,
+        )
+        first += size
+    tables, legacy = assemble(frames)
     return ChunkTables(
         tables={**tables, "memory": memory},
         event_count=events,
