@@ -1,9 +1,8 @@
 /* traceinsight.analysis._nesting: direct callers and self time of host operators (optional; see
  * host.py, whose polars code computes the same without it).
  *
- * self_times(thread, ts, end, dur, ends, parent, self) works on n operators sorted by thread,
- * then start, then end descending (all int64 arrays of n values; ``thread`` nondecreasing) and on
- * ``ends``: the same operators' ends sorted by thread, then end. It fills ``parent`` (the row of
+ * self_times(thread, ts, end, dur, parent, self) works on n operators sorted by thread, then
+ * start, then end descending (all int64 arrays of n values; ``thread`` nondecreasing). It fills ``parent`` (the row of
  * each operator's direct caller, or -1) and ``self`` (its duration minus its direct callees'
  * durations, at least 0), by host.py's rule: an operator's depth is the operators of its thread
  * started before it (itself included) less those ended by its start (zero-length operators that
@@ -11,8 +10,8 @@
  * its caller is the latest earlier row of its thread one level up. Operators that overlap without
  * nesting are counted as if they nested, exactly as host.py does.
  *
- * Every index is checked against the arrays' bounds, whatever the input; the work is O(n) plus an
- * array over the range of depths, without the GIL.
+ * Every index stays inside the arrays whatever the input; the work is O(n log d) for d operators
+ * open at once, plus an array over the range of depths, without the GIL.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -27,23 +26,61 @@ static int int64_buffer(Py_buffer *view, Py_ssize_t n, const char *what) {
     return 0;
 }
 
+/* A min-heap of ends (the operators of the current thread that may not have ended yet). */
+static void heap_push(int64_t *heap, Py_ssize_t *size, int64_t value) {
+    Py_ssize_t i = (*size)++;
+    while (i > 0) {
+        Py_ssize_t up = (i - 1) / 2;
+        if (heap[up] <= value) break;
+        heap[i] = heap[up];
+        i = up;
+    }
+    heap[i] = value;
+}
+
+static void heap_pop(int64_t *heap, Py_ssize_t *size) {
+    int64_t last = heap[--*size];
+    Py_ssize_t i = 0, n = *size;
+    for (;;) {
+        Py_ssize_t child = 2 * i + 1;
+        if (child >= n) break;
+        if (child + 1 < n && heap[child + 1] < heap[child]) child++;
+        if (heap[child] >= last) break;
+        heap[i] = heap[child];
+        i = child;
+    }
+    if (n) heap[i] = last;
+}
+
 static int walk(Py_ssize_t n, const int64_t *thread, const int64_t *ts, const int64_t *end, const int64_t *dur,
-                const int64_t *ends, int64_t *parent, int64_t *self) {
-    /* pass 1: depths (into parent), and their range */
+                int64_t *parent, int64_t *self) {
+    if (n == 0) return 0;
+    int64_t *heap = malloc((size_t)n * sizeof(int64_t));
+    if (!heap) return -1;
+    /* pass 1: depths (into parent), and their range. The ends at or before a run's start are
+     * those of the operators started up to and including the run (a later start ends later):
+     * each run's ends go on the heap, then every end <= its start comes off, counted. */
     int64_t low = 0, high = 0;
     Py_ssize_t a = 0;
     while (a < n) {
         Py_ssize_t b = a + 1;
         while (b < n && thread[b] == thread[a]) b++;
-        Py_ssize_t p = a; /* ends[a:p] are <= the current start */
+        Py_ssize_t size = 0;
+        int64_t ended = 0;
         Py_ssize_t r0 = a;
         while (r0 < b) {
             Py_ssize_t r1 = r0 + 1; /* a run of one start */
             while (r1 < b && ts[r1] == ts[r0]) r1++;
             int64_t zeros = 0;
-            for (Py_ssize_t i = r0; i < r1; i++) zeros += end[i] == ts[i];
-            while (p < b && ends[p] <= ts[r0]) p++;
-            int64_t ended = (int64_t)(p - a), seen = 0;
+            for (Py_ssize_t i = r0; i < r1; i++) {
+                zeros += end[i] == ts[i];
+                heap_push(heap, &size, end[i]);
+            }
+            while (size && heap[0] <= ts[r0]) {
+                heap_pop(heap, &size);
+                ended++;
+            }
+            int64_t seen = 0;
             for (Py_ssize_t i = r0; i < r1; i++) {
                 seen += end[i] == ts[i];
                 int64_t zero_after = zeros - (seen - 1 > 0 ? seen - 1 : 0);
@@ -56,7 +93,7 @@ static int walk(Py_ssize_t n, const int64_t *thread, const int64_t *ts, const in
         }
         a = b;
     }
-    if (n == 0) return 0;
+    free(heap);
     /* pass 2: the caller is the latest earlier row of the thread one level up */
     Py_ssize_t span = (Py_ssize_t)(high - low + 1);
     Py_ssize_t *last = malloc((size_t)span * sizeof(Py_ssize_t));
@@ -79,14 +116,14 @@ static int walk(Py_ssize_t n, const int64_t *thread, const int64_t *ts, const in
 }
 
 static PyObject *self_times(PyObject *Py_UNUSED(module), PyObject *args) {
-    Py_buffer views[7];
-    static const char *names[7] = {"thread", "ts", "end", "dur", "ends", "parent", "self"};
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*w*", &views[0], &views[1], &views[2], &views[3], &views[4],
-                          &views[5], &views[6]))
+    Py_buffer views[6];
+    static const char *names[6] = {"thread", "ts", "end", "dur", "parent", "self"};
+    if (!PyArg_ParseTuple(args, "y*y*y*y*w*w*", &views[0], &views[1], &views[2], &views[3], &views[4],
+                          &views[5]))
         return NULL;
     Py_ssize_t n = views[0].len / (Py_ssize_t)sizeof(int64_t);
     int failed = 0;
-    for (int i = 0; i < 7 && !failed; i++) failed = int64_buffer(&views[i], n, names[i]) < 0;
+    for (int i = 0; i < 6 && !failed; i++) failed = int64_buffer(&views[i], n, names[i]) < 0;
     if (!failed) {
         const int64_t *thread = views[0].buf;
         for (Py_ssize_t i = 1; i < n && !failed; i++)
@@ -98,15 +135,14 @@ static PyObject *self_times(PyObject *Py_UNUSED(module), PyObject *args) {
     if (!failed) {
         int r;
         Py_BEGIN_ALLOW_THREADS
-        r = walk(n, views[0].buf, views[1].buf, views[2].buf, views[3].buf, views[4].buf, views[5].buf,
-                 views[6].buf);
+        r = walk(n, views[0].buf, views[1].buf, views[2].buf, views[3].buf, views[4].buf, views[5].buf);
         Py_END_ALLOW_THREADS
         if (r < 0) {
             PyErr_NoMemory();
             failed = 1;
         }
     }
-    for (int i = 0; i < 7; i++) PyBuffer_Release(&views[i]);
+    for (int i = 0; i < 6; i++) PyBuffer_Release(&views[i]);
     if (failed) return NULL;
     Py_RETURN_NONE;
 }

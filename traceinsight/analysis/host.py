@@ -31,8 +31,9 @@ except ImportError:  # built without a C compiler
 
 def self_times(ops: pl.DataFrame, *, native: bool = True) -> pl.DataFrame:
     """Per operator row → ``name, dur, self, top`` (self = dur minus direct callees' durations;
-    top = its direct caller has another name, so its duration counts in the name's total).
-    ``native=False`` takes the polars form even where the C walk is built (tests)."""
+    top = its direct caller has another name, so its duration counts in the name's total), rows
+    in no particular order. ``native=False`` takes the polars form even where the C walk is built
+    (tests)."""
     empty = pl.DataFrame(schema={"name": pl.String, "dur": pl.Int64, "self": pl.Int64, "top": pl.Boolean})
     timed = ops.select("pid", "tid", "ts", "end", "dur", "name")
     if timed.get_column("ts").null_count() or timed.get_column("end").null_count():
@@ -130,39 +131,37 @@ def self_times(ops: pl.DataFrame, *, native: bool = True) -> pl.DataFrame:
 
 
 def _walked(timed: pl.DataFrame) -> pl.DataFrame:
-    """:func:`self_times` by the C walk (``timed``: operators with a start and an end)."""
+    """:func:`self_times` by the C walk (``timed``: operators with a start and an end), in the rows'
+    own order: only the integer columns are put in the walk's order, and the results put back."""
     new_thread = (
         (pl.col("pid") != pl.col("pid").shift(1)) | (pl.col("tid") != pl.col("tid").shift(1))
     ).fill_null(True)
     ordered = (
-        timed.select("pid", "tid", "ts", "end")
+        timed.select("pid", "tid", "ts", "end", "dur")
         .with_row_index("position")
         .sort(["pid", "tid", "ts", "end"], descending=[False, False, False, True], maintain_order=True)
-        .select("position", "ts", "end", thread=new_thread.cum_sum().cast(pl.Int64))
+        .select("position", "ts", "end", "dur", thread=new_thread.cum_sum().cast(pl.Int64))
     )
-    ends = ordered.select("thread", "end").sort("thread", "end").get_column("end").to_numpy()
-    positions = ordered.get_column("position")
-    durations = timed.get_column("dur").gather(positions)
+    arrays = [np.ascontiguousarray(ordered.get_column(name).to_numpy(), dtype=np.int64)
+              for name in ("thread", "ts", "end", "dur")]  # fmt: skip
+    positions = ordered.get_column("position").to_numpy()
+    del ordered
     parent = np.empty(len(positions), dtype=np.int64)
     own = np.empty(len(positions), dtype=np.int64)
-    _nesting.self_times(
-        *(
-            np.ascontiguousarray(ordered.get_column(name).to_numpy(), dtype=np.int64)
-            for name in ("thread", "ts", "end")
-        ),
-        np.ascontiguousarray(durations.to_numpy(), dtype=np.int64),
-        np.ascontiguousarray(ends, dtype=np.int64),
-        parent,
-        own,
-    )
-    del ordered, ends
-    names = timed.get_column("name").gather(positions)
-    callers = pl.Series(parent).set(pl.Series(parent < 0), None)
+    _nesting.self_times(*arrays, parent, own)
+    del arrays
+    self_ns = np.empty_like(own)
+    self_ns[positions] = own
+    called = parent >= 0
+    caller = np.full(len(positions), -1, dtype=np.int64)
+    caller[positions[called]] = positions[parent[called]]
+    names = timed.get_column("name")
+    callers = pl.Series(caller).set(pl.Series(caller < 0), None)
     return pl.DataFrame(
         {
             "name": names,
-            "dur": durations,
-            "self": pl.Series(own, dtype=pl.Int64),
+            "dur": timed.get_column("dur"),
+            "self": pl.Series(self_ns, dtype=pl.Int64),
             "top": (names.gather(callers) != names).fill_null(True),
         }
     )
