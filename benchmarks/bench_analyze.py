@@ -190,8 +190,9 @@ def measure(command: list[str]) -> Run:
     # costs on a machine that other work shares; wall >= cpu / cores on an idle one.
     cpu = usage.ru_utime + usage.ru_stime
     stages = {name.decode(): float(seconds) for name, seconds in _TIMING.findall(stderr)}
-    max_rss = max(usage.ru_maxrss, peak_rss) / 1024
-    return Run(wall, cpu, max_rss, peak_pss / 1024, stages, child.returncode)
+    # kB (KiB) from the kernel -> MB of 10^6 bytes, the unit of the file sizes it is divided by
+    max_rss = max(usage.ru_maxrss, peak_rss) * 1024 / 1e6
+    return Run(wall, cpu, max_rss, peak_pss * 1024 / 1e6, stages, child.returncode)
 
 
 def _analyze_command(trace: Path, out: Path) -> list[str]:

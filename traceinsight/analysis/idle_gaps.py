@@ -90,34 +90,44 @@ def _launchers(trace: Trace) -> pl.DataFrame:
 
 
 def _host_activity(trace: Trace, calls: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
-    """Host events that can meet a gap window → ``h_pid, h_tid, h_ts, h_end, name, kind, key``."""
+    """Host events that can meet a gap window → ``h_pid, h_tid, h_ts, h_end, name, kind, key``.
+
+    Each table is cut down to the events that meet a window first (:func:`.intervals.meeting`),
+    and only those are filtered and labelled: the tables can hold millions of rows, the windows
+    meet a fraction of them."""
     no_key = pl.lit(None, pl.Int64)
-    dataloader = trace.annotations.filter(
+
+    def near(table: pl.DataFrame) -> pl.DataFrame:
+        return meeting(table.select("pid", "tid", "ts", "end", "name"), "ts", "end", windows)
+
+    annotations = near(trace.annotations)
+    dataloader = annotations.filter(
         pl.col("name").str.starts_with(taxonomy.DATALOADER_PREFIX) & pl.col("name").str.ends_with("__next__")
     )
     copy_call = pl.any_horizontal(pl.col("name").str.starts_with(p) for p in taxonomy.COPY_CALL_PREFIXES)
-    runtime = trace.runtime.filter(~pl.col("name").is_in(list(taxonomy.BLOCKING_CALLS)))
+    runtime = near(trace.runtime).filter(~pl.col("name").is_in(list(taxonomy.BLOCKING_CALLS)))
     ops = pl.concat(
         [
-            trace.cpu_ops.select("pid", "tid", "ts", "end", "name"),
-            trace.annotations.filter(
+            near(trace.cpu_ops),
+            annotations.filter(
                 ~pl.col("name").str.starts_with("ProfilerStep#")
                 & ~pl.col("name").str.starts_with(taxonomy.DATALOADER_PREFIX)
-            ).select("pid", "tid", "ts", "end", "name"),
+            ),
         ]
     )
     frames = [
-        dataloader.select("pid", "tid", "ts", "end", "name", kind=pl.lit("dataloader"), key=no_key),
-        calls.select("pid", "tid", "ts", "end", name="call", kind=pl.lit("sync"), key="key"),
-        ops.select("pid", "tid", "ts", "end", "name", kind=pl.lit("op"), key=no_key),
-        runtime.filter(copy_call).select("pid", "tid", "ts", "end", "name", kind=pl.lit("copy"), key=no_key),
-        runtime.filter(~copy_call).select(
-            "pid", "tid", "ts", "end", "name", kind=pl.lit("runtime"), key=no_key
+        dataloader.with_columns(kind=pl.lit("dataloader"), key=no_key),
+        meeting(
+            calls.select("pid", "tid", "ts", "end", name="call", kind=pl.lit("sync"), key="key"),
+            "ts",
+            "end",
+            windows,
         ),
+        ops.with_columns(kind=pl.lit("op"), key=no_key),
+        runtime.filter(copy_call).with_columns(kind=pl.lit("copy"), key=no_key),
+        runtime.filter(~copy_call).with_columns(kind=pl.lit("runtime"), key=no_key),
     ]
-    return pl.concat([meeting(frame, "ts", "end", windows) for frame in frames]).rename(
-        {"pid": "h_pid", "tid": "h_tid", "ts": "h_ts", "end": "h_end"}
-    )
+    return pl.concat(frames).rename({"pid": "h_pid", "tid": "h_tid", "ts": "h_ts", "end": "h_end"})
 
 
 def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits: Thresholds) -> pl.DataFrame:
