@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -262,3 +265,49 @@ def test_an_unreadable_trace_is_not_a_usage_box(tmp_path: Path) -> None:
     result = runner.invoke(app, ["analyze", str(tmp_path / "absent.json")])
     assert result.exit_code == 2
     assert result.stderr.startswith("traceinsight: error: ") and "Usage" not in result.stderr
+
+
+@pytest.mark.parametrize("users", [None, "narenas:1"])
+def test_the_allocator_setting_is_only_there_while_polars_loads(
+    users: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command asks polars' jemalloc to give freed pages back soon, by an environment variable
+    it reads once, at load; the variable is gone again before any command runs (a script under
+    `run` never sees it), and a value the user set is left as it is."""
+    import traceinsight.__main__ as entry
+    import traceinsight.cli
+
+    if users is None:
+        monkeypatch.delenv(entry.ALLOCATOR_VARIABLE, raising=False)
+    else:
+        monkeypatch.setenv(entry.ALLOCATOR_VARIABLE, users)
+    seen: list[str | None] = []
+    monkeypatch.setattr(
+        traceinsight.cli, "main", lambda: seen.append(os.environ.get(entry.ALLOCATOR_VARIABLE))
+    )
+    entry.main()
+    assert seen == [users]
+
+
+def test_the_allocator_setting_reaches_polars() -> None:
+    """In a fresh command, polars' jemalloc starts with the setting (asked here to print its
+    options at exit as well): the decay time is the one asked for."""
+    script = (
+        "import sys\n"
+        "import traceinsight.__main__ as entry\n"
+        "entry.ALLOCATOR_OPTIONS += ',stats_print:true'\n"
+        "sys.argv = ['traceinsight', '--version']\n"
+        "try:\n"
+        "    entry.main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "import polars\n"
+        "polars.DataFrame({'a': [1]})\n"
+    )
+    environment = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=environment, check=True
+    )
+    if "jemalloc statistics" not in done.stdout + done.stderr:
+        pytest.skip("this polars build does not use jemalloc")
+    assert "opt.dirty_decay_ms: 100 " in done.stdout + done.stderr
