@@ -270,7 +270,7 @@ def test_an_unreadable_trace_is_not_a_usage_box(tmp_path: Path) -> None:
 @pytest.mark.parametrize("users", [None, "narenas:1"])
 def test_the_allocator_setting_is_only_there_while_polars_loads(
     users: str | None, monkeypatch: pytest.MonkeyPatch
-) -> None:
+) -> None:  # and numpy's BLAS threads the same way
     """The command asks polars' jemalloc to give freed pages back soon, by an environment variable
     it reads once, at load; the variable is gone again before any command runs (a script under
     `run` never sees it), and a value the user set is left as it is."""
@@ -295,7 +295,7 @@ def test_the_allocator_setting_reaches_polars() -> None:
     script = (
         "import sys\n"
         "import traceinsight.__main__ as entry\n"
-        "entry.ALLOCATOR_OPTIONS += ',stats_print:true'\n"
+        "entry.LOAD_SETTINGS[entry.ALLOCATOR_VARIABLE] += ',stats_print:true'\n"
         "sys.argv = ['traceinsight', '--version']\n"
         "try:\n"
         "    entry.main()\n"
