@@ -49,20 +49,24 @@ def test_built_wheel_contains_the_templates_and_py_typed(tmp_path: Path) -> None
     assert {f"traceinsight/templates/{name}" for name in templates} <= names
     assert "traceinsight/py.typed" in names
     assert not any(name.startswith(("tests/", "sample_traces/")) for name in names)
-    scanner = [
-        name for name in names if name.startswith("traceinsight/load/_scan.") and not name.endswith(".c")
-    ]
     if _have_compiler() or os.environ.get("CI"):
-        assert len(scanner) == 1, "the C scanner was not compiled into the wheel"
+        for module in ("traceinsight/load/_scan.", "traceinsight/analysis/_nesting."):
+            built = [name for name in names if name.startswith(module) and not name.endswith(".c")]
+            assert len(built) == 1, f"{module}c was not compiled into the wheel"
         assert "-none-any" not in wheel.name  # a binary wheel is tagged for its platform
 
 
 def test_pure_build_is_a_universal_wheel_without_the_scanner(tmp_path: Path) -> None:
-    """TRACEINSIGHT_PURE=1 (or no compiler) still builds: pure Python, loading with msgspec."""
+    """TRACEINSIGHT_PURE=1 (or no compiler) still builds: pure Python, loading with msgspec and
+    walking host operators with polars."""
     wheel = _build_wheel(tmp_path, TRACEINSIGHT_PURE="1")
     assert wheel.name.endswith("-py3-none-any.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert not any(name.startswith("traceinsight/load/_scan.") and not name.endswith(".c") for name in names)
+    assert not any(
+        name.startswith(("traceinsight/load/_scan.", "traceinsight/analysis/_nesting."))
+        and not name.endswith(".c")
+        for name in names
+    )
     assert "traceinsight/templates/report.html" in names
 
 
