@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 from collections import defaultdict
+from collections.abc import Sequence
 
 import polars as pl
 import pytest
@@ -109,6 +110,25 @@ def _stack_walk(rows: list[tuple[int, int, int, int, str]]) -> list[tuple[str, i
     return sorted(result)
 
 
+def _ops_frame(rows: Sequence[tuple[int, int, int | None, int | None, str]]) -> pl.DataFrame:
+    """Operators (pid, tid, ts, end, name); a row without times has no duration either."""
+    return pl.DataFrame(
+        [
+            (pid, tid, ts, end, None if ts is None or end is None else end - ts, name)
+            for pid, tid, ts, end, name in rows
+        ],
+        schema={
+            "pid": pl.Int64,
+            "tid": pl.Int64,
+            "ts": pl.Int64,
+            "end": pl.Int64,
+            "dur": pl.Int64,
+            "name": pl.String,
+        },
+        orient="row",
+    )
+
+
 @pytest.mark.parametrize("native", [True, False], ids=["C walk", "polars"])
 @pytest.mark.parametrize("seed", range(20))
 def test_self_time_of_random_nested_ops_equals_a_stack_walk(seed: int, native: bool) -> None:
@@ -121,36 +141,12 @@ def test_self_time_of_random_nested_ops_equals_a_stack_walk(seed: int, native: b
         _nested_ops(rng, 0, 1_000, 5, spans)
         rows += [(pid, tid, ts, end, name) for ts, end, name in spans]
     rng.shuffle(rows)
-    untimed = [(1, 1, None, None, None, "aten::untimed")] if seed % 2 else []  # left out
-    ops = pl.DataFrame(
-        [(pid, tid, ts, end, end - ts, name) for pid, tid, ts, end, name in rows] + untimed,
-        schema={
-            "pid": pl.Int64,
-            "tid": pl.Int64,
-            "ts": pl.Int64,
-            "end": pl.Int64,
-            "dur": pl.Int64,
-            "name": pl.String,
-        },
-        orient="row",
-    )
+    untimed: list[tuple[int, int, int | None, int | None, str]] = (
+        [(1, 1, None, None, "aten::untimed")] if seed % 2 else []
+    )  # left out
+    ops = _ops_frame([*rows, *untimed])
     timed = self_times(ops, native=native)
     assert sorted(timed.iter_rows()) == _stack_walk(rows)
-
-
-def _ops_frame(rows: list[tuple[int, int, int, int, str]]) -> pl.DataFrame:
-    return pl.DataFrame(
-        [(pid, tid, ts, end, end - ts, name) for pid, tid, ts, end, name in rows],
-        schema={
-            "pid": pl.Int64,
-            "tid": pl.Int64,
-            "ts": pl.Int64,
-            "end": pl.Int64,
-            "dur": pl.Int64,
-            "name": pl.String,
-        },
-        orient="row",
-    )
 
 
 @pytest.mark.skipif(

@@ -249,11 +249,11 @@ class _Claims:
 
     def take_front(self, index: int) -> bool:
         struct.pack_into("q", self._shared, 0, index + 1)
-        return index < struct.unpack_from("q", self._shared, 8)[0]
+        return index < int(struct.unpack_from("q", self._shared, 8)[0])
 
     def take_back(self, index: int) -> bool:
         struct.pack_into("q", self._shared, 8, index)
-        return index >= struct.unpack_from("q", self._shared, 0)[0]
+        return index >= int(struct.unpack_from("q", self._shared, 0)[0])
 
 
 def _can_fork() -> bool:
