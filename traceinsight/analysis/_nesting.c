@@ -108,8 +108,9 @@ static int walk(Py_ssize_t n, const int64_t *thread, const int64_t *ts, const in
         self[i] = dur[i];
     }
     free(last);
+    /* wrapping, as polars' sums do (a signed overflow would be undefined in C) */
     for (Py_ssize_t i = 0; i < n; i++)
-        if (parent[i] >= 0) self[parent[i]] -= dur[i];
+        if (parent[i] >= 0) self[parent[i]] = (int64_t)((uint64_t)self[parent[i]] - (uint64_t)dur[i]);
     for (Py_ssize_t i = 0; i < n; i++)
         if (self[i] < 0) self[i] = 0;
     return 0;
