@@ -120,7 +120,7 @@ def group_columns(group: str) -> tuple[str, ...]:
 _EMPTY_TABLES: Final = {
     name: pl.DataFrame(schema=table_schema) for name, table_schema in schema.TABLES.items()
 }
-#: The frame of a group without events (what :func:`split_groups` gives for it).
+#: The frame of a group without events (:func:`assemble` takes one frame per group).
 NO_EVENTS: Final = pl.DataFrame(schema=schema.EVENT_COLUMNS)
 
 
@@ -152,13 +152,6 @@ def _select(frame: pl.DataFrame, table_schema: pl.Schema, **columns: pl.Expr) ->
     if columns:
         frame = frame.with_columns(**columns)
     return frame.select([pl.col(n).cast(t) for n, t in table_schema.items()])
-
-
-def split_groups(events: pl.DataFrame) -> dict[str, pl.DataFrame]:
-    """Kept X events (:data:`.schema.EVENT_COLUMNS` plus ``group``, an index into :data:`GROUPS`,
-    -1 for none) → one frame per group, in file order."""
-    parts = events.partition_by("group", as_dict=True, include_key=False)
-    return {group: parts.get((index,), NO_EVENTS) for index, group in enumerate(GROUPS)}
 
 
 def assemble(frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame], bool]:
