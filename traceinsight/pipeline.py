@@ -7,7 +7,6 @@ after a capture is the same as one made later from the file alone; `diff` goes t
 
 from __future__ import annotations
 
-import gc
 import importlib
 import json
 import os
@@ -230,9 +229,6 @@ def analyze_and_write(
         threading.Thread(
             target=importlib.import_module, args=("traceinsight.render.html",), daemon=True
         ).start()
-    # Everything imported so far lives to the end: the cyclic collector need not walk it again
-    # each time the analysis makes objects (it took ~1 % of the run).
-    gc.freeze()
     with _timed("load"):
         loaded = load_trace(trace, progress=progress, limit=limit)
         give_back_freed_memory()
