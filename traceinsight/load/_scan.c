@@ -911,10 +911,10 @@ static int object_fields(Lex *L, Field *fields, uint32_t *seen, int *phase, int 
     }
 }
 
-static int grow_rows(Out *o) {
-    Py_ssize_t cap = o->cap_rows ? o->cap_rows * 2 : 4096;
+/* Room for ``cap`` rows in the columns of the fields whose is_instant[i] is ``side``. */
+static int grow_columns(Out *o, Py_ssize_t cap, int side) {
     for (int i = 0; i < n_fields; i++) {
-        if (is_instant[i]) continue;
+        if (is_instant[i] != side) continue;
         uint8_t *k = realloc(o->kinds[i], (size_t)cap);
         if (!k) return NOMEM;
         o->kinds[i] = k;
@@ -922,6 +922,12 @@ static int grow_rows(Out *o) {
         if (!v) return NOMEM;
         o->values[i] = v;
     }
+    return OK;
+}
+
+static int grow_rows(Out *o) {
+    Py_ssize_t cap = o->cap_rows ? o->cap_rows * 2 : 4096;
+    if (grow_columns(o, cap, 0) != OK) return NOMEM;
     uint8_t *p = realloc(o->phases, (size_t)cap);
     if (!p) return NOMEM;
     o->phases = p;
@@ -931,15 +937,7 @@ static int grow_rows(Out *o) {
 
 static int grow_side(Out *o) {
     Py_ssize_t cap = o->cap_side ? o->cap_side * 2 : 256;
-    for (int i = 0; i < n_fields; i++) {
-        if (!is_instant[i]) continue;
-        uint8_t *k = realloc(o->kinds[i], (size_t)cap);
-        if (!k) return NOMEM;
-        o->kinds[i] = k;
-        int64_t *v = realloc(o->values[i], (size_t)cap * sizeof(int64_t));
-        if (!v) return NOMEM;
-        o->values[i] = v;
-    }
+    if (grow_columns(o, cap, 1) != OK) return NOMEM;
     o->cap_side = cap;
     return OK;
 }
