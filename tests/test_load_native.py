@@ -317,6 +317,42 @@ def test_float_times_match_python_repr_rule_on_hard_values(tmp_path: Path) -> No
     assert [durs.get(f"n{i}") for i in range(len(values))] == dur_expected
 
 
+def _time_texts(rng: random.Random, count: int) -> list[str]:
+    """Float texts around every edge of the scanner's text-only reading of times: whole parts of
+    1 to 17 digits (about 9e15 and 2^53 too), 0 to 7 fraction digits, trailing zeros, a zero whole
+    part, exponents, signs."""
+    edges = ["8999999999999999.0", "9000000000000000.0", "9000000000000001.0", "9007199254740993.0",
+             "999999999999999.9", "999999999999999.95", "100000000000000.5", "1.0005", "1.00049",
+             "0.5", "-0.0", "0.0", "-1.5", "12.3e2", "1E-3", "5.000", "-8999999999999999.00"]  # fmt: skip
+    texts = list(edges)
+    while len(texts) < count:
+        digits = "".join(rng.choice("0123456789") for _ in range(24))
+        cut = rng.randrange(17)
+        whole, fraction = str(rng.randrange(1, 10)) + digits[:cut], digits[cut : cut + rng.randrange(8)]
+        text = f"{'-' if rng.random() < 0.1 else ''}{whole}.{fraction or '0'}{'0' * rng.randrange(3)}"
+        if rng.random() < 0.05:
+            text += f"e{rng.randrange(-3, 4)}"
+        texts.append(text)
+    return texts
+
+
+@needs_native
+def test_float_times_read_from_their_text_equal_the_reference(tmp_path: Path) -> None:
+    """Every float time, whether the scanner reads it from its text alone, with its double, or
+    leaves it to Python, loads as the reference loader reads it (2,000 texts, seeded)."""
+    texts = _time_texts(random.Random(13), 2000)
+    events = ",\n".join(
+        f'{{"ph": "X", "cat": "cpu_op", "name": "n{i}", "pid": 1, "tid": 1, "ts": {text}, "dur": {text}}}'
+        for i, text in enumerate(texts)
+    )
+    path = tmp_path / "times.json"
+    path.write_text('{"traceEvents": [\n' + events + "\n]}")
+    native_trace = _native(path)
+    assert_same_trace(native_trace, load_trace_reference(path))
+    # the comparison is not of two empty tables: the rows with a time the tables can hold are kept
+    assert native_trace.cpu_ops.height >= 0.8 * len(texts)
+
+
 def _repr_rule(value: float) -> int:
     """Written out independently of the loader: ns from the plain-notation text of ``repr``."""
     text = repr(value)

@@ -36,6 +36,8 @@
 #define MAX_FIELDS 32
 enum { ROLE_VALUE = 0, ROLE_TIME = 1, ROLE_CATEGORY = 2, ROLE_INSTANT = 3 };
 enum { K_NONE = 0, K_INT = 1, K_FLOAT = 2, K_STR = 3, K_NS = 4, K_BIG = 5 };
+/* Inside the scanner only: a float whose double is not made yet (its text is in the Val). */
+enum { K_FLOAT_TEXT = 6 };
 enum { S_START = 0, S_AFTER_EVENT = 1, S_AFTER_COMMA = 2 };
 /* Row kinds: events of other phases give no row. */
 enum { PH_OTHER = 0, PH_X = 1, PH_I = 2 };
@@ -508,8 +510,9 @@ static int parse_double(const char *s, Py_ssize_t len, double *out) {
 }
 
 /* A number; cur is at '-' or a digit. Integers that fit int64 → K_INT, longer ones → K_BIG (their
- * text), others → K_FLOAT. An integer of more than max_int_digits digits is LONG_NUMBER (Python's
- * json refuses it). ``keep`` 0: only the grammar matters (the value is skipped). */
+ * text), others → K_FLOAT_TEXT (their text; the event makes the double if it needs one). An
+ * integer of more than max_int_digits digits is LONG_NUMBER (Python's json refuses it). ``keep``
+ * 0: only the grammar matters (the value is skipped). */
 static int lex_number(Lex *L, Val *v, int keep) {
     const char *s = cur;
     const char *p = cur;
@@ -565,12 +568,9 @@ static int lex_number(Lex *L, Val *v, int keep) {
             v->value = neg ? (int64_t)(0 - acc) : (int64_t)acc;
         }
     } else {
-        double d;
-        if (!fast_double(s, p, &d) && !parse_double(s, len, &d)) return NOMEM;
-        v->kind = K_FLOAT; /* infinity when it overflows, as float() gives */
+        v->kind = K_FLOAT_TEXT; /* the event makes the double if it needs one */
         v->text = s;
         v->tlen = len;
-        memcpy(&v->value, &d, sizeof d);
     }
     cur = p;
     return OK;
@@ -792,6 +792,32 @@ static int text_ns(const char *s, Py_ssize_t len, double d, int64_t *ns) {
     return 1;
 }
 
+/* text_ns's result for the float texts it reads without looking at the double: no exponent, a
+ * whole part that does not start with 0 (so |value| >= 1) and either at most 15 significant
+ * digits (so |value| < 1e15) or no fraction but zeros and a whole part below 9e15 (exactly the
+ * double, below 2^53). One pass over the text, and no double is made; 0 for every other text. */
+static int plain_ns(const char *s, Py_ssize_t len, int64_t *ns) {
+    const char *p = s, *e = s + len;
+    int neg = *p == '-';
+    p += neg;
+    if (p >= e || *p < '1' || *p > '9') return 0;
+    const char *w0 = p;
+    int64_t whole = 0;
+    while (p < e && *p >= '0' && *p <= '9' && p - w0 < 16) whole = whole * 10 + (*p++ - '0');
+    if (p >= e || *p != '.') return 0; /* an exponent, or more than 16 whole digits */
+    const char *f0 = ++p, *f1 = e;
+    for (const char *q = f0; q < f1; q++)
+        if (*q < '0' || *q > '9') return 0;
+    while (f1 > f0 && f1[-1] == '0') f1--;
+    if (f1 > f0 ? (p - 1 - w0) + (f1 - f0) > 15 : whole >= 9000000000000000LL) return 0;
+    int64_t frac = 0;
+    for (int i = 0; i < 3; i++) frac = frac * 10 + (f0 + i < f1 ? f0[i] - '0' : 0);
+    if (f1 - f0 > 3 && f0[3] >= '5') frac++;
+    int64_t value = whole * 1000 + frac;
+    *ns = neg ? -value : value;
+    return 1;
+}
+
 /* ---------------------------------------------------------------- events ------------------- */
 
 typedef struct {
@@ -992,14 +1018,24 @@ static int event(Lex *L, Out *o, int depth) {
             value = index;
         } else if (fd->v.kind == K_NONE)
             value = 0;
-        else if (fd->v.kind == K_FLOAT && is_time[i]) {
-            double d;
-            memcpy(&d, &value, sizeof d);
-            if (d == 0) { /* "0.0", "-0.0": repr's whole part is 0 */
-                value = 0;
+        else if (fd->v.kind == K_FLOAT_TEXT) {
+            if (is_time[i] && plain_ns(fd->v.text, fd->v.tlen, &value))
                 fd->v.kind = K_NS;
-            } else if (text_ns(fd->v.text, fd->v.tlen, d, &value))
-                fd->v.kind = K_NS;
+            else {
+                const char *s = fd->v.text;
+                Py_ssize_t len = fd->v.tlen;
+                double d; /* infinity when it overflows, as float() gives */
+                if (!fast_double(s, s + len, &d) && !parse_double(s, len, &d)) return NOMEM;
+                memcpy(&value, &d, sizeof d);
+                fd->v.kind = K_FLOAT;
+                if (is_time[i]) {
+                    if (d == 0) { /* "0.0", "-0.0": repr's whole part is 0 */
+                        value = 0;
+                        fd->v.kind = K_NS;
+                    } else if (text_ns(s, len, d, &value))
+                        fd->v.kind = K_NS;
+                }
+            }
         }
         o->kinds[i][row] = fd->v.kind;
         o->values[i][row] = value;
