@@ -297,18 +297,23 @@ def test_invalid_utf8_is_refused_by_every_loader(
         load_trace(path)
 
 
+def _times_trace(tmp_path: Path, texts: list[str]) -> Path:
+    """A trace of one operator ``n<i>`` per text, the text written as its ``ts`` and its ``dur``."""
+    events = ",\n".join(
+        f'{{"ph": "X", "cat": "cpu_op", "name": "n{i}", "pid": 1, "tid": 1, "ts": {text}, "dur": {text}}}'
+        for i, text in enumerate(texts)
+    )
+    path = tmp_path / "times.json"
+    path.write_text('{"traceEvents": [\n' + events + "\n]}")
+    return path
+
+
 def test_float_times_match_python_repr_rule_on_hard_values(tmp_path: Path) -> None:
     """Times the scanner converts from their text (ties, 16-19 digits) equal the repr-based rule."""
     values = ["1712195495519695.8", "1712195495519695.7", "1712195495519695.75", "1712195495519695.25",
               "1712195495519694.2", "8999999999999999.5", "4503599627370496.5", "1234567.1234567",
               "0.0004", "0.00049999", "0.0005", "999.9995", "1.9999999999999998", "-12.3455"]  # fmt: skip
-    events = ",".join(
-        f'{{"ph": "X", "cat": "cpu_op", "name": "n{i}", "pid": 1, "tid": 1, "ts": {v}, "dur": {v}}}'
-        for i, v in enumerate(values)
-    )
-    path = tmp_path / "times.json"
-    path.write_text('{"traceEvents": [' + events + "]}")
-    trace = load_trace(path)
+    trace = load_trace(_times_trace(tmp_path, values))
     expected = [_repr_rule(float(v)) for v in values]
     by_name = dict(zip(trace.cpu_ops.get_column("name"), trace.cpu_ops.get_column("ts"), strict=True))
     assert [by_name.get(f"n{i}") for i in range(len(values))] == expected
@@ -341,12 +346,7 @@ def test_float_times_read_from_their_text_equal_the_reference(tmp_path: Path) ->
     """Every float time, whether the scanner reads it from its text alone, with its double, or
     leaves it to Python, loads as the reference loader reads it (2,000 texts, seeded)."""
     texts = _time_texts(random.Random(13), 2000)
-    events = ",\n".join(
-        f'{{"ph": "X", "cat": "cpu_op", "name": "n{i}", "pid": 1, "tid": 1, "ts": {text}, "dur": {text}}}'
-        for i, text in enumerate(texts)
-    )
-    path = tmp_path / "times.json"
-    path.write_text('{"traceEvents": [\n' + events + "\n]}")
+    path = _times_trace(tmp_path, texts)
     native_trace = _native(path)
     assert_same_trace(native_trace, load_trace_reference(path))
     # the comparison is not of two empty tables: the rows with a time the tables can hold are kept
