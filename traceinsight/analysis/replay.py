@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
+from traceinsight.analysis.launches import first_launch_calls
 from traceinsight.analysis.steady import SteadyState
 from traceinsight.load import Trace
 
@@ -248,9 +249,7 @@ def prepare_replay(trace: Trace, calls: pl.DataFrame, steady: SteadyState) -> Re
     """Collect the steady-state windows' GPU work and blocking calls into arrays for replaying."""
     if not steady.windows or trace.gpu.is_empty():
         return Replay(steps=max(len(steady.steady_steps), 1))
-    launches = trace.runtime.select("correlation", "pid", "tid", l_ts="ts", l_end="end").unique(
-        "correlation", keep="first"
-    )
+    launches = first_launch_calls(trace, "pid", "tid", l_ts="ts", l_end="end")
     work = (
         trace.gpu.filter(pl.col("device").is_not_null())
         .select("device", "stream", "ts", "dur", "end", "correlation")

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from traceinsight.analysis.launches import first_launch_calls
 from traceinsight.analysis.steady import SteadyState
 from traceinsight.formatting import format_duration
 from traceinsight.load import Trace
@@ -152,7 +153,7 @@ def _gpu_warnings(trace: Trace) -> list[TraceWarning]:
                 )
             )
         launched = activities.select("ts", "correlation").join(
-            trace.runtime.select("correlation", l_ts="ts").unique("correlation", keep="first"),
+            first_launch_calls(trace, l_ts="ts"),
             on="correlation",
             how="inner",
         )
