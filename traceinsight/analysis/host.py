@@ -132,29 +132,37 @@ def self_times(ops: pl.DataFrame, *, native: bool = True) -> pl.DataFrame:
 
 def _walked(timed: pl.DataFrame) -> pl.DataFrame:
     """:func:`self_times` by the C walk (``timed``: operators with a start and an end), in the rows'
-    own order: only the integer columns are put in the walk's order, and the results put back."""
+    own order: only the walk's order is sorted out (a permutation, not a sorted copy of the rows),
+    the integer columns are gathered into it one by one, and the results put back."""
     new_thread = (
         (pl.col("pid") != pl.col("pid").shift(1)) | (pl.col("tid") != pl.col("tid").shift(1))
     ).fill_null(True)
-    ordered = (
-        timed.select("pid", "tid", "ts", "end", "dur")
-        .with_row_index("position")
-        .sort(["pid", "tid", "ts", "end"], descending=[False, False, False, True], maintain_order=True)
-        .select("position", "ts", "end", "dur", thread=new_thread.cum_sum().cast(pl.Int64))
+    walk_order = timed.select(
+        pl.arg_sort_by(
+            ["pid", "tid", "ts", "end"], descending=[False, False, False, True], maintain_order=True
+        )
+    ).to_series()
+    threads = (
+        timed.select(pl.col("pid", "tid").gather(walk_order))
+        .select(thread=new_thread.cum_sum().cast(pl.Int64))
+        .get_column("thread")
     )
-    arrays = [np.ascontiguousarray(ordered.get_column(name).to_numpy(), dtype=np.int64)
-              for name in ("thread", "ts", "end", "dur")]  # fmt: skip
-    positions = ordered.get_column("position").to_numpy()
-    del ordered
+    arrays = [np.ascontiguousarray(threads.to_numpy(), dtype=np.int64)]
+    arrays += [np.ascontiguousarray(timed.get_column(name).gather(walk_order).to_numpy(), dtype=np.int64)
+               for name in ("ts", "end", "dur")]  # fmt: skip
+    positions = walk_order.to_numpy()
+    del walk_order, threads
     parent = np.empty(len(positions), dtype=np.int64)
     own = np.empty(len(positions), dtype=np.int64)
     _nesting.self_times(*arrays, parent, own)
     del arrays
     self_ns = np.empty_like(own)
     self_ns[positions] = own
+    del own
     called = parent >= 0
     caller = np.full(len(positions), -1, dtype=np.int64)
     caller[positions[called]] = positions[parent[called]]
+    del parent, called, positions
     names = timed.get_column("name")
     callers = pl.Series(caller).set(pl.Series(caller < 0), None)
     return pl.DataFrame(
