@@ -110,6 +110,18 @@ typedef struct {
     int escaped;
 } Entry;
 
+/* The keys a member of an event (or of its "args") had in earlier events at the same place, the
+ * two last different ones: Kineto writes the keys of each kind of event in one order (X events
+ * and flow events alternate), so the next key is usually the same bytes as one of them, which are
+ * then compared whole instead of lexed and looked up (see object_fields). */
+#define PRED_MEMBERS 24
+#define PRED_BYTES 32
+typedef struct {
+    uint8_t len; /* 0: none yet */
+    int8_t field; /* what key_field gave for it */
+    char text[PRED_BYTES];
+} Pred;
+
 typedef struct {
     /* distinct strings */
     Entry *entries;
@@ -125,6 +137,8 @@ typedef struct {
     Py_ssize_t side_rows, cap_side;
     /* counts over every element */
     int64_t events, skipped, other_cat, other_seq, cat_seq;
+    /* the last key seen at each member of an event [0] and of its "args" [1] */
+    Pred pred[2][PRED_MEMBERS][2];
 } Out;
 
 typedef struct {
@@ -895,9 +909,15 @@ static inline int phase_of(const char *p, Py_ssize_t n, int esc) {
     return p[0] == 'X' ? PH_X : p[0] == 'i' ? PH_I : PH_OTHER;
 }
 
+/* Whether the key at cur is ``pred``'s, byte for byte, with its closing quote in the buffer. */
+static inline int key_predicted(const Lex *L, const Pred *pred) {
+    return pred->len && end_ - cur > pred->len + 1 && cur[0] == '"' && cur[pred->len + 1] == '"' &&
+           memcmp(cur + 1, pred->text, pred->len) == 0;
+}
+
 /* The members of an object at cur ('{') at nesting ``depth``, each value into fields[] (bit i of
  * *seen set: fields without it are None, so nothing needs clearing per event). */
-static int object_fields(Lex *L, Field *fields, uint32_t *seen, int *phase, int in_args, int depth) {
+static int object_fields(Lex *L, Out *o, Field *fields, uint32_t *seen, int *phase, int in_args, int depth) {
     int r;
     if (depth > max_depth) return DEEP;
     cur++;
@@ -907,17 +927,37 @@ static int object_fields(Lex *L, Field *fields, uint32_t *seen, int *phase, int 
         cur++;
         return OK;
     }
-    for (;;) {
-        const char *kp;
-        Py_ssize_t kn;
-        int kesc;
-        if ((r = lex_key(L, &kp, &kn, &kesc)) != OK) return r;
-        int f = key_field(kp, kn, kesc, in_args);
+    for (int member = 0;; member++) {
+        int f;
+        Pred *pred = member < PRED_MEMBERS ? o->pred[in_args][member] : NULL;
+        const Pred *hit = pred ? (key_predicted(L, &pred[0]) ? &pred[0] : key_predicted(L, &pred[1]) ? &pred[1] : NULL)
+                               : NULL;
+        if (hit) {
+            /* the same bytes as a predicted key, which is plain ASCII: lex_string would read
+             * exactly this string, and key_field give what it gave then */
+            cur += hit->len + 2;
+            f = hit->field;
+            if ((r = lex_colon(L)) != OK) return r;
+        } else {
+            const char *kp;
+            Py_ssize_t kn;
+            int kesc;
+            if ((r = lex_key(L, &kp, &kn, &kesc)) != OK) return r;
+            f = key_field(kp, kn, kesc, in_args);
+            int plain = pred && !kesc && kn >= 1 && kn <= PRED_BYTES;
+            for (Py_ssize_t i = 0; plain && i < kn; i++) plain = (unsigned char)kp[i] < 0x80;
+            if (plain) { /* the newest first; the older one moves down */
+                pred[1] = pred[0];
+                pred[0].len = (uint8_t)kn;
+                memcpy(pred[0].text, kp, (size_t)kn);
+                pred[0].field = (int8_t)f;
+            }
+        }
         if (f == KEY_ARGS) {
             /* the last "args" wins, as in a dict: reset what an earlier one gave */
             *seen &= ~args_mask;
             if (*cur == '{')
-                r = object_fields(L, fields, seen, NULL, 1, depth + 1);
+                r = object_fields(L, o, fields, seen, NULL, 1, depth + 1);
             else
                 r = skip_value(L, depth + 1);
             if (r != OK) return r;
@@ -973,7 +1013,7 @@ static int event(Lex *L, Out *o, int depth) {
     Field fields[MAX_FIELDS];
     uint32_t seen = 0;
     int phase = PH_OTHER;
-    int r = object_fields(L, fields, &seen, &phase, 0, depth);
+    int r = object_fields(L, o, fields, &seen, &phase, 0, depth);
     if (r != OK) return r;
     o->events++;
     Py_ssize_t cat_index = -1;
