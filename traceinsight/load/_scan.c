@@ -117,8 +117,9 @@ typedef struct {
 #define PRED_MEMBERS 24
 #define PRED_BYTES 32
 typedef struct {
-    uint8_t len; /* 0: none yet */
-    int8_t field; /* what key_field gave for it */
+    uint64_t head, tail; /* see key_words */
+    uint8_t len;         /* 0: none yet */
+    int8_t field;        /* what key_field gave for it */
     char text[PRED_BYTES];
 } Pred;
 
@@ -538,10 +539,11 @@ static int lex_number(Lex *L, Val *v, int keep) {
         p++;
     }
     if (p >= end_) return NEED_MORE;
+    uint64_t acc = 0; /* the whole part's value, kept when it is an integer of at most 19 digits */
     if (*p == '0') {
         p++;
     } else if (*p >= '1' && *p <= '9') {
-        while (p < end_ && *p >= '0' && *p <= '9') p++;
+        while (p < end_ && *p >= '0' && *p <= '9') acc = acc * 10 + (uint64_t)(*p++ - '0');
     } else
         return BAD;
     Py_ssize_t digits = p - (s + neg);
@@ -576,8 +578,6 @@ static int lex_number(Lex *L, Val *v, int keep) {
             v->text = s;
             v->tlen = len;
         } else {
-            uint64_t acc = 0;
-            for (const char *q = d; q < p; q++) acc = acc * 10 + (uint64_t)(*q - '0');
             v->kind = K_INT;
             v->value = neg ? (int64_t)(0 - acc) : (int64_t)acc;
         }
@@ -911,8 +911,11 @@ static inline int phase_of(const char *p, Py_ssize_t n, int esc) {
 
 /* Whether the key at cur is ``pred``'s, byte for byte, with its closing quote in the buffer. */
 static inline int key_predicted(const Lex *L, const Pred *pred) {
-    return pred->len && end_ - cur > pred->len + 1 && cur[0] == '"' && cur[pred->len + 1] == '"' &&
-           memcmp(cur + 1, pred->text, pred->len) == 0;
+    if (!pred->len || end_ - cur <= pred->len + 1 || cur[0] != '"' || cur[pred->len + 1] != '"') return 0;
+    uint64_t head, tail;
+    key_words(cur + 1, pred->len, &head, &tail);
+    return head == pred->head && tail == pred->tail &&
+           (pred->len <= 16 || memcmp(cur + 1, pred->text, pred->len) == 0);
 }
 
 /* The members of an object at cur ('{') at nesting ``depth``, each value into fields[] (bit i of
@@ -949,6 +952,7 @@ static int object_fields(Lex *L, Out *o, Field *fields, uint32_t *seen, int *pha
             if (plain) { /* the newest first; the older one moves down */
                 pred[1] = pred[0];
                 pred[0].len = (uint8_t)kn;
+                key_words(kp, kn, &pred[0].head, &pred[0].tail);
                 memcpy(pred[0].text, kp, (size_t)kn);
                 pred[0].field = (int8_t)f;
             }
