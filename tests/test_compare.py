@@ -198,7 +198,6 @@ def test_the_diff_markdown_has_the_before_after_table() -> None:
     assert "table_open" in {token.type for token in tokens}
     assert "### Fixed (1)" in text and "dataloader\\-stall" not in text and "`dataloader-stall`" in text
     rows = [line.split("|")[1].strip() for line in text.splitlines() if line.startswith("| ")]
-    assert (
-        "dataloader" not in rows and "host-bound" not in rows and "cpu\\_op" not in rows
-    )  # no internal keys
+    # no internal keys
+    assert "dataloader" not in rows and "host-bound" not in rows and "cpu\\_op" not in rows
     assert len(text) < MAX_CHARS

@@ -138,7 +138,7 @@ typedef struct {
     Py_ssize_t side_rows, cap_side;
     /* counts over every element */
     int64_t events, skipped, other_cat, other_seq, cat_seq;
-    /* the last key seen at each member of an event [0] and of its "args" [1] */
+    /* the two last keys seen at each member of an event [0] and of its "args" [1] */
     Pred pred[2][PRED_MEMBERS][2];
 } Out;
 
@@ -746,6 +746,17 @@ static int cmp_twice(__int128 d, __int128 unit) {
     return d < unit ? -1 : d > unit ? 1 : 0;
 }
 
+/* The reference's rule on a time's plain-notation text (the whole part's value and the fraction's
+ * digits f0..f1, trailing zeros dropped): whole × 1000 + three fraction digits, +1 when the fourth
+ * is 5 or more, signed. */
+static inline int64_t repr_ns(int neg, int64_t whole, const char *f0, const char *f1) {
+    int64_t frac = 0;
+    for (int i = 0; i < 3; i++) frac = frac * 10 + (f0 + i < f1 ? f0[i] - '0' : 0);
+    if (f1 - f0 > 3 && f0[3] >= '5') frac++;
+    int64_t value = whole * 1000 + frac;
+    return neg ? -value : value;
+}
+
 /* The reference's ns for a float time (``coerce.float_us_to_ns``: the plain-notation text of
  * ``repr(float)``, whole × 1000 + three fraction digits, +1 when the fourth is 5 or more, signed),
  * computed from the number's own text when that text provably is ``repr``'s: it has at most 15
@@ -798,11 +809,7 @@ static int text_ns(const char *s, Py_ssize_t len, double d, int64_t *ns) {
     }
     int64_t whole = 0;
     for (const char *q = w0; q < w1; q++) whole = whole * 10 + (*q - '0');
-    int64_t frac = 0;
-    for (int i = 0; i < 3; i++) frac = frac * 10 + (f0 + i < f1 ? f0[i] - '0' : 0);
-    if (f1 - f0 > 3 && f0[3] >= '5') frac++;
-    int64_t value = whole * 1000 + frac;
-    *ns = neg ? -value : value;
+    *ns = repr_ns(neg, whole, f0, f1);
     return 1;
 }
 
@@ -824,11 +831,7 @@ static int plain_ns(const char *s, Py_ssize_t len, int64_t *ns) {
         if (*q < '0' || *q > '9') return 0;
     while (f1 > f0 && f1[-1] == '0') f1--;
     if (f1 > f0 ? (p - 1 - w0) + (f1 - f0) > 15 : whole >= 9000000000000000LL) return 0;
-    int64_t frac = 0;
-    for (int i = 0; i < 3; i++) frac = frac * 10 + (f0 + i < f1 ? f0[i] - '0' : 0);
-    if (f1 - f0 > 3 && f0[3] >= '5') frac++;
-    int64_t value = whole * 1000 + frac;
-    *ns = neg ? -value : value;
+    *ns = repr_ns(neg, whole, f0, f1);
     return 1;
 }
 
@@ -910,12 +913,18 @@ static inline int phase_of(const char *p, Py_ssize_t n, int esc) {
 }
 
 /* Whether the key at cur is ``pred``'s, byte for byte, with its closing quote in the buffer. */
-static inline int key_predicted(const Lex *L, const Pred *pred) {
+static inline int key_is(const Lex *L, const Pred *pred) {
     if (!pred->len || end_ - cur <= pred->len + 1 || cur[0] != '"' || cur[pred->len + 1] != '"') return 0;
     uint64_t head, tail;
     key_words(cur + 1, pred->len, &head, &tail);
     return head == pred->head && tail == pred->tail &&
            (pred->len <= 16 || memcmp(cur + 1, pred->text, pred->len) == 0);
+}
+
+/* Which of a member's two predicted keys (``pred``: NULL past PRED_MEMBERS) is the key at cur. */
+static inline const Pred *predicted(const Lex *L, const Pred *pred) {
+    if (!pred) return NULL;
+    return key_is(L, &pred[0]) ? &pred[0] : key_is(L, &pred[1]) ? &pred[1] : NULL;
 }
 
 /* The members of an object at cur ('{') at nesting ``depth``, each value into fields[] (bit i of
@@ -933,8 +942,7 @@ static int object_fields(Lex *L, Out *o, Field *fields, uint32_t *seen, int *pha
     for (int member = 0;; member++) {
         int f;
         Pred *pred = member < PRED_MEMBERS ? o->pred[in_args][member] : NULL;
-        const Pred *hit = pred ? (key_predicted(L, &pred[0]) ? &pred[0] : key_predicted(L, &pred[1]) ? &pred[1] : NULL)
-                               : NULL;
+        const Pred *hit = predicted(L, pred);
         if (hit) {
             /* the same bytes as a predicted key, which is plain ASCII: lex_string would read
              * exactly this string, and key_field give what it gave then */
