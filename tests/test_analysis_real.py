@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
+from dataclasses import fields, replace
 from decimal import ROUND_HALF_UP, Decimal
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from tracebuild import SAMPLES, read_events, sample_report, union_length
 
@@ -15,6 +18,7 @@ from traceinsight.analysis import Analysis, analyze
 from traceinsight.load import load_trace
 from traceinsight.report import Report
 from traceinsight.rules import evaluate
+from traceinsight.thresholds import Thresholds
 
 GPU_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
 BLOCKING = {
@@ -272,3 +276,66 @@ def test_each_sync_is_tied_to_the_copy_it_waits_for() -> None:
     )
     titles = [f.title for f in report(name).findings if f.rule == "sync-in-loop"]
     assert any("to the host" in title for title in titles)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "v100_ddp_ns_timestamps.pt.trace.json.gz",
+        "a100_recsys_rank0.json.gz",
+        "h100_qwen_inference_stacks.json.gz",
+    ],
+)
+def test_analyses_beside_the_main_thread_give_what_they_give_inline(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The analyses started beside the main ones (host operators, warnings, replay …) run on a
+    thread of their own, and the whole result is the one they give run one after another."""
+    from traceinsight import analysis
+    from traceinsight.analysis import host
+
+    trace = load_trace(SAMPLES / name)
+    threads: list[str] = []
+    summary = host.host_summary
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return summary(*args, **kwargs)
+
+    monkeypatch.setattr(host, "host_summary", recorded)
+    results = []
+    for thread in (False, True):
+        beside = analysis._Beside(thread=thread)
+        try:
+            results.append(analysis._analyze(trace, Thresholds(), (), beside))
+        finally:
+            beside.close()
+    assert threads[0] == threading.current_thread().name
+    assert threads[1].startswith("traceinsight-analysis")
+    inline, beside_result = results
+    assert replace(beside_result, replay=inline.replay) == inline
+    assert beside_result.host.top_ops
+    # The replay's windows hold numpy arrays: compared field by field.
+    assert len(beside_result.replay.windows) == len(inline.replay.windows) > 0
+    for ours, theirs in zip(beside_result.replay.windows, inline.replay.windows, strict=True):
+        for field in fields(ours):
+            mine, other = getattr(ours, field.name), getattr(theirs, field.name)
+            assert np.array_equal(mine, other) if isinstance(mine, np.ndarray) else mine == other, field.name
+    assert (beside_result.replay.steps, beside_result.replay.recorded_ns) == (
+        inline.replay.steps,
+        inline.replay.recorded_ns,
+    )
+
+
+def test_an_error_in_an_analysis_beside_is_raised_by_analyze(monkeypatch: pytest.MonkeyPatch) -> None:
+    from traceinsight.analysis import host
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise ValueError("host summary broke")
+
+    monkeypatch.setattr(host, "host_summary", broken)
+    monkeypatch.delenv("TRACEINSIGHT_WORKERS", raising=False)
+    trace = load_trace(SAMPLES / "a100_recsys_rank0.json.gz")
+    with pytest.raises(ValueError, match="host summary broke"):
+        analyze(trace)
+    assert not [thread for thread in threading.enumerate() if thread.name.startswith("traceinsight-analysis")]
