@@ -166,8 +166,8 @@ class _Beside:
     kernels, precision, memory) run here, in the order they are started, while the main thread
     finds the intervals, syncs and gaps (polars releases the GIL while it computes); the main
     thread takes their results before it classifies the gaps, its memory peak. On the 0.5 GB
-    benchmark traces the analysis step takes 0.86x (DDP) to 0.93x (LLM decode) the time, with
-    the same peak. ``TRACEINSIGHT_WORKERS=0`` or one core: each runs where it is started
+    benchmark traces the analysis step takes 0.86x (DDP) to 0.93x (LLM decode) the time; the
+    whole process's peak moved by -28 to +17 MiB. ``TRACEINSIGHT_WORKERS=0`` or one core: each runs where it is started
     (:func:`_second_core`). Every analysis is a pure function of its inputs, so the results are
     the same either way.
     """
