@@ -339,3 +339,25 @@ def test_an_error_in_an_analysis_beside_is_raised_by_analyze(monkeypatch: pytest
     with pytest.raises(ValueError, match="host summary broke"):
         analyze(trace)
     assert not [thread for thread in threading.enumerate() if thread.name.startswith("traceinsight-analysis")]
+
+
+def test_a_second_core_is_used_only_where_the_process_may_use_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The side thread and the chart child need two cores of the process's own, a polars of more
+    than one thread (a job's worker on a one-core share has one), and no TRACEINSIGHT_WORKERS=0."""
+    import os
+
+    from traceinsight.cores import second_core
+
+    for name in ("TRACEINSIGHT_WORKERS", "POLARS_MAX_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert second_core()
+    monkeypatch.setenv("POLARS_MAX_THREADS", "1")
+    assert not second_core()
+    monkeypatch.setenv("POLARS_MAX_THREADS", "2")
+    assert second_core()
+    monkeypatch.setenv("TRACEINSIGHT_WORKERS", "0")
+    assert not second_core()
+    monkeypatch.delenv("TRACEINSIGHT_WORKERS")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3}, raising=False)
+    assert not second_core()

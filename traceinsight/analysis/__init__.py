@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from traceinsight.analysis.steady import SteadyState, iteration_count, steady_st
 from traceinsight.analysis.timeline import Timeline, timeline
 from traceinsight.analysis.usage import Usage
 from traceinsight.analysis.validity import TraceWarning, trace_warnings
+from traceinsight.cores import second_core
 from traceinsight.load import Trace, TraceMeta, taxonomy
 from traceinsight.thresholds import Thresholds
 
@@ -167,9 +167,9 @@ class _Beside:
     finds the intervals, syncs and gaps (polars releases the GIL while it computes); the main
     thread takes their results before it classifies the gaps, its memory peak. On the 0.5 GB
     benchmark traces the analysis step takes 0.86x (DDP) to 0.93x (LLM decode) the time; the
-    whole process's peak moved by -28 to +17 MiB. ``TRACEINSIGHT_WORKERS=0`` or one core: each runs where it is started
-    (:func:`_second_core`). Every analysis is a pure function of its inputs, so the results are
-    the same either way.
+    whole process's peak moved by -28 to +17 MiB. Without a second core
+    (:func:`traceinsight.cores.second_core`) each runs where it is started. Every analysis is a
+    pure function of its inputs, so the results are the same either way.
     """
 
     def __init__(self, thread: bool) -> None:
@@ -190,17 +190,9 @@ class _Beside:
             self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _second_core() -> bool:
-    """Whether this process may run on two cores or more, and ``TRACEINSIGHT_WORKERS`` is not 0."""
-    if os.environ.get("TRACEINSIGHT_WORKERS") == "0":
-        return False
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return cores > 1
-
-
 def analyze(trace: Trace, thresholds: Thresholds | None = None, user_code: Collection[str] = ()) -> Analysis:
     """Run every analysis on ``trace``; frames of ``user_code`` packages count as the user's."""
-    beside = _Beside(thread=_second_core())
+    beside = _Beside(thread=second_core())
     try:
         return _analyze(trace, thresholds or Thresholds(), user_code, beside)
     finally:

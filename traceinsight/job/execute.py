@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
+from traceinsight.cores import available_cores
 from traceinsight.errors import ConfigError
 from traceinsight.job.rank import RankResult, RankTask, analyze_rank
 
@@ -63,13 +64,6 @@ def _available_memory() -> int | None:
     return None
 
 
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
 def pool_size(tasks: Sequence[RankTask], requested: int | None = None) -> int:
     """Workers for the local pool: ``requested``, else as many as there are cores, ranks, and
     memory for a worker each holding the largest rank."""
@@ -79,7 +73,7 @@ def pool_size(tasks: Sequence[RankTask], requested: int | None = None) -> int:
     per_worker = WORKER_BASE_BYTES + MEMORY_PER_JSON_BYTE * largest
     available = _available_memory()
     by_memory = max(1, available // per_worker) if available is not None else len(tasks)
-    return max(1, min(_cores(), len(tasks), by_memory))
+    return max(1, min(available_cores(), len(tasks), by_memory))
 
 
 def _context() -> multiprocessing.context.BaseContext:
@@ -96,7 +90,7 @@ def _threads_per_worker(workers: int) -> Iterator[None]:
     key = "POLARS_MAX_THREADS"
     before = os.environ.get(key)
     if before is None:
-        os.environ[key] = str(max(1, _cores() // workers))
+        os.environ[key] = str(max(1, available_cores() // workers))
     try:
         yield
     finally:

@@ -31,6 +31,7 @@ from traceinsight.analysis import Analysis
 from traceinsight.analysis.kernels import TopKernels
 from traceinsight.analysis.results import IdleGap
 from traceinsight.analysis.timeline import Timeline
+from traceinsight.cores import second_core
 from traceinsight.errors import TraceInsightError
 from traceinsight.formatting import format_duration, format_share, format_size, short_kernel_name
 from traceinsight.render import charts
@@ -266,7 +267,7 @@ class _Claims:
 
 
 def _can_fork() -> bool:
-    return hasattr(os, "fork") and (os.cpu_count() or 1) > 1 and os.environ.get("TRACEINSIGHT_WORKERS") != "0"
+    return hasattr(os, "fork") and second_core()
 
 
 def _fork_charts(specs: Sequence[_ChartSpec], claims: _Claims) -> tuple[int, int] | None:
