@@ -263,6 +263,28 @@ def test_charts_drawn_in_a_forked_child_equal_charts_drawn_here(
     assert render("gp100_mlp_pageable_sync.json.gz", source_root).html == gp100.html
 
 
+def test_charts_laid_out_ahead_equal_matplotlibs_own_layout_pass(
+    gp100: Page, recsys: Page, b200: Page, source_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each chart is laid out once and drawn once (``charts._lay_out``); saved the way matplotlib
+    does it alone (a draw with output off to lay it out, then the real one), every page of three
+    shapes is the same byte for byte."""
+    from matplotlib.figure import Figure
+
+    monkeypatch.setenv("TRACEINSIGHT_WORKERS", "0")
+    draws: list[int] = []
+    draw = Figure.draw
+    monkeypatch.setattr(Figure, "draw", lambda figure, renderer: (draws.append(1), draw(figure, renderer))[1])
+    ours = render("gp100_mlp_pageable_sync.json.gz", source_root)
+    ours_draws = len(draws)
+    monkeypatch.setattr(charts, "_lay_out", lambda figure: None)
+    draws.clear()
+    assert render("gp100_mlp_pageable_sync.json.gz", source_root).html == ours.html == gp100.html
+    assert ours_draws > 0 and len(draws) == 2 * ours_draws
+    assert render("a100_recsys_rank0.json.gz", source_root).html == recsys.html
+    assert render("b200_eager_stacks.json.gz", source_root).html == b200.html
+
+
 def test_a_failing_chart_child_is_replaced_by_drawing_here(
     gp100: Page, source_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
