@@ -267,6 +267,57 @@ def test_an_unreadable_trace_is_not_a_usage_box(tmp_path: Path) -> None:
     assert result.stderr.startswith("traceinsight: error: ") and "Usage" not in result.stderr
 
 
+@pytest.mark.parametrize("trace", ["gp100_mlp_pageable_sync.json.gz", "not_there.json"])
+def test_the_cycle_collector_is_paused_while_one_trace_is_analyzed(
+    trace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`analyze` reads one trace with Python's cyclic garbage collector paused
+    (:mod:`traceinsight.collector`), and leaves it on again, after a report or after an error."""
+    import gc
+
+    import traceinsight.pipeline
+
+    analyze_and_write = traceinsight.pipeline.analyze_and_write
+    seen: list[bool] = []
+
+    def spy(*args: object, **kwargs: object) -> object:
+        seen.append(gc.isenabled())
+        return analyze_and_write(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(traceinsight.pipeline, "analyze_and_write", spy)
+    assert gc.isenabled()
+    result = runner.invoke(
+        app, ["analyze", str(SAMPLES / trace), "--no-html", "--json", str(tmp_path / "r.json")]
+    )
+    assert result.exit_code == (0 if trace.endswith(".gz") else 2), result.stderr
+    assert seen == [False]
+    assert gc.isenabled()
+
+
+def test_the_cycle_collector_is_paused_while_the_command_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command's imports run with the collector paused; the command itself starts with it on
+    (so that `run` gives the user's script the collector as Python sets it)."""
+    import gc
+    import types
+
+    import traceinsight.__main__ as entry
+
+    seen: list[tuple[str, bool]] = []
+
+    class StandIn(types.ModuleType):
+        """The CLI module as the entry point imports it: records the collector's state."""
+
+        def __getattr__(self, name: str) -> object:
+            if name != "main":
+                raise AttributeError(name)
+            seen.append(("import", gc.isenabled()))
+            return lambda: seen.append(("command", gc.isenabled()))
+
+    monkeypatch.setitem(sys.modules, "traceinsight.cli", StandIn("traceinsight.cli"))
+    entry.main()
+    assert seen == [("import", False), ("command", True)]
+
+
 @pytest.mark.parametrize("users", [None, "narenas:1"])
 def test_the_allocator_setting_is_only_there_while_polars_loads(
     users: str | None, monkeypatch: pytest.MonkeyPatch

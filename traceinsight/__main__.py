@@ -18,6 +18,8 @@ import gc
 import os
 import sys
 
+from traceinsight.collector import collector_paused
+
 #: jemalloc's options for polars (its builds prefix the variable with ``_RJEM_``).
 ALLOCATOR_VARIABLE = "_RJEM_MALLOC_CONF"
 ALLOCATOR_OPTIONS = "background_thread:true,dirty_decay_ms:100,muzzy_decay_ms:0"
@@ -34,7 +36,8 @@ def main() -> None:
     for name in ours:
         os.environ[name] = LOAD_SETTINGS[name]
     try:
-        from traceinsight.cli import main as cli_main
+        with collector_paused():  # the imports make next to no garbage (traceinsight.collector)
+            from traceinsight.cli import main as cli_main
     except KeyboardInterrupt:
         sys.stderr.write("traceinsight: interrupted (Ctrl-C) while starting; nothing was run or written\n")
         sys.stderr.flush()

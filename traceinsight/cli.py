@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 
 from traceinsight import __version__
+from traceinsight.collector import collector_paused
 from traceinsight.config import ProjectConfig, read_config
 from traceinsight.errors import ConfigError, TraceInsightError
 from traceinsight.rules.findings import SEVERITIES
@@ -342,7 +343,7 @@ def analyze(
             _analysis_done = True
         return
     trace = traces[0]
-    with _errors(trace):
+    with _errors(trace), collector_paused():
         shared = _shared(user_code=user_code, max_size=max_size, json_out=json_out, markdown=markdown,
                          min_gap_us=min_gap_us, low_utilization=low_utilization, fail_on=fail_on,
                          fail_on_rules=fail_on_rule, max_idle=max_idle, max_syncs_per_step=max_syncs_per_step)  # fmt: skip

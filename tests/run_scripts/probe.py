@@ -6,13 +6,20 @@ ignored): ``steps=N`` optimizer steps, ``workers=N`` forked DataLoader workers, 
 The record goes to the JSON file named by the PROBE_RECORD environment variable.
 """
 
+import gc
 import json
 import os
 import signal
 import sys
 import time
 
-record = {"argv": sys.argv, "name": __name__, "path0": sys.path[0], "file": __file__}
+record = {
+    "argv": sys.argv,
+    "name": __name__,
+    "path0": sys.path[0],
+    "file": __file__,
+    "collector": [gc.isenabled(), *gc.get_threshold()],  # `run` leaves it as Python sets it
+}
 with open(os.environ["PROBE_RECORD"], "w", encoding="utf-8") as record_file:
     json.dump(record, record_file)
 
