@@ -18,7 +18,9 @@ from __future__ import annotations
 import json
 import uuid
 from json.encoder import encode_basestring
-from typing import Any
+from typing import Any, Final
+
+import polars as pl
 
 from traceinsight import __version__
 from traceinsight.analysis.usage import Usage, total_usage
@@ -93,8 +95,9 @@ def _memory(report: Report) -> dict[str, Any]:
     }
 
 
-def report_dict(report: Report) -> dict[str, Any]:
-    """The whole report as plain JSON-ready data."""
+def report_dict(report: Report, *, gaps: bool = True) -> dict[str, Any]:
+    """The whole report as plain JSON-ready data (``gaps=False``: ``idle_gaps`` left empty, for a
+    caller that writes them itself, see :func:`_gap_rows`)."""
     analysis = report.analysis
     meta = analysis.meta
     origin = meta.origin_ns
@@ -190,7 +193,7 @@ def report_dict(report: Report) -> dict[str, Any]:
                 "source": gap.source,
                 "source_kind": gap.source_kind,
             }
-            for gap in analysis.idle_gaps
+            for gap in (analysis.idle_gaps if gaps else ())
         ],
         "memcpy": [
             {
@@ -359,6 +362,70 @@ def _flat_rows(rows: list[Any]) -> str | None:
     return "[\n" + ",\n".join(template % values for values in zip(*columns, strict=True)) + "\n  ]"
 
 
+#: Below this many ns in magnitude (10^12 µs, 11.6 days), ``_us(ns)``'s float is the one nearest
+#: ``ns / 1000`` and has at most 15 significant digits, so its repr is that decimal, trailing zeros
+#: cut (at least one fraction digit): what :func:`_us_texts` writes without floats.
+_EXACT_NS: Final = 10**15
+_GAP_KEYS: Final = ("device", "start_us", "duration_us", "cause_kind", "cause", "source", "source_kind")
+
+
+def _us_texts(ns: list[int]) -> pl.Expr:
+    """Each ``_scalar(_us(value))`` of ``ns`` (every ``abs(value) < _EXACT_NS``), by integer
+    arithmetic on the whole column."""
+    values = pl.lit(pl.Series(ns, dtype=pl.Int64))
+    magnitude = values.abs()
+    fraction = (magnitude % 1000).cast(pl.String).str.zfill(3).str.strip_chars_end("0")
+    whole = (magnitude // 1000).cast(pl.String)
+    text = pl.concat_str(whole, pl.lit("."), pl.when(fraction == "").then(pl.lit("0")).otherwise(fraction))
+    return pl.when(values < 0).then(pl.lit("-") + text).otherwise(text)
+
+
+def _encoded(values: list[Any]) -> pl.Series:
+    """Each value of a column of strings, Nones and ints as :func:`_scalar` writes it (each distinct
+    value encoded once)."""
+    texts = {value: _scalar(value) for value in set(values)}
+    return pl.Series([texts[value] for value in values], dtype=pl.String)
+
+
+def _gap_rows(report: Report) -> str | None:
+    """``report_dict(report)["idle_gaps"]`` as :func:`_flat_rows` writes it, or None where that
+    path must (fewer than 101 gaps, a time too far from the trace's start for :func:`_us_texts`).
+
+    An LLM decode trace reports tens of thousands of gaps: here each column is taken from the gaps
+    once and turned into text by polars (times by integer arithmetic, strings once per distinct
+    value), with no dict per gap."""
+    gaps = report.analysis.idle_gaps
+    if len(gaps) <= 100:
+        return None
+    origin = report.analysis.meta.origin_ns
+    starts = [gap.start_ns - origin for gap in gaps]
+    durations = [gap.end_ns - gap.start_ns for gap in gaps]
+    if max(map(abs, starts)) >= _EXACT_NS or max(map(abs, durations)) >= _EXACT_NS:
+        return None
+    columns = {
+        "device": _encoded([gap.device for gap in gaps]),
+        "cause_kind": _encoded([gap.cause_kind for gap in gaps]),
+        "cause": _encoded([gap.cause for gap in gaps]),
+        "source": _encoded([gap.source for gap in gaps]),
+        "source_kind": _encoded([gap.source_kind for gap in gaps]),
+    }
+    if any(column.null_count() for column in columns.values()):  # a value _scalar does not write
+        return None
+    parts: list[pl.Expr] = [pl.lit("    {\n")]
+    for index, key in enumerate(_GAP_KEYS):
+        value = (
+            _us_texts(starts)
+            if key == "start_us"
+            else _us_texts(durations)
+            if key == "duration_us"
+            else pl.col(key)
+        )
+        ending = ",\n" if index < len(_GAP_KEYS) - 1 else "\n    }"
+        parts += [pl.lit(f"      {encode_basestring(key)}: "), value, pl.lit(ending)]
+    rows = pl.DataFrame(columns).select(pl.concat_str(parts).str.join(",\n")).item()
+    return f"[\n{rows}\n  ]"
+
+
 class JsonRenderer:
     """Renders :func:`report_dict` as indented JSON."""
 
@@ -368,8 +435,13 @@ class JsonRenderer:
         Byte for byte ``json.dumps(report_dict(report), indent=2, ensure_ascii=False)``; the long
         lists of flat objects are written by :func:`_flat_rows` and put in place of a marker.
         """
-        document = report_dict(report)
+        gap_rows = _gap_rows(report)
+        document = report_dict(report, gaps=gap_rows is None)
         spliced: dict[str, str] = {}
+        if gap_rows is not None:
+            marker = f"traceinsight-{uuid.uuid4().hex}"
+            document["idle_gaps"] = marker
+            spliced[json.dumps(marker)] = gap_rows
         for key, value in document.items():
             if isinstance(value, list) and len(value) > 100 and (text := _flat_rows(value)) is not None:
                 marker = f"traceinsight-{uuid.uuid4().hex}"
