@@ -8,7 +8,6 @@ import random
 from pathlib import Path
 from typing import Any
 
-import polars as pl
 import pytest
 
 from traceinsight.analysis.results import IdleGap
@@ -61,7 +60,7 @@ def test_gap_times_are_written_as_json_dumps_writes_their_floats() -> None:
     values += [rng.randrange(-limit, limit) for _ in range(3000)] + [
         rng.randrange(-(10**7), 10**7) for _ in range(3000)
     ]
-    texts = pl.select(json_report._us_texts(values)).to_series().to_list()
+    texts = json_report._us_texts(values).to_list()
     assert texts == [json.dumps(json_report._us(value)) for value in values]
 
 

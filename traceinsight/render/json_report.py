@@ -366,10 +366,9 @@ def _flat_rows(rows: list[Any]) -> str | None:
 #: ``ns / 1000`` and has at most 15 significant digits, so its repr is that decimal, trailing zeros
 #: cut (at least one fraction digit): what :func:`_us_texts` writes without floats.
 _EXACT_NS: Final = 10**15
-_GAP_KEYS: Final = ("device", "start_us", "duration_us", "cause_kind", "cause", "source", "source_kind")
 
 
-def _us_texts(ns: list[int]) -> pl.Expr:
+def _us_texts(ns: list[int]) -> pl.Series:
     """Each ``_scalar(_us(value))`` of ``ns`` (every ``abs(value) < _EXACT_NS``), by integer
     arithmetic on the whole column."""
     values = pl.lit(pl.Series(ns, dtype=pl.Int64))
@@ -377,7 +376,7 @@ def _us_texts(ns: list[int]) -> pl.Expr:
     fraction = (magnitude % 1000).cast(pl.String).str.zfill(3).str.strip_chars_end("0")
     whole = (magnitude // 1000).cast(pl.String)
     text = pl.concat_str(whole, pl.lit("."), pl.when(fraction == "").then(pl.lit("0")).otherwise(fraction))
-    return pl.when(values < 0).then(pl.lit("-") + text).otherwise(text)
+    return pl.select(pl.when(values < 0).then(pl.lit("-") + text).otherwise(text)).to_series()
 
 
 def _encoded(values: list[Any]) -> pl.Series:
@@ -404,6 +403,8 @@ def _gap_rows(report: Report) -> str | None:
         return None
     columns = {
         "device": _encoded([gap.device for gap in gaps]),
+        "start_us": _us_texts(starts),
+        "duration_us": _us_texts(durations),
         "cause_kind": _encoded([gap.cause_kind for gap in gaps]),
         "cause": _encoded([gap.cause for gap in gaps]),
         "source": _encoded([gap.source for gap in gaps]),
@@ -411,17 +412,11 @@ def _gap_rows(report: Report) -> str | None:
     }
     if any(column.null_count() for column in columns.values()):  # a value _scalar does not write
         return None
-    parts: list[pl.Expr] = [pl.lit("    {\n")]
-    for index, key in enumerate(_GAP_KEYS):
-        value = (
-            _us_texts(starts)
-            if key == "start_us"
-            else _us_texts(durations)
-            if key == "duration_us"
-            else pl.col(key)
-        )
-        ending = ",\n" if index < len(_GAP_KEYS) - 1 else "\n    }"
-        parts += [pl.lit(f"      {encode_basestring(key)}: "), value, pl.lit(ending)]
+    fields = [[pl.lit(f"      {encode_basestring(key)}: "), pl.col(key)] for key in columns]
+    parts = [pl.lit("    {\n"), *fields[0]]
+    for field in fields[1:]:
+        parts += [pl.lit(",\n"), *field]
+    parts.append(pl.lit("\n    }"))
     rows = pl.DataFrame(columns).select(pl.concat_str(parts).str.join(",\n")).item()
     return f"[\n{rows}\n  ]"
 
@@ -432,21 +427,21 @@ class JsonRenderer:
     def render(self, report: Report) -> str:
         """The report as a JSON document (UTF-8, keys in contract order).
 
-        Byte for byte ``json.dumps(report_dict(report), indent=2, ensure_ascii=False)``; the long
-        lists of flat objects are written by :func:`_flat_rows` and put in place of a marker.
+        Byte for byte ``json.dumps(report_dict(report), indent=2, ensure_ascii=False)``; the idle
+        gaps (:func:`_gap_rows`) and the other long lists of flat objects (:func:`_flat_rows`) are
+        written apart and put in place of a marker.
         """
         gap_rows = _gap_rows(report)
         document = report_dict(report, gaps=gap_rows is None)
-        spliced: dict[str, str] = {}
-        if gap_rows is not None:
-            marker = f"traceinsight-{uuid.uuid4().hex}"
-            document["idle_gaps"] = marker
-            spliced[json.dumps(marker)] = gap_rows
+        written = {} if gap_rows is None else {"idle_gaps": gap_rows}
         for key, value in document.items():
             if isinstance(value, list) and len(value) > 100 and (text := _flat_rows(value)) is not None:
-                marker = f"traceinsight-{uuid.uuid4().hex}"
-                document[key] = marker
-                spliced[json.dumps(marker)] = text
+                written[key] = text
+        spliced: dict[str, str] = {}
+        for key, text in written.items():
+            marker = f"traceinsight-{uuid.uuid4().hex}"
+            document[key] = marker
+            spliced[json.dumps(marker)] = text
         out = json.dumps(document, indent=2, ensure_ascii=False)
         for marker, text in spliced.items():
             out = out.replace(marker, text, 1)
