@@ -1,15 +1,20 @@
-"""The opt-in timing hook the benchmarks read: one stderr line per stage, nothing without it."""
+"""The opt-in timing hook the benchmarks read (one stderr line per stage, nothing without it), and
+when the HTML renderer is prepared beside the stages."""
 
 from __future__ import annotations
 
+import gzip
 import io
 import re
+import time
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 from tracebuild import SAMPLES
 
+import traceinsight.pipeline
+from traceinsight.errors import TraceFormatError
 from traceinsight.pipeline import analyze_and_write
 
 LINE = re.compile(r"^traceinsight timing: (\S+) ([0-9]+\.[0-9]{3}) s$")
@@ -42,3 +47,36 @@ def test_no_timings_without_the_variable(
     monkeypatch.delenv("TRACEINSIGHT_TIMINGS", raising=False)
     _run(tmp_path)
     assert "timing" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("trace", ["a100_triton.json.gz", "truncated"])
+def test_the_renderer_is_prepared_after_the_trace_loaded(
+    trace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The renderer's imports start once the load is done (they took a core from the load), and a
+    trace that does not load costs none of them."""
+    events: list[str] = []
+    load_trace = traceinsight.pipeline.load_trace
+
+    def load(*args: object, **kwargs: object) -> object:
+        events.append("load starts")
+        try:
+            return load_trace(*args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            events.append("load ends")
+
+    monkeypatch.setattr(traceinsight.pipeline, "load_trace", load)
+    monkeypatch.setattr(traceinsight.pipeline, "_prepare_html", lambda: events.append("prepare"))
+    path = SAMPLES / trace
+    if trace == "truncated":
+        path = tmp_path / "truncated.json"
+        path.write_bytes(gzip.decompress((SAMPLES / "a100_triton.json.gz").read_bytes())[:5000])
+        with pytest.raises(TraceFormatError):
+            analyze_and_write(path, html=tmp_path / "r.html", console=Console(file=io.StringIO()))
+        assert events == ["load starts", "load ends"]
+        return
+    analyze_and_write(path, html=tmp_path / "r.html", console=Console(file=io.StringIO()))
+    deadline = time.monotonic() + 10  # the stand-in runs in the thread the command started
+    while "prepare" not in events and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert events == ["load starts", "load ends", "prepare"]
