@@ -106,3 +106,22 @@ def test_a_hand_built_split_adds_up_exactly(tmp_path: Path) -> None:
             start, end = loop.steps[step.step]
             clipped = [(max(a, start), min(b, end)) for a, b in loop.gpu if a < end and b > start]
             assert step.busy_ns == round(union_length(clipped) * 1000)
+
+
+def test_a_gaps_source_line_is_a_frame_of_its_own_thread(tmp_path: Path) -> None:
+    """A gap's line is the innermost user frame on the thread that launched the work ending it; a
+    frame of another thread at the same moment, even one starting later (more inner), is not it."""
+    from tracebuild import TID, frame, launch, write_trace
+
+    other = TID + 1
+    events = [
+        *launch(0, 10, 10),  # busy 10-20 µs
+        frame("train.py(12): train_step", 30, 2000, python_id=1),
+        frame("loader.py(7): prefetch", 40, 1000, python_id=2, tid=other),
+        frame("loader.py(9): decode", 50, 500, python_id=3, tid=other),
+        *launch(1000, 1100, 10),  # idle 20-1100 µs: the launching thread was in train_step
+    ]
+    analysis = analyze(load_trace(write_trace(tmp_path / "t.json", events)))
+    (gap,) = analysis.idle_gaps
+    assert (gap.start_ns, gap.end_ns) == (20_000, 1_100_000)
+    assert gap.source == "train.py:12"

@@ -136,6 +136,9 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
     """Cause of each long gap whose next work the host launched late → ``gap, cause_kind, cause, sync_key``."""
     slack = round(limits.sync_drain_slack_us * 1000)
     windows = late.select(start=pl.col("start") - slack, end="end")
+    # Every filter below takes only the columns it needs: a filter copies each column it keeps,
+    # and on an LLM decode trace ``touching`` has half a million rows (a copy of all its columns
+    # was 70 MB at the analysis's memory peak).
     touching = (
         late.select("gap", "pid", "tid", "start", "end", "l_ts")
         .join_where(
@@ -143,9 +146,13 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
             pl.col("h_ts") < pl.col("end"),
             pl.col("h_end") >= pl.col("start") - slack,
         )
-        .filter((pl.col("h_pid") == pl.col("pid")) & (pl.col("h_tid") == pl.col("tid")))
-        .with_columns(covered=overlap_ns("start", "end", "h_ts", "h_end"))
-    )
+        .select(
+            "gap", "start", "end", "l_ts", "h_ts", "h_end", "name", "kind", "key",
+            covered=overlap_ns("start", "end", "h_ts", "h_end"),
+            same_thread=(pl.col("h_pid") == pl.col("pid")) & (pl.col("h_tid") == pl.col("tid")),
+        )
+        .filter("same_thread")
+    )  # fmt: skip
     covers = pl.col("covered") >= (pl.col("end") - pl.col("start")) * limits.cause_coverage
     dataloader = (
         touching.filter(pl.col("kind") == "dataloader")
@@ -169,14 +176,17 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         .agg(copy_call=pl.col("name").first())
     )
     innermost_op = (
-        touching.filter((pl.col("kind") == "op") & covers)
+        touching.select("gap", "start", "end", "h_ts", "h_end", "name", "kind", "covered")
+        .filter((pl.col("kind") == "op") & covers)
         .sort("h_ts", "covered", descending=[True, True])  # the innermost op that still covers the gap
         .group_by("gap")
         .agg(op_name=pl.col("name").first(), op_ts=pl.col("h_ts").first(), op_end=pl.col("h_end").first())
     )
     ending_launch = (pl.col("kind") == "runtime") & (pl.col("h_ts") >= pl.col("l_ts")).fill_null(False)
     recorded = (
-        touching.filter((pl.col("covered") > 0) & (pl.col("kind") != "dataloader") & ~ending_launch)
+        touching.select("gap", "l_ts", "h_ts", "kind", "covered")
+        .filter((pl.col("covered") > 0) & (pl.col("kind") != "dataloader") & ~ending_launch)
+        .select("gap")
         .group_by("gap")
         .agg(activity=pl.len())
     )

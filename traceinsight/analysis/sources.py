@@ -97,10 +97,12 @@ def source_at(trace: Trace, points: pl.DataFrame, user_code: Collection[str] = (
     kind = pl.when(pl.col("rank") == 2).then(pl.lit(USER)).otherwise(pl.lit(LIBRARY))
     if trace.python.height:
         located = _frame_locations(trace.python.get_column("name"), user_code)
+        # Only the columns used are joined, filtered and sorted: each of those copies what it keeps,
+        # and an LLM decode trace has a million frames (tens of MB at the analysis's memory peak).
         frames = meeting(
-            trace.python.join(located, on="name", how="inner").select(
-                "pid", "tid", "rank", f_ts="ts", f_end="end", source="source"
-            ),
+            trace.python.select("pid", "tid", "ts", "end", "name")
+            .join(located, on="name", how="inner")
+            .select("pid", "tid", "rank", f_ts="ts", f_end="end", source="source"),
             "f_ts",
             "f_end",
             instants,
@@ -108,7 +110,15 @@ def source_at(trace: Trace, points: pl.DataFrame, user_code: Collection[str] = (
         if frames.height:
             found = (
                 points.join_where(frames, pl.col("t") >= pl.col("f_ts"), pl.col("t") <= pl.col("f_end"))
-                .filter((pl.col("pid") == pl.col("pid_right")) & (pl.col("tid") == pl.col("tid_right")))
+                .select(
+                    "key",
+                    "rank",
+                    "f_ts",
+                    "source",
+                    same_thread=(pl.col("pid") == pl.col("pid_right"))
+                    & (pl.col("tid") == pl.col("tid_right")),
+                )
+                .filter("same_thread")
                 .sort("rank", "f_ts")
                 .group_by("key")
                 .agg(pl.col("source").last(), pl.col("rank").last())
