@@ -136,9 +136,10 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
     """Cause of each long gap whose next work the host launched late → ``gap, cause_kind, cause, sync_key``."""
     slack = round(limits.sync_drain_slack_us * 1000)
     windows = late.select(start=pl.col("start") - slack, end="end")
-    # Every filter below takes only the columns it needs: a filter copies each column it keeps,
-    # and on an LLM decode trace ``touching`` has half a million rows (a copy of all its columns
-    # was 70 MB at the analysis's memory peak).
+    # The filters that keep many rows (the thread's own events, the covering ops, the recorded
+    # activity) take only the columns they use: a filter copies each column it keeps, and on an
+    # LLM decode trace ``touching`` has half a million rows (a copy of all its columns was 70 MB
+    # at the analysis's memory peak).
     touching = (
         late.select("gap", "pid", "tid", "start", "end", "l_ts")
         .join_where(
@@ -186,7 +187,6 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
     recorded = (
         touching.select("gap", "l_ts", "h_ts", "kind", "covered")
         .filter((pl.col("covered") > 0) & (pl.col("kind") != "dataloader") & ~ending_launch)
-        .select("gap")
         .group_by("gap")
         .agg(activity=pl.len())
     )
