@@ -10,11 +10,14 @@ the clock or the machine except the optional code excerpts, read from ``source_r
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.resources
 import mmap
 import os
 import pickle
+import select
+import signal
 import struct
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -62,6 +65,12 @@ TOP_SOURCES: Final[int] = 30
 TOP_HOTSPOTS: Final[int] = 20
 TOP_COPIES: Final[int] = 30
 TOP_KERNELS: Final[int] = 20
+#: How long the chart child may go without taking a chart or sending a byte before it is taken for
+#: stuck, killed, and its charts drawn here. A chart takes at most about 0.3 s on any trace (they
+#: are downsampled); a forked child can wait for good on a lock that another thread of this
+#: process held at the fork and no fork handler released (seen under AddressSanitizer, whose
+#: allocator has no such handler: 1 run in 48 of the fuzz corpus's trace with a 500 MB name).
+CHART_CHILD_STALL_S: Final[float] = 5.0
 
 
 #: Colours of the busy classes in the "where the time goes" table (the charts' colours).
@@ -225,7 +234,8 @@ def _render_charts(specs: Sequence[_ChartSpec]) -> dict[str, Chart | None]:
     charts cost on this trace rather than a fixed half), and sends its SVG back over a pipe.
     The child only runs matplotlib on the report's plain values (never polars, whose threads do not
     survive a fork) and leaves with ``os._exit``. Any chart it did not deliver is drawn here, so
-    the page is the same either way.
+    the page is the same either way; a child that stops making progress is killed
+    (:data:`CHART_CHILD_STALL_S`), so a fork that inherited a held lock costs time, never the page.
     """
     svgs: dict[str, str | None] = {}
     claims = _Claims(len(specs)) if len(specs) > 1 and _can_fork() else None
@@ -234,8 +244,12 @@ def _render_charts(specs: Sequence[_ChartSpec]) -> dict[str, Chart | None]:
         if child is not None and claims is not None and not claims.take_front(index):
             break
         svgs[spec.chart_id] = spec.svg()
-    if child is not None:
-        svgs.update((key, value) for key, value in _collect_charts(*child).items() if key not in svgs)
+    if child is not None and claims is not None:
+        if len(svgs) < len(specs):
+            delivered = _collect_charts(*child, claims)
+            svgs.update((key, value) for key, value in delivered.items() if key not in svgs)
+        else:  # every chart is drawn here already: the child has nothing to give
+            _stop_chart_child(*child)
     for spec in specs:
         if spec.chart_id not in svgs:
             svgs[spec.chart_id] = spec.svg()
@@ -264,6 +278,10 @@ class _Claims:
     def take_back(self, index: int) -> bool:
         struct.pack_into("q", self._shared, 8, index)
         return index >= int(struct.unpack_from("q", self._shared, 0)[0])
+
+    def back(self) -> int:
+        """The chart the child took last (the count of charts before it takes one)."""
+        return int(struct.unpack_from("q", self._shared, 8)[0])
 
 
 def _can_fork() -> bool:
@@ -297,13 +315,27 @@ def _fork_charts(specs: Sequence[_ChartSpec], claims: _Claims) -> tuple[int, int
     return pid, read
 
 
-def _collect_charts(pid: int, read: int) -> dict[str, str | None]:
-    """The child's charts; empty if it failed (the caller then draws them itself)."""
+def _collect_charts(pid: int, read: int, claims: _Claims) -> dict[str, str | None]:
+    """The child's charts; empty if it failed, or went :data:`CHART_CHILD_STALL_S` without taking a
+    chart or sending a byte (it is killed then). The caller draws whatever is missing."""
+    payload = bytearray()
+    taken = claims.back()
+    ended = False
     try:
-        with os.fdopen(read, "rb") as stream:
-            payload = stream.read()
+        while True:
+            ready, _, _ = select.select([read], [], [], CHART_CHILD_STALL_S)
+            if ready:
+                chunk = os.read(read, 1 << 20)
+                if not chunk:
+                    ended = True
+                    break
+                payload += chunk
+            elif claims.back() != taken:
+                taken = claims.back()
+            else:
+                break  # stuck: no chart taken and no byte sent in all that time
     finally:
-        _, status = os.waitpid(pid, 0)
+        status = _stop_chart_child(pid, read, kill=not ended)
     if status != 0 or not payload:
         return {}
     try:
@@ -311,6 +343,15 @@ def _collect_charts(pid: int, read: int) -> dict[str, str | None]:
     except Exception:
         return {}
     return result
+
+
+def _stop_chart_child(pid: int, read: int, *, kill: bool = True) -> int:
+    """Close our end of the child's pipe, kill the child unless it is done, reap it; its status."""
+    os.close(read)
+    if kill:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return os.waitpid(pid, 0)[1]
 
 
 class HtmlRenderer:
