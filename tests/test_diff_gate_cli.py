@@ -8,8 +8,11 @@ of every budget (0 kept, 1 broken, 2 bad input), from the command line and from 
 from __future__ import annotations
 
 import json
+import os
 import re
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -236,6 +239,56 @@ def test_a_broken_gate_still_writes_every_output(loops: dict[str, Path], tmp_pat
         "analyze", str(loops["synced"]), "-o", str(page), "--json", str(data), "--fail-on", "high"
     )
     assert code == 1 and page.is_file() and json.loads(data.read_text())["findings"]
+
+
+# --- a reader that goes away (`traceinsight analyze … | head`) ------------------------------------
+
+
+def run_real(args: list[str], *, stdout_gone: bool) -> tuple[int, str]:
+    """The real command in a process of its own; its stdout /dev/null, or a pipe whose reader has
+    already gone, so that its first write there fails as after ``| head``."""
+    command = [sys.executable, "-m", "traceinsight", *args]
+    if not stdout_gone:
+        done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        return done.returncode, done.stderr
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(command, stdout=write, stderr=subprocess.PIPE, text=True)
+    finally:
+        os.close(write)
+    return done.returncode, done.stderr
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["analyze, gate kept", "analyze, gate broken", "analyze, Markdown to stdout", "diff, gate broken"],
+)
+def test_a_cut_stdout_changes_neither_the_status_nor_the_files(
+    case: str, loops: dict[str, Path], tmp_path: Path
+) -> None:
+    """The summary's reader going away is no failure: the status is the one the work gives (0,
+    or 1 for a broken gate, with its line on stderr), never rich's 1 for a cut pipe, and every
+    file is written as it is without the cut."""
+    synced, clean = str(loops["synced"]), str(loops["clean"])
+    args = {
+        "analyze, gate kept": ["analyze", clean, "--no-html", "--fail-on", "low"],
+        "analyze, gate broken": ["analyze", synced, "-o", "r.html", "--fail-on", "high"],
+        "analyze, Markdown to stdout": ["analyze", synced, "--no-html", "--markdown", "-"],
+        "diff, gate broken": ["diff", clean, synced, "--no-html", "--max-regression", "0"],
+    }[case]
+    results = []
+    for gone in (False, True):
+        folder = tmp_path / ("gone" if gone else "kept")
+        folder.mkdir()
+        outputs = [arg.replace("r.html", str(folder / "r.html")) for arg in args]
+        code, stderr = run_real([*outputs, "--json", str(folder / "r.json")], stdout_gone=gone)
+        assert "Traceback" not in stderr, stderr
+        data = json.loads((folder / "r.json").read_text())
+        page = folder / "r.html"
+        results.append((code, gate_lines(stderr), data, page.read_text() if page.exists() else None))
+    assert results[1] == results[0]
+    assert results[0][0] == (1 if "broken" in case else 0) and bool(results[0][1]) == ("broken" in case)
 
 
 # --- help ----------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import os
 import re
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
@@ -568,6 +568,13 @@ def main() -> None:
         code = 0
     if not isinstance(code, int):
         raise SystemExit(code)
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BrokenPipeError:
+            from traceinsight.render.terminal import reader_gone
+
+            reader_gone(stream)
+            with suppress(BrokenPipeError):  # what was left goes to /dev/null now
+                stream.flush()
     os._exit(code)

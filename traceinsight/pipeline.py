@@ -29,7 +29,7 @@ from traceinsight.load import SizeLimit, load_trace
 from traceinsight.load.progress import ProgressCallback
 from traceinsight.load.text import printable
 from traceinsight.render.json_report import JsonRenderer, report_dict
-from traceinsight.render.terminal import print_summary
+from traceinsight.render.terminal import TerminalConsole, print_summary, reader_gone
 from traceinsight.report import Report, RunContext, report_for
 from traceinsight.thresholds import Thresholds
 
@@ -263,7 +263,7 @@ def analyze_and_write(
         ]
     )
     with _timed("terminal"):
-        print_summary(report, console or Console(stderr=to_stdout), outputs, top=top)
+        print_summary(report, console or TerminalConsole(stderr=to_stdout), outputs, top=top)
     return report
 
 
@@ -288,8 +288,12 @@ def _write_outputs(
         stage = "HTML" if label in ("report", "page") else label
         if destination == "-":
             with _timed(stage):
-                sys.stdout.write(make())
-                sys.stdout.flush()
+                text = make()
+                try:
+                    sys.stdout.write(text)
+                    sys.stdout.flush()
+                except BrokenPipeError:
+                    reader_gone()
             to_stdout = True
             continue
         path = Path(destination)
@@ -381,7 +385,7 @@ def diff_and_write(
             ),
         ]
     )
-    out = console or Console(stderr=to_stdout)
+    out = console or TerminalConsole(stderr=to_stdout)
     for part in comparison_renderables(comparison):
         out.print(part)
     for label, path in outputs:
@@ -466,5 +470,5 @@ def analyze_job_and_write(
     )
     if per_rank is not None:
         outputs.append(("each rank's report", per_rank))
-    print_job_summary(job, console or Console(stderr=to_stdout), outputs, top=top)
+    print_job_summary(job, console or TerminalConsole(stderr=to_stdout), outputs, top=top)
     return job

@@ -7,6 +7,8 @@ Every string that comes from the trace is printed as a ``rich.text.Text``: never
 from __future__ import annotations
 
 import io
+import os
+import sys
 from pathlib import Path
 from typing import Final
 
@@ -32,6 +34,30 @@ from traceinsight.render.facts import (
 from traceinsight.render.scorecard import scorecard
 from traceinsight.report import Report
 from traceinsight.rules.findings import Finding
+
+
+def reader_gone(stream: object = None) -> None:
+    """The reader of ``stream`` (stdout by default) went away, as after ``traceinsight analyze … |
+    head``: what is left to print there goes to /dev/null. The command still finishes its work
+    (its files are written, its gate is checked) and exits with the status that work gives, so a
+    cut pipe is neither a failure nor a broken gate (status 1), and never a traceback."""
+    fileno = getattr(stream if stream is not None else sys.stdout, "fileno", None)
+    try:
+        target = fileno() if fileno is not None else sys.stdout.fileno()
+    except (OSError, ValueError):
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, target)
+    os.close(devnull)
+
+
+class TerminalConsole(Console):
+    """A rich console whose cut pipe is :func:`reader_gone` (rich's own exits with status 1)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        reader_gone(self.file)
+
 
 _LEVEL_STYLE = {"good": "green", "warn": "yellow", "bad": "red", "info": "cyan"}
 _SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
