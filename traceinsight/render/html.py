@@ -321,10 +321,11 @@ def _collect_charts(pid: int, read: int, claims: _Claims) -> dict[str, str | Non
     payload = bytearray()
     taken = claims.back()
     ended = False
+    waiting = select.poll()  # (not select.select: no limit on the descriptor's number)
+    waiting.register(read, select.POLLIN)
     try:
         while True:
-            ready, _, _ = select.select([read], [], [], CHART_CHILD_STALL_S)
-            if ready:
+            if waiting.poll(CHART_CHILD_STALL_S * 1000):  # data, or the end of the pipe
                 chunk = os.read(read, 1 << 20)
                 if not chunk:
                     ended = True

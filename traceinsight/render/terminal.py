@@ -10,7 +10,7 @@ import io
 import os
 import sys
 from pathlib import Path
-from typing import Final
+from typing import IO, Final
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.panel import Panel
@@ -36,15 +36,14 @@ from traceinsight.report import Report
 from traceinsight.rules.findings import Finding
 
 
-def reader_gone(stream: object = None) -> None:
+def reader_gone(stream: IO[str] | None = None) -> None:
     """The reader of ``stream`` (stdout by default) went away, as after ``traceinsight analyze … |
     head``: what is left to print there goes to /dev/null. The command still finishes its work
     (its files are written, its gate is checked) and exits with the status that work gives, so a
     cut pipe is neither a failure nor a broken gate (status 1), and never a traceback."""
-    fileno = getattr(stream if stream is not None else sys.stdout, "fileno", None)
     try:
-        target = fileno() if fileno is not None else sys.stdout.fileno()
-    except (OSError, ValueError):
+        target = (stream or sys.stdout).fileno()
+    except (AttributeError, OSError, ValueError):  # not a file of the OS (a StringIO): nothing to do
         return
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, target)
