@@ -249,12 +249,14 @@ def run_real(args: list[str], *, stdout_gone: bool) -> tuple[int, str]:
     already gone, so that its first write there fails as after ``| head``."""
     command = [sys.executable, "-m", "traceinsight", *args]
     if not stdout_gone:
-        done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        done = subprocess.run(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=300
+        )
         return done.returncode, done.stderr
     read, write = os.pipe()
     os.close(read)
     try:
-        done = subprocess.run(command, stdout=write, stderr=subprocess.PIPE, text=True)
+        done = subprocess.run(command, stdout=write, stderr=subprocess.PIPE, text=True, timeout=300)
     finally:
         os.close(write)
     return done.returncode, done.stderr
