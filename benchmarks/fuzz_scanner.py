@@ -36,6 +36,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -55,6 +56,14 @@ SANITIZE = [
     "-g",
     "-O1",
 ]
+#: How long one corpus case may take through the CLI (sanitized: the slowest takes about 10 s).
+CLI_SECONDS = 300
+#: The command as ``python -m traceinsight`` runs it, with every thread's stack printed on SIGUSR1
+#: (inherited by a forked chart child), so that a case that hangs says where.
+CLI_WITH_STACKS = (
+    "import faulthandler, signal, sys; faulthandler.register(signal.SIGUSR1, all_threads=True); "
+    "sys.argv[0] = 'traceinsight'; from traceinsight.__main__ import main; main()"
+)
 SANITIZER_ENV = {
     "ASAN_OPTIONS": "detect_leaks=0:halt_on_error=1:abort_on_error=0:exitcode=86:detect_odr_violation=0",
     "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1:exitcode=87",
@@ -382,7 +391,11 @@ class Fuzzer:
             for (case, _), (code, stderr) in zip(cases, pool.map(self._run_cli, cases), strict=True):
                 self.counts["corpus cases through the CLI"] += 1
                 if code is None:
-                    self.finding(f"corpus {case.name}: analyze did not end within 300 s", b"")
+                    self.finding(
+                        f"corpus {case.name}: analyze did not end within {CLI_SECONDS} s; its stacks:\n"
+                        f"{stderr[-8000:]}",
+                        b"",
+                    )
                 elif code in (86, 87) or code < 0:
                     self.finding(f"corpus {case.name}: sanitizer report or crash:\n{stderr[-4000:]}", b"")
                 elif case.refused is not None and not (code == 2 and case.refused in stderr):
@@ -396,16 +409,32 @@ class Fuzzer:
         case, path = built
         out = self.work / f"out-{case.name}"
         out.mkdir()
-        command = [sys.executable, "-m", "traceinsight", "analyze", str(path), "--json", str(out / "r.json")]
+        command = [sys.executable, "-c", CLI_WITH_STACKS, "analyze", str(path), "--json", str(out / "r.json")]
         # The page for every case that loads; a refusal comes before any rendering.
         html = ["-o", str(out / "r.html")] if case.refused is None else ["--no-html"]
+        process = subprocess.Popen(
+            [*command, *html],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # its own process group: a forked chart child goes with it
+        )
         try:
-            done = subprocess.run([*command, *html], capture_output=True, text=True, timeout=300)
+            _, stderr = process.communicate(timeout=CLI_SECONDS)
+            return process.returncode, stderr
         except subprocess.TimeoutExpired:
-            return None, ""
+            # Every thread's stack, of the command and of any child it forked, then the end of them.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGUSR1)
+            time.sleep(2)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            _, stderr = process.communicate()
+            return None, stderr
         finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)  # whatever of the group outlived the command
             shutil.rmtree(out, ignore_errors=True)
-        return done.returncode, done.stderr
 
     def summary(self, seed: int) -> str:
         lines = [f"fuzz: seed {seed}; {len(self.findings)} finding(s)"]
