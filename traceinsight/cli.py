@@ -569,12 +569,6 @@ def main() -> None:
     if not isinstance(code, int):
         raise SystemExit(code)
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with suppress(BrokenPipeError):  # its reader went away (`| head`): what is left is dropped
             stream.flush()
-        except BrokenPipeError:
-            from traceinsight.render.terminal import reader_gone
-
-            reader_gone(stream)
-            with suppress(BrokenPipeError):  # what was left goes to /dev/null now
-                stream.flush()
     os._exit(code)
