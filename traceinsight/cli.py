@@ -527,10 +527,9 @@ _register_run()
 def _exit_interrupted() -> NoReturn:
     """One line and status 130. Not SystemExit: after an interrupted import the interpreter can end
     itself by SIGINT on the way out (seen 3 runs in 30), which a caller reads as another status."""
-    sys.stderr.write("traceinsight: interrupted (Ctrl-C); no output was left half-written\n")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(130)
+    with suppress(BrokenPipeError):
+        sys.stderr.write("traceinsight: interrupted (Ctrl-C); no output was left half-written\n")
+    _flush_and_exit(130)
 
 
 def _interrupted(exit: BaseException) -> bool:
@@ -568,6 +567,11 @@ def main() -> None:
         code = 0
     if not isinstance(code, int):
         raise SystemExit(code)
+    _flush_and_exit(code)
+
+
+def _flush_and_exit(code: int) -> NoReturn:
+    """Flush stdout and stderr, then end the process at once with ``code``."""
     for stream in (sys.stdout, sys.stderr):
         with suppress(BrokenPipeError):  # its reader went away (`| head`): what is left is dropped
             stream.flush()
