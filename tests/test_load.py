@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from collections import Counter
 from pathlib import Path
 
@@ -11,7 +12,10 @@ import polars as pl
 import pytest
 from tracebuild import SAMPLES, kernel, read_events, runtime, write_trace
 
+from traceinsight.errors import TraceUnreadable
 from traceinsight.load import load_trace, load_trace_reference
+from traceinsight.load import source as source_module
+from traceinsight.load.source import open_trace
 from traceinsight.load.text import clean_text, clean_texts
 
 ALL_SAMPLES = sorted(p for p in SAMPLES.rglob("*.json*"))
@@ -304,3 +308,56 @@ def test_a_torch_trace_with_an_unescaped_frame_name_is_repaired(
     assert trace.python.height == sum(1 for e in expected if e.get("cat") == "python_function")
     assert trace.cpu_ops.height == sum(1 for e in expected if e.get("cat") == "cpu_op")
     assert sum(name.endswith('    """') for name in trace.python["name"].to_list()) == len(quoted)
+
+
+# ------------------------------------------------------------------------- gunzip, any inflater --
+
+
+def _gunzipped(path: Path, block: int) -> bytes:
+    with open_trace(path) as source:
+        return b"".join(source.blocks(block))
+
+
+@pytest.mark.parametrize("inflater", ["default", "zlib"])
+def test_gunzip_gives_the_bytes_python_gives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inflater: str
+) -> None:
+    """The streamed text of every gzip sample, of several members and of zero padding after the
+    last, is what the standard library's ``gzip.decompress`` gives (the reference loader streams
+    through the same inflater, so it cannot be the yardstick here); with ISA-L's inflater (the
+    default where its wheel exists) and with zlib's, the fallback."""
+    if inflater == "zlib":
+        monkeypatch.setattr(source_module, "_inflate", zlib)
+    samples = sorted(SAMPLES.rglob("*.json.gz"))
+    assert len(samples) >= 10
+    for path in samples:
+        assert _gunzipped(path, 1 << 20) == gzip.decompress(path.read_bytes()), path.name
+    members = tmp_path / "members.json.gz"
+    parts = [
+        b'{"traceEvents": [',
+        b'{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 2}' * 500,
+        b"]}",
+    ]
+    members.write_bytes(b"".join(gzip.compress(part, mtime=0) for part in parts) + b"\0" * 4096)
+    assert _gunzipped(members, 1000) == b"".join(parts)
+
+
+@pytest.mark.parametrize("inflater", ["default", "zlib"])
+def test_corrupt_gzip_is_one_line_with_any_inflater(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inflater: str
+) -> None:
+    if inflater == "zlib":
+        monkeypatch.setattr(source_module, "_inflate", zlib)
+    data = bytearray(gzip.compress(b'{"traceEvents": [' + b'{"ph": "X", "ts": 1},' * 5000 + b"{}]}", mtime=0))
+    data[len(data) // 2] ^= 0xFF  # a flipped byte in the deflate data (or a wrong checksum)
+    path = tmp_path / "corrupt.json.gz"
+    path.write_bytes(bytes(data))
+    with pytest.raises(TraceUnreadable, match=r"^cannot read trace .*: corrupt gzip data \("):
+        load_trace(path)
+
+
+def test_isal_inflates_where_it_is_installed() -> None:
+    """ISA-L inflates gzip 2.9-3.3x as fast as zlib on the benchmark's traces (0.30 s against 0.91 s
+    for 500 MB of DDP JSON); the package depends on it where a wheel exists."""
+    pytest.importorskip("isal")
+    assert source_module._inflate.__name__ == "isal.isal_zlib"

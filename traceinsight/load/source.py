@@ -16,11 +16,21 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
+from types import ModuleType, TracebackType
 from typing import BinaryIO, Final
 
 from traceinsight.errors import TraceFormatError, TraceNotFound, TraceUnreadable
 from traceinsight.load.limits import GZIP_FLOOR_BYTES, GZIP_RATIO
+
+_inflate: ModuleType
+# ISA-L's inflater (the ``isal`` package) gives zlib's bytes 2.9-3.3x as fast (500 MB of JSON:
+# 0.30 s against 0.91 s); whole analyze of 0.5 GB gzip, 5 paired runs: wall 0.93-0.94x.
+try:
+    from isal import isal_zlib as _inflate
+except ImportError:  # a platform without its wheel: zlib's
+    _inflate = zlib
+#: What a corrupt gzip stream raises (zlib's error, or ISA-L's own).
+_CORRUPT: Final[tuple[type[Exception], ...]] = (zlib.error, _inflate.error)
 
 GZIP_MAGIC: Final = b"\x1f\x8b"
 _GZIP_READ_BYTES: Final = 256 << 10
@@ -175,7 +185,7 @@ class TraceFile:
             raise _unreadable(self.path, exc) from None
 
     def _gunzip(self, size: int) -> Iterator[bytes]:
-        inflater = zlib.decompressobj(31)
+        inflater = _inflate.decompressobj(31)
         pending = b""
         try:
             while True:
@@ -188,7 +198,7 @@ class TraceFile:
                     if not pending.strip(b"\x00"):
                         pending = b""
                         continue
-                    inflater = zlib.decompressobj(31)
+                    inflater = _inflate.decompressobj(31)
                 # Bounded output: a block of a repetitive trace can inflate 20×, a bomb 1000×.
                 block = inflater.decompress(pending, size)
                 pending = inflater.unused_data if inflater.eof else inflater.unconsumed_tail
@@ -196,7 +206,7 @@ class TraceFile:
                     self.produced += len(block)
                     self.limit.check(self.path, self.produced, self.consumed, compressed=True)
                     yield block
-        except zlib.error as exc:
+        except _CORRUPT as exc:
             raise TraceUnreadable(f"cannot read trace {self.path}: corrupt gzip data ({exc})") from None
         if not inflater.eof:
             raise TraceUnreadable(
