@@ -655,8 +655,9 @@ def _mapped_cut(
     position = start
     while position < size:
         end = min(size, position + BLOCK_BYTES * MAPPED_RUNS)
-        cut = -1
-        while end < size and (cut := mapped.rfind(boundary, position + 1, end)) < 0:
+        cut, searched = -1, position + 1
+        while end < size and (cut := mapped.rfind(boundary, searched, end)) < 0:
+            searched = max(searched, end - len(boundary) + 1)  # a long event: each byte searched once
             end = min(size, end + BLOCK_BYTES * MAPPED_RUNS)
         if end < size:
             end = cut + len(boundary) - 1  # at the "{"
@@ -705,10 +706,10 @@ class _Stream:
 
     def next_run(self, boundary: bytes, size: int) -> tuple[bytearray, int, bool] | None:
         """(run, its offset in the text, whether it is the rest of the text): the text up to the
-        last ``boundary`` in its first ``size`` bytes (``2 * size``, ... while there is none), as
-        a mapped file is cut, or all that is left; None when nothing is left. The run is the
-        buffer itself, cut short: no copy."""
-        want = size
+        last ``boundary`` in its first ``size`` bytes (``2 * size``, ``3 * size`` ... while there
+        is none), as a mapped file is cut, or all that is left; None when nothing is left. The run
+        is the buffer itself, cut short: no copy."""
+        want, searched = size, 1
         while True:
             self.fill(want)
             if len(self.buffer) < want and not self.more:
@@ -716,11 +717,12 @@ class _Stream:
                     return None
                 end, final = len(self.buffer), True
                 break
-            cut = self.buffer.rfind(boundary, 1, want)
+            cut = self.buffer.rfind(boundary, searched, want)
             if cut > 0:
                 end, final = cut + len(boundary) - 1, False  # at the "{"
                 break
-            want += size  # no boundary yet: an event longer than the run
+            searched = max(searched, want - len(boundary) + 1)  # a long event: each byte searched once
+            want += size
         run, self.buffer = self.buffer, self.buffer[end:]
         del run[end:]
         base, self.offset = self.offset, self.offset + end
