@@ -193,6 +193,9 @@ CORPUS: tuple[Hostile, ...] = (
     Hostile("gzip-bomb-of-spaces", lambda p: _repeated_gzip(p, b"", b" ", 2 << 30), refused="compression bomb", rss_mb=600),
     Hostile("gzip-bomb-of-spaces-in-the-array", lambda p: _repeated_gzip(p, b'{"traceEvents": [', b" ", 2 << 30, b"]}"),
         refused="compression bomb", rss_mb=600),
+    Hostile("gzip-900MB-of-spaces-after-the-array", lambda p: _repeated_gzip(p, b"[\n  " + _kernel_text().encode()
+        + b",\n  " + _kernel_text(ts=20).encode() + b"\n]", b" ", 900 << 20), refused="of JSON after the events array",
+        rss_mb=600),
     Hostile("name-of-500MB", lambda p: _repeated_gzip(p, b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "', b"a",
         500_000_000, b'", "pid": 0, "tid": 7, "ts": 1, "dur": 1, "args": {"device": 0, "stream": 7}}]}'), rss_mb=1000),
     Hostile("fifo", _fifo, refused="named pipe (FIFO), not a regular file", rss_mb=600),

@@ -706,23 +706,20 @@ class _Stream:
 
     def next_run(self, boundary: bytes, size: int) -> tuple[bytearray, int, bool] | None:
         """(run, its offset in the text, whether it is the rest of the text): the text up to the
-        last ``boundary`` in its first ``size`` bytes (``2 * size``, ``3 * size`` ... while there
-        is none), as a mapped file is cut, or all that is left; None when nothing is left. The run
-        is the buffer itself, cut short: no copy."""
-        want, searched = size, 1
-        while True:
-            self.fill(want)
-            if len(self.buffer) < want and not self.more:
-                if not self.buffer:
-                    return None
-                end, final = len(self.buffer), True
-                break
-            cut = self.buffer.rfind(boundary, searched, want)
-            if cut > 0:
-                end, final = cut + len(boundary) - 1, False  # at the "{"
-                break
-            searched = max(searched, want - len(boundary) + 1)  # a long event: each byte searched once
-            want += size
+        last ``boundary`` in its first ``size`` bytes, as a mapped file is cut, or all that is left
+        when that is shorter; None when nothing is left, or when those bytes hold no boundary (an
+        event longer than a run: the buffer is never grown to find one). The run is the buffer
+        itself, cut short: no copy."""
+        self.fill(size)
+        if len(self.buffer) < size and not self.more:
+            if not self.buffer:
+                return None
+            end, final = len(self.buffer), True
+        else:
+            cut = self.buffer.rfind(boundary, 1, size)
+            if cut < 0:
+                return None
+            end, final = cut + len(boundary) - 1, False  # at the "{"
         run, self.buffer = self.buffer, self.buffer[end:]
         del run[end:]
         base, self.offset = self.offset, self.offset + end
@@ -730,13 +727,20 @@ class _Stream:
 
     def tail(self, frame: _Frame, scanned: list[bytes | bytearray | memoryview]) -> bytes:
         """The text after the events array: ``scanned`` (the rest of the run that closed it, then
-        any text after that run), then every block left, up to the fields' limit."""
+        any text after that run), then the blocks left one at a time, up to the fields' limit.
+        Each part is let go of once copied."""
         tail = bytearray()
-        for part in [*scanned, *self.blocks]:
-            tail += part
+        self.buffer = bytearray()
+
+        def add(part: bytes | bytearray | memoryview) -> None:
+            tail.extend(part)
             if len(tail) > limits.MAX_FIELDS_BYTES:
                 raise frame.fields_limit("after")
-        self.buffer = bytearray()
+
+        while scanned:
+            add(scanned.pop(0))
+        for block in self.blocks:
+            add(block)
         return bytes(tail)
 
 
@@ -777,11 +781,13 @@ def _streamed(
         yield from _streamed_cut(stream, boundary, frame, pool, workers)
 
 
-def _streamed_in_turn(stream: _Stream, frame: _Frame, pool: ThreadPoolExecutor) -> Iterator[tuple[Any, ...]]:
-    """One scan after another over the buffer, each resuming where the previous stopped; a scan
-    that completes no element is retried on twice as much text."""
+def _streamed_in_turn(
+    stream: _Stream, frame: _Frame, pool: ThreadPoolExecutor, state: int = _START
+) -> Iterator[tuple[Any, ...]]:
+    """One scan after another over the buffer (from ``state``), each resuming where the previous
+    stopped; a scan that completes no element is retried on twice as much text."""
     assert _scan is not None
-    state, want = _START, BLOCK_BYTES
+    want = BLOCK_BYTES
     stream.fill(want)
     future = pool.submit(_scan.scan, stream.buffer, 0, state, frame.depth)
     while True:
@@ -808,7 +814,9 @@ def _streamed_in_turn(stream: _Stream, frame: _Frame, pool: ThreadPoolExecutor) 
 def _streamed_cut(
     stream: _Stream, boundary: bytes, frame: _Frame, pool: ThreadPoolExecutor, workers: int
 ) -> Iterator[tuple[Any, ...]]:
-    """Runs of the stream cut at ``boundary``, scanned ``workers`` at a time (see :func:`_streamed`)."""
+    """Runs of the stream cut at ``boundary``, scanned ``workers`` at a time (see :func:`_streamed`),
+    until a run's worth of text holds no boundary: from there the scans go in turn, so an event
+    longer than a run is read as the scanner's limits allow, never buffered whole to find its end."""
     assert _scan is not None
     inflight: deque[tuple[Future[Any], bytearray, int, bool]] = deque()
 
@@ -839,7 +847,12 @@ def _streamed_cut(
             yield result
             if result[2]:
                 return
-    raise _truncated(frame)
+    while inflight:  # each checked before the text after it is scanned in turn
+        result = finish()
+        yield result
+        if result[2]:
+            return
+    yield from _streamed_in_turn(stream, frame, pool, state)
 
 
 def _drop_pages(mapped: mmap.mmap, begin: int, end: int) -> None:
