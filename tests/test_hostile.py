@@ -196,6 +196,11 @@ CORPUS: tuple[Hostile, ...] = (
     Hostile("gzip-900MB-of-spaces-after-the-array", lambda p: _repeated_gzip(p, b"[\n  " + _kernel_text().encode()
         + b",\n  " + _kernel_text(ts=20).encode() + b"\n]", b" ", 900 << 20), refused="of JSON after the events array",
         rss_mb=600),
+    # a file cut short, or bad JSON far in: never read again whole to look for a name to repair
+    Hostile("gzip-object-cut-short-after-900MB-of-spaces", lambda p: _repeated_gzip(p, b'{"traceEvents": [\n  '
+        + _kernel_text().encode() + b",", b" ", 900 << 20), refused="ends inside the events array", rss_mb=600),
+    Hostile("gzip-object-with-a-bad-byte-after-900MB-of-spaces", lambda p: _repeated_gzip(p, b'{"traceEvents": [\n  '
+        + _kernel_text().encode() + b",", b" ", 900 << 20, b'\n    "name": x\n]}'), refused="not valid JSON", rss_mb=600),
     Hostile("name-of-500MB", lambda p: _repeated_gzip(p, b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "', b"a",
         500_000_000, b'", "pid": 0, "tid": 7, "ts": 1, "dur": 1, "args": {"device": 0, "stream": 7}}]}'), rss_mb=1000),
     Hostile("fifo", _fifo, refused="named pipe (FIFO), not a regular file", rss_mb=600),

@@ -310,6 +310,84 @@ def test_a_torch_trace_with_an_unescaped_frame_name_is_repaired(
     assert sum(name.endswith('    """') for name in trace.python["name"].to_list()) == len(quoted)
 
 
+def _kineto_layout(names: list[str], *, raw: bool) -> bytes:
+    """A trace in torch's own layout (one key per line); each name JSON-escaped, or with
+    ``raw`` written as torch wrote frame names: quotes and newlines as they are."""
+    written = ['"' + name + '"' if raw else json.dumps(name, ensure_ascii=False) for name in names]
+    events = [
+        '  {\n    "ph": "X",\n    "cat": "python_function",\n'
+        f'    "name": {name},\n    "pid": 1,\n    "tid": 1,\n    "ts": {10 * i},\n    "dur": 5\n  }}'
+        for i, name in enumerate(written)
+    ]
+    return ('{\n  "schemaVersion": 1,\n  "traceEvents": [\n' + ",\n".join(events) + "\n  ]\n}\n").encode()
+
+
+MENDED_NAMES = ["ünïcödé" * 40 + ".py(3): f", 'quoted.py(6):     """', "f", "split.py(1): a\nb\nc", "g"]
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+@pytest.mark.parametrize("form", ["plain", "byte-order-mark", "gzip", "NaN-first"])
+def test_names_torch_left_unescaped_or_split_are_repaired_like_the_escaped_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native: str, form: str
+) -> None:
+    """A bare quote and a name split over lines (kinetos before 2023) after non-ASCII text (the
+    loader finds the bad line by its byte offset, which each parser gives its own way; a NaN
+    first leaves the file to Python's json): the tables are the reference's tables of the same
+    trace written with the names escaped."""
+    from traceinsight.load.schema import TABLES
+
+    def written(name: str, text: bytes) -> Path:
+        text = b"\xef\xbb\xbf" + text if form == "byte-order-mark" else text
+        text = text.replace(b'"dur": 5', b'"dur": NaN', 1) if form == "NaN-first" else text
+        path = tmp_path / (name + (".json.gz" if form == "gzip" else ".json"))
+        path.write_bytes(gzip.compress(text) if form == "gzip" else text)
+        return path
+
+    broken = _kineto_layout(MENDED_NAMES, raw=True)
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(broken)
+    monkeypatch.setenv("TRACEINSIGHT_NATIVE", native)
+    trace = load_trace(written("broken", broken))
+    expected = load_trace_reference(written("escaped", _kineto_layout(MENDED_NAMES, raw=False)))
+    assert trace.meta.load_notes == (*expected.meta.load_notes, ("repaired-name", 2))
+    for table in TABLES:
+        assert getattr(trace, table).equals(getattr(expected, table)), table
+    assert trace.python.height == len(MENDED_NAMES)
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_file_cut_short_is_never_read_again_to_repair_a_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native: str
+) -> None:
+    """A cut at every byte of a name line, at the start of every line and inside the top-level
+    fields: one line, and the whole text is never read again for :func:`.repair.repair_names`
+    (which would hold it twice in memory). The file holds a name the repair would mend, last."""
+    import traceinsight.load as load_module
+    from traceinsight.errors import TraceFormatError
+
+    def never(raw: bytes) -> tuple[bytes, int]:
+        raise AssertionError("read again to repair")
+
+    text = _kineto_layout([*MENDED_NAMES[:3], "h"], raw=False) + b" " * 10
+    text = text.replace(json.dumps(MENDED_NAMES[1]).encode(), f'"{MENDED_NAMES[1]}"'.encode())
+    first_name = text.index(b'    "name"')
+    cuts = [
+        *range(first_name, text.index(b"\n", first_name) + 1),
+        *(i + 1 for i, c in enumerate(text) if c == 10),
+    ]
+    cuts = [cut for cut in cuts if cut < text.index(b"quoted.py")] + [5, 20]
+    monkeypatch.setattr(load_module, "repair_names", never)
+    monkeypatch.setenv("TRACEINSIGHT_NATIVE", native)
+    path = tmp_path / "cut.json"
+    for cut in cuts:
+        path.write_bytes(text[:cut])
+        with pytest.raises(TraceFormatError, match=r"not valid JSON|ends before|the file is empty"):
+            load_trace(path)
+    path.write_bytes(text)
+    with pytest.raises(AssertionError, match="read again"):
+        load_trace(path)  # the yardstick: the mendable name is read again
+
+
 # ------------------------------------------------------------------------- gunzip, any inflater --
 
 

@@ -23,7 +23,16 @@ class TraceUnreadable(TraceInsightError):
 
 
 class TraceFormatError(TraceInsightError):
-    """The bytes are read but are not a torch.profiler Chrome trace (not JSON, truncated, wrong shape)."""
+    """The bytes are read but are not a torch.profiler Chrome trace (not JSON, truncated, wrong shape).
+
+    ``at``: for JSON that stops being valid before its end, the byte of the (uncompressed) text
+    where it does, when the parser says; None otherwise (a text cut short, a valid JSON text that
+    is not a trace).
+    """
+
+    def __init__(self, message: str, *, at: int | None = None) -> None:
+        super().__init__(message)
+        self.at = at
 
 
 class CaptureError(TraceInsightError):

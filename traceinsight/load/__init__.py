@@ -15,13 +15,14 @@ import os
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Final
 
-from traceinsight.errors import TraceFormatError
+from traceinsight.errors import TraceFormatError, TraceInsightError
 from traceinsight.load import fallback, native
 from traceinsight.load.decode import TraceDocument
 from traceinsight.load.progress import ProgressCallback
 from traceinsight.load.reference import load_trace_reference
-from traceinsight.load.repair import repair_names
+from traceinsight.load.repair import mends_line_at, repair_names
 from traceinsight.load.source import SizeLimit, TraceFile, open_trace
 from traceinsight.load.tables import ChunkTables, Device, Trace, TraceMeta, trace_for
 
@@ -35,6 +36,9 @@ __all__ = [
     "load_trace",
     "load_trace_reference",
 ]
+
+#: Bytes read on either side of where a text stopped being JSON to see whether a name repair mends it.
+MEND_REACH: Final = 1 << 20
 
 Loader = Callable[[TraceFile, ProgressCallback | None], tuple[TraceDocument, ChunkTables]]
 
@@ -84,12 +88,19 @@ def load_trace(
             except native.Unavailable:
                 source.rewind()
                 document, part = load_pure(source, progress)
-        except TraceFormatError:
-            # torch's own unescaped frame names (see :mod:`.repair`); any other error stands. Only
-            # a text that starts as a trace object is read again whole to look for them.
+        except TraceFormatError as error:
+            # torch's own unescaped frame names (see :mod:`.repair`); any other error stands. The
+            # text is read again whole only when the byte where it stopped being JSON lies on a
+            # name line the repair mends (not for a file cut short: memory stays bounded).
+            if error.at is None:
+                raise
+            start = max(error.at - MEND_REACH, 0)
             source.rewind()
-            head = next(source.blocks(4096), b"")
-            if not head.removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\r\n").startswith(b"{"):
+            try:
+                near = source.window(start, error.at + MEND_REACH)
+            except TraceInsightError:
+                raise error from None
+            if not mends_line_at(near, error.at - start):
                 raise
             source.rewind()
             text, repaired = repair_names(source.read_all())

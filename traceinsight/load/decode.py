@@ -60,14 +60,15 @@ UTF8_BOM = b"\xef\xbb\xbf"
 _JSON_START = frozenset(b'{["-0123456789tfnNI')
 
 
-def json_error(path: Path, detail: str, *, truncated: bool = True) -> TraceFormatError:
-    """The one line for a file that is not valid JSON (``truncated``: it may have been cut short)."""
+def json_error(path: Path, detail: str, *, truncated: bool = True, at: int | None = None) -> TraceFormatError:
+    """The one line for a file that is not valid JSON (``truncated``: it may have been cut short;
+    ``at``: the byte of the text where the parser stopped, when it said)."""
     hint = (
         "a truncated file usually means the export was interrupted"
         if truncated
         else "the file is damaged or is not a trace written by the profiler"
     )
-    return TraceFormatError(f"cannot read trace {path}: not valid JSON ({detail}); {hint}")
+    return TraceFormatError(f"cannot read trace {path}: not valid JSON ({detail}); {hint}", at=at)
 
 
 def not_a_trace(path: Path, what: str) -> TraceFormatError:
@@ -124,7 +125,8 @@ def parse_json(raw: bytes | bytearray, path: Path, **options: Any) -> Any:
     try:
         return json.loads(text, **options)
     except json.JSONDecodeError as exc:
-        raise json_error(path, str(exc)) from None
+        at = len(text[: exc.pos].encode()) + (len(UTF8_BOM) if raw.startswith(UTF8_BOM) else 0)
+        raise json_error(path, str(exc), at=at) from None
     except RecursionError:
         raise json_error(path, "nested too deeply for Python's json", truncated=False) from None
     except ValueError as exc:  # an integer of more than 4300 digits

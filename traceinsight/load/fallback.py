@@ -164,7 +164,9 @@ def _decode(raw: bytes | bytearray, path: Path) -> tuple[TraceDocument, list[Any
         except msgspec.DecodeError as exc:
             if _nonfinite_at(text, str(exc)):
                 return None  # NaN/Infinity: Python's json (the reference) reads them
-            raise json_error(path, str(exc).removeprefix("JSON is malformed: ")) from None
+            at = _AT_BYTE.search(str(exc))
+            where = None if at is None else int(at.group(1)) + len(raw) - len(text)
+            raise json_error(path, str(exc).removeprefix("JSON is malformed: "), at=where) from None
         except UnicodeDecodeError as exc:
             raise json_error(path, f"invalid UTF-8 at byte {exc.start}", truncated=False) from None
         except RecursionError:

@@ -450,7 +450,7 @@ class _Frame:
                 f"cannot read trace {path}: a number of more than {limits.MAX_INT_DIGITS} digits {where}; "
                 "a profiler never writes that, so the file is damaged or not a trace"
             )
-        return json_error(path, f"{_describe(text, offset)} {where}", truncated=False)
+        return json_error(path, f"{_describe(text, offset)} {where}", truncated=False, at=base + offset)
 
     def fields_limit(self, where: str) -> TraceFormatError:
         return TraceFormatError(

@@ -214,6 +214,25 @@ class TraceFile:
                 "was the file copied completely and the profiler stopped cleanly?"
             )
 
+    def window(self, start: int, end: int) -> bytes:
+        """Bytes ``start:end`` of the JSON text (gzip streamed up to them, nothing before kept);
+        shorter where the text ends first. Reads from the start: :meth:`rewind` first."""
+        if not self.compressed:
+            try:
+                self.stream.seek(start)
+                return self.stream.read(max(end - start, 0))
+            except OSError as exc:
+                raise _unreadable(self.path, exc) from None
+        kept: list[bytes] = []
+        at = 0
+        for block in self.blocks(1 << 20):
+            if at + len(block) > start:
+                kept.append(block[max(start - at, 0) : end - at])
+            at += len(block)
+            if at >= end:
+                break
+        return b"".join(kept)
+
     def read_all(self) -> bytes | bytearray:
         """The whole JSON text (gzip streamed into one buffer, under the size limit); a text with
         nothing but whitespace is refused as empty."""
