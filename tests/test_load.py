@@ -312,8 +312,12 @@ def test_a_torch_trace_with_an_unescaped_frame_name_is_repaired(
 
 def _kineto_layout(names: list[str], *, raw: bool) -> bytes:
     """A trace in torch's own layout (one key per line); each name JSON-escaped, or with
-    ``raw`` written as torch wrote frame names: quotes and newlines as they are."""
-    written = ['"' + name + '"' if raw else json.dumps(name, ensure_ascii=False) for name in names]
+    ``raw`` written as torch wrote frame names: quotes and newlines as they are (a name with a
+    backslash is always escaped, as a JSON writer writes it)."""
+    written = [
+        '"' + name + '"' if raw and "\\" not in name else json.dumps(name, ensure_ascii=False)
+        for name in names
+    ]
     events = [
         '  {\n    "ph": "X",\n    "cat": "python_function",\n'
         f'    "name": {name},\n    "pid": 1,\n    "tid": 1,\n    "ts": {10 * i},\n    "dur": 5\n  }}'
@@ -322,7 +326,15 @@ def _kineto_layout(names: list[str], *, raw: bool) -> bytes:
     return ('{\n  "schemaVersion": 1,\n  "traceEvents": [\n' + ",\n".join(events) + "\n  ]\n}\n").encode()
 
 
-MENDED_NAMES = ["ünïcödé" * 40 + ".py(3): f", 'quoted.py(6):     """', "f", "split.py(1): a\nb\nc", "g"]
+#: Two names torch's layout breaks (a bare quote, a split line); one it writes well that ends in an
+#: escaped backslash (its closing quote follows a backslash, yet is not escaped).
+MENDED_NAMES = [
+    "ünïcödé" * 40 + ".py(3): f",
+    'quoted.py(6):     """',
+    "C:\\dir\\",
+    "split.py(1): a\nb\nc",
+    "g",
+]
 
 
 @pytest.mark.parametrize("native", ["1", "0"])
@@ -355,17 +367,35 @@ def test_names_torch_left_unescaped_or_split_are_repaired_like_the_escaped_file(
     assert trace.python.height == len(MENDED_NAMES)
 
 
+@pytest.mark.parametrize("block", [1, 2, 7, 64, 1 << 20])
+def test_names_mended_in_blocks_of_any_size_are_the_json_writers_escapes(block: int) -> None:
+    """The repair streams: its text, in blocks of any size, is byte for byte what Python's json
+    writes for the same names (quotes as ``\\"``, newlines as ``\\n``, a well-formed name left alone);
+    and a stream of it reads the same again after a seek to its start."""
+    from traceinsight.load.repair import MendedText, mended_blocks
+
+    broken = _kineto_layout(MENDED_NAMES * 3, raw=True)
+    count = [0]
+    mended = b"".join(mended_blocks((broken[at : at + block] for at in range(0, len(broken), block)), count))
+    assert mended == _kineto_layout(MENDED_NAMES * 3, raw=False)
+    assert count == [6]
+    stream = MendedText(lambda: (broken[at : at + block] for at in range(0, len(broken), block)))
+    pieces = list(iter(lambda: stream.read(5), b""))
+    assert b"".join(pieces) == mended and stream.repaired == 6
+    assert stream.seek(0) == 0 and stream.read() == mended and stream.repaired == 6
+
+
 @pytest.mark.parametrize("native", ["1", "0"])
 def test_a_file_cut_short_is_never_read_again_to_repair_a_name(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native: str
 ) -> None:
     """A cut at every byte of a name line, at the start of every line and inside the top-level
-    fields: one line, and the whole text is never read again for :func:`.repair.repair_names`
-    (which would hold it twice in memory). The file holds a name the repair would mend, last."""
+    fields: one line, and the whole text is never read again to repair names
+    (which would read all of it again). The file holds a name the repair would mend, last."""
     import traceinsight.load as load_module
     from traceinsight.errors import TraceFormatError
 
-    def never(raw: bytes) -> tuple[bytes, int]:
+    def never(*args: object) -> tuple[object, ...]:
         raise AssertionError("read again to repair")
 
     text = _kineto_layout([*MENDED_NAMES[:3], "h"], raw=False) + b" " * 10
@@ -376,7 +406,7 @@ def test_a_file_cut_short_is_never_read_again_to_repair_a_name(
         *(i + 1 for i, c in enumerate(text) if c == 10),
     ]
     cuts = [cut for cut in cuts if cut < text.index(b"quoted.py")] + [5, 20]
-    monkeypatch.setattr(load_module, "repair_names", never)
+    monkeypatch.setattr(load_module, "_load_mended", never)
     monkeypatch.setenv("TRACEINSIGHT_NATIVE", native)
     path = tmp_path / "cut.json"
     for cut in cuts:

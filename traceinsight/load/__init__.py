@@ -10,9 +10,8 @@ Every path opens the file the same safe way and streams gzip under the same size
 
 from __future__ import annotations
 
-import io
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Final
@@ -22,7 +21,7 @@ from traceinsight.load import fallback, native
 from traceinsight.load.decode import TraceDocument
 from traceinsight.load.progress import ProgressCallback
 from traceinsight.load.reference import load_trace_reference
-from traceinsight.load.repair import mends_line_at, repair_names
+from traceinsight.load.repair import MendedText, mends_line_at
 from traceinsight.load.source import SizeLimit, TraceFile, open_trace
 from traceinsight.load.tables import ChunkTables, Device, Trace, TraceMeta, trace_for
 
@@ -36,6 +35,9 @@ __all__ = [
     "load_trace",
     "load_trace_reference",
 ]
+
+#: Blocks of a file streamed through the name repair.
+BLOCK_BYTES: Final = 4 << 20
 
 #: Bytes read on either side of where a text stopped being JSON to see whether a name repair mends it.
 MEND_REACH: Final = 1 << 20
@@ -67,6 +69,33 @@ def load_pure(source: TraceFile, progress: ProgressCallback | None) -> tuple[Tra
     return document, part
 
 
+def _load_mended(
+    source: TraceFile, loader: Loader, progress: ProgressCallback | None
+) -> tuple[TraceDocument, ChunkTables, int]:
+    """Load ``source`` again, its text streamed through the name repair (:class:`.MendedText`),
+    with the loader that failed on it (progress in bytes of the file); and how many names were
+    repaired."""
+
+    def text_blocks() -> Iterator[bytes]:
+        source.rewind()
+        return source.blocks(BLOCK_BYTES)
+
+    def on_file(done: int, total: int, events: int) -> None:
+        if progress is not None:
+            progress(
+                min(source.consumed, source.size - 1) if done < total else source.size, source.size, events
+            )
+
+    text = MendedText(text_blocks)
+    with TraceFile(source.path, text, source.size, source.limit) as mended:  # type: ignore[arg-type]
+        try:
+            document, part = loader(mended, on_file)
+        except native.Unavailable:
+            mended.rewind()
+            document, part = load_pure(mended, on_file)
+    return document, part, text.repaired
+
+
 def load_trace(
     path: Path, progress: ProgressCallback | None = None, *, limit: SizeLimit | None = None
 ) -> Trace:
@@ -90,8 +119,8 @@ def load_trace(
                 document, part = load_pure(source, progress)
         except TraceFormatError as error:
             # torch's own unescaped frame names (see :mod:`.repair`); any other error stands. The
-            # text is read again whole only when the byte where it stopped being JSON lies on a
-            # name line the repair mends (not for a file cut short: memory stays bounded).
+            # text is read again, streamed through the repair, only when the byte where it
+            # stopped being JSON lies on a name line the repair mends (never for a file cut short).
             if error.at is None:
                 raise
             start = max(error.at - MEND_REACH, 0)
@@ -102,12 +131,9 @@ def load_trace(
                 raise error from None
             if not mends_line_at(near, error.at - start):
                 raise
-            source.rewind()
-            text, repaired = repair_names(source.read_all())
+            document, part, repaired = _load_mended(source, loader, progress)
             if not repaired:
                 raise
-            with TraceFile(path, io.BytesIO(text), len(text), source.limit) as mended:
-                document, part = load_pure(mended, progress)
     trace = trace_for(path, document, part)
     if not repaired:
         return trace

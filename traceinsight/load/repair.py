@@ -4,54 +4,48 @@ libkineto writes every event's ``"name"`` as it is, between quotes, one key per 
 frame whose file or function name holds a ``"`` (torch's tracer wrote
 ``torchvision/ops/roi_align.py(0):`` followed by a docstring's triple quote) makes the file invalid JSON;
 kinetos before 2023 also left newlines in names, splitting the line. Only the ``"name"`` lines of
-that layout are touched:
+that layout are touched, and only those that are not already a JSON string closed at the line's
+end:
 
 - a name line whose text holds a bare ``"`` gets it escaped (``\\"``);
-- a name line that does not close (no ``"`` or ``",`` at its end) is joined with the lines after
-  it, up to :data:`MAX_JOINED_LINES`, each newline written as ``\\n``.
+- a name line that does not close (no unescaped ``"`` or ``",`` at its end) is joined with the
+  lines after it, up to :data:`MAX_JOINED_LINES`, each newline written as ``\\n``.
 
 Nothing else is guessed: a file cut short (a real truncation) has no such line to repair, so the
 loader keeps its own message for it. Used only after a file failed to parse where
 :func:`mends_line_at` says the repair can help: the byte where the JSON stopped being valid lies on
-a name line it mends (a file cut short is never read again whole).
+a name line it mends (a file cut short is never read again whole). The repair streams
+(:class:`MendedText`): a file is mended as it is read, a few lines held at a time.
 """
 
 from __future__ import annotations
 
+import io
 import re
+from collections.abc import Callable, Iterable, Iterator
 from typing import Final
 
-__all__ = ["MAX_JOINED_LINES", "mends_line_at", "repair_names"]
+__all__ = ["MAX_JOINED_LINES", "MendedText", "mended_blocks", "mends_line_at", "repair_names"]
 
 MAX_JOINED_LINES: Final = 8
 """Most lines one name may have been split into by raw newlines."""
 
-_NAME_START: Final = re.compile(rb'(?m)^[ \t]*"name": "')
-_BARE_QUOTE: Final = re.compile(rb'(?<!\\)"')
-_CLOSED: Final = re.compile(rb'(?<!\\)",?$|(?<!\\)"$')
+#: A name that is not a JSON string closed at its line's end, not after ``, `` (found by the
+#: regex engine from its literal start, so that well-formed names, nearly all of them, cost no
+#: Python; :func:`_suspects` keeps those that start their line): the match ends where the name's
+#: text starts.
+_SUSPECT: Final = re.compile(rb'(?m)"name": "(?<!, "name": ")(?![^"\\\n]*(?:\\[^\n][^"\\\n]*)*",?\r?$)')
+_NAME_START: Final = re.compile(rb'[ \t]*"name": "')
+#: An escape pair, or a quote (group 1) that is not part of one.
+_QUOTE: Final = re.compile(rb'(?s)\\.|(")')
+_COMMA_AT_END: Final = re.compile(rb",?")
 
 
 def repair_names(raw: bytes | bytearray | memoryview) -> tuple[bytes, int]:
     """``raw`` with every malformed name line repaired, and how many names were repaired."""
-    data = bytes(raw)
-    pieces: list[bytes] = []
-    copied = 0
-    repaired = 0
-    for match in _NAME_START.finditer(data):
-        text_start = match.end()
-        if text_start < copied:
-            continue  # inside a name already joined
-        mended = _mended(data, text_start)
-        if mended is None:
-            continue
-        fixed, line_end = mended
-        pieces += [data[copied:text_start], fixed]
-        copied = line_end
-        repaired += 1
-    if not repaired:
-        return data, 0
-    pieces.append(data[copied:])
-    return b"".join(pieces), repaired
+    count = [0]
+    mended = b"".join(mended_blocks([bytes(raw)], count))
+    return mended, count[0]
 
 
 def mends_line_at(data: bytes | bytearray | memoryview, at: int) -> bool:
@@ -63,25 +57,93 @@ def mends_line_at(data: bytes | bytearray | memoryview, at: int) -> bool:
     return match is not None and _mended(text, match.end()) is not None
 
 
+def mended_blocks(blocks: Iterable[bytes], count: list[int]) -> Iterator[bytes]:
+    """The text of ``blocks`` with every malformed name line repaired, in blocks; ``count[0]``
+    is raised by one for each name repaired. Holds the lines a name may span past each block."""
+    held: list[bytes] = []
+    lines = 0
+    for block in blocks:
+        held.append(block)
+        lines += block.count(b"\n")
+        if lines <= MAX_JOINED_LINES + 1:
+            continue
+        data = b"".join(held)
+        cut = _settled(data)
+        out, used = _mend_run(data, cut, count, final=False)
+        rest = data[used:]
+        held, lines = [rest], rest.count(b"\n")
+        yield out
+    data = b"".join(held)
+    yield _mend_run(data, len(data), count, final=True)[0]
+
+
+def _settled(data: bytes) -> int:
+    """The start of the line with :data:`MAX_JOINED_LINES` complete lines after it in ``data``
+    (which holds more): a name line starting before it has every line it may be joined with."""
+    end = len(data)
+    for _ in range(MAX_JOINED_LINES + 2):
+        end = data.rfind(b"\n", 0, end)
+    return end + 1
+
+
+def _mend_run(data: bytes, cut: int, count: list[int], *, final: bool) -> tuple[bytes, int]:
+    """``data`` up to ``cut`` (or past it, to the end of a name joined across it) with its name
+    lines mended, and where that text ends in ``data``."""
+    pieces: list[bytes] = []
+    copied = 0
+    for line_start, text_start in _suspects(data):
+        if line_start >= cut:
+            break
+        if text_start < copied:
+            continue  # inside a name already joined
+        mended = _mended(data, text_start)
+        if mended is None:
+            continue
+        fixed, line_end = mended
+        pieces += [data[copied:text_start], fixed]
+        copied = line_end
+        count[0] += 1
+    used = len(data) if final else max(cut, copied)
+    pieces.append(data[copied:used])
+    return b"".join(pieces), used
+
+
+def _suspects(data: bytes) -> Iterator[tuple[int, int]]:
+    """Where each name line of ``data`` that is not well formed starts, and its name's text."""
+    for match in _SUSPECT.finditer(data):
+        line_start = data.rfind(b"\n", 0, match.start()) + 1
+        if _NAME_START.fullmatch(data, line_start, match.end()):
+            yield line_start, match.end()
+
+
 def _mended(data: bytes, text_start: int) -> tuple[bytes, int] | None:
     """The name text starting at ``text_start`` repaired (closing quote and comma kept) and where
     its last line ends; None when it needs no repair or cannot have one (it never closes)."""
     line_end = _line_end(data, text_start)
     text = data[text_start:line_end].rstrip(b"\r")
     joined = 0
-    while not _CLOSED.search(text) and joined < MAX_JOINED_LINES and line_end < len(data):
+    while _closing(text) is None and joined < MAX_JOINED_LINES and line_end < len(data):
         next_end = _line_end(data, line_end + 1)
         text = text + b"\n" + data[line_end + 1 : next_end].rstrip(b"\r")
         line_end = next_end
         joined += 1
-    closing = _CLOSED.search(text)
+    closing = _closing(text)
     if closing is None:
         return None  # never closes: not a name we can mend (a truncated file)
-    body, tail = text[: closing.start()], text[closing.start() :]
-    fixed = _BARE_QUOTE.sub(_escaped_quote, body).replace(b"\n", b"\\n")
+    body, tail = text[:closing], text[closing:]
+    fixed = _QUOTE.sub(_escaped_quote, body).replace(b"\n", b"\\n")
     if fixed == body and not joined:
         return None
     return fixed + tail, line_end
+
+
+def _closing(text: bytes) -> int | None:
+    """Where the quote closing a name's ``text`` is: its last quote outside an escape pair, when
+    only a comma may follow it."""
+    quotes = [match.start() for match in _QUOTE.finditer(text) if match.group(1)]
+    if quotes and _COMMA_AT_END.fullmatch(text, quotes[-1] + 1):
+        return quotes[-1]
+    return None
 
 
 def _line_end(data: bytes, start: int) -> int:
@@ -89,5 +151,47 @@ def _line_end(data: bytes, start: int) -> int:
     return len(data) if end < 0 else end
 
 
-def _escaped_quote(_: re.Match[bytes]) -> bytes:
-    return b'\\"'
+def _escaped_quote(match: re.Match[bytes]) -> bytes:
+    return b'\\"' if match.group(1) else match.group()
+
+
+class MendedText(io.RawIOBase):
+    """A stream of ``open_blocks()``'s text with its names repaired (:func:`mended_blocks`), for
+    the loaders to read as they read a file; ``repaired`` counts the names mended so far. Seeking
+    goes back to the start only (``open_blocks`` is called again)."""
+
+    def __init__(self, open_blocks: Callable[[], Iterable[bytes]]) -> None:
+        super().__init__()
+        self._open = open_blocks
+        self._count = [0]
+        self._blocks = mended_blocks(open_blocks(), self._count)
+        self._left = memoryview(b"")
+
+    @property
+    def repaired(self) -> int:
+        return self._count[0]
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if (offset, whence) != (0, io.SEEK_SET):
+            raise io.UnsupportedOperation("a mended text seeks only to its start")
+        self._count = [0]
+        self._blocks = mended_blocks(self._open(), self._count)
+        self._left = memoryview(b"")
+        return 0
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        while not self._left:
+            block = next(self._blocks, None)
+            if block is None:
+                return 0
+            self._left = memoryview(block)
+        size = min(len(buffer), len(self._left))
+        buffer[:size] = self._left[:size]
+        self._left = self._left[size:]
+        return size
