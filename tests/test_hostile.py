@@ -201,6 +201,10 @@ CORPUS: tuple[Hostile, ...] = (
         + _kernel_text().encode() + b",", b" ", 900 << 20), refused="ends inside the events array", rss_mb=600),
     Hostile("gzip-object-with-a-bad-byte-after-900MB-of-spaces", lambda p: _repeated_gzip(p, b'{"traceEvents": [\n  '
         + _kernel_text().encode() + b",", b" ", 900 << 20, b'\n    "name": x\n]}'), refused="not valid JSON", rss_mb=600),
+    Hostile("gzip-quoted-name-then-a-line-of-900MB", lambda p: _repeated_gzip(p, b'{"traceEvents": [\n  {\n'
+        b'    "ph": "X",\n    "cat": "python_function",\n    "name": "q.py(1):     """",\n    "pid": 1,\n'
+        b'    "tid": 1,\n    "ts": 1,\n    "dur": 1\n  },', b" ", 900 << 20, b'\n  {"ph": "X", "cat": "python_function", '
+        b'"name": "g", "pid": 1, "tid": 1, "ts": 5, "dur": 1}\n]}\n'), rss_mb=600),
     Hostile("name-of-500MB", lambda p: _repeated_gzip(p, b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "', b"a",
         500_000_000, b'", "pid": 0, "tid": 7, "ts": 1, "dur": 1, "args": {"device": 0, "stream": 7}}]}'), rss_mb=1000),
     Hostile("fifo", _fifo, refused="named pipe (FIFO), not a regular file", rss_mb=600),
@@ -378,7 +382,8 @@ def test_bombs_and_special_files_end_quickly_in_bounded_memory(case: Hostile, tm
     assert_outputs_clean(stdout, out / "r.json", out / "r.html")
     page = (out / "r.html").read_text(encoding="utf-8")
     assert len(page) < 2_000_000  # the report is bounded by the analysis, not by a name
-    assert "a…(+499999008 chars)" in page
+    if case.name == "name-of-500MB":
+        assert "a…(+499999008 chars)" in page
 
 
 # --- no report shows a file outside the source root -----------------------------------------------

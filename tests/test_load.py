@@ -385,6 +385,32 @@ def test_names_mended_in_blocks_of_any_size_are_the_json_writers_escapes(block: 
     assert stream.seek(0) == 0 and stream.read() == mended and stream.repaired == 6
 
 
+@pytest.mark.parametrize("block", [7, 64])
+def test_the_repair_holds_back_a_bounded_text_past_a_long_line(
+    monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    """A line far longer than the text the repair may hold back (an argument of 5,000 bytes,
+    held back at most 256): the names before and after it are mended as the json writer writes
+    them, and no piece handed on is much longer than what may be held."""
+    from traceinsight.load import repair
+
+    monkeypatch.setattr(repair, "HOLD_BYTES", 256)
+    long_line = b'"dur": 5,\n    "args": {"long": "' + b"a" * 5000 + b'"}'
+
+    def with_long_line(text: bytes) -> bytes:
+        at = text.index(b'"dur": 5', text.index(b"split.py"))
+        return text[:at] + long_line + text[at + len(b'"dur": 5') :]
+
+    broken = with_long_line(_kineto_layout(MENDED_NAMES * 2, raw=True))
+    count = [0]
+    pieces = list(
+        repair.mended_blocks((broken[at : at + block] for at in range(0, len(broken), block)), count)
+    )
+    assert b"".join(pieces) == with_long_line(_kineto_layout(MENDED_NAMES * 2, raw=False))
+    assert count == [4]
+    assert max(map(len, pieces)) < 256 + block + 1000
+
+
 @pytest.mark.parametrize("native", ["1", "0"])
 def test_a_file_cut_short_is_never_read_again_to_repair_a_name(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native: str

@@ -25,10 +25,13 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Final
 
-__all__ = ["MAX_JOINED_LINES", "MendedText", "mended_blocks", "mends_line_at", "repair_names"]
+__all__ = ["HOLD_BYTES", "MAX_JOINED_LINES", "MendedText", "mended_blocks", "mends_line_at", "repair_names"]
 
 MAX_JOINED_LINES: Final = 8
 """Most lines one name may have been split into by raw newlines."""
+
+HOLD_BYTES: Final = 16 << 20
+"""Most text :func:`mended_blocks` holds back to find the lines a name spans (about)."""
 
 #: A name that is not a JSON string closed at its line's end, not after ``, `` (found by the
 #: regex engine from its literal start, so that well-formed names, nearly all of them, cost no
@@ -59,22 +62,33 @@ def mends_line_at(data: bytes | bytearray | memoryview, at: int) -> bool:
 
 def mended_blocks(blocks: Iterable[bytes], count: list[int]) -> Iterator[bytes]:
     """The text of ``blocks`` with every malformed name line repaired, in blocks; ``count[0]``
-    is raised by one for each name repaired. Holds the lines a name may span past each block."""
+    is raised by one for each name repaired. Holds the lines a name may span past each block,
+    and no more than about :data:`HOLD_BYTES` of them: past that (lines no name spans) a name
+    is mended with the lines there are, and a longer line goes out as it is."""
     held: list[bytes] = []
-    lines = 0
+    held_bytes = lines = 0
+    #: Whether the held text starts inside a line (the rest of one that went out as it is).
+    inside = False
     for block in blocks:
         held.append(block)
+        held_bytes += len(block)
         lines += block.count(b"\n")
-        if lines <= MAX_JOINED_LINES + 1:
+        if lines <= MAX_JOINED_LINES + 1 and held_bytes < HOLD_BYTES:
             continue
         data = b"".join(held)
-        cut = _settled(data)
-        out, used = _mend_run(data, cut, count, final=False)
+        skip = data.find(b"\n") + 1 if inside else 0
+        if lines > MAX_JOINED_LINES + 1:
+            cut, final = _settled(data), False
+        else:  # past HOLD_BYTES: up to the last line, or all of it when it is one line
+            cut = data.rfind(b"\n") + 1
+            final = cut <= skip
+        out, used = _mend_run(data, cut, count, skip=skip, final=final)
         rest = data[used:]
-        held, lines = [rest], rest.count(b"\n")
+        held, held_bytes, lines = [rest], len(rest), rest.count(b"\n")
+        inside = data[used - 1 : used] != b"\n" if used else inside
         yield out
     data = b"".join(held)
-    yield _mend_run(data, len(data), count, final=True)[0]
+    yield _mend_run(data, len(data), count, skip=data.find(b"\n") + 1 if inside else 0, final=True)[0]
 
 
 def _settled(data: bytes) -> int:
@@ -86,16 +100,17 @@ def _settled(data: bytes) -> int:
     return end + 1
 
 
-def _mend_run(data: bytes, cut: int, count: list[int], *, final: bool) -> tuple[bytes, int]:
-    """``data`` up to ``cut`` (or past it, to the end of a name joined across it) with its name
-    lines mended, and where that text ends in ``data``."""
+def _mend_run(data: bytes, cut: int, count: list[int], *, skip: int, final: bool) -> tuple[bytes, int]:
+    """``data`` up to ``cut`` (all of it when ``final``, or past ``cut`` to the end of a name
+    joined across it) with the name lines that start in ``skip:cut`` mended, and where that text
+    ends in ``data``."""
     pieces: list[bytes] = []
     copied = 0
     for line_start, text_start in _suspects(data):
         if line_start >= cut:
             break
-        if text_start < copied:
-            continue  # inside a name already joined
+        if line_start < skip or text_start < copied:
+            continue  # the rest of a line gone out, or inside a name already joined
         mended = _mended(data, text_start)
         if mended is None:
             continue
