@@ -409,6 +409,17 @@ def test_the_repair_holds_back_a_bounded_text_past_a_long_line(
     assert b"".join(pieces) == with_long_line(_kineto_layout(MENDED_NAMES * 2, raw=False))
     assert count == [4]
     assert max(map(len, pieces)) < 256 + block + 1000
+    # a split name whose lines run into a long one is left alone, in any blocks as in one text
+    near = b'    "name": "split.py(1): a\nb"c",\n' + b"    " + b"x" * 300 + b"\n" + broken
+    near = near.replace(b'"split.py(1): a\nb\nc",', b'"split.py(1): a\nb\n' + b"c" * 300 + b'",', 1)
+    whole = repair.repair_names(near)
+    for size in (1, 5, block, 100, 300):
+        count = [0]
+        assert (
+            b"".join(repair.mended_blocks((near[at : at + size] for at in range(0, len(near), size)), count)),
+            count[0],
+        ) == whole
+    assert whole[1] == 4  # all but the split name whose last line has 300 bytes
 
 
 @pytest.mark.parametrize("native", ["1", "0"])

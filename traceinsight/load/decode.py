@@ -125,7 +125,9 @@ def parse_json(raw: bytes | bytearray, path: Path, **options: Any) -> Any:
     try:
         return json.loads(text, **options)
     except json.JSONDecodeError as exc:
-        at = len(text[: exc.pos].encode()) + (len(UTF8_BOM) if raw.startswith(UTF8_BOM) else 0)
+        step = 1 << 24  # bytes before the error, counted a slice at a time (not a copy of the text)
+        at = sum(len(text[start : min(start + step, exc.pos)].encode()) for start in range(0, exc.pos, step))
+        at += len(UTF8_BOM) if raw.startswith(UTF8_BOM) else 0
         raise json_error(path, str(exc), at=at) from None
     except RecursionError:
         raise json_error(path, "nested too deeply for Python's json", truncated=False) from None

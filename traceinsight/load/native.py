@@ -473,7 +473,11 @@ class _Frame:
             if not is_blank(self.tail):
                 raise json_error(self.path, "data after the top-level array")
             return TraceDocument(bare_array=True)
-        value = parse_json(self.head + b"]" + self.tail, self.path, object_pairs_hook=_flag_duplicates)
+        try:
+            value = parse_json(self.head + b"]" + self.tail, self.path, object_pairs_hook=_flag_duplicates)
+        except TraceFormatError as error:
+            error.at = None  # a byte of the fields stitched together, not of the file
+            raise
         if not isinstance(value, dict) or _DUPLICATE in value:
             raise Unavailable("a second traceEvents key")
         return document_from_value(value)

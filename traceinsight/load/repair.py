@@ -30,8 +30,9 @@ __all__ = ["HOLD_BYTES", "MAX_JOINED_LINES", "MendedText", "mended_blocks", "men
 MAX_JOINED_LINES: Final = 8
 """Most lines one name may have been split into by raw newlines."""
 
-HOLD_BYTES: Final = 16 << 20
-"""Most text :func:`mended_blocks` holds back to find the lines a name spans (about)."""
+HOLD_BYTES: Final = 1 << 20
+"""Longest line a name may have or be joined with (a longer one is never mended or joined):
+what :func:`mended_blocks` holds back stays under about ten of these."""
 
 #: A name that is not a JSON string closed at its line's end, not after ``, `` (found by the
 #: regex engine from its literal start, so that well-formed names, nearly all of them, cost no
@@ -39,9 +40,10 @@ HOLD_BYTES: Final = 16 << 20
 #: text starts.
 _SUSPECT: Final = re.compile(rb'(?m)"name": "(?<!, "name": ")(?![^"\\\n]*(?:\\[^\n][^"\\\n]*)*",?\r?$)')
 _NAME_START: Final = re.compile(rb'[ \t]*"name": "')
-#: An escape pair, or a quote (group 1) that is not part of one.
-_QUOTE: Final = re.compile(rb'(?s)\\.|(")')
-_COMMA_AT_END: Final = re.compile(rb",?")
+#: A quote after an even number of backslashes (group 1; none is even): not escaped.
+_BARE_QUOTE: Final = re.compile(rb'(?<!\\)((?:\\\\)*)"')
+_BLANK: Final = frozenset(b" \t")
+_NEWLINE: Final = ord("\n")
 
 
 def repair_names(raw: bytes | bytearray | memoryview) -> tuple[bytes, int]:
@@ -62,12 +64,12 @@ def mends_line_at(data: bytes | bytearray | memoryview, at: int) -> bool:
 
 def mended_blocks(blocks: Iterable[bytes], count: list[int]) -> Iterator[bytes]:
     """The text of ``blocks`` with every malformed name line repaired, in blocks; ``count[0]``
-    is raised by one for each name repaired. Holds the lines a name may span past each block,
-    and no more than about :data:`HOLD_BYTES` of them: past that (lines no name spans) a name
-    is mended with the lines there are, and a longer line goes out as it is."""
+    is raised by one for each name repaired. Holds back the lines a name may span: at most
+    :data:`MAX_JOINED_LINES` + 1 lines of :data:`HOLD_BYTES` each (a longer line is never part
+    of a name, whole text or stream alike), and a block."""
     held: list[bytes] = []
     held_bytes = lines = 0
-    #: Whether the held text starts inside a line (the rest of one that went out as it is).
+    #: Whether the held text starts inside a line (the rest of a long one that went out).
     inside = False
     for block in blocks:
         held.append(block)
@@ -76,49 +78,49 @@ def mended_blocks(blocks: Iterable[bytes], count: list[int]) -> Iterator[bytes]:
         if lines <= MAX_JOINED_LINES + 1 and held_bytes < HOLD_BYTES:
             continue
         data = b"".join(held)
-        skip = data.find(b"\n") + 1 if inside else 0
-        if lines > MAX_JOINED_LINES + 1:
-            cut, final = _settled(data), False
-        else:  # past HOLD_BYTES: up to the last line, or all of it when it is one line
-            cut = data.rfind(b"\n") + 1
-            final = cut <= skip
-        out, used = _mend_run(data, cut, count, skip=skip, final=final)
+        skip = _first_line_end(data) if inside else 0
+        last = data.rfind(b"\n") + 1
+        # every line before ``cut`` is complete; a last line past HOLD_BYTES can be no name's
+        cut = len(data) if len(data) - last >= HOLD_BYTES else last
+        out, used = _mend_run(data, max(cut, skip), count, skip=skip, final=False)
         rest = data[used:]
         held, held_bytes, lines = [rest], len(rest), rest.count(b"\n")
         inside = data[used - 1 : used] != b"\n" if used else inside
         yield out
     data = b"".join(held)
-    yield _mend_run(data, len(data), count, skip=data.find(b"\n") + 1 if inside else 0, final=True)[0]
+    skip = _first_line_end(data) if inside else 0
+    yield _mend_run(data, len(data), count, skip=skip, final=True)[0]
 
 
-def _settled(data: bytes) -> int:
-    """The start of the line with :data:`MAX_JOINED_LINES` complete lines after it in ``data``
-    (which holds more): a name line starting before it has every line it may be joined with."""
-    end = len(data)
-    for _ in range(MAX_JOINED_LINES + 2):
-        end = data.rfind(b"\n", 0, end)
-    return end + 1
+def _first_line_end(data: bytes) -> int:
+    """Where the second line of ``data`` starts (its end when it has one line)."""
+    end = data.find(b"\n")
+    return len(data) if end < 0 else end + 1
 
 
 def _mend_run(data: bytes, cut: int, count: list[int], *, skip: int, final: bool) -> tuple[bytes, int]:
-    """``data`` up to ``cut`` (all of it when ``final``, or past ``cut`` to the end of a name
-    joined across it) with the name lines that start in ``skip:cut`` mended, and where that text
-    ends in ``data``."""
+    """``data`` up to ``cut`` (past it to the end of a name joined across it; short of it from a
+    name whose lines are not all held yet, unless ``final``) with the name lines that start in
+    ``skip:cut`` mended, and where that text ends in ``data``."""
     pieces: list[bytes] = []
     copied = 0
+    used = cut
     for line_start, text_start in _suspects(data):
         if line_start >= cut:
             break
-        if line_start < skip or text_start < copied:
+        if line_start < skip or line_start < copied:
             continue  # the rest of a line gone out, or inside a name already joined
-        mended = _mended(data, text_start)
+        mended = _mended(data, text_start, final=final)
+        if mended is _MORE:
+            used = line_start
+            break
         if mended is None:
             continue
         fixed, line_end = mended
         pieces += [data[copied:text_start], fixed]
         copied = line_end
         count[0] += 1
-    used = len(data) if final else max(cut, copied)
+    used = max(used, copied)
     pieces.append(data[copied:used])
     return b"".join(pieces), used
 
@@ -126,19 +128,39 @@ def _mend_run(data: bytes, cut: int, count: list[int], *, skip: int, final: bool
 def _suspects(data: bytes) -> Iterator[tuple[int, int]]:
     """Where each name line of ``data`` that is not well formed starts, and its name's text."""
     for match in _SUSPECT.finditer(data):
-        line_start = data.rfind(b"\n", 0, match.start()) + 1
-        if _NAME_START.fullmatch(data, line_start, match.end()):
+        line_start = match.start()
+        while line_start and data[line_start - 1] in _BLANK:
+            line_start -= 1
+        if line_start == 0 or data[line_start - 1] == _NEWLINE:
             yield line_start, match.end()
 
 
-def _mended(data: bytes, text_start: int) -> tuple[bytes, int] | None:
+_MORE: Final = (b"", -1)
+"""What :func:`_mended` gives for a name whose lines are not all in the text yet."""
+
+
+def _mended(data: bytes, text_start: int, *, final: bool = True) -> tuple[bytes, int] | None:
     """The name text starting at ``text_start`` repaired (closing quote and comma kept) and where
-    its last line ends; None when it needs no repair or cannot have one (it never closes)."""
-    line_end = _line_end(data, text_start)
+    its last line ends; None when it needs no repair or cannot have one (it never closes, or a
+    line of it reaches :data:`HOLD_BYTES`); :data:`_MORE` when, not ``final``, its lines run
+    past the end of ``data``."""
+    line_end = data.find(b"\n", text_start)
+    if line_end < 0:
+        if not final and len(data) - text_start < HOLD_BYTES:
+            return _MORE
+        line_end = len(data)
+    if line_end - text_start >= HOLD_BYTES:
+        return None
     text = data[text_start:line_end].rstrip(b"\r")
     joined = 0
     while _closing(text) is None and joined < MAX_JOINED_LINES and line_end < len(data):
-        next_end = _line_end(data, line_end + 1)
+        next_end = data.find(b"\n", line_end + 1)
+        if next_end < 0:
+            if not final and len(data) - line_end - 1 < HOLD_BYTES:
+                return _MORE
+            next_end = len(data)
+        if next_end - line_end - 1 >= HOLD_BYTES:
+            break
         text = text + b"\n" + data[line_end + 1 : next_end].rstrip(b"\r")
         line_end = next_end
         joined += 1
@@ -146,28 +168,21 @@ def _mended(data: bytes, text_start: int) -> tuple[bytes, int] | None:
     if closing is None:
         return None  # never closes: not a name we can mend (a truncated file)
     body, tail = text[:closing], text[closing:]
-    fixed = _QUOTE.sub(_escaped_quote, body).replace(b"\n", b"\\n")
+    fixed = _BARE_QUOTE.sub(rb'\1\\"', body).replace(b"\n", b"\\n")
     if fixed == body and not joined:
         return None
     return fixed + tail, line_end
 
 
 def _closing(text: bytes) -> int | None:
-    """Where the quote closing a name's ``text`` is: its last quote outside an escape pair, when
-    only a comma may follow it."""
-    quotes = [match.start() for match in _QUOTE.finditer(text) if match.group(1)]
-    if quotes and _COMMA_AT_END.fullmatch(text, quotes[-1] + 1):
-        return quotes[-1]
-    return None
-
-
-def _line_end(data: bytes, start: int) -> int:
-    end = data.find(b"\n", start)
-    return len(data) if end < 0 else end
-
-
-def _escaped_quote(match: re.Match[bytes]) -> bytes:
-    return b'\\"' if match.group(1) else match.group()
+    """Where the quote closing a name's ``text`` is: a last quote, or one before a last comma,
+    after an even number of backslashes (so not escaped)."""
+    end = len(text) - 1 if text.endswith(b'",') else len(text)
+    if not text[:end].endswith(b'"'):
+        return None
+    quote = end - 1
+    backslashes = quote - len(text[:quote].rstrip(b"\\"))
+    return quote if backslashes % 2 == 0 else None
 
 
 class MendedText(io.RawIOBase):
