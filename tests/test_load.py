@@ -420,6 +420,7 @@ def test_the_repair_holds_back_a_bounded_text_past_a_long_line(
             count[0],
         ) == whole
     assert whole[1] == 4  # all but the split name whose last line has 300 bytes
+    assert b'"split.py(1): a\nb\n' + b"c" * 300 + b'",' in whole[0]
 
 
 @pytest.mark.parametrize("native", ["1", "0"])

@@ -55,8 +55,8 @@ def repair_names(raw: bytes | bytearray | memoryview) -> tuple[bytes, int]:
 
 def mends_line_at(data: bytes | bytearray | memoryview, at: int) -> bool:
     """Whether the line of ``data`` that holds byte ``at`` is a name line :func:`repair_names`
-    mends: the loader reads a whole file again to repair it only when the byte where its JSON
-    stopped being valid lies on such a line (nothing else can make it valid)."""
+    mends: the loader reads a file again to repair it only when the byte where its JSON stopped
+    being valid lies on such a line (nothing else can make it valid)."""
     text = bytes(data)
     match = _NAME_START.match(text, text.rfind(b"\n", 0, at) + 1)
     return match is not None and _mended(text, match.end()) is not None
@@ -194,7 +194,7 @@ class MendedText(io.RawIOBase):
         super().__init__()
         self._open = open_blocks
         self._count = [0]
-        self._blocks = mended_blocks(open_blocks(), self._count)
+        self._blocks: Iterator[bytes] | None = None  # opened at the first read
         self._left = memoryview(b"")
 
     @property
@@ -211,11 +211,13 @@ class MendedText(io.RawIOBase):
         if (offset, whence) != (0, io.SEEK_SET):
             raise io.UnsupportedOperation("a mended text seeks only to its start")
         self._count = [0]
-        self._blocks = mended_blocks(self._open(), self._count)
+        self._blocks = None
         self._left = memoryview(b"")
         return 0
 
     def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        if self._blocks is None:
+            self._blocks = mended_blocks(self._open(), self._count)
         while not self._left:
             block = next(self._blocks, None)
             if block is None:
