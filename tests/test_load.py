@@ -310,12 +310,15 @@ def test_a_torch_trace_with_an_unescaped_frame_name_is_repaired(
     assert sum(name.endswith('    """') for name in trace.python["name"].to_list()) == len(quoted)
 
 
-def _kineto_layout(names: list[str], *, raw: bool) -> bytes:
+def _kineto_layout(names: list[str], *, raw: bool, raw_backslashes: bool = False) -> bytes:
     """A trace in torch's own layout (one key per line); each name JSON-escaped, or with
     ``raw`` written as torch wrote frame names: quotes and newlines as they are (a name with a
-    backslash is always escaped, as a JSON writer writes it)."""
+    backslash is escaped, as a JSON writer writes it, unless ``raw_backslashes``: as kinetos
+    that leave backslashes alone write it)."""
     written = [
-        '"' + name + '"' if raw and "\\" not in name else json.dumps(name, ensure_ascii=False)
+        '"' + name + '"'
+        if raw and (raw_backslashes or "\\" not in name)
+        else json.dumps(name, ensure_ascii=False)
         for name in names
     ]
     events = [
@@ -365,6 +368,60 @@ def test_names_torch_left_unescaped_or_split_are_repaired_like_the_escaped_file(
     for table in TABLES:
         assert getattr(trace, table).equals(getattr(expected, table)), table
     assert trace.python.height == len(MENDED_NAMES)
+
+
+#: Names written with their backslashes as they are (kinetos before the one in torch 2.13 on
+#: Linux): none of these backslashes starts a JSON escape, so a JSON writer's text is the reference.
+#: A last quote after an odd number of backslashes ends the name when the event's next key follows.
+RAW_BACKSLASH_NAMES = ["C:\\dir\\", "a.py(1): f", "x\\y.py(2): z", "trailing\\", 'q"\\', "b.py(3): g"]
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_name_with_backslashes_left_as_they_are_is_mended_not_joined_with_the_next_event(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native: str
+) -> None:
+    """Was: ``"name": "trailing\\",`` was joined with the lines after it up to the next event's
+    ``"ph": "X",`` and loaded without that event, with only a repaired-name note; a backslash
+    that starts no escape (``x\\y``) left the file unreadable."""
+    from traceinsight.load.repair import mended_blocks, repair_names
+    from traceinsight.load.schema import TABLES
+
+    broken = _kineto_layout(RAW_BACKSLASH_NAMES, raw=True, raw_backslashes=True)
+    escaped = _kineto_layout(RAW_BACKSLASH_NAMES, raw=False)
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(broken)
+    assert repair_names(broken) == (escaped, 4)
+    for block in (1, 3, 64):
+        count = [0]
+        blocks = (broken[at : at + block] for at in range(0, len(broken), block))
+        assert b"".join(mended_blocks(blocks, count)) == escaped and count == [4]
+    (tmp_path / "broken.json").write_bytes(broken)
+    (tmp_path / "escaped.json").write_bytes(escaped)
+    monkeypatch.setenv("TRACEINSIGHT_NATIVE", native)
+    trace = load_trace(tmp_path / "broken.json")
+    expected = load_trace_reference(tmp_path / "escaped.json")
+    assert trace.meta.load_notes == (*expected.meta.load_notes, ("repaired-name", 4))
+    for table in TABLES:
+        assert getattr(trace, table).equals(getattr(expected, table)), table
+    assert trace.python["name"].to_list() == RAW_BACKSLASH_NAMES
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_name_that_never_closes_is_not_joined_with_the_keys_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native: str
+) -> None:
+    """A name line cut short of its quote: not a name the repair can mend, so the file is refused
+    (was: joined with its event's keys up to the next event's ``"ph": "X",``, which closes a
+    string, and loaded one event short)."""
+    from traceinsight.errors import TraceFormatError
+    from traceinsight.load.repair import repair_names
+
+    broken = _kineto_layout(["a", "b", "c"], raw=True).replace(b'"name": "b",', b'"name": "b', 1)
+    assert repair_names(broken) == (broken, 0)
+    (tmp_path / "broken.json").write_bytes(broken)
+    monkeypatch.setenv("TRACEINSIGHT_NATIVE", native)
+    with pytest.raises(TraceFormatError, match="not valid JSON"):
+        load_trace(tmp_path / "broken.json")
 
 
 @pytest.mark.parametrize("block", [1, 2, 7, 64, 1 << 20])

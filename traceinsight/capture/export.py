@@ -4,10 +4,12 @@ torch (libkineto) writes the Chrome trace as JSON text with one key per line. Th
 back line by line and copied to the trace file (gzip when its name ends in ``.gz``), fixing on the
 way what ``traceinsight run`` must not leave behind:
 
-- **torch's unescaped names.** libkineto writes names as they are, removing only newlines (and
-  turning backslashes into ``/``): a frame whose function or file name holds a ``"`` makes the
-  whole file invalid JSON (seen with torchvision's ``roi_align.py``). Such quotes are escaped and
-  counted.
+- **torch's unescaped names.** libkineto writes names as they are, removing only newlines (the
+  one in torch 2.13 also turns backslashes into ``/``; older ones do so only on Windows): a frame
+  whose function or file name holds a ``"`` makes the whole file invalid JSON (seen with
+  torchvision's ``roi_align.py``), and so does a backslash that starts no JSON escape. Such quotes
+  and backslashes are escaped (:func:`traceinsight.load.repair.escaped_name`, as ``analyze``
+  mends a trace torch wrote) and the names counted.
 - **the user frames of ``--stacks user``** (:mod:`.frames`) arrive as ``user_annotation`` ranges
   named :data:`~.frames.FRAME_MARK` ``+ name``; they are written as the ``python_function`` frames
   torch would have written.
@@ -27,11 +29,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from traceinsight.capture.frames import FRAME_MARK
+from traceinsight.load.repair import escaped_name
 
 __all__ = ["ExportResult", "write_trace"]
 
 _NAME_LINE = re.compile(rb'^(?P<head>\s*"name": ")(?P<text>.*)(?P<tail>",?\r?\n?)$', re.DOTALL)
-_BARE_QUOTE = re.compile(rb'(?<!\\)"')
 _MARK = FRAME_MARK.encode()
 _EVENT_START = b"  {"
 _COPY_CHUNK = 1 << 16
@@ -50,7 +52,7 @@ class ExportResult:
     written_bytes: int
     """Size of the trace file."""
     repaired_names: int
-    """Names torch wrote with a bare ``"`` that were escaped."""
+    """Names torch wrote with a bare ``"`` or a bare backslash that were escaped."""
     user_frames: int
     """User frames (``--stacks user``) written as ``python_function`` events."""
     seconds: float
@@ -143,8 +145,8 @@ def _fix_event(lines: list[bytes]) -> tuple[list[bytes], int, int]:
                 b'    "cat": "python_function",\n' if other.lstrip().startswith(b'"cat": ') else other
                 for other in lines
             ]
-        escaped, count = _BARE_QUOTE.subn(b'\\\\"', text)
-        if count:
+        escaped = escaped_name(text)
+        if escaped != text:
             repaired = 1
         lines[index] = match["head"] + escaped + match["tail"]
         break

@@ -9,7 +9,11 @@ end:
 
 - a name line whose text holds a bare ``"`` gets it escaped (``\\"``);
 - a name line that does not close (no unescaped ``"`` or ``",`` at its end) is joined with the
-  lines after it, up to :data:`MAX_JOINED_LINES`, each newline written as ``\\n``.
+  lines after it, up to :data:`MAX_JOINED_LINES`, each newline written as ``\\n``; never with a
+  line that holds a key (``"pid": 1,``): that is the next key of the event, so a name whose last
+  quote follows a backslash (``"name": "C:\\dir\\",``, kinetos that leave backslashes as they
+  are) ends there, that backslash its own;
+- in a name line it mends, a backslash that starts no JSON escape (``C:\\dir``) is escaped.
 
 Nothing else is guessed: a file cut short (a real truncation) has no such line to repair, so the
 loader keeps its own message for it. Used only after a file failed to parse where
@@ -25,7 +29,15 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Final
 
-__all__ = ["HOLD_BYTES", "MAX_JOINED_LINES", "MendedText", "mended_blocks", "mends_line_at", "repair_names"]
+__all__ = [
+    "HOLD_BYTES",
+    "MAX_JOINED_LINES",
+    "MendedText",
+    "escaped_name",
+    "mended_blocks",
+    "mends_line_at",
+    "repair_names",
+]
 
 MAX_JOINED_LINES: Final = 8
 """Most lines one name may have been split into by raw newlines."""
@@ -38,10 +50,16 @@ what :func:`mended_blocks` holds back stays under about ten of these."""
 #: regex engine from its literal start, so that well-formed names, nearly all of them, cost no
 #: Python; :func:`_suspects` keeps those that start their line): the match ends where the name's
 #: text starts.
-_SUSPECT: Final = re.compile(rb'(?m)"name": "(?<!, "name": ")(?![^"\\\n]*(?:\\[^\n][^"\\\n]*)*",?\r?$)')
+_SUSPECT: Final = re.compile(
+    rb'(?m)"name": "(?<!, "name": ")(?![^"\\\n]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\n]*)*",?\r?$)'
+)
 _NAME_START: Final = re.compile(rb'[ \t]*"name": "')
 #: A quote after an even number of backslashes (group 1; none is even): not escaped.
 _BARE_QUOTE: Final = re.compile(rb'(?<!\\)((?:\\\\)*)"')
+#: A backslash after an even number of backslashes (group 1) that starts no JSON escape.
+_RAW_BACKSLASH: Final = re.compile(rb'(?<!\\)((?:\\\\)*)\\(?!["\\/bfnrt]|u[0-9a-fA-F]{4})')
+#: A line that holds one of an event's keys: never part of a name.
+_KEY_LINE: Final = re.compile(rb'[ \t]*"[^"\\\n]*": ')
 _BLANK: Final = frozenset(b" \t")
 _NEWLINE: Final = ord("\n")
 
@@ -153,6 +171,7 @@ def _mended(data: bytes, text_start: int, *, final: bool = True) -> tuple[bytes,
         return None
     text = data[text_start:line_end].rstrip(b"\r")
     joined = 0
+    at_key = False
     while _closing(text) is None and joined < MAX_JOINED_LINES and line_end < len(data):
         next_end = data.find(b"\n", line_end + 1)
         if next_end < 0:
@@ -161,28 +180,39 @@ def _mended(data: bytes, text_start: int, *, final: bool = True) -> tuple[bytes,
             next_end = len(data)
         if next_end - line_end - 1 >= HOLD_BYTES:
             break
+        if _KEY_LINE.match(data, line_end + 1, next_end):
+            at_key = True  # the event's next key: the name ends before it
+            break
         text = text + b"\n" + data[line_end + 1 : next_end].rstrip(b"\r")
         line_end = next_end
         joined += 1
     closing = _closing(text)
+    if closing is None and at_key:
+        closing = _closing(text, escaped=True)  # its last quote follows a backslash of its own
     if closing is None:
         return None  # never closes: not a name we can mend (a truncated file)
     body, tail = text[:closing], text[closing:]
-    fixed = _BARE_QUOTE.sub(rb'\1\\"', body).replace(b"\n", b"\\n")
+    fixed = escaped_name(body)
     if fixed == body and not joined:
         return None
     return fixed + tail, line_end
 
 
-def _closing(text: bytes) -> int | None:
+def escaped_name(text: bytes) -> bytes:
+    """A name's ``text`` as torch wrote it between its quotes, made a JSON string's body: a bare
+    quote escaped, a backslash that starts no JSON escape escaped, a newline written ``\\n``."""
+    return _RAW_BACKSLASH.sub(rb"\1\\\\", _BARE_QUOTE.sub(rb'\1\\"', text)).replace(b"\n", b"\\n")
+
+
+def _closing(text: bytes, *, escaped: bool = False) -> int | None:
     """Where the quote closing a name's ``text`` is: a last quote, or one before a last comma,
-    after an even number of backslashes (so not escaped)."""
+    after an even number of backslashes (so not escaped), or with ``escaped`` an odd number."""
     end = len(text) - 1 if text.endswith(b'",') else len(text)
     if not text[:end].endswith(b'"'):
         return None
     quote = end - 1
     backslashes = quote - len(text[:quote].rstrip(b"\\"))
-    return quote if backslashes % 2 == 0 else None
+    return quote if backslashes % 2 == escaped else None
 
 
 class MendedText(io.RawIOBase):
