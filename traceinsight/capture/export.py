@@ -5,7 +5,7 @@ back line by line and copied to the trace file (gzip when its name ends in ``.gz
 way what ``traceinsight run`` must not leave behind:
 
 - **torch's unescaped names.** libkineto writes names as they are, removing only newlines (the
-  one in torch 2.13 also turns backslashes into ``/``; older ones do so only on Windows): a frame
+  one in torch 2.13 also turns backslashes into ``/``; some older ones only on Windows): a frame
   whose function or file name holds a ``"`` makes the whole file invalid JSON (seen with
   torchvision's ``roi_align.py``), and so does a backslash that starts no JSON escape. Such quotes
   and backslashes are escaped (:func:`traceinsight.load.repair.escaped_name`, as ``analyze``
