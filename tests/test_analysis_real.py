@@ -85,6 +85,35 @@ def test_busy_span_idle_per_device_match_a_plain_union(name: str) -> None:
         assert device.idle_ns == span - busy
 
 
+@pytest.mark.parametrize("name", sorted(path.name for path in SAMPLES.glob("*.json*")))
+def test_the_header_names_one_gpu_by_its_index_not_as_a_count(name: str) -> None:
+    """``GPU 2: …`` for a trace of one GPU (an MI300 trace's only GPU is 2: ``GPUs 2: …`` read as
+    two GPUs); ``GPUs`` for none or several."""
+    from traceinsight.render.facts import header_facts
+
+    devices = sorted({_device(e) for e in events(name) if e.get("ph") == "X" and e.get("cat") in GPU_CATS})
+    facts = dict(header_facts(report(name)))
+    if len(devices) == 1:
+        assert "GPUs" not in facts and facts["GPU"].startswith(f"{devices[0]}: ")
+    else:
+        assert "GPU" not in facts and facts["GPUs"].startswith("none" if not devices else f"{devices[0]}: ")
+
+
+def test_the_header_lists_several_gpus_under_gpus(tmp_path: Path) -> None:
+    from tracebuild import kernel, write_trace
+
+    from traceinsight.render.facts import header_facts
+
+    path = write_trace(
+        tmp_path / "two.json",
+        [kernel(0, 10, device=0), kernel(5, 10, device=1)],
+        deviceProperties=[{"id": 0, "name": "First GPU"}, {"id": 1, "name": "Second GPU"}],
+    )
+    analysis = analyze(load_trace(path))
+    facts = dict(header_facts(Report(analysis, evaluate(analysis))))
+    assert "GPU" not in facts and facts["GPUs"] == "0: First GPU; 1: Second GPU"
+
+
 def test_recsys_stream_syncs_and_pageable_copies() -> None:
     name = "a100_recsys_rank0.json.gz"
     raw = events(name)

@@ -108,7 +108,13 @@ def header_facts(report: Report) -> list[tuple[str, str]]:
         )
     if not gpus and analysis.devices:
         gpus = [f"{device.device}: name not recorded" for device in analysis.devices]
-    facts.append(("GPUs", "; ".join(gpus) if gpus else "none (no GPU activity in this trace)"))
+    # "GPU 2: …" for one, so that an index is not read as a count
+    facts.append(
+        (
+            "GPU" if len(gpus) == 1 else "GPUs",
+            "; ".join(gpus) if gpus else "none (no GPU activity in this trace)",
+        )
+    )
     if meta.world_size is not None or meta.backend is not None:
         world = f" of {meta.world_size}" if meta.world_size is not None else ""
         backend = f" ({meta.backend})" if meta.backend else ""
