@@ -99,7 +99,7 @@ def test_the_header_names_one_gpu_by_its_index_not_as_a_count(name: str) -> None
         assert "GPU" not in facts and facts["GPUs"].startswith("none" if not devices else f"{devices[0]}: ")
 
 
-def test_the_header_lists_several_gpus_under_gpus(tmp_path: Path) -> None:
+def test_the_header_lists_several_gpus_under_gpus_and_counts_events_in_words(tmp_path: Path) -> None:
     from tracebuild import kernel, write_trace
 
     from traceinsight.render.facts import header_facts
@@ -112,6 +112,13 @@ def test_the_header_lists_several_gpus_under_gpus(tmp_path: Path) -> None:
     analysis = analyze(load_trace(path))
     facts = dict(header_facts(Report(analysis, evaluate(analysis))))
     assert "GPU" not in facts and facts["GPUs"] == "0: First GPU; 1: Second GPU"
+    assert facts["Trace"] == "two.json: 2 events, format kineto"
+    one = write_trace(tmp_path / "one.json", [kernel(0, 10)])
+    analysis = analyze(load_trace(one))
+    assert (
+        dict(header_facts(Report(analysis, evaluate(analysis))))["Trace"]
+        == "one.json: 1 event, format kineto"
+    )
 
 
 def test_recsys_stream_syncs_and_pageable_copies() -> None:

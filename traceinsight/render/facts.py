@@ -84,7 +84,10 @@ def header_facts(report: Report) -> list[tuple[str, str]]:
     analysis = report.analysis
     meta = analysis.meta
     facts: list[tuple[str, str]] = [
-        ("Trace", f"{report.trace_name}: {meta.event_count:,} events, format {meta.era}")
+        (
+            "Trace",
+            f"{report.trace_name}: {meta.event_count:,} event{'' if meta.event_count == 1 else 's'}, format {meta.era}",
+        )
     ]
     if report.run is not None:
         run = report.run
