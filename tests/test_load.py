@@ -371,9 +371,22 @@ def test_names_torch_left_unescaped_or_split_are_repaired_like_the_escaped_file(
 
 
 #: Names written with their backslashes as they are (kinetos before the one in torch 2.13 on
-#: Linux): none of these backslashes starts a JSON escape, so a JSON writer's text is the reference.
-#: A last quote after an odd number of backslashes ends the name when the event's next key follows.
-RAW_BACKSLASH_NAMES = ["C:\\dir\\", "a.py(1): f", "x\\y.py(2): z", "trailing\\", 'q"\\', "b.py(3): g"]
+#: Linux), each with a backslash that starts no JSON escape or ends the name, so that the repair
+#: can tell it was written raw; then every backslash is the name's own, also those that look like
+#: an escape (\n, \t, \\, \", \u00e9): a JSON writer's text is the reference. A last quote after
+#: an odd number of backslashes ends the name when the event's next key follows.
+RAW_BACKSLASH_NAMES = [
+    "C:\\dir\\",
+    "a.py(1): f",
+    "x\\y.py(2): z",
+    "trailing\\",
+    'q"\\',
+    "b.py(3): g",
+    "C:\\Users\\me\\torch\\nn\\mod.py(1): f",
+    "a\\\\\\b\\",
+    'a\\"b\\',
+    "x\\u00e9\\d",
+]
 
 
 @pytest.mark.parametrize("native", ["1", "0"])
@@ -382,7 +395,8 @@ def test_a_name_with_backslashes_left_as_they_are_is_mended_not_joined_with_the_
 ) -> None:
     """Was: ``"name": "trailing\\",`` was joined with the lines after it up to the next event's
     ``"ph": "X",`` and loaded without that event, with only a repaired-name note; a backslash
-    that starts no escape (``x\\y``) left the file unreadable."""
+    that starts no escape (``x\\y``) left the file unreadable; and in a name it mended, the
+    ``\\n`` and ``\\t`` of a path were read as a newline and a tab."""
     from traceinsight.load.repair import mended_blocks, repair_names
     from traceinsight.load.schema import TABLES
 
@@ -390,20 +404,43 @@ def test_a_name_with_backslashes_left_as_they_are_is_mended_not_joined_with_the_
     escaped = _kineto_layout(RAW_BACKSLASH_NAMES, raw=False)
     with pytest.raises(json.JSONDecodeError):
         json.loads(broken)
-    assert repair_names(broken) == (escaped, 4)
+    repaired = len(RAW_BACKSLASH_NAMES) - 2  # all but the two plain names
+    assert repair_names(broken) == (escaped, repaired)
     for block in (1, 3, 64):
         count = [0]
         blocks = (broken[at : at + block] for at in range(0, len(broken), block))
-        assert b"".join(mended_blocks(blocks, count)) == escaped and count == [4]
+        assert b"".join(mended_blocks(blocks, count)) == escaped and count == [repaired]
     (tmp_path / "broken.json").write_bytes(broken)
     (tmp_path / "escaped.json").write_bytes(escaped)
     monkeypatch.setenv("TRACEINSIGHT_NATIVE", native)
     trace = load_trace(tmp_path / "broken.json")
     expected = load_trace_reference(tmp_path / "escaped.json")
-    assert trace.meta.load_notes == (*expected.meta.load_notes, ("repaired-name", 4))
+    assert trace.meta.load_notes == (*expected.meta.load_notes, ("repaired-name", repaired))
     for table in TABLES:
         assert getattr(trace, table).equals(getattr(expected, table)), table
     assert trace.python["name"].to_list() == RAW_BACKSLASH_NAMES
+
+
+def test_a_name_line_near_the_hold_limit_is_mended_alike_cut_anywhere(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A name line of about :data:`HOLD_BYTES` (here 64), cut in two at every byte: the stream
+    mends it as the whole text does (was: the stream measured the line from its start, the whole
+    text from the name's text, so a line just over the limit with a quote at the cut went out
+    unmended in the stream only)."""
+    from traceinsight.load import repair
+
+    monkeypatch.setattr(repair, "HOLD_BYTES", 64)
+    for length in range(40, 70):
+        for quote in range(length - 16, length):
+            body = bytearray(b"a" * length)
+            body[quote] = ord('"')
+            text = b'  {\n    "name": "' + bytes(body) + b'",\n    "pid": 1,\n  }\n'
+            whole = repair.repair_names(text)
+            for cut in range(1, len(text)):
+                count = [0]
+                streamed = b"".join(repair.mended_blocks([text[:cut], text[cut:]], count))
+                assert (streamed, count[0]) == whole, (length, quote, cut)
 
 
 @pytest.mark.parametrize("native", ["1", "0"])

@@ -7,9 +7,9 @@ way what ``traceinsight run`` must not leave behind:
 - **torch's unescaped names.** libkineto writes names as they are, removing only newlines (the
   one in torch 2.13 also turns backslashes into ``/``; some older ones only on Windows): a frame
   whose function or file name holds a ``"`` makes the whole file invalid JSON (seen with
-  torchvision's ``roi_align.py``), and so does a backslash that starts no JSON escape. Such quotes
-  and backslashes are escaped (:func:`traceinsight.load.repair.escaped_name`, as ``analyze``
-  mends a trace torch wrote) and the names counted.
+  torchvision's ``roi_align.py``), and so does a backslash that starts no JSON escape. Every
+  quote and backslash of a name is escaped (:func:`traceinsight.load.repair.escaped_name`, as
+  ``analyze`` mends a trace torch wrote) and the names changed counted.
 - **the user frames of ``--stacks user``** (:mod:`.frames`) arrive as ``user_annotation`` ranges
   named :data:`~.frames.FRAME_MARK` ``+ name``; they are written as the ``python_function`` frames
   torch would have written.

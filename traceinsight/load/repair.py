@@ -7,13 +7,15 @@ kinetos before 2023 also left newlines in names, splitting the line. Only the ``
 that layout are touched, and only those that are not already a JSON string closed at the line's
 end:
 
-- a name line whose text holds a bare ``"`` gets it escaped (``\\"``);
 - a name line that does not close (no unescaped ``"`` or ``",`` at its end) is joined with the
-  lines after it, up to :data:`MAX_JOINED_LINES`, each newline written as ``\\n``; never with a
-  line that holds a key (``"pid": 1,``): that is the next key of the event, so a name whose last
-  quote follows a backslash (``"name": "C:\\dir\\",``, kinetos that leave backslashes as they
-  are) ends there, that backslash its own;
-- in a name line it mends, a backslash that starts no JSON escape (``C:\\dir``) is escaped.
+  lines after it, up to :data:`MAX_JOINED_LINES`; never with a line that holds a key
+  (``"pid": 1,``): that is the next key of the event, so a name whose last quote follows a
+  backslash (``"name": "C:\\dir\\",``, kinetos that leave backslashes as they are) ends there,
+  that backslash its own;
+- a name it mends is taken as libkineto wrote it, which escapes nothing: every backslash and
+  every quote but the closing one is escaped, each newline written as ``\\n``
+  (:func:`escaped_name`). A name line that is a valid JSON string is left as it is, even where its
+  backslashes were torch's own (``"C:\\new",`` reads as a newline): nothing tells the two apart.
 
 Nothing else is guessed: a file cut short (a real truncation) has no such line to repair, so the
 loader keeps its own message for it. Used only after a file failed to parse where
@@ -54,10 +56,6 @@ _SUSPECT: Final = re.compile(
     rb'(?m)"name": "(?<!, "name": ")(?![^"\\\n]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\n]*)*",?\r?$)'
 )
 _NAME_START: Final = re.compile(rb'[ \t]*"name": "')
-#: A quote after an even number of backslashes (group 1; none is even): not escaped.
-_BARE_QUOTE: Final = re.compile(rb'(?<!\\)((?:\\\\)*)"')
-#: A backslash after an even number of backslashes (group 1) that starts no JSON escape.
-_RAW_BACKSLASH: Final = re.compile(rb'(?<!\\)((?:\\\\)*)\\(?!["\\/bfnrt]|u[0-9a-fA-F]{4})')
 #: A line that holds one of an event's keys: never part of a name.
 _KEY_LINE: Final = re.compile(rb'[ \t]*"[^"\\\n]*": ')
 _BLANK: Final = frozenset(b" \t")
@@ -77,7 +75,7 @@ def mends_line_at(data: bytes | bytearray | memoryview, at: int) -> bool:
     being valid lies on such a line (nothing else can make it valid)."""
     text = bytes(data)
     match = _NAME_START.match(text, text.rfind(b"\n", 0, at) + 1)
-    return match is not None and _mended(text, match.end()) is not None
+    return match is not None and _mended(text, match.start(), match.end()) is not None
 
 
 def mended_blocks(blocks: Iterable[bytes], count: list[int]) -> Iterator[bytes]:
@@ -128,7 +126,7 @@ def _mend_run(data: bytes, cut: int, count: list[int], *, skip: int, final: bool
             break
         if line_start < skip or line_start < copied:
             continue  # the rest of a line gone out, or inside a name already joined
-        mended = _mended(data, text_start, final=final)
+        mended = _mended(data, line_start, text_start, final=final)
         if mended is _MORE:
             used = line_start
             break
@@ -157,17 +155,18 @@ _MORE: Final = (b"", -1)
 """What :func:`_mended` gives for a name whose lines are not all in the text yet."""
 
 
-def _mended(data: bytes, text_start: int, *, final: bool = True) -> tuple[bytes, int] | None:
-    """The name text starting at ``text_start`` repaired (closing quote and comma kept) and where
-    its last line ends; None when it needs no repair or cannot have one (it never closes, or a
-    line of it reaches :data:`HOLD_BYTES`); :data:`_MORE` when, not ``final``, its lines run
-    past the end of ``data``."""
+def _mended(data: bytes, line_start: int, text_start: int, *, final: bool = True) -> tuple[bytes, int] | None:
+    """The name text starting at ``text_start`` (on the line starting at ``line_start``) repaired
+    (closing quote and comma kept) and where its last line ends; None when it needs no repair or
+    cannot have one (it never closes, or a line of it reaches :data:`HOLD_BYTES`, its first
+    counted from the line's start as :func:`mended_blocks` counts it); :data:`_MORE` when, not
+    ``final``, its lines run past the end of ``data``."""
     line_end = data.find(b"\n", text_start)
     if line_end < 0:
-        if not final and len(data) - text_start < HOLD_BYTES:
+        if not final and len(data) - line_start < HOLD_BYTES:
             return _MORE
         line_end = len(data)
-    if line_end - text_start >= HOLD_BYTES:
+    if line_end - line_start >= HOLD_BYTES:
         return None
     text = data[text_start:line_end].rstrip(b"\r")
     joined = 0
@@ -199,9 +198,9 @@ def _mended(data: bytes, text_start: int, *, final: bool = True) -> tuple[bytes,
 
 
 def escaped_name(text: bytes) -> bytes:
-    """A name's ``text`` as torch wrote it between its quotes, made a JSON string's body: a bare
-    quote escaped, a backslash that starts no JSON escape escaped, a newline written ``\\n``."""
-    return _RAW_BACKSLASH.sub(rb"\1\\\\", _BARE_QUOTE.sub(rb'\1\\"', text)).replace(b"\n", b"\\n")
+    """A name's ``text`` as libkineto wrote it between its quotes (nothing escaped), made a JSON
+    string's body: each backslash and quote escaped, each newline written ``\\n``."""
+    return text.replace(b"\\", b"\\\\").replace(b'"', b'\\"').replace(b"\n", b"\\n")
 
 
 def _closing(text: bytes, *, escaped: bool = False) -> int | None:
