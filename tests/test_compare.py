@@ -54,6 +54,24 @@ def test_diff_of_the_serial_and_parallel_loader_runs() -> None:
     assert not comparison.notes  # same GPU, same step count
 
 
+def test_every_change_is_signed_the_same_way() -> None:
+    """A fall is written with the minus sign (−) in each part of the change, never a hyphen beside
+    it (was: ``−49.73 ms (-28.2%)``, ``-16.4 pts``); a rise with ``+``."""
+    from traceinsight.compare import Metric
+
+    assert Metric("t", "step time", "us", 200.0, 150.0).change_text() == "−50.0 µs (−25.0%)"
+    assert Metric("t", "step time", "us", 150.0, 200.0).change_text() == "+50.0 µs (+33.3%)"
+    assert Metric("s", "GPU busy", "share", 0.5, 0.25).change_text() == "−25.0 pts"
+    assert Metric("c", "syncs", "count", 3.0, 1.0).change_text() == "−2"
+    assert Metric("c", "syncs", "count", 1.0, 1.00002).change_text() == "+2e-05"  # an exponent keeps its -
+    before, after = "v100_resnet50_workers0.pt.trace.json.gz", "v100_resnet50_workers4.pt.trace.json.gz"
+    texts = [
+        metric.change_text() for metric in compare(document(before), document(after), before, after).shown
+    ]
+    assert any(text.startswith("−") for text in texts)
+    assert not [text for text in texts if "-" in text]
+
+
 def test_diff_of_a_trace_with_itself_changes_nothing() -> None:
     name = "v100_resnet50_workers0.pt.trace.json.gz"
     comparison = compare(document(name), document(name), name, name)

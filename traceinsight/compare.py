@@ -10,6 +10,7 @@ time analyzed.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,9 @@ __all__ = [
     "read_result",
     "syncs_per_step",
 ]
+
+#: A hyphen used as a sign (before a digit, not inside a word or a number's exponent).
+_SIGN = re.compile(r"(?<![\w.])-(?=[\d.])")
 
 Document = dict[str, Any]
 
@@ -75,11 +79,17 @@ class Metric:
         if change is None:
             return "—"
         if self.unit == "share":
-            return f"{change * 100:+.1f} pts"
+            return _minus(f"{change * 100:+.1f} pts")
         if self.unit == "us":
             relative = f" ({self.relative * 100:+.1f}%)" if self.relative is not None else ""
-            return f"{'+' if change >= 0 else '−'}{format_duration(abs(change) * 1000)}{relative}"
-        return f"{change:+.3g}"
+            return _minus(f"{'+' if change >= 0 else '-'}{format_duration(abs(change) * 1000)}{relative}")
+        return _minus(f"{change:+.3g}")
+
+
+def _minus(text: str) -> str:
+    """``text`` with each sign written as a minus sign (−), as the change of a time was: one sign
+    for every change, not a hyphen beside it."""
+    return _SIGN.sub("−", text)
 
 
 @dataclass(frozen=True, slots=True)
