@@ -52,6 +52,10 @@ def job64(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any
 def test_two_rank_folder_gives_each_ranks_own_figures(tmp_path: Path) -> None:
     job = _json(tmp_path, str(TWO_RANKS))
     assert [rank["rank"] for rank in job["ranks"]] == [0, 1]
+    count = len(list(TWO_RANKS.glob("*.json.gz")))
+    assert any(
+        w.startswith(f"{count} ranks: stragglers are named from 3") for w in job["warnings"]
+    )  # was "rank(s)"
     for rank in job["ranks"]:
         own = _json(tmp_path, str(TWO_RANKS / f"rank-{rank['rank']}.json.gz"), name=f"own{rank['rank']}.json")
         assert rank["rank_from"] == "distributedInfo"

@@ -333,7 +333,8 @@ def combine(results: Sequence[RankResult]) -> JobReport:
     step_ns = median_low(steps) if steps else None
     if len(ranks) < 3:
         warnings.append(
-            f"{len(ranks)} rank(s): stragglers are named from 3 ranks up (they are outliers among the ranks)"
+            f"{len(ranks)} rank{'' if len(ranks) == 1 else 's'}: stragglers are named from 3 ranks up "
+            "(they are outliers among the ranks)"
         )
     kinds = Counter(kind for kind, _ in matched)
     return JobReport(
