@@ -121,6 +121,36 @@ def test_the_header_lists_several_gpus_under_gpus_and_counts_events_in_words(tmp
     )
 
 
+def test_step_evidence_is_per_step_beside_a_share_of_each_step() -> None:
+    """launch-bound and exposed-communication give their time per step, from the steady steps'
+    own figures (was: the total of all steps, ``320.06 ms (48% of each step)`` with 3 steps of
+    222 ms); without steps, the total with a share of the time."""
+    from traceinsight.analysis.causes import CauseKind
+    from traceinsight.formatting import format_duration
+
+    def per_step(name: str, figure: Any) -> str:
+        steady = [step for step in report(name).analysis.steps if step.steady]
+        return format_duration(round(sum(figure(step) for step in steady) / len(steady)))
+
+    def evidence(name: str, rule: str) -> dict[str, str]:
+        return dict(next(f for f in report(name).findings if f.rule == rule).evidence)
+
+    launch = evidence("a100_ddp_nccl.json.gz", "launch-bound")["GPU idle while the host launched"]
+    idle = per_step(
+        "a100_ddp_nccl.json.gz", lambda step: dict(step.idle_by_cause_ns).get(CauseKind.LAUNCH, 0)
+    )
+    assert launch.startswith(f"{idle} per step (") and launch.endswith(" of each step)")
+    exposed = evidence("a100_recsys_rank0.json.gz", "exposed-communication")
+    communication = per_step("a100_recsys_rank0.json.gz", lambda step: step.communication_ns)
+    compute = per_step("a100_recsys_rank0.json.gz", lambda step: step.compute_ns)
+    assert exposed["communication with no compute under it"].startswith(f"{communication} per step (")
+    assert exposed["compute"].startswith(f"{compute} per step (") and exposed["compute"].endswith(
+        " of each step)"
+    )
+    no_steps = evidence("b200_eager_stacks.json.gz", "launch-bound")["GPU idle while the host launched"]
+    assert "per step" not in no_steps and no_steps.endswith(" of the time)")
+
+
 def test_recsys_stream_syncs_and_pageable_copies() -> None:
     name = "a100_recsys_rank0.json.gz"
     raw = events(name)

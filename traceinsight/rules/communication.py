@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from traceinsight.analysis import Analysis
-from traceinsight.formatting import format_duration, format_share
+from traceinsight.formatting import format_share
 from traceinsight.rules import advice, rule
-from traceinsight.rules.common import make_finding, saving_from_total
+from traceinsight.rules.common import make_finding, saving_from_total, usage_amount
 from traceinsight.rules.findings import Advice, Finding
 
 _NCCL: Advice = Advice(
@@ -37,12 +37,9 @@ def exposed_communication(analysis: Analysis) -> Iterator[Finding]:
         evidence = [
             (
                 "communication with no compute under it",
-                f"{format_duration(exposed)} ({format_share(usage.share(exposed))} of {usage.of_what})",
+                usage_amount(usage, exposed),
             ),
-            (
-                "compute",
-                f"{format_duration(usage.compute_ns)} ({format_share(usage.share(usage.compute_ns))})",
-            ),
+            ("compute", usage_amount(usage, usage.compute_ns)),
             ("backend", analysis.meta.backend or "not recorded"),
         ]
         if data_parallel:

@@ -13,7 +13,7 @@ from traceinsight.analysis.causes import CauseKind
 from traceinsight.analysis.usage import Usage
 from traceinsight.formatting import format_duration, format_share
 from traceinsight.rules import advice, rule
-from traceinsight.rules.common import make_finding, saving_from_total
+from traceinsight.rules.common import make_finding, saving_from_total, usage_amount
 from traceinsight.rules.findings import Finding
 
 
@@ -43,7 +43,7 @@ def launch_bound(analysis: Analysis) -> Iterator[Finding]:
         evidence = [
             (
                 "GPU idle while the host launched",
-                f"{format_duration(idle)} ({format_share(usage.share(idle))} of {usage.of_what})",
+                usage_amount(usage, idle),
             ),
             ("kernels", per_step),
             ("median kernel", format_duration(stats.median_kernel_ns)),
