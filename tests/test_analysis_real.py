@@ -122,10 +122,10 @@ def test_the_header_lists_several_gpus_under_gpus_and_counts_events_in_words(tmp
 
 
 def test_step_evidence_is_per_step_beside_a_share_of_each_step() -> None:
-    """launch-bound and exposed-communication give their time per step, from the steady steps'
-    own figures (was: the total of all steps, ``320.06 ms (48% of each step)`` with 3 steps of
+    """launch-bound, exposed-communication and low-gpu-utilization give their time per step, from
+    the steady steps' own figures (was: the total of all steps, ``320.06 ms (48% of each step)`` with 3 steps of
     222 ms); without steps, the total with a share of the time."""
-    from traceinsight.analysis.causes import CauseKind
+    from traceinsight.analysis.causes import CAUSE_LABELS, CauseKind
     from traceinsight.formatting import format_duration
 
     def per_step(name: str, figure: Any) -> str:
@@ -147,6 +147,16 @@ def test_step_evidence_is_per_step_beside_a_share_of_each_step() -> None:
     assert exposed["compute"].startswith(f"{compute} per step (") and exposed["compute"].endswith(
         " of each step)"
     )
+    low = evidence("a100_ddp_nccl.json.gz", "low-gpu-utilization")
+    compute = per_step("a100_ddp_nccl.json.gz", lambda step: step.compute_ns)
+    assert low["compute"].startswith(f"{compute} per step (") and low["compute"].endswith(" of each step)")
+    usage = report("a100_ddp_nccl.json.gz").analysis.device_usage(0)
+    assert usage is not None
+    for kind, _ in usage.idle:
+        figure = per_step(
+            "a100_ddp_nccl.json.gz", lambda step, kind=kind: dict(step.idle_by_cause_ns).get(kind, 0)
+        )
+        assert low[f"idle: {CAUSE_LABELS[kind]}"].startswith(f"{figure} per step (")
     no_steps = evidence("b200_eager_stacks.json.gz", "launch-bound")["GPU idle while the host launched"]
     assert "per step" not in no_steps and no_steps.endswith(" of the time)")
 

@@ -14,9 +14,16 @@ from traceinsight.analysis import Analysis
 from traceinsight.analysis.causes import CAUSE_LABELS, CauseKind
 from traceinsight.analysis.replay import Fix
 from traceinsight.analysis.results import IdleGap
-from traceinsight.formatting import format_duration, format_share
+from traceinsight.formatting import format_duration
 from traceinsight.rules import advice, rule
-from traceinsight.rules.common import make_finding, saving_from_total, saving_of, source_evidence, where
+from traceinsight.rules.common import (
+    make_finding,
+    saving_from_total,
+    saving_of,
+    source_evidence,
+    usage_amount,
+    where,
+)
 from traceinsight.rules.findings import Advice, Finding
 from traceinsight.rules.launching import launch_idle
 
@@ -186,20 +193,11 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
             title += f", communicates {usage.communication_ns / window:.0%}"
         title += f" and is idle {idle_ns / window:.0%}: {listed}"
         evidence: list[tuple[str, str]] = [
-            ("compute", f"{format_duration(usage.compute_ns)} ({format_share(usage.compute_ns / window)})"),
-            (
-                "communication",
-                f"{format_duration(usage.communication_ns)} ({format_share(usage.communication_ns / window)})",
-            ),
-            (
-                "copies (not under compute)",
-                f"{format_duration(usage.copy_ns)} ({format_share(usage.copy_ns / window)})",
-            ),
+            ("compute", usage_amount(usage, usage.compute_ns)),
+            ("communication", usage_amount(usage, usage.communication_ns)),
+            ("copies (not under compute)", usage_amount(usage, usage.copy_ns)),
         ]
-        evidence += [
-            (f"idle: {CAUSE_LABELS[kind]}", f"{format_duration(ns)} ({format_share(ns / window)})")
-            for kind, ns in usage.idle
-        ]
+        evidence += [(f"idle: {CAUSE_LABELS[kind]}", usage_amount(usage, ns)) for kind, ns in usage.idle]
         source = source_kind = None
         if top_kind is CauseKind.HOST_OP:
             ops = _top_ops(_steady_gaps(analysis, device.device, CauseKind.HOST_OP))
