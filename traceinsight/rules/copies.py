@@ -13,12 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from traceinsight.analysis import Analysis
-from traceinsight.analysis.causes import CauseKind
 from traceinsight.analysis.replay import Fix
 from traceinsight.analysis.results import CopyGroup, SyncHotspot
 from traceinsight.formatting import format_duration, format_size
 from traceinsight.rules import advice, rule
-from traceinsight.rules.common import how_often, make_finding, saving_of, source_evidence, where
+from traceinsight.rules.common import how_often, make_finding, saving_of, source_evidence, usage_amount, where
 from traceinsight.rules.findings import Finding
 from traceinsight.rules.syncs import waits_for_h2d
 
@@ -57,11 +56,12 @@ def _wait_lines(hotspots: list[SyncHotspot]) -> list[tuple[str, str]]:
     ]
 
 
-def _idle(analysis: Analysis, device: int, kind: CauseKind) -> int:
-    for item in analysis.devices:
-        if item.device == device:
-            return dict(item.idle_by_cause_ns).get(kind.value, 0)
-    return 0
+def _idle_caused(analysis: Analysis, device: int, hotspots: list[SyncHotspot]) -> str:
+    """The steady-state GPU idle in gaps that ``hotspots``' calls caused, per step where there are
+    steps (not the device's idle of every blocking copy: other copies' waits are not these)."""
+    caused = sum(h.idle_caused_ns for h in hotspots)
+    usage = analysis.device_usage(device)
+    return format_duration(caused) if usage is None else usage_amount(usage, caused)
 
 
 def _place(hotspots: list[SyncHotspot]) -> tuple[str | None, str | None, str | None]:
@@ -101,7 +101,7 @@ def pageable_memcpy(analysis: Analysis) -> Iterator[Finding]:
             + [
                 (
                     "GPU idle waiting on these copies",
-                    format_duration(_idle(analysis, device, CauseKind.COPY)),
+                    _idle_caused(analysis, device, hotspots),
                 ),
                 ("source", source_evidence(source, source_kind)),
             ]
