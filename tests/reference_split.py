@@ -110,6 +110,17 @@ def reference_split(path: Path) -> Split:
     for device, start, _, corr, _ in gpu:
         if corr in launch_of:
             starting[(device, start)].append((corr, launch_of[corr]))
+    # work numbered below every process's first recorded call was launched before the host record
+    # began, at the latest when the last of those first calls began
+    first_call: dict[int, tuple[int, int]] = {}  # pid → (correlation, ts)
+    for pid, _, ts, _, _, corr in runtime:
+        if corr is not None and corr > 0 and (pid not in first_call or corr < first_call[pid][0]):
+            first_call[pid] = (corr, ts)
+    lowest = min((corr for corr, _ in first_call.values()), default=0)
+    recorded_from = max((ts for _, ts in first_call.values()), default=None)
+    early_starts = {
+        (device, start) for device, start, _, corr, _ in gpu if corr is not None and 0 < corr < lowest
+    }
     calls_per_thread: dict[tuple[int, int], int] = defaultdict(int)
     for pid, tid, *_ in runtime:
         calls_per_thread[(pid, tid)] += 1
@@ -153,6 +164,8 @@ def reference_split(path: Path) -> Split:
             pid, tid = min(launchers)[1][:2]
             l_ts = min(launch[2] for _, launch in launchers)
             l_end = min(launch[3] for _, launch in launchers)
+        elif (device, end) in early_starts and recorded_from is not None and recorded_from <= start:
+            return "queued"
         elif main is not None:
             (pid, tid), l_ts, l_end = main, None, None
         else:

@@ -162,9 +162,9 @@ def test_step_evidence_is_per_step_beside_a_share_of_each_step() -> None:
 
 
 def test_pageable_copies_claim_only_the_idle_their_own_waits_caused() -> None:
-    """recsys: 45 pageable copies of 6.6 KiB, whose syncs leave 0.1 ms of GPU idle in all; the
-    78 ms the GPU waits inside other cudaMemcpyAsync calls are not theirs (the card said "GPU idle
-    waiting on these copies 78.16 ms"). The figure is the idle gaps tied to these waits, per step."""
+    """recsys: 45 pageable copies of 6.6 KiB, whose syncs leave 0.1 ms of GPU idle in all (the card
+    said "GPU idle waiting on these copies 78.16 ms"). The figure is the idle gaps tied to these
+    waits, per step; test_rules holds it below the copy idle of other waits."""
     from traceinsight.formatting import format_duration
 
     name = "a100_recsys_rank0.json.gz"
@@ -174,8 +174,7 @@ def test_pageable_copies_claim_only_the_idle_their_own_waits_caused() -> None:
         key for h in analysis.sync_hotspots if h.copy == "Memcpy HtoD (Pageable -> Device)" for key in h.keys
     }
     theirs = sum(gap.duration_ns for gap in analysis.idle_gaps if gap.sync_key in keys)
-    every_copy = sum(gap.duration_ns for gap in analysis.idle_gaps if gap.cause_kind == "copy")
-    assert 0 < theirs < every_copy / 100
+    assert 0 < theirs < 1_000_000
     steps = len(analysis.steady.steady_steps)
     shown = dict(finding.evidence)["GPU idle waiting on these copies"]
     assert shown.startswith(f"{format_duration(round(theirs / steps))} per step (")

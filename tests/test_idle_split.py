@@ -125,3 +125,59 @@ def test_a_gaps_source_line_is_a_frame_of_its_own_thread(tmp_path: Path) -> None
     (gap,) = analysis.idle_gaps
     assert (gap.start_ns, gap.end_ns) == (20_000, 1_100_000)
     assert gap.source == "train.py:12"
+
+
+@pytest.mark.parametrize(
+    ("ending_correlation", "record_begins", "expected"),
+    [
+        (5, 50.0, "queued"),  # numbered below the first recorded call, which began before the gap
+        (3_000, 50.0, "copy"),  # numbered above it: the host may have launched it late, in the copy
+        (5, 500.0, "copy"),  # the host record begins inside the gap: the launch may fall in it too
+    ],
+)
+def test_work_launched_before_the_host_record_began_waited_queued(
+    tmp_path: Path, ending_correlation: int, record_begins: float, expected: str
+) -> None:
+    """The profiler starts with work still queued from the step before: the trace holds that work
+    but not its launches. A gap inside it is the GPU waiting with work queued, not the copy call
+    the main thread sat in meanwhile (recsys's first step: 78 ms were "waiting on a blocking copy",
+    tied to no finding)."""
+    from tracebuild import kernel, memcpy, runtime, write_trace
+
+    events = [
+        kernel(0, 100, correlation=4),
+        kernel(1000, 100, correlation=ending_correlation),
+        # the host's first recorded call: a copy to pageable memory that waits for the queue
+        runtime("cudaMemcpyAsync", record_begins, 1200 - record_begins, correlation=2_000),
+        memcpy(1150, 2, "Memcpy DtoH (Device -> Pageable)", correlation=2_000),
+    ]
+    result = analyze(load_trace(write_trace(tmp_path / "t.json", events)))
+    gap = max(result.idle_gaps, key=lambda g: g.duration_ns)
+    assert (gap.start_ns, gap.end_ns) == (100_000, 1_000_000)
+    assert gap.cause_kind == expected
+    assert ("its launch is not in the trace" in gap.cause) == (expected == "queued")
+
+
+def test_work_numbered_above_another_process_first_call_keeps_its_host_cause(tmp_path: Path) -> None:
+    """Each process numbers its own calls: work below one process's first call but above another's
+    may be that other process's, launched late; the gap keeps the cause its host activity gives."""
+    from tracebuild import kernel, memcpy, runtime, write_trace
+
+    other = runtime("cudaLaunchKernel", 60, 3, correlation=3)
+    other["pid"] = 200
+    events = [
+        kernel(0, 100, correlation=2),
+        kernel(1000, 100, correlation=5),
+        runtime("cudaMemcpyAsync", 50, 1150, correlation=2_000),
+        memcpy(1150, 2, "Memcpy DtoH (Device -> Pageable)", correlation=2_000),
+        runtime("cudaStreamSynchronize", 1210, 1, correlation=2_001),  # the main thread: most calls
+        other,
+        kernel(2000, 10, correlation=3),
+    ]
+    result = analyze(load_trace(write_trace(tmp_path / "t.json", events)))
+    gap = next(g for g in result.idle_gaps if g.start_ns == 100_000)
+    assert gap.cause_kind == "copy"
+    # the same trace with the other process's first call numbered above the work: queued
+    other["args"]["correlation"] = events[-1]["args"]["correlation"] = 6
+    result = analyze(load_trace(write_trace(tmp_path / "t2.json", events)))
+    assert next(g for g in result.idle_gaps if g.start_ns == 100_000).cause_kind == "queued"

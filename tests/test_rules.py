@@ -317,3 +317,32 @@ def test_a_cpu_run_with_a_fast_loader_gets_none(tmp_path: Path) -> None:
         events.append(cpu_op("aten::addmm", start + 200, 9_700))
     path = write_trace(tmp_path / "cpu.json", events, deviceProperties=[])
     assert "dataloader-stall" not in {f.rule for f in evaluate(analyze(load_trace(path)))}
+
+
+def test_pageable_memcpy_claims_only_the_idle_its_own_waits_caused(tmp_path: Path) -> None:
+    """Each step: a pageable `.to('cuda')` whose sync drains the GPU (193 µs of idle after it),
+    then the host sits in a copy to pageable memory while the GPU idles 290 µs. Both gaps are copy
+    idle; only the first is the `.to('cuda')`'s (the card once gave the device's copy idle)."""
+    events: list[dict[str, Any]] = []
+    steps = 4
+    for step in range(steps):
+        b = step * 1000.0
+        h2d, d2h = 50_000 + 10 * step, 60_000 + 10 * step
+        events += launch(b, b + 10, 300)  # the GPU computes 10-310
+        events += [
+            runtime("cudaMemcpyAsync", b + 5, 15, correlation=h2d),  # staged, returns at 20
+            memcpy(b + 310, 2, "Memcpy HtoD (Pageable -> Device)", correlation=h2d),
+            runtime("cudaStreamSynchronize", b + 21, 293),  # waits for the queue: returns at 314
+            runtime("cudaLaunchKernel", b + 500, 3, correlation=h2d + 1),
+            kernel(b + 505, 95, correlation=h2d + 1),  # gap 312-505: the sync's
+            runtime("cudaMemcpyAsync", b + 605, 295, correlation=d2h),  # the host sits in it
+            memcpy(b + 890, 2, "Memcpy DtoH (Device -> Pageable)", correlation=d2h),  # gap 600-890
+            annotation(f"ProfilerStep#{step}", b, 1000),
+        ]
+    analysis = analysis_of(tmp_path, events)
+    copy_gaps = [g for g in analysis.idle_gaps if g.cause_kind == "copy"]
+    tied = [g.duration_ns for g in copy_gaps if g.sync_key is not None]
+    assert tied == [193_000] * steps and len(copy_gaps) == 2 * steps
+    (finding,) = (f for f in evaluate(analysis) if f.rule == "pageable-memcpy")
+    shown = dict(finding.evidence)["GPU idle waiting on these copies"]
+    assert shown.startswith("0.19 ms per step (")  # 193 µs, not the 483 µs of copy idle per step

@@ -6,6 +6,10 @@ A gap is a stretch between merged busy blocks on one device. Every gap gets exac
 First: was the work that ends the gap already queued when the GPU went idle? Its launching call
 (joined on correlation) tells. If that call returned before the gap began, the GPU had the work and
 waited on something of its own (another stream, an event, a CUDA graph dependency): ``queued``.
+Work whose launching call the trace does not hold, numbered (correlation id) below every call it
+does hold, was launched before the host record began (the profiler starts mid-run with work still
+queued from the step before): a gap that starts after that waited with its work queued too, since
+the thread's later calls (a copy the host sat in, say) cannot have launched it.
 Otherwise the host was late, and what the launching thread did during the gap is the cause, in
 this order (gaps of at least ``min_gap_us``):
 
@@ -88,6 +92,34 @@ def _launchers(trace: Trace) -> pl.DataFrame:
         .sort("correlation")
         .group_by("device", "ts")
         .agg(pl.col("pid").first(), pl.col("tid").first(), pl.col("l_ts").min(), pl.col("l_end").min())
+    )
+
+
+def _launched_before_record(trace: Trace) -> pl.DataFrame:
+    """Starts of GPU work launched before the host record began → ``device, ts, recorded_from``.
+
+    CUDA and HIP number a process's calls in order (the correlation id), so work numbered below the
+    first call a process recorded was launched before that call began. The process is not known
+    (the launching call is missing), so the work must be below every process's first call, and it
+    was launched by ``recorded_from``, the latest of those first calls' starts."""
+    schema = pl.Schema({"device": pl.Int64, "ts": pl.Int64, "recorded_from": pl.Int64})
+    numbered = pl.col("correlation") > 0
+    first = trace.runtime.select(pl.col("correlation").filter(numbered).min()).item()
+    if first is None:
+        return pl.DataFrame(schema=schema)
+    early = trace.gpu.select("device", "ts", "correlation").filter(numbered & (pl.col("correlation") < first))
+    if early.is_empty():  # the usual case: every launch was recorded
+        return pl.DataFrame(schema=schema)
+    recorded_from = (
+        trace.runtime.select("pid", "correlation", "ts")
+        .filter(numbered)
+        .group_by("pid")
+        .agg(at=pl.col("ts").get(pl.col("correlation").arg_min()))
+        .get_column("at")
+        .max()
+    )
+    return early.select("device", "ts", recorded_from=pl.lit(recorded_from, pl.Int64)).unique(
+        ["device", "ts"]
     )
 
 
@@ -282,9 +314,14 @@ def classify_gaps(
     main_pid, main_tid = _main_thread(trace)
     table = (
         gaps.join(_launchers(trace), left_on=["device", "end"], right_on=["device", "ts"], how="left")
+        .join(
+            _launched_before_record(trace), left_on=["device", "end"], right_on=["device", "ts"], how="left"
+        )
         .with_columns(
-            known=pl.col("pid").is_not_null(),
-            queued=(pl.col("l_end") <= pl.col("start")).fill_null(False),
+            early=(pl.col("pid").is_null() & (pl.col("recorded_from") <= pl.col("start"))).fill_null(False)
+        )
+        .with_columns(
+            queued=(pl.col("l_end") <= pl.col("start")).fill_null(False) | pl.col("early"),
             long=pl.col("duration") >= min_ns,
         )
         .with_columns(
@@ -308,7 +345,14 @@ def classify_gaps(
         .otherwise(pl.lit(CauseKind.LAUNCH.value))
     )
     simple_text = (
-        pl.when(pl.col("queued"))
+        pl.when(pl.col("early"))
+        .then(
+            pl.lit(
+                "the next work was queued before the trace recorded the host (its launch is not in "
+                "the trace): the GPU waited on another stream, an event or a graph"
+            )
+        )
+        .when(pl.col("queued"))
         .then(queued_text)
         .when(pl.col("pid").is_null())
         .then(pl.lit("no host thread tied to the next GPU work"))
