@@ -456,3 +456,21 @@ def test_a_second_core_is_used_only_where_the_process_may_use_one(monkeypatch: p
     monkeypatch.delenv("TRACEINSIGHT_WORKERS")
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3}, raising=False)
     assert not second_core()
+
+
+def test_sync_in_loop_gives_the_steady_calls_host_time_per_step() -> None:
+    """qwen: one cudaDeviceSynchronize in its one steady step and one outside it; the card said
+    "host blocked 16.27 ms", both calls, beside "every step (1 in the steady state, 2 in the
+    trace)". It now gives the steady calls' own time per step, as its saving does."""
+    from traceinsight.formatting import format_duration
+
+    name = "h100_qwen_inference_stacks.json.gz"
+    raw = events(name)
+    (step,) = [e for e in raw if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
+    start, end = step["ts"], step["ts"] + step["dur"]
+    syncs = [e for e in raw if e.get("cat") == "cuda_runtime" and e["name"] == "cudaDeviceSynchronize"]
+    inside = [e for e in syncs if start <= e["ts"] < end]
+    assert len(syncs) == 2 and len(inside) == 1
+    finding = next(f for f in report(name).findings if f.rule == "sync-in-loop")
+    shown = dict(finding.evidence)["host blocked"]
+    assert shown.startswith(f"{format_duration(round(inside[0]['dur'] * 1000))} per step (")

@@ -171,6 +171,8 @@ class SyncHotspot:
     idle_caused_ns: int = 0
     #: The ``nn.Module`` whose forward makes these calls (data-dependent control flow), if known.
     module: str | None = None
+    #: Host time blocked in the calls inside the steady state (``blocked_ns`` counts every call).
+    steady_blocked_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)

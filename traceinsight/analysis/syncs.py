@@ -197,6 +197,7 @@ def sync_hotspots(
             idle_after=pl.col("idle_after").sum(),
             keys=pl.col("key"),
             steady_count=pl.col("steady").sum(),
+            steady_blocked=pl.col("dur").filter(pl.col("steady")).sum(),
             caused=pl.col("caused").sum(),
         )
         .with_columns(rank=pl.col("blocked") + pl.col("idle_after"))
@@ -218,6 +219,7 @@ def sync_hotspots(
             steady_count=row["steady_count"],
             idle_caused_ns=row["caused"],
             module=row["module"],
+            steady_blocked_ns=row["steady_blocked"],
         )
         for row in table.iter_rows(named=True)
     )

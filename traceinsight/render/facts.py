@@ -182,10 +182,14 @@ def saving_text(finding: Finding) -> str:
     """``about 2.08 ms per step (1% of the step)`` or ``about 0.91 ms in all (1% of the time analyzed)``."""
     if not finding.saving_known:
         return "an amount this trace cannot tell"
-    share = f" ({finding.saving_share:.0%} of the step)" if finding.saving_share is not None else ""
+    share = f" ({format_share(finding.saving_share)} of the step)" if finding.saving_share is not None else ""
     if finding.saving_per_step_ns is not None:
         return f"about {format_duration(finding.saving_per_step_ns)} per step{share}"
-    share = f" ({finding.saving_share:.0%} of the time analyzed)" if finding.saving_share is not None else ""
+    share = (
+        f" ({format_share(finding.saving_share)} of the time analyzed)"
+        if finding.saving_share is not None
+        else ""
+    )
     return f"about {format_duration(finding.savings_ns)} in all{share}"
 
 

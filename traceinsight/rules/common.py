@@ -24,11 +24,11 @@ class Saving:
 
     def words(self) -> str:
         """``1.2 ms per step (7% of the step)`` or ``3.4 ms over the 155.4 ms analyzed (2%)``."""
-        share = f" ({self.share:.0%} of the step)" if self.share is not None else ""
+        share = f" ({format_share(self.share)} of the step)" if self.share is not None else ""
         if self.per_step_ns is not None:
             return f"{format_duration(self.per_step_ns)} per step{share}"
         if self.share is not None:
-            return f"{format_duration(self.total_ns)} ({self.share:.0%} of the time analyzed)"
+            return f"{format_duration(self.total_ns)} ({format_share(self.share)} of the time analyzed)"
         return format_duration(self.total_ns)
 
 

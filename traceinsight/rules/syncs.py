@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.replay import Fix
 from traceinsight.analysis.results import SyncHotspot
-from traceinsight.formatting import format_duration
 from traceinsight.load import taxonomy
 from traceinsight.rules import advice, rule
 from traceinsight.rules.common import (
@@ -83,8 +82,9 @@ def _sync_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
                 "how often",
                 f"{often} ({hotspot.steady_count} in the steady state, {hotspot.count} in the trace)",
             ),
-            ("host blocked", format_duration(hotspot.blocked_ns)),
-            ("GPU idle it caused", format_duration(hotspot.idle_caused_ns)),
+            # in the steady state and in the saving's unit: per step where there are steps
+            ("host blocked", saving_from_total(analysis, hotspot.steady_blocked_ns).words()),
+            ("GPU idle it caused", saving_from_total(analysis, hotspot.idle_caused_ns).words()),
         ]
         if hotspot.module is not None:
             evidence.insert(0, ("inside the forward of", hotspot.module))
