@@ -36,7 +36,10 @@ def optimizer_not_fused(analysis: Analysis) -> Iterator[Finding]:
                 ("optimizer steps in the steady state", str(stats.steps)),
                 ("kernels launched inside them", f"{stats.kernels:,} ({per_step:,.0f} per step)"),
                 ("median kernel", format_duration(stats.median_kernel_ns)),
-                ("host time in optimizer.step()", format_duration(stats.step_ns)),
+                (
+                    "host time in optimizer.step()",
+                    f"{format_duration(stats.step_ns)} ({format_duration(round(stats.step_ns / stats.steps))} per step)",
+                ),
                 ("multi-tensor (foreach/fused) kernels", "none"),
             ),
             advice=advice.FUSED_OPTIMIZER,
