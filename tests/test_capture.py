@@ -401,3 +401,19 @@ def test_torchrun_job_writes_one_folder_with_a_file_per_rank(form: str, tmp_path
         words = [sys.executable, "-m", "traceinsight", "run", "--json", "j.json", *launcher, script]
     job = subprocess.run(words, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     check_job(tmp_path, job)
+
+
+def test_memory_budget_stopping_the_first_recorded_step_is_not_a_run_without_steps(tmp_path: Path) -> None:
+    """With --wait 0 --warmup 0, a budget passed during step 0 stops the window before any step
+    ended, and steps are no longer counted: the trace holds part of step 0, not "the whole run as
+    one step" (which run once said, for pytorch/examples' LBFGS time_sequence_prediction)."""
+    ours = traceinsight_process(
+        "run", "--trace", "t.pt.trace.json.gz", "-o", "r.html", "--json", "r.json", "--max-memory", "100M",
+        "--wait", "0", "--warmup", "0", str(SCRIPTS / "frames_and_memory.py"), "early=200", cwd=tmp_path,
+    )  # fmt: skip
+    assert ours.returncode == 0, ours.stderr
+    assert "recording stopped early" in ours.stderr
+    assert "the trace holds 0 complete steps and part of the next" in ours.stderr
+    assert "was seen" not in ours.stderr and "whole run" not in ours.stderr
+    run = json.loads((tmp_path / "r.json").read_text())["run"]
+    assert run["steps_recorded"] == 0

@@ -572,3 +572,16 @@ def test_diff_of_an_example_and_its_fixed_twin_reports_the_finding_fixed(
     fixed = [(f["rule"], f["site"]) for f in comparison["findings"] if f["status"] == "fixed"]
     assert ("latent-sync", f"item_every_step.py:{line}") in fixed
     assert not [f for f in comparison["findings"] if f["status"] == "new" and f["rule"] == "latent-sync"]
+
+
+def test_a_failure_message_is_text_without_terminal_escapes() -> None:
+    """torch's "Weights only load failed" message bolds a warning with ESC [1m … ESC [0m: the
+    failure line drops such escapes, and replaces any other control character, so the panel, the
+    page and the Markdown show text (the panel once carried the raw escapes)."""
+    from traceinsight.capture.script import _failure_line
+
+    error = RuntimeError("two options, \x1b[1mdo those steps only if you trust it\x1b[0m. \x07done\nmore")
+    assert (
+        _failure_line(error) == "RuntimeError: two options, do those steps only if you trust it. \ufffddone"
+    )
+    assert _failure_line(SystemExit("\x1b[31mred\x1b[0m")) == "sys.exit('\\x1b[31mred\\x1b[0m')"

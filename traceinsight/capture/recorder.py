@@ -109,7 +109,8 @@ class CaptureResult:
     steps_in_trace: int
     """Complete steps in the written window (0 for a whole-run window or a partial tail)."""
     whole_run: bool
-    """True when no step was ever marked, so the trace covers the whole run."""
+    """True when no step was ever marked, so the trace covers the whole run (never after the
+    memory budget stopped the window: the trace then ends there)."""
     cuda: bool
     """True when CUDA activity was recorded as well as CPU activity."""
     export: ExportResult | None = None
@@ -295,7 +296,8 @@ class TraceRecorder:
             trace=self.trace_path if self._trace_written else None,
             steps_run=self._marker.steps_ended,
             steps_in_trace=self._steps_in_trace,
-            whole_run=self._marker.steps_ended == 0,
+            # a window stopped for memory stopped counting steps too: it is not the whole run
+            whole_run=self._marker.steps_ended == 0 and self._memory_stop != "window",
             cuda=self._cuda,
             export=self._export,
             export_error=self._export_error,

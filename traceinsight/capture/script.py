@@ -23,6 +23,7 @@ import builtins
 import importlib.machinery
 import importlib.util
 import os
+import re
 import runpy
 import signal
 import sys
@@ -46,6 +47,9 @@ __all__ = [
 PYTHON_SUFFIXES = (".py", ".pyw")
 _SCRIPT_MODULES: list[types.ModuleType] = []
 SIGINT_EXIT_STATUS = 128 + signal.SIGINT
+#: A terminal escape sequence (``ESC [ … m``), as libraries put in messages for bold or colour:
+#: torch's "Weights only load failed" message bolds its warning.
+_TERMINAL_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,8 +247,12 @@ def _raised_by_parser(exit_request: SystemExit) -> bool:
 
 
 def _failure_line(error: BaseException) -> str:
-    """``Type: message at file:line``, the line being the innermost frame of the user's own code."""
+    """``Type: message at file:line``, the line being the innermost frame of the user's own code.
+
+    The report shows it as text: terminal escapes in the message are dropped, and any other
+    control character is replaced."""
     from traceinsight.load.taxonomy import is_user_file
+    from traceinsight.load.text import printable
 
     where = None
     traceback = error.__traceback__
@@ -257,8 +265,9 @@ def _failure_line(error: BaseException) -> str:
         what = f"sys.exit({error.code!r})"
     else:
         message = str(error).strip().splitlines()
-        what = f"{type(error).__name__}: {message[0]}" if message else type(error).__name__
-    return f"{what} at {where}" if where else what
+        what = f"{type(error).__name__}: {message[0].rstrip()}" if message else type(error).__name__
+    what = _TERMINAL_ESCAPE.sub("", what)
+    return printable(f"{what} at {where}" if where else what)
 
 
 def _short_path(path: str) -> str:
