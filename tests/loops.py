@@ -167,3 +167,33 @@ def dataloader_loop(
         loop.events.append(annotation(f"ProfilerStep#{step}", start, t - start))
         loop.steps.append((start, t))
     return loop
+
+
+def launch_loop(
+    *,
+    steps: int = 6,
+    kernels: int = 12,
+    kernel_us: float = 20,
+    dispatch_us: float = 60,
+    pause_us: float = 0,
+    pause_after: int = 5,
+) -> Loop:
+    """A loop of tiny kernels, each launched at the end of an operator the host takes ``dispatch_us``
+    to run (``aten::add`` → ``cudaLaunchKernel``): the GPU finishes each kernel before the next is
+    launched. With ``pause_us``, the host pauses that long after kernel ``pause_after`` of each step,
+    recording nothing (Python outside any operator, a sleep)."""
+    loop = Loop()
+    t = 0.0
+    gpu_free = 0.0
+    for step in range(steps):
+        start = t
+        for k in range(kernels):
+            loop.events.append(cpu_op("aten::add", t, dispatch_us))
+            gpu_free = _launch(loop, t + dispatch_us - 5, gpu_free, kernel_us)
+            t += dispatch_us
+            if pause_us and k == pause_after:
+                t += pause_us
+        t = max(t, gpu_free) + 5
+        loop.events.append(annotation(f"ProfilerStep#{step}", start, t - start))
+        loop.steps.append((start, t))
+    return loop

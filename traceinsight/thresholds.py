@@ -49,8 +49,14 @@ class Thresholds:
     first_call_factor: float = 10.0
     #: ... and at least this long (µs), before the operator's usual calls.
     first_call_min_us: float = 10_000.0
-    #: `launch-bound` fires when idle from the host launching is at least this share of the step.
+    #: `launch-bound` fires when idle in short gaps from the host launching is at least this share
+    #: of the step ...
     launch_bound_share: float = 0.10
+    #: ... a ``host-bound`` gap being short (the time to dispatch and launch the next kernel) when
+    #: under this (µs): longer, it is a pause of the host's own, which no CUDA graph removes ...
+    launch_gap_max_us: float = 1000.0
+    #: ... and there are at least this many such gaps per steady step (in the window without steps).
+    launch_bound_min_gaps: int = 8
     #: `amp-opportunity` / `tf32-opportunity` fire when fp32 GEMM/convolution kernels take at least
     #: this share of the kernel time on a GPU with tensor cores ...
     fp32_matmul_share: float = 0.20

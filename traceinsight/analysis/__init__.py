@@ -264,7 +264,7 @@ def _analyze(trace: Trace, limits: Thresholds, user_code: Collection[str], besid
         fix_inputs=_fix_inputs(trace, calls, steady),
         usage=gpu_time.steady_usage(devices, steps, busy, kernels, compute, classified, steady),
         precision=steady_only.precision,
-        launching=launch_stats(trace, steady, classified),
+        launching=launch_stats(trace, steady, classified, limits),
         optimizer=steady_only.optimizer,
         latent_syncs=steady_only.latent_syncs,
         memory=steady_only.memory,

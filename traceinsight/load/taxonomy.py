@@ -86,6 +86,20 @@ MULTI_TENSOR_KERNEL_PATTERN: Final[str] = (
     r"(?i)multi_tensor_apply|fused_adam|fusedadam|fused_sgd|FusedOptimizer"
 )
 
+# --- torch.compile ---------------------------------------------------------------------------------
+
+#: Kernels TorchInductor generates (``triton_poi_fused_add_0``, ``triton_red_*``, ``triton_per_*``,
+#: templates ``triton_tem_*``, foreach ``triton_for_*``; 2023 builds named them ``triton__0d1d2d``).
+#: Hand-written Triton kernels (vLLM's, Liger's) have other names: they are not a compiled model.
+INDUCTOR_KERNEL_PATTERN: Final[str] = r"^triton_(poi|red|per|tem|for)_|^triton__\d"
+#: Host ranges of compiled code: the autograd function of a compiled graph, dynamo's frame entry,
+#: the compiled graph's call. A regex over operator and annotation names.
+COMPILED_REGION_PATTERN: Final[str] = (
+    r"^(CompiledFunction|Torch-Compiled Region|## Call CompiledFxGraph|TorchDynamo Cache Lookup)"
+)
+#: Host calls that replay a captured CUDA/HIP graph (``mode="reduce-overhead"``, ``torch.cuda.graph``).
+GRAPH_LAUNCH_CALLS: Final[frozenset[str]] = frozenset({"cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch"})
+
 # --- syncs waiting to happen: ops that make the host wait when their tensors are on a GPU ----------
 
 #: Operators that read a tensor's value (or size) on the host: on a GPU tensor each one waits for

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from traceinsight.analysis.launching import CompileState
 from traceinsight.rules.findings import Advice
 
 ITEM: Final = Advice(
@@ -76,6 +77,62 @@ LAUNCH_BOUND: Final = Advice(
     after='model = torch.compile(MyModel().cuda(), mode="reduce-overhead")  # fused + CUDA graphs\n'
     "for x in loader:\n    loss = model(x)",
 )
+LAUNCH_BOUND_COMPILED: Final = Advice(
+    summary="The model is already compiled, yet the host still launches kernels more slowly than "
+    "the GPU runs them. Remove the launches that remain: replay each compiled graph as a CUDA graph "
+    '(mode="reduce-overhead": one launch per graph), and find the graph breaks that leave eager code '
+    "between compiled regions (TORCH_LOGS=graph_breaks); or give each kernel more work (a larger batch).",
+    before="model = torch.compile(model)\nfor x in loader:\n    loss = model(x)  # compiled: still one launch per kernel",
+    after='model = torch.compile(model, mode="reduce-overhead")  # CUDA graphs: one launch per graph\n'
+    "# TORCH_LOGS=graph_breaks python train.py  names the eager code between graphs\n"
+    "for x in loader:\n    loss = model(x)",
+)
+LAUNCH_BOUND_GRAPHED: Final = Advice(
+    summary="The model is compiled and replays CUDA graphs, yet the host still launches kernels more "
+    "slowly than the GPU runs them: the launches left run outside the graphs. Find what keeps them "
+    "out: graph breaks (TORCH_LOGS=graph_breaks), inputs whose shapes change (each new shape runs "
+    "eagerly or records a new graph: TORCH_LOGS=cudagraphs), work between the compiled calls.",
+    before='model = torch.compile(model, mode="reduce-overhead")\nfor x in loader:\n'
+    "    loss = model(x)  # some kernels still launched one by one",
+    after="# TORCH_LOGS=graph_breaks,cudagraphs python train.py\n"
+    'model = torch.compile(model, mode="reduce-overhead")\n'
+    "for x in loader:\n    x = pad_to_bucket(x)  # fixed shapes: one graph per bucket, replayed\n"
+    "    loss = model(x)",
+)
+LAUNCH_BOUND_PARTLY_COMPILED: Final = Advice(
+    summary="Only part of the model is compiled: most kernels are still launched one by one from "
+    "eager code, and the host cannot launch them as fast as the GPU runs them. Compile the whole "
+    "model (not one function), remove the graph breaks that leave eager code between compiled "
+    "regions (TORCH_LOGS=graph_breaks), and replay the graphs as CUDA graphs "
+    '(mode="reduce-overhead").',
+    before="model.block = torch.compile(model.block)  # the rest of the model runs eagerly\n"
+    "for x in loader:\n    loss = model(x)",
+    after='model = torch.compile(model, mode="reduce-overhead")  # the whole model, CUDA graphs\n'
+    "# TORCH_LOGS=graph_breaks python train.py  names the eager code between graphs\n"
+    "for x in loader:\n    loss = model(x)",
+)
+HOST_PAUSES: Final = Advice(
+    summary="Between these kernels the host ran its own code for long stretches (Python, many small "
+    "CPU operators, I/O, logging, a sleep), not launch overhead: CUDA graphs or torch.compile would "
+    "not remove it. Find the code (profile with_stack=True, or traceinsight run), then run it less "
+    "often, move it out of the step (into DataLoader workers, before the loop), or queue the GPU's "
+    "work before it so the GPU has something to do meanwhile.",
+    before="for x, y in loader:\n    loss = step(x, y)\n    log_metrics(model)  # milliseconds of Python while the GPU waits",
+    after="for i, (x, y) in enumerate(loader):\n    loss = step(x, y)\n    if i % 100 == 0:\n"
+    "        log_metrics(model)  # rarely, or in a background thread",
+)
+
+
+def launch_bound(compiled: CompileState) -> Advice:
+    """The launch-bound advice for the model's compile state: compile it (all of it, when a part
+    is); already compiled, replay CUDA graphs; already replaying graphs, find what runs outside them."""
+    if compiled.partly:
+        return LAUNCH_BOUND_PARTLY_COMPILED
+    if not compiled.compiled:
+        return LAUNCH_BOUND
+    return LAUNCH_BOUND_GRAPHED if compiled.graph_launches else LAUNCH_BOUND_COMPILED
+
+
 HOST_WORK: Final = Advice(
     summary="The host runs these operators itself while the GPU waits. Move such work out of the "
     "step: into the Dataset (it then runs in DataLoader workers), before the loop, or onto the GPU.",

@@ -25,7 +25,7 @@ from traceinsight.rules.common import (
     where,
 )
 from traceinsight.rules.findings import Advice, Finding
-from traceinsight.rules.launching import launch_idle
+from traceinsight.rules.launching import device_pattern, launch_idle, pattern_words, pauses_words
 
 #: Causes other findings explain (and fix), or that are not the loop's: low-gpu-utilization leaves
 #: their idle out of its saving.
@@ -42,7 +42,7 @@ _EXPLAINED = frozenset(
 
 _ADVICE: dict[CauseKind, Advice] = {
     CauseKind.HOST_OP: advice.HOST_WORK,
-    CauseKind.LAUNCH: advice.LAUNCH_BOUND,
+    CauseKind.LAUNCH: advice.HOST_PAUSES,
     CauseKind.QUEUED: advice.DEPENDENCY,
     CauseKind.UNTRACED: advice.UNTRACED,
     CauseKind.UNKNOWN: advice.UNTRACED,
@@ -178,8 +178,16 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
         window = usage.window_ns
         if window < limits.min_span_us * 1000 or usage.compute_ns >= limits.low_utilization * window:
             continue
-        explained = _EXPLAINED | ({CauseKind.LAUNCH} if launch_idle(analysis, usage) is not None else set())
-        unexplained = [(kind, ns) for kind, ns in usage.idle if kind not in explained]
+        # launch-bound speaks for the launch pattern's short gaps; the host's long pauses stay here.
+        claimed = {CauseKind.LAUNCH: launch_idle(analysis, usage) or 0}
+        unexplained = sorted(
+            (
+                (kind, ns - claimed.get(kind, 0))
+                for kind, ns in usage.idle
+                if kind not in _EXPLAINED and ns > claimed.get(kind, 0)
+            ),
+            key=lambda item: (-item[1], item[0].value),
+        )
         rest = sum(ns for _, ns in unexplained)
         if not unexplained or rest < 0.05 * window:
             continue  # other findings explain the idle
@@ -205,6 +213,20 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
                 evidence.append(
                     ("the host was in", "; ".join(f"{name} ({format_duration(ns)})" for name, ns in ops))
                 )
+        fix_advice = _ADVICE.get(top_kind, advice.HOST_PAUSES)
+        why = f"Most of the idle no other finding explains is {CAUSE_LABELS[top_kind]}"
+        pattern = device_pattern(analysis, device.device)
+        if dict(unexplained).get(CauseKind.LAUNCH) and pattern is not None:
+            # Launch overhead is many short gaps; a few long ones are the host's own pauses.
+            pauses = claimed[CauseKind.LAUNCH] > 0 or pattern.long_ns > pattern.short_ns
+            if pauses and pattern.long_gaps:
+                evidence.append(("gaps between launches", pauses_words(pattern)))
+                if top_kind is CauseKind.LAUNCH:
+                    why = "Most of the idle no other finding explains is the host pausing between launches"
+            elif not pauses:
+                evidence.append(("gaps between launches", pattern_words(analysis, usage, pattern)))
+                if top_kind is CauseKind.LAUNCH:
+                    fix_advice = advice.launch_bound(analysis.launching.compiled)
         top_gaps = _steady_gaps(analysis, device.device, top_kind)
         if top_gaps:
             longest = max(top_gaps, key=lambda gap: gap.duration_ns)
@@ -218,9 +240,8 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
             saving,
             title=title,
             evidence=(evidence),
-            advice=_ADVICE.get(top_kind, advice.LAUNCH_BOUND),
-            why=f"Most of the idle no other finding explains is {CAUSE_LABELS[top_kind]}: each gap is a "
-            "moment the GPU had nothing to run.",
+            advice=fix_advice,
+            why=f"{why}: each gap is a moment the GPU had nothing to run.",
             source=source,
             device=device.device,
             source_kind=source_kind,
