@@ -125,7 +125,7 @@ def test_step_evidence_is_per_step_beside_a_share_of_each_step() -> None:
     """launch-bound, exposed-communication and low-gpu-utilization give their time per step, from
     the steady steps' own figures (was: the total of all steps, ``320.06 ms (48% of each step)`` with 3 steps of
     222 ms); without steps, the total with a share of the time."""
-    from traceinsight.analysis.causes import CAUSE_LABELS, CauseKind
+    from traceinsight.analysis.causes import CAUSE_LABELS
     from traceinsight.formatting import format_duration
 
     def per_step(name: str, figure: Any) -> str:

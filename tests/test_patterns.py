@@ -11,7 +11,7 @@ from statistics import median
 from typing import Any
 
 from loops import launch_loop
-from tracebuild import cpu_op, kernel, runtime, sample_report, write_trace
+from tracebuild import annotation, cpu_op, kernel, runtime, sample_report, write_trace
 
 from traceinsight.analysis import Analysis, analyze
 from traceinsight.formatting import format_duration
@@ -135,3 +135,189 @@ def test_launch_bound_on_the_real_launch_bound_samples() -> None:
 def test_a_toy_with_few_kernels_is_not_launch_bound() -> None:
     # legacy_category_names: 4 kernels and 3 gaps, one of 1.45 ms: no pattern of many short gaps
     assert "launch-bound" not in {f.rule for f in sample_report("legacy_category_names.json.gz").findings}
+
+
+# --- per-parameter collectives ---------------------------------------------------------------------
+
+
+def _per_parameter_allreduces(
+    *, steps: int = 4, parameters: int = 120, allreduce_us: float = 10, ddp: bool = False
+) -> list[dict[str, Any]]:
+    """Training steps: 8 compute kernels of 100 µs, then ``parameters`` all-reduces of ``allreduce_us``, one
+    per gradient, each issued by its own ``dist.all_reduce`` (c10d::allreduce_ → record_param_comms
+    → a launch 4 µs after the last) and queued back to back on the NCCL stream after the compute;
+    ``optimizer.step()`` and a sync end the step."""
+    events: list[dict[str, Any]] = []
+    t = 0.0
+    for step in range(steps):
+        start = t
+        for k in range(8):
+            correlation = next(_correlation)
+            events.append(runtime("cudaLaunchKernel", start + k * 2, 1, correlation=correlation))
+            events.append(kernel(start + 20 + k * 100, 100, correlation=correlation))
+        gpu_free = start + 20 + 800
+        if ddp:
+            events.append(annotation("DistributedDataParallel.forward", start, 17))
+        for index in range(parameters):
+            at = start + 20 + index * 4
+            correlation = next(_correlation)
+            events += [
+                cpu_op("c10d::allreduce_", at, 3.5),
+                cpu_op("record_param_comms", at + 0.5, 2.5),
+                runtime("cudaLaunchKernel", at + 1, 1, correlation=correlation),
+                kernel(
+                    gpu_free,
+                    allreduce_us,
+                    correlation=correlation,
+                    stream=20,
+                    name="ncclKernel_AllReduce_RING_LL_Sum_float",
+                ),
+            ]
+            gpu_free += allreduce_us
+        end_of_launches = start + 20 + parameters * 4
+        events.append(annotation("Optimizer.step#SGD.step", end_of_launches, 5))
+        events.append(
+            runtime("cudaStreamSynchronize", end_of_launches + 6, gpu_free + 2 - (end_of_launches + 6))
+        )
+        t = gpu_free + 10
+        events.append(annotation(f"ProfilerStep#{step}", start, t - start))
+    return events
+
+
+def test_per_parameter_all_reduces_are_counted_and_named(tmp_path: Path) -> None:
+    events = _per_parameter_allreduces()
+    windows = step_windows(events)
+    allreduces = [e for e in events if e["cat"] == "kernel" and "AllReduce" in e["name"]]
+    per_step = len(allreduces) / len(windows)
+    exposed = sum(e["dur"] for e in allreduces)  # no compute kernel runs under any of them
+    findings = evaluate(analysis_of(tmp_path, events))
+    comm = card(findings, "exposed-communication")
+    assert comm.title == (
+        f"GPU 0 communicates with no compute under it {exposed / sum(e - s for s, e in windows):.0%} of "
+        f"each step: {per_step:.0f} small all-reduces per step, one per parameter "
+        f"(median {format_duration(median(e['dur'] for e in allreduces) * 1000)} each)"
+    )
+    assert dict(comm.evidence)["collectives"].startswith(f"{per_step:.0f} all-reduces per step (median ")
+    # no DDP: the user's own loop of dist.all_reduce → DDP, or flatten into buckets
+    assert comm.advice is advice.PER_PARAMETER_LOOP and "DDP(model" in comm.advice.after
+    assert "dist.all_reduce(p.grad)" in comm.advice.before
+
+
+def test_per_parameter_all_reduces_under_ddp_get_bucket_advice(tmp_path: Path) -> None:
+    findings = evaluate(analysis_of(tmp_path, _per_parameter_allreduces(ddp=True)))
+    comm = card(findings, "exposed-communication")
+    assert comm.advice is advice.PER_PARAMETER_DDP and "bucket_cap_mb" in comm.advice.after
+
+
+def test_a_few_bucketed_all_reduces_are_not_the_per_parameter_pattern(tmp_path: Path) -> None:
+    # DDP's usual buckets: 8 all-reduces of 150 µs per step
+    findings = evaluate(analysis_of(tmp_path, _per_parameter_allreduces(parameters=8, allreduce_us=150)))
+    comm = card(findings, "exposed-communication")
+    assert "one per parameter" not in comm.title and "the pattern" not in dict(comm.evidence)
+    assert comm.advice is advice.COMMUNICATION
+
+
+# --- advice code that fits the trace -------------------------------------------------------------
+
+
+def _sgd_steps(per_step: int = 60) -> list[dict[str, Any]]:
+    """A loop whose ``optimizer.step()`` (torch.optim.SGD, no foreach) launches ``per_step``
+    one-parameter kernels; a sync ends each step."""
+    events: list[dict[str, Any]] = []
+    t = 0.0
+    for step in range(4):
+        start = t
+        events.append(annotation("Optimizer.step#SGD.step", start + 20, 300))
+        for index in range(per_step):
+            correlation = next(_correlation)
+            events.append(runtime("cudaLaunchKernel", start + 21 + index * 4, 2, correlation=correlation))
+            events.append(
+                kernel(start + 35 + index * 4, 2, correlation=correlation, name="sgd_kernel<float>")
+            )
+        events.append(runtime("cudaStreamSynchronize", start + 330, 10))
+        t = start + 400
+        events.append(annotation(f"ProfilerStep#{step}", start, t - start))
+    return events
+
+
+def test_an_sgd_trace_is_advised_in_sgd(tmp_path: Path) -> None:
+    events = _sgd_steps()
+    (name,) = {
+        e["name"].split("#")[1].split(".")[0] for e in events if e["name"].startswith("Optimizer.step#")
+    }
+    optimizer = card(evaluate(analysis_of(tmp_path, events)), "optimizer-not-fused")
+    assert optimizer.title.startswith(f"{name}.step() launches 60 small kernels per step")
+    assert (
+        f"torch.optim.{name}(" in optimizer.advice.before and f"torch.optim.{name}(" in optimizer.advice.after
+    )
+    assert (
+        "fused=True" in optimizer.advice.after
+        and "AdamW" not in optimizer.advice.before + optimizer.advice.after
+    )
+
+
+def test_the_sgd_samples_are_advised_in_sgd() -> None:
+    for sample in ("v100_resnet50_workers0.pt.trace.json.gz", "v100_resnet50_workers4.pt.trace.json.gz"):
+        optimizer = card(sample_report(sample).findings, "optimizer-not-fused")
+        assert "torch.optim.SGD(" in optimizer.advice.after and "AdamW" not in optimizer.advice.after
+
+
+def test_an_optimizer_without_a_fused_kernel_is_told_foreach_and_a_custom_one_foreach_ops() -> None:
+    assert "torch.optim.RMSprop(" in advice.fused_optimizer("RMSprop").after
+    assert "foreach=True" in advice.fused_optimizer("RMSprop").after
+    assert "fused" not in advice.fused_optimizer("RMSprop").after
+    custom = advice.fused_optimizer("Lion")
+    assert "Lion" in custom.summary and "torch._foreach_" in custom.after
+
+
+def _compiled(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``events`` as a compiled model runs them: every kernel TorchInductor's, launched inside a
+    ``CompiledFunction`` range that covers each step."""
+    compiled = []
+    for index, event in enumerate(events):
+        if event["cat"] == "kernel":
+            event = {**event, "name": f"triton_poi_fused_add_mul_{index % 7}"}
+        compiled.append(event)
+        if event["name"].startswith("ProfilerStep#"):
+            compiled.append(cpu_op("CompiledFunction", event["ts"], event["dur"] - 1))
+    return compiled
+
+
+def test_a_compiled_model_is_not_told_to_compile(tmp_path: Path) -> None:
+    events = _compiled(launch_loop(steps=6, kernels=12).events)
+    kernels = [e for e in events if e["cat"] == "kernel"]
+    inductor = [e for e in kernels if e["name"].startswith("triton_poi_fused_")]
+    regions = [e for e in events if e["name"] == "CompiledFunction"]
+    launch = card(evaluate(analysis_of(tmp_path, events)), "launch-bound")
+    assert launch.advice is advice.LAUNCH_BOUND_COMPILED
+    assert (
+        "torch.compile(MyModel" not in launch.advice.after and 'mode="reduce-overhead"' in launch.advice.after
+    )
+    assert dict(launch.evidence)["torch.compile"] == (
+        f"{len(kernels)} of {len(kernels)} kernels compiled ({len(inductor)} TorchInductor's triton_*, "
+        f"{len(regions)} compiled regions ran); no CUDA graph replays"
+    )
+
+
+def test_an_eager_model_is_told_to_compile(tmp_path: Path) -> None:
+    launch = card(evaluate(analysis_of(tmp_path, launch_loop(steps=6, kernels=12).events)), "launch-bound")
+    assert launch.advice is advice.LAUNCH_BOUND and "torch.compile" not in dict(launch.evidence)
+
+
+def test_ddp_buffer_broadcast_on_the_host_is_advised_as_ddp_not_as_a_dataset() -> None:
+    """a100_ddp_nccl: the host idles the GPU in aten::unflatten_dense_tensors inside
+    DistributedDataParallel.forward (DDP's buffer broadcast), not in the user's data preparation."""
+    from tracebuild import SAMPLES, read_events
+
+    _, events = read_events(SAMPLES / "a100_ddp_nccl.json.gz")
+    forwards = [
+        e for e in events if e.get("name") == "DistributedDataParallel.forward" and e.get("ph") == "X"
+    ]
+    unflatten = [e for e in events if e.get("name") == "aten::unflatten_dense_tensors"]
+    assert unflatten and all(
+        any(f["ts"] <= u["ts"] and u["ts"] + u["dur"] <= f["ts"] + f["dur"] for f in forwards)
+        for u in unflatten
+    )
+    low = card(sample_report("a100_ddp_nccl.json.gz").findings, "low-gpu-utilization")
+    assert dict(low.evidence)["the host was in"].startswith("aten::unflatten_dense_tensors")
+    assert low.advice is advice.DDP_BUFFERS and "Dataset" not in low.advice.after

@@ -65,6 +65,11 @@ class Thresholds:
     tensor_core_speedup: float = 2.0
     #: `exposed-communication` fires when communication runs without compute this share of the step.
     exposed_communication_share: float = 0.10
+    #: Collectives of one kind are the per-parameter pattern (named, with bucketing advice) at this
+    #: many per steady step (in the window without steps) in a training trace ...
+    collectives_per_step_many: int = 50
+    #: ... when their median kernel is shorter than this (µs): latency-bound, far below a bucket.
+    collective_small_us: float = 100.0
     #: `memory-pressure` fires when the peak reserved (or allocated) memory of a GPU reaches this
     #: share of its total memory (the TensorBoard plugin's 90 %) ...
     memory_pressure_share: float = 0.9

@@ -65,6 +65,30 @@ COMMUNICATION_OP_PATTERN: Final[str] = (
     r"|^vllm::all_|ProcessGroup"
 )
 
+#: Communication kernel name → the collective it runs, first match wins (NCCL/RCCL
+#: ``ncclKernel_AllReduce_RING_LL_Sum_float``, ``ncclDevKernel_AllGather_RING_LL``; vLLM's custom
+#: ``cross_device_reduce``). Kernels matching none are ``other``.
+COLLECTIVE_KINDS: Final[tuple[tuple[str, str], ...]] = (
+    (r"(?i)all_?reduce|cross_device_reduce", "all-reduce"),
+    (r"(?i)all_?gather", "all-gather"),
+    (r"(?i)reduce_?scatter", "reduce-scatter"),
+    (r"(?i)all_?to_?all", "all-to-all"),
+    (r"(?i)broadcast", "broadcast"),
+    (r"(?i)send|recv", "send/recv"),
+    (r"(?i)reduce", "reduce"),
+)
+#: Host ranges of the data-parallel wrappers: DDP's forward, FSDP (1: ``FullyShardedDataParallel.*``,
+#: 2: ``FSDP::*``). Regexes over annotation and operator names.
+DDP_RANGE_PATTERN: Final[str] = r"^DistributedDataParallel\."
+FSDP_RANGE_PATTERN: Final[str] = r"^(FullyShardedDataParallel\.|FSDP::)"
+#: Autograd's backward operators (``autograd::engine::evaluate_function: AddmmBackward0``).
+BACKWARD_OP_PREFIX: Final[str] = "autograd::engine::evaluate_function"
+#: Host operators that flatten tensors into one buffer and back (``broadcast_coalesced``: DDP's
+#: buffer broadcast at each forward, DataParallel's replication): host work for communication.
+COALESCING_OPS: Final[frozenset[str]] = frozenset(
+    {"aten::flatten_dense_tensors", "aten::unflatten_dense_tensors"}
+)
+
 # --- kernel families: precision ---------------------------------------------------------------
 
 #: GEMM and convolution kernels that run in plain fp32 on CUDA cores (no tensor cores): cuBLAS

@@ -167,6 +167,63 @@ COMMUNICATION: Final = Advice(
     after="for i, batch in enumerate(loader):\n    ctx = model.no_sync() if (i + 1) % accum else contextlib.nullcontext()\n"
     "    with ctx:\n        loss = model(batch).mean()\n        loss.backward()  # all-reduce once per accumulation",
 )
+PER_PARAMETER_LOOP: Final = Advice(
+    summary="Gradients are all-reduced one parameter at a time: hundreds of small collectives per "
+    "step, each paying NCCL's latency and a launch, after backward instead of during it. Use "
+    "DistributedDataParallel (it all-reduces gradients in buckets of bucket_cap_mb=25 while "
+    "backward still runs), or flatten the gradients into a few buckets and all-reduce those.",
+    before="loss.backward()\nfor p in model.parameters():\n    dist.all_reduce(p.grad)  # one collective per parameter\n"
+    "    p.grad /= world_size",
+    after="model = DDP(model, device_ids=[rank])  # bucketed all-reduces overlap backward\nloss.backward()\n"
+    "# or by hand, one all-reduce for all gradients:\ngrads = [p.grad for p in model.parameters()]\n"
+    "flat = torch._utils._flatten_dense_tensors(grads)\ndist.all_reduce(flat)\n"
+    "for g, synced in zip(grads, torch._utils._unflatten_dense_tensors(flat, grads)):\n"
+    "    g.copy_(synced / world_size)",
+)
+PER_PARAMETER_DDP: Final = Advice(
+    summary="DDP all-reduces gradients in hundreds of small pieces per step: each pays NCCL's latency "
+    "and a launch. Fewer, larger buckets overlap backward better: raise bucket_cap_mb (default 25), "
+    "and check that no per-parameter hook or communication hook all-reduces each gradient alone.",
+    before="model = DDP(model, device_ids=[rank], bucket_cap_mb=1)",
+    after="model = DDP(model, device_ids=[rank], bucket_cap_mb=25,  # or more: fewer, larger all-reduces\n"
+    "            gradient_as_bucket_view=True)",
+)
+PER_PARAMETER_FSDP: Final = Advice(
+    summary="FSDP gathers and reduces each wrapped module with collectives of its own: hundreds of "
+    "small ones per step mean the wrapping is too fine. Wrap larger blocks (one transformer layer "
+    "each) so each all-gather and reduce-scatter carries a whole block, and prefetch the next one.",
+    before="model = FSDP(model, auto_wrap_policy=size_based_auto_wrap_policy)  # tiny units",
+    after="policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={Block})\n"
+    "model = FSDP(model, auto_wrap_policy=policy, forward_prefetch=True)",
+)
+ASYNC_EXCHANGE: Final = Advice(
+    summary="The GPU waits for an exchange between ranks (all-to-all, send/recv) with nothing to "
+    "compute meanwhile. Start it asynchronously and wait only where its result is needed, so "
+    "independent compute runs under it; pipeline the exchange for the next batch with this "
+    "batch's compute (TorchRec's TrainPipelineSparseDist does this for embeddings).",
+    before="dist.all_to_all_single(output, input)  # compute waits for the exchange\n"
+    "dense = model.dense(x)\nout = model.over(output, dense)",
+    after="work = dist.all_to_all_single(output, input, async_op=True)\n"
+    "dense = model.dense(x)  # runs while the exchange is in flight\nwork.wait()\n"
+    "out = model.over(output, dense)",
+)
+FSDP_OVERLAP: Final = Advice(
+    summary="FSDP's all-gathers and reduce-scatters run with no compute under them. Prefetch the "
+    "next unit's parameters while the current one computes (forward_prefetch, "
+    "backward_prefetch=BACKWARD_PRE), and keep the units large enough to hide each collective.",
+    before="model = FSDP(model, auto_wrap_policy=policy)",
+    after="model = FSDP(model, auto_wrap_policy=policy, forward_prefetch=True,\n"
+    "             backward_prefetch=BackwardPrefetch.BACKWARD_PRE)",
+)
+DDP_BUFFERS: Final = Advice(
+    summary="The host spends the gap in DDP's own work: at every forward DDP broadcasts the module's "
+    "buffers (BatchNorm running statistics) from rank 0, flattening and unflattening them on the "
+    "host while the GPU waits. If the buffers need not match on every step, turn the broadcast "
+    "off; for synchronized batch statistics use SyncBatchNorm instead.",
+    before="model = DDP(model, device_ids=[rank])  # broadcast_buffers=True: every forward",
+    after="model = DDP(model, device_ids=[rank], broadcast_buffers=False)\n"
+    "# or, before wrapping: model = nn.SyncBatchNorm.convert_sync_batchnorm(model)",
+)
 AMP: Final = Advice(
     summary="Run matrix multiplies and convolutions on tensor cores: autocast the forward pass to "
     "fp16 (with a GradScaler) or bf16. Weights stay fp32; the GEMMs run several times faster.",
@@ -194,11 +251,58 @@ DDP: Final = Advice(
 )
 FUSED_OPTIMIZER: Final = Advice(
     summary="The optimizer updates one parameter at a time: a few small kernels per parameter, each "
-    "a launch. Use the multi-tensor implementations: fused=True (one kernel for all parameters) "
-    "or foreach=True.",
-    before="optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)",
-    after="optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)",
+    "a launch. Use the multi-tensor implementations: fused=True (one kernel for all parameters; "
+    "Adam, AdamW, SGD, Adagrad) or foreach=True (the other torch.optim classes).",
+    before="optimizer = Optimizer(model.parameters(), lr=lr)  # your torch.optim class",
+    after="optimizer = Optimizer(model.parameters(), lr=lr, foreach=True)  # or fused=True",
 )
+#: torch.optim classes with a fused implementation (``fused=True``, torch 2.x), and their usual
+#: arguments for the example.
+_FUSED_OPTIMIZERS: Final = {
+    "SGD": "lr=0.1, momentum=0.9",
+    "Adam": "lr=1e-3",
+    "AdamW": "lr=1e-3",
+    "Adagrad": "lr=1e-2",
+}
+#: torch.optim classes with only a multi-tensor (``foreach=True``) implementation.
+_FOREACH_OPTIMIZERS: Final = frozenset({"Adamax", "NAdam", "RAdam", "RMSprop", "Rprop", "ASGD", "Adadelta"})
+
+
+def fused_optimizer(name: str | None) -> Advice:
+    """The advice for an optimizer that updates one parameter at a time, in the trace's own class:
+    ``fused=True`` where torch has a fused kernel, ``foreach=True`` where it has only the
+    multi-tensor one; a class torch does not have is the user's, updated with ``torch._foreach_*``."""
+    if name in _FUSED_OPTIMIZERS:
+        arguments = _FUSED_OPTIMIZERS[name]
+        return Advice(
+            summary=f"{name} updates one parameter at a time: a few small kernels per parameter, each a "
+            "launch. Use its multi-tensor implementations: fused=True (one kernel for all parameters, "
+            "torch 2.x) or foreach=True (a few kernels per parameter group).",
+            before=f"optimizer = torch.optim.{name}(model.parameters(), {arguments})",
+            after=f"optimizer = torch.optim.{name}(model.parameters(), {arguments}, fused=True)\n"
+            "# or foreach=True where fused is not available for your device or dtype",
+        )
+    if name in _FOREACH_OPTIMIZERS:
+        return Advice(
+            summary=f"{name} updates one parameter at a time: a few small kernels per parameter, each a "
+            "launch. Use its multi-tensor implementation: foreach=True (torch has no fused "
+            f"{name}; Adam/AdamW/SGD/Adagrad have fused=True).",
+            before=f"optimizer = torch.optim.{name}(model.parameters(), lr=1e-3)",
+            after=f"optimizer = torch.optim.{name}(model.parameters(), lr=1e-3, foreach=True)",
+        )
+    if name is None:
+        return FUSED_OPTIMIZER
+    return Advice(
+        summary=f"{name}.step() updates one parameter at a time: a few small kernels per parameter, each "
+        "a launch. Update all parameters at once with torch's multi-tensor ops (torch._foreach_*), as "
+        "torch.optim's foreach implementations do, or use a torch.optim class with fused=True.",
+        before="for p, m in zip(params, momenta):  # inside step(): kernels per parameter\n"
+        "    m.mul_(beta).add_(p.grad)\n    p.add_(m, alpha=-lr)",
+        after="grads = [p.grad for p in params]\ntorch._foreach_mul_(momenta, beta)  # one launch for all\n"
+        "torch._foreach_add_(momenta, grads)\ntorch._foreach_add_(params, momenta, alpha=-lr)",
+    )
+
+
 SET_TO_NONE: Final = Advice(
     summary="zero_grad() writes zeros into every gradient, a kernel each. Setting them to None "
     "instead skips the kernels (the default since torch 2.0).",

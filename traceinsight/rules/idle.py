@@ -15,6 +15,7 @@ from traceinsight.analysis.causes import CAUSE_LABELS, CauseKind
 from traceinsight.analysis.replay import Fix
 from traceinsight.analysis.results import IdleGap
 from traceinsight.formatting import format_duration
+from traceinsight.load import taxonomy
 from traceinsight.rules import advice, rule
 from traceinsight.rules.common import (
     make_finding,
@@ -24,6 +25,7 @@ from traceinsight.rules.common import (
     usage_amount,
     where,
 )
+from traceinsight.rules.communication import communication_advice
 from traceinsight.rules.findings import Advice, Finding
 from traceinsight.rules.launching import device_pattern, launch_idle, pattern_words, pauses_words
 
@@ -46,7 +48,6 @@ _ADVICE: dict[CauseKind, Advice] = {
     CauseKind.QUEUED: advice.DEPENDENCY,
     CauseKind.UNTRACED: advice.UNTRACED,
     CauseKind.UNKNOWN: advice.UNTRACED,
-    CauseKind.COMMUNICATION: advice.COMMUNICATION,
 }
 
 
@@ -156,6 +157,17 @@ def dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
         )
 
 
+def _host_work_advice(analysis: Analysis, ops: list[tuple[str, int]]) -> Advice:
+    """Advice for the host's own work in ``ops`` (largest first): DDP's buffer broadcast when the
+    host flattens tensors for it (DataParallel: move to DDP), else move the work off the step."""
+    if ops[0][0] in taxonomy.COALESCING_OPS:
+        if analysis.multi_gpu_processes > 0:
+            return advice.DDP
+        if analysis.communication.ddp:
+            return advice.DDP_BUFFERS
+    return advice.HOST_WORK
+
+
 def _top_ops(gaps: list[IdleGap]) -> list[tuple[str, int]]:
     by_op: dict[str, int] = defaultdict(int)
     for gap in gaps:
@@ -207,13 +219,16 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
         ]
         evidence += [(f"idle: {CAUSE_LABELS[kind]}", usage_amount(usage, ns)) for kind, ns in usage.idle]
         source = source_kind = None
+        fix_advice = _ADVICE.get(top_kind, advice.HOST_PAUSES)
+        if top_kind is CauseKind.COMMUNICATION:
+            fix_advice = communication_advice(analysis, device.device)
         if top_kind is CauseKind.HOST_OP:
             ops = _top_ops(_steady_gaps(analysis, device.device, CauseKind.HOST_OP))
             if ops:
                 evidence.append(
                     ("the host was in", "; ".join(f"{name} ({format_duration(ns)})" for name, ns in ops))
                 )
-        fix_advice = _ADVICE.get(top_kind, advice.HOST_PAUSES)
+                fix_advice = _host_work_advice(analysis, ops)
         why = f"Most of the idle no other finding explains is {CAUSE_LABELS[top_kind]}"
         pattern = device_pattern(analysis, device.device)
         if dict(unexplained).get(CauseKind.LAUNCH) and pattern is not None:
