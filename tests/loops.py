@@ -197,3 +197,63 @@ def launch_loop(
         loop.events.append(annotation(f"ProfilerStep#{step}", start, t - start))
         loop.steps.append((start, t))
     return loop
+
+
+def model_parallel_loop(*, steps: int = 6, stage_kernels: int = 4, kernel_us: float = 300) -> Loop:
+    """Naive model parallelism: one thread drives two GPUs, the model's first half on GPU 0 and its
+    second half on GPU 1 (``x.to('cuda:1')`` between them: GPU 1's stream waits on GPU 0's event).
+    Each step launches the forward on GPU 0, then on GPU 1, reads the loss (``loss.item()``, which
+    waits for GPU 1, so for GPU 0 too), then launches the backward on GPU 1, then on GPU 0. The
+    stages run one after the other: each GPU waits while the other works."""
+    loop = Loop()
+    t = 0.0
+    free = {0: 0.0, 1: 0.0}
+
+    def launch(at: float, device: int, after: float = 0.0) -> None:
+        correlation = next(_correlation)
+        start = max(at + LAUNCH_LATENCY, free[device], after)
+        loop.events.append(runtime("cudaLaunchKernel", at, 3, correlation=correlation))
+        loop.events.append(kernel(start, kernel_us, correlation=correlation, device=device))
+        loop.gpu.append((start, start + kernel_us))
+        free[device] = start + kernel_us
+
+    for step in range(steps):
+        start = t
+        for k in range(stage_kernels):  # forward, first half
+            launch(t + k * 10, 0)
+        loop.events.append(runtime("cudaStreamWaitEvent", t + stage_kernels * 10, 2))
+        first_half = free[0]
+        for k in range(stage_kernels):  # forward, second half, after GPU 0's
+            launch(t + 45 + k * 10, 1, after=first_half)
+        # loss.item() on GPU 1: a 4-byte copy, then a stream sync until it is done
+        at = t + 90
+        copy_correlation = next(_correlation)
+        copy_start = max(at + 2 + LAUNCH_LATENCY, free[1])
+        free[1] = copy_start + 2
+        returned = free[1] + 2
+        loop.events += [
+            cpu_op("aten::item", at, returned + 1 - at),
+            cpu_op("aten::_local_scalar_dense", at + 0.5, returned + 0.5 - at),
+            runtime("cudaMemcpyAsync", at + 2, 3, correlation=copy_correlation),
+            memcpy(
+                copy_start,
+                2,
+                "Memcpy DtoH (Device -> Pageable)",
+                nbytes=4,
+                correlation=copy_correlation,
+                device=1,
+            ),
+            runtime("cudaStreamSynchronize", at + 6, returned - at - 6),
+        ]
+        loop.gpu.append((copy_start, copy_start + 2))
+        loop.sync_returns.append(returned)
+        for k in range(stage_kernels):  # backward, second half
+            launch(returned + 5 + k * 10, 1)
+        loop.events.append(runtime("cudaStreamWaitEvent", returned + 45, 2))
+        second_half = free[1]
+        for k in range(stage_kernels):  # backward, first half, after GPU 1's
+            launch(returned + 50 + k * 10, 0, after=second_half)
+        t = returned + 100
+        loop.events.append(annotation(f"ProfilerStep#{step}", start, t - start))
+        loop.steps.append((start, t))
+    return loop

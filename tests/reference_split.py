@@ -93,6 +93,7 @@ def reference_split(path: Path) -> Split:
         by_device[device].append((start, end))
     gaps: list[tuple[int, int, int]] = []
     extent: dict[int, tuple[int, int]] = {}
+    blocks: dict[int, list[tuple[int, int]]] = defaultdict(list)  # merged busy blocks per device
     for device, intervals in by_device.items():
         intervals.sort()
         block_start, block_end = intervals[0]
@@ -100,9 +101,11 @@ def reference_split(path: Path) -> Split:
         for start, end in intervals[1:]:
             if start > block_end:
                 gaps.append((device, block_end, start))
+                blocks[device].append((block_start, block_end))
                 block_start, block_end = start, end
             else:
                 block_end = max(block_end, end)
+        blocks[device].append((block_start, block_end))
 
     # who launched the work that ends each gap
     launch_of = {corr: (pid, tid, ts, end) for pid, tid, ts, end, _, corr in runtime if corr is not None}
@@ -121,6 +124,11 @@ def reference_split(path: Path) -> Split:
     early_starts = {
         (device, start) for device, start, _, corr, _ in gpu if corr is not None and 0 < corr < lowest
     }
+    # the devices each thread launched kernels on (a thread on several GPUs: model parallelism)
+    thread_devices: dict[tuple[int, int], set[int]] = defaultdict(set)
+    for device, _, _, corr, name in gpu:
+        if corr in launch_of and not name.startswith(("Memcpy", "Memset")):
+            thread_devices[launch_of[corr][:2]].add(device)
     calls_per_thread: dict[tuple[int, int], int] = defaultdict(int)
     for pid, tid, *_ in runtime:
         calls_per_thread[(pid, tid)] += 1
@@ -170,9 +178,14 @@ def reference_split(path: Path) -> Split:
             (pid, tid), l_ts, l_end = main, None, None
         else:
             return "unknown"
-        if l_end is not None and l_end <= start:
-            return "queued"
         duration = end - start
+        others = thread_devices.get((pid, tid), set()) - {device}
+        other_busy = max(
+            (sum(_overlap(start, end, a, b) for a, b in blocks[other]) for other in others), default=0
+        )
+        waits_other = duration >= MIN_GAP and len(others) > 0 and other_busy >= duration * COVERAGE
+        if l_end is not None and l_end <= start:
+            return "other-gpu" if waits_other else "queued"
         if duration < MIN_GAP:
             return "host-bound"
         touching = [h for h in host[(pid, tid)] if h.ts < end and h.end >= start - SLACK]
@@ -186,6 +199,12 @@ def reference_split(path: Path) -> Split:
         if drained:
             waited = waited_copy((pid, tid), max(drained, key=lambda h: h.end))
             return "copy" if waited is not None and waited.startswith("Memcpy HtoD") else "sync"
+        if waits_other:  # blocked in syncs until the work was launched, then queued behind the other GPU
+            launched = min(end, l_end) if l_end is not None else end
+            blocked = sum(_overlap(start, launched, h.ts, h.end) for h in touching if h.kind == "sync")
+            queued = end - min(max(l_end, start), end) if l_end is not None else 0
+            if blocked + queued >= duration * COVERAGE:
+                return "other-gpu"
         if any(h.kind == "copy" and covered[id(h)] >= duration * COVERAGE for h in touching):
             return "copy"
         covering = [h for h in touching if h.kind == "op" and covered[id(h)] >= duration * COVERAGE]

@@ -10,7 +10,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from loops import launch_loop
+from loops import launch_loop, model_parallel_loop
 from tracebuild import annotation, cpu_op, kernel, runtime, sample_report, write_trace
 
 from traceinsight.analysis import Analysis, analyze
@@ -321,3 +321,84 @@ def test_ddp_buffer_broadcast_on_the_host_is_advised_as_ddp_not_as_a_dataset() -
     low = card(sample_report("a100_ddp_nccl.json.gz").findings, "low-gpu-utilization")
     assert dict(low.evidence)["the host was in"].startswith("aten::unflatten_dense_tensors")
     assert low.advice is advice.DDP_BUFFERS and "Dataset" not in low.advice.after
+
+
+# --- a pipeline bubble: one thread, two GPUs -------------------------------------------------------
+
+TWO_GPUS = {"deviceProperties": [{"id": 0, "name": "Test GPU"}, {"id": 1, "name": "Test GPU"}]}
+
+
+def _busy_gaps(events: list[dict[str, Any]], device: int) -> list[tuple[float, float]]:
+    """(start, end) of the idle stretches between the merged GPU activity of ``device`` (µs)."""
+    spans = sorted(
+        (e["ts"], e["ts"] + e["dur"])
+        for e in events
+        if e["cat"] in ("kernel", "gpu_memcpy") and e["args"]["device"] == device
+    )
+    gaps, busy_until = [], spans[0][1]
+    for start, end in spans[1:]:
+        if start > busy_until:
+            gaps.append((busy_until, start))
+        busy_until = max(busy_until, end)
+    return gaps
+
+
+def test_a_model_parallel_pair_is_a_pipeline_bubble(tmp_path: Path) -> None:
+    loop = model_parallel_loop(steps=6)
+    windows = step_windows(loop.events)
+    lengths = sorted(end - start for start, end in windows)
+    assert lengths[-1] < 2 * median(lengths)  # no start-up or outlier step: all are steady
+    total = sum(end - start for start, end in windows)
+    findings = evaluate(analysis_of(tmp_path, loop.events, **TWO_GPUS))
+    bubbles = {f.device: f for f in findings if f.rule == "pipeline-bubble"}
+    assert set(bubbles) == {0, 1}
+    for device, other in ((1, 0), (0, 1)):
+        # the gaps of 50 µs or more inside the steps: each waits for the other GPU
+        idle = sum(
+            max(0.0, min(end, w_end) - max(start, w_start))
+            for start, end in _busy_gaps(loop.events, device)
+            if end - start >= 50
+            for w_start, w_end in windows
+        )
+        amount = (
+            f"{format_duration(round(idle * 1000 / len(windows)))} per step ({idle / total:.0%} of each step)"
+        )
+        bubble = bubbles[device]
+        assert bubble.title == (
+            f"GPU {device} waits for GPU {other} {amount}: a pipeline bubble, the model's stages run one "
+            "after the other"
+        )
+        assert bubble.advice is advice.PIPELINE and "split(" in bubble.advice.after
+    # GPU 0's idle is not "host busy in aten::item": the host waited in it for GPU 1
+    gpu0 = dict(bubbles[0].evidence)["longest such gap"]
+    assert "cudaStreamSynchronize in aten::item while GPU 1 worked" in gpu0
+    assert "low-gpu-utilization" not in {f.rule for f in findings}
+
+
+def test_the_pipeline_bubble_split_equals_the_plain_python_recomputation(tmp_path: Path) -> None:
+    from reference_split import reference_split
+
+    path = write_trace(tmp_path / "mp.json", model_parallel_loop(steps=6).events, **TWO_GPUS)
+    expected = reference_split(path)
+    result = analyze(load_trace(path))
+    assert {d.device: dict(d.idle_by_cause_ns) for d in result.devices} == expected.devices
+    assert {(s.step, s.device): dict(s.idle_by_cause_ns) for s in result.steps} == expected.steps
+    assert all("other-gpu" in causes for causes in expected.devices.values())
+
+
+def test_one_gpu_per_thread_is_never_a_pipeline_bubble(tmp_path: Path) -> None:
+    """Two GPUs, each driven by its own thread (as DataParallel's replicas are): their gaps are not
+    waits for each other."""
+    loop = model_parallel_loop(steps=6)
+    for event in loop.events:
+        if event["cat"] == "cuda_runtime":
+            correlation = event["args"]["correlation"]
+            devices = {
+                e["args"]["device"]
+                for e in loop.events
+                if e["cat"] == "kernel" and e["args"]["correlation"] == correlation
+            }
+            if devices == {1}:
+                event["tid"] = 200
+    result = analyze(load_trace(write_trace(tmp_path / "t.json", loop.events, **TWO_GPUS)))
+    assert all(gap.cause_kind != "other-gpu" for gap in result.idle_gaps)

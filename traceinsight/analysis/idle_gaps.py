@@ -10,6 +10,12 @@ Work whose launching call the trace does not hold, numbered (correlation id) bel
 does hold, was launched before the host record began (the profiler starts mid-run with work still
 queued from the step before): a gap that starts after that waited with its work queued too, since
 the thread's later calls (a copy the host sat in, say) cannot have launched it.
+A thread that launches kernels on several GPUs (naive model parallelism: one process, one thread,
+the model's layers split across devices) adds one more question for a gap of at least
+``min_gap_us``: did another of its GPUs work through ``cause_coverage`` of the gap while this one
+waited for it? It did when the work ending the gap was queued, or when for ``cause_coverage`` of
+the gap the host was blocked in a sync or had already launched that work: ``other-gpu``, a
+pipeline bubble (the host is not late; the stages run one after the other).
 Otherwise the host was late, and what the launching thread did during the gap is the cause, in
 this order (gaps of at least ``min_gap_us``):
 
@@ -41,7 +47,7 @@ from typing import Final
 import polars as pl
 
 from traceinsight.analysis.causes import CauseKind
-from traceinsight.analysis.intervals import gaps_between, meeting, overlap_ns
+from traceinsight.analysis.intervals import gaps_between, meeting, merge_intervals, overlap_ns
 from traceinsight.analysis.results import IdleGap
 from traceinsight.analysis.sources import source_at
 from traceinsight.load import Trace, taxonomy
@@ -63,6 +69,7 @@ GAP_SCHEMA = pl.Schema(
         "pid": pl.Int64,
         "tid": pl.Int64,
         "sync_key": pl.Int64,
+        "other_device": pl.Int64,
     }
 )
 
@@ -173,14 +180,14 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
     # LLM decode trace ``touching`` has half a million rows (a copy of all its columns was 70 MB
     # at the analysis's memory peak).
     touching = (
-        late.select("gap", "pid", "tid", "start", "end", "l_ts")
+        late.select("gap", "pid", "tid", "start", "end", "l_ts", "l_end")
         .join_where(
             _host_activity(trace, calls, windows),
             pl.col("h_ts") < pl.col("end"),
             pl.col("h_end") >= pl.col("start") - slack,
         )
         .select(
-            "gap", "start", "end", "l_ts", "h_ts", "h_end", "name", "kind", "key",
+            "gap", "start", "end", "l_ts", "l_end", "h_ts", "h_end", "name", "kind", "key",
             covered=overlap_ns("start", "end", "h_ts", "h_end"),
             same_thread=(pl.col("h_pid") == pl.col("pid")) & (pl.col("h_tid") == pl.col("tid")),
         )
@@ -202,6 +209,15 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         .sort("h_end")
         .group_by("gap")
         .agg(sync_key=pl.col("key").last())
+    )
+    # The host blocked in syncs before it launched the work ending the gap (while another GPU worked).
+    blocked = (
+        touching.filter(pl.col("kind") == "sync")
+        .with_columns(launched=pl.min_horizontal(pl.col("end"), pl.col("l_end").fill_null(pl.col("end"))))
+        .with_columns(before_launch=overlap_ns("start", "launched", "h_ts", "h_end"))
+        .sort("covered")
+        .group_by("gap")
+        .agg(blocked_ns=pl.col("before_launch").sum(), blocked_key=pl.col("key").last())
     )
     in_copy = (
         touching.filter((pl.col("kind") == "copy") & covers)
@@ -228,6 +244,13 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         sync_op="op",
         waited_copy="copy",
     )
+    blocked_facts = calls.select(blocked_key="key", blocked_call="call", blocked_op="op")
+    # Waiting for another GPU: blocked in syncs, then the work queued behind the other GPU's.
+    queued_ns = pl.col("end") - pl.col("l_end").clip(pl.col("start"), pl.col("end")).fill_null(pl.col("end"))
+    other_gpu = pl.col("other_busy").fill_null(0) >= pl.col("duration") * limits.cause_coverage
+    waited_other = other_gpu & (
+        pl.col("blocked_ns").fill_null(0) + queued_ns >= pl.col("duration") * limits.cause_coverage
+    )
     h2d = pl.col("waited_copy").str.starts_with("Memcpy HtoD").fill_null(False)
     # The covering operator launched the work that ends the gap: the gap is its dispatch cost.
     dispatching = (
@@ -242,6 +265,8 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         .then(pl.lit(CauseKind.COPY.value))
         .when(pl.col("sync_key").is_not_null())
         .then(pl.lit(CauseKind.SYNC.value))
+        .when(waited_other)
+        .then(pl.lit(CauseKind.OTHER_GPU.value))
         .when(pl.col("copy_call").is_not_null())
         .then(pl.lit(CauseKind.COPY.value))
         .when(pl.col("op_name").str.contains(taxonomy.COMMUNICATION_OP_PATTERN).fill_null(False))
@@ -262,9 +287,11 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         .otherwise(pl.col("sync_call"))
     )
     return (
-        late.select("gap", "duration", "l_ts")
+        late.select("gap", "start", "end", "duration", "l_ts", "l_end", "other_device", "other_busy")
         .join(dataloader, on="gap", how="left")
         .join(drained, on="gap", how="left")
+        .join(blocked, on="gap", how="left")
+        .join(blocked_facts, on="blocked_key", how="left")
         .join(in_copy, on="gap", how="left")
         .join(innermost_op, on="gap", how="left")
         .join(recorded, on="gap", how="left")
@@ -278,6 +305,18 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
             .then(pl.col("dl_name"))
             .when(pl.col("sync_key").is_not_null())
             .then(sync_label)
+            .when((pl.col("cause_kind") == CauseKind.OTHER_GPU.value) & pl.col("blocked_call").is_not_null())
+            .then(
+                pl.format(
+                    "the host waited in {} while GPU {} worked: a pipeline bubble",
+                    pl.when(pl.col("blocked_op").is_not_null())
+                    .then(pl.format("{} in {}", "blocked_call", "blocked_op"))
+                    .otherwise(pl.col("blocked_call")),
+                    "other_device",
+                )
+            )
+            .when(pl.col("cause_kind") == CauseKind.OTHER_GPU.value)
+            .then(pl.format("the next work waited behind GPU {}'s: a pipeline bubble", "other_device"))
             .when(pl.col("cause_kind") == CauseKind.COPY.value)
             .then(pl.col("copy_call"))
             .when(pl.col("cause_kind").is_in([CauseKind.COMMUNICATION.value, CauseKind.HOST_OP.value]))
@@ -293,6 +332,51 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
             .otherwise(pl.lit("the host was launching work or running Python between launches")),
         )
         .select("gap", "cause_kind", "cause", "sync_key")
+    )
+
+
+_OTHER_SCHEMA = pl.Schema({"gap": pl.Int64, "other_device": pl.Int64, "other_busy": pl.Int64})
+
+
+def _other_gpu_busy(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
+    """For each gap (``gap, device, start, end, pid, tid``) whose launching thread launched kernels
+    on more than one device: the busiest other device of that thread during the gap →
+    ``gap, other_device, other_busy`` (ns)."""
+    thread_devices = (
+        trace.gpu.filter(pl.col("kind") == "kernel")
+        .select("correlation", "device")
+        .join(trace.runtime.select("correlation", "pid", "tid"), on="correlation", how="inner")
+        .select("pid", "tid", "device")
+        .unique()
+    )
+    several = thread_devices.group_by("pid", "tid").len().filter(pl.col("len") > 1).select("pid", "tid")
+    if several.is_empty():  # the usual case: one GPU per thread
+        return pl.DataFrame(schema=_OTHER_SCHEMA)
+    others = (
+        gaps.join(several, on=["pid", "tid"], how="semi")
+        .join(thread_devices.rename({"device": "other_device"}), on=["pid", "tid"], how="inner")
+        .filter(pl.col("other_device") != pl.col("device"))
+    )
+    if others.is_empty():
+        return pl.DataFrame(schema=_OTHER_SCHEMA)
+    busy = merge_intervals(
+        trace.gpu.filter(pl.col("device").is_in(others.get_column("other_device").unique().implode())),
+        by="device",
+    )
+    busy = meeting(busy.rename({"start": "ts"}), "ts", "end", others.select("start", "end"))
+    return (
+        others.select("gap", "other_device", "start", "end")
+        .join_where(
+            busy.select(b_device="device", b_start="ts", b_end="end"),
+            pl.col("b_start") < pl.col("end"),
+            pl.col("b_end") > pl.col("start"),
+        )
+        .filter(pl.col("b_device") == pl.col("other_device"))
+        .group_by("gap", "other_device")
+        .agg(other_busy=overlap_ns("start", "end", "b_start", "b_end").sum())
+        .sort(["gap", "other_busy", "other_device"], descending=[False, True, False])
+        .unique("gap", keep="first", maintain_order=True)
+        .cast(_OTHER_SCHEMA)
     )
 
 
@@ -332,20 +416,37 @@ def classify_gaps(
         .with_row_index("gap")
         .with_columns(pl.col("gap").cast(pl.Int64))
     )
+    other = _other_gpu_busy(
+        trace,
+        table.filter(pl.col("long") & pl.col("pid").is_not_null()).select(
+            "gap", "device", "start", "end", "pid", "tid"
+        ),
+    )
+    table = table.join(other, on="gap", how="left")
+    bubble = (
+        pl.col("long")
+        & (pl.col("other_busy") >= pl.col("duration") * limits.cause_coverage).fill_null(False)
+        & pl.col("queued")
+        & ~pl.col("early")
+    )
     late = table.filter(pl.col("long") & ~pl.col("queued") & pl.col("pid").is_not_null())
     classified = _classify_late(trace, late, calls, limits) if late.height else None
     queued_text = pl.lit(
         "the next work was already queued: the GPU waited on another stream, an event or a graph"
     )
     simple = (
-        pl.when(pl.col("queued"))
+        pl.when(bubble)
+        .then(pl.lit(CauseKind.OTHER_GPU.value))
+        .when(pl.col("queued"))
         .then(pl.lit(CauseKind.QUEUED.value))
         .when(pl.col("pid").is_null())
         .then(pl.lit(CauseKind.UNKNOWN.value))
         .otherwise(pl.lit(CauseKind.LAUNCH.value))
     )
     simple_text = (
-        pl.when(pl.col("early"))
+        pl.when(bubble)
+        .then(pl.format("the next work was queued behind GPU {}'s: a pipeline bubble", "other_device"))
+        .when(pl.col("early"))
         .then(
             pl.lit(
                 "the next work was queued before the trace recorded the host (its launch is not in "
@@ -374,6 +475,9 @@ def classify_gaps(
         .with_columns(
             source=pl.when(use_sync).then(pl.col("sync_source")).otherwise(pl.col("mid_source")),
             source_kind=pl.when(use_sync).then(pl.col("sync_kind")).otherwise(pl.col("mid_kind")),
+            other_device=pl.when(pl.col("cause_kind") == CauseKind.OTHER_GPU.value).then(
+                pl.col("other_device")
+            ),
         )
         .sort("device", "start")
         .select(list(GAP_SCHEMA))

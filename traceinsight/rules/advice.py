@@ -224,6 +224,20 @@ DDP_BUFFERS: Final = Advice(
     after="model = DDP(model, device_ids=[rank], broadcast_buffers=False)\n"
     "# or, before wrapping: model = nn.SyncBatchNorm.convert_sync_batchnorm(model)",
 )
+PIPELINE: Final = Advice(
+    summary="The model is split across GPUs and each batch passes through the stages one after the "
+    "other, so each GPU waits while the others work. Split each batch into micro-batches and pipeline "
+    "them, so GPU 0 works on micro-batch k+1 while GPU 1 works on micro-batch k: "
+    "torch.distributed.pipelining (ScheduleGPipe, Schedule1F1B), or by hand as below. If the model "
+    "fits on one GPU, data parallelism (DDP) keeps every GPU busy instead.",
+    before="def forward(self, x):\n    x = self.stage0(x.to('cuda:0'))\n"
+    "    return self.stage1(x.to('cuda:1'))  # GPU 0 idles while GPU 1 runs, and back",
+    after="def forward(self, x, chunks=4):  # micro-batches: the stages overlap\n"
+    "    outs, prev = [], None\n    for part in x.split(x.size(0) // chunks):\n"
+    "        nxt = self.stage0(part.to('cuda:0')).to('cuda:1')  # GPU 0: micro-batch k+1 ...\n"
+    "        if prev is not None:\n            outs.append(self.stage1(prev))  # ... GPU 1: micro-batch k\n"
+    "        prev = nxt\n    outs.append(self.stage1(prev))\n    return torch.cat(outs)",
+)
 AMP: Final = Advice(
     summary="Run matrix multiplies and convolutions on tensor cores: autocast the forward pass to "
     "fp16 (with a GradScaler) or bf16. Weights stay fp32; the GEMMs run several times faster.",

@@ -36,6 +36,7 @@ _EXPLAINED = frozenset(
         CauseKind.DATALOADER,
         CauseKind.SYNC,
         CauseKind.COPY,
+        CauseKind.OTHER_GPU,
         CauseKind.OUTSIDE_STEADY,
         CauseKind.BEFORE_FIRST,
         CauseKind.AFTER_LAST,
