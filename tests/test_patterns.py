@@ -78,8 +78,8 @@ def test_a_three_kernel_toy_with_one_long_pause_is_not_launch_bound(tmp_path: Pa
     low = card(findings, "low-gpu-utilization")
     # the card says what the pattern was: one pause of the host, not launch overhead
     assert dict(low.evidence)["gaps between launches"] == (
-        f"1 pause of the host, the longest {format_duration(pause * 1000)}: its own work between "
-        "launches, not launch overhead"
+        f"1 pause of the host, the longest {format_duration(pause * 1000)}: not the many short gaps of "
+        "launch overhead"
     )
     assert low.advice is advice.HOST_PAUSES and "CUDA graph" not in low.advice.after
     assert "pausing between launches" in low.why
@@ -118,7 +118,7 @@ def test_a_launch_bound_loop_with_a_pause_claims_only_its_short_gaps(tmp_path: P
     assert launch.saving_per_step_ns == round(sum(short) * 1000 / len(windows))
     assert dict(launch.evidence)["share of the host-launch idle in such gaps"] == (
         f"{sum(short) / sum(gaps):.0%}; the rest is {len(pauses)} pauses of the host, the longest "
-        f"{format_duration(max(pauses) * 1000)}: its own work between launches, not launch overhead"
+        f"{format_duration(max(pauses) * 1000)}: not the many short gaps of launch overhead"
     )
     # the pauses are left to low-gpu-utilization, which advises on them (not CUDA graphs)
     low = card(findings, "low-gpu-utilization")

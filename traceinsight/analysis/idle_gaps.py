@@ -219,6 +219,14 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         .group_by("gap")
         .agg(blocked_ns=pl.col("before_launch").sum(), blocked_key=pl.col("key").last())
     )
+    # A runtime call (not the launch ending the gap) the host sat in for most of the gap: a slow
+    # call (a first launch loading its module), named in the host-bound cause's words.
+    in_runtime = (
+        touching.filter((pl.col("kind") == "runtime") & covers)
+        .sort("covered", descending=True)
+        .group_by("gap")
+        .agg(runtime_call=pl.col("name").first())
+    )
     in_copy = (
         touching.filter((pl.col("kind") == "copy") & covers)
         .group_by("gap")
@@ -293,6 +301,7 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         .join(blocked, on="gap", how="left")
         .join(blocked_facts, on="blocked_key", how="left")
         .join(in_copy, on="gap", how="left")
+        .join(in_runtime, on="gap", how="left")
         .join(innermost_op, on="gap", how="left")
         .join(recorded, on="gap", how="left")
         .join(sync_facts, on="sync_key", how="left")
@@ -323,6 +332,13 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
             .then(pl.col("op_name"))
             .when(pl.col("op_name").is_not_null())
             .then(pl.format("dispatching {}: the host took this long to launch its next kernel", "op_name"))
+            .when(pl.col("runtime_call").is_not_null())
+            .then(
+                pl.format(
+                    "the host sat in {} for most of the gap: a slow runtime call (a first launch loads its module)",
+                    "runtime_call",
+                )
+            )
             .when(pl.col("cause_kind") == CauseKind.UNTRACED.value)
             .then(
                 pl.lit(

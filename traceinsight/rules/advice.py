@@ -112,11 +112,12 @@ LAUNCH_BOUND_PARTLY_COMPILED: Final = Advice(
     "for x in loader:\n    loss = model(x)",
 )
 HOST_PAUSES: Final = Advice(
-    summary="Between these kernels the host ran its own code for long stretches (Python, many small "
-    "CPU operators, I/O, logging, a sleep), not launch overhead: CUDA graphs or torch.compile would "
-    "not remove it. Find the code (profile with_stack=True, or traceinsight run), then run it less "
-    "often, move it out of the step (into DataLoader workers, before the loop), or queue the GPU's "
-    "work before it so the GPU has something to do meanwhile.",
+    summary="Between these kernels the host paused for long stretches (Python, many small CPU "
+    "operators, I/O, logging, a sleep, a slow first call), not the many short gaps of launch "
+    "overhead: CUDA graphs or torch.compile would not remove them. Find the code (profile "
+    "with_stack=True, or traceinsight run), then run it less often, move it out of the step (into "
+    "DataLoader workers, before the loop), or queue the GPU's work before it so the GPU has "
+    "something to do meanwhile; a one-time pause (a first call) belongs in a warm-up step.",
     before="for x, y in loader:\n    loss = step(x, y)\n    log_metrics(model)  # milliseconds of Python while the GPU waits",
     after="for i, (x, y) in enumerate(loader):\n    loss = step(x, y)\n    if i % 100 == 0:\n"
     "        log_metrics(model)  # rarely, or in a background thread",

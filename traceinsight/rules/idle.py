@@ -232,7 +232,8 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
                 fix_advice = _host_work_advice(analysis, ops)
         why = f"Most of the idle no other finding explains is {CAUSE_LABELS[top_kind]}"
         pattern = device_pattern(analysis, device.device)
-        if dict(unexplained).get(CauseKind.LAUNCH) and pattern is not None:
+        launch_left = dict(unexplained).get(CauseKind.LAUNCH, 0)
+        if pattern is not None and (top_kind is CauseKind.LAUNCH or launch_left >= 0.05 * window):
             # Launch overhead is many short gaps; a few long ones are the host's own pauses.
             pauses = claimed[CauseKind.LAUNCH] > 0 or pattern.long_ns > pattern.short_ns
             if pauses and pattern.long_gaps:

@@ -27,8 +27,15 @@ def device_pattern(analysis: Analysis, device: int) -> LaunchPattern | None:
 
 
 def per_step(usage: Usage, count: int) -> str:
-    """``12`` per steady step with steps, else ``12`` in all."""
-    return f"{count / usage.steps:,.0f}" if usage.steps else f"{count:,}"
+    """``12`` per steady step with steps (``0.5`` under 10), else ``12`` in all."""
+    if not usage.steps:
+        return f"{count:,}"
+    value = count / usage.steps
+    return f"{value:,.0f}" if value >= 10 or value == round(value) else f"{value:.1f}"
+
+
+def _plural(count: str, noun: str) -> str:
+    return f"{count} {noun}" if count == "1" else f"{count} {noun}s"
 
 
 def _of_what(usage: Usage) -> str:
@@ -57,17 +64,17 @@ def pattern_words(analysis: Analysis, usage: Usage, pattern: LaunchPattern) -> s
     """``10 gaps under 1.00 ms (median 80.0 µs) between 10 kernels (median 20.0 µs) per step``."""
     limit = format_duration(round(analysis.thresholds.launch_gap_max_us * 1000))
     return (
-        f"{per_step(usage, pattern.short_gaps)} gaps under {limit} (median "
-        f"{format_duration(pattern.median_gap_ns)}) between {per_step(usage, pattern.kernels)} kernels "
+        f"{_plural(per_step(usage, pattern.short_gaps), 'gap')} under {limit} (median "
+        f"{format_duration(pattern.median_gap_ns)}) between {_plural(per_step(usage, pattern.kernels), 'kernel')} "
         f"(median {format_duration(pattern.median_kernel_ns)}){_of_what(usage)}"
     )
 
 
 def pauses_words(pattern: LaunchPattern) -> str:
-    """``2 pauses, the longest 18.00 ms: the host's own work, not launch overhead``."""
+    """``1 pause of the host, the longest 18.00 ms: not the many short gaps of launch overhead``."""
     return (
         f"{pattern.long_gaps:,} pause{'s' if pattern.long_gaps != 1 else ''} of the host, the longest "
-        f"{format_duration(pattern.longest_gap_ns)}: its own work between launches, not launch overhead"
+        f"{format_duration(pattern.longest_gap_ns)}: not the many short gaps of launch overhead"
     )
 
 
