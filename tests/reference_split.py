@@ -65,7 +65,22 @@ def _overlap(a: int, b: int, c: int, d: int) -> int:
     return max(0, min(b, d) - max(a, c))
 
 
+@dataclass
+class Gaps:
+    """Every gap with its cause, and the step windows (step, start, end), in ns."""
+
+    classified: list[tuple[int, int, int, str]]  # device, start, end, cause kind
+    windows: list[tuple[int, int, int]]
+    extent: dict[int, tuple[int, int]]  # device → first start, last end
+
+
 def reference_split(path: Path) -> Split:
+    gaps = reference_gaps(path)
+    return _split(gaps.classified, gaps.windows, gaps.extent)
+
+
+def reference_gaps(path: Path) -> Gaps:
+    """Each gap's cause, as the docs describe the rules (see the module doc)."""
     _, events = read_events(path)
     gpu: list[tuple[int, int, int, int | None, str]] = []  # device, start, end, correlation, name
     runtime: list[tuple[int, int, int, int, str, int | None]] = []  # pid, tid, ts, end, name, correlation
@@ -238,10 +253,17 @@ def reference_split(path: Path) -> Split:
         chosen = min(counts, key=lambda name: (-counts[name], name))
         ends = sorted(end for _, _, _, end, name in annotations if name == chosen)
         windows = [(index, a, b) for index, (a, b) in enumerate(itertools.pairwise(ends))]
-    steady = (windows[0][1], windows[-1][2])
+    return Gaps(classified, windows, extent)
 
+
+def _split(
+    classified: list[tuple[int, int, int, str]],
+    windows: list[tuple[int, int, int]],
+    extent: dict[int, tuple[int, int]],
+) -> Split:
+    steady = (windows[0][1], windows[-1][2])
     split = Split()
-    for device in by_device:
+    for device in extent:
         totals: dict[str, int] = defaultdict(int)
         for gap_device, start, end, kind in classified:
             if gap_device == device:

@@ -10,6 +10,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+import pytest
 from loops import launch_loop, model_parallel_loop
 from tracebuild import annotation, cpu_op, kernel, runtime, sample_report, write_trace
 
@@ -126,10 +127,41 @@ def test_a_launch_bound_loop_with_a_pause_claims_only_its_short_gaps(tmp_path: P
     assert low.advice is advice.HOST_PAUSES
 
 
-def test_launch_bound_on_the_real_launch_bound_samples() -> None:
-    for name in ("gp100_mlp_pageable_sync.json.gz", "h100_bert_small_stacks.json.gz"):
-        top = next(f for f in sample_report(name).findings if not f.minor)
-        assert top.rule == "launch-bound", name
+@pytest.mark.parametrize(
+    "name", ["gp100_mlp_pageable_sync.json.gz", "v100_resnet50_workers4.pt.trace.json.gz"]
+)
+def test_launch_bound_samples_show_their_pattern(name: str) -> None:
+    """The short host-bound gaps of the plain-Python idle split (tests/reference_split.py), and the
+    raw kernels, inside the steady steps (every step steady in these two)."""
+    from reference_split import reference_gaps
+    from tracebuild import SAMPLES, read_events
+
+    gaps = reference_gaps(SAMPLES / name)
+    first, last = gaps.windows[0][1], gaps.windows[-1][2]
+    steps, window = len(gaps.windows), sum(end - start for _, start, end in gaps.windows)
+    host_bound = [
+        (start, end)
+        for _, start, end, kind in gaps.classified
+        if kind == "host-bound" and start < last and end > first
+    ]
+    short = [(start, end) for start, end in host_bound if end - start < 1_000_000]
+    idle = sum(min(end, last) - max(start, first) for start, end in short)
+    _, events = read_events(SAMPLES / name)
+    kernels = [
+        e["dur"]
+        for e in events
+        if e.get("cat") in ("kernel", "Kernel") and first <= round(e["ts"] * 1000) < last
+    ]
+    top = next(f for f in sample_report(name).findings if not f.minor)
+    assert top.rule == "launch-bound"
+    assert top.title == (
+        f"The host cannot launch kernels fast enough: GPU 0 waits {idle / window:.0%} of each step in "
+        f"{len(short) / steps:,.0f} short gaps between {len(kernels) / steps:,.0f} kernels per step (median gap "
+        f"{format_duration(median(end - start for start, end in short))}, median kernel "
+        f"{format_duration(median(kernels) * 1000)})"
+    )
+    share = idle / sum(min(end, last) - max(start, first) for start, end in host_bound)
+    assert dict(top.evidence)["share of the host-launch idle in such gaps"].startswith(f"{share:.0%}")
 
 
 def test_a_toy_with_few_kernels_is_not_launch_bound() -> None:
