@@ -200,19 +200,20 @@ def launch_loop(
 
 
 def model_parallel_loop(*, steps: int = 6, stage_kernels: int = 4, kernel_us: float = 300) -> Loop:
-    """Naive model parallelism: one thread drives two GPUs, the model's first half on GPU 0 and its
+    """Naive model parallelism: one process drives two GPUs, the model's first half on GPU 0 and its
     second half on GPU 1 (``x.to('cuda:1')`` between them: GPU 1's stream waits on GPU 0's event).
-    Each step launches the forward on GPU 0, then on GPU 1, reads the loss (``loss.item()``, which
-    waits for GPU 1, so for GPU 0 too), then launches the backward on GPU 1, then on GPU 0. The
-    stages run one after the other: each GPU waits while the other works."""
+    Each step the main thread launches the forward on GPU 0, then on GPU 1, and reads the loss
+    (``loss.item()``, which waits for GPU 1, so for GPU 0 too); then autograd's thread for each
+    device launches the backward, GPU 1's first, GPU 0's behind it. The stages run one after the
+    other: each GPU waits while the other works."""
     loop = Loop()
     t = 0.0
     free = {0: 0.0, 1: 0.0}
 
-    def launch(at: float, device: int, after: float = 0.0) -> None:
+    def launch(at: float, device: int, after: float = 0.0, tid: int = 100) -> None:
         correlation = next(_correlation)
         start = max(at + LAUNCH_LATENCY, free[device], after)
-        loop.events.append(runtime("cudaLaunchKernel", at, 3, correlation=correlation))
+        loop.events.append(runtime("cudaLaunchKernel", at, 3, correlation=correlation, tid=tid))
         loop.events.append(kernel(start, kernel_us, correlation=correlation, device=device))
         loop.gpu.append((start, start + kernel_us))
         free[device] = start + kernel_us
@@ -247,12 +248,12 @@ def model_parallel_loop(*, steps: int = 6, stage_kernels: int = 4, kernel_us: fl
         ]
         loop.gpu.append((copy_start, copy_start + 2))
         loop.sync_returns.append(returned)
-        for k in range(stage_kernels):  # backward, second half
-            launch(returned + 5 + k * 10, 1)
-        loop.events.append(runtime("cudaStreamWaitEvent", returned + 45, 2))
+        for k in range(stage_kernels):  # backward, second half: autograd's thread for GPU 1
+            launch(returned + 5 + k * 10, 1, tid=301)
+        loop.events.append(runtime("cudaStreamWaitEvent", returned + 45, 2, tid=300))
         second_half = free[1]
-        for k in range(stage_kernels):  # backward, first half, after GPU 1's
-            launch(returned + 50 + k * 10, 0, after=second_half)
+        for k in range(stage_kernels):  # backward, first half, after GPU 1's: the thread for GPU 0
+            launch(returned + 50 + k * 10, 0, after=second_half, tid=300)
         t = returned + 100
         loop.events.append(annotation(f"ProfilerStep#{step}", start, t - start))
         loop.steps.append((start, t))

@@ -139,11 +139,15 @@ def reference_gaps(path: Path) -> Gaps:
     early_starts = {
         (device, start) for device, start, _, corr, _ in gpu if corr is not None and 0 < corr < lowest
     }
-    # the devices each thread launched kernels on (a thread on several GPUs: model parallelism)
-    thread_devices: dict[tuple[int, int], set[int]] = defaultdict(set)
+    # the devices each process launched kernels on (a process on several GPUs: model parallelism)
+    process_devices: dict[int, set[int]] = defaultdict(set)
     for device, _, _, corr, name in gpu:
         if corr in launch_of and not name.startswith(("Memcpy", "Memset")):
-            thread_devices[launch_of[corr][:2]].add(device)
+            process_devices[launch_of[corr][0]].add(device)
+    syncs_of: dict[int, list[tuple[int, int, int]]] = defaultdict(list)  # pid → (tid, ts, end)
+    for pid, tid, ts, end, name, _ in runtime:
+        if name in BLOCKING:
+            syncs_of[pid].append((tid, ts, end))
     calls_per_thread: dict[tuple[int, int], int] = defaultdict(int)
     for pid, tid, *_ in runtime:
         calls_per_thread[(pid, tid)] += 1
@@ -194,7 +198,7 @@ def reference_gaps(path: Path) -> Gaps:
         else:
             return "unknown"
         duration = end - start
-        others = thread_devices.get((pid, tid), set()) - {device}
+        others = process_devices.get(pid, set()) - {device}
         other_busy = max(
             (sum(_overlap(start, end, a, b) for a, b in blocks[other]) for other in others), default=0
         )
@@ -214,9 +218,12 @@ def reference_gaps(path: Path) -> Gaps:
         if drained:
             waited = waited_copy((pid, tid), max(drained, key=lambda h: h.end))
             return "copy" if waited is not None and waited.startswith("Memcpy HtoD") else "sync"
-        if waits_other:  # blocked in syncs until the work was launched, then queued behind the other GPU
+        if waits_other:  # a thread blocked in syncs until the work was launched, then it waited queued
             launched = min(end, l_end) if l_end is not None else end
-            blocked = sum(_overlap(start, launched, h.ts, h.end) for h in touching if h.kind == "sync")
+            per_thread: dict[int, int] = defaultdict(int)
+            for sync_tid, sync_ts, sync_end in syncs_of[pid]:
+                per_thread[sync_tid] += _overlap(start, launched, sync_ts, sync_end)
+            blocked = max(per_thread.values(), default=0)
             queued = end - min(max(l_end, start), end) if l_end is not None else 0
             if blocked + queued >= duration * COVERAGE:
                 return "other-gpu"

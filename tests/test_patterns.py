@@ -418,19 +418,30 @@ def test_the_pipeline_bubble_split_equals_the_plain_python_recomputation(tmp_pat
     assert all("other-gpu" in causes for causes in expected.devices.values())
 
 
-def test_one_gpu_per_thread_is_never_a_pipeline_bubble(tmp_path: Path) -> None:
-    """Two GPUs, each driven by its own thread (as DataParallel's replicas are): their gaps are not
-    waits for each other."""
+def test_one_process_per_gpu_is_never_a_pipeline_bubble(tmp_path: Path) -> None:
+    """The same timeline with GPU 1 driven by a process of its own (two ranks in one file): its
+    gaps are not waits for a GPU of the same process."""
     loop = model_parallel_loop(steps=6)
+    on_gpu1 = {
+        e["args"]["correlation"] for e in loop.events if e["cat"] == "kernel" and e["args"]["device"] == 1
+    }
     for event in loop.events:
-        if event["cat"] == "cuda_runtime":
-            correlation = event["args"]["correlation"]
-            devices = {
-                e["args"]["device"]
-                for e in loop.events
-                if e["cat"] == "kernel" and e["args"]["correlation"] == correlation
-            }
-            if devices == {1}:
-                event["tid"] = 200
+        if event["cat"] == "cuda_runtime" and event["args"]["correlation"] in on_gpu1:
+            event["pid"] = 200
     result = analyze(load_trace(write_trace(tmp_path / "t.json", loop.events, **TWO_GPUS)))
-    assert all(gap.cause_kind != "other-gpu" for gap in result.idle_gaps)
+    assert {gap.cause_kind for gap in result.idle_gaps} and all(
+        gap.cause_kind != "other-gpu" for gap in result.idle_gaps
+    )
+
+
+def test_data_parallel_replicas_waiting_on_each_other_are_told_ddp(tmp_path: Path) -> None:
+    """The same timeline with each GPU's kernels launched by a thread of its own and none spanning
+    both (nn.DataParallel's replicas): the waits are named, the advice is DDP, not micro-batches."""
+    loop = model_parallel_loop(steps=6)
+    device_of = {e["args"]["correlation"]: e["args"]["device"] for e in loop.events if e["cat"] == "kernel"}
+    for event in loop.events:
+        if event["cat"] == "cuda_runtime" and event["args"]["correlation"] in device_of:
+            event["tid"] = 300 + device_of[event["args"]["correlation"]]
+    findings = evaluate(analysis_of(tmp_path, loop.events, **TWO_GPUS))
+    waits = [f for f in findings if f.rule == "pipeline-bubble"]
+    assert waits and all(f.advice is advice.DDP and "(nn.DataParallel)" in f.title for f in waits)

@@ -63,7 +63,7 @@ class Thresholds:
     #: ... and their fix is replayed with those kernels this many times faster (tensor cores run
     #: fp16/bf16 and TF32 matmuls 2-8× faster than fp32 on CUDA cores: 2 is the cautious end).
     tensor_core_speedup: float = 2.0
-    #: `pipeline-bubble` fires when a GPU waits for another GPU of its thread this share of the step.
+    #: `pipeline-bubble` fires when a GPU waits for another GPU of its process this share of the step.
     pipeline_bubble_share: float = 0.05
     #: `exposed-communication` fires when communication runs without compute this share of the step.
     exposed_communication_share: float = 0.10

@@ -22,7 +22,7 @@ class CauseKind(StrEnum):
     COMMUNICATION = "communication"
     """The host waited inside a collective or other communication call."""
     OTHER_GPU = "other-gpu"
-    """Another GPU driven by the same thread worked while this one waited for it (the host blocked
+    """Another GPU driven by the same process worked while this one waited for it (the host blocked
     on the GPUs, or the next work already queued behind the other GPU's): a pipeline bubble."""
     HOST_OP = "cpu_op"
     """The host spent the gap inside one operator or annotated range (value kept from schema 1)."""

@@ -42,6 +42,10 @@ class CommunicationStats:
     #: ``DistributedDataParallel.*`` / FSDP annotations on the host (``taxonomy.DDP_RANGE_PATTERN``, ...).
     ddp: bool = False
     fsdp: bool = False
+    #: A process drives several GPUs with no thread launching a fifth or more of the kernels of
+    #: two of them: each GPU's compute comes from a thread of its own (``nn.DataParallel``'s
+    #: replicas), not from one thread across them (model parallelism: the main thread's forward).
+    data_parallel: bool = False
     #: The trace trains (``Optimizer.step#`` ranges or autograd's backward operators): its
     #: all-reduces may be gradients. Tensor-parallel inference all-reduces activations instead.
     training: bool = False
@@ -60,6 +64,32 @@ def _kind() -> pl.Expr:
         ),
         pl.lit("other"),
     )
+
+
+#: A thread spans two GPUs when it launched at least this share of the kernels of each.
+_SPANNING_SHARE = 0.2
+
+
+def _data_parallel(trace: Trace) -> bool:
+    """Whether a process drives several GPUs with one thread per GPU (see :class:`CommunicationStats`)."""
+    launched = (
+        trace.gpu.filter(pl.col("kind") == "kernel")
+        .select("correlation", "device")
+        .join(trace.runtime.select("correlation", "pid", "tid"), on="correlation", how="inner")
+        .group_by("pid", "tid", "device")
+        .len()
+        .with_columns(share=pl.col("len") / pl.col("len").sum().over("pid", "device"))
+    )
+    several = launched.group_by("pid").agg(devices=pl.col("device").n_unique()).filter(pl.col("devices") >= 2)
+    spanning = (
+        launched.filter(pl.col("share") >= _SPANNING_SHARE)
+        .group_by("pid", "tid")
+        .agg(devices=pl.col("device").n_unique())
+        .filter(pl.col("devices") >= 2)
+        .select("pid")
+        .unique()
+    )
+    return several.select("pid").join(spanning, on="pid", how="anti").height > 0
 
 
 def communication_stats(trace: Trace, steady: SteadyState) -> CommunicationStats:
@@ -89,4 +119,5 @@ def communication_stats(trace: Trace, steady: SteadyState) -> CommunicationStats
         ddp=bool(names.str.contains(taxonomy.DDP_RANGE_PATTERN).any()),
         fsdp=bool(names.str.contains(taxonomy.FSDP_RANGE_PATTERN).any()),
         training=training,
+        data_parallel=_data_parallel(trace),
     )

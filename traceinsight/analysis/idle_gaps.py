@@ -10,11 +10,12 @@ Work whose launching call the trace does not hold, numbered (correlation id) bel
 does hold, was launched before the host record began (the profiler starts mid-run with work still
 queued from the step before): a gap that starts after that waited with its work queued too, since
 the thread's later calls (a copy the host sat in, say) cannot have launched it.
-A thread that launches kernels on several GPUs (naive model parallelism: one process, one thread,
-the model's layers split across devices) adds one more question for a gap of at least
-``min_gap_us``: did another of its GPUs work through ``cause_coverage`` of the gap while this one
-waited for it? It did when the work ending the gap was queued, or when for ``cause_coverage`` of
-the gap the host was blocked in a sync or had already launched that work: ``other-gpu``, a
+A process that launches kernels on several GPUs (naive model parallelism: the model's layers split
+across devices; its forward launched by the main thread, its backward by autograd's thread per
+device) adds one more question for a gap of at least ``min_gap_us``: did another of its GPUs work
+through ``cause_coverage`` of the gap while this one waited for it? It did when the work ending
+the gap was queued, or when for ``cause_coverage`` of the gap a thread of the process was blocked
+in a sync (before that work was launched) or the work was launched and waiting: ``other-gpu``, a
 pipeline bubble (the host is not late; the stages run one after the other).
 Otherwise the host was late, and what the launching thread did during the gap is the cause, in
 this order (gaps of at least ``min_gap_us``):
@@ -210,15 +211,6 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         .group_by("gap")
         .agg(sync_key=pl.col("key").last())
     )
-    # The host blocked in syncs before it launched the work ending the gap (while another GPU worked).
-    blocked = (
-        touching.filter(pl.col("kind") == "sync")
-        .with_columns(launched=pl.min_horizontal(pl.col("end"), pl.col("l_end").fill_null(pl.col("end"))))
-        .with_columns(before_launch=overlap_ns("start", "launched", "h_ts", "h_end"))
-        .sort("covered")
-        .group_by("gap")
-        .agg(blocked_ns=pl.col("before_launch").sum(), blocked_key=pl.col("key").last())
-    )
     # A runtime call (not the launch ending the gap) the host sat in for most of the gap: a slow
     # call (a first launch loading its module), named in the host-bound cause's words.
     in_runtime = (
@@ -295,10 +287,20 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         .otherwise(pl.col("sync_call"))
     )
     return (
-        late.select("gap", "start", "end", "duration", "l_ts", "l_end", "other_device", "other_busy")
+        late.select(
+            "gap",
+            "start",
+            "end",
+            "duration",
+            "l_ts",
+            "l_end",
+            "other_device",
+            "other_busy",
+            "blocked_ns",
+            "blocked_key",
+        )
         .join(dataloader, on="gap", how="left")
         .join(drained, on="gap", how="left")
-        .join(blocked, on="gap", how="left")
         .join(blocked_facts, on="blocked_key", how="left")
         .join(in_copy, on="gap", how="left")
         .join(in_runtime, on="gap", how="left")
@@ -351,36 +353,45 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
     )
 
 
-_OTHER_SCHEMA = pl.Schema({"gap": pl.Int64, "other_device": pl.Int64, "other_busy": pl.Int64})
+_OTHER_SCHEMA = pl.Schema(
+    {
+        "gap": pl.Int64,
+        "other_device": pl.Int64,
+        "other_busy": pl.Int64,
+        "blocked_ns": pl.Int64,
+        "blocked_key": pl.Int64,
+    }
+)
 
 
-def _other_gpu_busy(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
-    """For each gap (``gap, device, start, end, pid, tid``) whose launching thread launched kernels
-    on more than one device: the busiest other device of that thread during the gap →
-    ``gap, other_device, other_busy`` (ns)."""
-    thread_devices = (
+def _other_gpu_busy(trace: Trace, gaps: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """For each gap (``gap, device, start, end, pid, l_end``) whose launching process launched
+    kernels on more than one device: the busiest other device of that process during the gap, and
+    how long a thread of the process was blocked in syncs in the gap before its work was launched
+    (the most of any one thread; the key of its longest call) →
+    ``gap, other_device, other_busy, blocked_ns, blocked_key`` (ns)."""
+    if gaps.is_empty() or trace.gpu.get_column("device").n_unique() < 2:  # one GPU: no other to wait for
+        return pl.DataFrame(schema=_OTHER_SCHEMA)
+    process_devices = (
         trace.gpu.filter(pl.col("kind") == "kernel")
         .select("correlation", "device")
-        .join(trace.runtime.select("correlation", "pid", "tid"), on="correlation", how="inner")
-        .select("pid", "tid", "device")
+        .join(trace.runtime.select("correlation", "pid"), on="correlation", how="inner")
+        .select("pid", "device")
         .unique()
     )
-    several = thread_devices.group_by("pid", "tid").len().filter(pl.col("len") > 1).select("pid", "tid")
-    if several.is_empty():  # the usual case: one GPU per thread
+    several = process_devices.group_by("pid").len().filter(pl.col("len") > 1).select("pid")
+    candidates = gaps.join(several, on="pid", how="semi")
+    if candidates.is_empty():  # the usual case: one GPU per process
         return pl.DataFrame(schema=_OTHER_SCHEMA)
-    others = (
-        gaps.join(several, on=["pid", "tid"], how="semi")
-        .join(thread_devices.rename({"device": "other_device"}), on=["pid", "tid"], how="inner")
-        .filter(pl.col("other_device") != pl.col("device"))
-    )
-    if others.is_empty():
-        return pl.DataFrame(schema=_OTHER_SCHEMA)
+    others = candidates.join(
+        process_devices.rename({"device": "other_device"}), on="pid", how="inner"
+    ).filter(pl.col("other_device") != pl.col("device"))
     busy = merge_intervals(
         trace.gpu.filter(pl.col("device").is_in(others.get_column("other_device").unique().implode())),
         by="device",
     )
     busy = meeting(busy.rename({"start": "ts"}), "ts", "end", others.select("start", "end"))
-    return (
+    busiest = (
         others.select("gap", "other_device", "start", "end")
         .join_where(
             busy.select(b_device="device", b_start="ts", b_end="end"),
@@ -392,8 +403,27 @@ def _other_gpu_busy(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
         .agg(other_busy=overlap_ns("start", "end", "b_start", "b_end").sum())
         .sort(["gap", "other_busy", "other_device"], descending=[False, True, False])
         .unique("gap", keep="first", maintain_order=True)
-        .cast(_OTHER_SCHEMA)
     )
+    # Blocked before the launch: the gap up to when its work was launched (the whole gap without one).
+    until = candidates.select(
+        "gap", "pid", "start", launched=pl.min_horizontal("end", pl.col("l_end").fill_null(pl.col("end")))
+    ).filter(pl.col("launched") > pl.col("start"))
+    blocked = (
+        until.join_where(
+            calls.select(c_pid="pid", c_tid="tid", c_ts="ts", c_end="end", c_key="key"),
+            pl.col("c_ts") < pl.col("launched"),
+            pl.col("c_end") > pl.col("start"),
+        )
+        .filter(pl.col("c_pid") == pl.col("pid"))
+        .with_columns(ns=overlap_ns("start", "launched", "c_ts", "c_end"))
+        .sort("ns")
+        .group_by("gap", "c_tid")
+        .agg(blocked_ns=pl.col("ns").sum(), blocked_key=pl.col("c_key").last())
+        .sort(["gap", "blocked_ns", "c_tid"], descending=[False, True, False])
+        .unique("gap", keep="first", maintain_order=True)
+        .select("gap", "blocked_ns", "blocked_key")
+    )
+    return busiest.join(blocked, on="gap", how="left").select(list(_OTHER_SCHEMA)).cast(_OTHER_SCHEMA)
 
 
 def classify_gaps(
@@ -435,8 +465,9 @@ def classify_gaps(
     other = _other_gpu_busy(
         trace,
         table.filter(pl.col("long") & pl.col("pid").is_not_null()).select(
-            "gap", "device", "start", "end", "pid", "tid"
+            "gap", "device", "start", "end", "pid", "l_end"
         ),
+        calls,
     )
     table = table.join(other, on="gap", how="left")
     bubble = (

@@ -81,7 +81,7 @@ class IdleGap:
     """A stretch with no GPU activity on a device, and what the host was doing meanwhile.
 
     cause_kind: ``dataloader`` (host in DataLoader ``__next__``), ``sync`` (a blocking call drained
-    the queue), ``other-gpu`` (waiting for another GPU of the same thread: a pipeline bubble),
+    the queue), ``other-gpu`` (waiting for another GPU of the same process: a pipeline bubble),
     ``cpu_op`` (host inside an op or annotation), ``host-bound`` (host only launching /
     running Python), ``untraced`` (the launching thread recorded nothing during the gap), ``unknown`` (no host thread could be tied to the next GPU work).
     """

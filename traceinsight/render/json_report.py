@@ -11,7 +11,7 @@ idle split of ``devices`` and ``steps``, and per finding ``minor``, ``savings_pe
 saving, and ``cause_kind`` has the values of :class:`~traceinsight.analysis.causes.CauseKind`.
 Later additions within schema 2: ``kernels``, ``memory`` (per device: peaks in bytes, the device's
 total, ``series`` of ``[start_us, allocated, reserved]``; ``allocator_calls`` in the steady state);
-the ``cause_kind`` value ``other-gpu`` (a GPU waiting for another GPU of its thread: a pipeline
+the ``cause_kind`` value ``other-gpu`` (a GPU waiting for another GPU of its process: a pipeline
 bubble) and the finding rule ``pipeline-bubble``.
 """
 

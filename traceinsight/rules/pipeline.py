@@ -1,5 +1,7 @@
-"""``pipeline-bubble``: a GPU waits for another GPU driven by the same thread (naive model
-parallelism: the model split across GPUs, each batch passing the stages one after the other).
+"""``pipeline-bubble``: a GPU waits for another GPU driven by the same process (naive model
+parallelism: the model split across GPUs, each batch passing the stages one after the other;
+with ``nn.DataParallel``'s thread per GPU, the replicas waiting on the one that scatters, gathers
+and steps, advised as DDP).
 
 The idle is the ``other-gpu`` cause of the idle split (:mod:`traceinsight.analysis.idle_gaps`):
 while one stage works the others wait, and the host waits with them. Its saving is that idle, an
@@ -22,7 +24,7 @@ from traceinsight.rules.findings import Finding
 
 @rule("pipeline-bubble")
 def pipeline_bubble(analysis: Analysis) -> Iterator[Finding]:
-    """A GPU idle waiting for another GPU of its thread for ``pipeline_bubble_share`` of the step."""
+    """A GPU idle waiting for another GPU of its process for ``pipeline_bubble_share`` of the step."""
     limits = analysis.thresholds
     windows = analysis.steady.windows
     for usage in analysis.usage:
@@ -59,16 +61,27 @@ def pipeline_bubble(analysis: Analysis) -> Iterator[Finding]:
         if longest is not None:
             evidence.append(("longest such gap", f"{format_duration(longest.duration_ns)}: {longest.cause}"))
             evidence.append(("source", source_evidence(longest.source, longest.source_kind)))
+        data_parallel = analysis.communication.data_parallel
+        if data_parallel:
+            title = f"GPU {usage.device} waits for {other} {amount} (nn.DataParallel): its replicas wait for one another"
+            why = (
+                "One process drives every GPU: the batch is scattered from and gathered to one GPU, "
+                "which also runs the loss and the optimizer while the others wait."
+            )
+        else:
+            title = f"GPU {usage.device} waits for {other} {amount}: a pipeline bubble, the model's stages run one after the other"
+            why = (
+                "One process drives several GPUs that each hold part of the model: a batch passes "
+                "through them in turn, so each GPU waits while the others work, and the host waits with them."
+            )
         yield make_finding(
             analysis,
             "pipeline-bubble",
             saving_from_total(analysis, idle),
-            title=f"GPU {usage.device} waits for {other} {amount}: a pipeline bubble, the model's stages "
-            "run one after the other",
+            title=title,
             evidence=evidence,
-            advice=advice.PIPELINE,
-            why="One thread drives several GPUs that each hold part of the model: a batch passes through "
-            "them in turn, so each GPU waits while the others work, and the host waits with them.",
+            advice=advice.DDP if data_parallel else advice.PIPELINE,
+            why=why,
             source=longest.source if longest else None,
             source_kind=longest.source_kind if longest else None,
             device=usage.device,
