@@ -445,3 +445,21 @@ def test_data_parallel_replicas_waiting_on_each_other_are_told_ddp(tmp_path: Pat
     findings = evaluate(analysis_of(tmp_path, loop.events, **TWO_GPUS))
     waits = [f for f in findings if f.rule == "pipeline-bubble"]
     assert waits and all(f.advice is advice.DDP and "(nn.DataParallel)" in f.title for f in waits)
+
+
+def test_host_time_inside_ddp_forward_is_advised_as_ddp_work(tmp_path: Path) -> None:
+    """Steps whose GPU waits 3 ms while the host is inside DistributedDataParallel.forward (and no
+    operator under it covers the gap): DDP's own work, not the user's data preparation."""
+    events: list[dict[str, Any]] = []
+    for step in range(4):
+        start = step * 4000.0
+        events.append(annotation(f"ProfilerStep#{step}", start, 4000))
+        events.append(annotation("DistributedDataParallel.forward", start + 100, 3300))
+        for k in range(4):
+            at = start + 3420 + k * 20
+            correlation = next(_correlation)
+            events.append(runtime("cudaLaunchKernel", at, 3, correlation=correlation))
+            events.append(kernel(at + 10, 100, correlation=correlation))
+    low = card(evaluate(analysis_of(tmp_path, events)), "low-gpu-utilization")
+    assert dict(low.evidence)["the host was in"].startswith("DistributedDataParallel.forward")
+    assert low.advice is advice.DDP_FORWARD and "Dataset" not in low.advice.after

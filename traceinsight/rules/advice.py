@@ -239,6 +239,16 @@ PIPELINE: Final = Advice(
     "        if prev is not None:\n            outs.append(self.stage1(prev))  # ... GPU 1: micro-batch k\n"
     "        prev = nxt\n    outs.append(self.stage1(prev))\n    return torch.cat(outs)",
 )
+DDP_FORWARD: Final = Advice(
+    summary="The host spends the gap inside DDP's forward, in DDP's own work: broadcasting the "
+    "module's buffers from rank 0 at every step (broadcast_buffers=True) and, with "
+    "find_unused_parameters=True, walking the autograd graph after each forward to find the "
+    "parameters that got no gradient. Turn off what the model does not need; static_graph=True "
+    "lets DDP plan its buckets once.",
+    before="model = DDP(model, device_ids=[rank], find_unused_parameters=True)",
+    after="model = DDP(model, device_ids=[rank], broadcast_buffers=False,  # or SyncBatchNorm\n"
+    "            find_unused_parameters=False, static_graph=True)",
+)
 AMP: Final = Advice(
     summary="Run matrix multiplies and convolutions on tensor cores: autocast the forward pass to "
     "fp16 (with a GradScaler) or bf16. Weights stay fp32; the GEMMs run several times faster.",

@@ -7,6 +7,7 @@ of the step, and advises on the largest. Its saving is that idle: an upper bound
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterator
 
@@ -160,12 +161,16 @@ def dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
 
 def _host_work_advice(analysis: Analysis, ops: list[tuple[str, int]]) -> Advice:
     """Advice for the host's own work in ``ops`` (largest first): DDP's buffer broadcast when the
-    host flattens tensors for it (DataParallel: move to DDP), else move the work off the step."""
-    if ops[0][0] in taxonomy.COALESCING_OPS:
+    host flattens tensors for it (DataParallel: move to DDP), DDP's forward work when the host is
+    in DDP's forward range itself, else move the work off the step."""
+    top = ops[0][0]
+    if top in taxonomy.COALESCING_OPS:
         if analysis.multi_gpu_processes > 0:
             return advice.DDP
         if analysis.communication.ddp:
             return advice.DDP_BUFFERS
+    if re.match(taxonomy.DDP_RANGE_PATTERN, top):
+        return advice.DDP_FORWARD
     return advice.HOST_WORK
 
 
