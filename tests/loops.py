@@ -167,3 +167,94 @@ def dataloader_loop(
         loop.events.append(annotation(f"ProfilerStep#{step}", start, t - start))
         loop.steps.append((start, t))
     return loop
+
+
+def launch_loop(
+    *,
+    steps: int = 6,
+    kernels: int = 12,
+    kernel_us: float = 20,
+    dispatch_us: float = 60,
+    pause_us: float = 0,
+    pause_after: int = 5,
+) -> Loop:
+    """A loop of tiny kernels, each launched at the end of an operator the host takes ``dispatch_us``
+    to run (``aten::add`` → ``cudaLaunchKernel``): the GPU finishes each kernel before the next is
+    launched. With ``pause_us``, the host pauses that long after kernel ``pause_after`` of each step,
+    recording nothing (Python outside any operator, a sleep)."""
+    loop = Loop()
+    t = 0.0
+    gpu_free = 0.0
+    for step in range(steps):
+        start = t
+        for k in range(kernels):
+            loop.events.append(cpu_op("aten::add", t, dispatch_us))
+            gpu_free = _launch(loop, t + dispatch_us - 5, gpu_free, kernel_us)
+            t += dispatch_us
+            if pause_us and k == pause_after:
+                t += pause_us
+        t = max(t, gpu_free) + 5
+        loop.events.append(annotation(f"ProfilerStep#{step}", start, t - start))
+        loop.steps.append((start, t))
+    return loop
+
+
+def model_parallel_loop(*, steps: int = 6, stage_kernels: int = 4, kernel_us: float = 300) -> Loop:
+    """Naive model parallelism: one process drives two GPUs, the model's first half on GPU 0 and its
+    second half on GPU 1 (``x.to('cuda:1')`` between them: GPU 1's stream waits on GPU 0's event).
+    Each step the main thread launches the forward on GPU 0, then on GPU 1, and reads the loss
+    (``loss.item()``, which waits for GPU 1, so for GPU 0 too); then autograd's thread for each
+    device launches the backward, GPU 1's first, GPU 0's behind it. The stages run one after the
+    other: each GPU waits while the other works."""
+    loop = Loop()
+    t = 0.0
+    free = {0: 0.0, 1: 0.0}
+
+    def launch(at: float, device: int, after: float = 0.0, tid: int = 100) -> None:
+        correlation = next(_correlation)
+        start = max(at + LAUNCH_LATENCY, free[device], after)
+        loop.events.append(runtime("cudaLaunchKernel", at, 3, correlation=correlation, tid=tid))
+        loop.events.append(kernel(start, kernel_us, correlation=correlation, device=device))
+        loop.gpu.append((start, start + kernel_us))
+        free[device] = start + kernel_us
+
+    for step in range(steps):
+        start = t
+        for k in range(stage_kernels):  # forward, first half
+            launch(t + k * 10, 0)
+        loop.events.append(runtime("cudaStreamWaitEvent", t + stage_kernels * 10, 2))
+        first_half = free[0]
+        for k in range(stage_kernels):  # forward, second half, after GPU 0's
+            launch(t + 45 + k * 10, 1, after=first_half)
+        # loss.item() on GPU 1: a 4-byte copy, then a stream sync until it is done
+        at = t + 90
+        copy_correlation = next(_correlation)
+        copy_start = max(at + 2 + LAUNCH_LATENCY, free[1])
+        free[1] = copy_start + 2
+        returned = free[1] + 2
+        loop.events += [
+            cpu_op("aten::item", at, returned + 1 - at),
+            cpu_op("aten::_local_scalar_dense", at + 0.5, returned + 0.5 - at),
+            runtime("cudaMemcpyAsync", at + 2, 3, correlation=copy_correlation),
+            memcpy(
+                copy_start,
+                2,
+                "Memcpy DtoH (Device -> Pageable)",
+                nbytes=4,
+                correlation=copy_correlation,
+                device=1,
+            ),
+            runtime("cudaStreamSynchronize", at + 6, returned - at - 6),
+        ]
+        loop.gpu.append((copy_start, copy_start + 2))
+        loop.sync_returns.append(returned)
+        for k in range(stage_kernels):  # backward, second half: autograd's thread for GPU 1
+            launch(returned + 5 + k * 10, 1, tid=301)
+        loop.events.append(runtime("cudaStreamWaitEvent", returned + 45, 2, tid=300))
+        second_half = free[1]
+        for k in range(stage_kernels):  # backward, first half, after GPU 1's: the thread for GPU 0
+            launch(returned + 50 + k * 10, 0, after=second_half, tid=300)
+        t = returned + 100
+        loop.events.append(annotation(f"ProfilerStep#{step}", start, t - start))
+        loop.steps.append((start, t))
+    return loop

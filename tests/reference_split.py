@@ -65,7 +65,22 @@ def _overlap(a: int, b: int, c: int, d: int) -> int:
     return max(0, min(b, d) - max(a, c))
 
 
+@dataclass
+class Gaps:
+    """Every gap with its cause, and the step windows (step, start, end), in ns."""
+
+    classified: list[tuple[int, int, int, str]]  # device, start, end, cause kind
+    windows: list[tuple[int, int, int]]
+    extent: dict[int, tuple[int, int]]  # device → first start, last end
+
+
 def reference_split(path: Path) -> Split:
+    gaps = reference_gaps(path)
+    return _split(gaps.classified, gaps.windows, gaps.extent)
+
+
+def reference_gaps(path: Path) -> Gaps:
+    """Each gap's cause, as the docs describe the rules (see the module doc)."""
     _, events = read_events(path)
     gpu: list[tuple[int, int, int, int | None, str]] = []  # device, start, end, correlation, name
     runtime: list[tuple[int, int, int, int, str, int | None]] = []  # pid, tid, ts, end, name, correlation
@@ -93,6 +108,7 @@ def reference_split(path: Path) -> Split:
         by_device[device].append((start, end))
     gaps: list[tuple[int, int, int]] = []
     extent: dict[int, tuple[int, int]] = {}
+    blocks: dict[int, list[tuple[int, int]]] = defaultdict(list)  # merged busy blocks per device
     for device, intervals in by_device.items():
         intervals.sort()
         block_start, block_end = intervals[0]
@@ -100,9 +116,11 @@ def reference_split(path: Path) -> Split:
         for start, end in intervals[1:]:
             if start > block_end:
                 gaps.append((device, block_end, start))
+                blocks[device].append((block_start, block_end))
                 block_start, block_end = start, end
             else:
                 block_end = max(block_end, end)
+        blocks[device].append((block_start, block_end))
 
     # who launched the work that ends each gap
     launch_of = {corr: (pid, tid, ts, end) for pid, tid, ts, end, _, corr in runtime if corr is not None}
@@ -121,6 +139,15 @@ def reference_split(path: Path) -> Split:
     early_starts = {
         (device, start) for device, start, _, corr, _ in gpu if corr is not None and 0 < corr < lowest
     }
+    # the devices each process launched kernels on (a process on several GPUs: model parallelism)
+    process_devices: dict[int, set[int]] = defaultdict(set)
+    for device, _, _, corr, name in gpu:
+        if corr in launch_of and not name.startswith(("Memcpy", "Memset")):
+            process_devices[launch_of[corr][0]].add(device)
+    syncs_of: dict[int, list[tuple[int, int, int]]] = defaultdict(list)  # pid → (tid, ts, end)
+    for pid, tid, ts, end, name, _ in runtime:
+        if name in BLOCKING:
+            syncs_of[pid].append((tid, ts, end))
     calls_per_thread: dict[tuple[int, int], int] = defaultdict(int)
     for pid, tid, *_ in runtime:
         calls_per_thread[(pid, tid)] += 1
@@ -170,9 +197,14 @@ def reference_split(path: Path) -> Split:
             (pid, tid), l_ts, l_end = main, None, None
         else:
             return "unknown"
-        if l_end is not None and l_end <= start:
-            return "queued"
         duration = end - start
+        others = process_devices.get(pid, set()) - {device}
+        other_busy = max(
+            (sum(_overlap(start, end, a, b) for a, b in blocks[other]) for other in others), default=0
+        )
+        waits_other = duration >= MIN_GAP and len(others) > 0 and other_busy >= duration * COVERAGE
+        if l_end is not None and l_end <= start:
+            return "other-gpu" if waits_other else "queued"
         if duration < MIN_GAP:
             return "host-bound"
         touching = [h for h in host[(pid, tid)] if h.ts < end and h.end >= start - SLACK]
@@ -186,6 +218,15 @@ def reference_split(path: Path) -> Split:
         if drained:
             waited = waited_copy((pid, tid), max(drained, key=lambda h: h.end))
             return "copy" if waited is not None and waited.startswith("Memcpy HtoD") else "sync"
+        if waits_other:  # a thread blocked in syncs until the work was launched, then it waited queued
+            launched = min(end, l_end) if l_end is not None else end
+            per_thread: dict[int, int] = defaultdict(int)
+            for sync_tid, sync_ts, sync_end in syncs_of[pid]:
+                per_thread[sync_tid] += _overlap(start, launched, sync_ts, sync_end)
+            blocked = max(per_thread.values(), default=0)
+            queued = end - min(max(l_end, start), end) if l_end is not None else 0
+            if blocked + queued >= duration * COVERAGE:
+                return "other-gpu"
         if any(h.kind == "copy" and covered[id(h)] >= duration * COVERAGE for h in touching):
             return "copy"
         covering = [h for h in touching if h.kind == "op" and covered[id(h)] >= duration * COVERAGE]
@@ -219,10 +260,17 @@ def reference_split(path: Path) -> Split:
         chosen = min(counts, key=lambda name: (-counts[name], name))
         ends = sorted(end for _, _, _, end, name in annotations if name == chosen)
         windows = [(index, a, b) for index, (a, b) in enumerate(itertools.pairwise(ends))]
-    steady = (windows[0][1], windows[-1][2])
+    return Gaps(classified, windows, extent)
 
+
+def _split(
+    classified: list[tuple[int, int, int, str]],
+    windows: list[tuple[int, int, int]],
+    extent: dict[int, tuple[int, int]],
+) -> Split:
+    steady = (windows[0][1], windows[-1][2])
     split = Split()
-    for device in by_device:
+    for device in extent:
         totals: dict[str, int] = defaultdict(int)
         for gap_device, start, end, kind in classified:
             if gap_device == device:

@@ -125,7 +125,7 @@ def test_step_evidence_is_per_step_beside_a_share_of_each_step() -> None:
     """launch-bound, exposed-communication and low-gpu-utilization give their time per step, from
     the steady steps' own figures (was: the total of all steps, ``320.06 ms (48% of each step)`` with 3 steps of
     222 ms); without steps, the total with a share of the time."""
-    from traceinsight.analysis.causes import CAUSE_LABELS, CauseKind
+    from traceinsight.analysis.causes import CAUSE_LABELS
     from traceinsight.formatting import format_duration
 
     def per_step(name: str, figure: Any) -> str:
@@ -136,10 +136,10 @@ def test_step_evidence_is_per_step_beside_a_share_of_each_step() -> None:
         return dict(next(f for f in report(name).findings if f.rule == rule).evidence)
 
     launch = evidence("a100_ddp_nccl.json.gz", "launch-bound")["GPU idle while the host launched"]
-    idle = per_step(
-        "a100_ddp_nccl.json.gz", lambda step: dict(step.idle_by_cause_ns).get(CauseKind.LAUNCH, 0)
-    )
-    assert launch.startswith(f"{idle} per step (") and launch.endswith(" of each step)")
+    (pattern,) = report("a100_ddp_nccl.json.gz").analysis.launching.patterns  # its short gaps' idle
+    steady = sum(step.steady for step in report("a100_ddp_nccl.json.gz").analysis.steps)
+    assert launch.startswith(f"{format_duration(round(pattern.short_ns / steady))} per step (")
+    assert launch.endswith(" of each step)")
     exposed = evidence("a100_recsys_rank0.json.gz", "exposed-communication")
     communication = per_step("a100_recsys_rank0.json.gz", lambda step: step.communication_ns)
     compute = per_step("a100_recsys_rank0.json.gz", lambda step: step.compute_ns)

@@ -56,6 +56,7 @@ def test_the_built_in_rules_are_registered() -> None:
         "optimizer-not-fused",
         "memory-pressure",
         "low-gpu-utilization",
+        "pipeline-bubble",
     }
 
 

@@ -90,7 +90,7 @@ def test_launch_bound_fires_on_a_loop_of_tiny_kernels(tmp_path: Path) -> None:
             events.append(kernel(start + k * 100 + 15, 20, correlation=correlation))
     result = found(tmp_path, events)
     launch = next(f for f in result if f.rule == "launch-bound")
-    assert "10 kernels per step" in launch.title and "median 20.0 µs each" in launch.title
+    assert "10 kernels per step" in launch.title and "median kernel 20.0 µs" in launch.title
     assert "aten::add" in dict(launch.evidence)["the host was dispatching"]
     # low-gpu-utilization does not count the same launch idle again: one finding per fix
     assert "low-gpu-utilization" not in rules(result)

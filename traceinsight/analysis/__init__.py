@@ -10,6 +10,7 @@ from typing import NamedTuple, ParamSpec, TypeVar
 import polars as pl
 
 from traceinsight.analysis import copies, gpu_time, host, idle_gaps, syncs
+from traceinsight.analysis.collectives import CommunicationStats, communication_stats
 from traceinsight.analysis.kernels import TopKernels, top_kernels
 from traceinsight.analysis.latent import LatentSync, latent_syncs
 from traceinsight.analysis.launching import LaunchStats, launch_stats
@@ -85,6 +86,8 @@ class Analysis:
     memory: MemoryUsage  # per device: peak memory vs the total, over time; allocator calls in steps
     #: Processes that launched work on more than one GPU (``nn.DataParallel``'s single process).
     multi_gpu_processes: int
+    #: Collectives per device and kind in the steady state, and the wrapper that issued them.
+    communication: CommunicationStats
 
     @property
     def span_ns(self) -> int:
@@ -163,7 +166,7 @@ class _Beside:
     An analysis is a chain of polars operations, and polars keeps both cores of a 2-core machine
     busy only part of the time (about 1.4 cores on average on a 0.5 GB trace). The analyses that
     need no more than the trace and its steady state (host operators, warnings, optimizer, top
-    kernels, precision, memory) run here, in the order they are started, while the main thread
+    kernels, precision, memory, collectives) run here, in the order they are started, while the main thread
     finds the intervals, syncs and gaps (polars releases the GIL while it computes); the main
     thread takes their results before it classifies the gaps, its memory peak. On the 0.5 GB
     benchmark traces the analysis step takes 0.86x (DDP) to 0.93x (LLM decode) the time; the
@@ -208,6 +211,7 @@ class _SteadyOnly(NamedTuple):
     precision: tuple[PrecisionMix, ...]
     latent_syncs: tuple[LatentSync, ...]
     memory: MemoryUsage
+    communication: CommunicationStats
 
 
 def _steady_only(
@@ -220,6 +224,7 @@ def _steady_only(
         precision=precision_mix(trace, steady),
         latent_syncs=latent_syncs(trace, steady, user_code),
         memory=memory_usage(trace, steady, limits.memory_series_points),
+        communication=communication_stats(trace, steady),
     )
 
 
@@ -264,9 +269,10 @@ def _analyze(trace: Trace, limits: Thresholds, user_code: Collection[str], besid
         fix_inputs=_fix_inputs(trace, calls, steady),
         usage=gpu_time.steady_usage(devices, steps, busy, kernels, compute, classified, steady),
         precision=steady_only.precision,
-        launching=launch_stats(trace, steady, classified),
+        launching=launch_stats(trace, steady, classified, limits),
         optimizer=steady_only.optimizer,
         latent_syncs=steady_only.latent_syncs,
         memory=steady_only.memory,
         multi_gpu_processes=launched.group_by("pid").len().filter(pl.col("len") > 1).height,
+        communication=steady_only.communication,
     )

@@ -21,6 +21,9 @@ class CauseKind(StrEnum):
     """The host waited on a blocking copy (pageable ``.to('cuda')``, a synchronous ``cudaMemcpy``)."""
     COMMUNICATION = "communication"
     """The host waited inside a collective or other communication call."""
+    OTHER_GPU = "other-gpu"
+    """Another GPU driven by the same process worked while this one waited for it (the host blocked
+    on the GPUs, or the next work already queued behind the other GPU's): a pipeline bubble."""
     HOST_OP = "cpu_op"
     """The host spent the gap inside one operator or annotated range (value kept from schema 1)."""
     LAUNCH = "host-bound"
@@ -45,6 +48,7 @@ CAUSE_LABELS: Final[dict[CauseKind, str]] = {
     CauseKind.SYNC: "after a host sync",
     CauseKind.COPY: "waiting on a blocking copy",
     CauseKind.COMMUNICATION: "waiting on communication",
+    CauseKind.OTHER_GPU: "waiting for another GPU (pipeline bubble)",
     CauseKind.HOST_OP: "host busy in an operator",
     CauseKind.LAUNCH: "host launching (Python / launch overhead)",
     CauseKind.QUEUED: "work queued, GPU waiting on a dependency",

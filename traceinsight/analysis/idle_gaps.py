@@ -10,6 +10,13 @@ Work whose launching call the trace does not hold, numbered (correlation id) bel
 does hold, was launched before the host record began (the profiler starts mid-run with work still
 queued from the step before): a gap that starts after that waited with its work queued too, since
 the thread's later calls (a copy the host sat in, say) cannot have launched it.
+A process that launches kernels on several GPUs (naive model parallelism: the model's layers split
+across devices; its forward launched by the main thread, its backward by autograd's thread per
+device) adds one more question for a gap of at least ``min_gap_us``: did another of its GPUs work
+through ``cause_coverage`` of the gap while this one waited for it? It did when the work ending
+the gap was queued, or when for ``cause_coverage`` of the gap a thread of the process was blocked
+in a sync (before that work was launched) or the work was launched and waiting: ``other-gpu``, a
+pipeline bubble (the host is not late; the stages run one after the other).
 Otherwise the host was late, and what the launching thread did during the gap is the cause, in
 this order (gaps of at least ``min_gap_us``):
 
@@ -41,7 +48,7 @@ from typing import Final
 import polars as pl
 
 from traceinsight.analysis.causes import CauseKind
-from traceinsight.analysis.intervals import gaps_between, meeting, overlap_ns
+from traceinsight.analysis.intervals import gaps_between, meeting, merge_intervals, overlap_ns
 from traceinsight.analysis.results import IdleGap
 from traceinsight.analysis.sources import source_at
 from traceinsight.load import Trace, taxonomy
@@ -63,6 +70,7 @@ GAP_SCHEMA = pl.Schema(
         "pid": pl.Int64,
         "tid": pl.Int64,
         "sync_key": pl.Int64,
+        "other_device": pl.Int64,
     }
 )
 
@@ -173,14 +181,14 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
     # LLM decode trace ``touching`` has half a million rows (a copy of all its columns was 70 MB
     # at the analysis's memory peak).
     touching = (
-        late.select("gap", "pid", "tid", "start", "end", "l_ts")
+        late.select("gap", "pid", "tid", "start", "end", "l_ts", "l_end")
         .join_where(
             _host_activity(trace, calls, windows),
             pl.col("h_ts") < pl.col("end"),
             pl.col("h_end") >= pl.col("start") - slack,
         )
         .select(
-            "gap", "start", "end", "l_ts", "h_ts", "h_end", "name", "kind", "key",
+            "gap", "start", "end", "l_ts", "l_end", "h_ts", "h_end", "name", "kind", "key",
             covered=overlap_ns("start", "end", "h_ts", "h_end"),
             same_thread=(pl.col("h_pid") == pl.col("pid")) & (pl.col("h_tid") == pl.col("tid")),
         )
@@ -202,6 +210,14 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         .sort("h_end")
         .group_by("gap")
         .agg(sync_key=pl.col("key").last())
+    )
+    # A runtime call (not the launch ending the gap) the host sat in for most of the gap: a slow
+    # call (a first launch loading its module), named in the host-bound cause's words.
+    in_runtime = (
+        touching.filter((pl.col("kind") == "runtime") & covers)
+        .sort("covered", descending=True)
+        .group_by("gap")
+        .agg(runtime_call=pl.col("name").first())
     )
     in_copy = (
         touching.filter((pl.col("kind") == "copy") & covers)
@@ -228,6 +244,13 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         sync_op="op",
         waited_copy="copy",
     )
+    blocked_facts = calls.select(blocked_key="key", blocked_call="call", blocked_op="op")
+    # Waiting for another GPU: blocked in syncs, then the work queued behind the other GPU's.
+    queued_ns = pl.col("end") - pl.col("l_end").clip(pl.col("start"), pl.col("end")).fill_null(pl.col("end"))
+    other_gpu = pl.col("other_busy").fill_null(0) >= pl.col("duration") * limits.cause_coverage
+    waited_other = other_gpu & (
+        pl.col("blocked_ns").fill_null(0) + queued_ns >= pl.col("duration") * limits.cause_coverage
+    )
     h2d = pl.col("waited_copy").str.starts_with("Memcpy HtoD").fill_null(False)
     # The covering operator launched the work that ends the gap: the gap is its dispatch cost.
     dispatching = (
@@ -242,6 +265,8 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         .then(pl.lit(CauseKind.COPY.value))
         .when(pl.col("sync_key").is_not_null())
         .then(pl.lit(CauseKind.SYNC.value))
+        .when(waited_other)
+        .then(pl.lit(CauseKind.OTHER_GPU.value))
         .when(pl.col("copy_call").is_not_null())
         .then(pl.lit(CauseKind.COPY.value))
         .when(pl.col("op_name").str.contains(taxonomy.COMMUNICATION_OP_PATTERN).fill_null(False))
@@ -262,10 +287,23 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         .otherwise(pl.col("sync_call"))
     )
     return (
-        late.select("gap", "duration", "l_ts")
+        late.select(
+            "gap",
+            "start",
+            "end",
+            "duration",
+            "l_ts",
+            "l_end",
+            "other_device",
+            "other_busy",
+            "blocked_ns",
+            "blocked_key",
+        )
         .join(dataloader, on="gap", how="left")
         .join(drained, on="gap", how="left")
+        .join(blocked_facts, on="blocked_key", how="left")
         .join(in_copy, on="gap", how="left")
+        .join(in_runtime, on="gap", how="left")
         .join(innermost_op, on="gap", how="left")
         .join(recorded, on="gap", how="left")
         .join(sync_facts, on="sync_key", how="left")
@@ -278,12 +316,31 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
             .then(pl.col("dl_name"))
             .when(pl.col("sync_key").is_not_null())
             .then(sync_label)
+            .when((pl.col("cause_kind") == CauseKind.OTHER_GPU.value) & pl.col("blocked_call").is_not_null())
+            .then(
+                pl.format(
+                    "the host waited in {} while GPU {} worked: a pipeline bubble",
+                    pl.when(pl.col("blocked_op").is_not_null())
+                    .then(pl.format("{} in {}", "blocked_call", "blocked_op"))
+                    .otherwise(pl.col("blocked_call")),
+                    "other_device",
+                )
+            )
+            .when(pl.col("cause_kind") == CauseKind.OTHER_GPU.value)
+            .then(pl.format("the next work waited behind GPU {}'s: a pipeline bubble", "other_device"))
             .when(pl.col("cause_kind") == CauseKind.COPY.value)
             .then(pl.col("copy_call"))
             .when(pl.col("cause_kind").is_in([CauseKind.COMMUNICATION.value, CauseKind.HOST_OP.value]))
             .then(pl.col("op_name"))
             .when(pl.col("op_name").is_not_null())
             .then(pl.format("dispatching {}: the host took this long to launch its next kernel", "op_name"))
+            .when(pl.col("runtime_call").is_not_null())
+            .then(
+                pl.format(
+                    "the host sat in {} for most of the gap: a slow runtime call (a first launch loads its module)",
+                    "runtime_call",
+                )
+            )
             .when(pl.col("cause_kind") == CauseKind.UNTRACED.value)
             .then(
                 pl.lit(
@@ -294,6 +351,79 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         )
         .select("gap", "cause_kind", "cause", "sync_key")
     )
+
+
+_OTHER_SCHEMA = pl.Schema(
+    {
+        "gap": pl.Int64,
+        "other_device": pl.Int64,
+        "other_busy": pl.Int64,
+        "blocked_ns": pl.Int64,
+        "blocked_key": pl.Int64,
+    }
+)
+
+
+def _other_gpu_busy(trace: Trace, gaps: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """For each gap (``gap, device, start, end, pid, l_end``) whose launching process launched
+    kernels on more than one device: the busiest other device of that process during the gap, and
+    how long a thread of the process was blocked in syncs in the gap before its work was launched
+    (the most of any one thread; the key of its longest call) →
+    ``gap, other_device, other_busy, blocked_ns, blocked_key`` (ns)."""
+    if gaps.is_empty() or trace.gpu.get_column("device").n_unique() < 2:  # one GPU: no other to wait for
+        return pl.DataFrame(schema=_OTHER_SCHEMA)
+    process_devices = (
+        trace.gpu.filter(pl.col("kind") == "kernel")
+        .select("correlation", "device")
+        .join(trace.runtime.select("correlation", "pid"), on="correlation", how="inner")
+        .select("pid", "device")
+        .unique()
+    )
+    several = process_devices.group_by("pid").len().filter(pl.col("len") > 1).select("pid")
+    candidates = gaps.join(several, on="pid", how="semi")
+    if candidates.is_empty():  # the usual case: one GPU per process
+        return pl.DataFrame(schema=_OTHER_SCHEMA)
+    others = candidates.join(
+        process_devices.rename({"device": "other_device"}), on="pid", how="inner"
+    ).filter(pl.col("other_device") != pl.col("device"))
+    busy = merge_intervals(
+        trace.gpu.filter(pl.col("device").is_in(others.get_column("other_device").unique().implode())),
+        by="device",
+    )
+    busy = meeting(busy.rename({"start": "ts"}), "ts", "end", others.select("start", "end"))
+    busiest = (
+        others.select("gap", "other_device", "start", "end")
+        .join_where(
+            busy.select(b_device="device", b_start="ts", b_end="end"),
+            pl.col("b_start") < pl.col("end"),
+            pl.col("b_end") > pl.col("start"),
+        )
+        .filter(pl.col("b_device") == pl.col("other_device"))
+        .group_by("gap", "other_device")
+        .agg(other_busy=overlap_ns("start", "end", "b_start", "b_end").sum())
+        .sort(["gap", "other_busy", "other_device"], descending=[False, True, False])
+        .unique("gap", keep="first", maintain_order=True)
+    )
+    # Blocked before the launch: the gap up to when its work was launched (the whole gap without one).
+    until = candidates.select(
+        "gap", "pid", "start", launched=pl.min_horizontal("end", pl.col("l_end").fill_null(pl.col("end")))
+    ).filter(pl.col("launched") > pl.col("start"))
+    blocked = (
+        until.join_where(
+            calls.select(c_pid="pid", c_tid="tid", c_ts="ts", c_end="end", c_key="key"),
+            pl.col("c_ts") < pl.col("launched"),
+            pl.col("c_end") > pl.col("start"),
+        )
+        .filter(pl.col("c_pid") == pl.col("pid"))
+        .with_columns(ns=overlap_ns("start", "launched", "c_ts", "c_end"))
+        .sort("ns")
+        .group_by("gap", "c_tid")
+        .agg(blocked_ns=pl.col("ns").sum(), blocked_key=pl.col("c_key").last())
+        .sort(["gap", "blocked_ns", "c_tid"], descending=[False, True, False])
+        .unique("gap", keep="first", maintain_order=True)
+        .select("gap", "blocked_ns", "blocked_key")
+    )
+    return busiest.join(blocked, on="gap", how="left").select(list(_OTHER_SCHEMA)).cast(_OTHER_SCHEMA)
 
 
 def classify_gaps(
@@ -332,20 +462,38 @@ def classify_gaps(
         .with_row_index("gap")
         .with_columns(pl.col("gap").cast(pl.Int64))
     )
+    other = _other_gpu_busy(
+        trace,
+        table.filter(pl.col("long") & pl.col("pid").is_not_null()).select(
+            "gap", "device", "start", "end", "pid", "l_end"
+        ),
+        calls,
+    )
+    table = table.join(other, on="gap", how="left")
+    bubble = (
+        pl.col("long")
+        & (pl.col("other_busy") >= pl.col("duration") * limits.cause_coverage).fill_null(False)
+        & pl.col("queued")
+        & ~pl.col("early")
+    )
     late = table.filter(pl.col("long") & ~pl.col("queued") & pl.col("pid").is_not_null())
     classified = _classify_late(trace, late, calls, limits) if late.height else None
     queued_text = pl.lit(
         "the next work was already queued: the GPU waited on another stream, an event or a graph"
     )
     simple = (
-        pl.when(pl.col("queued"))
+        pl.when(bubble)
+        .then(pl.lit(CauseKind.OTHER_GPU.value))
+        .when(pl.col("queued"))
         .then(pl.lit(CauseKind.QUEUED.value))
         .when(pl.col("pid").is_null())
         .then(pl.lit(CauseKind.UNKNOWN.value))
         .otherwise(pl.lit(CauseKind.LAUNCH.value))
     )
     simple_text = (
-        pl.when(pl.col("early"))
+        pl.when(bubble)
+        .then(pl.format("the next work was queued behind GPU {}'s: a pipeline bubble", "other_device"))
+        .when(pl.col("early"))
         .then(
             pl.lit(
                 "the next work was queued before the trace recorded the host (its launch is not in "
@@ -374,6 +522,9 @@ def classify_gaps(
         .with_columns(
             source=pl.when(use_sync).then(pl.col("sync_source")).otherwise(pl.col("mid_source")),
             source_kind=pl.when(use_sync).then(pl.col("sync_kind")).otherwise(pl.col("mid_kind")),
+            other_device=pl.when(pl.col("cause_kind") == CauseKind.OTHER_GPU.value).then(
+                pl.col("other_device")
+            ),
         )
         .sort("device", "start")
         .select(list(GAP_SCHEMA))

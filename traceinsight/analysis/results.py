@@ -81,7 +81,8 @@ class IdleGap:
     """A stretch with no GPU activity on a device, and what the host was doing meanwhile.
 
     cause_kind: ``dataloader`` (host in DataLoader ``__next__``), ``sync`` (a blocking call drained
-    the queue), ``cpu_op`` (host inside an op or annotation), ``host-bound`` (host only launching /
+    the queue), ``other-gpu`` (waiting for another GPU of the same process: a pipeline bubble),
+    ``cpu_op`` (host inside an op or annotation), ``host-bound`` (host only launching /
     running Python), ``untraced`` (the launching thread recorded nothing during the gap), ``unknown`` (no host thread could be tied to the next GPU work).
     """
 
@@ -97,6 +98,8 @@ class IdleGap:
     source_kind: str | None = None
     #: The blocking call (``blocking_calls`` key) that drained the queue, for ``sync``/``copy`` causes.
     sync_key: int | None = None
+    #: The GPU this one waited for, for the ``other-gpu`` cause (a pipeline bubble).
+    other_device: int | None = None
 
     @property
     def duration_ns(self) -> int:

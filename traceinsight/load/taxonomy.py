@@ -65,6 +65,30 @@ COMMUNICATION_OP_PATTERN: Final[str] = (
     r"|^vllm::all_|ProcessGroup"
 )
 
+#: Communication kernel name → the collective it runs, first match wins (NCCL/RCCL
+#: ``ncclKernel_AllReduce_RING_LL_Sum_float``, ``ncclDevKernel_AllGather_RING_LL``; vLLM's custom
+#: ``cross_device_reduce``). Kernels matching none are ``other``.
+COLLECTIVE_KINDS: Final[tuple[tuple[str, str], ...]] = (
+    (r"(?i)all_?reduce|cross_device_reduce", "all-reduce"),
+    (r"(?i)all_?gather", "all-gather"),
+    (r"(?i)reduce_?scatter", "reduce-scatter"),
+    (r"(?i)all_?to_?all", "all-to-all"),
+    (r"(?i)broadcast", "broadcast"),
+    (r"(?i)send|recv", "send/recv"),
+    (r"(?i)reduce", "reduce"),
+)
+#: Host ranges of the data-parallel wrappers: DDP's forward, FSDP (1: ``FullyShardedDataParallel.*``,
+#: 2: ``FSDP::*``). Regexes over annotation and operator names.
+DDP_RANGE_PATTERN: Final[str] = r"^DistributedDataParallel\."
+FSDP_RANGE_PATTERN: Final[str] = r"^(FullyShardedDataParallel\.|FSDP::)"
+#: Autograd's backward operators (``autograd::engine::evaluate_function: AddmmBackward0``).
+BACKWARD_OP_PREFIX: Final[str] = "autograd::engine::evaluate_function"
+#: Host operators that flatten tensors into one buffer and back (``broadcast_coalesced``: DDP's
+#: buffer broadcast at each forward, DataParallel's replication): host work for communication.
+COALESCING_OPS: Final[frozenset[str]] = frozenset(
+    {"aten::flatten_dense_tensors", "aten::unflatten_dense_tensors"}
+)
+
 # --- kernel families: precision ---------------------------------------------------------------
 
 #: GEMM and convolution kernels that run in plain fp32 on CUDA cores (no tensor cores): cuBLAS
@@ -85,6 +109,20 @@ TENSOR_CORE_KERNEL_PATTERN: Final[str] = (
 MULTI_TENSOR_KERNEL_PATTERN: Final[str] = (
     r"(?i)multi_tensor_apply|fused_adam|fusedadam|fused_sgd|FusedOptimizer"
 )
+
+# --- torch.compile ---------------------------------------------------------------------------------
+
+#: Kernels TorchInductor generates (``triton_poi_fused_add_0``, ``triton_red_*``, ``triton_per_*``,
+#: templates ``triton_tem_*``, foreach ``triton_for_*``; 2023 builds named them ``triton__0d1d2d``).
+#: Hand-written Triton kernels (vLLM's, Liger's) have other names: they are not a compiled model.
+INDUCTOR_KERNEL_PATTERN: Final[str] = r"^triton_(poi|red|per|tem|for)_|^triton__\d"
+#: Host ranges of compiled code: the autograd function of a compiled graph, dynamo's frame entry,
+#: the compiled graph's call. A regex over operator and annotation names.
+COMPILED_REGION_PATTERN: Final[str] = (
+    r"^(CompiledFunction|Torch-Compiled Region|## Call CompiledFxGraph|TorchDynamo Cache Lookup)"
+)
+#: Host calls that replay a captured CUDA/HIP graph (``mode="reduce-overhead"``, ``torch.cuda.graph``).
+GRAPH_LAUNCH_CALLS: Final[frozenset[str]] = frozenset({"cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch"})
 
 # --- syncs waiting to happen: ops that make the host wait when their tensors are on a GPU ----------
 

@@ -66,6 +66,7 @@ CAUSE_COLORS: Final[dict[str, str]] = {
     CauseKind.SYNC.value: "#D55E00",
     CauseKind.COPY.value: "#F0A0A0",
     CauseKind.COMMUNICATION.value: "#882255",
+    CauseKind.OTHER_GPU.value: "#AA4499",
     CauseKind.HOST_OP.value: "#CC79A7",
     CauseKind.LAUNCH.value: "#009E73",
     CauseKind.QUEUED.value: "#44AA99",

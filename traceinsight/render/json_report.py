@@ -10,7 +10,9 @@ idle split of ``devices`` and ``steps``, and per finding ``minor``, ``savings_pe
 ``saving_share``, ``saving_note``, ``source_kind``; ``savings_us`` is now the step replay's
 saving, and ``cause_kind`` has the values of :class:`~traceinsight.analysis.causes.CauseKind`.
 Later additions within schema 2: ``kernels``, ``memory`` (per device: peaks in bytes, the device's
-total, ``series`` of ``[start_us, allocated, reserved]``; ``allocator_calls`` in the steady state).
+total, ``series`` of ``[start_us, allocated, reserved]``; ``allocator_calls`` in the steady state);
+the ``cause_kind`` value ``other-gpu`` (a GPU waiting for another GPU of its process: a pipeline
+bubble) and the finding rule ``pipeline-bubble``.
 """
 
 from __future__ import annotations

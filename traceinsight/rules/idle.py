@@ -7,6 +7,7 @@ of the step, and advises on the largest. Its saving is that idle: an upper bound
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterator
 
@@ -15,6 +16,7 @@ from traceinsight.analysis.causes import CAUSE_LABELS, CauseKind
 from traceinsight.analysis.replay import Fix
 from traceinsight.analysis.results import IdleGap
 from traceinsight.formatting import format_duration
+from traceinsight.load import taxonomy
 from traceinsight.rules import advice, rule
 from traceinsight.rules.common import (
     make_finding,
@@ -24,8 +26,9 @@ from traceinsight.rules.common import (
     usage_amount,
     where,
 )
+from traceinsight.rules.communication import communication_advice
 from traceinsight.rules.findings import Advice, Finding
-from traceinsight.rules.launching import launch_idle
+from traceinsight.rules.launching import device_pattern, launch_idle, pattern_words, pauses_words
 
 #: Causes other findings explain (and fix), or that are not the loop's: low-gpu-utilization leaves
 #: their idle out of its saving.
@@ -34,6 +37,7 @@ _EXPLAINED = frozenset(
         CauseKind.DATALOADER,
         CauseKind.SYNC,
         CauseKind.COPY,
+        CauseKind.OTHER_GPU,
         CauseKind.OUTSIDE_STEADY,
         CauseKind.BEFORE_FIRST,
         CauseKind.AFTER_LAST,
@@ -42,11 +46,10 @@ _EXPLAINED = frozenset(
 
 _ADVICE: dict[CauseKind, Advice] = {
     CauseKind.HOST_OP: advice.HOST_WORK,
-    CauseKind.LAUNCH: advice.LAUNCH_BOUND,
+    CauseKind.LAUNCH: advice.HOST_PAUSES,
     CauseKind.QUEUED: advice.DEPENDENCY,
     CauseKind.UNTRACED: advice.UNTRACED,
     CauseKind.UNKNOWN: advice.UNTRACED,
-    CauseKind.COMMUNICATION: advice.COMMUNICATION,
 }
 
 
@@ -156,6 +159,21 @@ def dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
         )
 
 
+def _host_work_advice(analysis: Analysis, ops: list[tuple[str, int]]) -> Advice:
+    """Advice for the host's own work in ``ops`` (largest first): DDP's buffer broadcast when the
+    host flattens tensors for it (DataParallel: move to DDP), DDP's forward work when the host is
+    in DDP's forward range itself, else move the work off the step."""
+    top = ops[0][0]
+    if top in taxonomy.COALESCING_OPS:
+        if analysis.multi_gpu_processes > 0:
+            return advice.DDP
+        if analysis.communication.ddp:
+            return advice.DDP_BUFFERS
+    if re.match(taxonomy.DDP_RANGE_PATTERN, top):
+        return advice.DDP_FORWARD
+    return advice.HOST_WORK
+
+
 def _top_ops(gaps: list[IdleGap]) -> list[tuple[str, int]]:
     by_op: dict[str, int] = defaultdict(int)
     for gap in gaps:
@@ -178,8 +196,16 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
         window = usage.window_ns
         if window < limits.min_span_us * 1000 or usage.compute_ns >= limits.low_utilization * window:
             continue
-        explained = _EXPLAINED | ({CauseKind.LAUNCH} if launch_idle(analysis, usage) is not None else set())
-        unexplained = [(kind, ns) for kind, ns in usage.idle if kind not in explained]
+        # launch-bound speaks for the launch pattern's short gaps; the host's long pauses stay here.
+        claimed = {CauseKind.LAUNCH: launch_idle(analysis, usage) or 0}
+        unexplained = sorted(
+            (
+                (kind, ns - claimed.get(kind, 0))
+                for kind, ns in usage.idle
+                if kind not in _EXPLAINED and ns > claimed.get(kind, 0)
+            ),
+            key=lambda item: (-item[1], item[0].value),
+        )
         rest = sum(ns for _, ns in unexplained)
         if not unexplained or rest < 0.05 * window:
             continue  # other findings explain the idle
@@ -199,12 +225,30 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
         ]
         evidence += [(f"idle: {CAUSE_LABELS[kind]}", usage_amount(usage, ns)) for kind, ns in usage.idle]
         source = source_kind = None
+        fix_advice = _ADVICE.get(top_kind, advice.HOST_PAUSES)
+        if top_kind is CauseKind.COMMUNICATION:
+            fix_advice = communication_advice(analysis, device.device)
         if top_kind is CauseKind.HOST_OP:
             ops = _top_ops(_steady_gaps(analysis, device.device, CauseKind.HOST_OP))
             if ops:
                 evidence.append(
                     ("the host was in", "; ".join(f"{name} ({format_duration(ns)})" for name, ns in ops))
                 )
+                fix_advice = _host_work_advice(analysis, ops)
+        why = f"Most of the idle no other finding explains is {CAUSE_LABELS[top_kind]}"
+        pattern = device_pattern(analysis, device.device)
+        launch_left = dict(unexplained).get(CauseKind.LAUNCH, 0)
+        if pattern is not None and (top_kind is CauseKind.LAUNCH or launch_left >= 0.05 * window):
+            # Launch overhead is many short gaps; a few long ones are the host's own pauses.
+            pauses = claimed[CauseKind.LAUNCH] > 0 or pattern.long_ns > pattern.short_ns
+            if pauses and pattern.long_gaps:
+                evidence.append(("gaps between launches", pauses_words(pattern)))
+                if top_kind is CauseKind.LAUNCH:
+                    why = "Most of the idle no other finding explains is the host pausing between launches"
+            elif not pauses:
+                evidence.append(("gaps between launches", pattern_words(analysis, usage, pattern)))
+                if top_kind is CauseKind.LAUNCH:
+                    fix_advice = advice.launch_bound(analysis.launching.compiled)
         top_gaps = _steady_gaps(analysis, device.device, top_kind)
         if top_gaps:
             longest = max(top_gaps, key=lambda gap: gap.duration_ns)
@@ -218,9 +262,8 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
             saving,
             title=title,
             evidence=(evidence),
-            advice=_ADVICE.get(top_kind, advice.LAUNCH_BOUND),
-            why=f"Most of the idle no other finding explains is {CAUSE_LABELS[top_kind]}: each gap is a "
-            "moment the GPU had nothing to run.",
+            advice=fix_advice,
+            why=f"{why}: each gap is a moment the GPU had nothing to run.",
             source=source,
             device=device.device,
             source_kind=source_kind,

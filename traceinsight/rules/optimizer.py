@@ -42,7 +42,7 @@ def optimizer_not_fused(analysis: Analysis) -> Iterator[Finding]:
                 ),
                 ("multi-tensor (foreach/fused) kernels", "none"),
             ),
-            advice=advice.FUSED_OPTIMIZER,
+            advice=advice.fused_optimizer(stats.optimizer),
             why="Each parameter's update is a few tiny kernels, each a launch: the host spends the "
             "step launching while the GPU has almost nothing to do.",
             note="an upper bound: the optimizer step's host time beyond its kernels' GPU time",
