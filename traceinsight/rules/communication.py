@@ -32,7 +32,7 @@ def exposed_communication(analysis: Analysis) -> Iterator[Finding]:
             or exposed < limits.exposed_communication_share * usage.window_ns
         ):
             continue
-        saving = saving_from_total(analysis, exposed)
+        saving = saving_from_total(analysis, exposed, usage.window_ns)
         fix_advice = advice.DDP if data_parallel else _NCCL if gloo else advice.COMMUNICATION
         evidence = [
             (

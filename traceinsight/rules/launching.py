@@ -34,7 +34,7 @@ def launch_bound(analysis: Analysis) -> Iterator[Finding]:
         idle = launch_idle(analysis, usage)
         if idle is None:
             continue
-        saving = saving_from_total(analysis, idle)
+        saving = saving_from_total(analysis, idle, usage.window_ns)
         per_step = (
             f"{stats.kernels_per_step:,.0f} kernels per step"
             if stats.kernels_per_step

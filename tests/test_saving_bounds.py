@@ -1,0 +1,200 @@
+"""No saving above what it frees.
+
+Each test builds a loop whose saving can be worked out from its raw events, and pins the figure the
+card must show: allocator calls after the GPU's last work (teardown) are not churn; without steps a
+wait before the teardown saves only the GPU's idle; a DataLoader loop whose steps vary never reads
+above 100 %.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from loops import LAUNCH_LATENCY, Loop, dataloader_loop
+from tracebuild import SAMPLES, cpu_op, kernel, runtime, sample_report, write_trace
+
+from traceinsight.analysis import Analysis, analyze
+from traceinsight.load import load_trace
+from traceinsight.rules import evaluate
+from traceinsight.rules.findings import Finding
+
+PAGEABLE = "Memcpy HtoD (Pageable -> Device)"
+PINNED = "Memcpy HtoD (Pinned -> Device)"
+
+
+def analysis_of(tmp_path: Path, events: list[dict[str, Any]]) -> Analysis:
+    return analyze(load_trace(write_trace(tmp_path / "t.json", events)))
+
+
+def one(analysis: Analysis, rule: str) -> Finding:
+    (finding,) = (f for f in evaluate(analysis) if f.rule == rule)
+    return finding
+
+
+def ns(us: float) -> int:
+    return round(us * 1000)
+
+
+def gpu_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy")]
+
+
+def recorded_window_us(loop: Loop) -> float:
+    """A window of steps as recorded: from the first step's start to the later of the last step's
+    end and the GPU's last end."""
+    last_gpu = max(e["ts"] + e["dur"] for e in gpu_events(loop.events))
+    return max(loop.steps[-1][1], last_gpu) - loop.steps[0][0]
+
+
+# --- memory-pressure: teardown is not churn ------------------------------------------------------
+
+
+def test_allocator_calls_after_the_gpus_last_work_are_teardown_not_churn(tmp_path: Path) -> None:
+    """No steps: 8 times, a 50 µs kernel then a 1 ms cudaMalloc before the next launch (the GPU
+    waits for each); after the last kernel, 10 cudaFree of 2 ms and a synchronize (teardown). The
+    card once counted all 18 calls and replayed the host's teardown as saved time, more than the
+    whole time analyzed. Only the 8 calls while the GPU has work count, and without them the host
+    launches faster than the kernels run: they run back to back, and the saving is the GPU's span
+    minus its kernels."""
+    events: list[dict[str, Any]] = []
+    t = 0.0
+    for index in range(8):
+        correlation = 70_000 + index
+        events += [
+            runtime("cudaLaunchKernel", t, 3, correlation=correlation),
+            kernel(t + LAUNCH_LATENCY, 50, correlation=correlation),
+            runtime("cudaMalloc", t + 15, 1000),
+        ]
+        t += 1020
+    teardown = t + 100
+    for index in range(10):
+        events.append(runtime("cudaFree", teardown + index * 2010, 2000))
+    events.append(runtime("cudaDeviceSynchronize", teardown + 10 * 2010, 10))
+
+    analysis = analysis_of(tmp_path, events)
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    first, last = min(e["ts"] for e in kernels), max(e["ts"] + e["dur"] for e in kernels)
+    during = [e for e in events if e.get("name") in ("cudaMalloc", "cudaFree") and first <= e["ts"] < last]
+    after = [e for e in events if e.get("name") == "cudaFree" and e["ts"] >= last]
+    assert (len(during), len(after)) == (8, 10)
+
+    finding = one(analysis, "memory-pressure")
+    evidence = dict(finding.evidence)
+    assert evidence["allocator calls in the steady state"] == "8 (cudaMalloc 8)"
+    assert analysis.memory.churn.call_ns == ns(sum(e["dur"] for e in during))
+    span_us = last - first
+    busy_us = sum(e["dur"] for e in kernels)
+    assert finding.savings_ns == pytest.approx(ns(span_us - busy_us), rel=0.01)
+    assert finding.saving_share == pytest.approx((span_us - busy_us) / span_us, rel=0.01)
+    assert finding.saving_share is not None and finding.saving_share <= 1
+
+
+def test_allocator_churn_on_the_alexnet_benchmark_stops_at_the_gpus_last_work() -> None:
+    """a100 AlexNet (PARAM): the card said 16 calls, 52.91 ms of host time, saving 64 % of the time
+    analyzed; 10 of the 11 cudaFree come after the GPU's last work (the benchmark's teardown). The
+    window runs from the end of the last warm-up range to the GPU's last end (from the raw JSON)."""
+    name = "a100_alexnet_cuda_sync.json.gz"
+    report = sample_report(name)
+    raw = [e for e in load_raw(name) if e.get("ph") == "X"]
+    warmup_end = max(e["ts"] + e["dur"] for e in raw if "warmup" in e["name"])
+    gpu_end = max(e["ts"] + e["dur"] for e in raw if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    calls = [e for e in raw if e["name"] in ("cudaMalloc", "cudaFree") and warmup_end <= e["ts"] < gpu_end]
+    teardown = [e for e in raw if e["name"] == "cudaFree" and e["ts"] >= gpu_end]
+    assert len(teardown) == 10
+    mallocs = sum(e["name"] == "cudaMalloc" for e in calls)
+    finding = next(f for f in report.findings if f.rule == "memory-pressure")
+    assert dict(finding.evidence)["allocator calls in the steady state"] == (
+        f"{len(calls)} (cudaMalloc {mallocs}, cudaFree {len(calls) - mallocs})"
+    )
+    assert report.analysis.memory.churn.call_ns == ns(sum(e["dur"] for e in calls))
+    # what it frees is GPU idle inside the window: at most the window less the GPU's busy time
+    kernels = sorted(
+        (e["ts"], e["ts"] + e["dur"])
+        for e in raw
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e["ts"] + e["dur"] > warmup_end
+    )
+    busy = union_us([(max(a, warmup_end), b) for a, b in kernels])
+    idle = gpu_end - warmup_end - busy
+    assert 0 < finding.savings_ns <= ns(idle)
+    assert finding.saving_share == pytest.approx(finding.savings_ns / ns(gpu_end - warmup_end), rel=0.001)
+
+
+def load_raw(name: str) -> list[dict[str, Any]]:
+    from tracebuild import read_events
+
+    return read_events(SAMPLES / name)[1]
+
+
+def union_us(intervals: list[tuple[float, float]]) -> float:
+    total, reach = 0.0, -math.inf
+    for start, end in sorted(intervals):
+        if end <= reach:
+            continue
+        total += end - max(start, reach)
+        reach = end
+    return total
+
+
+# --- dataloader-stall: a share of the step is at most the step ---------------------------------
+
+
+def test_a_dataloader_bound_loop_whose_steps_vary_saves_at_most_its_steps(tmp_path: Path) -> None:
+    """Nine steps waiting 4.98 ms and 14.9 ms in turn for a serial DataLoader (no step is 3x the
+    5 ms median, so all are steady), 0.2 ms of GPU work each. With every batch ready (handed over
+    in 1 ms) each wait loses all but 1 ms and the host stays the bottleneck: the saving is the sum
+    of (wait - 1 ms), 8.39 ms per step. Its share was taken of the median step (5 ms): 168 %. It
+    is a share of the steps it was measured on (the recorded window)."""
+    waits = [4980.0, 14900.0] * 4 + [4980.0]
+    loop = dataloader_loop(waits_us=waits, kernels=2, kernel_us=100)
+    analysis = analysis_of(tmp_path, loop.events)
+    assert len(analysis.steady.steady_steps) == len(waits)
+    finding = one(analysis, "dataloader-stall")
+    handover = analysis.thresholds.dataloader_handover_us
+    saved_us = sum(wait - handover for wait in waits)
+    assert finding.savings_ns == pytest.approx(ns(saved_us), rel=0.001)
+    assert finding.saving_per_step_ns == pytest.approx(ns(saved_us / len(waits)), rel=0.001)
+    assert finding.saving_share == pytest.approx(saved_us / recorded_window_us(loop), rel=0.001)
+    assert finding.saving_share is not None and finding.saving_share < 1
+    shown = int(finding.title.split("per step (")[1].split("%")[0])
+    assert shown <= 100
+
+
+# --- sync-in-loop: no saving from the teardown -----------------------------------------------
+
+
+def test_without_steps_a_wait_saves_only_the_gpus_idle_not_the_hosts_teardown(tmp_path: Path) -> None:
+    """No steps: five times a 1 ms kernel, a synchronize that waits for it, 100 µs of host work;
+    then 50 ms of host teardown. The time analyzed is the GPU's (first work to last end). Without
+    the waits the host launches the kernels 0.1 ms apart and they run back to back: the saving is
+    the GPU's span minus its kernels, not the 5 ms of waiting that moved the teardown earlier."""
+    events: list[dict[str, Any]] = []
+    t = 0.0
+    for index in range(5):
+        correlation = 90_000 + index
+        events += [
+            runtime("cudaLaunchKernel", t, 3, correlation=correlation),
+            kernel(t + LAUNCH_LATENCY, 1000, correlation=correlation),
+            runtime("cudaDeviceSynchronize", t + 5, LAUNCH_LATENCY + 1000 + 2 - 5),
+        ]
+        t += LAUNCH_LATENCY + 1000 + 2 + 100
+    events.append(cpu_op("aten::teardown", t, 50_000))
+    analysis = analysis_of(tmp_path, events)
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    span_us = max(e["ts"] + e["dur"] for e in kernels) - min(e["ts"] for e in kernels)
+    idle_us = span_us - sum(e["dur"] for e in kernels)
+    finding = one(analysis, "sync-in-loop")
+    assert finding.savings_ns == pytest.approx(ns(idle_us), rel=0.01)
+    assert finding.saving_share == pytest.approx(idle_us / span_us, rel=0.01)
+
+
+# --- every sample ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(SAMPLES)) for p in SAMPLES.rglob("*.json*")))
+def test_no_saving_on_a_sample_is_more_than_the_time_it_is_measured_on(path: str) -> None:
+    report = sample_report(path)
+    for finding in report.findings:
+        assert finding.saving_share is None or 0 <= finding.saving_share <= 1, finding.title
