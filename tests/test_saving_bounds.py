@@ -3,7 +3,8 @@
 Each test builds a loop whose saving can be worked out from its raw events, and pins the figure the
 card must show: allocator calls after the GPU's last work (teardown) are not churn; without steps a
 wait before the teardown saves only the GPU's idle; a DataLoader loop whose steps vary never reads
-above 100 %.
+above 100 %; a pageable batch copy with no kernel under it saves the copy moved under compute at a
+pinned copy's speed.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from loops import LAUNCH_LATENCY, Loop, dataloader_loop
+from loops import LAUNCH_LATENCY, Loop, copy_loop, dataloader_loop
 from tracebuild import SAMPLES, cpu_op, kernel, runtime, sample_report, write_trace
 
 from traceinsight.analysis import Analysis, analyze
+from traceinsight.formatting import format_duration
 from traceinsight.load import load_trace
 from traceinsight.rules import evaluate
 from traceinsight.rules.findings import Finding
@@ -160,6 +162,72 @@ def test_a_dataloader_bound_loop_whose_steps_vary_saves_at_most_its_steps(tmp_pa
     assert finding.saving_share is not None and finding.saving_share < 1
     shown = int(finding.title.split("per step (")[1].split("%")[0])
     assert shown <= 100
+
+
+# --- pageable-memcpy: the copy moves under compute at a pinned copy's speed ----------------------
+
+
+def test_a_pageable_batch_copy_with_no_kernel_under_it_saves_the_copy(tmp_path: Path) -> None:
+    """Each step copies a 25.6 MB batch from pageable memory: 6.4 ms on the compute stream with no
+    kernel under it (35 % of the GPU's time), the host blocked until it ends; then 12 ms of kernels.
+    The card read "low": the replay kept the copy slow and on the compute stream. Pinned, it is
+    queued at once on a stream of its own, at the assumed 12 GB/s (2.13 ms, under the 12 ms of
+    compute; the trace has no pinned copy to measure): the kernels run back to back and each step
+    loses its 6.4 ms copy and the host's waits."""
+    steps = 6
+    loop = copy_loop(kind=PAGEABLE, steps=steps, copy_us=6400, nbytes=25_600_000, kernels=10, kernel_us=1200)
+    analysis = analysis_of(tmp_path, loop.events)
+    copies = [e for e in loop.events if e.get("name") == PAGEABLE]
+    kernels = [e for e in loop.events if e.get("cat") == "kernel"]
+    copy_us = sum(e["dur"] for e in copies)
+    compute_us = sum(e["dur"] for e in kernels)
+    assert copy_us / (copy_us + compute_us) == pytest.approx(0.35, abs=0.01)
+    pinned_us = max(e["args"]["bytes"] for e in copies) / 12_000  # 12 GB/s = 12,000 bytes per µs
+    assert pinned_us < compute_us / steps
+
+    finding = one(analysis, "pageable-memcpy")
+    fixed_us = compute_us  # the compute stream back to back, the copies under it
+    expected_us = recorded_window_us(loop) - fixed_us
+    assert finding.savings_ns == pytest.approx(ns(expected_us), rel=0.005)
+    assert finding.saving_per_step_ns == pytest.approx(ns(copy_us / steps), rel=0.01)
+    assert finding.severity == "high"
+    assert finding.saving_note is not None and "at 12 GB/s (assumed" in finding.saving_note
+    evidence = dict(finding.evidence)
+    assert evidence[PAGEABLE] == (
+        f"every step, 24.4 MiB per step, {format_duration(ns(copy_us / steps))} per step on the GPU, "
+        "0% under compute"
+    )
+
+
+def test_a_pageable_copy_replays_at_the_traces_own_pinned_rate(tmp_path: Path) -> None:
+    """The same loop with 2 ms of compute per step and an 8 ms copy of 32 MB, and beside each
+    step's first kernel a pinned copy of 4 MiB at 10 GB/s: the trace's own pinned rate. Pinned, the
+    batch copy takes 32 MB / 10 GB/s = 3.2 ms, longer than the compute: the copies, one after the
+    other on their stream, set the pace, and the replayed window is six of them."""
+    steps = 6
+    loop = copy_loop(
+        kind=PAGEABLE,
+        steps=steps,
+        copy_us=8000,
+        nbytes=32_000_000,
+        kernels=10,
+        kernel_us=200,
+        pinned_beside=(4_194_304, 419.4304),
+    )
+    analysis = analysis_of(tmp_path, loop.events)
+    pinned = [e for e in loop.events if e.get("name") == PINNED]
+    rate = sum(e["args"]["bytes"] for e in pinned) / sum(e["dur"] for e in pinned)  # bytes per µs
+    assert rate == pytest.approx(10_000)
+    batch = [e for e in loop.events if e.get("name") == PAGEABLE]
+    pinned_us = sum(e["args"]["bytes"] / rate for e in batch)
+    first_copy = min(e["ts"] for e in batch)  # it starts where it did: nothing before it changes
+
+    finding = one(analysis, "pageable-memcpy")
+    expected_us = recorded_window_us(loop) - (first_copy - loop.steps[0][0] + pinned_us)
+    assert finding.savings_ns == pytest.approx(ns(expected_us), rel=0.002)
+    assert finding.saving_note is not None and "at 10 GB/s (the rate of this trace's own pinned copies)" in (
+        finding.saving_note
+    )
 
 
 # --- sync-in-loop: no saving from the teardown -----------------------------------------------

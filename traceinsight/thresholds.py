@@ -57,6 +57,11 @@ class Thresholds:
     #: ... and their fix is replayed with those kernels this many times faster (tensor cores run
     #: fp16/bf16 and TF32 matmuls 2-8× faster than fp32 on CUDA cores: 2 is the cautious end).
     tensor_core_speedup: float = 2.0
+    #: A pageable host-to-device copy's fix is replayed at the trace's own pinned copies' rate, or,
+    #: in a trace without pinned copies of 1 MiB or more, at this rate (GB/s): what a pinned copy
+    #: reaches over PCIe 3.0 x16 (CUDA's bandwidthTest: 12-13 GB/s; PCIe 4.0 doubles it), the
+    #: cautious end.
+    pinned_h2d_gb_per_s: float = 12.0
     #: `exposed-communication` fires when communication runs without compute this share of the step.
     exposed_communication_share: float = 0.10
     #: `memory-pressure` fires when the peak reserved (or allocated) memory of a GPU reaches this
