@@ -1,10 +1,9 @@
-"""No saving above what it frees.
+"""No saving above what it frees, and evidence in the saving's unit.
 
 Each test builds a loop whose saving can be worked out from its raw events, and pins the figure the
-card must show: allocator calls after the GPU's last work (teardown) are not churn; without steps a
-wait before the teardown saves only the GPU's idle; a DataLoader loop whose steps vary never reads
-above 100 %; a pageable batch copy with no kernel under it saves the copy moved under compute at a
-pinned copy's speed.
+card must show: allocator calls after the GPU's last work (teardown) are not churn; a DataLoader
+loop whose steps vary never reads above 100 %; a pageable batch copy with no kernel under it saves
+the copy moved under compute at a pinned copy's speed; a sync card's rows agree with its saving.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from typing import Any
 
 import pytest
 from loops import LAUNCH_LATENCY, Loop, copy_loop, dataloader_loop
-from tracebuild import SAMPLES, cpu_op, kernel, runtime, sample_report, write_trace
+from tracebuild import SAMPLES, annotation, cpu_op, kernel, runtime, sample_report, write_trace
 
 from traceinsight.analysis import Analysis, analyze
 from traceinsight.formatting import format_duration
@@ -230,7 +229,67 @@ def test_a_pageable_copy_replays_at_the_traces_own_pinned_rate(tmp_path: Path) -
     )
 
 
-# --- sync-in-loop: no saving from the teardown -----------------------------------------------
+# --- sync-in-loop: the rows agree with the saving ----------------------------------------------
+
+
+def sync_then_host_work_loop(steps: int = 6) -> Loop:
+    """Each step launches a 1 ms kernel, prepares for 700 µs in an operator, synchronizes (waiting
+    the kernel's last 0.3 ms), runs 800 µs of host work in another operator, launches a 100 µs
+    kernel and prepares the next step for 200 µs. The gap after the sync is the second operator's
+    (the sync waited far less than it), so no idle is the sync's own; yet without the wait all the
+    host did next comes 0.3 ms earlier, and so does the GPU's next work."""
+    loop = Loop()
+    t = 0.0
+    for step in range(steps):
+        start = t
+        a, b = 80_000 + 2 * step, 80_001 + 2 * step
+        a_start = t + LAUNCH_LATENCY
+        loop.events += [
+            runtime("cudaLaunchKernel", t, 3, correlation=a),
+            kernel(a_start, 1000, correlation=a),
+            cpu_op("aten::prepare", t + 5, 700),
+        ]
+        loop.gpu.append((a_start, a_start + 1000))
+        returned = a_start + 1000 + 2
+        loop.events.append(runtime("cudaDeviceSynchronize", t + 710, returned - (t + 710)))
+        loop.sync_returns.append(returned)
+        t = returned + 1
+        loop.events.append(cpu_op("aten::host_preprocess", t, 800))
+        t += 805
+        loop.events += [
+            runtime("cudaLaunchKernel", t, 3, correlation=b),
+            kernel(t + LAUNCH_LATENCY, 100, correlation=b),
+        ]
+        loop.gpu.append((t + LAUNCH_LATENCY, t + LAUNCH_LATENCY + 100))
+        t += 5 + 200
+        loop.events.append(annotation(f"ProfilerStep#{step}", start, t - start))
+        loop.steps.append((start, t))
+    return loop
+
+
+def test_a_sync_card_whose_saving_is_later_idle_says_so_in_its_rows(tmp_path: Path) -> None:
+    """The card read "GPU idle it caused 0.0 µs" beside a saving of the whole wait. The rows now
+    say what each measures, in the saving's unit: the host blocked in the calls (from the raw
+    events), the GPU idle right after them (none: the operator's), and the note gives the saving as
+    later idle. The host is the bottleneck after the wait, so all of the wait comes back."""
+    steps = 6
+    loop = sync_then_host_work_loop(steps)
+    analysis = analysis_of(tmp_path, loop.events)
+    finding = one(analysis, "sync-in-loop")
+    syncs = [e for e in loop.events if e.get("name") == "cudaDeviceSynchronize"]
+    blocked_us = sum(e["dur"] for e in syncs)
+    assert finding.savings_ns == pytest.approx(ns(blocked_us), rel=0.01)
+    assert finding.saving_per_step_ns == pytest.approx(ns(blocked_us / steps), rel=0.01)
+
+    evidence = dict(finding.evidence)
+    window = ns(recorded_window_us(loop))  # the steps the saving is measured on
+    assert evidence["host blocked"] == (
+        f"{format_duration(ns(blocked_us / steps))} per step ({ns(blocked_us) / window:.0%} of the step)"
+    )
+    assert evidence["GPU idle right after it"] == "0.0 µs per step (0% of the step)"
+    assert "GPU idle it caused" not in evidence
+    assert finding.saving_note is not None
+    assert f"the other {format_duration(finding.saving_per_step_ns or 0)} per step" in finding.saving_note
 
 
 def test_without_steps_a_wait_saves_only_the_gpus_idle_not_the_hosts_teardown(tmp_path: Path) -> None:
