@@ -85,6 +85,15 @@ def per_step(analysis: Analysis, ns: int) -> str:
     return f"{format_duration(round(ns / steps))} per step" if steps else format_duration(ns)
 
 
+def beyond(saving_ns: int, idle_ns: int) -> int | None:
+    """The part of a replayed saving beyond the idle a card shows beside it (the gap classification's
+    idle of its cause), when that part is a tenth of the saving or more; else None. The replay also
+    removes idle the classification gives to other causes: work the host, delayed by the fixed
+    wait, launched late later on."""
+    extra = saving_ns - idle_ns
+    return extra if extra > 0 and extra >= saving_ns / 10 else None
+
+
 def severity(analysis: Analysis, saving: Saving) -> str:
     """high at ``high_severity_share`` of the step (or window), medium at a third of it, else low."""
     high = analysis.thresholds.high_severity_share

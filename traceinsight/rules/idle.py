@@ -17,6 +17,7 @@ from traceinsight.analysis.results import IdleGap
 from traceinsight.formatting import format_duration
 from traceinsight.rules import advice, rule
 from traceinsight.rules.common import (
+    beyond,
     how_often,
     make_finding,
     per_step,
@@ -132,11 +133,12 @@ def dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
         place = where(source, source_kind)
         amount = saving_from_total(analysis, idle, window).words()
         note = f"replayed with each batch ready, handed over in {format_duration(handover)}"
-        if saving.total_ns > 1.25 * idle:
+        extra = beyond(saving.total_ns, idle)
+        if extra is not None:
             note += (
                 ". More than the GPU idle while the host waited: with the batch ready the host also "
                 "launches the step's work earlier, and later idle waiting for its launches goes too "
-                f"(the other {per_step(analysis, saving.total_ns - idle)})"
+                f"(the other {per_step(analysis, extra)})"
             )
         yield make_finding(
             analysis,

@@ -17,6 +17,7 @@ from traceinsight.analysis.results import SyncHotspot
 from traceinsight.load import taxonomy
 from traceinsight.rules import advice, rule
 from traceinsight.rules.common import (
+    beyond,
     hotspot_place,
     how_often,
     in_saving_unit,
@@ -127,11 +128,12 @@ def wait_note(analysis: Analysis, saving_ns: int, idle_after_ns: int) -> str:
             "small because the host is the bottleneck here: without the wait it would still "
             "launch the next work late, so the GPU would idle anyway"
         )
-    if saving_ns > 1.25 * idle_after_ns:
+    extra = beyond(saving_ns, idle_after_ns)
+    if extra is not None:
         return (
             f"{note}. More than the GPU idle right after it: the wait also delayed all the host did "
             f"next, and later the GPU sat idle waiting for the host's launches (the other "
-            f"{per_step(analysis, saving_ns - idle_after_ns)})"
+            f"{per_step(analysis, extra)})"
         )
     return note
 
