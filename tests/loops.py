@@ -105,11 +105,15 @@ def copy_loop(
     prep_us: float = 200,
     sync_after: bool = True,
     copy_stream: int = 7,
+    nbytes: int = 1 << 20,
+    pinned_beside: tuple[int, float] | None = None,
 ) -> Loop:
     """A loop that copies its input to the GPU (``x.to('cuda')``), then launches its kernels.
 
     A pageable copy's host call blocks for the copy (staging) and a stream sync follows it
     (``non_blocking=False``); a pinned copy with ``sync_after=False`` is queued without waiting.
+    With ``pinned_beside=(bytes, µs)`` each step also copies a side input from pinned memory,
+    queued without waiting on stream 9 and running beside the step's first kernel.
     """
     loop = Loop()
     t = 0.0
@@ -127,7 +131,7 @@ def copy_loop(
             cpu_op("aten::_to_copy", t + 0.5, call_end - t + 14),
             cpu_op("aten::copy_", t + 1, call_end - t + 13),
             runtime("cudaMemcpyAsync", t + 2, call_end - t - 2, correlation=correlation),
-            memcpy(copy_start, copy_us, kind, nbytes=1 << 20, correlation=correlation, stream=copy_stream),
+            memcpy(copy_start, copy_us, kind, nbytes=nbytes, correlation=correlation, stream=copy_stream),
         ]
         loop.gpu.append((copy_start, copy_end))
         if copy_stream == 7:
@@ -139,22 +143,42 @@ def copy_loop(
             loop.sync_returns.append(returned)
             t = returned
         t += 10
+        first_kernel = max(t + LAUNCH_LATENCY, gpu_free)
         for k in range(kernels):
             gpu_free = _launch(loop, t + k * 5, gpu_free, kernel_us)
-        t += kernels * 5 + prep_us
+        t += kernels * 5
+        if pinned_beside is not None:
+            side_bytes, side_us = pinned_beside
+            side = next(_correlation)
+            side_start = max(t + LAUNCH_LATENCY, first_kernel)
+            loop.events += [
+                runtime("cudaMemcpyAsync", t, 4, correlation=side),
+                memcpy(side_start, side_us, "Memcpy HtoD (Pinned -> Device)", nbytes=side_bytes,
+                       correlation=side, stream=9),
+            ]  # fmt: skip
+            loop.gpu.append((side_start, side_start + side_us))
+            t += 5
+        t += prep_us
         loop.events.append(annotation(f"ProfilerStep#{step}", start, t - start))
         loop.steps.append((start, t))
     return loop
 
 
 def dataloader_loop(
-    *, steps: int = 6, wait_us: float = 5000, kernels: int = 10, kernel_us: float = 100
+    *,
+    steps: int = 6,
+    wait_us: float = 5000,
+    kernels: int = 10,
+    kernel_us: float = 100,
+    waits_us: list[float] | None = None,
 ) -> Loop:
-    """A loop that waits ``wait_us`` in a serial DataLoader's ``__next__``, then launches its kernels."""
+    """A loop that waits ``wait_us`` in a serial DataLoader's ``__next__`` (or ``waits_us[step]``, one
+    wait per step), then launches its kernels."""
     loop = Loop()
     t = 0.0
     gpu_free = 0.0
-    for step in range(steps):
+    waits = waits_us if waits_us is not None else [wait_us] * steps
+    for step, wait_us in enumerate(waits):
         start = t
         loop.events.append(
             annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t, wait_us)

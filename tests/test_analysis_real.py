@@ -176,7 +176,7 @@ def test_pageable_copies_claim_only_the_idle_their_own_waits_caused() -> None:
     theirs = sum(gap.duration_ns for gap in analysis.idle_gaps if gap.sync_key in keys)
     assert 0 < theirs < 1_000_000
     steps = len(analysis.steady.steady_steps)
-    shown = dict(finding.evidence)["GPU idle waiting on these copies"]
+    shown = dict(finding.evidence)["GPU idle right after the waits"]
     assert shown.startswith(f"{format_duration(round(theirs / steps))} per step (")
 
 

@@ -65,6 +65,11 @@ class Thresholds:
     tensor_core_speedup: float = 2.0
     #: `pipeline-bubble` fires when a GPU waits for another GPU of its process this share of the step.
     pipeline_bubble_share: float = 0.05
+    #: A pageable host-to-device copy's fix is replayed at the trace's own pinned copies' rate, or,
+    #: in a trace without pinned copies of 1 MiB or more, at this rate (GB/s): what a pinned copy
+    #: reaches over PCIe 3.0 x16 (CUDA's bandwidthTest: 12-13 GB/s; PCIe 4.0 doubles it), the
+    #: cautious end.
+    pinned_h2d_gb_per_s: float = 12.0
     #: `exposed-communication` fires when communication runs without compute this share of the step.
     exposed_communication_share: float = 0.10
     #: Collectives of one kind are the per-parameter pattern (named, with bucketing advice) at this

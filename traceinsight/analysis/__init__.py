@@ -11,6 +11,7 @@ import polars as pl
 
 from traceinsight.analysis import copies, gpu_time, host, idle_gaps, syncs
 from traceinsight.analysis.collectives import CommunicationStats, communication_stats
+from traceinsight.analysis.intervals import overlap_ns
 from traceinsight.analysis.kernels import TopKernels, top_kernels
 from traceinsight.analysis.latent import LatentSync, latent_syncs
 from traceinsight.analysis.launching import LaunchStats, launch_stats
@@ -21,6 +22,7 @@ from traceinsight.analysis.replay import Replay, prepare_replay
 from traceinsight.analysis.results import (
     CopyGroup,
     DeviceTime,
+    H2DCopy,
     HostSummary,
     IdleGap,
     StepTime,
@@ -49,10 +51,13 @@ class FixInputs:
     dataloader_waits: tuple[tuple[int, int], ...] = ()
     #: The iterators they come from (``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__``).
     dataloader_iterators: tuple[str, ...] = ()
-    #: Host calls of host-to-device copies: (start, end, correlation, copy name, device).
-    h2d_copy_calls: tuple[tuple[int, int, int, str, int], ...] = ()
+    #: Host-to-device copies issued in the steady state, in the order of their host calls.
+    h2d_copies: tuple[H2DCopy, ...] = ()
     #: Median duration of a kernel launch call: what a non-blocking copy call costs (ns).
     launch_cost_ns: int = 5_000
+    #: The trace's own pinned host-to-device copies' rate (bytes per ns = GB/s; None without such
+    #: copies large enough to measure: :func:`traceinsight.analysis.copies.pinned_h2d_rate`).
+    pinned_h2d_gb_per_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +117,7 @@ class Analysis:
         return next((usage for usage in self.usage if usage.device == device), None)
 
 
-def _fix_inputs(trace: Trace, calls: pl.DataFrame, steady: SteadyState) -> FixInputs:
+def _fix_inputs(trace: Trace, steady: SteadyState, kernels: pl.DataFrame) -> FixInputs:
     """The host ranges inside the steady windows that the replayed fixes change."""
     if not steady.windows:
         return FixInputs()
@@ -142,21 +147,55 @@ def _fix_inputs(trace: Trace, calls: pl.DataFrame, steady: SteadyState) -> FixIn
         .join(launching, on=["pid", "tid"], how="semi")
         .sort("ts")
     )
-    copies = trace.gpu.filter(
+    h2d = trace.gpu.filter(
         (pl.col("kind") == "memcpy") & pl.col("name").str.starts_with("Memcpy HtoD")
-    ).select("correlation", "name", "device")
+    ).select(
+        "correlation",
+        copy_name="name",
+        copy_device="device",
+        copy_bytes="bytes",
+        copy_dur="dur",
+        copy_ts="ts",
+        copy_end="end",
+    )
     copy_calls = (
         trace.runtime.filter(inside)
-        .join(copies, on="correlation", how="inner", suffix="_copy")
-        .sort("ts")
-        .select("ts", "end", "correlation", "name_copy", "device")
+        .join(h2d, on="correlation", how="inner")
+        .sort("ts", "correlation")
+        .unique("correlation", keep="first", maintain_order=True)
+        .with_row_index("copy")
     )
+    under = (
+        copy_calls.select("copy", "copy_device", "copy_ts", "copy_end")
+        .join_where(
+            kernels.select(k_device="device", k_start="start", k_end="end"),
+            pl.col("k_start") < pl.col("copy_end"),
+            pl.col("k_end") > pl.col("copy_ts"),
+        )
+        .filter(pl.col("copy_device") == pl.col("k_device"))
+        .group_by("copy")
+        .agg(overlapped=overlap_ns("copy_ts", "copy_end", "k_start", "k_end").sum())
+    )
+    copy_calls = copy_calls.join(under, on="copy", how="left").sort("copy")
     launch = trace.runtime.filter(pl.col("name").str.contains("LaunchKernel")).get_column("dur").median()
     return FixInputs(
         dataloader_waits=tuple(waits.select("ts", "end").iter_rows()),
         dataloader_iterators=tuple(sorted(waits.get_column("name").unique().to_list())),
-        h2d_copy_calls=tuple(copy_calls.iter_rows()),
+        h2d_copies=tuple(
+            H2DCopy(
+                call_start_ns=row["ts"],
+                call_end_ns=row["end"],
+                correlation=row["correlation"],
+                kind=row["copy_name"],
+                device=row["copy_device"],
+                bytes=row["copy_bytes"] or 0,
+                duration_ns=row["copy_dur"],
+                overlapped_ns=row["overlapped"] or 0,
+            )
+            for row in copy_calls.iter_rows(named=True)
+        ),
         launch_cost_ns=int(launch) if isinstance(launch, (int, float)) else 5_000,
+        pinned_h2d_gb_per_s=copies.pinned_h2d_rate(trace),
     )
 
 
@@ -266,7 +305,7 @@ def _analyze(trace: Trace, limits: Thresholds, user_code: Collection[str], besid
         steady=steady,
         warnings=steady_only.warnings,
         replay=prepare_replay(trace, calls, steady),
-        fix_inputs=_fix_inputs(trace, calls, steady),
+        fix_inputs=_fix_inputs(trace, steady, kernels),
         usage=gpu_time.steady_usage(devices, steps, busy, kernels, compute, classified, steady),
         precision=steady_only.precision,
         launching=launch_stats(trace, steady, classified, limits),

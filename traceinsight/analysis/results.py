@@ -137,6 +137,23 @@ class CopyGroup:
 
 
 @dataclass(frozen=True, slots=True)
+class H2DCopy:
+    """One host-to-device copy whose host call starts in the steady state."""
+
+    #: The host call that issued it (``cudaMemcpyAsync`` ...), ns on the trace clock.
+    call_start_ns: int
+    call_end_ns: int
+    correlation: int
+    #: The copy's name (``Memcpy HtoD (Pageable -> Device)``).
+    kind: str
+    device: int
+    bytes: int
+    #: Its time on the GPU, and how much of it ran while a kernel ran on its device (any stream).
+    duration_ns: int
+    overlapped_ns: int
+
+
+@dataclass(frozen=True, slots=True)
 class SyncCall:
     """All host-blocking calls of one name."""
 

@@ -40,9 +40,18 @@ def usage_amount(usage: Usage, ns: int) -> str:
     return f"{amount} ({format_share(usage.share(ns))} of {usage.of_what})"
 
 
-def reference(analysis: Analysis) -> tuple[int | None, int]:
-    """(median steady step or None, the time shares are taken of)."""
-    return analysis.steady.step_ns, analysis.reference_ns
+def measured_ns(analysis: Analysis) -> int:
+    """The time savings are measured on, all steady steps together: the replayed steady windows
+    (the later of the host's and the GPU's end of each, on the GPU without steps) where there is GPU
+    work to replay, else the steady steps' host windows summed, else the steady window."""
+    if analysis.replay.available:
+        replayed = analysis.replay.step_time_ns()
+        if replayed > 0:
+            return replayed
+    steps = analysis.steady.steady_steps
+    if steps:
+        return sum(step.duration_ns for step in steps)
+    return analysis.reference_ns
 
 
 def saving_of(analysis: Analysis, fix: Fix) -> Saving:
@@ -51,13 +60,38 @@ def saving_of(analysis: Analysis, fix: Fix) -> Saving:
     return saving_from_total(analysis, total)
 
 
-def saving_from_total(analysis: Analysis, total: int) -> Saving:
-    """A saving over the steady windows, expressed per step and as a share."""
-    step, base = reference(analysis)
+def saving_from_total(analysis: Analysis, total: int, window_ns: int | None = None) -> Saving:
+    """``total`` ns over the steady state as a saving: per steady step (the total divided by the
+    steps, never a total beside a median) and as a share of ``window_ns``, the time it was measured
+    on (by default :func:`measured_ns`; a device's :class:`Usage` window for idle by cause). A
+    saving is never more than the window it was measured on: the rules measure it so, and a total
+    above it is cut to it here."""
+    window = measured_ns(analysis) if window_ns is None else window_ns
+    total = max(0, min(total, window)) if window > 0 else max(0, total)
     steps = len(analysis.steady.steady_steps)
-    per_step = round(total / steps) if step is not None and steps else None
-    share_of = per_step if per_step is not None else total
-    return Saving(total, per_step, share_of / base if base else None)
+    per_step = round(total / steps) if steps else None
+    return Saving(total, per_step, total / window if window > 0 else None)
+
+
+def in_saving_unit(analysis: Analysis, ns: int) -> str:
+    """``ns`` of the steady state as the saving reads: ``1.2 ms per step (7% of the step)``, or
+    ``3.4 ms (2% of the time analyzed)`` without steps (for evidence beside a saving)."""
+    return saving_from_total(analysis, ns).words()
+
+
+def per_step(analysis: Analysis, ns: int) -> str:
+    """``ns`` of the steady state per steady step (``1.2 ms per step``), or in all without steps."""
+    steps = len(analysis.steady.steady_steps)
+    return f"{format_duration(round(ns / steps))} per step" if steps else format_duration(ns)
+
+
+def beyond(saving_ns: int, idle_ns: int) -> int | None:
+    """The part of a replayed saving beyond the idle a card shows beside it (the gap classification's
+    idle of its cause), when that part is a tenth of the saving or more; else None. The replay also
+    removes idle the classification gives to other causes: work the host, delayed by the fixed
+    wait, launched late later on."""
+    extra = saving_ns - idle_ns
+    return extra if extra > 0 and extra >= saving_ns / 10 else None
 
 
 def severity(analysis: Analysis, saving: Saving) -> str:

@@ -90,7 +90,7 @@ def exposed_communication(analysis: Analysis) -> Iterator[Finding]:
             or exposed < limits.exposed_communication_share * usage.window_ns
         ):
             continue
-        saving = saving_from_total(analysis, exposed)
+        saving = saving_from_total(analysis, exposed, usage.window_ns)
         evidence = [
             (
                 "communication with no compute under it",

@@ -19,7 +19,10 @@ from traceinsight.formatting import format_duration
 from traceinsight.load import taxonomy
 from traceinsight.rules import advice, rule
 from traceinsight.rules.common import (
+    beyond,
+    how_often,
     make_finding,
+    per_step,
     saving_from_total,
     saving_of,
     source_evidence,
@@ -80,7 +83,7 @@ def _cpu_dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
     if not steps or not waits or waited < limits.dataloader_idle_share * window:
         return
     handover = round(limits.dataloader_handover_us * 1000)
-    saving = saving_from_total(analysis, sum(max(0, end - start - handover) for start, end in waits))
+    saving = saving_from_total(analysis, sum(max(0, end - start - handover) for start, end in waits), window)
     share = waited / window
     serial = any("_SingleProcessDataLoaderIter" in name for name in analysis.fix_inputs.dataloader_iterators)
     yield make_finding(
@@ -93,7 +96,7 @@ def _cpu_dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
         evidence=(
             (
                 "time in DataLoader __next__",
-                f"{format_duration(waited)} in {len(waits)} calls ({share:.0%} of the steps)",
+                f"{per_step(analysis, waited)} ({share:.0%} of the steps), {how_often(analysis, len(waits))}",
             ),
             ("steady steps", str(len(steps))),
             ("on a GPU", "the GPU would sit idle for all of it: nothing is queued while the batch is made"),
@@ -131,8 +134,15 @@ def dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
         source = longest.source if longest else None
         source_kind = longest.source_kind if longest else None
         place = where(source, source_kind)
-        per_step = saving_from_total(analysis, idle)
-        amount = per_step.words()
+        amount = saving_from_total(analysis, idle, window).words()
+        note = f"replayed with each batch ready, handed over in {format_duration(handover)}"
+        extra = beyond(saving.total_ns, idle)
+        if extra is not None:
+            note += (
+                ". More than the GPU idle while the host waited: with the batch ready the host also "
+                "launches the step's work earlier, and later idle waiting for its launches goes too "
+                f"(the other {per_step(analysis, extra)})"
+            )
         yield make_finding(
             analysis,
             "dataloader-stall",
@@ -155,7 +165,7 @@ def dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
             source=source,
             device=device.device,
             source_kind=source_kind,
-            note=f"replayed with each batch ready, handed over in {format_duration(handover)}",
+            note=note,
         )
 
 
@@ -174,10 +184,14 @@ def _host_work_advice(analysis: Analysis, ops: list[tuple[str, int]]) -> Advice:
     return advice.HOST_WORK
 
 
-def _top_ops(gaps: list[IdleGap]) -> list[tuple[str, int]]:
+def _top_ops(analysis: Analysis, gaps: list[IdleGap]) -> list[tuple[str, int]]:
+    """The three operators with the most idle in ``gaps``, counting only its part in the steady
+    state (a gap can begin before it)."""
     by_op: dict[str, int] = defaultdict(int)
     for gap in gaps:
-        by_op[gap.cause] += gap.duration_ns
+        by_op[gap.cause] += sum(
+            max(0, min(gap.end_ns, end) - max(gap.start_ns, start)) for start, end in analysis.steady.windows
+        )
     return sorted(by_op.items(), key=lambda item: (-item[1], item[0]))[:3]
 
 
@@ -229,10 +243,10 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
         if top_kind is CauseKind.COMMUNICATION:
             fix_advice = communication_advice(analysis, device.device)
         if top_kind is CauseKind.HOST_OP:
-            ops = _top_ops(_steady_gaps(analysis, device.device, CauseKind.HOST_OP))
+            ops = _top_ops(analysis, _steady_gaps(analysis, device.device, CauseKind.HOST_OP))
             if ops:
                 evidence.append(
-                    ("the host was in", "; ".join(f"{name} ({format_duration(ns)})" for name, ns in ops))
+                    ("the host was in", "; ".join(f"{name} ({per_step(analysis, ns)})" for name, ns in ops))
                 )
                 fix_advice = _host_work_advice(analysis, ops)
         why = f"Most of the idle no other finding explains is {CAUSE_LABELS[top_kind]}"
@@ -255,7 +269,7 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
             source, source_kind = longest.source, longest.source_kind
             evidence.append(("longest such gap", f"{format_duration(longest.duration_ns)}: {longest.cause}"))
             evidence.append(("source", source_evidence(source, source_kind)))
-        saving = saving_from_total(analysis, rest)
+        saving = saving_from_total(analysis, rest, window)
         yield make_finding(
             analysis,
             "low-gpu-utilization",

@@ -88,7 +88,7 @@ def launch_bound(analysis: Analysis) -> Iterator[Finding]:
         if pattern is None:
             continue
         idle = pattern.short_ns
-        saving = saving_from_total(analysis, idle)
+        saving = saving_from_total(analysis, idle, usage.window_ns)
         evidence = [
             ("GPU idle while the host launched", usage_amount(usage, idle)),
             ("the pattern", pattern_words(analysis, usage, pattern)),

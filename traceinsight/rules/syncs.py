@@ -17,9 +17,12 @@ from traceinsight.analysis.results import SyncHotspot
 from traceinsight.load import taxonomy
 from traceinsight.rules import advice, rule
 from traceinsight.rules.common import (
+    beyond,
     hotspot_place,
     how_often,
+    in_saving_unit,
     make_finding,
+    per_step,
     repeats,
     saving_from_total,
     saving_of,
@@ -83,17 +86,11 @@ def _sync_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
                 f"{often} ({hotspot.steady_count} in the steady state, {hotspot.count} in the trace)",
             ),
             # in the steady state and in the saving's unit: per step where there are steps
-            ("host blocked", saving_from_total(analysis, hotspot.steady_blocked_ns).words()),
-            ("GPU idle it caused", saving_from_total(analysis, hotspot.idle_caused_ns).words()),
+            ("host blocked", in_saving_unit(analysis, hotspot.steady_blocked_ns)),
+            ("GPU idle right after it", in_saving_unit(analysis, hotspot.idle_caused_ns)),
         ]
         if hotspot.module is not None:
             evidence.insert(0, ("inside the forward of", hotspot.module))
-        note = "replayed without the wait: the host runs ahead and the GPU keeps its queue"
-        if hotspot.idle_caused_ns and saving.total_ns < hotspot.idle_caused_ns / 4:
-            note = (
-                "small because the host is the bottleneck here: without the wait it would still "
-                "launch the next work late, so the GPU would idle anyway"
-            )
         yield make_finding(
             analysis,
             rule_id,
@@ -117,8 +114,28 @@ def _sync_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
             op=hotspot.op,
             source=hotspot.source,
             source_kind=hotspot.source_kind,
-            note=note,
+            note=wait_note(analysis, saving.total_ns, hotspot.idle_caused_ns),
         )
+
+
+def wait_note(analysis: Analysis, saving_ns: int, idle_after_ns: int) -> str:
+    """What the replayed saving of removing a wait is, beside the GPU idle right after the wait
+    (the gap classification): the saving is the change in step time, which can be far less (the
+    host is the bottleneck) or more (the wait also held back launches the GPU later idled for)."""
+    note = "replayed without the wait: the host runs ahead and the GPU keeps its queue"
+    if idle_after_ns and saving_ns < idle_after_ns / 4:
+        return (
+            "small because the host is the bottleneck here: without the wait it would still "
+            "launch the next work late, so the GPU would idle anyway"
+        )
+    extra = beyond(saving_ns, idle_after_ns)
+    if extra is not None:
+        return (
+            f"{note}. More than the GPU idle right after it: the wait also delayed all the host did "
+            f"next, and later the GPU sat idle waiting for the host's launches (the other "
+            f"{per_step(analysis, extra)})"
+        )
+    return note
 
 
 @rule("sync-in-loop")
