@@ -53,9 +53,11 @@ from traceinsight.load.decode import (
     TraceDocument,
     check_start,
     document_from_value,
+    is_perfetto,
     json_error,
     not_a_trace,
     parse_json,
+    perfetto_trace,
 )
 from traceinsight.load.progress import ProgressCallback
 from traceinsight.load.reference import too_many_events
@@ -560,6 +562,8 @@ def _mapped(
     assert _scan is not None
     view = memoryview(mapped)
     size = len(view)
+    if is_perfetto(view[:16]):  # before whitespace is skipped: its first byte is a newline
+        raise perfetto_trace(frame.path)
     lead = _first_text_byte(view)
     if lead >= size:
         raise empty_trace(frame.path)
@@ -760,6 +764,8 @@ def _streamed(
     offset = 0  # text offset of head[0] (leading whitespace is dropped)
     found: int | None = None
     for block in blocks:
+        if not offset and not head and is_perfetto(block[:16]):  # before whitespace is skipped
+            raise perfetto_trace(frame.path)
         if not head:
             skipped = leading_whitespace(block)
             offset += skipped
