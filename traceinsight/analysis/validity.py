@@ -227,8 +227,31 @@ def _setup_warnings(trace: Trace, steady: SteadyState) -> list[TraceWarning]:
     return []
 
 
+def _accelerator_warnings(trace: Trace) -> list[TraceWarning]:
+    """An accelerator this tool cannot read (MTIA, ...), in a trace without CUDA/ROCm GPU work: say
+    so, so that no output reads the trace as a CPU-only run."""
+    foreign = trace.meta.foreign_accelerator
+    if foreign is None or trace.has_gpu_activity:
+        return []
+    return [
+        TraceWarning(
+            "unreadable-accelerator",
+            f"This is an {foreign.name} accelerator trace ({foreign.events}), which traceinsight cannot "
+            "read: it measures CUDA and ROCm GPUs. It is not a CPU-only run: only the host side is "
+            "measured here, and nothing below says how busy the accelerator was or why it waited.",
+            "read the accelerator's side with a tool that knows its trace (Holistic Trace Analysis "
+            "reads MTIA traces) or open the file in Perfetto (ui.perfetto.dev)",
+        )
+    ]
+
+
 def trace_warnings(trace: Trace, steady: SteadyState) -> tuple[TraceWarning, ...]:
-    """Every warning about ``trace`` (see the module doc), load problems first."""
+    """Every warning about ``trace`` (see the module doc): an accelerator it cannot read first,
+    then load problems."""
     return tuple(
-        _load_warnings(trace) + _step_warnings(steady) + _setup_warnings(trace, steady) + _gpu_warnings(trace)
+        _accelerator_warnings(trace)
+        + _load_warnings(trace)
+        + _step_warnings(steady)
+        + _setup_warnings(trace, steady)
+        + _gpu_warnings(trace)
     )

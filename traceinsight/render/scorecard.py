@@ -21,7 +21,14 @@ class Score:
 
 
 def no_gpu_statement(report: Report) -> str:
-    """Plain words for a trace without GPU activity: did the run have no GPU, or just not use it?"""
+    """Plain words for a trace without GPU activity: did the run use an accelerator this tool
+    cannot read, have no GPU, or just not use it?"""
+    foreign = report.analysis.meta.foreign_accelerator
+    if foreign is not None:
+        return (
+            f"No CUDA or ROCm GPU work: the accelerator here is {foreign.name}, whose activity "
+            "traceinsight cannot read. Only the host side is measured below."
+        )
     if report.analysis.meta.gpus_listed == 0:
         return (
             "This run had no GPU: the profiler saw no CUDA device, so only host (CPU) activity was "
@@ -84,7 +91,9 @@ def scorecard(report: Report) -> tuple[Score, ...]:
     steady_steps = len(analysis.steady.steady_steps)
     steady_syncs = sum(hotspot.steady_count for hotspot in analysis.sync_hotspots)
     latent = sum(sync.steady_count for sync in analysis.latent_syncs)
-    if not analysis.has_gpu and latent and steady_steps:
+    if not analysis.has_gpu and analysis.meta.foreign_accelerator is not None:
+        pass  # the accelerator's own waits are not CUDA calls: none could be counted
+    elif not analysis.has_gpu and latent and steady_steps:
         scores.append(
             Score(
                 "Host syncs / step",

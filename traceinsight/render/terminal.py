@@ -203,7 +203,15 @@ def renderables(report: Report, top: int = _TOP) -> list[RenderableType]:
     parts.extend(_time_split(report))
 
     if not analysis.has_gpu:
-        parts.append(Text("Host-side view (no GPU activity in this trace)", style="bold cyan"))
+        foreign = analysis.meta.foreign_accelerator
+        parts.append(
+            Text(
+                f"Host-side view (the {foreign.name} accelerator's activity is not read)"
+                if foreign is not None
+                else "Host-side view (no GPU activity in this trace)",
+                style="bold cyan",
+            )
+        )
     cards = [finding for finding in report.findings if not finding.minor]
     minor = [finding for finding in report.findings if finding.minor]
     if cards:
