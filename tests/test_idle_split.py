@@ -181,3 +181,22 @@ def test_work_numbered_above_another_process_first_call_keeps_its_host_cause(tmp
     other["args"]["correlation"] = events[-1]["args"]["correlation"] = 6
     result = analyze(load_trace(write_trace(tmp_path / "t2.json", events)))
     assert next(g for g in result.idle_gaps if g.start_ns == 100_000).cause_kind == "queued"
+
+
+def test_a_graph_capture_split_equals_the_recomputation(tmp_path: Path) -> None:
+    """Idle while the launching thread captures a CUDA graph is ``graph-capture`` (its launches went
+    into the graph), in the plain recomputation as in the analysis."""
+    import json
+
+    from test_shapes import _capture_trace
+    from tracebuild import annotation
+
+    path = _capture_trace(tmp_path / "capture.json")
+    document = json.loads(path.read_text())
+    document["traceEvents"].append(annotation("ProfilerStep#1", 500, 59_000))
+    path.write_text(json.dumps(document))
+    expected = reference_split(path)
+    result = analyze(load_trace(path))
+    assert {d.device: dict(d.idle_by_cause_ns) for d in result.devices} == expected.devices
+    assert {(s.step, s.device): dict(s.idle_by_cause_ns) for s in result.steps} == expected.steps
+    assert expected.devices[0]["graph-capture"] > 0.9 * sum(expected.devices[0].values())

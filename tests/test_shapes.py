@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from tracebuild import PID, TID, annotation, cpu_op, read_events, write_trace
+from tracebuild import PID, TID, annotation, cpu_op, launch, memcpy, read_events, runtime, write_trace
 from typer.testing import CliRunner
 
 from traceinsight.cli import app
@@ -131,3 +131,102 @@ def test_an_mtia_trace_without_device_properties_is_not_a_run_without_a_gpu(tmp_
     assert "had no GPU" not in flat and "only host (CPU) activity" not in flat
     assert "the accelerator here is MTIA" in flat
     assert report["warnings"][0]["kind"] == "unreadable-accelerator"
+
+
+# --- CUDA graph capture ------------------------------------------------------------------------------
+
+
+def _capture_trace(path: Path, dropped_outside: int = 0) -> Path:
+    """vLLM capturing one CUDA graph at start-up, shaped like TraceLens's vllm_decode_full capture
+    trace: inside ``capture_32_FULL``, an eager warm-up run (kernels that run, a device sync), then
+    ``cudaStreamBeginCapture``, 420 kernel launches recorded into the graph (no kernel follows
+    them), ``cudaStreamEndCapture``, the graph's instantiation, and one input copy and kernel after.
+    ``dropped_outside``: launches after the capture whose kernels the profiler lost."""
+    events: list[dict[str, Any]] = [annotation("capture_32_FULL", 600, 58_400)]
+    for index in range(6):  # the warm-up run: real kernels
+        events += launch(1_100 + index * 40, 1_180 + index * 40, 3)
+    events.append(runtime("cudaDeviceSynchronize", 1_400, 30))
+    events.append(runtime("cudaStreamBeginCapture", 2_800, 2.5))
+    for index in range(420):
+        t = 2_900 + index * 130
+        events.append(cpu_op("aten::mm", t, 100))
+        events.append(runtime("cudaLaunchKernel", t + 20, 8))  # recorded into the graph: no kernel
+    events.append(runtime("cudaStreamEndCapture", 57_760, 6.5))
+    events.append(runtime("cudaGraphInstantiateWithFlags", 57_814, 817))
+    correlation = 900_000
+    events.append(runtime("cudaMemcpyAsync", 58_897, 16.6, correlation=correlation))
+    events.append(memcpy(58_922, 2.6, "Memcpy HtoD (Pinned -> Device)", correlation=correlation))
+    events += launch(58_950, 58_969, 4)
+    for index in range(dropped_outside):
+        events.append(runtime("cudaLaunchKernel", 59_100 + index * 20, 8))
+    events += launch(59_100 + dropped_outside * 20 + 20, 59_100 + dropped_outside * 20 + 40, 4)
+    return write_trace(path, events)
+
+
+def _raw_capture(path: Path) -> dict[str, Any]:
+    """What the warning must say, from the raw events: the capture's host time, the trace's span,
+    the launches between begin and end with no GPU activity of their correlation."""
+    _, raw = read_events(path)
+    timed = [e for e in raw if e.get("ph") == "X"]
+    begin = next(e for e in timed if e["name"] == "cudaStreamBeginCapture")
+    end = next(e for e in timed if e["name"] == "cudaStreamEndCapture")
+    start_ns, end_ns = round(begin["ts"] * 1000), round((end["ts"] + end["dur"]) * 1000)
+    ran = {e["args"]["correlation"] for e in timed if e["cat"] in ("kernel", "gpu_memcpy")}
+    launches = [e for e in timed if e["name"] == "cudaLaunchKernel"]
+    inside = [
+        e for e in launches if start_ns <= e["ts"] * 1000 < end_ns and e["args"]["correlation"] not in ran
+    ]
+    first = min(round(e["ts"] * 1000) for e in timed)
+    last = max(round((e["ts"] + e["dur"]) * 1000) for e in timed)
+    gpu = sorted((round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000)) for e in timed if e["cat"] in
+                 ("kernel", "gpu_memcpy"))  # fmt: skip
+    busy_before = max(stop for start, stop in gpu if start < start_ns)
+    after = min(start for start, _ in gpu if start > start_ns)
+    return {
+        "captured_ns": end_ns - start_ns,
+        "span_ns": last - first,
+        "inside": len(inside),
+        "launches": len(launches),
+        "missing": sum(1 for e in launches if e["args"]["correlation"] not in ran),
+        "gap": (busy_before, after),
+    }
+
+
+def test_a_graph_capture_is_named_with_its_share_and_gets_no_idle_card(tmp_path: Path) -> None:
+    """The capture trace got a "high" low-gpu-utilization card (move the work into the Dataset) and
+    "421 of 428 kernel launches have no kernel: the profiler dropped GPU events". Now: a warning
+    with the capture's share of the trace and what to profile instead, its idle as graph capture,
+    no dropped-events warning and no idle card."""
+    from traceinsight.formatting import format_duration
+
+    path = _capture_trace(tmp_path / "capture.json")
+    expected = _raw_capture(path)
+    assert expected["inside"] == 420
+    terminal, report, _, markdown = _outputs(path, tmp_path)
+    kinds = [w["kind"] for w in report["warnings"]]
+    assert "dropped-gpu-events" not in kinds
+    warning = next(w for w in report["warnings"] if w["kind"] == "graph-capture")
+    share = expected["captured_ns"] / expected["span_ns"]
+    assert (
+        f"1 graph capture (in capture_32_FULL) takes {format_duration(expected['captured_ns'])} of the "
+        f"{format_duration(expected['span_ns'])} recorded ({share:.0%})" in warning["message"]
+    )
+    assert f"The {expected['inside']:,} kernel launches inside went into a graph" in warning["message"]
+    assert "profile the replay" in warning["advice"] and "cudaGraphLaunch" in warning["advice"]
+    assert not [f for f in report["findings"] if f["rule"] == "low-gpu-utilization"]
+    gap_start, gap_end = expected["gap"]
+    gap = next(g for g in report["idle_gaps"] if g["cause_kind"] == "graph-capture")
+    assert round(gap["duration_us"] * 1000) == gap_end - gap_start
+    assert "graph capture" in " ".join(terminal.split()) and "graph capture" in markdown
+
+
+def test_launches_without_kernels_outside_a_capture_still_count_as_dropped(tmp_path: Path) -> None:
+    path = _capture_trace(tmp_path / "capture.json", dropped_outside=30)
+    expected = _raw_capture(path)
+    _, report, _, _ = _outputs(path, tmp_path)
+    dropped = next(w for w in report["warnings"] if w["kind"] == "dropped-gpu-events")
+    outside = expected["missing"] - expected["inside"]
+    assert outside == 30
+    assert dropped["message"].startswith(
+        f"{outside} of {expected['launches'] - expected['inside']} kernel launches have no kernel"
+    )

@@ -13,6 +13,9 @@ the thread's later calls (a copy the host sat in, say) cannot have launched it.
 Otherwise the host was late, and what the launching thread did during the gap is the cause, in
 this order (gaps of at least ``min_gap_us``):
 
+0. ``graph-capture`` — the thread was capturing a CUDA/HIP graph (between ``cudaStreamBeginCapture``
+   and ``cudaStreamEndCapture``, :mod:`.capture`) for ``cause_coverage`` of the gap: what it
+   launched went into the graph, so the GPU had nothing to run, by design;
 1. ``dataloader`` — the thread spent at least ``cause_coverage`` of the gap in DataLoader ``__next__``;
 2. ``sync`` — a blocking call on the thread returned within ``sync_drain_slack_us`` of the gap's
    start after waiting at least ``cause_coverage`` of the gap's length: the host waited for the GPU
@@ -40,6 +43,7 @@ from typing import Final
 
 import polars as pl
 
+from traceinsight.analysis.capture import capture_windows
 from traceinsight.analysis.causes import CauseKind
 from traceinsight.analysis.intervals import gaps_between, meeting, overlap_ns
 from traceinsight.analysis.results import IdleGap
@@ -149,7 +153,14 @@ def _host_activity(trace: Trace, calls: pl.DataFrame, windows: pl.DataFrame) -> 
             ),
         ]
     )
+    captures = meeting(
+        capture_windows(trace).select("pid", "tid", ts="start", end="end", name=pl.lit("graph capture")),
+        "ts",
+        "end",
+        windows,
+    )
     frames = [
+        captures.with_columns(kind=pl.lit("capture"), key=no_key),
         dataloader.with_columns(kind=pl.lit("dataloader"), key=no_key),
         meeting(
             calls.select("pid", "tid", "ts", "end", name="call", kind=pl.lit("sync"), key="key"),
@@ -187,6 +198,11 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         .filter("same_thread")
     )  # fmt: skip
     covers = pl.col("covered") >= (pl.col("end") - pl.col("start")) * limits.cause_coverage
+    capturing = (
+        touching.filter(pl.col("kind") == "capture")
+        .group_by("gap")
+        .agg(capture_covered=pl.col("covered").sum())
+    )
     dataloader = (
         touching.filter(pl.col("kind") == "dataloader")
         .group_by("gap")
@@ -218,7 +234,7 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
     ending_launch = (pl.col("kind") == "runtime") & (pl.col("h_ts") >= pl.col("l_ts")).fill_null(False)
     recorded = (
         touching.select("gap", "l_ts", "h_ts", "kind", "covered")
-        .filter((pl.col("covered") > 0) & (pl.col("kind") != "dataloader") & ~ending_launch)
+        .filter((pl.col("covered") > 0) & ~pl.col("kind").is_in(["dataloader", "capture"]) & ~ending_launch)
         .group_by("gap")
         .agg(activity=pl.len())
     )
@@ -236,7 +252,9 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         & (pl.col("duration") < round(limits.dispatch_max_us * 1000))
     ).fill_null(False)
     kind = (
-        pl.when(pl.col("dl_covered").fill_null(0) >= pl.col("duration") * limits.cause_coverage)
+        pl.when(pl.col("capture_covered").fill_null(0) >= pl.col("duration") * limits.cause_coverage)
+        .then(pl.lit(CauseKind.CAPTURE.value))
+        .when(pl.col("dl_covered").fill_null(0) >= pl.col("duration") * limits.cause_coverage)
         .then(pl.lit(CauseKind.DATALOADER.value))
         .when(pl.col("sync_key").is_not_null() & h2d)
         .then(pl.lit(CauseKind.COPY.value))
@@ -263,6 +281,7 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
     )
     return (
         late.select("gap", "duration", "l_ts")
+        .join(capturing, on="gap", how="left")
         .join(dataloader, on="gap", how="left")
         .join(drained, on="gap", how="left")
         .join(in_copy, on="gap", how="left")
@@ -274,7 +293,9 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
             sync_key=pl.when(pl.col("cause_kind").is_in([CauseKind.SYNC.value, CauseKind.COPY.value]))
             .then(pl.col("sync_key"))
             .otherwise(None),
-            cause=pl.when(pl.col("cause_kind") == CauseKind.DATALOADER.value)
+            cause=pl.when(pl.col("cause_kind") == CauseKind.CAPTURE.value)
+            .then(pl.lit("capturing a graph: the launches were recorded into it, not run"))
+            .when(pl.col("cause_kind") == CauseKind.DATALOADER.value)
             .then(pl.col("dl_name"))
             .when(pl.col("sync_key").is_not_null())
             .then(sync_label)

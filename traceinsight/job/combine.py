@@ -62,6 +62,7 @@ CAUSE_WORDS: Final[dict[str, str]] = {
     CauseKind.OUTSIDE_STEADY.value: "outside steady state",
     CauseKind.BEFORE_FIRST.value: "before first work",
     CauseKind.AFTER_LAST.value: "after last work",
+    CauseKind.CAPTURE.value: "graph capture",
     "compute": "slower GPU work",
 }
 _MAD_SCALE: Final = 1.4826

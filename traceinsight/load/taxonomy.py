@@ -199,6 +199,34 @@ SYNCHRONOUS_COPY_CALLS: Final[frozenset[str]] = frozenset(
     {"cudaMemcpy", "cudaMemcpy2D", "hipMemcpy", "hipMemcpyWithStream"}
 )
 
+# --- graph capture -----------------------------------------------------------------------------------
+
+#: Host calls that start and end capturing a stream into a CUDA/HIP graph: launches between them
+#: are recorded into the graph and do not run (no GPU activity follows them, by design).
+GRAPH_CAPTURE_BEGIN_PREFIXES: Final[tuple[str, ...]] = (
+    "cudaStreamBeginCapture",
+    "hipStreamBeginCapture",
+    "cuStreamBeginCapture",
+)
+GRAPH_CAPTURE_END_PREFIXES: Final[tuple[str, ...]] = (
+    "cudaStreamEndCapture",
+    "hipStreamEndCapture",
+    "cuStreamEndCapture",
+)
+#: Host calls that launch one kernel (each should be followed by GPU activity of its correlation).
+KERNEL_LAUNCH_CALLS: Final[tuple[str, ...]] = (
+    "cudaLaunchKernel",
+    "cudaLaunchKernelExC",
+    "cuLaunchKernel",
+    "cuLaunchKernelEx",
+    "hipLaunchKernel",
+    "hipExtLaunchKernel",
+    "hipModuleLaunchKernel",
+    "hipExtModuleLaunchKernel",
+)
+#: Host calls that replay a captured graph.
+GRAPH_LAUNCH_CALLS: Final[tuple[str, ...]] = ("cudaGraphLaunch", "hipGraphLaunch", "cuGraphLaunch")
+
 # --- memory ------------------------------------------------------------------------------------------
 
 #: Runtime calls of the device allocator. The caching allocator calls them when it grows or gives

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from traceinsight.analysis.causes import cause_label
+from traceinsight.analysis.causes import CauseKind, cause_label
 from traceinsight.analysis.usage import total_usage
 from traceinsight.formatting import format_duration, format_share
 from traceinsight.report import Report
@@ -56,6 +56,8 @@ def scorecard(report: Report) -> tuple[Score, ...]:
             "warn": "The GPU waits a noticeable part of the time.",
             "bad": "The GPU is idle most of the time: see the findings below.",
         }[level]
+        if usage.idle and usage.idle[0][0] is CauseKind.CAPTURE and usage.idle[0][1] >= 0.5 * window:
+            level, verdict = "info", "Idle by design while graphs are captured: see the warning at the top."
         scores.append(Score("GPU busy", format_share(share), f"Of {usage.of_what}. {verdict}", level))
         if usage.idle:
             top, top_ns = usage.idle[0]
