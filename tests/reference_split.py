@@ -137,6 +137,9 @@ def reference_split(path: Path) -> Split:
             host[(pid, tid)].append(HostEvent(ts, end, name, "sync", corr))
         elif name.startswith(COPY_CALLS):
             host[(pid, tid)].append(HostEvent(ts, end, name, "copy"))
+            # a copy into pageable host memory waits inside the call: a host wait like a sync
+            if re.match(r"^Memcpy DtoH \(\w+ -> Pageable\)", copy_names.get(corr, "")):
+                host[(pid, tid)].append(HostEvent(ts, end, name, "sync", corr))
         else:
             host[(pid, tid)].append(HostEvent(ts, end, name, "runtime"))
         if name.startswith(COPY_CALLS) and corr in copy_names:

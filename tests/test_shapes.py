@@ -230,3 +230,81 @@ def test_launches_without_kernels_outside_a_capture_still_count_as_dropped(tmp_p
     assert dropped["message"].startswith(
         f"{outside} of {expected['launches'] - expected['inside']} kernel launches have no kernel"
     )
+
+
+# --- Kineto's 2026 output ----------------------------------------------------------------------------
+
+SYNC_ROW_OFFSET = 1_000_000  # kineto PR 1356: Stream Sync events on tid = stream + 1,000,000
+
+
+def _kineto_2026_trace(path: Path) -> Path:
+    """Three steps as torch 2.12+ writes them (kineto PRs 1356, 1393, 1530): kernels on stream 7;
+    each step's ``cudaStreamSynchronize`` mirrored by a ``Stream Sync`` event on the virtual row
+    "stream 7 (sync)" (tid 1,000,007), whose CPU-side times overlap the still-running kernels; a
+    ``record_function`` range drawn on the GPU row as ``gpu_user_annotation`` (1 ns before the first
+    kernel to 1 ns after the last); CUPTI PM-sampling counters (``"ph": "C"``) on the "GPU 0
+    Counters" process every 20 µs."""
+    stream, device = 7, 0
+    events: list[dict[str, Any]] = [
+        {"ph": "M", "name": "thread_name", "pid": device, "tid": stream + SYNC_ROW_OFFSET,
+         "args": {"name": f"stream {stream} (sync)"}},
+        {"ph": "M", "name": "thread_sort_index", "pid": device, "tid": stream + SYNC_ROW_OFFSET,
+         "args": {"sort_index": stream}},
+    ]  # fmt: skip
+    for step in range(3):
+        t = 1_000 + step * 2_000
+        events.append(annotation(f"ProfilerStep#{step}", t, 1_900))
+        kernels = [launch(t + 10 + k * 20, t + 100 + k * 300, 250, stream=stream) for k in range(3)]
+        for pair in kernels:
+            events += pair
+        first, last = kernels[0][1], kernels[-1][1]
+        events.append(
+            {"ph": "X", "cat": "gpu_user_annotation", "name": "## forward ##", "pid": device, "tid": stream,
+             "ts": first["ts"] - 0.001, "dur": last["ts"] + last["dur"] - first["ts"] + 0.002,
+             "args": {"External id": 10 + step}}
+        )  # fmt: skip
+        sync_at, returned = t + 80, t + 100 + 3 * 300 - 50 + 5
+        correlation = 700_000 + step
+        events.append(runtime("cudaStreamSynchronize", sync_at, returned - sync_at, correlation=correlation))
+        events.append(
+            {"ph": "X", "cat": "cuda_sync", "name": "Stream Sync", "pid": device, "tid": stream + SYNC_ROW_OFFSET,
+             "ts": sync_at + 1, "dur": returned - sync_at - 2,
+             "args": {"cuda_sync_kind": "Stream Sync", "stream": stream, "correlation": correlation,
+                      "device": device, "context": 1}}
+        )  # fmt: skip
+    for index in range(400):
+        events.append(
+            {"ph": "C", "cat": "hardware_counters", "name": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+             "pid": f"GPU {device} Counters", "tid": 0, "ts": 900 + index * 20, "args": {"": 37.5 + index % 7}}
+        )  # fmt: skip
+    return write_trace(path, events, baseTimeNanoseconds=1_780_000_000_000_000_000)
+
+
+def test_kineto_2026_rows_and_counters_are_never_busy_time_or_streams(tmp_path: Path) -> None:
+    """The virtual "stream 7 (sync)" row is not a stream of work, the GPU annotation and the PM
+    counters are not busy time: busy, idle and streams are the kernels' alone (from the raw events)."""
+    from tracebuild import union_length
+
+    from traceinsight.analysis import analyze
+    from traceinsight.load import load_trace
+
+    path = _kineto_2026_trace(tmp_path / "k2026.json")
+    _, raw = read_events(path)
+    kernels = [
+        (round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000)) for e in raw if e.get("cat") == "kernel"
+    ]
+    span = max(end for _, end in kernels) - min(start for start, _ in kernels)
+    trace = load_trace(path)
+    assert trace.gpu.get_column("stream").unique().to_list() == [7]
+    assert trace.cuda_sync.get_column("stream").unique().to_list() == [7]  # not the row's 1,000,007
+    assert trace.gpu_annotations.height == 3
+    result = analyze(trace)
+    (device,) = result.devices
+    assert device.device == 0
+    assert device.busy_ns == union_length(kernels)
+    assert device.idle_ns == span - union_length(kernels)
+    assert sum(k.count for k in result.kernels.kernels) == len(kernels)
+    assert not result.copies
+    # each step's sync is one host wait, tied to its runtime call
+    assert [h.call for h in result.sync_hotspots] == ["cudaStreamSynchronize"]
+    assert result.sync_hotspots[0].count == 3

@@ -20,8 +20,9 @@ this order (gaps of at least ``min_gap_us``):
 2. ``sync`` — a blocking call on the thread returned within ``sync_drain_slack_us`` of the gap's
    start after waiting at least ``cause_coverage`` of the gap's length: the host waited for the GPU
    to drain its queue, so no work was queued ahead (a sync that barely waited did not cause the
-   gap: the host work after it did). When that call waited for a host-to-device copy (pageable
-   ``.to('cuda')``), the cause is ``copy`` instead;
+   gap: the host work after it did). A copy call that waits inside itself (``cudaMemcpyAsync`` of a
+   device-to-host copy into pageable memory: ``.item()``, ``.cpu()``) is such a call. When the
+   call waited for a host-to-device copy (pageable ``.to('cuda')``), the cause is ``copy`` instead;
 3. ``copy`` — the thread was inside a copy call (``cudaMemcpy*``) for ``cause_coverage`` of the gap;
 4. ``communication`` — the innermost covering operator is a collective (``c10d::``, ``record_param_comms``);
 5. ``cpu_op`` — the innermost operator or annotation covering ``cause_coverage`` of the gap: the host
@@ -243,6 +244,7 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         sync_call="call",
         sync_op="op",
         waited_copy="copy",
+        sync_is_copy=pl.col("kind") == "copy",
     )
     h2d = pl.col("waited_copy").str.starts_with("Memcpy HtoD").fill_null(False)
     # The covering operator launched the work that ends the gap: the gap is its dispatch cost.
@@ -271,7 +273,11 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         .otherwise(pl.lit(CauseKind.LAUNCH.value))
     )
     sync_label = (
-        pl.when(pl.col("waited_copy").is_not_null() & pl.col("sync_op").is_not_null())
+        pl.when(pl.col("sync_is_copy").fill_null(False) & pl.col("sync_op").is_not_null())
+        .then(pl.format("{} waiting for its {} in {}", "sync_call", "waited_copy", "sync_op"))
+        .when(pl.col("sync_is_copy").fill_null(False))
+        .then(pl.format("{} waiting for its {}", "sync_call", "waited_copy"))
+        .when(pl.col("waited_copy").is_not_null() & pl.col("sync_op").is_not_null())
         .then(pl.format("{} after {} in {}", "sync_call", "waited_copy", "sync_op"))
         .when(pl.col("waited_copy").is_not_null())
         .then(pl.format("{} after {}", "sync_call", "waited_copy"))

@@ -199,6 +199,18 @@ SYNCHRONOUS_COPY_CALLS: Final[frozenset[str]] = frozenset(
     {"cudaMemcpy", "cudaMemcpy2D", "hipMemcpy", "hipMemcpyWithStream"}
 )
 
+
+def waits_inside_copy_call(copy_name: str) -> bool:
+    """Whether the host call of a copy named ``copy_name`` waits for the copy inside itself, even
+    an ``*Async`` one: a device-to-host copy into pageable memory (``.item()``, ``.cpu()``,
+    ``.tolist()`` into a fresh host tensor) is synchronous, so the call returns only after the GPU
+    has run everything queued before it on the stream and then the copy. (A copy from pageable
+    memory to the device returns once the data is staged; ROCm names every host side ``Host``,
+    so its copies do not tell.)"""
+    kind = parse_copy_name(copy_name)
+    return kind.direction == "DtoH" and kind.dst == "Pageable"
+
+
 # --- graph capture -----------------------------------------------------------------------------------
 
 #: Host calls that start and end capturing a stream into a CUDA/HIP graph: launches between them

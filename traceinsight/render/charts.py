@@ -446,7 +446,7 @@ def idle_gaps_figure(gaps: Sequence[IdleGap], origin_ns: int, top: int = 15) -> 
 def _hotspot_label(hotspot: SyncHotspot) -> str:
     where = hotspot.source or "source not recorded"
     op = f" in {hotspot.op}" if hotspot.op else ""
-    return f"{_text(hotspot.call + op, 48)}\n{_text(where, 48)}"
+    return f"{_text(hotspot.call_text + op, 48)}\n{_text(where, 48)}"
 
 
 def sync_hotspots_figure(hotspots: Sequence[SyncHotspot], top: int = 10) -> Figure | None:

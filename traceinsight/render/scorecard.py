@@ -116,7 +116,7 @@ def scorecard(report: Report) -> tuple[Score, ...]:
             verdict = "Each sync stops the host from queueing ahead."
         scores.append(Score("Host syncs / step", f"{per_step:.3g}", verdict, level))
     else:
-        sync_count = sum(call.count for call in analysis.syncs)
+        sync_count = sum(hotspot.count for hotspot in analysis.sync_hotspots)  # waits, a copy + sync once
         scores.append(
             Score(
                 "Host syncs",

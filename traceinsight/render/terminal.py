@@ -253,7 +253,7 @@ def renderables(report: Report, top: int = _TOP) -> list[RenderableType]:
         hot = _detail_table("Sync hot spots", ("call", "op", "source", "count", "blocked", "GPU idle after"))
         for hotspot in analysis.sync_hotspots[:top]:
             hot.add_row(
-                _data(hotspot.call),
+                _data(hotspot.call_text),
                 _data(hotspot.op or ""),
                 _data(_source(hotspot.source, hotspot.source_kind)),
                 str(hotspot.count),
