@@ -154,7 +154,7 @@ def _event(rng: random.Random) -> str:
         args = []
         for key in ("External id", "external id", "correlation", "device", "stream", "bytes", "Python id",
                     "Python parent id", "Call stack", "Comms Id", "Input Dims", "Device Type", "Device Id",
-                    "Bytes", "Total Allocated", "Total Reserved", "Addr"):  # fmt: skip
+                    "Bytes", "Total Allocated", "Total Reserved", "Addr", "Seq", "Process Group Name"):  # fmt: skip
             if rng.random() < 0.4:
                 value = (
                     str(rng.randrange(10**6))

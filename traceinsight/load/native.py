@@ -265,6 +265,8 @@ def _memory_frame(
 _GROUP_COLUMNS: Final = {group: group_columns(group) for group in GROUPS}
 #: The scanner's field of each plain integer event column.
 _ID_FIELD: Final = {"parent_id": "python_parent_id"}
+#: Event columns read as text (a string or null): ``call_stack``, ``process_group``.
+_TEXT_FIELDS: Final = frozenset(f.name for f in schema.EVENT_FIELDS if f.kind == "text")
 
 
 def _group_frame(
@@ -293,8 +295,8 @@ def _group_frame(
             data[name] = taken("cat").texts(texts, "")
         elif name == "name":
             data[name] = taken("name").texts(texts, str)
-        elif name == "call_stack":
-            data[name] = taken("call_stack").texts(texts, None)
+        elif name in _TEXT_FIELDS:
+            data[name] = taken(name).texts(texts, None)
         elif name == "ts":
             data[name] = pl.Series(ts, dtype=pl.Int64)
         elif name == "dur":
