@@ -97,9 +97,9 @@ def _sync_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
         elif hotspot.steady_blocked_ns > 4 * max(saving.total_ns, hotspot.idle_caused_ns):
             note = (
                 "replayed without the wait; far less than the host's blocked time because the GPU had "
-                "work queued through most of these waits (held by another stream, an event or "
-                "communication): the host waited for that, so removing the wait frees the host, "
-                "not the GPU"
+                "work queued through most of the waiting (running it, or held by another stream, an "
+                "event or communication): the host waited for that work, so removing the wait frees "
+                "the host, not the GPU"
             )
         copy_call = hotspot.copy is not None and hotspot.call.startswith(taxonomy.COPY_CALL_PREFIXES)
         yield make_finding(
