@@ -136,7 +136,9 @@ def blocking_calls(
     ).select("key", "ext_op")
     copies = _copy_before(calls, launches, copy_window_ns)
     # a sync right after a copy call that itself waited: the pair is one wait, the copy call's
-    copy_waits = calls.filter(pl.col("kind") == "copy").select(copy_correlation="correlation", copy_key="key")
+    copy_waits = calls.filter(pl.col("kind") == "copy").select(
+        "pid", copy_correlation="correlation", copy_key="key"
+    )
     return (
         calls.select(
             "key", "kind", "correlation", call="name", pid="pid", tid="tid", ts="ts", end="end", dur="dur"
@@ -152,7 +154,7 @@ def blocking_calls(
         .join(sources, on="key", how="left")
         .join(module_at(trace, points), on="key", how="left")
         .join(copies, on="key", how="left")
-        .join(copy_waits, on="copy_correlation", how="left")
+        .join(copy_waits, on=["pid", "copy_correlation"], how="left", nulls_equal=False)
         .with_columns(
             wait=pl.when(pl.col("kind") == "sync")
             .then(pl.coalesce("copy_key", "key"))
