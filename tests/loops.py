@@ -95,6 +95,52 @@ def item_loop(
     return loop
 
 
+def blocking_item_loop(
+    *,
+    steps: int = 6,
+    kernels: int = 20,
+    kernel_us: float = 100,
+    launch_every_us: float = 5,
+    prep_us: float = 300,
+    sync_after: bool = False,
+    source: str = "train.py(61): train_step",
+) -> Loop:
+    """``loss.item()`` whose copy into pageable memory waits inside ``cudaMemcpyAsync`` itself:
+    the call returns only when the GPU has run every queued kernel and then the 4-byte copy (no
+    ``cudaStreamSynchronize`` after it, unless ``sync_after``: then one that barely waits)."""
+    loop = Loop()
+    t = 0.0
+    gpu_free = 0.0
+    for step in range(steps):
+        start = t
+        for k in range(kernels):
+            gpu_free = _launch(loop, t + k * launch_every_us, gpu_free, kernel_us)
+        t += kernels * launch_every_us
+        copy_correlation = next(_correlation)
+        copy_start = max(t + 1 + LAUNCH_LATENCY, gpu_free)
+        gpu_free = copy_start + 2
+        returned = gpu_free + 3  # the call returns once the copy is done
+        wait_events = [
+            runtime("cudaMemcpyAsync", t + 1, returned - (t + 1), correlation=copy_correlation),
+            memcpy(copy_start, 2, "Memcpy DtoH (Device -> Pageable)", nbytes=4, correlation=copy_correlation),
+        ]
+        if sync_after:
+            wait_events.append(runtime("cudaStreamSynchronize", returned + 1, 4))
+            returned += 5
+        loop.events += [
+            frame(source, t - 1, returned + 2 - t, python_id=next(_python_id)),
+            cpu_op("aten::item", t, returned + 1 - t),
+            cpu_op("aten::_local_scalar_dense", t + 0.5, returned + 0.5 - t),
+            *wait_events,
+        ]
+        loop.gpu.append((copy_start, copy_start + 2))
+        loop.sync_returns.append(returned)
+        t = returned + 1 + prep_us  # Python preparing the next batch: nothing recorded
+        loop.events.append(annotation(f"ProfilerStep#{step}", start, t - start))
+        loop.steps.append((start, t))
+    return loop
+
+
 def copy_loop(
     *,
     steps: int = 6,

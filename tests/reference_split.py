@@ -34,6 +34,8 @@ BLOCKING = {
     "hipDeviceSynchronize", "hipEventSynchronize", "hipMemcpy", "hipMemcpyWithStream",
 }  # fmt: skip
 COPY_CALLS = ("cudaMemcpy", "hipMemcpy", "cuMemcpy")
+CAPTURE_BEGIN = ("cudaStreamBeginCapture", "hipStreamBeginCapture", "cuStreamBeginCapture")
+CAPTURE_END = ("cudaStreamEndCapture", "hipStreamEndCapture", "cuStreamEndCapture")
 COMMUNICATION_OP = re.compile(
     r"^(c10d::|c10d_functional::|_c10d_functional::|record_param_comms|nccl:|gloo:|symm_mem::)|^vllm::all_|ProcessGroup"
 )
@@ -45,7 +47,7 @@ class HostEvent:
     ts: int
     end: int
     name: str
-    kind: str  # dataloader | sync | copy | op | runtime
+    kind: str  # capture | dataloader | sync | copy | op | runtime
     correlation: int | None = None
 
 
@@ -162,10 +164,23 @@ def reference_gaps(path: Path) -> Gaps:
             host[(pid, tid)].append(HostEvent(ts, end, name, "sync", corr))
         elif name.startswith(COPY_CALLS):
             host[(pid, tid)].append(HostEvent(ts, end, name, "copy"))
+            # a copy into pageable host memory waits inside the call: a host wait like a sync
+            if re.match(r"^Memcpy DtoH \(\w+ -> Pageable\)", copy_names.get(corr, "")):
+                host[(pid, tid)].append(HostEvent(ts, end, name, "sync", corr))
         else:
             host[(pid, tid)].append(HostEvent(ts, end, name, "runtime"))
         if name.startswith(COPY_CALLS) and corr in copy_names:
             copy_returns[(pid, tid)].append((end, copy_names[corr]))
+    # graph captures: each begin call to the first end call on its thread that ends after it
+    by_thread: dict[tuple[int, int], list[tuple[int, int, str]]] = defaultdict(list)
+    for pid, tid, ts, end, name, _ in runtime:
+        by_thread[(pid, tid)].append((ts, end, name))
+    for thread, calls in by_thread.items():
+        ends = sorted(end for _, end, name in calls if name.startswith(CAPTURE_END))
+        for ts, _, name in calls:
+            if name.startswith(CAPTURE_BEGIN):
+                stop = next((end for end in ends if end >= ts), max(end for _, end, _ in calls))
+                host[thread].append(HostEvent(ts, stop, "graph capture", "capture"))
     for pid, tid, ts, end, name in ops:
         host[(pid, tid)].append(HostEvent(ts, end, name, "op"))
     for pid, tid, ts, end, name in annotations:
@@ -209,6 +224,8 @@ def reference_gaps(path: Path) -> Gaps:
             return "host-bound"
         touching = [h for h in host[(pid, tid)] if h.ts < end and h.end >= start - SLACK]
         covered = {id(h): _overlap(start, end, h.ts, h.end) for h in touching}
+        if sum(covered[id(h)] for h in touching if h.kind == "capture") >= duration * COVERAGE:
+            return "graph-capture"
         if sum(covered[id(h)] for h in touching if h.kind == "dataloader") >= duration * COVERAGE:
             return "dataloader"
         drained = [
@@ -238,7 +255,10 @@ def reference_gaps(path: Path) -> Gaps:
                 return "host-bound"
             return "cpu_op"
         ending_launch = lambda h: h.kind == "runtime" and l_ts is not None and h.ts >= l_ts  # noqa: E731
-        if any(covered[id(h)] > 0 and h.kind != "dataloader" and not ending_launch(h) for h in touching):
+        if any(
+            covered[id(h)] > 0 and h.kind not in ("dataloader", "capture") and not ending_launch(h)
+            for h in touching
+        ):
             return "host-bound"
         return "untraced"
 

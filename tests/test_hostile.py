@@ -170,6 +170,8 @@ CORPUS: tuple[Hostile, ...] = (
     Hostile("top-level-string", lambda p: _text(p, '"traceEvents"'), refused="not a torch.profiler trace"),
     Hostile("png", lambda p: _text(p, b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(64)), refused="not a JSON text"),
     Hostile("nul-bytes", lambda p: _text(p, bytes(4096)), refused="not a JSON text"),
+    Hostile("perfetto-protobuf", lambda p: _text(p, b"\x0a\x15\x40\x80\x90\x01\x50\x01\x5a\x0d\xba\x01\x0aaten::mm 0"
+        + b"\x0a\x06\x40\x81\x90\x01\x50\x01"), refused="Perfetto protobuf trace (.pftrace)"),
     Hostile("empty", lambda p: _text(p, b" \n\t "), refused="empty"),
     Hostile("truncated-gzip", lambda p: _text(p, gzip.compress(b'{"traceEvents": []}' * 100)[:30]), refused="gzip stream ends early"),
     Hostile("truncated-json", lambda p: _text(p, '{"traceEvents": [' + _kernel_text()), refused="not valid JSON"),

@@ -181,3 +181,39 @@ def test_work_numbered_above_another_process_first_call_keeps_its_host_cause(tmp
     other["args"]["correlation"] = events[-1]["args"]["correlation"] = 6
     result = analyze(load_trace(write_trace(tmp_path / "t2.json", events)))
     assert next(g for g in result.idle_gaps if g.start_ns == 100_000).cause_kind == "queued"
+
+
+def test_a_graph_capture_split_equals_the_recomputation(tmp_path: Path) -> None:
+    """Idle while the launching thread captures a CUDA graph is ``graph-capture`` (its launches went
+    into the graph), in the plain recomputation as in the analysis."""
+    import json
+
+    from test_shapes import _capture_trace
+    from tracebuild import annotation
+
+    path = _capture_trace(tmp_path / "capture.json")
+    document = json.loads(path.read_text())
+    document["traceEvents"].append(annotation("ProfilerStep#1", 500, 59_000))
+    path.write_text(json.dumps(document))
+    expected = reference_split(path)
+    result = analyze(load_trace(path))
+    assert {d.device: dict(d.idle_by_cause_ns) for d in result.devices} == expected.devices
+    assert {(s.step, s.device): dict(s.idle_by_cause_ns) for s in result.steps} == expected.steps
+    assert expected.devices[0]["graph-capture"] > 0.9 * sum(expected.devices[0].values())
+
+
+@pytest.mark.parametrize("sync_after", [False, True])
+def test_a_copy_that_waits_inside_its_call_splits_like_the_recomputation(
+    tmp_path: Path, sync_after: bool
+) -> None:
+    """`.item()` into pageable memory waits inside cudaMemcpyAsync: the idle after it is ``sync``
+    (the host drained the queue there), in the plain recomputation as in the analysis."""
+    from loops import blocking_item_loop
+    from tracebuild import write_trace
+
+    path = write_trace(tmp_path / "t.json", blocking_item_loop(sync_after=sync_after).events)
+    expected = reference_split(path)
+    result = analyze(load_trace(path))
+    assert {d.device: dict(d.idle_by_cause_ns) for d in result.devices} == expected.devices
+    assert {(s.step, s.device): dict(s.idle_by_cause_ns) for s in result.steps} == expected.steps
+    assert expected.devices[0]["sync"] > 0

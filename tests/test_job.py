@@ -322,3 +322,74 @@ def test_lateness_and_waits_by_hand() -> None:
         2: (40, 200, 0, 50 + 40 + 200 + 200),
     }
     assert job.collectives_matched == 2
+
+
+# --- collectives matched by process group and sequence number (kineto PRs 1296, 1483) ----------------
+
+_NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+
+
+def _group_rank(path: Path, rank: int, order: list[tuple[str, int, float]]) -> Path:
+    """A rank of a 2-rank job whose all-reduces run in two process groups, in ``order``:
+    (group name, sequence number, start µs) per collective, each kernel carrying ``Process Group
+    Name`` and ``Seq`` as Kineto writes them on communication kernels since 2026."""
+    events: list[dict[str, Any]] = [annotation("ProfilerStep#1", 0, 10_000)]
+    for group, seq, start in order:
+        calls = launch(start - 30, start, 200)
+        calls[1]["name"] = _NCCL
+        calls[1]["args"].update(
+            {"Collective name": "allreduce", "In msg nelems": 1024, "Out msg nelems": 1024, "Group size": 2,
+             "dtype": "Float", "Process Group Name": group, "Process Group Description": f"group {group}",
+             "Process Group Ranks": "[0, 1]", "Seq": seq}
+        )  # fmt: skip
+        events += calls
+    return write_trace(path, events, distributedInfo={"backend": "nccl", "rank": rank, "world_size": 2})
+
+
+def test_collectives_are_matched_by_process_group_and_sequence_number(tmp_path: Path) -> None:
+    """Rank 0 runs group "0"'s all-reduce before group "1"'s, rank 1 the other way round: matched by
+    order (both are AllReduce) each rank's first would be paired, 50 µs apart; by group and sequence
+    number they are 1.05 ms apart. Lateness and waits from the raw kernels' args."""
+    folder = tmp_path / "job"
+    folder.mkdir()
+    plans = {
+        0: [("0", 1, 1_000.0), ("1", 1, 2_000.0), ("0", 2, 3_000.0), ("1", 2, 4_000.0)],
+        1: [("1", 1, 1_050.0), ("0", 1, 2_050.0), ("1", 2, 3_050.0), ("0", 2, 4_050.0)],
+    }
+    for rank, order in plans.items():
+        _group_rank(folder / f"rank-{rank}.json", rank, order)
+    starts: dict[tuple[str, int], dict[int, int]] = {}
+    for rank in plans:
+        _, raw = read_events(folder / f"rank-{rank}.json")
+        for e in raw:
+            if e.get("cat") == "kernel":
+                key = (e["args"]["Process Group Name"], e["args"]["Seq"])
+                starts.setdefault(key, {})[rank] = round(e["ts"] * 1000)
+    waited = {rank: sum(max(s.values()) - s[rank] for s in starts.values()) for rank in plans}
+    late = {rank: sorted(s[rank] - median_low(s.values()) for s in starts.values()) for rank in plans}
+    job = _json(tmp_path, str(folder))
+    assert job["job"]["collectives"]["matched"] == len(starts) == 4
+    for entry in job["ranks"]:
+        rank = entry["rank"]
+        collectives = entry["collectives"]
+        assert collectives["waited_us"] * 1000 == waited[rank]
+        assert collectives["late_max_us"] * 1000 == max(late[rank])
+        assert collectives["late_median_us"] * 1000 == median_low(late[rank])
+    assert waited == {0: 2 * 1_050_000, 1: 2 * 950_000}  # by order it would be 4 x 50 µs and 0
+    assert job["job"]["collectives"]["matched_by_seq"] == 4
+
+
+def test_collectives_without_sequence_numbers_are_matched_by_order(tmp_path: Path) -> None:
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for rank, offset in ((0, 0.0), (1, 50.0)):
+        path = _group_rank(
+            folder / f"rank-{rank}.json", rank, [("0", 1, 1_000 + offset), ("0", 2, 2_000 + offset)]
+        )
+        document = json.loads(path.read_text())
+        for event in document["traceEvents"]:
+            (event.get("args") or {}).pop("Seq", None)
+        path.write_text(json.dumps(document))
+    job = _json(tmp_path, str(folder))
+    assert {entry["rank"]: entry["collectives"]["waited_us"] for entry in job["ranks"]} == {0: 100.0, 1: 0.0}
+    assert (job["job"]["collectives"]["matched"], job["job"]["collectives"]["matched_by_seq"]) == (2, 0)

@@ -154,7 +154,7 @@ def _event(rng: random.Random) -> str:
         args = []
         for key in ("External id", "external id", "correlation", "device", "stream", "bytes", "Python id",
                     "Python parent id", "Call stack", "Comms Id", "Input Dims", "Device Type", "Device Id",
-                    "Bytes", "Total Allocated", "Total Reserved", "Addr"):  # fmt: skip
+                    "Bytes", "Total Allocated", "Total Reserved", "Addr", "Seq", "Process Group Name"):  # fmt: skip
             if rng.random() < 0.4:
                 value = (
                     str(rng.randrange(10**6))
@@ -332,6 +332,61 @@ def test_invalid_utf8_is_refused_by_every_loader(
     monkeypatch.setenv("TRACEINSIGHT_NATIVE", "0")
     with pytest.raises(TraceFormatError, match="invalid UTF-8"):
         load_trace(path)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _perfetto_bytes(packets: int) -> bytes:
+    """A Perfetto protobuf ``Trace`` as Kineto's Perfetto writer makes one (kineto PR 1413): each
+    ``packet`` (field 1, length-delimited: tag 0x0a) holds a timestamp (field 8), a trusted
+    sequence id (field 10) and a track event (field 11) with a name (field 23)."""
+    out = bytearray()
+    for index in range(packets):
+        name = f"aten::mm {index}".encode()
+        event = b"\xba\x01" + _varint(len(name)) + name  # TrackEvent.name = 23
+        packet = (
+            b"\x40" + _varint(1_700_000_000_000 + index) + b"\x50\x01" + b"\x5a" + _varint(len(event)) + event
+        )
+        out += b"\x0a" + _varint(len(packet)) + packet
+    return bytes(out)
+
+
+@needs_native
+@pytest.mark.parametrize("packets", [1, 3, 400])
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_perfetto_protobuf_trace_is_refused_by_every_loader_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, packets: int, gz: bool
+) -> None:
+    """Kineto's Perfetto output (``.pftrace``) is binary protobuf whose first byte is a newline:
+    each loader says what it is and how to write JSON, not "not valid JSON"."""
+    data = _perfetto_bytes(packets)
+    assert data[0] == 0x0A and data[1] not in b" \t\r\n{["
+    path = tmp_path / ("trace.pftrace.gz" if gz else "trace.pftrace")
+    path.write_bytes(gzip.compress(data) if gz else data)
+    words = r"Perfetto protobuf trace \(\.pftrace\).*export_chrome_trace"
+    with pytest.raises(TraceFormatError, match=words):
+        _native(path)
+    with pytest.raises(TraceFormatError, match=words):
+        load_trace_reference(path)
+    monkeypatch.setenv("TRACEINSIGHT_NATIVE", "0")
+    with pytest.raises(TraceFormatError, match=words):
+        load_trace(path)
+
+
+@pytest.mark.parametrize("lead", ["\n", "\n\n  ", "\n\t\r\n "])
+def test_json_that_starts_with_a_newline_is_not_taken_for_perfetto(tmp_path: Path, lead: str) -> None:
+    path = tmp_path / "lead.json"
+    path.write_text(lead + '{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, '
+                    '"ts": 10, "dur": 5}]}')  # fmt: skip
+    assert load_trace(path).gpu.height == 1
+    assert_same_trace(load_trace(path), load_trace_reference(path))
 
 
 def _times_trace(tmp_path: Path, texts: list[str]) -> Path:

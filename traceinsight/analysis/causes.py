@@ -34,6 +34,8 @@ class CauseKind(StrEnum):
     """The launching thread recorded nothing during the gap."""
     UNKNOWN = "unknown"
     """No host thread could be tied to the work that ended the gap."""
+    CAPTURE = "graph-capture"
+    """The launching thread was capturing a CUDA/HIP graph: its launches were recorded, not run."""
     OUTSIDE_STEADY = "outside-steady-state"
     """Idle outside the steady-state steps: start-up, warm-up, an outlier step, before/after the steps."""
     BEFORE_FIRST = "before-first-work"
@@ -54,6 +56,7 @@ CAUSE_LABELS: Final[dict[CauseKind, str]] = {
     CauseKind.QUEUED: "work queued, GPU waiting on a dependency",
     CauseKind.UNTRACED: "host activity not recorded",
     CauseKind.UNKNOWN: "no launching thread found",
+    CauseKind.CAPTURE: "capturing a CUDA/HIP graph (launches recorded, not run)",
     CauseKind.OUTSIDE_STEADY: "outside the steady state (start-up, warm-up, outlier steps)",
     CauseKind.BEFORE_FIRST: "before the GPU's first work",
     CauseKind.AFTER_LAST: "after the GPU's last work",

@@ -45,7 +45,12 @@ def copy_groups(
         .drop_nulls(["pid", "tid"])
         .sort("call_end")
     )
-    sync_starts = calls.select("pid", "tid", sync_ts="ts").drop_nulls(["pid", "tid"]).sort("sync_ts")
+    sync_starts = (
+        calls.filter(pl.col("kind") == "sync")
+        .select("pid", "tid", sync_ts="ts")
+        .drop_nulls(["pid", "tid"])
+        .sort("sync_ts")
+    )
     if host_calls.height and sync_starts.height:
         followed = host_calls.join_asof(
             sync_starts,

@@ -20,12 +20,16 @@ pipeline bubble (the host is not late; the stages run one after the other).
 Otherwise the host was late, and what the launching thread did during the gap is the cause, in
 this order (gaps of at least ``min_gap_us``):
 
+0. ``graph-capture`` — the thread was capturing a CUDA/HIP graph (between ``cudaStreamBeginCapture``
+   and ``cudaStreamEndCapture``, :mod:`.capture`) for ``cause_coverage`` of the gap: what it
+   launched went into the graph, so the GPU had nothing to run, by design;
 1. ``dataloader`` — the thread spent at least ``cause_coverage`` of the gap in DataLoader ``__next__``;
 2. ``sync`` — a blocking call on the thread returned within ``sync_drain_slack_us`` of the gap's
    start after waiting at least ``cause_coverage`` of the gap's length: the host waited for the GPU
    to drain its queue, so no work was queued ahead (a sync that barely waited did not cause the
-   gap: the host work after it did). When that call waited for a host-to-device copy (pageable
-   ``.to('cuda')``), the cause is ``copy`` instead;
+   gap: the host work after it did). A copy call that waits inside itself (``cudaMemcpyAsync`` of a
+   device-to-host copy into pageable memory: ``.item()``, ``.cpu()``) is such a call. When the
+   call waited for a host-to-device copy (pageable ``.to('cuda')``), the cause is ``copy`` instead;
 3. ``copy`` — the thread was inside a copy call (``cudaMemcpy*``) for ``cause_coverage`` of the gap;
 4. ``communication`` — the innermost covering operator is a collective (``c10d::``, ``record_param_comms``);
 5. ``cpu_op`` — the innermost operator or annotation covering ``cause_coverage`` of the gap: the host
@@ -47,6 +51,7 @@ from typing import Final
 
 import polars as pl
 
+from traceinsight.analysis.capture import capture_windows
 from traceinsight.analysis.causes import CauseKind
 from traceinsight.analysis.intervals import gaps_between, meeting, merge_intervals, overlap_ns
 from traceinsight.analysis.results import IdleGap
@@ -157,7 +162,14 @@ def _host_activity(trace: Trace, calls: pl.DataFrame, windows: pl.DataFrame) -> 
             ),
         ]
     )
+    captures = meeting(
+        capture_windows(trace).select("pid", "tid", ts="start", end="end", name=pl.lit("graph capture")),
+        "ts",
+        "end",
+        windows,
+    )
     frames = [
+        captures.with_columns(kind=pl.lit("capture"), key=no_key),
         dataloader.with_columns(kind=pl.lit("dataloader"), key=no_key),
         meeting(
             calls.select("pid", "tid", "ts", "end", name="call", kind=pl.lit("sync"), key="key"),
@@ -195,6 +207,11 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         .filter("same_thread")
     )  # fmt: skip
     covers = pl.col("covered") >= (pl.col("end") - pl.col("start")) * limits.cause_coverage
+    capturing = (
+        touching.filter(pl.col("kind") == "capture")
+        .group_by("gap")
+        .agg(capture_covered=pl.col("covered").sum())
+    )
     dataloader = (
         touching.filter(pl.col("kind") == "dataloader")
         .group_by("gap")
@@ -234,7 +251,7 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
     ending_launch = (pl.col("kind") == "runtime") & (pl.col("h_ts") >= pl.col("l_ts")).fill_null(False)
     recorded = (
         touching.select("gap", "l_ts", "h_ts", "kind", "covered")
-        .filter((pl.col("covered") > 0) & (pl.col("kind") != "dataloader") & ~ending_launch)
+        .filter((pl.col("covered") > 0) & ~pl.col("kind").is_in(["dataloader", "capture"]) & ~ending_launch)
         .group_by("gap")
         .agg(activity=pl.len())
     )
@@ -243,6 +260,7 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         sync_call="call",
         sync_op="op",
         waited_copy="copy",
+        sync_is_copy=pl.col("kind") == "copy",
     )
     blocked_facts = calls.select(blocked_key="key", blocked_call="call", blocked_op="op")
     # Waiting for another GPU: blocked in syncs, then the work queued behind the other GPU's.
@@ -259,7 +277,9 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         & (pl.col("duration") < round(limits.dispatch_max_us * 1000))
     ).fill_null(False)
     kind = (
-        pl.when(pl.col("dl_covered").fill_null(0) >= pl.col("duration") * limits.cause_coverage)
+        pl.when(pl.col("capture_covered").fill_null(0) >= pl.col("duration") * limits.cause_coverage)
+        .then(pl.lit(CauseKind.CAPTURE.value))
+        .when(pl.col("dl_covered").fill_null(0) >= pl.col("duration") * limits.cause_coverage)
         .then(pl.lit(CauseKind.DATALOADER.value))
         .when(pl.col("sync_key").is_not_null() & h2d)
         .then(pl.lit(CauseKind.COPY.value))
@@ -278,7 +298,11 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         .otherwise(pl.lit(CauseKind.LAUNCH.value))
     )
     sync_label = (
-        pl.when(pl.col("waited_copy").is_not_null() & pl.col("sync_op").is_not_null())
+        pl.when(pl.col("sync_is_copy").fill_null(False) & pl.col("sync_op").is_not_null())
+        .then(pl.format("{} waiting for its {} in {}", "sync_call", "waited_copy", "sync_op"))
+        .when(pl.col("sync_is_copy").fill_null(False))
+        .then(pl.format("{} waiting for its {}", "sync_call", "waited_copy"))
+        .when(pl.col("waited_copy").is_not_null() & pl.col("sync_op").is_not_null())
         .then(pl.format("{} after {} in {}", "sync_call", "waited_copy", "sync_op"))
         .when(pl.col("waited_copy").is_not_null())
         .then(pl.format("{} after {}", "sync_call", "waited_copy"))
@@ -299,6 +323,7 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
             "blocked_ns",
             "blocked_key",
         )
+        .join(capturing, on="gap", how="left")
         .join(dataloader, on="gap", how="left")
         .join(drained, on="gap", how="left")
         .join(blocked_facts, on="blocked_key", how="left")
@@ -312,7 +337,9 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
             sync_key=pl.when(pl.col("cause_kind").is_in([CauseKind.SYNC.value, CauseKind.COPY.value]))
             .then(pl.col("sync_key"))
             .otherwise(None),
-            cause=pl.when(pl.col("cause_kind") == CauseKind.DATALOADER.value)
+            cause=pl.when(pl.col("cause_kind") == CauseKind.CAPTURE.value)
+            .then(pl.lit("capturing a graph: the launches were recorded into it, not run"))
+            .when(pl.col("cause_kind") == CauseKind.DATALOADER.value)
             .then(pl.col("dl_name"))
             .when(pl.col("sync_key").is_not_null())
             .then(sync_label)

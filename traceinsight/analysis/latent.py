@@ -36,8 +36,9 @@ def latent_syncs(
     trace: Trace, steady: SteadyState, user_code: Collection[str] = ()
 ) -> tuple[LatentSync, ...]:
     """Operators of :data:`taxonomy.LATENT_SYNC_OPS` not inside another one, grouped by (op, line,
-    module); only for traces without GPU work (with a GPU, the real syncs are measured instead)."""
-    if trace.has_gpu_activity:
+    module); only for traces without GPU work (with a GPU, the real syncs are measured instead), and
+    not for an accelerator this tool cannot read (MTIA, ...): there the operators did wait, on it."""
+    if trace.has_gpu_activity or trace.meta.foreign_accelerator is not None:
         return ()
     ops = trace.cpu_ops.filter(pl.col("name").is_in(list(taxonomy.LATENT_SYNC_OPS))).with_row_index("key")
     if ops.is_empty():

@@ -5,9 +5,11 @@ idle that removing the sync would not give back). It is the difference between t
 steady-state steps, one as recorded and one with the fix applied, in one model:
 
 - **Host.** The launching threads' own time is kept as recorded: Python, operators, launch calls.
-  Only what a fix removes changes: a blocking call that no longer waits takes no time; a shortened
-  range (a DataLoader ``__next__``, a pageable copy call, an unfused ``optimizer.step()``) takes its
-  new length, the launches inside it spread over that length in proportion. Everything the host
+  Only what a fix removes changes: a blocking call that no longer waits takes no time (a copy call
+  that waited inside itself, into pageable memory, takes what queueing a copy takes: the median
+  kernel launch call, at most its recorded time); a shortened range (a DataLoader ``__next__``, a
+  pageable copy call, an unfused ``optimizer.step()``) takes its new length, the launches inside it
+  spread over that length in proportion. Everything the host
   does after such a point happens that much earlier: it runs ahead.
 - **GPU.** Each kernel, copy and memset runs for its own recorded duration, in launch order on its
   stream. Work the host launched late ends at the later of (its launch + launch latency + its
@@ -54,6 +56,8 @@ LAUNCH_QUEUE = 1024
 _NEVER = np.iinfo(np.int64).min // 4
 #: Launch latency assumed when no launch was waited for (ns).
 _DEFAULT_LATENCY_NS = 10_000
+#: What a launch call costs the host when the trace has none to measure (ns).
+_DEFAULT_LAUNCH_COST_NS = 5_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +117,8 @@ class _Window:
     #: trace without steps, where its time on the GPU begins (relative ns): the window's start, or
     #: the GPU's first work when that comes later. Its time then ends with the GPU's last work.
     gpu_from: int | None = None
+    #: Per call: what it takes when a fix removes its wait (a copy call still queues its copy).
+    call_floor: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -201,6 +207,7 @@ def _simulate(window: _Window, fix: Fix) -> int:
     shift = 0
     processed = 0
     skipped = dict(zip(window.call_key.tolist(), window.call_skipped, strict=True))
+    floors = dict(zip(window.call_key.tolist(), window.call_floor.tolist(), strict=False))
     for point, kind, value, extra, recorded_end in [*anchors, (window.end - window.start, "end", 0, 0, 0)]:
         upto = int(np.searchsorted(window.launch, point, side="left")) if kind != "end" else count
         if upto > processed:
@@ -230,7 +237,7 @@ def _simulate(window: _Window, fix: Fix) -> int:
             call_start = point + shift
             # A call the fix removes returns at once; one that stays waits for the GPU to finish.
             if value in fix.remove_calls:
-                returned = call_start
+                returned = call_start + floors.get(value, 0)
             else:
                 ignore = skipped[value]
                 done = max((end for stream, end in stream_end.items() if stream not in ignore), default=0)
@@ -328,6 +335,8 @@ def prepare_replay(trace: Trace, calls: pl.DataFrame, steady: SteadyState) -> Re
             observed_latency=(pl.col("ts") - pl.col("l_ts")).clip(lower_bound=0),
         )
     )
+    launch_cost = trace.runtime.filter(pl.col("name").str.contains("LaunchKernel")).get_column("dur").median()
+    launch_cost_ns = int(launch_cost) if isinstance(launch_cost, (int, float)) else _DEFAULT_LAUNCH_COST_NS
     typical = work.filter(~pl.col("queued") & ~pl.col("fixed")).get_column("observed_latency").median()
     latency_ns = int(typical) if isinstance(typical, (int, float)) else _DEFAULT_LATENCY_NS
     work = work.with_columns(
@@ -385,6 +394,13 @@ def prepare_replay(trace: Trace, calls: pl.DataFrame, steady: SteadyState) -> Re
                 call_overhead=np.asarray(overheads, dtype=np.int64),
                 call_skipped=skipped,
                 gpu_from=None if first_work is None else max(0, first_work - start),
+                call_floor=window_calls.select(
+                    pl.when(pl.col("kind") == "copy")
+                    .then(pl.col("dur").clip(upper_bound=launch_cost_ns))
+                    .otherwise(0)
+                )
+                .to_series()
+                .to_numpy(),
             )
         )
     recorded = sum(_recorded_time(window, _recorded_ends(work, window)) for window in windows)

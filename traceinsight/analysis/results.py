@@ -164,11 +164,14 @@ class SyncCall:
 
 @dataclass(frozen=True, slots=True)
 class SyncHotspot:
-    """Blocking calls grouped by (call, op, source line, copy waited for).
+    """Host waits grouped by (call, call after it, op, source line, copy waited for).
 
+    A wait is one blocking call, or a copy call that waits inside itself (a device-to-host copy
+    into pageable memory) and the sync right after it: ``call`` then ``then_call``, one wait.
     op is the outermost operator enclosing the call on its thread (the one user code called, e.g.
-    ``aten::item``); op_chain lists every enclosing operator, outermost first. idle_after is the
-    GPU idle time from each call's return until the device's next activity, summed.
+    ``aten::item``); op_chain lists every enclosing operator, outermost first. blocked is the
+    host time in the waits' calls; idle_after is the GPU idle time from each wait's return until
+    the device's next activity, summed.
     """
 
     call: str
@@ -193,6 +196,14 @@ class SyncHotspot:
     module: str | None = None
     #: Host time blocked in the calls inside the steady state (``blocked_ns`` counts every call).
     steady_blocked_ns: int = 0
+    #: The sync that completes each wait after a copy call (``cudaStreamSynchronize`` after the
+    #: ``cudaMemcpyAsync`` of ``.item()``), when there is one: the pair is one wait, counted once.
+    then_call: str | None = None
+
+    @property
+    def call_text(self) -> str:
+        """The wait's calls as shown: ``cudaMemcpyAsync + cudaStreamSynchronize``."""
+        return f"{self.call} + {self.then_call}" if self.then_call else self.call
 
 
 @dataclass(frozen=True, slots=True)

@@ -171,7 +171,9 @@ def source_at(trace: Trace, points: pl.DataFrame, user_code: Collection[str] = (
 def enclosing_ops(trace: Trace, points: pl.DataFrame) -> pl.DataFrame:
     """For rows ``key, pid, tid, t`` return ``key, op (outermost), innermost, op_chain``.
 
-    Every cpu op on the same thread whose interval contains t, ordered by start (outermost first).
+    Every cpu op on the same thread whose interval contains t, ordered by start (outermost first);
+    ops with the same start and end (``aten::to`` and the ``aten::_to_copy`` it calls, within a
+    µs) in file order, which Kineto writes parent first.
     """
     schema = pl.Schema(
         [
@@ -184,7 +186,7 @@ def enclosing_ops(trace: Trace, points: pl.DataFrame) -> pl.DataFrame:
     if points.is_empty() or trace.cpu_ops.is_empty():
         return pl.DataFrame(schema=schema)
     ops = meeting(
-        trace.cpu_ops.select("pid", "tid", o_ts="ts", o_end="end", o_name="name"),
+        trace.cpu_ops.select("pid", "tid", o_ts="ts", o_end="end", o_name="name").with_row_index("o_row"),
         "o_ts",
         "o_end",
         _instants(points),
@@ -192,7 +194,7 @@ def enclosing_ops(trace: Trace, points: pl.DataFrame) -> pl.DataFrame:
     return (
         points.join_where(ops, pl.col("t") >= pl.col("o_ts"), pl.col("t") <= pl.col("o_end"))
         .filter((pl.col("pid") == pl.col("pid_right")) & (pl.col("tid") == pl.col("tid_right")))
-        .sort("o_ts", pl.col("o_end"), descending=[False, True])
+        .sort("o_ts", "o_end", "o_row", descending=[False, True, False])
         .group_by("key")
         .agg(
             op=pl.col("o_name").first(),

@@ -1,8 +1,13 @@
 """One report from the ranks' results: collectives matched across ranks, lateness, stragglers.
 
-Collectives are matched by sequence: the n-th collective of each kind on one rank is the n-th of
-that kind on every other rank (kind: the NCCL/RCCL kernel's collective, ``AllReduce``,
-``SendRecv``…, or the host ``c10d::`` operator without GPU work). Times are on the traces' own
+Collectives are matched by process group and sequence number where the traces say them (Kineto
+writes ``Process Group Name`` and ``Seq`` on communication kernels since 2026): the collective with
+sequence number n of a group on one rank is the one with n in that group on every rank that ran it,
+whatever order the groups' collectives ran in. Otherwise by order: the n-th collective of each kind
+on one rank is the n-th of that kind on every other rank (kind: the NCCL/RCCL kernel's collective,
+``AllReduce``, ``SendRecv``…, or the host ``c10d::`` operator without GPU work). A kind is matched by
+group and sequence number only when every collective of it on every rank carries them. Times are
+on the traces' own
 clocks, taken as one clock (torch.profiler writes wall-clock time; ranks on hosts with skewed
 clocks show the skew as lateness).
 
@@ -62,6 +67,7 @@ CAUSE_WORDS: Final[dict[str, str]] = {
     CauseKind.OUTSIDE_STEADY.value: "outside steady state",
     CauseKind.BEFORE_FIRST.value: "before first work",
     CauseKind.AFTER_LAST.value: "after last work",
+    CauseKind.CAPTURE.value: "graph capture",
     "compute": "slower GPU work",
 }
 _MAD_SCALE: Final = 1.4826
@@ -76,7 +82,8 @@ class RankTiming:
 
     rank: int
     matched: int
-    """Collectives of this rank matched with every other rank's."""
+    """Collectives of this rank matched with the other ranks' (every other rank's when matched by
+    order; the other members of its process group when matched by group and sequence number)."""
     late_median_ns: int
     late_max_ns: int
     waited_ns: int
@@ -130,6 +137,8 @@ class JobReport:
     """By rank (empty when the ranks have no collectives to match)."""
     collectives_from: str
     collectives_matched: int
+    #: Of those, matched by process group and sequence number (the rest by kind and order).
+    collectives_matched_by_seq: int
     collective_kinds: tuple[tuple[str, int], ...]
     stragglers: tuple[Straggler, ...]
     findings: tuple[JobFinding, ...]
@@ -153,8 +162,36 @@ def _check_ranks(results: Sequence[RankResult]) -> None:
         seen[result.rank] = result.path
 
 
+def _keyed(ranks: Sequence[RankResult], kind: str) -> bool:
+    """Whether every collective of ``kind`` on every rank carries its process group and sequence."""
+    return all(
+        collective.process_group is not None and collective.seq is not None
+        for result in ranks
+        for collective in result.collectives
+        if collective.kind == kind
+    )
+
+
+def _match_keyed(ranks: Sequence[RankResult], kind: str) -> list[tuple[str, dict[int, tuple[int, int]]]]:
+    """Collectives of ``kind`` matched by (process group, sequence number, occurrence): each one
+    among the ranks that ran it (a group's collective involves its members only), two ranks up."""
+    by_key: dict[tuple[str, int, int], dict[int, tuple[int, int]]] = defaultdict(dict)
+    for result in ranks:
+        seen: Counter[tuple[str, int]] = Counter()
+        for collective in result.collectives:
+            if collective.kind != kind or collective.process_group is None or collective.seq is None:
+                continue
+            key = (collective.process_group, collective.seq)
+            by_key[(*key, seen[key])][result.rank] = (collective.start_ns, collective.end_ns)
+            seen[key] += 1
+    return [(kind, starts) for starts in by_key.values() if len(starts) > 1]
+
+
 def _match(ranks: Sequence[RankResult]) -> tuple[list[tuple[str, dict[int, tuple[int, int]]]], list[str]]:
-    """Matched collectives: (kind, {rank: (start, end)}) in order, and warnings on counts that differ."""
+    """Matched collectives: (kind, {rank: (start, end)}) in order, and warnings on counts that differ.
+
+    By process group and sequence number where every collective of a kind carries them, else by
+    order (see the module doc)."""
     by_rank: dict[int, dict[str, list[tuple[int, int]]]] = {}
     for result in ranks:
         kinds: dict[str, list[tuple[int, int]]] = defaultdict(list)
@@ -165,6 +202,9 @@ def _match(ranks: Sequence[RankResult]) -> tuple[list[tuple[str, dict[int, tuple
     every_kind = sorted({kind for kinds in by_rank.values() for kind in kinds})
     matched: list[tuple[str, dict[int, tuple[int, int]]]] = []
     for kind in every_kind:
+        if _keyed(ranks, kind):
+            matched += _match_keyed(ranks, kind)
+            continue
         counts = {rank: len(kinds.get(kind, [])) for rank, kinds in by_rank.items()}
         low, high = min(counts.values()), max(counts.values())
         if low != high:
@@ -337,11 +377,13 @@ def combine(results: Sequence[RankResult]) -> JobReport:
             "(they are outliers among the ranks)"
         )
     kinds = Counter(kind for kind, _ in matched)
+    keyed = {kind: _keyed(ranks, kind) for kind in kinds}
     return JobReport(
         ranks=ranks,
         timings=timings,
         collectives_from=source,
         collectives_matched=len(matched),
+        collectives_matched_by_seq=sum(count for kind, count in kinds.items() if keyed.get(kind)),
         collective_kinds=tuple(sorted(kinds.items(), key=lambda item: (-item[1], item[0]))),
         stragglers=_stragglers(ranks, timings, step_ns),
         findings=_findings(ranks),

@@ -51,6 +51,10 @@ class Collective:
     kind: str
     start_ns: int
     end_ns: int
+    #: The process group it ran in and its sequence number there (``Process Group Name`` and
+    #: ``Seq`` on communication kernels since 2026): None where the trace does not say.
+    process_group: str | None = None
+    seq: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,10 +144,15 @@ def collectives(trace: Trace) -> tuple[str, tuple[Collective, ...]]:
     )
     source = "gpu"
     if kernels.is_empty():
-        kernels = trace.cpu_ops.filter(pl.col("name").str.starts_with("c10d::"))
+        kernels = trace.cpu_ops.filter(pl.col("name").str.starts_with("c10d::")).with_columns(
+            seq=pl.lit(None, pl.Int64), process_group=pl.lit(None, pl.String)
+        )
         source = "host" if kernels.height else "none"
-    rows = kernels.sort("ts", "end", "name").select("name", "ts", "end").iter_rows()
-    found = tuple(Collective(collective_kind(name), ts + offset, end + offset) for name, ts, end in rows)
+    rows = kernels.sort("ts", "end", "name").select("name", "ts", "end", "process_group", "seq").iter_rows()
+    found = tuple(
+        Collective(collective_kind(name), ts + offset, end + offset, group, seq)
+        for name, ts, end, group, seq in rows
+    )
     return source, found
 
 

@@ -300,6 +300,8 @@ def _group_frame(
         "python_id": lambda: _ids(arg("python_id")),
         "parent_id": lambda: _ids(arg("python_parent_id")),
         "call_stack": lambda: clean_texts(_texts(arg("call_stack"), _stack, nulls=True)),
+        "seq": lambda: _ids(arg("seq")),
+        "process_group": lambda: clean_texts(_texts(arg("process_group"), _stack, nulls=True)),
     }
     columns = group_columns(group)
     return pl.DataFrame(

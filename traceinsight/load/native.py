@@ -53,9 +53,11 @@ from traceinsight.load.decode import (
     TraceDocument,
     check_start,
     document_from_value,
+    is_perfetto,
     json_error,
     not_a_trace,
     parse_json,
+    perfetto_trace,
 )
 from traceinsight.load.progress import ProgressCallback
 from traceinsight.load.reference import too_many_events
@@ -263,6 +265,8 @@ def _memory_frame(
 _GROUP_COLUMNS: Final = {group: group_columns(group) for group in GROUPS}
 #: The scanner's field of each plain integer event column.
 _ID_FIELD: Final = {"parent_id": "python_parent_id"}
+#: Event columns read as text (a string or null): ``call_stack``, ``process_group``.
+_TEXT_FIELDS: Final = frozenset(f.name for f in schema.EVENT_FIELDS if f.kind == "text")
 
 
 def _group_frame(
@@ -291,8 +295,8 @@ def _group_frame(
             data[name] = taken("cat").texts(texts, "")
         elif name == "name":
             data[name] = taken("name").texts(texts, str)
-        elif name == "call_stack":
-            data[name] = taken("call_stack").texts(texts, None)
+        elif name in _TEXT_FIELDS:
+            data[name] = taken(name).texts(texts, None)
         elif name == "ts":
             data[name] = pl.Series(ts, dtype=pl.Int64)
         elif name == "dur":
@@ -560,6 +564,8 @@ def _mapped(
     assert _scan is not None
     view = memoryview(mapped)
     size = len(view)
+    if is_perfetto(view[:16]):  # before whitespace is skipped: its first byte is a newline
+        raise perfetto_trace(frame.path)
     lead = _first_text_byte(view)
     if lead >= size:
         raise empty_trace(frame.path)
@@ -760,6 +766,8 @@ def _streamed(
     offset = 0  # text offset of head[0] (leading whitespace is dropped)
     found: int | None = None
     for block in blocks:
+        if not offset and not head and is_perfetto(block[:16]):  # before whitespace is skipped
+            raise perfetto_trace(frame.path)
         if not head:
             skipped = leading_whitespace(block)
             offset += skipped

@@ -48,6 +48,10 @@ EVENT_FIELDS: Final[tuple[EventField, ...]] = (
     EventField("python_id", "Python id", True, "id"),
     EventField("python_parent_id", "Python parent id", True, "id"),
     EventField("call_stack", "Call stack", True, "text"),  # 2020-21 traces
+    # A collective's sequence number in its process group and the group's name, on communication
+    # kernels since 2026 (kineto PRs 1296, 1483): what matches a collective across ranks.
+    EventField("seq", "Seq", True, "id"),
+    EventField("process_group", "Process Group Name", True, "text"),
     # The allocator's records (``profile_memory=True``); the totals since torch 1.10.
     EventField("device_type", "Device Type", True, "id", memory=True),
     EventField("device_id", "Device Id", True, "id", memory=True),
@@ -78,6 +82,9 @@ GPU_ACTIVITY: Final[pl.Schema] = pl.Schema(
         "correlation": pl.Int64,
         "external_id": pl.Int64,
         "bytes": pl.Int64,
+        # communication kernels: ``Seq`` and ``Process Group Name`` (null elsewhere and before 2026)
+        "seq": pl.Int64,
+        "process_group": pl.String,
     }
 )
 
@@ -202,5 +209,7 @@ EVENT_COLUMNS: Final[pl.Schema] = pl.Schema(
         "python_id": pl.Int64,
         "parent_id": pl.Int64,  # "Python parent id"
         "call_stack": pl.String,
+        "seq": pl.Int64,
+        "process_group": pl.String,
     }
 )

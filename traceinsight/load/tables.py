@@ -59,6 +59,12 @@ class TraceMeta:
     #: ``python_function`` names repaired or dropped). Empty for a clean file.
     load_notes: tuple[tuple[str, int], ...] = field(default_factory=tuple)
 
+    @property
+    def foreign_accelerator(self) -> taxonomy.ForeignAccelerator | None:
+        """Activity of an accelerator traceinsight cannot read (MTIA, Gaudi, ...), from the
+        trace's categories (:func:`.taxonomy.foreign_accelerator`); None for CUDA/ROCm or CPU."""
+        return taxonomy.foreign_accelerator(self.categories)
+
 
 @dataclass(frozen=True, slots=True)
 class Trace:

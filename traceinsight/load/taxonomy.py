@@ -31,6 +31,54 @@ GPU_ANNOTATION_CATEGORIES: Final[frozenset[str]] = frozenset({"gpu_user_annotati
 PYTHON_CATEGORIES: Final[frozenset[str]] = frozenset({"python_function"})
 CUDA_SYNC_CATEGORIES: Final[frozenset[str]] = frozenset({"cuda_sync"})
 
+#: ``cat`` of activity on accelerators that are not CUDA or ROCm GPUs, which traceinsight cannot read
+#: (their device work is not kernels, copies or memsets), → the accelerator's name. Kineto writes
+#: MTIA's device work as ``mtia_ccp_events`` on "MTIA N" rows (pid = device) and its host calls as
+#: ``mtia_runtime``; Gaudi's as ``hpu_op``; Intel XPU's host calls as ``xpu_runtime``; a custom
+#: PrivateUse1 backend's as ``privateuse1_*``.
+UNREADABLE_ACCELERATOR_CATEGORIES: Final[dict[str, str]] = {
+    "mtia_ccp_events": "MTIA",
+    "mtia_runtime": "MTIA",
+    "mtia_insight": "MTIA",
+    "mtia_counters": "MTIA",
+    "mtia_workloadd": "MTIA",
+    "hpu_op": "HPU (Intel Gaudi)",
+    "xpu_runtime": "Intel XPU",
+    "xpu_driver": "Intel XPU",
+    "privateuse1_runtime": "a custom (PrivateUse1) accelerator",
+    "privateuse1_driver": "a custom (PrivateUse1) accelerator",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ForeignAccelerator:
+    """Activity of an accelerator traceinsight cannot read: its name and the events that show it."""
+
+    name: str
+    #: (category, events) of each of its categories in the trace, most events first.
+    categories: tuple[tuple[str, int], ...]
+
+    @property
+    def events(self) -> str:
+        """``1,313 mtia_ccp_events and 823 mtia_runtime events``."""
+        parts = [f"{count:,} {category}" for category, count in self.categories]
+        return (", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]) + " events"
+
+
+def foreign_accelerator(categories: Collection[tuple[str, int]]) -> ForeignAccelerator | None:
+    """The unreadable accelerator whose categories (:data:`UNREADABLE_ACCELERATOR_CATEGORIES`) hold
+    the most events among ``categories`` (``(cat, events)`` pairs), or None."""
+    found: dict[str, list[tuple[str, int]]] = {}
+    for category, count in categories:
+        name = UNREADABLE_ACCELERATOR_CATEGORIES.get(category)
+        if name is not None and count > 0:
+            found.setdefault(name, []).append((category, count))
+    if not found:
+        return None
+    name, seen = max(found.items(), key=lambda item: (sum(count for _, count in item[1]), item[0]))
+    return ForeignAccelerator(name, tuple(sorted(seen, key=lambda item: (-item[1], item[0]))))
+
+
 # --- annotations ---------------------------------------------------------------------------------
 
 STEP_PATTERN: Final[re.Pattern[str]] = re.compile(r"^ProfilerStep#(\d+)$")
@@ -187,6 +235,44 @@ COPY_CALL_PREFIXES: Final[tuple[str, ...]] = ("cudaMemcpy", "hipMemcpy", "cuMemc
 #: Synchronous copy APIs: the host waits for the copy itself.
 SYNCHRONOUS_COPY_CALLS: Final[frozenset[str]] = frozenset(
     {"cudaMemcpy", "cudaMemcpy2D", "hipMemcpy", "hipMemcpyWithStream"}
+)
+
+
+def waits_inside_copy_call(copy_name: str) -> bool:
+    """Whether the host call of a copy named ``copy_name`` waits for the copy inside itself, even
+    an ``*Async`` one: a device-to-host copy into pageable memory (``.item()``, ``.cpu()``,
+    ``.tolist()`` into a fresh host tensor) is synchronous, so the call returns only after the GPU
+    has run everything queued before it on the stream and then the copy. (A copy from pageable
+    memory to the device returns once the data is staged; ROCm names every host side ``Host``,
+    so its copies do not tell.)"""
+    kind = parse_copy_name(copy_name)
+    return kind.direction == "DtoH" and kind.dst == "Pageable"
+
+
+# --- graph capture -----------------------------------------------------------------------------------
+
+#: Host calls that start and end capturing a stream into a CUDA/HIP graph: launches between them
+#: are recorded into the graph and do not run (no GPU activity follows them, by design).
+GRAPH_CAPTURE_BEGIN_PREFIXES: Final[tuple[str, ...]] = (
+    "cudaStreamBeginCapture",
+    "hipStreamBeginCapture",
+    "cuStreamBeginCapture",
+)
+GRAPH_CAPTURE_END_PREFIXES: Final[tuple[str, ...]] = (
+    "cudaStreamEndCapture",
+    "hipStreamEndCapture",
+    "cuStreamEndCapture",
+)
+#: Host calls that launch one kernel (each should be followed by GPU activity of its correlation).
+KERNEL_LAUNCH_CALLS: Final[tuple[str, ...]] = (
+    "cudaLaunchKernel",
+    "cudaLaunchKernelExC",
+    "cuLaunchKernel",
+    "cuLaunchKernelEx",
+    "hipLaunchKernel",
+    "hipExtLaunchKernel",
+    "hipModuleLaunchKernel",
+    "hipExtModuleLaunchKernel",
 )
 
 # --- memory ------------------------------------------------------------------------------------------

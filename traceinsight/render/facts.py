@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from traceinsight.analysis.causes import BUSY_LABELS, CAUSE_LABELS, BusyClass
 from traceinsight.analysis.usage import Usage, total_usage
 from traceinsight.formatting import format_duration, format_share, format_size
+from traceinsight.load import TraceMeta
 from traceinsight.report import Report
 from traceinsight.rules.findings import Finding
 
@@ -79,6 +80,14 @@ def steps_fact(report: Report) -> str:
     return f"{count} ({kind}), {kept} steady (left out: step {left_out}){median}"
 
 
+def _no_gpus(meta: TraceMeta) -> str:
+    """The header's GPU line for a trace without GPU activity."""
+    foreign = meta.foreign_accelerator
+    if foreign is not None:
+        return f"none: the accelerator is {foreign.name}, which traceinsight cannot read ({foreign.events})"
+    return "none (no GPU activity in this trace)"
+
+
 def header_facts(report: Report) -> list[tuple[str, str]]:
     """(label, value) pairs for the top of every output."""
     analysis = report.analysis
@@ -115,7 +124,7 @@ def header_facts(report: Report) -> list[tuple[str, str]]:
     facts.append(
         (
             "GPU" if len(gpus) == 1 else "GPUs",
-            "; ".join(gpus) if gpus else "none (no GPU activity in this trace)",
+            "; ".join(gpus) if gpus else _no_gpus(meta),
         )
     )
     if meta.world_size is not None or meta.backend is not None:
@@ -195,6 +204,12 @@ def saving_text(finding: Finding) -> str:
 
 def no_findings_text(report: Report) -> str:
     """What to say when no finding is above the noise floor: where the idle went, never a bare "no"."""
+    foreign = report.analysis.meta.foreign_accelerator
+    if foreign is not None and not report.analysis.has_gpu:
+        return (
+            f"No findings: traceinsight cannot read {foreign.name} activity, so it has no accelerator "
+            "time to judge (see the warning at the top)."
+        )
     usage = total_usage(report.analysis.usage)
     window, total = usage.window_ns, usage.idle_ns
     if not window or total < 0.2 * window:

@@ -474,6 +474,7 @@ class HtmlRenderer:
             "no_findings": no_findings_text(report),
             "analysis": analysis,
             "has_gpu": analysis.has_gpu,
+            "foreign_accelerator": analysis.meta.foreign_accelerator,
             "origin_ns": analysis.meta.origin_ns,
             "scores": scores,
             "overview": overview,

@@ -42,6 +42,7 @@ def job_dict(job: JobReport) -> dict[str, Any]:
             "collectives": {
                 "from": job.collectives_from,
                 "matched": job.collectives_matched,
+                "matched_by_seq": job.collectives_matched_by_seq,
                 "kinds": dict(job.collective_kinds),
             },
         },

@@ -235,6 +235,7 @@ def report_dict(report: Report, *, gaps: bool = True) -> dict[str, Any]:
                 "source_kind": hotspot.source_kind,
                 "steady_count": hotspot.steady_count,
                 "idle_caused_us": _us(hotspot.idle_caused_ns),
+                "then_call": hotspot.then_call,
             }
             for hotspot in analysis.sync_hotspots
         ],

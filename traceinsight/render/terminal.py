@@ -203,7 +203,15 @@ def renderables(report: Report, top: int = _TOP) -> list[RenderableType]:
     parts.extend(_time_split(report))
 
     if not analysis.has_gpu:
-        parts.append(Text("Host-side view (no GPU activity in this trace)", style="bold cyan"))
+        foreign = analysis.meta.foreign_accelerator
+        parts.append(
+            Text(
+                f"Host-side view (the {foreign.name} accelerator's activity is not read)"
+                if foreign is not None
+                else "Host-side view (no GPU activity in this trace)",
+                style="bold cyan",
+            )
+        )
     cards = [finding for finding in report.findings if not finding.minor]
     minor = [finding for finding in report.findings if finding.minor]
     if cards:
@@ -245,7 +253,7 @@ def renderables(report: Report, top: int = _TOP) -> list[RenderableType]:
         hot = _detail_table("Sync hot spots", ("call", "op", "source", "count", "blocked", "GPU idle after"))
         for hotspot in analysis.sync_hotspots[:top]:
             hot.add_row(
-                _data(hotspot.call),
+                _data(hotspot.call_text),
                 _data(hotspot.op or ""),
                 _data(_source(hotspot.source, hotspot.source_kind)),
                 str(hotspot.count),

@@ -44,6 +44,7 @@ _EXPLAINED = frozenset(
         CauseKind.OUTSIDE_STEADY,
         CauseKind.BEFORE_FIRST,
         CauseKind.AFTER_LAST,
+        CauseKind.CAPTURE,  # by design: the warning says so, and what to profile instead
     }
 )
 

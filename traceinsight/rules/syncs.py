@@ -77,7 +77,7 @@ def _sync_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
         what, fix_advice = what_syncs(hotspot)
         often = how_often(analysis, hotspot.steady_count)
         evidence = [
-            ("call", hotspot.call),
+            ("call", hotspot.call_text),
             ("operator chain", hotspot.op_chain or "not recorded"),
             ("waits for", hotspot.copy or "everything queued on the GPU (no copy right before)"),
             ("source", source_evidence(hotspot.source, hotspot.source_kind)),
@@ -91,6 +91,7 @@ def _sync_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
         ]
         if hotspot.module is not None:
             evidence.insert(0, ("inside the forward of", hotspot.module))
+        copy_call = hotspot.copy is not None and hotspot.call.startswith(taxonomy.COPY_CALL_PREFIXES)
         yield make_finding(
             analysis,
             rule_id,
@@ -108,17 +109,22 @@ def _sync_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
             ),
             evidence=evidence,
             advice=advice.BRANCH if in_forward and fix_advice is advice.EXPLICIT_SYNC else fix_advice,
-            why=f"{hotspot.call} blocks the host until the GPU has finished everything queued, so "
-            "when it returns the GPU has nothing left to run and idles while the host prepares "
-            "and launches the next work.",
+            why=(
+                f"A copy into pageable host memory ({hotspot.call}) is synchronous: it blocks the host "
+                "until the GPU has finished everything queued before it and the copy itself"
+                if copy_call
+                else f"{hotspot.call} blocks the host until the GPU has finished everything queued"
+            )
+            + ", so when it returns the GPU has nothing left to run and idles while the host "
+            "prepares and launches the next work.",
             op=hotspot.op,
             source=hotspot.source,
             source_kind=hotspot.source_kind,
-            note=wait_note(analysis, saving.total_ns, hotspot.idle_caused_ns),
+            note=wait_note(analysis, saving.total_ns, hotspot.idle_caused_ns, hotspot.steady_blocked_ns),
         )
 
 
-def wait_note(analysis: Analysis, saving_ns: int, idle_after_ns: int) -> str:
+def wait_note(analysis: Analysis, saving_ns: int, idle_after_ns: int, blocked_ns: int = 0) -> str:
     """What the replayed saving of removing a wait is, beside the GPU idle right after the wait
     (the gap classification): the saving is the change in step time, which can be far less (the
     host is the bottleneck) or more (the wait also held back launches the GPU later idled for)."""
@@ -127,6 +133,13 @@ def wait_note(analysis: Analysis, saving_ns: int, idle_after_ns: int) -> str:
         return (
             "small because the host is the bottleneck here: without the wait it would still "
             "launch the next work late, so the GPU would idle anyway"
+        )
+    if blocked_ns > 4 * max(saving_ns, idle_after_ns):
+        return (
+            "replayed without the wait; far less than the host's blocked time because the GPU had "
+            "work queued through most of the waiting (running it, or held by another stream, an "
+            "event or communication): the host waited for that work, so removing the wait frees "
+            "the host, not the GPU"
         )
     extra = beyond(saving_ns, idle_after_ns)
     if extra is not None:
