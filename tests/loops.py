@@ -167,3 +167,23 @@ def dataloader_loop(
         loop.events.append(annotation(f"ProfilerStep#{step}", start, t - start))
         loop.steps.append((start, t))
     return loop
+
+
+def ahead_loop(
+    *, steps: int = 6, kernels: int = 20, kernel_us: float = 420, launch_every_us: float = 19.5
+) -> Loop:
+    """A healthy asynchronous loop whose host runs ahead of the GPU: each ``ProfilerStep`` range
+    launches ``kernels`` kernels ``launch_every_us`` apart and ends (0.39 ms by default) while the
+    GPU still needs ``kernels × kernel_us`` (8.4 ms) for them; nothing waits, so the kernels run
+    back to back from the first launch on."""
+    loop = Loop()
+    t = 0.0
+    gpu_free = 0.0
+    for step in range(steps):
+        start = t
+        for k in range(kernels):
+            gpu_free = _launch(loop, t + k * launch_every_us, gpu_free, kernel_us)
+        t += kernels * launch_every_us
+        loop.events.append(annotation(f"ProfilerStep#{step}", start, t - start))
+        loop.steps.append((start, t))
+    return loop

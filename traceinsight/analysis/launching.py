@@ -39,8 +39,8 @@ def launch_stats(trace: Trace, steady: SteadyState, gaps: pl.DataFrame, top: int
     has a source for exactly those)."""
     kernels = trace.gpu.filter(pl.col("kind") == "kernel")
     launches = trace.runtime.filter(pl.col("name").is_in(_KERNEL_LAUNCHES))
-    if steady.windows:
-        kernels = kernels.filter(within(kernels.get_column("ts"), steady.windows))
+    if steady.windows:  # kernels on the GPU's clock, launch calls on the host's
+        kernels = kernels.filter(within(kernels.get_column("ts"), steady.device_windows))
         launches = launches.filter(within(launches.get_column("ts"), steady.windows))
     steps = len(steady.steady_steps)
     kernel_median = kernels.get_column("dur").median()
@@ -51,7 +51,7 @@ def launch_stats(trace: Trace, steady: SteadyState, gaps: pl.DataFrame, top: int
         & pl.col("cause").str.starts_with("dispatching ")
     )
     if steady.windows and launch_gaps.height:
-        launch_gaps = launch_gaps.filter(within(launch_gaps.get_column("start"), steady.windows))
+        launch_gaps = launch_gaps.filter(within(launch_gaps.get_column("start"), steady.device_windows))
     dispatching: tuple[tuple[str, int, int], ...] = ()
     if launch_gaps.height:
         points = launch_gaps.with_row_index("key").select(

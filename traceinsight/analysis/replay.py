@@ -22,7 +22,10 @@ steady-state steps, one as recorded and one with the fix applied, in one model:
 - **The launch queue.** The host can be at most ``LAUNCH_QUEUE`` launches ahead of the GPU: a launch
   waits until the work that many launches before it has started.
 - **Step time** of a window = the later of the host's end of the window and the end of the GPU work
-  launched in it, from the window's start. A saving is the baseline replay minus the fixed replay.
+  launched in it, from the window's start on the GPU's clock: when the step before the window was
+  done (:mod:`.steady`), so that a window's recorded time is the steady steps' step times summed,
+  and a saving per step is over the same steps as the step time. A saving is the baseline replay
+  minus the fixed replay.
 
 Cross-stream dependencies are not modelled beyond the gaps kept above, and the GPU work itself is
 unchanged (a pinned copy is not assumed faster than a pageable one): savings are what removing the
@@ -97,6 +100,9 @@ class _Window:
     call_overhead: np.ndarray
     #: Per call: the streams it did not wait for (still busy when it returned, as recorded).
     call_skipped: tuple[frozenset[int], ...]
+    #: Where the window's time begins on the GPU's clock, relative to ``start``: when the step
+    #: before it was done (its first step's device window begins there; may be negative).
+    begin: int = 0
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -212,7 +218,7 @@ def _simulate(window: _Window, fix: Fix) -> int:
         elif kind == "shorten":
             shift -= value
     host_end = window.end - window.start + shift
-    return max(host_end, int(ends.max()) if count else 0)
+    return max(host_end, int(ends.max()) if count else 0, window.begin) - window.begin
 
 
 #: A host point of the replay: (time, kind, key or time removed, overhead, recorded end).
@@ -285,7 +291,7 @@ def prepare_replay(trace: Trace, calls: pl.DataFrame, steady: SteadyState) -> Re
     )
     launching = work.drop_nulls("pid").select("pid", "tid").unique()
     windows = []
-    for start, end in steady.windows:
+    for (start, end), (begin, _) in zip(steady.windows, steady.device_windows, strict=True):
         mine = work.filter((pl.col("launch") >= start) & (pl.col("launch") < end)).sort(
             "launch", "correlation"
         )
@@ -304,6 +310,7 @@ def prepare_replay(trace: Trace, calls: pl.DataFrame, steady: SteadyState) -> Re
             _Window(
                 start=start,
                 end=end,
+                begin=begin - start,
                 launch=mine.get_column("launch").to_numpy() - start,
                 latency=mine.get_column("latency").to_numpy(),
                 duration=mine.get_column("dur").to_numpy(),
@@ -319,7 +326,7 @@ def prepare_replay(trace: Trace, calls: pl.DataFrame, steady: SteadyState) -> Re
             )
         )
     recorded = sum(
-        max(window.end, window.start + int(window.duration.size and ends.max())) - window.start
+        max(window.end - window.start, int(window.duration.size and ends.max()), window.begin) - window.begin
         for window, ends in ((window, _recorded_ends(work, window)) for window in windows)
     )
     return Replay(windows=tuple(windows), steps=max(len(steady.steady_steps), 1), recorded_ns=recorded)

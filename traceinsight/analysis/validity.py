@@ -211,7 +211,7 @@ def _setup_warnings(trace: Trace, steady: SteadyState) -> list[TraceWarning]:
         return []
     total = sum(step.duration_ns for step in steps)
     edges = sum(
-        max(0, min(step.end_ns, first) - step.start_ns) + max(0, step.end_ns - max(step.start_ns, last))
+        max(0, min(step.done_ns, first) - step.begin_ns) + max(0, step.done_ns - max(step.begin_ns, last))
         for step in steps
     )
     if total and edges >= 0.5 * total:

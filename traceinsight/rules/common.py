@@ -41,7 +41,7 @@ def usage_amount(usage: Usage, ns: int) -> str:
 
 
 def reference(analysis: Analysis) -> tuple[int | None, int]:
-    """(median steady step or None, the time shares are taken of)."""
+    """(median steady step or None, the time shares are taken of: the mean steady step)."""
     return analysis.steady.step_ns, analysis.reference_ns
 
 

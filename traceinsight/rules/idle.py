@@ -51,8 +51,8 @@ _ADVICE: dict[CauseKind, Advice] = {
 
 
 def _steady_gaps(analysis: Analysis, device: int, kind: CauseKind) -> list[IdleGap]:
-    """Reported gaps of one cause on one device that overlap the steady state."""
-    windows = analysis.steady.windows
+    """Reported gaps of one cause on one device that overlap the steady state (GPU's clock)."""
+    windows = analysis.steady.device_windows
     cause = kind.value
     return [
         gap
