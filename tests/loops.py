@@ -187,3 +187,36 @@ def ahead_loop(
         loop.events.append(annotation(f"ProfilerStep#{step}", start, t - start))
         loop.steps.append((start, t))
     return loop
+
+
+def preprocessing_loop(
+    *,
+    steps: int = 4,
+    prep_us: float | tuple[float, ...] = 217_000,
+    kernels: int = 10,
+    kernel_us: float = 16_500,
+    source: str = "video.py(31): load_clip",
+) -> Loop:
+    """A video model's loop: each step the host decodes and resizes a clip (``prep_us`` in
+    ``aten::upsample_bilinear2d`` under ``source``; one per step when a tuple) before it launches
+    anything, then launches its kernels (``kernels × kernel_us``) and waits for them in
+    ``loss.item()``'s stream sync."""
+    loop = Loop()
+    t = 0.0
+    gpu_free = 0.0
+    preps = prep_us if isinstance(prep_us, tuple) else (prep_us,) * steps
+    for step, prep_us in enumerate(preps):
+        start = t
+        loop.events.append(frame(source, t, prep_us, python_id=next(_python_id)))
+        loop.events.append(cpu_op("aten::upsample_bilinear2d", t + 1, prep_us - 2))
+        t += prep_us
+        for k in range(kernels):
+            gpu_free = _launch(loop, t + k * 5, gpu_free, kernel_us)
+        t += kernels * 5
+        returned = max(t + 3, gpu_free + 2)
+        loop.events.append(runtime("cudaStreamSynchronize", t, returned - t))
+        loop.sync_returns.append(returned)
+        t = returned + 1
+        loop.events.append(annotation(f"ProfilerStep#{step}", start, t - start))
+        loop.steps.append((start, t))
+    return loop

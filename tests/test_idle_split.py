@@ -191,9 +191,10 @@ def test_work_numbered_above_another_process_first_call_keeps_its_host_cause(tmp
     assert next(g for g in result.idle_gaps if g.start_ns == 100_000).cause_kind == "queued"
 
 
-@pytest.mark.parametrize("builder", ["ahead_loop", "item_loop"])
+@pytest.mark.parametrize("builder", ["ahead_loop", "preprocessing_loop", "item_loop"])
 def test_hand_built_loops_split_as_the_plain_python_recomputation(tmp_path: Path, builder: str) -> None:
-    """A host that runs 20× ahead of its GPU, a host that syncs each step: per device and per step (each step's window on the GPU's
+    """A host that runs 20× ahead of its GPU, a host that prepares each step before its first GPU
+    work, a host that syncs each step: per device and per step (each step's window on the GPU's
     clock) the causes equal the recomputation from the raw JSON."""
     import loops
     from reference_split import step_windows

@@ -79,3 +79,6 @@ class Thresholds:
     #: The host or the GPU sets the pace of the steps when its own time per step is this share
     #: above the other's (see :mod:`traceinsight.analysis.pace`).
     pace_difference: float = 0.20
+    #: `host-preprocessing` fires when the GPU waits for the host's work before each step's first
+    #: GPU work at least this share of the steady steps (and in every steady step).
+    host_preprocessing_share: float = 0.10

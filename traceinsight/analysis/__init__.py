@@ -17,6 +17,7 @@ from traceinsight.analysis.memory import MemoryUsage, memory_usage
 from traceinsight.analysis.optimizer import OptimizerStats, optimizer_stats
 from traceinsight.analysis.pace import Pace, step_pace
 from traceinsight.analysis.precision import PrecisionMix, precision_mix
+from traceinsight.analysis.preprocessing import StepLeads, step_leads
 from traceinsight.analysis.replay import Replay, prepare_replay
 from traceinsight.analysis.results import (
     CopyGroup,
@@ -88,6 +89,8 @@ class Analysis:
     multi_gpu_processes: int
     #: The host's and the GPU's own time per steady step, and which side sets the pace.
     pace: Pace
+    #: The host's time in each steady step before its first launch, and what it did there.
+    step_leads: StepLeads
 
     @property
     def span_ns(self) -> int:
@@ -277,4 +280,5 @@ def _analyze(trace: Trace, limits: Thresholds, user_code: Collection[str], besid
         memory=steady_only.memory,
         multi_gpu_processes=launched.group_by("pid").len().filter(pl.col("len") > 1).height,
         pace=step_pace(steady, steps, calls, limits.pace_difference),
+        step_leads=step_leads(trace, steady, calls, fixes.dataloader_waits, user_code),
     )
