@@ -237,7 +237,11 @@ def host_preprocessing(analysis: Analysis) -> Iterator[Finding]:
             (
                 "steps",
                 f"every one of the {len(leads)} steady steps "
-                f"(from {format_duration(lengths[0])} to {format_duration(lengths[-1])})",
+                + (
+                    f"({format_duration(lengths[0])} each)"
+                    if format_duration(lengths[0]) == format_duration(lengths[-1])
+                    else f"(from {format_duration(lengths[0])} to {format_duration(lengths[-1])})"
+                ),
             ),
             (
                 "the host was in",
