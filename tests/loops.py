@@ -328,3 +328,56 @@ def model_parallel_loop(*, steps: int = 6, stage_kernels: int = 4, kernel_us: fl
         loop.events.append(annotation(f"ProfilerStep#{step}", start, t - start))
         loop.steps.append((start, t))
     return loop
+
+
+def ahead_loop(
+    *, steps: int = 6, kernels: int = 20, kernel_us: float = 420, launch_every_us: float = 19.5
+) -> Loop:
+    """A healthy asynchronous loop whose host runs ahead of the GPU: each ``ProfilerStep`` range
+    launches ``kernels`` kernels ``launch_every_us`` apart and ends (0.39 ms by default) while the
+    GPU still needs ``kernels × kernel_us`` (8.4 ms) for them; nothing waits, so the kernels run
+    back to back from the first launch on."""
+    loop = Loop()
+    t = 0.0
+    gpu_free = 0.0
+    for step in range(steps):
+        start = t
+        for k in range(kernels):
+            gpu_free = _launch(loop, t + k * launch_every_us, gpu_free, kernel_us)
+        t += kernels * launch_every_us
+        loop.events.append(annotation(f"ProfilerStep#{step}", start, t - start))
+        loop.steps.append((start, t))
+    return loop
+
+
+def preprocessing_loop(
+    *,
+    steps: int = 4,
+    prep_us: float | tuple[float, ...] = 217_000,
+    kernels: int = 10,
+    kernel_us: float = 16_500,
+    source: str = "video.py(31): load_clip",
+) -> Loop:
+    """A video model's loop: each step the host decodes and resizes a clip (``prep_us`` in
+    ``aten::upsample_bilinear2d`` under ``source``; one per step when a tuple) before it launches
+    anything, then launches its kernels (``kernels × kernel_us``) and waits for them in
+    ``loss.item()``'s stream sync."""
+    loop = Loop()
+    t = 0.0
+    gpu_free = 0.0
+    preps = prep_us if isinstance(prep_us, tuple) else (prep_us,) * steps
+    for step, prep_us in enumerate(preps):
+        start = t
+        loop.events.append(frame(source, t, prep_us, python_id=next(_python_id)))
+        loop.events.append(cpu_op("aten::upsample_bilinear2d", t + 1, prep_us - 2))
+        t += prep_us
+        for k in range(kernels):
+            gpu_free = _launch(loop, t + k * 5, gpu_free, kernel_us)
+        t += kernels * 5
+        returned = max(t + 3, gpu_free + 2)
+        loop.events.append(runtime("cudaStreamSynchronize", t, returned - t))
+        loop.sync_returns.append(returned)
+        t = returned + 1
+        loop.events.append(annotation(f"ProfilerStep#{step}", start, t - start))
+        loop.steps.append((start, t))
+    return loop

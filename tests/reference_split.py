@@ -3,7 +3,11 @@
 Independent of the loader and of the polars code: stdlib ``json``, loops and ``bisect``, following
 the rules written in ``traceinsight/analysis/idle_gaps.py``'s module docstring and the README. For
 traces with integer µs times (so ns are exact without the loader's decimal rules) whose steps are
-all steady.
+all steady. Steps are measured on the GPU's clock as ``traceinsight/analysis/steady.py`` describes:
+each GPU activity belongs to the step whose host range holds its launching call (or whose
+``gpu_user_annotation`` ProfilerStep covers it), a step is done when both its host range and that
+work have ended (never before the step before it), and its window runs from the previous step's
+done (the first step's host start) to its own.
 """
 
 from __future__ import annotations
@@ -12,9 +16,10 @@ import bisect
 import itertools
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from tracebuild import read_events
 
@@ -74,6 +79,85 @@ class Gaps:
     classified: list[tuple[int, int, int, str]]  # device, start, end, cause kind
     windows: list[tuple[int, int, int]]
     extent: dict[int, tuple[int, int]]  # device → first start, last end
+
+
+class StepWindow(NamedTuple):
+    """One step: its host range and its window on the GPU's clock, in ns."""
+
+    step: int
+    host_start: int
+    host_end: int
+    begin: int
+    done: int
+
+
+def step_windows(events: list[dict[str, Any]], ns: Callable[[Any], int] | None = None) -> list[StepWindow]:
+    """The trace's steps in start order, from the raw events alone (see the module doc).
+
+    Host ranges: ``ProfilerStep#N`` (the first of each N), else the windows between the ends of
+    consecutive ``Optimizer.step#`` ranges of the most frequent name. Each GPU activity belongs to
+    the range holding the first runtime call of its correlation; done = max(host end, the end of the
+    work it launched, the end of its ``gpu_user_annotation`` ProfilerStep range, the previous done).
+    ``ns`` turns a µs value into ns (default: rounded, exact for integer µs).
+    """
+    ns = ns or _ns
+    profiler: dict[int, tuple[int, int]] = {}
+    optimizer: list[tuple[str, int]] = []
+    drawn: dict[tuple[int, int], int] = {}  # (step, device) → end
+    first_launch: dict[int, int] = {}
+    gpu: list[tuple[int, int | None, int]] = []  # end, correlation, device
+    for e in events:
+        if e.get("ph") != "X" or "dur" not in e:
+            continue
+        cat, name, args = e.get("cat"), e.get("name", ""), e.get("args", {})
+        ts, end = ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])
+        match = re.match(r"^ProfilerStep#(\d+)$", name)
+        if cat in ("user_annotation", "Operator") and match and int(match[1]) not in profiler:
+            profiler[int(match[1])] = (ts, end)
+        elif cat in ("user_annotation", "Operator") and name.startswith("Optimizer.step#"):
+            optimizer.append((name, end))
+        elif cat == "gpu_user_annotation" and match:
+            key = (int(match[1]), int(args.get("device", e.get("pid"))))
+            drawn[key] = max(drawn.get(key, end), end)
+        elif cat in RUNTIME and args.get("correlation") is not None:
+            first_launch.setdefault(args["correlation"], ts)
+        elif cat in GPU_KINDS:
+            gpu.append((end, args.get("correlation"), int(args.get("device", e.get("pid")))))
+    if profiler:
+        ranges = [(step, *profiler[step]) for step in sorted(profiler, key=lambda s: (profiler[s], s))]
+    else:
+        counts: dict[str, int] = defaultdict(int)
+        for name, _ in optimizer:
+            counts[name] += 1
+        if not counts:
+            return []
+        chosen = min(counts, key=lambda name: (-counts[name], name))
+        ends = sorted(end for name, end in optimizer if name == chosen)
+        ranges = [(index, a, b) for index, (a, b) in enumerate(itertools.pairwise(ends)) if b > a]
+    gpu_end: dict[int, int] = {}
+    for end, corr, _ in gpu:
+        launched = first_launch.get(corr) if corr is not None else None
+        if launched is None:
+            continue
+        for step, start, stop in ranges:
+            if start <= launched < stop:
+                gpu_end[step] = max(gpu_end.get(step, end), end)
+    if profiler:
+        last: dict[int, int] = {}  # a range drawn past its device's last activity ends with it
+        for end, _, device in gpu:
+            last[device] = max(last.get(device, end), end)
+        for (step, device), end in drawn.items():
+            if device in last:
+                end = min(end, last[device])
+                gpu_end[step] = max(gpu_end.get(step, end), end)
+    result = []
+    previous: int | None = None
+    for step, start, stop in ranges:
+        begin = start if previous is None else previous
+        done = max(stop, gpu_end.get(step, stop), begin)
+        result.append(StepWindow(step, start, stop, begin, done))
+        previous = done
+    return result
 
 
 def reference_split(path: Path) -> Split:
@@ -264,22 +348,8 @@ def reference_gaps(path: Path) -> Gaps:
 
     classified = [(device, start, end, cause(device, start, end)) for device, start, end in gaps]
 
-    # steps: ProfilerStep windows, else between Optimizer.step ends; all steady in these traces
-    profiler = {}
-    for _, _, ts, end, name in annotations:
-        match = re.match(r"^ProfilerStep#(\d+)$", name)
-        if match and int(match[1]) not in profiler:
-            profiler[int(match[1])] = (ts, end)
-    if profiler:
-        windows = [(step, *profiler[step]) for step in sorted(profiler, key=lambda s: profiler[s])]
-    else:
-        counts: dict[str, int] = defaultdict(int)
-        for *_, name in annotations:
-            if name.startswith("Optimizer.step#"):
-                counts[name] += 1
-        chosen = min(counts, key=lambda name: (-counts[name], name))
-        ends = sorted(end for _, _, _, end, name in annotations if name == chosen)
-        windows = [(index, a, b) for index, (a, b) in enumerate(itertools.pairwise(ends))]
+    # steps on the GPU's clock; all steady in these traces
+    windows = [(step, begin, done) for step, _, _, begin, done in step_windows(events)]
     return Gaps(classified, windows, extent)
 
 

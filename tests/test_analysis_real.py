@@ -316,19 +316,21 @@ def test_every_sample_analyzes(path: Path) -> None:
     assert all(f.savings_ns >= 0 for f in findings)
 
 
-def test_per_step_busy_matches_a_plain_clipped_union() -> None:
-    name = "v100_resnet50_workers0.pt.trace.json.gz"
+@pytest.mark.parametrize(
+    "name", ["v100_resnet50_workers0.pt.trace.json.gz", "v100_ddp_ns_timestamps.pt.trace.json.gz"]
+)
+def test_per_step_busy_matches_a_plain_clipped_union(name: str) -> None:
+    """Each step's GPU figures are over its window on the GPU's clock: from the step before's done
+    to its own (the later of its ProfilerStep's end and the end of the GPU work it launched)."""
+    from reference_split import step_windows
+
     raw = events(name)
     gpu = [
         (_exact_ns(e["ts"]), _exact_ns(e["ts"]) + _exact_ns(e["dur"]))
         for e in raw
         if e.get("cat") in GPU_CATS
     ]
-    windows = {
-        int(e["name"].split("#")[1]): (_exact_ns(e["ts"]), _exact_ns(e["ts"]) + _exact_ns(e["dur"]))
-        for e in raw
-        if str(e.get("name", "")).startswith("ProfilerStep#")
-    }
+    windows = {w.step: (w.begin, w.done) for w in step_windows(raw, _exact_ns)}
     steps = {step.step: step for step in report(name).analysis.steps}
     assert sorted(steps) == sorted(windows)
     first_gpu = min(start for start, _ in gpu)

@@ -29,11 +29,13 @@ def document(name: str) -> dict[str, Any]:
 
 
 def median_step_us(name: str) -> float:
-    """The median ProfilerStep duration from the raw JSON (every step of these traces is steady)."""
+    """The median step time from the raw JSON: the spacing of when each step was done (its
+    ProfilerStep range and the GPU work it launched, see ``reference_split.step_windows``; every
+    step of these traces is steady)."""
+    from reference_split import step_windows
+
     _, raw = read_events(SAMPLES / name)
-    return float(
-        statistics.median(e["dur"] for e in raw if str(e.get("name", "")).startswith("ProfilerStep#"))
-    )
+    return float(statistics.median((w.done - w.begin) / 1000 for w in step_windows(raw)))
 
 
 # --- diff --------------------------------------------------------------------------------------

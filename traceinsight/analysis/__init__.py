@@ -17,7 +17,9 @@ from traceinsight.analysis.latent import LatentSync, latent_syncs
 from traceinsight.analysis.launching import LaunchStats, launch_stats
 from traceinsight.analysis.memory import MemoryUsage, memory_usage
 from traceinsight.analysis.optimizer import OptimizerStats, optimizer_stats
+from traceinsight.analysis.pace import Pace, step_pace
 from traceinsight.analysis.precision import PrecisionMix, precision_mix
+from traceinsight.analysis.preprocessing import StepLeads, step_leads
 from traceinsight.analysis.replay import Replay, prepare_replay
 from traceinsight.analysis.results import (
     CopyGroup,
@@ -93,6 +95,10 @@ class Analysis:
     multi_gpu_processes: int
     #: Collectives per device and kind in the steady state, and the wrapper that issued them.
     communication: CommunicationStats
+    #: The host's and the GPU's own time per steady step, and which side sets the pace.
+    pace: Pace
+    #: The host's time in each steady step before its first launch, and what it did there.
+    step_leads: StepLeads
 
     @property
     def span_ns(self) -> int:
@@ -106,10 +112,13 @@ class Analysis:
 
     @property
     def reference_ns(self) -> int:
-        """What shares of time are taken of: the median steady step; without steps, the steady
-        window on the GPU (the longest over devices), else the host's steady window (0: nothing)."""
-        if self.steady.step_ns:
-            return self.steady.step_ns
+        """What shares of time are taken of: the steady steps' mean step time (their windows on
+        the GPU's clock over their count: the steps a saving per step is taken over); without
+        steps, the steady window on the GPU (the longest over devices), else the host's steady
+        window (0: nothing)."""
+        steps = len(self.steady.steady_steps)
+        if self.steady.step_ns and steps:
+            return round(self.steady.window_ns / steps)
         return max((usage.window_ns for usage in self.usage), default=0) or self.steady.window_ns
 
     def device_usage(self, device: int) -> Usage | None:
@@ -286,6 +295,7 @@ def _analyze(trace: Trace, limits: Thresholds, user_code: Collection[str], besid
     copy_groups = copies.copy_groups(trace, calls, kernels, limits)
     devices = gpu_time.device_times(trace, busy, kernels, compute, classified, steady)
     steps = gpu_time.step_times(trace, busy, kernels, compute, classified, steady)
+    fixes = _fix_inputs(trace, steady, kernels)
     return Analysis(
         meta=trace.meta,
         thresholds=limits,
@@ -300,12 +310,12 @@ def _analyze(trace: Trace, limits: Thresholds, user_code: Collection[str], besid
         syncs=syncs.sync_calls(calls),
         sync_hotspots=syncs.sync_hotspots(calls, idle_after, iterations, classified, steady),
         host=host_ops,
-        timeline=timeline(trace, max_blocks=2000, busy=busy, launched=launched),
+        timeline=timeline(trace, max_blocks=2000, busy=busy, launched=launched, steady=steady),
         kernels=steady_only.kernels,
         steady=steady,
         warnings=steady_only.warnings,
         replay=prepare_replay(trace, calls, steady),
-        fix_inputs=_fix_inputs(trace, steady, kernels),
+        fix_inputs=fixes,
         usage=gpu_time.steady_usage(devices, steps, busy, kernels, compute, classified, steady),
         precision=steady_only.precision,
         launching=launch_stats(trace, steady, classified, limits),
@@ -314,4 +324,6 @@ def _analyze(trace: Trace, limits: Thresholds, user_code: Collection[str], besid
         memory=steady_only.memory,
         multi_gpu_processes=launched.group_by("pid").len().filter(pl.col("len") > 1).height,
         communication=steady_only.communication,
+        pace=step_pace(steady, steps, calls, limits.pace_difference),
+        step_leads=step_leads(trace, steady, calls, fixes.dataloader_waits, user_code),
     )

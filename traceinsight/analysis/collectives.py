@@ -98,7 +98,7 @@ def communication_stats(trace: Trace, steady: SteadyState) -> CommunicationStats
         (pl.col("kind") == "kernel") & pl.col("name").str.contains(taxonomy.COMMUNICATION_KERNEL_PATTERN)
     ).select("device", "name", "ts", "dur")
     if steady.windows:
-        kernels = kernels.filter(within(kernels.get_column("ts"), steady.windows))
+        kernels = kernels.filter(within(kernels.get_column("ts"), steady.device_windows))
     groups = (
         kernels.drop_nulls("device")
         .with_columns(collective=_kind())

@@ -164,8 +164,10 @@ def launch_patterns(
     decides short or long, is the whole gap's."""
     if not steady.windows:
         return ()
+    # gaps and kernels on the GPU's clock: the steps' device windows
+    device_windows = steady.device_windows
     windows = pl.DataFrame(
-        {"w_start": [start for start, _ in steady.windows], "w_end": [end for _, end in steady.windows]},
+        {"w_start": [start for start, _ in device_windows], "w_end": [end for _, end in device_windows]},
         schema={"w_start": pl.Int64, "w_end": pl.Int64},
     )
     host_bound = gaps.filter(pl.col("cause_kind") == CauseKind.LAUNCH.value).select(
@@ -188,7 +190,7 @@ def launch_patterns(
         longest_gap_ns=pl.col("duration").max(),
     )
     kernels = trace.gpu.filter(pl.col("kind") == "kernel")
-    kernels = kernels.filter(within(kernels.get_column("ts"), steady.windows))
+    kernels = kernels.filter(within(kernels.get_column("ts"), device_windows))
     by_kernels = kernels.group_by("device").agg(kernels=pl.len(), median_kernel_ns=pl.col("dur").median())
     table = (
         by_kernels.join(by_gaps, on="device", how="full", coalesce=True)
@@ -220,8 +222,8 @@ def launch_stats(
     has a source for exactly those)."""
     kernels = trace.gpu.filter(pl.col("kind") == "kernel")
     launches = trace.runtime.filter(pl.col("name").is_in(_KERNEL_LAUNCHES))
-    if steady.windows:
-        kernels = kernels.filter(within(kernels.get_column("ts"), steady.windows))
+    if steady.windows:  # kernels on the GPU's clock, launch calls on the host's
+        kernels = kernels.filter(within(kernels.get_column("ts"), steady.device_windows))
         launches = launches.filter(within(launches.get_column("ts"), steady.windows))
     steps = len(steady.steady_steps)
     kernel_median = kernels.get_column("dur").median()
@@ -232,7 +234,7 @@ def launch_stats(
         & pl.col("cause").str.starts_with("dispatching ")
     )
     if steady.windows and launch_gaps.height:
-        launch_gaps = launch_gaps.filter(within(launch_gaps.get_column("start"), steady.windows))
+        launch_gaps = launch_gaps.filter(within(launch_gaps.get_column("start"), steady.device_windows))
     dispatching: tuple[tuple[str, int, int], ...] = ()
     if launch_gaps.height:
         points = launch_gaps.with_row_index("key").select(

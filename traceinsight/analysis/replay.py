@@ -25,11 +25,13 @@ steady-state steps, one as recorded and one with the fix applied, in one model:
 - **The launch queue.** The host can be at most ``LAUNCH_QUEUE`` launches ahead of the GPU: a launch
   waits until the work that many launches before it has started.
 - **Step time** of a window of steps = the later of the host's end of the window and the end of
-  the GPU work launched in it, from the window's start. A trace without steps is measured as its
-  report measures it, on the GPU: from the later of the window's start and the GPU's first work to
-  the end of the GPU's last work. The host's time after that (the teardown: freeing memory, the
-  final synchronize) is no part of it, so a fix that only shortens it saves nothing. A saving is
-  the baseline replay minus the fixed replay; it is never more than the baseline.
+  the GPU work launched in it, from the window's start on the GPU's clock: when the step before the
+  window was done (:mod:`.steady`), so that a window's recorded time is the steady steps' step times
+  summed, and a saving per step is over the same steps as the step time. A trace without steps is
+  measured as its report measures it, on the GPU: from the later of the window's start and the GPU's
+  first work to the end of the GPU's last work. The host's time after that (the teardown: freeing
+  memory, the final synchronize) is no part of it, so a fix that only shortens it saves nothing. A
+  saving is the baseline replay minus the fixed replay; it is never more than the baseline.
 
 Cross-stream dependencies are not modelled beyond the gaps kept above. The GPU work itself is
 unchanged unless the fix says so: kernels ``faster`` by a factor, or copies given a new duration
@@ -119,6 +121,9 @@ class _Window:
     gpu_from: int | None = None
     #: Per call: what it takes when a fix removes its wait (a copy call still queues its copy).
     call_floor: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    #: Where the window's time begins on the GPU's clock, relative to ``start``: when the step
+    #: before it was done (its first step's device window begins there; may be negative).
+    begin: int = 0
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -249,7 +254,7 @@ def _simulate(window: _Window, fix: Fix) -> int:
         first = int(starts.min()) if count else None
         return _gpu_time(window.gpu_from, window.carry, int(ends.max()) if count else None, first)
     host_end = window.end - window.start + shift
-    return max(host_end, int(ends.max()) if count else 0)
+    return max(host_end, int(ends.max()) if count else 0, window.begin) - window.begin
 
 
 def _gpu_time(gpu_from: int, carry: dict[int, int], last_end: int | None, first_start: int | None) -> int:
@@ -362,7 +367,7 @@ def prepare_replay(trace: Trace, calls: pl.DataFrame, steady: SteadyState) -> Re
     # Without steps the window is measured on the GPU, from its first work (see the module doc).
     first_work = int(first) if steady.source == "none" and isinstance(first, int) else None
     windows = []
-    for start, end in steady.windows:
+    for (start, end), (begin, _) in zip(steady.windows, steady.device_windows, strict=True):
         mine = work.filter((pl.col("launch") >= start) & (pl.col("launch") < end)).sort(
             "launch", "correlation"
         )
@@ -381,6 +386,7 @@ def prepare_replay(trace: Trace, calls: pl.DataFrame, steady: SteadyState) -> Re
             _Window(
                 start=start,
                 end=end,
+                begin=begin - start,
                 launch=mine.get_column("launch").to_numpy() - start,
                 latency=mine.get_column("latency").to_numpy(),
                 duration=mine.get_column("dur").to_numpy(),
@@ -411,7 +417,7 @@ def _recorded_time(window: _Window, ends: np.ndarray) -> int:
     """A window's recorded time, measured as the replay measures it (see the module doc)."""
     if window.gpu_from is not None:
         return _gpu_time(window.gpu_from, window.carry, int(ends.max()) if ends.size else None, None)
-    return max(window.end, window.start + int(ends.size and ends.max())) - window.start
+    return max(window.end - window.start, int(ends.size and ends.max()), window.begin) - window.begin
 
 
 def _recorded_waits(

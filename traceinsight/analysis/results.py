@@ -46,11 +46,14 @@ class DeviceTime:
 
 @dataclass(frozen=True, slots=True)
 class StepTime:
-    """One step (``ProfilerStep#N``, or an optimizer step) on one device: the host step window and
-    the GPU time inside it. compute + communication + exposed copies + idle = the window, exactly."""
+    """One step (``ProfilerStep#N``, or an optimizer step) on one device: the step's device window
+    (from when the step before it was done to when its own work was done, see
+    :mod:`traceinsight.analysis.steady`) and the GPU time inside it. compute + communication +
+    exposed copies + idle = the window, exactly."""
 
     step: int
     device: int
+    #: The device window: the GPU's clock (the step's host range is ``host_start_ns``/``host_end_ns``).
     start_ns: int
     end_ns: int
     busy_ns: int
@@ -64,10 +67,19 @@ class StepTime:
     steady: bool = True
     #: Why the step is not steady, in plain words.
     reason: str | None = None
+    #: The step's host range (``ProfilerStep#N``, or between two ``Optimizer.step`` ends).
+    host_start_ns: int = 0
+    host_end_ns: int = 0
+    #: The part of ``idle_by_cause_ns`` from the window's start until the step's own first GPU work
+    #: on this device (work launched in its host range), by cause: the GPU waiting while the host
+    #: prepared the step. Empty when the step launched nothing on this device.
+    lead_by_cause_ns: tuple[tuple[str, int], ...] = ()
+    #: Start of the step's own first GPU work on this device (None: it launched none there).
+    first_work_ns: int | None = None
 
     @property
     def span_ns(self) -> int:
-        """Length of the step window."""
+        """Length of the step's device window: its step time."""
         return self.end_ns - self.start_ns
 
     @property

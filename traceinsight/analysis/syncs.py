@@ -221,12 +221,17 @@ def sync_hotspots(
     """
     if calls.is_empty():
         return ()
+    # The calls are host events (host windows); the idle they caused is GPU time (device windows).
     windows = steady.windows if steady is not None else ()
+    device_windows = steady.device_windows if steady is not None else ()
     in_steady = within(calls.get_column("ts"), windows)
     caused = pl.DataFrame(schema={"key": pl.Int64, "caused": pl.Int64})
-    if gaps is not None and gaps.height and windows:
+    if gaps is not None and gaps.height and device_windows:
         window_frame = pl.DataFrame(
-            {"w_start": [start for start, _ in windows], "w_end": [end for _, end in windows]},
+            {
+                "w_start": [start for start, _ in device_windows],
+                "w_end": [end for _, end in device_windows],
+            },
             schema={"w_start": pl.Int64, "w_end": pl.Int64},
         )
         caused = (

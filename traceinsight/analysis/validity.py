@@ -12,7 +12,7 @@ import polars as pl
 
 from traceinsight.analysis.capture import capture_windows, graph_capture, launches_in
 from traceinsight.analysis.launches import first_launch_calls
-from traceinsight.analysis.steady import SteadyState
+from traceinsight.analysis.steady import SteadyState, Step
 from traceinsight.formatting import format_duration
 from traceinsight.load import Trace, taxonomy
 
@@ -221,8 +221,17 @@ def _load_warnings(trace: Trace) -> list[TraceWarning]:
     return warnings
 
 
+def _repeats_every_step(steps: tuple[Step, ...]) -> bool:
+    """Every steady step (two or more) waits before its own first GPU work at least half as long as
+    the one that waits longest: the host prepares each step (per-step host preprocessing, named by
+    its own finding), not a set-up caught once."""
+    leads = [step.gpu_start_ns - step.begin_ns for step in steps if step.gpu_start_ns is not None]
+    return len(steps) >= 2 and len(leads) == len(steps) and min(leads) >= 0.5 * max(leads) > 0
+
+
 def _setup_warnings(trace: Trace, steady: SteadyState) -> list[TraceWarning]:
-    """Steps that are mostly time before the GPU's first work (or after its last): set-up, not training."""
+    """Steps that are mostly time before the GPU's first work (or after its last): set-up, not
+    training, unless every step spends that time (per-step host preprocessing)."""
     steps = steady.steady_steps
     if not steps or trace.gpu.is_empty():
         return []
@@ -232,16 +241,22 @@ def _setup_warnings(trace: Trace, steady: SteadyState) -> list[TraceWarning]:
         return []
     total = sum(step.duration_ns for step in steps)
     edges = sum(
-        max(0, min(step.end_ns, first) - step.start_ns) + max(0, step.end_ns - max(step.start_ns, last))
+        max(0, min(step.done_ns, first) - step.begin_ns) + max(0, step.done_ns - max(step.begin_ns, last))
         for step in steps
     )
-    if total and edges >= 0.5 * total:
+    if total and edges >= 0.5 * total and not _repeats_every_step(steps):
+        one = (
+            " With one step the trace cannot tell set-up from host work every step does (decoding, "
+            "preprocessing): profile more steps to tell."
+            if len(steps) == 1
+            else ""
+        )
         return [
             TraceWarning(
                 "setup-captured",
                 f"{edges / total:.0%} of the profiled step time passes before the GPU's first work or "
                 "after its last: the profile caught set-up (compilation, loading, a first call) rather "
-                "than training steps.",
+                f"than training steps.{one}",
                 _WAIT_ADVICE,
             )
         ]

@@ -22,9 +22,14 @@ For each matched collective c and rank r:
 A rank is a straggler when its median lateness, its step time, or its *own time* (step time less
 its collective waits per step) is above the job's median by more than
 ``max(floor, 4 × 1.4826 × MAD)`` — MAD the median absolute deviation over ranks, floor 5 % of the
-median step time (200 µs for lateness without steps). Its cause is the idle cause whose time per
-step exceeds the job's median for that cause the most (DataLoader, a host sync, a blocking copy,
-launching…), or slower GPU work when compute time grew more than any idle cause.
+median step time (200 µs for lateness without steps). A rank's step time is the spacing of when its
+steps' work was done, host and GPU (:mod:`traceinsight.analysis.steady`), and its figures per step
+are over those steps' windows on the GPU's clock. Its cause is its own largest excess over the job's
+median rank, per step: the idle cause of its own (DataLoader, a host sync, a blocking copy, host
+work, launching) whose time exceeds the median the most, or slower GPU work when compute time grew
+more than any of them. Time spent waiting for another rank is a symptom the straggler shares with
+the ranks that wait for it, never its cause: communication (its GPU in a collective, its host in a
+``c10d`` call) and work queued behind a dependency are not blamed.
 """
 
 from __future__ import annotations
@@ -43,8 +48,10 @@ from traceinsight.rules.findings import SEVERITIES
 
 __all__ = ["JobFinding", "JobReport", "RankTiming", "Straggler", "combine"]
 
-#: Idle causes a straggler's time can be blamed on: what its host did while its GPU waited (not
-#: ``queued``, where the GPU waited on itself, nor the step's edges or time outside the steady state).
+#: Idle causes a straggler's time can be blamed on: what its own host did while its GPU waited.
+#: Not ``communication`` (its host waiting in a collective for the others: a symptom the ranks that
+#: wait for a straggler share), nor ``queued`` (the GPU waited on a dependency), nor the step's
+#: edges or time outside the steady state.
 BLAMED_CAUSES: Final[tuple[CauseKind, ...]] = (
     CauseKind.DATALOADER,
     CauseKind.SYNC,
@@ -52,7 +59,6 @@ BLAMED_CAUSES: Final[tuple[CauseKind, ...]] = (
     CauseKind.LAUNCH,
     CauseKind.HOST_OP,
     CauseKind.UNTRACED,
-    CauseKind.COMMUNICATION,
 )
 #: How the job report names a cause of lateness.
 CAUSE_WORDS: Final[dict[str, str]] = {

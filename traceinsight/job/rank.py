@@ -82,7 +82,7 @@ class RankResult:
     usage: Usage
     #: Whether the trace had any steady state to judge (the JSON's ``utilization.of`` is null if not).
     has_usage: bool
-    #: Median steady step time (None without steps).
+    #: Median steady step time: the spacing of when the steps' work was done (None without steps).
     step_ns: int | None
     #: Communication kernel time (union) inside the steady state, overlapped by compute or not.
     communication_total_ns: int
@@ -157,7 +157,8 @@ def collectives(trace: Trace) -> tuple[str, tuple[Collective, ...]]:
 
 
 def _communication_total(trace: Trace, windows: tuple[tuple[int, int], ...]) -> int:
-    """Union of communication kernels per device, inside the steady windows (everywhere without)."""
+    """Union of communication kernels per device, inside the steady windows on the GPU's clock
+    (everywhere without)."""
     merged = merge_intervals(
         trace.gpu.filter(
             (pl.col("kind") == "kernel") & pl.col("name").str.contains(taxonomy.COMMUNICATION_KERNEL_PATTERN)
@@ -204,7 +205,7 @@ def analyze_rank(task: RankTask) -> RankResult:
     report = report_for(trace, task.thresholds, task.user_code)
     analysis = report.analysis
     source, found = collectives(trace)
-    communication = _communication_total(trace, analysis.steady.windows)
+    communication = _communication_total(trace, analysis.steady.device_windows)
     del trace
     if task.per_rank_dir is not None:
         _write_own_reports(report, rank, task)

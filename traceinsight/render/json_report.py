@@ -104,6 +104,7 @@ def report_dict(report: Report, *, gaps: bool = True) -> dict[str, Any]:
     meta = analysis.meta
     origin = meta.origin_ns
     steady = analysis.steady
+    pace = analysis.pace
     return {
         "schema": SCHEMA_VERSION,
         "tool": {"name": "traceinsight", "version": __version__},
@@ -144,8 +145,17 @@ def report_dict(report: Report, *, gaps: bool = True) -> dict[str, Any]:
         "steady_state": {
             "steps_from": steady.source,
             "step_time_us": None if steady.step_ns is None else _us(steady.step_ns),
+            "host_step_time_us": None if steady.host_step_ns is None else _us(steady.host_step_ns),
+            "pace": {
+                "set_by": None if pace.setter is None else pace.setter.value,
+                "host_us": None if pace.host_ns is None else _us(pace.host_ns),
+                "gpu_us": None if pace.gpu_ns is None else _us(pace.gpu_ns),
+            },
             "steady_steps": len(steady.steady_steps),
             "windows_us": [[_us(start - origin), _us(end - origin)] for start, end in steady.windows],
+            "gpu_windows_us": [
+                [_us(start - origin), _us(end - origin)] for start, end in steady.device_windows
+            ],
             "startup_end_us": None if steady.startup_end_ns is None else _us(steady.startup_end_ns - origin),
             "startup_evidence": steady.startup_evidence,
         },
@@ -173,6 +183,8 @@ def report_dict(report: Report, *, gaps: bool = True) -> dict[str, Any]:
                 "device": step.device,
                 "start_us": _us(step.start_ns - origin),
                 "span_us": _us(step.span_ns),
+                "host_start_us": _us(step.host_start_ns - origin),
+                "host_span_us": _us(step.host_end_ns - step.host_start_ns),
                 "busy_us": _us(step.busy_ns),
                 "idle_us": _us(step.idle_ns),
                 "copy_us": _us(step.copy_ns),

@@ -134,6 +134,18 @@ def launch_bound(compiled: CompileState) -> Advice:
     return LAUNCH_BOUND_GRAPHED if compiled.graph_launches else LAUNCH_BOUND_COMPILED
 
 
+PREPROCESSING: Final = Advice(
+    summary="Prepare batches off the critical path: move decoding, resizing and augmentation into the "
+    "Dataset so DataLoader workers do it while the GPU runs the step before (num_workers > 0, "
+    "pin_memory=True, prefetch_factor), or do it on the GPU (torchvision.io.decode_jpeg(device='cuda'), "
+    "transforms on CUDA tensors, NVIDIA DALI).",
+    before="for path, label in samples:\n    clip = preprocess(decode_video(path))  # on the host, every step\n"
+    "    loss = step(clip.cuda(), label.cuda())",
+    after="class Clips(Dataset):\n    def __getitem__(self, i):\n"
+    "        return preprocess(decode_video(self.paths[i])), self.labels[i]  # in a worker\n"
+    "loader = DataLoader(Clips(paths, labels), num_workers=8, pin_memory=True, prefetch_factor=4)\n"
+    "for clip, label in loader:\n    loss = step(clip.cuda(non_blocking=True), label.cuda(non_blocking=True))",
+)
 HOST_WORK: Final = Advice(
     summary="The host runs these operators itself while the GPU waits. Move such work out of the "
     "step: into the Dataset (it then runs in DataLoader workers), before the loop, or onto the GPU.",

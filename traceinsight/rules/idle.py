@@ -1,4 +1,11 @@
-"""Where the GPU's idle time goes: ``dataloader-stall`` and ``low-gpu-utilization``.
+"""Where the GPU's idle time goes: ``dataloader-stall``, ``host-preprocessing`` and
+``low-gpu-utilization``.
+
+``host-preprocessing`` speaks for the idle at the start of every step, before the step's own first
+GPU work, while the host prepares it (decoding, resizing, augmenting a batch in operators or in
+Python the profiler does not record). A DataLoader wait there has a finding of its own; idle whose
+gap began with a sync that drained the queue counts too (the sync's card claims it as well: removing
+either shortens the step, and the replay gives each fix its own saving).
 
 ``low-gpu-utilization`` speaks for the idle no other finding explains (the host busy in operators,
 launching, work held by a dependency, nothing recorded), names its largest causes with their share
@@ -57,9 +64,55 @@ _ADVICE: dict[CauseKind, Advice] = {
 }
 
 
+#: Idle before a step's own first GPU work that is the host preparing the step: not a DataLoader
+#: wait (its own finding), the host in a collective, nor the GPU waiting on itself.
+_PREPARING = frozenset(
+    {
+        CauseKind.HOST_OP,
+        CauseKind.LAUNCH,
+        CauseKind.UNTRACED,
+        CauseKind.UNKNOWN,
+        CauseKind.BEFORE_FIRST,
+        CauseKind.SYNC,
+        CauseKind.COPY,
+    }
+)
+
+
+def preprocessing_leads(analysis: Analysis, device: int) -> list[tuple[int, int, int]] | None:
+    """Per steady step on ``device``: (window start, its own first GPU work, GPU idle in between
+    while the host prepared the step); None unless every steady step (two or more) has one of at
+    least ``min_gap_us``."""
+    steps = [step for step in analysis.steps if step.device == device and step.steady]
+    leads = [
+        (
+            step.start_ns,
+            step.first_work_ns,
+            sum(ns for kind, ns in step.lead_by_cause_ns if CauseKind(kind) in _PREPARING),
+        )
+        for step in steps
+        if step.first_work_ns is not None
+    ]
+    floor = round(analysis.thresholds.min_gap_us * 1000)
+    if len(steps) < 2 or len(leads) < len(steps) or min(idle for *_, idle in leads) < floor:
+        return None
+    return leads
+
+
+def _preprocessing_share_met(analysis: Analysis, device: int) -> list[tuple[int, int, int]] | None:
+    """:func:`preprocessing_leads` when they reach ``host_preprocessing_share`` of the steady steps."""
+    leads = preprocessing_leads(analysis, device)
+    usage = analysis.device_usage(device)
+    if leads is None or usage is None or not usage.window_ns:
+        return None
+    if sum(idle for *_, idle in leads) < analysis.thresholds.host_preprocessing_share * usage.window_ns:
+        return None
+    return leads
+
+
 def _steady_gaps(analysis: Analysis, device: int, kind: CauseKind) -> list[IdleGap]:
-    """Reported gaps of one cause on one device that overlap the steady state."""
-    windows = analysis.steady.windows
+    """Reported gaps of one cause on one device that overlap the steady state (GPU's clock)."""
+    windows = analysis.steady.device_windows
     cause = kind.value
     return [
         gap
@@ -185,13 +238,75 @@ def _host_work_advice(analysis: Analysis, ops: list[tuple[str, int]]) -> Advice:
     return advice.HOST_WORK
 
 
+@rule("host-preprocessing")
+def host_preprocessing(analysis: Analysis) -> Iterator[Finding]:
+    """Every steady step keeps the GPU idle before its own first work while the host prepares it:
+    per-step host preprocessing, at least ``host_preprocessing_share`` of the steps."""
+    limits = analysis.thresholds
+    for device in analysis.devices:
+        leads = _preprocessing_share_met(analysis, device.device)
+        if leads is None:
+            continue
+        total = sum(idle for *_, idle in leads)
+        handover = round(limits.dataloader_handover_us * 1000)
+        fix = Fix(
+            shorten=tuple(
+                (start, first, min(first - start, kept + handover))
+                for start, first, kept in analysis.step_leads.leads
+            )
+        )
+        amount = saving_from_total(analysis, total).words()
+        lengths = sorted(idle for *_, idle in leads)
+        found = analysis.step_leads
+        ops = found.ops
+        source, source_kind = found.source, found.source_kind
+        place = where(source, source_kind)
+        evidence: list[tuple[str, str]] = [
+            ("GPU idle before each step's first work", amount),
+            (
+                "steps",
+                f"every one of the {len(leads)} steady steps "
+                + (
+                    f"({format_duration(lengths[0])} each)"
+                    if format_duration(lengths[0]) == format_duration(lengths[-1])
+                    else f"(from {format_duration(lengths[0])} to {format_duration(lengths[-1])})"
+                ),
+            ),
+            (
+                "the host was in",
+                "; ".join(f"{name} ({format_duration(round(ns / len(leads)))} per step)" for name, ns in ops)
+                if ops
+                else "no operator: Python the profiler did not record (decoding, augmenting a batch)",
+            ),
+            ("source", source_evidence(source, source_kind)),
+        ]
+        yield make_finding(
+            analysis,
+            "host-preprocessing",
+            saving_of(analysis, fix),
+            title=f"Per-step host preprocessing{f' at {place}' if place else ''}: the GPU waits {amount} "
+            "while the host prepares each step before its first GPU work",
+            evidence=evidence,
+            advice=advice.PREPROCESSING,
+            why="Each step begins with work on the host (decoding, resizing, augmenting, collating a "
+            "batch) before it launches anything, and nothing is queued on the GPU meanwhile. Done "
+            "ahead by DataLoader workers while the GPU runs the step before, it costs the step only "
+            "the hand-over.",
+            source=source,
+            device=device.device,
+            source_kind=source_kind,
+            note=f"replayed with each step's preparation done ahead, handed over in {format_duration(handover)}",
+        )
+
+
 def _top_ops(analysis: Analysis, gaps: list[IdleGap]) -> list[tuple[str, int]]:
     """The three operators with the most idle in ``gaps``, counting only its part in the steady
     state (a gap can begin before it)."""
     by_op: dict[str, int] = defaultdict(int)
     for gap in gaps:
         by_op[gap.cause] += sum(
-            max(0, min(gap.end_ns, end) - max(gap.start_ns, start)) for start, end in analysis.steady.windows
+            max(0, min(gap.end_ns, end) - max(gap.start_ns, start))
+            for start, end in analysis.steady.device_windows
         )
     return sorted(by_op.items(), key=lambda item: (-item[1], item[0]))[:3]
 
@@ -222,6 +337,15 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
             key=lambda item: (-item[1], item[0].value),
         )
         rest = sum(ns for _, ns in unexplained)
+        leads = _preprocessing_share_met(analysis, device.device)
+        if leads is not None:  # host-preprocessing explains the idle before each step's first work
+            rest -= sum(
+                ns
+                for step in analysis.steps
+                if step.device == device.device and step.steady
+                for kind, ns in step.lead_by_cause_ns
+                if CauseKind(kind) in _PREPARING and CauseKind(kind) not in _EXPLAINED
+            )
         if not unexplained or rest < 0.05 * window:
             continue  # other findings explain the idle
         top_kind = unexplained[0][0]

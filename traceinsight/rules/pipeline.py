@@ -26,7 +26,7 @@ from traceinsight.rules.findings import Finding
 def pipeline_bubble(analysis: Analysis) -> Iterator[Finding]:
     """A GPU idle waiting for another GPU of its process for ``pipeline_bubble_share`` of the step."""
     limits = analysis.thresholds
-    windows = analysis.steady.windows
+    windows = analysis.steady.device_windows
     for usage in analysis.usage:
         idle = dict(usage.idle).get(CauseKind.OTHER_GPU, 0)
         if (
