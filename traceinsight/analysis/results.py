@@ -97,6 +97,13 @@ class IdleGap:
     source_kind: str | None = None
     #: The blocking call (``blocking_calls`` key) that drained the queue, for ``sync``/``copy`` causes.
     sync_key: int | None = None
+    #: What ``source``'s line is: ``call`` (the call's line), ``def`` (the first line of
+    #: ``source_function``: torch's stack names a function so), ``recording-start`` (the line
+    #: ``source_function`` was on when recording began), None when the trace does not say (see
+    #: :mod:`traceinsight.analysis.sources`).
+    source_line_kind: str | None = None
+    #: The function ``source`` is in (``log_metrics``), when frames name it.
+    source_function: str | None = None
 
     @property
     def duration_ns(self) -> int:
@@ -173,6 +180,17 @@ class SyncHotspot:
     module: str | None = None
     #: Host time blocked in the calls inside the steady state (``blocked_ns`` counts every call).
     steady_blocked_ns: int = 0
+    #: What ``source``'s line is: ``call`` (the call's line), ``def`` (the first line of
+    #: ``source_function``: torch's stack names a function so), ``recording-start`` (the line
+    #: ``source_function`` was on when recording began), None when the trace does not say (see
+    #: :mod:`traceinsight.analysis.sources`).
+    source_line_kind: str | None = None
+    #: The function ``source`` is in (``log_metrics``), when frames name it.
+    source_function: str | None = None
+    #: Framework code the line calls that reads GPU values on the host by design
+    #: (``torch.optim.LBFGS``: :data:`traceinsight.load.taxonomy.DESIGNED_SYNCS`), when the calls
+    #: happen inside it.
+    framework_call: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -77,8 +77,9 @@ def blocking_calls(
 ) -> pl.DataFrame:
     """Every host-blocking runtime call with its operators, source line and the copy it waits for.
 
-    Columns: ``key, call, pid, tid, ts, end, dur, op, op_chain, innermost, source, source_kind,
-    module, copy``. The op
+    Columns: ``key, call, pid, tid, ts, end, dur, op, op_chain, innermost``, the columns of
+    :data:`~traceinsight.analysis.sources.SOURCE_COLUMNS` (``source, source_kind, ...``),
+    ``module, copy``. The op
     chain is found by time containment on the call's thread (this works in every trace era); when no
     operator encloses the call, the call's ``External id`` is matched to an operator's, unless it
     merely repeats the call's own correlation (as 2022-23 traces write it).
@@ -161,7 +162,8 @@ def sync_hotspots(
     gaps: pl.DataFrame | None = None,
     steady: SteadyState | None = None,
 ) -> tuple[SyncHotspot, ...]:
-    """Blocking calls grouped by (call, op, source, copy waited for), ranked by blocked + idle-after time.
+    """Blocking calls grouped by (call, op, source, copy waited for, framework code that syncs by
+    design), ranked by blocked + idle-after time.
 
     With ``gaps`` (classified, :func:`~traceinsight.analysis.idle_gaps.classify_gaps`) and ``steady``,
     each hot spot also gets the idle its calls caused inside the steady state and its call count there.
@@ -187,10 +189,12 @@ def sync_hotspots(
         .join(idle_after, on="key", how="left")
         .join(caused, on="key", how="left")
         .with_columns(pl.col("idle_after").fill_null(0), pl.col("caused").fill_null(0))
-        .group_by("call", "op", "source", "copy", maintain_order=True)
+        .group_by("call", "op", "source", "copy", "framework_call", maintain_order=True)
         .agg(
             op_chain=pl.col("op_chain").mode().sort().first(),
             source_kind=pl.col("source_kind").first(),
+            source_line_kind=pl.col("source_line_kind").first(),
+            source_function=pl.col("source_function").first(),
             module=pl.col("module").drop_nulls().mode().sort().first(),
             count=pl.len(),
             blocked=pl.col("dur").sum(),
@@ -220,6 +224,9 @@ def sync_hotspots(
             idle_caused_ns=row["caused"],
             module=row["module"],
             steady_blocked_ns=row["steady_blocked"],
+            source_line_kind=row["source_line_kind"],
+            source_function=row["source_function"],
+            framework_call=row["framework_call"],
         )
         for row in table.iter_rows(named=True)
     )

@@ -17,7 +17,15 @@ from traceinsight.analysis.replay import Fix
 from traceinsight.analysis.results import CopyGroup, SyncHotspot
 from traceinsight.formatting import format_duration, format_size
 from traceinsight.rules import advice, rule
-from traceinsight.rules.common import how_often, make_finding, saving_of, source_evidence, usage_amount, where
+from traceinsight.rules.common import (
+    how_often,
+    located_evidence,
+    make_finding,
+    place,
+    saving_of,
+    source_evidence,
+    usage_amount,
+)
 from traceinsight.rules.findings import Finding
 from traceinsight.rules.syncs import waits_for_h2d
 
@@ -64,12 +72,9 @@ def _idle_caused(analysis: Analysis, device: int, hotspots: list[SyncHotspot]) -
     return format_duration(caused) if usage is None else usage_amount(usage, caused)
 
 
-def _place(hotspots: list[SyncHotspot]) -> tuple[str | None, str | None, str | None]:
-    """(source, source kind, op) of the hot spot that caused the most idle."""
-    if not hotspots:
-        return None, None, None
-    top = max(hotspots, key=lambda h: (h.idle_caused_ns, h.count))
-    return top.source, top.source_kind, top.op
+def _top(hotspots: list[SyncHotspot]) -> SyncHotspot | None:
+    """The hot spot that caused the most idle (its line and op stand for the finding's)."""
+    return max(hotspots, key=lambda h: (h.idle_caused_ns, h.count)) if hotspots else None
 
 
 @rule("pageable-memcpy")
@@ -92,8 +97,8 @@ def pageable_memcpy(analysis: Analysis) -> Iterator[Finding]:
         )
         saving = saving_of(analysis, fix)
         note = "replayed with each copy queued without waiting (the GPU copy itself takes as long)"
-        source, source_kind, op = _place(hotspots)
-        place = where(source, source_kind)
+        top = _top(hotspots)
+        at = place(top) if top else None
         often = how_often(analysis, len(calls)) if calls else f"{sum(g.count for g in groups)} times"
         evidence = (
             _copy_lines(groups)
@@ -103,24 +108,23 @@ def pageable_memcpy(analysis: Analysis) -> Iterator[Finding]:
                     "GPU idle waiting on these copies",
                     _idle_caused(analysis, device, hotspots),
                 ),
-                ("source", source_evidence(source, source_kind)),
+                ("source", located_evidence(top) if top else source_evidence(None, None)),
             ]
         )
         yield make_finding(
             analysis,
             "pageable-memcpy",
             saving,
-            title=f"`.to('cuda')` from pageable memory{f' at {place}' if place else ''} makes the host "
+            title=f"`.to('cuda')` from pageable memory{f' {at}' if at else ''} makes the host "
             f"wait for each copy ({often}, {format_size(sum(g.bytes for g in groups))} in all)",
             evidence=(evidence),
             advice=advice.PINNED_COPY,
             why="A copy from pageable memory is staged through a driver buffer while the host waits, "
             "and the synchronize after it drains the GPU's queue: the GPU idles until the host has "
             "launched the next work.",
-            op=op,
-            source=source,
+            op=top.op if top else None,
             device=device,
-            source_kind=source_kind,
+            located=top,
             note=note,
         )
 
@@ -155,8 +159,8 @@ def blocking_h2d(analysis: Analysis) -> Iterator[Finding]:
         )
         saving = saving_of(analysis, fix)
         note = "replayed with these copies on a stream of their own, prefetched under compute"
-        source, source_kind, op = _place(hotspots)
-        place = where(source, source_kind)
+        top = _top(hotspots)
+        at = place(top) if top else None
         ratio = overlapped / duration if duration else 0.0
         what = "the host waits for them" if hotspots else "they run while no kernel runs"
         evidence = (
@@ -164,22 +168,21 @@ def blocking_h2d(analysis: Analysis) -> Iterator[Finding]:
             + _wait_lines(hotspots)
             + [
                 ("copy time not under compute", f"{format_duration(exposed)} ({1 - ratio:.0%})"),
-                ("source", source_evidence(source, source_kind)),
+                ("source", located_evidence(top) if top else source_evidence(None, None)),
             ]
         )
         yield make_finding(
             analysis,
             "blocking-h2d",
             saving,
-            title=f"Host-to-device copies{f' at {place}' if place else ''} stall the GPU: {what}",
+            title=f"Host-to-device copies{f' {at}' if at else ''} stall the GPU: {what}",
             evidence=(evidence),
             advice=advice.PREFETCH,
             why="While a copy runs alone the SMs have nothing to do, and a copy the host waits for "
             "stops it from queueing the next kernels; copies issued from pinned memory on another "
             "stream run underneath kernels instead.",
-            op=op,
-            source=source,
+            op=top.op if top else None,
             device=device,
-            source_kind=source_kind,
+            located=top,
             note=note,
         )

@@ -17,12 +17,13 @@ from traceinsight.analysis.results import IdleGap
 from traceinsight.formatting import format_duration
 from traceinsight.rules import advice, rule
 from traceinsight.rules.common import (
+    located_evidence,
     make_finding,
+    place,
     saving_from_total,
     saving_of,
     source_evidence,
     usage_amount,
-    where,
 )
 from traceinsight.rules.findings import Advice, Finding
 from traceinsight.rules.launching import launch_idle
@@ -125,9 +126,7 @@ def dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
         longest = max(stalls, key=lambda gap: gap.duration_ns) if stalls else None
         iterator = longest.cause if longest else "DataLoader __next__"
         serial = "_SingleProcessDataLoaderIter" in iterator
-        source = longest.source if longest else None
-        source_kind = longest.source_kind if longest else None
-        place = where(source, source_kind)
+        at = place(longest) if longest else None
         per_step = saving_from_total(analysis, idle)
         amount = per_step.words()
         yield make_finding(
@@ -135,7 +134,7 @@ def dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
             "dataloader-stall",
             saving,
             title=f"The GPU waits for the DataLoader {amount}"
-            + (f" at {place}" if place else "")
+            + (f" {at}" if at else "")
             + (": batches are loaded in the training process" if serial else ": its workers do not keep up"),
             evidence=(
                 ("GPU idle waiting for batches", amount),
@@ -144,14 +143,13 @@ def dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
                     f"{len(waits)} (longest gap {format_duration(longest.duration_ns) if longest else '—'})",
                 ),
                 ("iterator", iterator),
-                ("source", source_evidence(source, source_kind)),
+                ("source", located_evidence(longest) if longest else source_evidence(None, None)),
             ),
             advice=advice.WORKERS,
             why="The training loop asks for the next batch only after queuing the last step; while the "
             "batch is decoded and collated on the host nothing new reaches the GPU.",
-            source=source,
             device=device.device,
-            source_kind=source_kind,
+            located=longest,
             note=f"replayed with each batch ready, handed over in {format_duration(handover)}",
         )
 
@@ -198,7 +196,7 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
             ("copies (not under compute)", usage_amount(usage, usage.copy_ns)),
         ]
         evidence += [(f"idle: {CAUSE_LABELS[kind]}", usage_amount(usage, ns)) for kind, ns in usage.idle]
-        source = source_kind = None
+        longest = None
         if top_kind is CauseKind.HOST_OP:
             ops = _top_ops(_steady_gaps(analysis, device.device, CauseKind.HOST_OP))
             if ops:
@@ -208,9 +206,8 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
         top_gaps = _steady_gaps(analysis, device.device, top_kind)
         if top_gaps:
             longest = max(top_gaps, key=lambda gap: gap.duration_ns)
-            source, source_kind = longest.source, longest.source_kind
             evidence.append(("longest such gap", f"{format_duration(longest.duration_ns)}: {longest.cause}"))
-            evidence.append(("source", source_evidence(source, source_kind)))
+            evidence.append(("source", located_evidence(longest)))
         saving = saving_from_total(analysis, rest)
         yield make_finding(
             analysis,
@@ -221,8 +218,7 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
             advice=_ADVICE.get(top_kind, advice.LAUNCH_BOUND),
             why=f"Most of the idle no other finding explains is {CAUSE_LABELS[top_kind]}: each gap is a "
             "moment the GPU had nothing to run.",
-            source=source,
             device=device.device,
-            source_kind=source_kind,
+            located=longest,
             note="an upper bound: the idle no other finding explains",
         )
