@@ -173,11 +173,12 @@ NEAR_MEMORY_LIMIT: Final = Advice(
 )
 
 #: Framework code that syncs by design (:data:`traceinsight.load.taxonomy.DESIGNED_SYNCS`): what
-#: makes the calls, in plain words, and what the user can change. Its waits are not the user's
-#: ``if`` or ``.item()``, so the usual advice would not apply.
-DESIGNED_SYNC: Final[dict[str, tuple[str, Advice]]] = {
+#: makes the calls (for a title), why it reads values on the host, and what the user can change.
+#: Its waits are not the user's ``if`` or ``.item()``, so the usual advice would not apply.
+DESIGNED_SYNC: Final[dict[str, tuple[str, str, Advice]]] = {
     "torch.optim.LBFGS": (
-        "`torch.optim.LBFGS.step(closure)` (its convergence tests and line search read values on the host)",
+        "`torch.optim.LBFGS.step(closure)`",
+        "its convergence tests and its line search read the loss and gradient norms on the host",
         Advice(
             summary="These waits are LBFGS's own: each inner iteration of `step(closure)` reads the loss "
             "and gradient norms on the host to test convergence (and its line search compares values "
@@ -193,7 +194,8 @@ DESIGNED_SYNC: Final[dict[str, tuple[str, Advice]]] = {
         ),
     ),
     "torch.amp.GradScaler": (
-        "`GradScaler.step` (it reads on the host whether the gradients hold inf/NaN)",
+        "`GradScaler.step`",
+        "it reads on the host whether any gradient is inf/NaN before stepping",
         Advice(
             summary="GradScaler.step checks on the host whether any gradient is inf/NaN before it calls "
             "`optimizer.step()`: one wait per step, by design, not a line of yours. A fused optimizer "
@@ -205,7 +207,8 @@ DESIGNED_SYNC: Final[dict[str, tuple[str, Advice]]] = {
         ),
     ),
     "torch.optim.lr_scheduler.ReduceLROnPlateau": (
-        "`ReduceLROnPlateau.step(metric)` (it reads the metric on the host)",
+        "`ReduceLROnPlateau.step(metric)`",
+        "it turns the metric into a Python float",
         Advice(
             summary="ReduceLROnPlateau turns its metric into a Python float: given a GPU tensor, it "
             "waits for the GPU. Step it once per epoch with a validation metric already on the host, "
@@ -216,7 +219,8 @@ DESIGNED_SYNC: Final[dict[str, tuple[str, Advice]]] = {
         ),
     ),
     "torch.nn.utils.clip_grad_norm_": (
-        "`clip_grad_norm_` with `error_if_nonfinite=True` (it reads the norm on the host)",
+        "`clip_grad_norm_(..., error_if_nonfinite=True)`",
+        "it reads the total norm on the host to raise on inf/NaN",
         Advice(
             summary="With `error_if_nonfinite=True`, clip_grad_norm_ reads the total norm on the host to "
             "raise on inf/NaN: a wait every step. Leave it off (the default) and check the returned "
@@ -228,7 +232,8 @@ DESIGNED_SYNC: Final[dict[str, tuple[str, Advice]]] = {
         ),
     ),
     "torch.distributions": (
-        "Argument validation in `torch.distributions` (it checks values on the host)",
+        "Argument validation in `torch.distributions`",
+        "`validate_args` checks parameters and values on the host",
         Advice(
             summary="A distribution checks its parameters when it is made, and each value in "
             "`log_prob`, on the host while `validate_args` is on (the default unless Python runs "
@@ -240,7 +245,8 @@ DESIGNED_SYNC: Final[dict[str, tuple[str, Advice]]] = {
         ),
     ),
     "torch.nn.TransformerEncoder": (
-        "`nn.TransformerEncoder`'s fast path (it reads the padding mask on the host)",
+        "`nn.TransformerEncoder`'s fast path",
+        "it reads the padding mask's sizes on the host to make nested tensors",
         Advice(
             summary="Without gradients, nn.TransformerEncoder turns a padded batch with "
             "`src_key_padding_mask` into nested tensors, whose sizes it reads on the host, and "
@@ -253,7 +259,8 @@ DESIGNED_SYNC: Final[dict[str, tuple[str, Advice]]] = {
         ),
     ),
     "transformers attention-mask check": (
-        "transformers' attention-mask check (it reads the mask on the host to see whether SDPA can drop it)",
+        "transformers' attention-mask check",
+        "it reads the mask on the host to see whether SDPA can drop it",
         Advice(
             summary="transformers checks on the host whether the attention mask is all ones, so that SDPA "
             "can drop it and take its causal fast path: one wait per forward, inside the library, not "

@@ -47,7 +47,8 @@ def what_syncs(hotspot: SyncHotspot) -> tuple[str, Advice]:
     """What in the user's code makes these calls, in plain words, and the advice for it (framework
     code that syncs by design first: its waits are not the user's ``if`` or ``.item()``)."""
     if hotspot.framework_call in advice.DESIGNED_SYNC:
-        return advice.DESIGNED_SYNC[hotspot.framework_call]
+        what, _, designed = advice.DESIGNED_SYNC[hotspot.framework_call]
+        return what, designed
     chain = hotspot.op_chain or ""
     direction = taxonomy.parse_copy_name(hotspot.copy).direction if hotspot.copy else None
     if "is_nonzero" in chain:
@@ -128,10 +129,12 @@ def _sync_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
 
 def _inside(framework_call: str) -> tuple[str, str]:
     """The evidence row for calls made inside framework code that syncs by design."""
+    known = advice.DESIGNED_SYNC.get(framework_call)
+    why = f" ({known[1]})" if known else ""
     return (
         "inside",
-        f"{framework_call}, which reads values on the host by design: the wait is its own, the line "
-        "below is where your code calls it",
+        f"{framework_call}, which reads values on the host by design{why}: the wait is its own, the "
+        "source line is where your code calls it",
     )
 
 
@@ -175,9 +178,9 @@ def _latent_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
     for latent in analysis.latent_syncs:
         if (latent.module is not None) != in_forward or not repeats(analysis, latent.steady_count):
             continue
-        what, fix_advice = advice.DESIGNED_SYNC.get(
-            latent.framework_call or "", _LATENT_WHAT.get(latent.op, (f"`{latent.op}`", advice.TO_HOST))
-        )
+        what, fix_advice = _LATENT_WHAT.get(latent.op, (f"`{latent.op}`", advice.TO_HOST))
+        if latent.framework_call in advice.DESIGNED_SYNC:
+            what, _, fix_advice = advice.DESIGNED_SYNC[latent.framework_call]
         often = how_often(analysis, latent.steady_count)
         at = place(latent)
         title = " ".join(
