@@ -1,7 +1,8 @@
 """Hand-built training loops with known timing, for the replay and rule tests.
 
 Each builder returns (events, facts): the trace events and the figures a test needs to compute its
-expectation independently (when each sync returned, when the GPU next ran ...), all in µs.
+expectation independently (when each sync returned, when the GPU next ran ...), all in µs. Their
+Python frames are ``traceinsight run``'s call sites (``"Call site": 1``): the line is the call's.
 """
 
 from __future__ import annotations
@@ -10,11 +11,10 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracebuild import annotation, cpu_op, frame, kernel, memcpy, runtime
+from tracebuild import annotation, cpu_op, kernel, memcpy, run_frame, runtime
 
 LAUNCH_LATENCY = 10  # µs from the launch call to the kernel's start when the GPU is waiting
 _correlation = itertools.count(500_000)
-_python_id = itertools.count(1)
 
 
 @dataclass
@@ -80,7 +80,7 @@ def item_loop(
         sync_start = t + 5
         returned = max(sync_start + 3, gpu_free + 2)
         loop.events += [
-            frame(source, t - 1, returned + 2 - t, python_id=next(_python_id)),
+            run_frame(source, t - 1, returned + 2 - t, call_site=1),
             cpu_op("aten::item", t, returned + 1 - t),
             cpu_op("aten::_local_scalar_dense", t + 0.5, returned + 0.5 - t),
             runtime("cudaMemcpyAsync", t + 1, 3, correlation=copy_correlation),
@@ -128,7 +128,7 @@ def blocking_item_loop(
             wait_events.append(runtime("cudaStreamSynchronize", returned + 1, 4))
             returned += 5
         loop.events += [
-            frame(source, t - 1, returned + 2 - t, python_id=next(_python_id)),
+            run_frame(source, t - 1, returned + 2 - t, call_site=1),
             cpu_op("aten::item", t, returned + 1 - t),
             cpu_op("aten::_local_scalar_dense", t + 0.5, returned + 0.5 - t),
             *wait_events,
@@ -172,7 +172,7 @@ def copy_loop(
         copy_end = copy_start + copy_us
         call_end = copy_end + 2 if blocking else t + 5
         loop.events += [
-            frame("train.py(44): train", t - 1, call_end - t + 20, python_id=next(_python_id)),
+            run_frame("train.py(44): train", t - 1, call_end - t + 20, call_site=1),
             cpu_op("aten::to", t, call_end - t + 15),
             cpu_op("aten::_to_copy", t + 0.5, call_end - t + 14),
             cpu_op("aten::copy_", t + 1, call_end - t + 13),
@@ -229,7 +229,7 @@ def dataloader_loop(
         loop.events.append(
             annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t, wait_us)
         )
-        loop.events.append(frame("train.py(40): train", t, wait_us, python_id=next(_python_id)))
+        loop.events.append(run_frame("train.py(40): train", t, wait_us, call_site=1))
         t += wait_us
         for k in range(kernels):
             gpu_free = _launch(loop, t + k * 10, gpu_free, kernel_us)
@@ -368,7 +368,7 @@ def preprocessing_loop(
     preps = prep_us if isinstance(prep_us, tuple) else (prep_us,) * steps
     for step, prep_us in enumerate(preps):
         start = t
-        loop.events.append(frame(source, t, prep_us, python_id=next(_python_id)))
+        loop.events.append(run_frame(source, t, prep_us, call_site=1))
         loop.events.append(cpu_op("aten::upsample_bilinear2d", t + 1, prep_us - 2))
         t += prep_us
         for k in range(kernels):

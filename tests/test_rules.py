@@ -75,6 +75,7 @@ def test_sync_in_loop_names_the_line_and_the_call(tmp_path: Path) -> None:
     found = findings(tmp_path, item_loop().events)
     sync = next(f for f in found if f.rule == "sync-in-loop")
     assert sync.title == "`.item()` at train.py:52 makes the host wait for the GPU every step"
+    assert sync.source_line_kind == "call"  # run's call site: the line is the call's
     assert sync.op == "aten::item"
     evidence = dict(sync.evidence)
     assert evidence["operator chain"] == "aten::item > aten::_local_scalar_dense"

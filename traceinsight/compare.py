@@ -17,7 +17,7 @@ from typing import Any
 
 from traceinsight.analysis.causes import cause_label
 from traceinsight.errors import TraceFormatError, TraceUnreadable
-from traceinsight.formatting import format_duration, format_share
+from traceinsight.formatting import format_duration, format_share, source_label
 from traceinsight.load.text import clean_text
 
 __all__ = [
@@ -99,12 +99,21 @@ class FindingChange:
     #: ``fixed`` (before only), ``new`` (after only) or ``still`` (both).
     status: str
     rule: str
+    #: What the sides are matched on: the source's ``file:line``, else the operator, else the GPU.
     site: str
     title: str
     #: The finding's saving on the comparison's basis (per step when both sides have steps), µs.
     before_saving_us: float | None
     after_saving_us: float | None
     severity: str
+    #: The site as the report writes it: a line that is not the call's is named as what it is
+    #: ("`main` (recorded from train.py:21)"); else ``site``.
+    site_label: str = ""
+
+    @property
+    def shown_site(self) -> str:
+        """``site_label`` where there is one, else ``site``."""
+        return self.site_label or self.site
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +238,21 @@ def finding_site(finding: Document) -> str:
     if finding.get("device") is not None:
         return f"GPU {finding['device']}"
     return ""
+
+
+def finding_site_label(finding: Document) -> str:
+    """:func:`finding_site` as the report writes it: a source line that is not the call's (a stored
+    ``source_line_kind`` of ``def`` or ``recording-start``) is named as what it is; else the site."""
+    site = finding_site(finding)
+    line_kind, function = finding.get("source_line_kind"), finding.get("source_function")
+    if not finding.get("source") or not isinstance(function, str) or line_kind == "call":
+        return site
+    return source_label(
+        site,
+        text(finding.get("source_kind")) if finding.get("source_kind") else None,
+        text(line_kind) if line_kind else None,
+        text(function),
+    )
 
 
 def _notes(before: Document, after: Document) -> list[str]:
@@ -358,12 +382,20 @@ def compare(
             before_saving_us=saving(finding),
             after_saving_us=saving(fresh[key]) if key in fresh else None,
             severity=text((fresh.get(key) or finding)["severity"]),
+            site_label=finding_site_label(fresh.get(key) or finding),
         )
         for key, finding in old.items()
     ]
     changes += [
         FindingChange(
-            "new", key[0], key[1], text(finding["title"]), None, saving(finding), text(finding["severity"])
+            "new",
+            key[0],
+            key[1],
+            text(finding["title"]),
+            None,
+            saving(finding),
+            text(finding["severity"]),
+            finding_site_label(finding),
         )
         for key, finding in fresh.items()
         if key not in old
@@ -429,6 +461,7 @@ def comparison_dict(comparison: Comparison) -> Document:
                 "status": change.status,
                 "rule": change.rule,
                 "site": change.site,
+                "site_label": change.shown_site,
                 "title": change.title,
                 "severity": change.severity,
                 "before_savings_us": change.before_saving_us,

@@ -76,6 +76,8 @@ GAP_SCHEMA = pl.Schema(
         "tid": pl.Int64,
         "sync_key": pl.Int64,
         "other_device": pl.Int64,
+        "source_line_kind": pl.String,
+        "source_function": pl.String,
     }
 )
 
@@ -538,20 +540,23 @@ def classify_gaps(
         table = table.update(classified, on="gap", how="left")
     long_rows = table.filter(pl.col("long") & pl.col("pid").is_not_null())
     points = long_rows.select(key="gap", pid="pid", tid="tid", t=((pl.col("start") + pl.col("end")) // 2))
-    sources = source_at(trace, points, user_code).rename(
-        {"key": "gap", "source": "mid_source", "source_kind": "mid_kind"}
+    line_columns = ("source", "source_kind", "source_line_kind", "source_function")
+    sources = source_at(trace, points, user_code).select(
+        gap="key", **{f"mid_{name}": name for name in line_columns}
     )
-    sync_sources = calls.select(sync_key="key", sync_source="source", sync_kind="source_kind")
+    sync_sources = calls.select(sync_key="key", **{f"sync_{name}": name for name in line_columns})
     use_sync = pl.col("sync_source").is_not_null()
     return (
         table.join(sources, on="gap", how="left")
         .join(sync_sources, on="sync_key", how="left")
         .with_columns(
-            source=pl.when(use_sync).then(pl.col("sync_source")).otherwise(pl.col("mid_source")),
-            source_kind=pl.when(use_sync).then(pl.col("sync_kind")).otherwise(pl.col("mid_kind")),
             other_device=pl.when(pl.col("cause_kind") == CauseKind.OTHER_GPU.value).then(
                 pl.col("other_device")
             ),
+            **{
+                name: pl.when(use_sync).then(pl.col(f"sync_{name}")).otherwise(pl.col(f"mid_{name}"))
+                for name in line_columns
+            },
         )
         .sort("device", "start")
         .select(list(GAP_SCHEMA))

@@ -30,14 +30,26 @@ class LatentSync:
     count: int
     #: Occurrences inside the steady-state steps.
     steady_count: int
+    #: What ``source``'s line is: ``call`` (the call's line), ``def`` (the first line of
+    #: ``source_function``: torch's stack names a function so), ``recording-start`` (the line
+    #: ``source_function`` was on when recording began), None when the trace does not say (see
+    #: :mod:`traceinsight.analysis.sources`).
+    source_line_kind: str | None = None
+    #: The function ``source`` is in (``log_metrics``), when frames name it.
+    source_function: str | None = None
+    #: Framework code the line calls that reads GPU values on the host by design
+    #: (``torch.optim.LBFGS``: :data:`traceinsight.load.taxonomy.DESIGNED_SYNCS`), when the calls
+    #: happen inside it.
+    framework_call: str | None = None
 
 
 def latent_syncs(
     trace: Trace, steady: SteadyState, user_code: Collection[str] = ()
 ) -> tuple[LatentSync, ...]:
     """Operators of :data:`taxonomy.LATENT_SYNC_OPS` not inside another one, grouped by (op, line,
-    module); only for traces without GPU work (with a GPU, the real syncs are measured instead), and
-    not for an accelerator this tool cannot read (MTIA, ...): there the operators did wait, on it."""
+    module, framework code that syncs by design); only for traces without GPU work (with a GPU, the
+    real syncs are measured instead), and not for an accelerator this tool cannot read (MTIA, ...):
+    there the operators did wait, on it."""
     if trace.has_gpu_activity or trace.meta.foreign_accelerator is not None:
         return ()
     ops = trace.cpu_ops.filter(pl.col("name").is_in(list(taxonomy.LATENT_SYNC_OPS))).with_row_index("key")
@@ -67,10 +79,12 @@ def latent_syncs(
         .join(chains, on="key", how="left")
         .join(source_at(trace, points, user_code), on="key", how="left")
         .join(module_at(trace, points), on="key", how="left")
-        .group_by("op", "source", "module", maintain_order=True)
+        .group_by("op", "source", "module", "framework_call", maintain_order=True)
         .agg(
             op_chain=pl.col("op_chain").mode().sort().first(),
             source_kind=pl.col("source_kind").first(),
+            source_line_kind=pl.col("source_line_kind").first(),
+            source_function=pl.col("source_function").first(),
             count=pl.len(),
             steady_count=pl.col("steady").sum(),
         )
@@ -85,6 +99,9 @@ def latent_syncs(
             module=row["module"],
             count=row["count"],
             steady_count=row["steady_count"],
+            source_line_kind=row["source_line_kind"],
+            source_function=row["source_function"],
+            framework_call=row["framework_call"],
         )
         for row in table.iter_rows(named=True)
     )

@@ -36,6 +36,9 @@ class StepLeads:
     #: The line active in the middle of the longest stretch (see :func:`.sources.source_at`).
     source: str | None = None
     source_kind: str | None = None
+    #: What ``source``'s line is and the function it is in (see :data:`.sources.SOURCE_COLUMNS`).
+    source_line_kind: str | None = None
+    source_function: str | None = None
 
 
 def _top_level_ops(trace: Trace, ranges: pl.DataFrame, top: int) -> tuple[tuple[str, int], ...]:
@@ -122,12 +125,14 @@ def step_leads(
         schema={"key": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "t": pl.Int64},
     )
     found = source_at(trace, point, user_code)
-    source, source_kind = (found.row(0)[1], found.row(0)[2]) if found.height else (None, None)
+    row = found.row(0, named=True) if found.height else {}
     return StepLeads(
         leads=tuple(
             (int(a), int(b), int(c)) for a, b, c in table.select("start", "first", "kept").iter_rows()
         ),
         ops=_top_level_ops(trace, ranges, top),
-        source=source,
-        source_kind=source_kind,
+        source=row.get("source"),
+        source_kind=row.get("source_kind"),
+        source_line_kind=row.get("source_line_kind"),
+        source_function=row.get("source_function"),
     )

@@ -112,6 +112,13 @@ class IdleGap:
     sync_key: int | None = None
     #: The GPU this one waited for, for the ``other-gpu`` cause (a pipeline bubble).
     other_device: int | None = None
+    #: What ``source``'s line is: ``call`` (the call's line), ``def`` (the first line of
+    #: ``source_function``: torch's stack names a function so), ``recording-start`` (the line
+    #: ``source_function`` was on when recording began), None when the trace does not say (see
+    #: :mod:`traceinsight.analysis.sources`).
+    source_line_kind: str | None = None
+    #: The function ``source`` is in (``log_metrics``), when frames name it.
+    source_function: str | None = None
 
     @property
     def duration_ns(self) -> int:
@@ -216,6 +223,18 @@ class SyncHotspot:
     def call_text(self) -> str:
         """The wait's calls as shown: ``cudaMemcpyAsync + cudaStreamSynchronize``."""
         return f"{self.call} + {self.then_call}" if self.then_call else self.call
+
+    #: What ``source``'s line is: ``call`` (the call's line), ``def`` (the first line of
+    #: ``source_function``: torch's stack names a function so), ``recording-start`` (the line
+    #: ``source_function`` was on when recording began), None when the trace does not say (see
+    #: :mod:`traceinsight.analysis.sources`).
+    source_line_kind: str | None = None
+    #: The function ``source`` is in (``log_metrics``), when frames name it.
+    source_function: str | None = None
+    #: Framework code the line calls that reads GPU values on the host by design
+    #: (``torch.optim.LBFGS``: :data:`traceinsight.load.taxonomy.DESIGNED_SYNCS`), when the calls
+    #: happen inside it.
+    framework_call: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -96,7 +96,8 @@ def blocking_calls(
     :func:`~traceinsight.load.taxonomy.waits_inside_copy_call`): ``kind`` is ``sync`` or ``copy``.
 
     Columns: ``key, call, kind, pid, tid, ts, end, dur, correlation, op, op_chain, innermost,
-    source, source_kind, module, copy, wait``. ``wait`` is the key of the host wait the call is part
+    the columns of :data:`~traceinsight.analysis.sources.SOURCE_COLUMNS` (``source,
+    source_kind, ...``), ``module, copy, wait``. ``wait`` is the key of the host wait the call is part
     of: a copy call and the ``cudaStreamSynchronize`` right after it (``copy_window_ns``) are one
     wait, keyed by the copy call; any other call is a wait of its own. The op chain is found by
     time containment on the call's thread (this works in every trace era); when no operator
@@ -210,8 +211,8 @@ def sync_hotspots(
     gaps: pl.DataFrame | None = None,
     steady: SteadyState | None = None,
 ) -> tuple[SyncHotspot, ...]:
-    """Host waits grouped by (call, call after it, op, source, copy waited for), ranked by blocked +
-    idle-after time.
+    """Host waits grouped by (call, call after it, op, source, copy waited for, framework code that
+    syncs by design), ranked by blocked + idle-after time.
 
     A wait is one blocking call, or a copy call and the sync right after it (``wait`` of
     :func:`blocking_calls`): its blocked time is both calls' durations, its idle after that of its
@@ -254,6 +255,9 @@ def sync_hotspots(
             op_chain=pl.col("op_chain").first(),
             source=pl.col("source").first(),
             source_kind=pl.col("source_kind").first(),
+            source_line_kind=pl.col("source_line_kind").first(),
+            source_function=pl.col("source_function").first(),
+            framework_call=pl.col("framework_call").first(),
             module=pl.col("module").first(),
             copy=pl.col("copy").first(),
             dur=pl.col("dur").sum(),
@@ -264,10 +268,12 @@ def sync_hotspots(
         )
     )
     table = (
-        waits.group_by("call", "then_call", "op", "source", "copy", maintain_order=True)
+        waits.group_by("call", "then_call", "op", "source", "copy", "framework_call", maintain_order=True)
         .agg(
             op_chain=pl.col("op_chain").mode().sort().first(),
             source_kind=pl.col("source_kind").first(),
+            source_line_kind=pl.col("source_line_kind").first(),
+            source_function=pl.col("source_function").first(),
             module=pl.col("module").drop_nulls().mode().sort().first(),
             count=pl.len(),
             blocked=pl.col("dur").sum(),
@@ -298,6 +304,9 @@ def sync_hotspots(
             module=row["module"],
             steady_blocked_ns=row["steady_blocked"],
             then_call=row["then_call"],
+            source_line_kind=row["source_line_kind"],
+            source_function=row["source_function"],
+            framework_call=row["framework_call"],
         )
         for row in table.iter_rows(named=True)
     )

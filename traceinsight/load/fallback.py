@@ -299,6 +299,7 @@ def _group_frame(
         "bytes": lambda: _ids(arg("bytes")),
         "python_id": lambda: _ids(arg("python_id")),
         "parent_id": lambda: _ids(arg("python_parent_id")),
+        "call_site": lambda: _ids(arg("call_site")),
         "call_stack": lambda: clean_texts(_texts(arg("call_stack"), _stack, nulls=True)),
         "seq": lambda: _ids(arg("seq")),
         "process_group": lambda: clean_texts(_texts(arg("process_group"), _stack, nulls=True)),

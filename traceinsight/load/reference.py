@@ -213,6 +213,7 @@ def build_tables(events: list[dict[str, Any]]) -> ChunkTables:
             p["end"].append(end)
             p["python_id"].append(as_int(arg["python_id"]))
             p["parent_id"].append(as_int(arg["python_parent_id"]))
+            p["call_site"].append(as_int(arg["call_site"]))
         elif cat in taxonomy.GPU_ANNOTATION_CATEGORIES:
             ga["name"].append(name)
             ga["device"].append(as_int(pid))

@@ -47,6 +47,8 @@ EVENT_FIELDS: Final[tuple[EventField, ...]] = (
     EventField("bytes", "bytes", True, "id"),
     EventField("python_id", "Python id", True, "id"),
     EventField("python_parent_id", "Python parent id", True, "id"),
+    # ``traceinsight run``'s own frames: 1 named by the call's line, 0 by the function's first line.
+    EventField("call_site", "Call site", True, "id"),
     EventField("call_stack", "Call stack", True, "text"),  # 2020-21 traces
     # A collective's sequence number in its process group and the group's name, on communication
     # kernels since 2026 (kineto PRs 1296, 1483): what matches a collective across ranks.
@@ -121,6 +123,9 @@ PYTHON_FRAMES: Final[pl.Schema] = pl.Schema(
         **_TIMED,
         "python_id": pl.Int64,
         "parent_id": pl.Int64,
+        #: ``traceinsight run``'s frames: 1 when the name's line is a call's, 0 when it is the
+        #: function's first line; null in torch's own frames (see :mod:`traceinsight.analysis.sources`).
+        "call_site": pl.Int64,
     }
 )
 
@@ -208,6 +213,7 @@ EVENT_COLUMNS: Final[pl.Schema] = pl.Schema(
         "bytes": pl.Int64,
         "python_id": pl.Int64,
         "parent_id": pl.Int64,  # "Python parent id"
+        "call_site": pl.Int64,  # "Call site"
         "call_stack": pl.String,
         "seq": pl.Int64,
         "process_group": pl.String,

@@ -11,6 +11,7 @@ import re
 import sys
 from collections.abc import Collection
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Final
 
 # --- categories (current name and the 2021 legacy name map to one table) -----------------------
@@ -191,6 +192,86 @@ LATENT_SYNC_OPS: Final[frozenset[str]] = frozenset(
         "aten::tolist",
     }
 )
+
+
+class LineKind(StrEnum):
+    """What the line in a Python frame's name is (see :mod:`traceinsight.analysis.sources`)."""
+
+    CALL = "call"
+    """The line of the call the frame was making (``run``'s call sites, 2020-21 ``Call stack``)."""
+    DEF = "def"
+    """The function's first line: torch's tracer names the frames it sees entered so."""
+    RECORDING_START = "recording-start"
+    """The line the function was on when recording began (torch's frames already running then)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DesignedSync:
+    """Framework (or library) code a user calls that reads GPU values on the host by design: its
+    syncs are not the user's ``if`` or ``.item()``, and the fix is in how the user calls it."""
+
+    name: str
+    """What it is, as the report names it: ``torch.optim.LBFGS``."""
+    files: tuple[str, ...]
+    """Its frames' files, as the end of the path (``torch/optim/lbfgs.py``)."""
+    functions: frozenset[str] = frozenset()
+    """Only frames of these functions (empty: any function of ``files``)."""
+    annotations: tuple[str, ...] = ()
+    """Host ranges torch records around it (found without Python frames, as in ``run``'s traces)."""
+
+
+#: The framework code users meet that syncs by design (checked on torch 2.13's sources and on CPU
+#: traces of each: the ``aten::item`` / ``aten::is_nonzero`` ops sit under these frames).
+DESIGNED_SYNCS: Final[tuple[DesignedSync, ...]] = (
+    # Convergence tests (``if opt_cond``), ``float(loss)`` and the line search's comparisons.
+    DesignedSync("torch.optim.LBFGS", ("torch/optim/lbfgs.py",), annotations=("Optimizer.step#LBFGS.step",)),
+    # ``_maybe_opt_step``: ``sum(v.item() for v in found_inf_per_device)`` before each step.
+    DesignedSync("torch.amp.GradScaler", ("torch/amp/grad_scaler.py", "torch/cuda/amp/grad_scaler.py")),
+    # ``ReduceLROnPlateau.step(metrics)``: ``float(metrics)``.
+    DesignedSync("torch.optim.lr_scheduler.ReduceLROnPlateau", ("torch/optim/lr_scheduler.py",)),
+    # ``clip_grad_norm_(..., error_if_nonfinite=True)``: ``if total_norm.isnan() or ...isinf()``.
+    DesignedSync("torch.nn.utils.clip_grad_norm_", ("torch/nn/utils/clip_grad.py",)),
+    # ``validate_args``: ``if not valid.all(): raise`` when a distribution is made and in ``log_prob``.
+    DesignedSync(
+        "torch.distributions",
+        ("torch/distributions/distribution.py",),
+        functions=frozenset({"__init__", "_validate_sample"}),
+    ),
+    # The inference fast path: a padding mask made into nested tensors (``masked_select``, sizes
+    # read on the host) and ``_detect_is_causal_mask``'s ``bool((mask == causal).all())``.
+    DesignedSync("torch.nn.TransformerEncoder", ("torch/nn/modules/transformer.py",)),
+    # transformers' SDPA mask helpers: ``torch.all(mask == 1)`` on the host, to drop an all-ones
+    # mask so that SDPA can take its causal fast path (seen in h100_bert/qwen: BertModel, Qwen2Model).
+    DesignedSync(
+        "transformers attention-mask check",
+        ("transformers/modeling_attn_mask_utils.py", "transformers/masking_utils.py"),
+        functions=frozenset(
+            {
+                "_ignore_causal_mask_sdpa",
+                "_prepare_4d_attention_mask_for_sdpa",
+                "_prepare_4d_causal_attention_mask_for_sdpa",
+            }
+        ),
+    ),
+)
+
+
+def designed_sync(file: str, function: str) -> str | None:
+    """The :data:`DESIGNED_SYNCS` entry a frame belongs to (its ``name``), else None."""
+    normalised = file.replace("\\", "/")
+    for entry in DESIGNED_SYNCS:
+        if normalised.endswith(entry.files) and (not entry.functions or function in entry.functions):
+            # A path ending "xtorch/optim/lbfgs.py" is not torch's.
+            head = normalised[: -len(next(f for f in entry.files if normalised.endswith(f)))]
+            if not head or head.endswith("/"):
+                return entry.name
+    return None
+
+
+#: Host ranges that enclose a designed sync → its ``name``.
+DESIGNED_SYNC_ANNOTATIONS: Final[dict[str, str]] = {
+    annotation: entry.name for entry in DESIGNED_SYNCS for annotation in entry.annotations
+}
 
 #: ``python_function`` frames that mark a module's forward: ``nn.Module: BertModel_0``.
 MODULE_FRAME_PREFIX: Final[str] = "nn.Module: "

@@ -12,7 +12,13 @@ saving, and ``cause_kind`` has the values of :class:`~traceinsight.analysis.caus
 Later additions within schema 2: ``kernels``, ``memory`` (per device: peaks in bytes, the device's
 total, ``series`` of ``[start_us, allocated, reserved]``; ``allocator_calls`` in the steady state);
 the ``cause_kind`` value ``other-gpu`` (a GPU waiting for another GPU of its process: a pipeline
-bubble) and the finding rule ``pipeline-bubble``.
+bubble) and the finding rule ``pipeline-bubble``;
+beside each ``source`` (idle gaps, sync hot spots, findings) ``source_line_kind`` (what the line is:
+``call``, the call's line; ``def``, the first line of ``source_function``, as torch's stack names
+it; ``recording-start``, the line ``source_function`` was on when recording began; null when the
+trace does not say) and ``source_function``; on sync hot spots and findings ``framework_call``
+(framework code the calls happen in that reads values on the host by design, such as
+``torch.optim.LBFGS``). ``source`` keeps its meaning: the frame's ``file:line``.
 """
 
 from __future__ import annotations
@@ -206,6 +212,8 @@ def report_dict(report: Report, *, gaps: bool = True) -> dict[str, Any]:
                 "cause": gap.cause,
                 "source": gap.source,
                 "source_kind": gap.source_kind,
+                "source_line_kind": gap.source_line_kind,
+                "source_function": gap.source_function,
             }
             for gap in (analysis.idle_gaps if gaps else ())
         ],
@@ -248,6 +256,9 @@ def report_dict(report: Report, *, gaps: bool = True) -> dict[str, Any]:
                 "steady_count": hotspot.steady_count,
                 "idle_caused_us": _us(hotspot.idle_caused_ns),
                 "then_call": hotspot.then_call,
+                "source_line_kind": hotspot.source_line_kind,
+                "source_function": hotspot.source_function,
+                "framework_call": hotspot.framework_call,
             }
             for hotspot in analysis.sync_hotspots
         ],
@@ -275,6 +286,9 @@ def report_dict(report: Report, *, gaps: bool = True) -> dict[str, Any]:
                 "saving_note": finding.saving_note,
                 "saving_known": finding.saving_known,
                 "source_kind": finding.source_kind,
+                "source_line_kind": finding.source_line_kind,
+                "source_function": finding.source_function,
+                "framework_call": finding.framework_call,
             }
             for finding in report.findings
         ],
@@ -424,6 +438,8 @@ def _gap_rows(report: Report) -> str | None:
         "cause": _encoded([gap.cause for gap in gaps]),
         "source": _encoded([gap.source for gap in gaps]),
         "source_kind": _encoded([gap.source_kind for gap in gaps]),
+        "source_line_kind": _encoded([gap.source_line_kind for gap in gaps]),
+        "source_function": _encoded([gap.source_function for gap in gaps]),
     }
     if any(column.null_count() for column in columns.values()):  # a value _scalar does not write
         return None

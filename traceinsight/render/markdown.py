@@ -14,7 +14,7 @@ from typing import Final
 
 from traceinsight.analysis.usage import total_usage
 from traceinsight.compare import Comparison
-from traceinsight.formatting import format_duration, format_share
+from traceinsight.formatting import format_duration, format_share, source_label
 from traceinsight.render.facts import header_facts, no_findings_text, saving_text, time_split
 from traceinsight.render.scorecard import scorecard
 from traceinsight.report import Report
@@ -104,8 +104,10 @@ class MarkdownRenderer:
                 )
                 lines.append("")
                 if finding.source:
-                    kind = " (library code)" if finding.source_kind == "library" else ""
-                    lines.append(f"- source: {escape(finding.source)}{kind}")
+                    label = source_label(
+                        finding.source, finding.source_kind, finding.source_line_kind, finding.source_function
+                    )
+                    lines.append(f"- source: {escape(label)}")
                 lines.append(
                     f"- saves {escape(saving_text(finding))}"
                     + (f": {escape(finding.saving_note, 300)}" if finding.saving_note else "")
@@ -156,8 +158,10 @@ def render_comparison(comparison: Comparison) -> str:
                 format_duration(value * 1000) if value is not None else "—"
                 for value in (change.before_saving_us, change.after_saving_us)
             )
+            at = "in" if change.shown_site != change.site else "at"  # a function, not the call's line
             lines.append(
-                f"- `{change.rule}` at {escape(change.site) or 'the trace'}: {escape(change.title, 300)} (saving {saving})"
+                f"- `{change.rule}` {at} {escape(change.shown_site) or 'the trace'}: "
+                f"{escape(change.title, 300)} (saving {saving})"
             )
         lines.append("")
     if comparison.kernels:

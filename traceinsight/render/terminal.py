@@ -19,8 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from traceinsight.analysis.causes import cause_label
-from traceinsight.analysis.sources import LIBRARY
-from traceinsight.formatting import format_duration, format_share, short_kernel_name
+from traceinsight.analysis.results import IdleGap, SyncHotspot
+from traceinsight.formatting import format_duration, format_share, short_kernel_name, source_label
 from traceinsight.load.text import printable
 from traceinsight.render.facts import (
     MEMORY_COLUMNS,
@@ -246,7 +246,7 @@ def renderables(report: Report, top: int = _TOP) -> list[RenderableType]:
                 format_duration(gap.duration_ns),
                 cause_label(gap.cause_kind),
                 _data(gap.cause),
-                _data(_source(gap.source, gap.source_kind)),
+                _data(_source(gap)),
             )
         parts.append(gaps)
     if analysis.sync_hotspots:
@@ -255,7 +255,7 @@ def renderables(report: Report, top: int = _TOP) -> list[RenderableType]:
             hot.add_row(
                 _data(hotspot.call_text),
                 _data(hotspot.op or ""),
-                _data(_source(hotspot.source, hotspot.source_kind)),
+                _data(_source(hotspot)),
                 str(hotspot.count),
                 format_duration(hotspot.blocked_ns),
                 format_duration(hotspot.idle_after_ns),
@@ -308,10 +308,11 @@ def renderables(report: Report, top: int = _TOP) -> list[RenderableType]:
     return parts
 
 
-def _source(source: str | None, kind: str | None) -> str:
-    if source is None:
+def _source(item: IdleGap | SyncHotspot) -> str:
+    """The source column: the line, named as what it is when it is not the call's."""
+    if item.source is None:
         return ""
-    return f"{source} (library)" if kind == LIBRARY else source
+    return source_label(item.source, item.source_kind, item.source_line_kind, item.source_function)
 
 
 class TerminalRenderer:

@@ -369,3 +369,103 @@ NEAR_MEMORY_LIMIT: Final = Advice(
     "        loss = model(x).loss / 2  # or torch.utils.checkpoint on the big blocks\n"
     "    loss.backward()\n    if i % 2 == 1:\n        optimizer.step(); optimizer.zero_grad()",
 )
+
+#: Framework code that syncs by design (:data:`traceinsight.load.taxonomy.DESIGNED_SYNCS`): what
+#: makes the calls (for a title), why it reads values on the host, and what the user can change.
+#: Its waits are not the user's ``if`` or ``.item()``, so the usual advice would not apply.
+DESIGNED_SYNC: Final[dict[str, tuple[str, str, Advice]]] = {
+    "torch.optim.LBFGS": (
+        "`torch.optim.LBFGS.step(closure)`",
+        "its convergence tests and its line search read the loss and gradient norms on the host",
+        Advice(
+            summary="These waits are LBFGS's own: each inner iteration of `step(closure)` reads the loss "
+            "and gradient norms on the host to test convergence (and its line search compares values "
+            "there), so there is no `if` or `.item()` of yours to remove. What you can change: fewer "
+            "iterations per step (a smaller `max_iter` or `max_eval`, or looser `tolerance_grad` / "
+            "`tolerance_change` so it stops sooner), more GPU work per read (a larger batch per step), "
+            "or, if the waits dominate, a first-order optimizer (Adam, AdamW) that never reads values "
+            "on the host.",
+            before="opt = torch.optim.LBFGS(model.parameters())  # max_iter=20: several host reads each\n"
+            "opt.step(closure)",
+            after="opt = torch.optim.LBFGS(model.parameters(), max_iter=5)  # fewer reads per step\n"
+            "opt.step(closure)",
+        ),
+    ),
+    "torch.amp.GradScaler": (
+        "`GradScaler.step`",
+        "it reads on the host whether any gradient is inf/NaN before stepping",
+        Advice(
+            summary="GradScaler.step checks on the host whether any gradient is inf/NaN before it calls "
+            "`optimizer.step()`: one wait per step, by design, not a line of yours. A fused optimizer "
+            "takes the check on the GPU instead (`fused=True` on Adam, AdamW, SGD or Adagrad: "
+            "GradScaler hands it the scale and the inf flag), and bf16 autocast needs no GradScaler.",
+            before="opt = torch.optim.AdamW(model.parameters())\nscaler.step(opt)  # reads found_inf on the host",
+            after="opt = torch.optim.AdamW(model.parameters(), fused=True)\n"
+            "scaler.step(opt)  # the fused step skips itself on inf: no host read",
+        ),
+    ),
+    "torch.optim.lr_scheduler.ReduceLROnPlateau": (
+        "`ReduceLROnPlateau.step(metric)`",
+        "it turns the metric into a Python float",
+        Advice(
+            summary="ReduceLROnPlateau turns its metric into a Python float: given a GPU tensor, it "
+            "waits for the GPU. Step it once per epoch with a validation metric already on the host, "
+            "not every step with the training loss.",
+            before="for x, y in loader:\n    loss = step(x, y)\n    scheduler.step(loss)  # a GPU tensor, every step",
+            after="for epoch in range(epochs):\n    train_one_epoch()\n"
+            "    scheduler.step(evaluate())  # a Python float, once per epoch",
+        ),
+    ),
+    "torch.nn.utils.clip_grad_norm_": (
+        "`clip_grad_norm_(..., error_if_nonfinite=True)`",
+        "it reads the total norm on the host to raise on inf/NaN",
+        Advice(
+            summary="With `error_if_nonfinite=True`, clip_grad_norm_ reads the total norm on the host to "
+            "raise on inf/NaN: a wait every step. Leave it off (the default) and check the returned "
+            "norm now and then.",
+            before="torch.nn.utils.clip_grad_norm_(params, 1.0, error_if_nonfinite=True)",
+            after="norm = torch.nn.utils.clip_grad_norm_(params, 1.0)\n"
+            "if step % 100 == 0 and not torch.isfinite(norm):  # one host read per 100 steps\n"
+            "    raise RuntimeError('non-finite gradients')",
+        ),
+    ),
+    "torch.distributions": (
+        "Argument validation in `torch.distributions`",
+        "`validate_args` checks parameters and values on the host",
+        Advice(
+            summary="A distribution checks its parameters when it is made, and each value in "
+            "`log_prob`, on the host while `validate_args` is on (the default unless Python runs "
+            "with -O): each check waits for the GPU. Turn validation off once the code is known "
+            "to be right.",
+            before="dist = torch.distributions.Categorical(logits=logits)  # validates on the host",
+            after="torch.distributions.Distribution.set_default_validate_args(False)  # once, at start\n"
+            "dist = torch.distributions.Categorical(logits=logits)  # or validate_args=False",
+        ),
+    ),
+    "torch.nn.TransformerEncoder": (
+        "`nn.TransformerEncoder`'s fast path",
+        "it reads the padding mask's sizes on the host to make nested tensors",
+        Advice(
+            summary="Without gradients, nn.TransformerEncoder turns a padded batch with "
+            "`src_key_padding_mask` into nested tensors, whose sizes it reads on the host, and "
+            "guesses `is_causal` from an attention `mask` by comparing it there. Build it with "
+            "`enable_nested_tensor=False`, and with a `mask` pass `is_causal=` yourself.",
+            before="encoder = nn.TransformerEncoder(layer, num_layers)\n"
+            "out = encoder(x, src_key_padding_mask=pad)",
+            after="encoder = nn.TransformerEncoder(layer, num_layers, enable_nested_tensor=False)\n"
+            "out = encoder(x, src_key_padding_mask=pad)  # a padded batch: no host read",
+        ),
+    ),
+    "transformers attention-mask check": (
+        "transformers' attention-mask check",
+        "it reads the mask on the host to see whether SDPA can drop it",
+        Advice(
+            summary="transformers checks on the host whether the attention mask is all ones, so that SDPA "
+            "can drop it and take its causal fast path: one wait per forward, inside the library, not "
+            "an `if` of yours. A batch without padding needs no mask: pass `attention_mask=None` and the "
+            "check is skipped; under `torch.compile` it is skipped too.",
+            before="out = model(input_ids, attention_mask=torch.ones_like(input_ids))  # read on the host",
+            after="out = model(input_ids)  # no padding, no mask: no host read",
+        ),
+    ),
+}

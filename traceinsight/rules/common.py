@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.replay import Fix
 from traceinsight.analysis.results import SyncHotspot
-from traceinsight.analysis.sources import LIBRARY
+from traceinsight.analysis.sources import CALL, DEF, LIBRARY, RECORDING_START, Located
 from traceinsight.analysis.usage import Usage
-from traceinsight.formatting import format_duration, format_share
+from traceinsight.formatting import format_duration, format_share, source_label, source_place
 from traceinsight.rules.findings import Advice, Finding, Severity
 
 
@@ -105,23 +105,73 @@ def severity(analysis: Analysis, saving: Saving) -> str:
     return Severity.LOW.value
 
 
-def where(source: str | None, source_kind: str | None) -> str | None:
-    """``train.py:52``, or ``vllm/x.py:88 (library code)``; None without a line."""
+def where(
+    source: str | None,
+    source_kind: str | None,
+    line_kind: str | None = CALL,
+    function: str | None = None,
+) -> str | None:
+    """ "train.py:52", "vllm/x.py:88 (library code)", or for a line that is not the call's,
+    "`log_metrics` (defined at train.py:4)" (:func:`~traceinsight.formatting.source_label`); None
+    without a line. Without ``line_kind`` the line is taken as the call's."""
     if source is None:
         return None
-    return f"{source} (library code)" if source_kind == LIBRARY else source
+    return source_label(source, source_kind, line_kind, function)
 
 
-def source_evidence(source: str | None, source_kind: str | None) -> str:
-    """The evidence line for the source."""
+def place(item: Located) -> str | None:
+    """Where ``item`` happens, for a title: "at train.py:18", or "in `log_metrics` (defined at
+    train.py:4)" when the line is not the call's (never "at" a line that is not); None without a
+    line."""
+    if item.source is None:
+        return None
+    return source_place(item.source, item.source_kind, item.source_line_kind, item.source_function)
+
+
+def exact_line(function: str) -> str:
+    """How to get the call's own line, for a line in ``function`` that is not it."""
+    return (
+        "to name the call's own line, profile with `traceinsight run` (it records each call's line), "
+        f"or look in `{function}` for the call the title names"
+    )
+
+
+def source_evidence(
+    source: str | None,
+    source_kind: str | None,
+    line_kind: str | None = CALL,
+    function: str | None = None,
+) -> str:
+    """The evidence line for the source: the line, what kind of line it is when it is not the
+    call's, and how to get the call's line."""
     if source is None:
         return "not recorded (profile with with_stack=True to name the line)"
-    if source_kind == LIBRARY:
-        return (
-            f"{source}: library code, the innermost frame outside torch; if this package is yours, "
-            "pass --user-code PACKAGE"
+    library = (
+        "library code, the innermost frame outside torch; if this package is yours, pass --user-code PACKAGE"
+    )
+    if line_kind == CALL or function is None:
+        return f"{source}: {library}" if source_kind == LIBRARY else source
+    if line_kind == DEF:
+        what = (
+            f"in `{function}`, defined at {source}: torch's stack names a function by its `def` "
+            "line, not by the line of the call"
         )
-    return source
+    elif line_kind == RECORDING_START:
+        what = (
+            f"in `{function}`, on {source} when recording began: torch's stack keeps that line for a "
+            "function already running, not the line of the call"
+        )
+    else:
+        what = (
+            f"in `{function}`, {source}: this trace's frames do not say whether that is the call's "
+            "line or the function's first line"
+        )
+    return f"{what}{'; ' + library if source_kind == LIBRARY else ''}; {exact_line(function)}"
+
+
+def located_evidence(item: Located) -> str:
+    """:func:`source_evidence` for a result that names a source line."""
+    return source_evidence(item.source, item.source_kind, item.source_line_kind, item.source_function)
 
 
 def how_often(analysis: Analysis, count: int) -> str:
@@ -138,10 +188,10 @@ def how_often(analysis: Analysis, count: int) -> str:
 
 
 def hotspot_place(hotspot: SyncHotspot) -> str:
-    """Where a sync hot spot happens, for a title: the line, else the operator."""
-    place = where(hotspot.source, hotspot.source_kind)
-    if place is not None:
-        return f"at {place}"
+    """Where a sync hot spot happens, for a title: the line (:func:`place`), else the operator."""
+    line = place(hotspot)
+    if line is not None:
+        return line
     if hotspot.op is not None:
         return f"in {hotspot.op}"
     return ""
@@ -169,8 +219,16 @@ def make_finding(
     source_kind: str | None = None,
     op: str | None = None,
     device: int | None = None,
+    located: Located | None = None,
+    framework_call: str | None = None,
 ) -> Finding:
-    """A finding whose severity and saving fields come from ``saving``."""
+    """A finding whose severity and saving fields come from ``saving``; its source fields from
+    ``located`` when given (else ``source``, ``source_kind``, taken as a call's line)."""
+    line_kind: str | None = CALL if source is not None else None
+    function = None
+    if located is not None:
+        source, source_kind = located.source, located.source_kind
+        line_kind, function = located.source_line_kind, located.source_function
     return Finding(
         rule=rule,
         severity=severity(analysis, saving),
@@ -186,4 +244,7 @@ def make_finding(
         saving_share=saving.share,
         source_kind=source_kind,
         saving_note=note,
+        source_line_kind=line_kind,
+        source_function=function,
+        framework_call=framework_call,
     )

@@ -25,11 +25,12 @@ from traceinsight.rules import advice, rule
 from traceinsight.rules.common import (
     how_often,
     in_saving_unit,
+    located_evidence,
     make_finding,
     per_step,
+    place,
     saving_of,
     source_evidence,
-    where,
 )
 from traceinsight.rules.findings import Finding
 from traceinsight.rules.syncs import waits_for_h2d
@@ -96,12 +97,9 @@ def _idle_caused(analysis: Analysis, hotspots: list[SyncHotspot]) -> str:
     return in_saving_unit(analysis, sum(h.idle_caused_ns for h in hotspots))
 
 
-def _place(hotspots: list[SyncHotspot]) -> tuple[str | None, str | None, str | None]:
-    """(source, source kind, op) of the hot spot that caused the most idle."""
-    if not hotspots:
-        return None, None, None
-    top = max(hotspots, key=lambda h: (h.idle_caused_ns, h.count))
-    return top.source, top.source_kind, top.op
+def _top(hotspots: list[SyncHotspot]) -> SyncHotspot | None:
+    """The hot spot that caused the most idle (its line and op stand for the finding's)."""
+    return max(hotspots, key=lambda h: (h.idle_caused_ns, h.count)) if hotspots else None
 
 
 def pinned_rate(analysis: Analysis) -> tuple[float, str]:
@@ -160,8 +158,8 @@ def pageable_memcpy(analysis: Analysis) -> Iterator[Finding]:
             "replayed with each copy from pinned memory: queued without waiting, on a stream of its own "
             f"under compute, at {rate:.3g} GB/s ({rate_source})"
         )
-        source, source_kind, op = _place(hotspots)
-        place = where(source, source_kind)
+        top = _top(hotspots)
+        at = place(top) if top else None
         often = how_often(analysis, len(copies)) if copies else "outside the copies' calls"
         size = sum(copy.bytes for copy in copies)
         steps = len(analysis.steady.steady_steps)
@@ -172,23 +170,22 @@ def pageable_memcpy(analysis: Analysis) -> Iterator[Finding]:
             ("host blocked in the copy calls", in_saving_unit(analysis, call_ns)),
             *_wait_lines(analysis, hotspots),
             ("GPU idle right after the waits", _idle_caused(analysis, hotspots)),
-            ("source", source_evidence(source, source_kind)),
+            ("source", located_evidence(top) if top else source_evidence(None, None)),
         ]
         yield make_finding(
             analysis,
             "pageable-memcpy",
             saving,
-            title=f"`.to('cuda')` from pageable memory{f' at {place}' if place else ''} makes the host "
+            title=f"`.to('cuda')` from pageable memory{f' {at}' if at else ''} makes the host "
             f"wait for each copy ({often}, {amount})",
             evidence=(evidence),
             advice=advice.PINNED_COPY,
             why="A copy from pageable memory is staged through a driver buffer while the host waits, "
             "and the synchronize after it drains the GPU's queue: the GPU idles until the host has "
             "launched the next work, and the copy runs with no kernel beside it.",
-            op=op,
-            source=source,
+            op=top.op if top else None,
             device=device,
-            source_kind=source_kind,
+            located=top,
             note=note,
         )
 
@@ -225,8 +222,8 @@ def blocking_h2d(analysis: Analysis) -> Iterator[Finding]:
         )
         saving = saving_of(analysis, fix)
         note = "replayed with these copies on a stream of their own, prefetched under compute"
-        source, source_kind, op = _place(hotspots)
-        place = where(source, source_kind)
+        top = _top(hotspots)
+        at = place(top) if top else None
         ratio = overlapped / duration if duration else 0.0
         what = "the host waits for them" if hotspots else "they run while no kernel runs"
         evidence = (
@@ -237,22 +234,21 @@ def blocking_h2d(analysis: Analysis) -> Iterator[Finding]:
                     "copy time not under compute",
                     f"{in_saving_unit(analysis, exposed)}, {1 - ratio:.0%} of it",
                 ),
-                ("source", source_evidence(source, source_kind)),
+                ("source", located_evidence(top) if top else source_evidence(None, None)),
             ]
         )
         yield make_finding(
             analysis,
             "blocking-h2d",
             saving,
-            title=f"Host-to-device copies{f' at {place}' if place else ''} stall the GPU: {what}",
+            title=f"Host-to-device copies{f' {at}' if at else ''} stall the GPU: {what}",
             evidence=(evidence),
             advice=advice.PREFETCH,
             why="While a copy runs alone the SMs have nothing to do, and a copy the host waits for "
             "stops it from queueing the next kernels; copies issued from pinned memory on another "
             "stream run underneath kernels instead.",
-            op=op,
-            source=source,
+            op=top.op if top else None,
             device=device,
-            source_kind=source_kind,
+            located=top,
             note=note,
         )

@@ -28,13 +28,14 @@ from traceinsight.rules import advice, rule
 from traceinsight.rules.common import (
     beyond,
     how_often,
+    located_evidence,
     make_finding,
     per_step,
+    place,
     saving_from_total,
     saving_of,
     source_evidence,
     usage_amount,
-    where,
 )
 from traceinsight.rules.communication import communication_advice
 from traceinsight.rules.findings import Advice, Finding
@@ -185,9 +186,7 @@ def dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
         longest = max(stalls, key=lambda gap: gap.duration_ns) if stalls else None
         iterator = longest.cause if longest else "DataLoader __next__"
         serial = "_SingleProcessDataLoaderIter" in iterator
-        source = longest.source if longest else None
-        source_kind = longest.source_kind if longest else None
-        place = where(source, source_kind)
+        at = place(longest) if longest else None
         amount = saving_from_total(analysis, idle, window).words()
         note = f"replayed with each batch ready, handed over in {format_duration(handover)}"
         extra = beyond(saving.total_ns, idle)
@@ -202,7 +201,7 @@ def dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
             "dataloader-stall",
             saving,
             title=f"The GPU waits for the DataLoader {amount}"
-            + (f" at {place}" if place else "")
+            + (f" {at}" if at else "")
             + (": batches are loaded in the training process" if serial else ": its workers do not keep up"),
             evidence=(
                 ("GPU idle waiting for batches", amount),
@@ -211,14 +210,13 @@ def dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
                     f"{len(waits)} (longest gap {format_duration(longest.duration_ns) if longest else '—'})",
                 ),
                 ("iterator", iterator),
-                ("source", source_evidence(source, source_kind)),
+                ("source", located_evidence(longest) if longest else source_evidence(None, None)),
             ),
             advice=advice.WORKERS,
             why="The training loop asks for the next batch only after queuing the last step; while the "
             "batch is decoded and collated on the host nothing new reaches the GPU.",
-            source=source,
             device=device.device,
-            source_kind=source_kind,
+            located=longest,
             note=note,
         )
 
@@ -259,8 +257,7 @@ def host_preprocessing(analysis: Analysis) -> Iterator[Finding]:
         lengths = sorted(idle for *_, idle in leads)
         found = analysis.step_leads
         ops = found.ops
-        source, source_kind = found.source, found.source_kind
-        place = where(source, source_kind)
+        at = place(found)
         evidence: list[tuple[str, str]] = [
             ("GPU idle before each step's first work", amount),
             (
@@ -278,13 +275,13 @@ def host_preprocessing(analysis: Analysis) -> Iterator[Finding]:
                 if ops
                 else "no operator: Python the profiler did not record (decoding, augmenting a batch)",
             ),
-            ("source", source_evidence(source, source_kind)),
+            ("source", located_evidence(found)),
         ]
         yield make_finding(
             analysis,
             "host-preprocessing",
             saving_of(analysis, fix),
-            title=f"Per-step host preprocessing{f' at {place}' if place else ''}: the GPU waits {amount} "
+            title=f"Per-step host preprocessing{f' {at}' if at else ''}: the GPU waits {amount} "
             "while the host prepares each step before its first GPU work",
             evidence=evidence,
             advice=advice.PREPROCESSING,
@@ -292,9 +289,8 @@ def host_preprocessing(analysis: Analysis) -> Iterator[Finding]:
             "batch) before it launches anything, and nothing is queued on the GPU meanwhile. Done "
             "ahead by DataLoader workers while the GPU runs the step before, it costs the step only "
             "the hand-over.",
-            source=source,
             device=device.device,
-            source_kind=source_kind,
+            located=found,
             note=f"replayed with each step's preparation done ahead, handed over in {format_duration(handover)}",
         )
 
@@ -363,7 +359,7 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
             ("copies (not under compute)", usage_amount(usage, usage.copy_ns)),
         ]
         evidence += [(f"idle: {CAUSE_LABELS[kind]}", usage_amount(usage, ns)) for kind, ns in usage.idle]
-        source = source_kind = None
+        longest = None
         fix_advice = _ADVICE.get(top_kind, advice.HOST_PAUSES)
         if top_kind is CauseKind.COMMUNICATION:
             fix_advice = communication_advice(analysis, device.device)
@@ -391,9 +387,8 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
         top_gaps = _steady_gaps(analysis, device.device, top_kind)
         if top_gaps:
             longest = max(top_gaps, key=lambda gap: gap.duration_ns)
-            source, source_kind = longest.source, longest.source_kind
             evidence.append(("longest such gap", f"{format_duration(longest.duration_ns)}: {longest.cause}"))
-            evidence.append(("source", source_evidence(source, source_kind)))
+            evidence.append(("source", located_evidence(longest)))
         saving = saving_from_total(analysis, rest, window)
         yield make_finding(
             analysis,
@@ -403,8 +398,7 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
             evidence=(evidence),
             advice=fix_advice,
             why=f"{why}: each gap is a moment the GPU had nothing to run.",
-            source=source,
             device=device.device,
-            source_kind=source_kind,
+            located=longest,
             note="an upper bound: the idle no other finding explains",
         )

@@ -21,13 +21,13 @@ from traceinsight.rules.common import (
     hotspot_place,
     how_often,
     in_saving_unit,
+    located_evidence,
     make_finding,
     per_step,
+    place,
     repeats,
     saving_from_total,
     saving_of,
-    source_evidence,
-    where,
 )
 from traceinsight.rules.findings import Advice, Finding
 
@@ -47,7 +47,11 @@ def waits_for_h2d(hotspot: SyncHotspot) -> bool:
 
 
 def what_syncs(hotspot: SyncHotspot) -> tuple[str, Advice]:
-    """What in the user's code makes these calls, in plain words, and the advice for it."""
+    """What in the user's code makes these calls, in plain words, and the advice for it (framework
+    code that syncs by design first: its waits are not the user's ``if`` or ``.item()``)."""
+    if hotspot.framework_call in advice.DESIGNED_SYNC:
+        what, _, designed = advice.DESIGNED_SYNC[hotspot.framework_call]
+        return what, designed
     chain = hotspot.op_chain or ""
     direction = taxonomy.parse_copy_name(hotspot.copy).direction if hotspot.copy else None
     if "is_nonzero" in chain:
@@ -80,7 +84,7 @@ def _sync_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
             ("call", hotspot.call_text),
             ("operator chain", hotspot.op_chain or "not recorded"),
             ("waits for", hotspot.copy or "everything queued on the GPU (no copy right before)"),
-            ("source", source_evidence(hotspot.source, hotspot.source_kind)),
+            ("source", located_evidence(hotspot)),
             (
                 "how often",
                 f"{often} ({hotspot.steady_count} in the steady state, {hotspot.count} in the trace)",
@@ -91,6 +95,8 @@ def _sync_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
         ]
         if hotspot.module is not None:
             evidence.insert(0, ("inside the forward of", hotspot.module))
+        if hotspot.framework_call is not None:
+            evidence.insert(0, _inside(hotspot.framework_call))
         copy_call = hotspot.copy is not None and hotspot.call.startswith(taxonomy.COPY_CALL_PREFIXES)
         yield make_finding(
             analysis,
@@ -118,8 +124,8 @@ def _sync_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
             + ", so when it returns the GPU has nothing left to run and idles while the host "
             "prepares and launches the next work.",
             op=hotspot.op,
-            source=hotspot.source,
-            source_kind=hotspot.source_kind,
+            located=hotspot,
+            framework_call=hotspot.framework_call,
             note=wait_note(analysis, saving.total_ns, hotspot.idle_caused_ns, hotspot.steady_blocked_ns),
         )
 
@@ -149,6 +155,17 @@ def wait_note(analysis: Analysis, saving_ns: int, idle_after_ns: int, blocked_ns
             f"{per_step(analysis, extra)})"
         )
     return note
+
+
+def _inside(framework_call: str) -> tuple[str, str]:
+    """The evidence row for calls made inside framework code that syncs by design."""
+    known = advice.DESIGNED_SYNC.get(framework_call)
+    why = f" ({known[1]})" if known else ""
+    return (
+        "inside",
+        f"{framework_call}, which reads values on the host by design{why}: the wait is its own, the "
+        "source line is where your code calls it",
+    )
 
 
 @rule("sync-in-loop")
@@ -192,14 +209,16 @@ def _latent_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
         if (latent.module is not None) != in_forward or not repeats(analysis, latent.steady_count):
             continue
         what, fix_advice = _LATENT_WHAT.get(latent.op, (f"`{latent.op}`", advice.TO_HOST))
+        if latent.framework_call in advice.DESIGNED_SYNC:
+            what, _, fix_advice = advice.DESIGNED_SYNC[latent.framework_call]
         often = how_often(analysis, latent.steady_count)
-        place = where(latent.source, latent.source_kind)
+        at = place(latent)
         title = " ".join(
             part
             for part in (
                 what,
                 f"in {latent.module}'s forward" if latent.module else "",
-                f"at {place}" if place else "",
+                at or "",
                 "would make the host wait for the GPU",
                 often,
             )
@@ -207,7 +226,7 @@ def _latent_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
         )
         evidence = [
             ("operator chain", latent.op_chain or latent.op),
-            ("source", source_evidence(latent.source, latent.source_kind)),
+            ("source", located_evidence(latent)),
             (
                 "how often",
                 f"{often} ({latent.steady_count} in the steady state, {latent.count} in the trace)",
@@ -219,6 +238,8 @@ def _latent_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
         ]
         if latent.module:
             evidence.insert(0, ("inside the forward of", latent.module))
+        if latent.framework_call is not None:
+            evidence.insert(0, _inside(latent.framework_call))
         yield make_finding(
             analysis,
             rule_id,
@@ -229,7 +250,7 @@ def _latent_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
             why=f"{latent.op} needs the tensor's value on the host. On a GPU the host then waits for "
             "every queued kernel before it can go on, and the GPU idles while the host catches up.",
             note="cannot be measured without a GPU: profile it on one to see the saving",
-            source=latent.source,
-            source_kind=latent.source_kind,
+            located=latent,
+            framework_call=latent.framework_call,
             op=latent.op,
         ).with_(saving_known=False, severity="medium")
