@@ -141,6 +141,9 @@ class Hostile:
     notes: tuple[tuple[str, int], ...] = ()
     #: Run in a subprocess (bombs, special files); its maximum RSS must stay under this many MB.
     rss_mb: int | None = None
+    #: Options given to analyze: ``--force`` where a case tests what stops a file past the gzip
+    #: ratio rule (which would stop it first).
+    options: tuple[str, ...] = ()
 
 
 CORPUS: tuple[Hostile, ...] = (
@@ -195,18 +198,18 @@ CORPUS: tuple[Hostile, ...] = (
         refused="compression bomb", rss_mb=600),
     Hostile("gzip-900MB-of-spaces-after-the-array", lambda p: _repeated_gzip(p, b"[\n  " + _kernel_text().encode()
         + b",\n  " + _kernel_text(ts=20).encode() + b"\n]", b" ", 900 << 20), refused="of JSON after the events array",
-        rss_mb=600),
+        rss_mb=600, options=("--force",)),
     # a file cut short, or bad JSON far in: never read again whole to look for a name to repair
     Hostile("gzip-object-cut-short-after-900MB-of-spaces", lambda p: _repeated_gzip(p, b'{"traceEvents": [\n  '
-        + _kernel_text().encode() + b",", b" ", 900 << 20), refused="ends inside the events array", rss_mb=600),
+        + _kernel_text().encode() + b",", b" ", 900 << 20), refused="ends inside the events array", rss_mb=600, options=("--force",)),
     Hostile("gzip-object-with-a-bad-byte-after-900MB-of-spaces", lambda p: _repeated_gzip(p, b'{"traceEvents": [\n  '
-        + _kernel_text().encode() + b",", b" ", 900 << 20, b'\n    "name": x\n]}'), refused="not valid JSON", rss_mb=600),
+        + _kernel_text().encode() + b",", b" ", 900 << 20, b'\n    "name": x\n]}'), refused="not valid JSON", rss_mb=600, options=("--force",)),
     Hostile("gzip-quoted-name-then-a-line-of-900MB", lambda p: _repeated_gzip(p, b'{"traceEvents": [\n  {\n'
         b'    "ph": "X",\n    "cat": "python_function",\n    "name": "q.py(1):     """",\n    "pid": 1,\n'
         b'    "tid": 1,\n    "ts": 1,\n    "dur": 1\n  },', b" ", 900 << 20, b'\n  {"ph": "X", "cat": "python_function", '
-        b'"name": "g", "pid": 1, "tid": 1, "ts": 5, "dur": 1}\n]}\n'), rss_mb=600),
+        b'"name": "g", "pid": 1, "tid": 1, "ts": 5, "dur": 1}\n]}\n'), rss_mb=600, options=("--force",)),
     Hostile("name-of-500MB", lambda p: _repeated_gzip(p, b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "', b"a",
-        500_000_000, b'", "pid": 0, "tid": 7, "ts": 1, "dur": 1, "args": {"device": 0, "stream": 7}}]}'), rss_mb=1000),
+        500_000_000, b'", "pid": 0, "tid": 7, "ts": 1, "dur": 1, "args": {"device": 0, "stream": 7}}]}'), rss_mb=1000, options=("--force",)),
     Hostile("fifo", _fifo, refused="named pipe (FIFO), not a regular file", rss_mb=600),
     Hostile("socket", _socket, refused="a socket, not a regular file", rss_mb=600),
     Hostile("character-device", lambda p: Path("/dev/zero"), refused="a character device, not a regular file", rss_mb=600),
@@ -293,6 +296,7 @@ def test_hostile_trace_is_refused_in_one_line_or_loaded_as_the_reference(
             str(out / "r.html"),
             "--markdown",
             str(out / "r.md"),
+            *case.options,
         ],
         catch_exceptions=False,
     )
@@ -370,7 +374,7 @@ def test_bombs_and_special_files_end_quickly_in_bounded_memory(case: Hostile, tm
     out = tmp_path / "out"
     out.mkdir()
     code, stdout, stderr, rss_mb = run_measured(
-        ["analyze", str(path), "--json", str(out / "r.json"), "-o", str(out / "r.html")]
+        ["analyze", str(path), "--json", str(out / "r.json"), "-o", str(out / "r.html"), *case.options]
     )
     assert code != 124, f"{case.name}: analyze did not end within 120 s"
     assert rss_mb < (case.rss_mb or 0), f"{case.name}: maximum RSS {rss_mb:.0f} MB"
