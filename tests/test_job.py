@@ -432,10 +432,18 @@ def test_rank_paths_are_as_given_with_control_characters_replaced(
     _tiny_rank(tmp_path / "real" / "rank-0.json", 0)
     _tiny_rank(tmp_path / "real" / evil, 5)
     out = tmp_path / "job.json"
-    result = runner.invoke(app, ["analyze", "link", "--no-html", "--json", str(out), "--markdown", "job.md"])
+    (tmp_path / "each").mkdir()
+    result = runner.invoke(
+        app,
+        ["analyze", "link", "--no-html", "--json", str(out), "--markdown", "job.md", "--per-rank", "each"],
+    )
     assert result.exit_code == 0, result.output
     paths = sorted(rank["path"] for rank in json.loads(out.read_text())["ranks"])
     assert paths == ["link/rank-0.json", "link/rank-1\ufffd]0;x\ufffd\ufffd[2J.json"]
+    own = [
+        json.loads((tmp_path / "each" / f"rank-{rank}.json").read_text())["trace"]["path"] for rank in (0, 1)
+    ]
+    assert own == paths  # each rank's own report names its trace the same way
     for text in ((tmp_path / "job.md").read_text(), result.stdout):
         assert "\x1b" not in text and "\x07" not in text
 

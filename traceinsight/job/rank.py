@@ -9,6 +9,7 @@ trimmed, before it returns, so a worker's memory is that of the largest rank it 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -200,6 +201,8 @@ def analyze_rank(task: RankTask) -> RankResult:
     from traceinsight.pipeline import give_back_freed_memory
 
     trace = load_trace(Path(task.path), limit=SizeLimit(task.max_bytes, force=task.force))
+    if task.shown_path is not None:  # the rank's own report names its trace as the user did
+        trace = dataclasses.replace(trace, meta=dataclasses.replace(trace.meta, path=task.shown_path))
     give_back_freed_memory()
     if _has_distributed_info(trace):
         rank, rank_from = trace.meta.rank, "distributedInfo"
