@@ -504,3 +504,154 @@ def test_collectives_without_sequence_numbers_are_matched_by_order(tmp_path: Pat
     job = _json(tmp_path, str(folder))
     assert {entry["rank"]: entry["collectives"]["waited_us"] for entry in job["ranks"]} == {0: 100.0, 1: 0.0}
     assert (job["job"]["collectives"]["matched"], job["job"]["collectives"]["matched_by_seq"]) == (2, 0)
+
+
+# --- issue 31: the job folder and its names are untrusted ------------------------------------------
+
+
+def _two_ranks(folder: Path) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    info = lambda rank: {"distributedInfo": {"rank": rank, "world_size": 2, "backend": "nccl"}}  # noqa: E731
+    return [_tiny_rank(folder / f"rank-{rank}.json", rank * 5, **info(rank)) for rank in (0, 1)]
+
+
+def test_per_rank_into_the_traces_folder_never_replaces_a_trace(tmp_path: Path) -> None:
+    """--per-rank at the traces' own folder would have replaced rank-0.json and rank-1.json with
+    result JSON: refused before any analysis, the inputs untouched."""
+    traces = _two_ranks(tmp_path / "traces")
+    before = {path: path.read_bytes() for path in traces}
+    for argument in (str(tmp_path / "traces"), *map(str, traces)):
+        result = runner.invoke(app, ["analyze", argument, str(traces[1]), "--no-html", "--per-rank",
+                                     str(tmp_path / "traces")])  # fmt: skip
+        assert result.exit_code == 2, result.output
+        assert result.stderr.count("\n") == 1 and "a rank's own report would replace" in result.stderr
+        assert {path: path.read_bytes() for path in traces} == before
+        assert sorted(p.name for p in (tmp_path / "traces").iterdir()) == ["rank-0.json", "rank-1.json"]
+
+
+def test_per_rank_writes_nothing_when_the_job_fails_its_checks(tmp_path: Path) -> None:
+    """Two traces that say they are rank 0: the job is refused, and no rank's report is left behind
+    (they were written as each rank finished, before the job's checks)."""
+    info = {"distributedInfo": {"rank": 0, "world_size": 2, "backend": "nccl"}}
+    _tiny_rank(tmp_path / "a.json", 0, **info)
+    _tiny_rank(tmp_path / "b.json", 0, **info)
+    out = tmp_path / "each"
+    out.mkdir()
+    for workers in ("1", "2"):
+        result = runner.invoke(app, ["analyze", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--no-html",
+                                     "--per-rank", str(out), "--workers", workers])  # fmt: skip
+        assert result.exit_code == 2 and "two traces say they are rank 0" in result.stderr, result.output
+        assert list(out.iterdir()) == []  # nor the private folder the workers staged them in
+
+
+def test_per_rank_reports_go_through_the_output_checks(tmp_path: Path) -> None:
+    traces = _two_ranks(tmp_path / "traces")
+    out = tmp_path / "each"
+    out.mkdir()
+    (out / "rank-1.json").write_text("someone's notes")
+    result = runner.invoke(app, ["analyze", *map(str, traces), "--no-html", "--per-rank", str(out)])
+    assert result.exit_code == 2 and "will not replace" in result.stderr and "--force" in result.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["rank-1.json"]  # none written, none staged left
+    assert (out / "rank-1.json").read_text() == "someone's notes"
+    forced = runner.invoke(
+        app, ["analyze", *map(str, traces), "--no-html", "--per-rank", str(out), "--force"]
+    )
+    assert forced.exit_code == 0, forced.output
+    assert sorted(p.name for p in out.iterdir()) == [
+        "rank-0.html",
+        "rank-0.json",
+        "rank-1.html",
+        "rank-1.json",
+    ]
+
+
+def test_a_symlink_loop_under_a_double_star_pattern_ends(tmp_path: Path) -> None:
+    """Two links to "." made ``**`` endless (42,517 matches in 10 s on the way to 2^40): links to
+    folders are not walked, so each trace is found once."""
+    traces = _two_ranks(tmp_path / "job")
+    (tmp_path / "job" / "loop").symlink_to(".")
+    (tmp_path / "job" / "again").symlink_to(tmp_path / "job")
+    done = subprocess.run(
+        [sys.executable, "-m", "traceinsight", "analyze", str(tmp_path / "job" / "**" / "*.json"), "--no-html",
+         "--json", str(tmp_path / "job.json")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    job = json.loads((tmp_path / "job.json").read_text())
+    assert sorted(rank["path"] for rank in job["ranks"]) == sorted(map(str, traces))
+    followed = _json(tmp_path, str(tmp_path / "job" / "**" / "*.json"), "--follow-symlinks")
+    assert len(followed["ranks"]) == 2  # each real folder walked once
+
+
+def test_a_symlink_out_of_the_folder_is_skipped_with_a_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _two_ranks(tmp_path / "job")
+    (tmp_path / "private").mkdir()
+    elsewhere = _tiny_rank(tmp_path / "private" / "rank-2.json", 9)
+    (tmp_path / "job" / "rank-2.json").symlink_to(elsewhere)
+    monkeypatch.chdir(tmp_path)
+    for argument in ("job", "job/*.json", "job/**/*.json"):
+        job = _json(tmp_path, argument)
+        assert sorted(rank["path"] for rank in job["ranks"]) == ["job/rank-0.json", "job/rank-1.json"]
+        note = next(w for w in job["warnings"] if w.startswith("skipped 1 symbolic link"))
+        assert "leading out of job" in note and "job/rank-2.json" in note and "--follow-symlinks" in note
+        assert "private" not in json.dumps(job)  # the link's target is never written
+        followed = _json(tmp_path, argument, "--follow-symlinks")
+        assert sorted(rank["path"] for rank in followed["ranks"]) == [
+            "job/rank-0.json", "job/rank-1.json", "job/rank-2.json"]  # fmt: skip
+
+
+def test_rank_paths_are_as_given_with_control_characters_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ranks[].path was the resolved absolute path (the analyst's home layout in a shared file), and
+    raw control characters of a file name stayed in job.json."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    evil = "rank-1\x1b]0;x\x07\x1b[2J.json"
+    _tiny_rank(tmp_path / "real" / "rank-0.json", 0)
+    _tiny_rank(tmp_path / "real" / evil, 5)
+    out = tmp_path / "job.json"
+    (tmp_path / "each").mkdir()
+    result = runner.invoke(
+        app,
+        ["analyze", "link", "--no-html", "--json", str(out), "--markdown", "job.md", "--per-rank", "each"],
+    )
+    assert result.exit_code == 0, result.output
+    paths = sorted(rank["path"] for rank in json.loads(out.read_text())["ranks"])
+    assert paths == ["link/rank-0.json", "link/rank-1\ufffd]0;x\ufffd\ufffd[2J.json"]
+    own = [
+        json.loads((tmp_path / "each" / f"rank-{rank}.json").read_text())["trace"]["path"] for rank in (0, 1)
+    ]
+    assert own == paths  # each rank's own report names its trace the same way
+    for text in ((tmp_path / "job.md").read_text(), result.stdout):
+        assert "\x1b" not in text and "\x07" not in text
+
+
+def test_the_pool_is_sized_from_what_a_gzip_holds_not_its_trailer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gzip trailer is the file's own claim: a rank that says 1000 bytes and inflates to 64 MiB
+    takes a worker's share of memory as 64 MiB (the pool trusted the claim, and started 3 workers
+    where memory holds 2)."""
+    import gzip
+
+    from traceinsight.job import execute
+    from traceinsight.job.rank import RankTask
+    from traceinsight.thresholds import Thresholds
+
+    event = b'{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1},'
+    text = b'{"traceEvents": [' + event * ((64 << 20) // len(event)) + b"{}]}"
+    packed = bytearray(gzip.compress(text, compresslevel=6, mtime=0))
+    packed[-4:] = (1000).to_bytes(4, "little")  # ISIZE: what the file says it holds
+    path = tmp_path / "rank-0.json.gz"
+    path.write_bytes(packed)
+    per_worker = execute.WORKER_BASE_BYTES + execute.MEMORY_PER_JSON_BYTE * len(text)
+    monkeypatch.setattr(execute, "_available_memory", lambda: int(2.5 * per_worker))
+    monkeypatch.setattr(execute, "available_cores", lambda: 8)
+    tasks = [
+        RankTask(path=str(path), name_rank=rank, order=rank, thresholds=Thresholds()) for rank in range(8)
+    ]
+    assert execute.pool_size(tasks) == 2

@@ -2,21 +2,19 @@
 communication, findings fixed / new / still present, and the kernels that changed most.
 
 Both sides are the JSON contract (:func:`traceinsight.render.json_report.report_dict`): a trace is
-analyzed first, a JSON result written by ``analyze --json`` is read as it is, so a stored baseline
+analyzed first, a JSON result written by ``analyze --json`` is read back under the checks of
+:mod:`traceinsight.stored` (every field read here of its type and range), so a stored baseline
 works without its trace. Figures are per steady step when both sides have steps, else over the
 time analyzed.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from traceinsight.analysis.causes import cause_label
-from traceinsight.errors import TraceFormatError, TraceUnreadable
 from traceinsight.formatting import format_duration, format_share, source_label
 from traceinsight.load.text import clean_text
 
@@ -27,7 +25,6 @@ __all__ = [
     "Metric",
     "compare",
     "finding_site",
-    "read_result",
     "syncs_per_step",
 ]
 
@@ -169,42 +166,6 @@ class Comparison:
     @property
     def still(self) -> tuple[FindingChange, ...]:
         return tuple(change for change in self.findings if change.status == "still")
-
-
-def read_result(path: Path) -> Document | None:
-    """The JSON result in ``path`` when it is one (written by ``analyze --json``), else None (a trace).
-
-    A JSON result is an object with ``schema`` and ``tool.name == "traceinsight"``; it is told from a
-    trace by its first bytes, so a large trace is not read twice.
-    """
-    try:
-        with path.open("rb") as stream:
-            head = stream.read(4096)
-    except OSError:
-        return None
-    if head[:2] == b"\x1f\x8b" or b'"schema"' not in head or b'"traceinsight"' not in head:
-        return None
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as error:
-        raise TraceUnreadable(f"cannot read {path}: {error}; check the file") from None
-    except json.JSONDecodeError as error:
-        raise TraceFormatError(
-            f"cannot read {path}: not valid JSON ({error.msg}); is it a complete result?"
-        ) from None
-    if not isinstance(document, dict) or document.get("tool", {}).get("name") != "traceinsight":
-        return None
-    if document["tool"].get("kind") == "diff":
-        raise TraceFormatError(
-            f"cannot compare {path}: it is the output of traceinsight diff; give a trace or a result of "
-            "traceinsight analyze --json"
-        )
-    if not isinstance(document.get("schema"), int) or document["schema"] < 2:
-        raise TraceFormatError(
-            f"cannot compare {path}: it is a result of schema {document.get('schema')!r}, written before "
-            "traceinsight measured steps and savings; analyze its trace again"
-        )
-    return document
 
 
 def _steps(document: Document) -> int:

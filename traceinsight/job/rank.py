@@ -9,6 +9,7 @@ trimmed, before it returns, so a worker's memory is that of the largest rank it 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,8 +40,13 @@ class RankTask:
     max_bytes: int | None = None
     """``--max-size`` (None: the default gzip-ratio rule)."""
     per_rank_dir: str | None = None
-    """Write this rank's own JSON and HTML report into this folder (``rank-<N>.json/.html``)."""
+    """Stage this rank's own JSON and HTML report in this (private) folder, for the command to put
+    in place as ``rank-<N>.json/.html`` once the job's checks pass (:attr:`RankResult.staged`)."""
     source_root: str | None = None
+    shown_path: str | None = None
+    """The trace's path as the user gave it, for the outputs (default: ``path``)."""
+    force: bool = False
+    """``--force``: read a gzip that expands past the ratio real traces reach."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +81,7 @@ class RankResult:
     rank: int
     #: Where the rank number came from: ``distributedInfo``, ``file name`` or ``order``.
     rank_from: str
+    #: The trace's path as the user gave it (control characters replaced).
     path: str
     world_size: int | None
     backend: str | None
@@ -94,6 +101,8 @@ class RankResult:
     #: ``gpu`` (communication kernels) or ``host`` (``c10d::`` operators) or ``none``.
     collectives_from: str
     warnings: tuple[str, ...]
+    #: This rank's own reports, staged by the worker: (file name, staged path) pairs.
+    staged: tuple[tuple[str, str], ...] = ()
 
     @property
     def steps(self) -> int:
@@ -174,16 +183,23 @@ def _communication_total(trace: Trace, windows: tuple[tuple[int, int], ...]) -> 
     return total
 
 
-def _write_own_reports(report: Report, rank: int, task: RankTask) -> None:
-    """``rank-<N>.json`` and ``rank-<N>.html`` in ``task.per_rank_dir``: this rank's own report."""
-    from traceinsight.pipeline import render_html, write_atomically
+def _stage_own_reports(report: Report, rank: int, task: RankTask) -> tuple[tuple[str, str], ...]:
+    """This rank's own report, ``rank-<N>.json`` and ``rank-<N>.html``, staged in
+    ``task.per_rank_dir`` (the command puts them in place): (name, staged path) pairs."""
+    from traceinsight.outputs import stage
+    from traceinsight.pipeline import render_html
     from traceinsight.render.json_report import JsonRenderer
 
     assert task.per_rank_dir is not None
     folder = Path(task.per_rank_dir)
-    write_atomically(folder / f"rank-{rank}.json", JsonRenderer().render(report))
     source_root = Path(task.source_root) if task.source_root is not None else None
-    write_atomically(folder / f"rank-{rank}.html", render_html(report, source_root))
+    staged = []
+    for name, text in (
+        (f"rank-{rank}.json", JsonRenderer().render(report)),
+        (f"rank-{rank}.html", render_html(report, source_root)),
+    ):
+        staged.append((name, str(stage(folder, name, text))))
+    return tuple(staged)
 
 
 def _has_distributed_info(trace: Trace) -> bool:
@@ -194,7 +210,9 @@ def analyze_rank(task: RankTask) -> RankResult:
     """Analyze one rank's trace and keep its summary (see the module's docstring)."""
     from traceinsight.pipeline import give_back_freed_memory
 
-    trace = load_trace(Path(task.path), limit=SizeLimit(task.max_bytes))
+    trace = load_trace(Path(task.path), limit=SizeLimit(task.max_bytes, force=task.force))
+    if task.shown_path is not None:  # the rank's own report names its trace as the user did
+        trace = dataclasses.replace(trace, meta=dataclasses.replace(trace.meta, path=task.shown_path))
     give_back_freed_memory()
     if _has_distributed_info(trace):
         rank, rank_from = trace.meta.rank, "distributedInfo"
@@ -207,12 +225,11 @@ def analyze_rank(task: RankTask) -> RankResult:
     source, found = collectives(trace)
     communication = _communication_total(trace, analysis.steady.device_windows)
     del trace
-    if task.per_rank_dir is not None:
-        _write_own_reports(report, rank, task)
+    staged = _stage_own_reports(report, rank, task) if task.per_rank_dir is not None else ()
     result = RankResult(
         rank=rank,
         rank_from=rank_from,
-        path=task.path,
+        path=task.shown_path if task.shown_path is not None else task.path,
         world_size=analysis.meta.world_size,
         backend=analysis.meta.backend,
         usage=total_usage(analysis.usage),
@@ -226,6 +243,7 @@ def analyze_rank(task: RankTask) -> RankResult:
         collectives=found,
         collectives_from=source,
         warnings=tuple(warning.kind for warning in analysis.warnings),
+        staged=staged,
     )
     del report, analysis
     give_back_freed_memory()

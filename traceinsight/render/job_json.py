@@ -118,4 +118,4 @@ class JobJsonRenderer:
 
     def render(self, job: JobReport) -> str:
         """The job report as a JSON document."""
-        return json.dumps(job_dict(job), indent=2, ensure_ascii=False) + "\n"
+        return json.dumps(job_dict(job), indent=2, ensure_ascii=False, allow_nan=False) + "\n"

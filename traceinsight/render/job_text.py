@@ -245,7 +245,7 @@ def print_job_summary(
             )
             console.print(Text(finding.title), style="dim", overflow="fold")
     for label, path in outputs or []:
-        console.print(Text.assemble(f"{label}: ", (printable(str(path)), "bold")))
+        console.print(Text.assemble(f"{printable(label)}: ", (printable(str(path)), "bold")))
 
 
 def render_job_markdown(job: JobReport) -> str:

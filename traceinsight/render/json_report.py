@@ -332,10 +332,8 @@ def _scalar(value: object) -> str | None:
     if isinstance(value, int):
         return int.__repr__(value)
     if isinstance(value, float):
-        if value != value:
-            return "NaN"
-        if value in (float("inf"), float("-inf")):
-            return "Infinity" if value > 0 else "-Infinity"
+        if value - value != 0:  # NaN or an infinity: strict parsers refuse what json writes for them
+            raise ValueError(f"Out of range float values are not JSON compliant: {value!r}")
         return float.__repr__(value)
     if isinstance(value, str):
         return encode_basestring(value)
@@ -458,7 +456,8 @@ class JsonRenderer:
     def render(self, report: Report) -> str:
         """The report as a JSON document (UTF-8, keys in contract order).
 
-        Byte for byte ``json.dumps(report_dict(report), indent=2, ensure_ascii=False)``; the idle
+        Byte for byte ``json.dumps(report_dict(report), indent=2, ensure_ascii=False)``, and as
+        strict (a NaN or an infinity is a bug, raised, never written as ``NaN``); the idle
         gaps (:func:`_gap_rows`) and the other long lists of flat objects (:func:`_flat_rows`) are
         written apart and put in place of a marker.
         """
@@ -473,7 +472,7 @@ class JsonRenderer:
             marker = f"traceinsight-{uuid.uuid4().hex}"
             document[key] = marker
             spliced[json.dumps(marker)] = text
-        out = json.dumps(document, indent=2, ensure_ascii=False)
+        out = json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False)
         for marker, text in spliced.items():
             out = out.replace(marker, text, 1)
         return out + "\n"

@@ -337,7 +337,7 @@ def print_summary(
     for part in renderables(report, top):
         console.print(part)
     for label, path in outputs or []:
-        console.print(Text.assemble(f"{label}: ", (printable(str(path)), "bold")))
+        console.print(Text.assemble(f"{printable(label)}: ", (printable(str(path)), "bold")))
 
 
 def _detail_table(title: str, columns: tuple[str, ...]) -> Table:
