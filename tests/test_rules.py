@@ -61,6 +61,28 @@ def test_the_built_in_rules_are_registered() -> None:
     }
 
 
+def test_each_rule_id_is_written_once() -> None:
+    """The id is the decorator's: no rule spells it again for its findings (a second spelling is a
+    second place to get it wrong), and each finding a rule yields carries its rule's id."""
+    import ast
+
+    import traceinsight.rules
+
+    evaluate(analyze(load_trace(SAMPLES / "a100_triton.json.gz")))  # registers the rules
+    spelled: dict[str, int] = dict.fromkeys(REGISTRY, 0)
+    for module in Path(traceinsight.rules.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.Constant) and node.value in spelled:
+                spelled[node.value] += 1
+    assert spelled == dict.fromkeys(REGISTRY, 1)
+    analysis = analyze(load_trace(SAMPLES / "v100_resnet50_workers0.pt.trace.json.gz"))
+    fired = {rule_id: {f.rule for f in function(analysis)} for rule_id, function in REGISTRY.items()}
+    assert {rule_id: ids for rule_id, ids in fired.items() if ids} == {
+        rule_id: {rule_id}
+        for rule_id in ("dataloader-stall", "pageable-memcpy", "amp-opportunity", "optimizer-not-fused")
+    }
+
+
 def test_a_gpu_bound_loop_without_problems_has_no_findings(tmp_path: Path) -> None:
     loop = copy_loop(
         kind="Memcpy HtoD (Pinned -> Device)", sync_after=False, copy_us=20, copy_stream=9, prep_us=0

@@ -7,7 +7,8 @@ them all, marks the findings below the noise floor as minor, and ranks the rest 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import functools
+from collections.abc import Callable, Iterable, Iterator
 
 from traceinsight.analysis import Analysis
 from traceinsight.rules.findings import SEVERITIES, Advice, Finding, Severity
@@ -19,13 +20,20 @@ REGISTRY: dict[str, Rule] = {}
 
 
 def rule(rule_id: str) -> Callable[[Rule], Rule]:
-    """Register a rule under a stable id."""
+    """Register a rule under a stable id: every finding it yields carries that id (the id is
+    written here once, never again in the rule's body)."""
 
     def register(function: Rule) -> Rule:
         if rule_id in REGISTRY:
             raise ValueError(f"rule id {rule_id!r} registered twice")
-        REGISTRY[rule_id] = function
-        return function
+
+        @functools.wraps(function)
+        def stamped(analysis: Analysis) -> Iterator[Finding]:
+            for finding in function(analysis):
+                yield finding.with_(rule=rule_id)
+
+        REGISTRY[rule_id] = stamped
+        return stamped
 
     return register
 

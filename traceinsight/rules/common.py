@@ -207,7 +207,6 @@ def repeats(analysis: Analysis, count: int) -> bool:
 
 def make_finding(
     analysis: Analysis,
-    rule: str,
     saving: Saving,
     *,
     title: str,
@@ -223,14 +222,15 @@ def make_finding(
     framework_call: str | None = None,
 ) -> Finding:
     """A finding whose severity and saving fields come from ``saving``; its source fields from
-    ``located`` when given (else ``source``, ``source_kind``, taken as a call's line)."""
+    ``located`` when given (else ``source``, ``source_kind``, taken as a call's line). Its rule id
+    is the registry's (:func:`traceinsight.rules.rule`), set on every finding a rule yields."""
     line_kind: str | None = CALL if source is not None else None
     function = None
     if located is not None:
         source, source_kind = located.source, located.source_kind
         line_kind, function = located.source_line_kind, located.source_function
     return Finding(
-        rule=rule,
+        rule="",  # set by the rule's registration
         severity=severity(analysis, saving),
         title=title,
         evidence=tuple(evidence),

@@ -126,7 +126,6 @@ def exposed_communication(analysis: Analysis) -> Iterator[Finding]:
             )
         yield make_finding(
             analysis,
-            "exposed-communication",
             saving,
             title=title + (" (nn.DataParallel)" if data_parallel else ""),
             evidence=evidence,

@@ -174,7 +174,6 @@ def pageable_memcpy(analysis: Analysis) -> Iterator[Finding]:
         ]
         yield make_finding(
             analysis,
-            "pageable-memcpy",
             saving,
             title=f"`.to('cuda')` from pageable memory{f' {at}' if at else ''} makes the host "
             f"wait for each copy ({often}, {amount})",
@@ -239,7 +238,6 @@ def blocking_h2d(analysis: Analysis) -> Iterator[Finding]:
         )
         yield make_finding(
             analysis,
-            "blocking-h2d",
             saving,
             title=f"Host-to-device copies{f' {at}' if at else ''} stall the GPU: {what}",
             evidence=(evidence),

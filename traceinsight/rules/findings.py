@@ -33,7 +33,8 @@ class Advice:
 class Finding:
     """One problem found in the trace, and the one fix for it.
 
-    ``rule`` is a stable id (``sync-in-loop``, ``pageable-memcpy`` ...); ``evidence`` holds the
+    ``rule`` is the stable id its rule was registered under (``sync-in-loop``, ``pageable-memcpy``
+    ...: :func:`traceinsight.rules.rule` sets it on every finding the rule yields); ``evidence`` holds the
     numbers behind the claim as (label, value) pairs; ``savings_ns`` is what the fix gives back over
     the steady-state steps, from the step replay (:mod:`traceinsight.analysis.replay`), or for
     ``low-gpu-utilization`` the idle that no other finding explains (an upper bound).

@@ -143,7 +143,6 @@ def _cpu_dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
     serial = any("_SingleProcessDataLoaderIter" in name for name in analysis.fix_inputs.dataloader_iterators)
     yield make_finding(
         analysis,
-        "dataloader-stall",
         saving,
         title=f"Each step waits {format_duration(round(waited / len(steps)))} for the DataLoader "
         f"({share:.0%} of the step): "
@@ -198,7 +197,6 @@ def dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
             )
         yield make_finding(
             analysis,
-            "dataloader-stall",
             saving,
             title=f"The GPU waits for the DataLoader {amount}"
             + (f" {at}" if at else "")
@@ -279,7 +277,6 @@ def host_preprocessing(analysis: Analysis) -> Iterator[Finding]:
         ]
         yield make_finding(
             analysis,
-            "host-preprocessing",
             saving_of(analysis, fix),
             title=f"Per-step host preprocessing{f' {at}' if at else ''}: the GPU waits {amount} "
             "while the host prepares each step before its first GPU work",
@@ -392,7 +389,6 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
         saving = saving_from_total(analysis, rest, window)
         yield make_finding(
             analysis,
-            "low-gpu-utilization",
             saving,
             title=title,
             evidence=(evidence),

@@ -113,7 +113,6 @@ def launch_bound(analysis: Analysis) -> Iterator[Finding]:
             evidence.append(("torch.compile", compiled.words()))
         yield make_finding(
             analysis,
-            "launch-bound",
             saving,
             title=f"The host cannot launch kernels fast enough: GPU {usage.device} waits "
             f"{format_share(usage.share(idle))} of {usage.of_what} in "

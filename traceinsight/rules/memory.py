@@ -47,7 +47,6 @@ def _near_limit(analysis: Analysis, device: DeviceMemory) -> Finding:
     ]
     return make_finding(
         analysis,
-        "memory-pressure",
         saving_from_total(analysis, 0),
         title=f"{device.label} reached {share:.0%} of its memory: {format_size(device.peak_bytes)} "
         f"{which} of {format_size(total)}",
@@ -81,7 +80,6 @@ def _churn(analysis: Analysis, churn: AllocatorChurn) -> Finding:
     saving = saving_of(analysis, fix) if replayable else saving_from_total(analysis, 0)
     finding = make_finding(
         analysis,
-        "memory-pressure",
         saving,
         title=f"The allocator calls {' and '.join(name for name, _, _ in churn.by_name)} {place}: "
         f"{churn.calls:,} calls, {per_step(analysis, churn.call_ns)} of host time",

@@ -31,7 +31,6 @@ def optimizer_not_fused(analysis: Analysis) -> Iterator[Finding]:
         saving = saving_of(analysis, fix)
         yield make_finding(
             analysis,
-            "optimizer-not-fused",
             saving,
             title=f"{name}.step() launches {per_step:,.0f} small kernels per step, one parameter at a time "
             f"(median {format_duration(stats.median_kernel_ns)})",
@@ -55,7 +54,6 @@ def optimizer_not_fused(analysis: Analysis) -> Iterator[Finding]:
         per_call = stats.zeroing / stats.zero_grads
         yield make_finding(
             analysis,
-            "optimizer-not-fused",
             saving_from_total(analysis, 0),
             title=f"zero_grad() writes zeros into every gradient: {per_call:,.0f} kernels per call",
             evidence=(

@@ -76,7 +76,6 @@ def pipeline_bubble(analysis: Analysis) -> Iterator[Finding]:
             )
         yield make_finding(
             analysis,
-            "pipeline-bubble",
             saving_from_total(analysis, idle),
             title=title,
             evidence=evidence,

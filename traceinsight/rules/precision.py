@@ -20,7 +20,7 @@ def launches(analysis: Analysis, count: int) -> str:
     return f"{count / steps:,.3g} launches per step" if steps else f"{count:,} launches"
 
 
-def _precision_findings(analysis: Analysis, rule_id: str, tf32: bool) -> Iterator[Finding]:
+def _precision_findings(analysis: Analysis, tf32: bool) -> Iterator[Finding]:
     limits = analysis.thresholds
     for mix in analysis.precision:
         capability = mix.capability
@@ -34,7 +34,6 @@ def _precision_findings(analysis: Analysis, rule_id: str, tf32: bool) -> Iterato
         what = "TF32" if tf32 else "fp16/bf16 (autocast)"
         yield make_finding(
             analysis,
-            rule_id,
             saving,
             title=f"{format_share(share)} of GPU {mix.device}'s kernel time is fp32 matrix multiplies and "
             f"convolutions on CUDA cores: its tensor cores (compute capability {mix.compute_capability}) "
@@ -67,10 +66,10 @@ def _precision_findings(analysis: Analysis, rule_id: str, tf32: bool) -> Iterato
 @rule("amp-opportunity")
 def amp_opportunity(analysis: Analysis) -> Iterator[Finding]:
     """fp32 GEMM/conv kernels on a compute capability 7.x GPU: autocast to fp16/bf16."""
-    yield from _precision_findings(analysis, "amp-opportunity", tf32=False)
+    yield from _precision_findings(analysis, tf32=False)
 
 
 @rule("tf32-opportunity")
 def tf32_opportunity(analysis: Analysis) -> Iterator[Finding]:
     """fp32 GEMM/conv kernels on a compute capability 8.0+ GPU: allow TF32."""
-    yield from _precision_findings(analysis, "tf32-opportunity", tf32=True)
+    yield from _precision_findings(analysis, tf32=True)

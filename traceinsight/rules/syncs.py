@@ -69,7 +69,6 @@ def what_syncs(hotspot: SyncHotspot) -> tuple[str, Advice]:
 
 def _sync_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
     """Hot spots that repeat every steady step; inside a module's forward or not."""
-    rule_id = "sync-in-forward" if in_forward else "sync-in-loop"
     for hotspot in analysis.sync_hotspots:
         if (hotspot.module is not None) != in_forward:
             continue
@@ -100,7 +99,6 @@ def _sync_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
         copy_call = hotspot.copy is not None and hotspot.call.startswith(taxonomy.COPY_CALL_PREFIXES)
         yield make_finding(
             analysis,
-            rule_id,
             saving,
             title=" ".join(
                 part
@@ -204,7 +202,6 @@ _LATENT_WHAT: dict[str, tuple[str, Advice]] = {
 
 
 def _latent_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
-    rule_id = "sync-in-forward" if in_forward else "latent-sync"
     for latent in analysis.latent_syncs:
         if (latent.module is not None) != in_forward or not repeats(analysis, latent.steady_count):
             continue
@@ -242,7 +239,6 @@ def _latent_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
             evidence.insert(0, _inside(latent.framework_call))
         yield make_finding(
             analysis,
-            rule_id,
             saving_from_total(analysis, 0),
             title=title + " (this run had no GPU)",
             evidence=evidence,
