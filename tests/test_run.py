@@ -409,7 +409,7 @@ def test_analysis_failure_keeps_the_trace_and_prints_its_path(
 def test_capture_imports_without_torch() -> None:
     code = (
         "import sys; sys.modules['torch'] = None\n"
-        "import traceinsight.capture, traceinsight.capture.command\n"
+        "import traceinsight.capture, traceinsight.commands.run\n"
         "traceinsight.capture.step()\n"
         "print('ok')\n"
     )

@@ -511,7 +511,7 @@ def diff(
 def _register_run() -> None:
     """`run` lives with capture, the only part of the package that imports torch (lazily)."""
     try:
-        from traceinsight.capture.command import run
+        from traceinsight.commands.run import run
     except ImportError:
         return
     app.command(
