@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Any, Final
 from rich.console import Console
 from rich.text import Text
 
+from traceinsight.commands.outputs import Kind, Output, check_outputs, publish, write_output
 from traceinsight.compare import Comparison, compare
 from traceinsight.config import SourceRoot
 from traceinsight.errors import OutputError
 from traceinsight.load import SizeLimit, load_trace
 from traceinsight.load.progress import ProgressCallback
 from traceinsight.load.text import printable
-from traceinsight.outputs import Kind, Output, check_outputs, publish, write_output
 from traceinsight.render.json_report import JsonRenderer, report_dict
 from traceinsight.render.terminal import TerminalConsole, print_summary, reader_gone
 from traceinsight.report import Report, RunContext, report_for
@@ -149,7 +149,7 @@ def analyze_and_write(
     ``source_root`` is the folder the report's code excerpts may be read from, and where that
     choice came from (None: no excerpts, only paths and line numbers). ``run`` carries what
     ``traceinsight run`` knows of the script's run. Outputs are checked first
-    (:func:`traceinsight.outputs.check_outputs`; ``force`` lets them replace a file that is not
+    (:func:`traceinsight.commands.outputs.check_outputs`; ``force`` lets them replace a file that is not
     ours). ``limit`` bounds how much JSON the trace may expand to. ``markdown`` is a path or
     ``"-"`` for the Markdown summary; ``top`` is how many rows the terminal tables show.
     """

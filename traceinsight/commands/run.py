@@ -55,8 +55,8 @@ from traceinsight.capture.script import (
     run_target,
     script_target,
 )
+from traceinsight.commands.outputs import Kind, Output, check_outputs
 from traceinsight.errors import CaptureError, ConfigError, OutputError, TraceInsightError
-from traceinsight.outputs import Kind, Output, check_outputs
 
 __all__ = ["RUN_CONTEXT_SETTINGS", "OutputPaths", "profile_and_report", "run"]
 
@@ -560,7 +560,7 @@ def _output_paths(
     force: bool = False,
 ) -> OutputPaths:
     """The outputs' absolute paths, per rank under torchrun; fails now if one cannot be written, or
-    would replace the script or a file that is not ours (:func:`traceinsight.outputs.check_outputs`;
+    would replace the script or a file that is not ours (:func:`traceinsight.commands.outputs.check_outputs`;
     a trace reached through a symlink is written over the file it names, the link kept)."""
     if rank is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")

@@ -186,7 +186,7 @@ def _communication_total(trace: Trace, windows: tuple[tuple[int, int], ...]) -> 
 def _stage_own_reports(report: Report, rank: int, task: RankTask) -> tuple[tuple[str, str], ...]:
     """This rank's own report, ``rank-<N>.json`` and ``rank-<N>.html``, staged in
     ``task.per_rank_dir`` (the command puts them in place): (name, staged path) pairs."""
-    from traceinsight.outputs import stage
+    from traceinsight.commands.outputs import stage
     from traceinsight.pipeline import render_html
     from traceinsight.render.json_report import JsonRenderer
 
