@@ -7,35 +7,9 @@ them all, marks the findings below the noise floor as minor, and ranks the rest 
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterable, Iterator
-
 from traceinsight.analysis import Analysis
 from traceinsight.rules.findings import SEVERITIES, Advice, Finding, Severity
-
-Rule = Callable[[Analysis], Iterable[Finding]]
-
-#: Rule id → rule function, in registration order.
-REGISTRY: dict[str, Rule] = {}
-
-
-def rule(rule_id: str) -> Callable[[Rule], Rule]:
-    """Register a rule under a stable id: every finding it yields carries that id (the id is
-    written here once, never again in the rule's body)."""
-
-    def register(function: Rule) -> Rule:
-        if rule_id in REGISTRY:
-            raise ValueError(f"rule id {rule_id!r} registered twice")
-
-        @functools.wraps(function)
-        def stamped(analysis: Analysis) -> Iterator[Finding]:
-            for finding in function(analysis):
-                yield finding.with_(rule=rule_id)
-
-        REGISTRY[rule_id] = stamped
-        return stamped
-
-    return register
+from traceinsight.rules.registry import REGISTRY, Rule, rule
 
 
 def is_minor(analysis: Analysis, finding: Finding) -> bool:
@@ -71,4 +45,4 @@ def evaluate(analysis: Analysis) -> tuple[Finding, ...]:
     return tuple(sorted(findings, key=lambda f: (f.minor, -f.savings_ns, order[f.severity], f.rule, f.title)))
 
 
-__all__ = ["REGISTRY", "Advice", "Finding", "Severity", "evaluate", "is_minor", "rule"]
+__all__ = ["REGISTRY", "Advice", "Finding", "Rule", "Severity", "evaluate", "is_minor", "rule"]

@@ -12,9 +12,10 @@ from collections.abc import Iterator
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.collectives import CollectiveGroup
 from traceinsight.formatting import format_duration, format_share
-from traceinsight.rules import advice, rule
+from traceinsight.rules import advice
 from traceinsight.rules.common import make_finding, saving_from_total, usage_amount
 from traceinsight.rules.findings import Advice, Finding
+from traceinsight.rules.registry import rule
 
 _NCCL: Advice = Advice(
     summary="Collectives between GPUs run over gloo here, through host memory. Use the NCCL backend "

@@ -21,7 +21,7 @@ from traceinsight.analysis.replay import Fix
 from traceinsight.analysis.results import H2DCopy, SyncHotspot
 from traceinsight.formatting import format_size
 from traceinsight.load import taxonomy
-from traceinsight.rules import advice, rule
+from traceinsight.rules import advice
 from traceinsight.rules.common import (
     how_often,
     in_saving_unit,
@@ -33,6 +33,7 @@ from traceinsight.rules.common import (
     source_evidence,
 )
 from traceinsight.rules.findings import Finding
+from traceinsight.rules.registry import rule
 from traceinsight.rules.syncs import waits_for_h2d
 
 #: Host memory kinds a copy cannot be queued from without the host waiting (ROCm says ``Host``).

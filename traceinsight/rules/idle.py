@@ -24,7 +24,7 @@ from traceinsight.analysis.replay import Fix
 from traceinsight.analysis.results import IdleGap
 from traceinsight.formatting import format_duration
 from traceinsight.load import taxonomy
-from traceinsight.rules import advice, rule
+from traceinsight.rules import advice
 from traceinsight.rules.common import (
     beyond,
     how_often,
@@ -40,6 +40,7 @@ from traceinsight.rules.common import (
 from traceinsight.rules.communication import communication_advice
 from traceinsight.rules.findings import Advice, Finding
 from traceinsight.rules.launching import device_pattern, launch_idle, pattern_words, pauses_words
+from traceinsight.rules.registry import rule
 
 #: Causes other findings explain (and fix), or that are not the loop's: low-gpu-utilization leaves
 #: their idle out of its saving.

@@ -16,9 +16,10 @@ from traceinsight.analysis import Analysis
 from traceinsight.analysis.launching import LaunchPattern
 from traceinsight.analysis.usage import Usage
 from traceinsight.formatting import format_duration, format_share
-from traceinsight.rules import advice, rule
+from traceinsight.rules import advice
 from traceinsight.rules.common import make_finding, saving_from_total, usage_amount
 from traceinsight.rules.findings import Finding
+from traceinsight.rules.registry import rule
 
 
 def device_pattern(analysis: Analysis, device: int) -> LaunchPattern | None:

@@ -8,9 +8,10 @@ from traceinsight.analysis import Analysis
 from traceinsight.analysis.memory import AllocatorChurn, DeviceMemory
 from traceinsight.analysis.replay import Fix
 from traceinsight.formatting import format_duration, format_share, format_size
-from traceinsight.rules import advice, rule
+from traceinsight.rules import advice
 from traceinsight.rules.common import in_saving_unit, make_finding, per_step, saving_from_total, saving_of
 from traceinsight.rules.findings import Finding, Severity
+from traceinsight.rules.registry import rule
 
 
 def churning(analysis: Analysis, churn: AllocatorChurn) -> bool:

@@ -8,9 +8,10 @@ from collections.abc import Iterator
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.replay import Fix
 from traceinsight.formatting import format_duration
-from traceinsight.rules import advice, rule
+from traceinsight.rules import advice
 from traceinsight.rules.common import make_finding, saving_from_total, saving_of
 from traceinsight.rules.findings import Finding
+from traceinsight.rules.registry import rule
 
 
 @rule("optimizer-not-fused")

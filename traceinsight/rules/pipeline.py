@@ -17,9 +17,10 @@ from collections.abc import Iterator
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.causes import CauseKind
 from traceinsight.formatting import format_duration
-from traceinsight.rules import advice, rule
+from traceinsight.rules import advice
 from traceinsight.rules.common import make_finding, saving_from_total, source_evidence, usage_amount
 from traceinsight.rules.findings import Finding
+from traceinsight.rules.registry import rule
 
 
 @rule("pipeline-bubble")

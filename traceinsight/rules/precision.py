@@ -9,9 +9,10 @@ from collections.abc import Iterator
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.replay import Fix
 from traceinsight.formatting import format_share, short_kernel_name
-from traceinsight.rules import advice, rule
+from traceinsight.rules import advice
 from traceinsight.rules.common import make_finding, per_step, saving_of
 from traceinsight.rules.findings import Finding
+from traceinsight.rules.registry import rule
 
 
 def launches(analysis: Analysis, count: int) -> str:

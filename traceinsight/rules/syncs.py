@@ -15,7 +15,7 @@ from traceinsight.analysis import Analysis
 from traceinsight.analysis.replay import Fix
 from traceinsight.analysis.results import SyncHotspot
 from traceinsight.load import taxonomy
-from traceinsight.rules import advice, rule
+from traceinsight.rules import advice
 from traceinsight.rules.common import (
     beyond,
     hotspot_place,
@@ -30,6 +30,7 @@ from traceinsight.rules.common import (
     saving_of,
 )
 from traceinsight.rules.findings import Advice, Finding
+from traceinsight.rules.registry import rule
 
 _EXPLICIT = {
     "cudaDeviceSynchronize": "`torch.cuda.synchronize()`",
