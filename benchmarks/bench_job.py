@@ -2,7 +2,7 @@
 
 Each job is made once by ``tests/jobbuild.py`` (copies of ``sample_traces/two_ranks/rank-0``,
 shifted, with one DataLoader-starved and one per-step-sync rank planted), in ``--cache``. Then for
-each N and each way of running, :func:`traceinsight.pipeline.analyze_job_and_write` (the
+each N and each way of running, :func:`traceinsight.commands.job.analyze_job_and_write` (the
 ``analyze DIR`` path: discovery, per-rank analysis, combining, JSON) runs in a fresh child process:
 
 - ``local``: the default process pool (sized to cores and memory);
@@ -44,7 +44,8 @@ from jobbuild import BASE, Plan, make_job  # noqa: E402
 CHILD = """
 import json, sys, time
 from pathlib import Path
-from traceinsight.pipeline import analyze_job_and_write
+from traceinsight.commands.job import JobOptions, analyze_job_and_write
+from traceinsight.commands.options import Reading, Wanted
 
 if __name__ == "__main__":
     folder, mode, out = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
@@ -55,7 +56,7 @@ if __name__ == "__main__":
         address = cluster.scheduler_address
     setup = time.perf_counter() - started
     started = time.perf_counter()
-    job = analyze_job_and_write([folder], html=None, write_html=False, json_out=out, dask=address,
+    job = analyze_job_and_write([folder], Wanted(write_html=False, json=out), Reading(), JobOptions(dask=address),
                                 console=__import__("rich.console").console.Console(file=open("/dev/null", "w")))
     wall = time.perf_counter() - started
     print(json.dumps({"wall": wall, "setup": setup, "stragglers": [s.rank for s in job.stragglers]}))

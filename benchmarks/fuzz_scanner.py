@@ -341,10 +341,10 @@ class Fuzzer:
         """Analysis, rules, JSON and the terminal summary of a loaded input must not fail."""
         from traceinsight.render.json_report import JsonRenderer
         from traceinsight.render.terminal import TerminalRenderer
-        from traceinsight.report import report_for
+        from traceinsight.results import result_for
 
         try:
-            made = report_for(trace)
+            made = result_for(trace)
             JsonRenderer().render(made)
             TerminalRenderer().render(made)
         except Exception:
@@ -452,11 +452,10 @@ class Fuzzer:
 
     # stored results -------------------------------------------------------------------------
 
-    def _result_seeds(self) -> list[tuple[bytes, dict[str, Any]]]:
+    def _result_seeds(self) -> list[tuple[bytes, Any]]:
         """(stored text, live result) of a few sample traces."""
         from traceinsight.load import load_trace
-        from traceinsight.render.json_report import JsonRenderer, report_dict
-        from traceinsight.report import report_for
+        from traceinsight.results import result_for
 
         seeds = []
         for name in (
@@ -464,8 +463,8 @@ class Fuzzer:
             "mi250_rocm_toy.json.gz",
             "cpu_only_gloo.pt.trace.json.gz",
         ):
-            report = report_for(load_trace(ROOT / "sample_traces" / name))
-            seeds.append((JsonRenderer().render(report).encode(), report_dict(report)))
+            result = result_for(load_trace(ROOT / "sample_traces" / name))
+            seeds.append((result.to_json().encode(), result))
         return seeds
 
     def stored_results(self, seconds: float) -> None:
@@ -491,20 +490,20 @@ class Fuzzer:
             self.counts["mutation retype"] += 1
         return data
 
-    def check_result(self, data: bytes, live: dict[str, Any], label: str) -> None:
-        from traceinsight.compare import compare, comparison_dict
+    def check_result(self, data: bytes, live: Any, label: str) -> None:
         from traceinsight.errors import TraceInsightError
-        from traceinsight.gate import Budgets, broken_diff
-        from traceinsight.pipeline import strict_json
         from traceinsight.render.diff import comparison_renderables
-        from traceinsight.render.markdown import render_comparison
-        from traceinsight.stored import read_stored_result
+        from traceinsight.render.markdown import MarkdownRenderer
+        from traceinsight.results import Result
+        from traceinsight.results.comparison import compare
+        from traceinsight.results.gate import Budgets, broken_diff
+        from traceinsight.results.stored import read_stored_result
 
         path = self.work / "result.json"
         path.write_bytes(data)
         self.counts["stored results"] += 1
         try:
-            stored = read_stored_result(path)
+            stored = read_stored_result(path, Result)
         except TraceInsightError as exc:
             self.counts["stored results refused"] += 1
             self.counts[f"stored refused: {_words(str(exc))}"] += 1
@@ -521,8 +520,8 @@ class Fuzzer:
             outputs = []
             for before, after in ((stored, live), (live, stored)):
                 comparison = compare(before, after, "before", "after")
-                outputs.append(strict_json(comparison_dict(comparison)))
-                outputs.append(render_comparison(comparison))
+                outputs.append(comparison.to_json())
+                outputs.append(MarkdownRenderer().render(comparison))
                 outputs.append(_terminal(comparison_renderables(comparison)))
                 budgets = Budgets(fail_on="low", max_idle=1.0, max_syncs_per_step=0.5, max_regression=1.0)
                 outputs.append("\n".join(broken_diff(comparison, after, budgets)))

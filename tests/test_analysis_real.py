@@ -16,7 +16,7 @@ from tracebuild import SAMPLES, read_events, sample_report, union_length
 
 from traceinsight.analysis import Analysis, analyze
 from traceinsight.load import load_trace
-from traceinsight.report import Report
+from traceinsight.results import Report
 from traceinsight.rules import evaluate
 from traceinsight.thresholds import Thresholds
 
@@ -399,6 +399,7 @@ def test_analyses_beside_the_main_thread_give_what_they_give_inline(
     thread of their own, and the whole result is the one they give run one after another."""
     from traceinsight import analysis
     from traceinsight.analysis import host
+    from traceinsight.process import Beside
 
     trace = load_trace(SAMPLES / name)
     threads: list[str] = []
@@ -411,7 +412,7 @@ def test_analyses_beside_the_main_thread_give_what_they_give_inline(
     monkeypatch.setattr(host, "host_summary", recorded)
     results = []
     for thread in (False, True):
-        beside = analysis._Beside(thread=thread)
+        beside = Beside(thread=thread)
         try:
             results.append(analysis._analyze(trace, Thresholds(), (), beside))
         finally:

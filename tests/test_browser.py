@@ -15,11 +15,9 @@ import pytest
 from PIL import Image
 
 from traceinsight.analysis import analyze
-from traceinsight.analysis.kernels import top_kernels
-from traceinsight.analysis.timeline import timeline
 from traceinsight.load import load_trace
 from traceinsight.render.html import HtmlRenderer
-from traceinsight.report import Report
+from traceinsight.results import Report, result_of
 from traceinsight.rules import evaluate
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
@@ -52,7 +50,7 @@ def write_page(name: str, directory: Path) -> Path:
     trace = load_trace(SAMPLES / name)
     analysis = analyze(trace)
     report = Report(analysis=analysis, findings=evaluate(analysis))
-    html = HtmlRenderer(directory, timeline=timeline(trace), kernels=top_kernels(trace)).render(report)
+    html = HtmlRenderer(directory).render(result_of(report))
     page = directory / "report.html"
     page.write_text(html, encoding="utf-8")
     return page

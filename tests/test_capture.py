@@ -32,7 +32,7 @@ from traceinsight.capture.distributed import launcher_module, rank_path, worker_
 from traceinsight.capture.export import _copy_fixed  # noqa: E402
 from traceinsight.capture.frames import FRAME_MARK  # noqa: E402
 from traceinsight.capture.memory import parse_size  # noqa: E402
-from traceinsight.cli import app  # noqa: E402
+from traceinsight.commands import app  # noqa: E402
 
 SCRIPTS = Path(__file__).resolve().parent / "run_scripts"
 REPO = Path(__file__).resolve().parent.parent

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from tracebuild import SAMPLES, kernel, write_trace
 from typer.testing import CliRunner
 
-from traceinsight.cli import app, parse_size
+from traceinsight.commands import app
+from traceinsight.commands.options import parse_size
 
 runner = CliRunner()
 
@@ -272,19 +275,20 @@ def test_the_cycle_collector_is_paused_while_one_trace_is_analyzed(
     trace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`analyze` reads one trace with Python's cyclic garbage collector paused
-    (:mod:`traceinsight.collector`), and leaves it on again, after a report or after an error."""
+    (:func:`traceinsight.process.collector_paused`), and leaves it on again, after a report or after
+    an error."""
     import gc
 
-    import traceinsight.pipeline
+    import traceinsight.commands.analyze
 
-    analyze_and_write = traceinsight.pipeline.analyze_and_write
+    analyze_and_write = traceinsight.commands.analyze.analyze_and_write
     seen: list[bool] = []
 
     def spy(*args: object, **kwargs: object) -> object:
         seen.append(gc.isenabled())
         return analyze_and_write(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(traceinsight.pipeline, "analyze_and_write", spy)
+    monkeypatch.setattr(traceinsight.commands.analyze, "analyze_and_write", spy)
     assert gc.isenabled()
     result = runner.invoke(
         app, ["analyze", str(SAMPLES / trace), "--no-html", "--json", str(tmp_path / "r.json")]
@@ -305,7 +309,7 @@ def test_the_cycle_collector_is_paused_while_the_command_loads(monkeypatch: pyte
     seen: list[tuple[str, bool]] = []
 
     class StandIn(types.ModuleType):
-        """The CLI module as the entry point imports it: records the collector's state."""
+        """The commands' package as the entry point imports it: records the collector's state."""
 
         def __getattr__(self, name: str) -> object:
             if name != "main":
@@ -313,46 +317,51 @@ def test_the_cycle_collector_is_paused_while_the_command_loads(monkeypatch: pyte
             seen.append(("import", gc.isenabled()))
             return lambda: seen.append(("command", gc.isenabled()))
 
-    monkeypatch.setitem(sys.modules, "traceinsight.cli", StandIn("traceinsight.cli"))
+    monkeypatch.setitem(sys.modules, "traceinsight.commands", StandIn("traceinsight.commands"))
     entry.main()
     assert seen == [("import", False), ("command", True)]
 
 
 @pytest.mark.parametrize("users", [None, "narenas:1"])
 def test_the_allocator_setting_is_only_there_while_polars_loads(
-    users: str | None, monkeypatch: pytest.MonkeyPatch
+    users: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # and numpy's BLAS threads the same way
-    """The command asks polars' jemalloc to give freed pages back soon, by an environment variable
-    it reads once, at load; the variable is gone again before any command runs (a script under
-    `run` never sees it), and a value the user set is left as it is."""
-    import traceinsight.__main__ as entry
-    import traceinsight.cli
+    """A command asks polars' jemalloc to give freed pages back soon, by an environment variable
+    it reads once, when polars loads: the variable is there while the command's libraries load
+    (:func:`traceinsight.process.libraries_loading`) and gone again before its work (a script under
+    `run` never sees it); a value the user set is left as it is."""
+    import traceinsight.commands.analyze
+    from traceinsight import process
 
     if users is None:
-        monkeypatch.delenv(entry.ALLOCATOR_VARIABLE, raising=False)
+        monkeypatch.delenv(process.ALLOCATOR_VARIABLE, raising=False)
     else:
-        monkeypatch.setenv(entry.ALLOCATOR_VARIABLE, users)
-    seen: list[str | None] = []
-    monkeypatch.setattr(
-        traceinsight.cli, "main", lambda: seen.append(os.environ.get(entry.ALLOCATOR_VARIABLE))
-    )
-    entry.main()
-    assert seen == [users]
+        monkeypatch.setenv(process.ALLOCATOR_VARIABLE, users)
+    loading = process.libraries_loading
+    seen: list[tuple[str, str | None]] = []
+
+    @contextlib.contextmanager
+    def spy() -> Iterator[None]:
+        with loading():
+            seen.append(("loading", os.environ.get(process.ALLOCATOR_VARIABLE)))
+            yield
+        seen.append(("loaded", os.environ.get(process.ALLOCATOR_VARIABLE)))
+
+    monkeypatch.setattr(traceinsight.commands.analyze, "libraries_loading", spy)
+    trace = str(SAMPLES / "a100_triton.json.gz")
+    result = runner.invoke(app, ["analyze", trace, "--no-html", "--json", str(tmp_path / "r.json")])
+    assert result.exit_code == 0, result.stderr
+    assert seen == [("loading", users or process.ALLOCATOR_OPTIONS), ("loaded", users)]
 
 
 def test_the_allocator_setting_reaches_polars() -> None:
-    """In a fresh command, polars' jemalloc starts with the setting (asked here to print its
-    options at exit as well): the decay time is the one asked for."""
+    """In a fresh process, polars' jemalloc starts with the setting a command loads its libraries
+    with (asked here to print its options at exit as well): the decay time is the one asked for."""
     script = (
-        "import sys\n"
-        "import traceinsight.__main__ as entry\n"
-        "entry.LOAD_SETTINGS[entry.ALLOCATOR_VARIABLE] += ',stats_print:true'\n"
-        "sys.argv = ['traceinsight', '--version']\n"
-        "try:\n"
-        "    entry.main()\n"
-        "except SystemExit:\n"
-        "    pass\n"
-        "import polars\n"
+        "from traceinsight import process\n"
+        "process.LOAD_SETTINGS[process.ALLOCATOR_VARIABLE] += ',stats_print:true'\n"
+        "with process.libraries_loading():\n"
+        "    import polars\n"
         "polars.DataFrame({'a': [1]})\n"
     )
     environment = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}

@@ -2,30 +2,39 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 from pathlib import Path
-from typing import Any
 
 import pytest
 from markdown_it import MarkdownIt
-from tracebuild import SAMPLES, annotation, cpu_op, frame, launch, read_events, sample_report, write_trace
+from tracebuild import (
+    SAMPLES,
+    annotation,
+    cpu_op,
+    frame,
+    launch,
+    read_events,
+    sample_report,
+    sample_result,
+    write_trace,
+)
 
 from traceinsight.analysis import analyze
-from traceinsight.compare import compare, comparison_dict
 from traceinsight.errors import ConfigError
-from traceinsight.gate import Budgets, broken, broken_diff, budgets_from_table
 from traceinsight.load import load_trace
-from traceinsight.render.json_report import report_dict
-from traceinsight.render.markdown import MAX_CHARS, MarkdownRenderer, escape, render_comparison
-from traceinsight.report import Report
+from traceinsight.render.markdown import MAX_CHARS, MarkdownRenderer, escape
+from traceinsight.results import Report, Result, result_of
+from traceinsight.results.comparison import compare
+from traceinsight.results.gate import Budgets, broken, broken_diff, budgets_from_table
+from traceinsight.results.stored import read_stored_result
 from traceinsight.rules import evaluate
-from traceinsight.stored import read_stored_result
 
 ALL_SAMPLES = sorted(str(path.relative_to(SAMPLES)) for path in SAMPLES.rglob("*.json*"))
 
 
-def document(name: str) -> dict[str, Any]:
-    result: dict[str, Any] = report_dict(sample_report(name))
+def document(name: str) -> Result:
+    result: Result = sample_result(name)
     return result
 
 
@@ -60,7 +69,7 @@ def test_diff_of_the_serial_and_parallel_loader_runs() -> None:
 def test_every_change_is_signed_the_same_way() -> None:
     """A fall is written with the minus sign (−) in each part of the change, never a hyphen beside
     it (was: ``−49.73 ms (-28.2%)``, ``-16.4 pts``); a rise with ``+``."""
-    from traceinsight.compare import Metric
+    from traceinsight.results.comparison import Metric
 
     assert Metric("t", "step time", "us", 200.0, 150.0).change_text() == "−50.0 µs (−25.0%)"
     assert Metric("t", "step time", "us", 150.0, 200.0).change_text() == "+50.0 µs (+33.3%)"
@@ -94,18 +103,17 @@ def test_diff_says_when_the_setups_differ() -> None:
 
 @pytest.mark.parametrize("name", ALL_SAMPLES)
 def test_a_stored_json_result_compares_as_the_live_one(name: str, tmp_path: Path) -> None:
-    """Every sample's result, written and read back under the stored result's checks, holds all
-    that diff reads: the comparison is the same as with the live result."""
-    import json
-
+    """Every sample's result, written and read back under the stored result's checks, is the live
+    result (every field): the comparison is the same as with the live result."""
     live = document(name)
     path = tmp_path / "baseline.json"
-    path.write_text(json.dumps(live, indent=2))
-    stored = read_stored_result(path)
-    assert stored is not None
-    assert comparison_dict(compare(stored, live, "a", "b")) == comparison_dict(compare(live, live, "a", "b"))
-    assert comparison_dict(compare(live, stored, "a", "b")) == comparison_dict(compare(live, live, "a", "b"))
-    assert read_stored_result(SAMPLES / name) is None  # a trace
+    path.write_text(live.to_json())
+    stored = read_stored_result(path, Result)
+    assert stored is not None and stored.report is None
+    assert stored == live
+    assert compare(stored, live, "a", "b").to_json() == compare(live, live, "a", "b").to_json()
+    assert compare(live, stored, "a", "b").to_json() == compare(live, live, "a", "b").to_json()
+    assert read_stored_result(SAMPLES / name, Result) is None  # a trace
 
 
 def test_a_schema_1_result_cannot_be_compared(tmp_path: Path) -> None:
@@ -114,14 +122,14 @@ def test_a_schema_1_result_cannot_be_compared(tmp_path: Path) -> None:
     path = tmp_path / "old.json"
     path.write_text('{"schema": 1, "tool": {"name": "traceinsight"}, "findings": []}')
     with pytest.raises(TraceFormatError, match="schema 1"):
-        read_stored_result(path)
+        read_stored_result(path, Result)
 
 
 def test_the_diff_json_keeps_every_figure() -> None:
     comparison = compare(
         document("gp100_mlp_pageable_sync.json.gz"), document("gp100_mlp_pageable_sync.json.gz"), "a", "b"
     )
-    data = comparison_dict(comparison)
+    data = json.loads(comparison.to_json())
     assert {m["key"] for m in data["metrics"]} >= {"step_time", "busy_share", "idle_share", "syncs_per_step"}
     assert all(f["status"] == "still" for f in data["findings"])
 
@@ -129,7 +137,7 @@ def test_the_diff_json_keeps_every_figure() -> None:
 # --- the gate ----------------------------------------------------------------------------------
 
 
-def _loop(tmp_path: Path, *, with_sync: bool) -> dict[str, Any]:
+def _loop(tmp_path: Path, *, with_sync: bool) -> Result:
     """A GPU-bound loop: with ``.item()`` draining the queue every step, or a healthy twin."""
     from loops import copy_loop, item_loop
 
@@ -141,13 +149,13 @@ def _loop(tmp_path: Path, *, with_sync: bool) -> dict[str, Any]:
         )
     )
     analysis = analyze(load_trace(write_trace(tmp_path / f"loop{with_sync}.json", loop.events)))
-    result: dict[str, Any] = report_dict(Report(analysis, evaluate(analysis)))
-    return result
+    return result_of(Report(analysis, evaluate(analysis)))
 
 
 def test_each_budget_passes_and_breaks(tmp_path: Path) -> None:
     clean, synced = _loop(tmp_path, with_sync=False), _loop(tmp_path, with_sync=True)
-    idle = synced["utilization"]["idle_share"] * 100
+    assert synced.utilization.idle_share is not None
+    idle = synced.utilization.idle_share * 100
     cases = [
         Budgets(fail_on="high"),
         Budgets(fail_on_rules=("sync-in-loop",)),
@@ -192,7 +200,7 @@ def test_budgets_from_the_project_table() -> None:
 @pytest.mark.parametrize("name", ALL_SAMPLES)
 def test_the_markdown_of_every_sample_is_valid_and_bounded(name: str) -> None:
     report = sample_report(name)
-    text = MarkdownRenderer().render(report)
+    text = MarkdownRenderer().render(result_of(report))
     assert len(text) < MAX_CHARS
     tokens = MarkdownIt("gfm-like").parse(text)
     kinds = {token.type for token in tokens}
@@ -212,7 +220,7 @@ def test_trace_strings_cannot_become_markdown(tmp_path: Path) -> None:
     events.append(cpu_op(hostile, 100, 1800))
     events += launch(1950, 1960, 30)
     analysis = analyze(load_trace(write_trace(tmp_path / "t.json", events)))
-    text = MarkdownRenderer().render(Report(analysis, evaluate(analysis)))
+    text = MarkdownRenderer().render(result_of(Report(analysis, evaluate(analysis))))
     assert "click" in text  # the name is in the summary (the host was in that operator)
     html = MarkdownIt("gfm-like").render(text)
     assert "<a " not in html and "<img" not in html and "<em>bold" not in html and "<code>code" not in html
@@ -221,7 +229,7 @@ def test_trace_strings_cannot_become_markdown(tmp_path: Path) -> None:
 
 def test_the_diff_markdown_has_the_before_after_table() -> None:
     before, after = "v100_resnet50_workers0.pt.trace.json.gz", "v100_resnet50_workers4.pt.trace.json.gz"
-    text = render_comparison(compare(document(before), document(after), before, after))
+    text = MarkdownRenderer().render(compare(document(before), document(after), before, after))
     tokens = MarkdownIt("gfm-like").parse(text)
     assert "table_open" in {token.type for token in tokens}
     assert "### Fixed (1)" in text and "dataloader\\-stall" not in text and "`dataloader-stall`" in text

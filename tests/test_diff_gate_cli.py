@@ -22,7 +22,7 @@ from markdown_it import MarkdownIt
 from tracebuild import SAMPLES, read_events, write_trace
 from typer.testing import CliRunner
 
-from traceinsight.cli import app
+from traceinsight.commands import app
 
 runner = CliRunner()
 
@@ -475,7 +475,7 @@ def test_diff_json_is_strict_and_payloads_stay_data(
         document["findings"][0]["title"] = payload
         document["findings"][0]["source"] = payload
         document["kernels"][0]["name"] = payload
-        document["devices"] = [{"name": payload}]
+        document["devices"] = [{**document["devices"][0], "name": payload}]
 
     hostile.write_text(_edited(text, plant))
     page, summary, data = tmp_path / "d.html", tmp_path / "d.md", tmp_path / "d.json"
@@ -506,18 +506,19 @@ def test_renderers_show_a_stored_rule_as_data() -> None:
 
     from rich.console import Console
 
-    from traceinsight.compare import Comparison, FindingChange, Metric
     from traceinsight.render.diff import comparison_renderables
-    from traceinsight.render.markdown import render_comparison
+    from traceinsight.render.markdown import MarkdownRenderer
+    from traceinsight.results.comparison import Comparison, FindingChange, Metric
 
     rule = "x``](https://evil.example)![i](x)<details>[link=https://e.x]y[/link]`"
     comparison = Comparison(
         before="a", after="b", basis="in all", notes=(),
         metrics=(Metric("step_time", "time analyzed", "us", 10.0, 12.0),),
         idle=(Metric("idle:[bold]c", "[bold]c", "us", 1.0, 2.0),),
-        findings=(FindingChange("new", rule, "", "t", None, 1.0, "high"),), kernels=(),
+        findings=(FindingChange(status="new", rule=rule, site="", title="t", before_saving_us=None,
+                                after_saving_us=1.0, severity="high"),), kernels=(),
     )  # fmt: skip
-    tokens = MarkdownIt("gfm-like").parse(render_comparison(comparison))
+    tokens = MarkdownIt("gfm-like").parse(MarkdownRenderer().render(comparison))
     kinds = {token.type for token in tokens} | {c.type for token in tokens for c in token.children or ()}
     assert not kinds & {"link_open", "image", "html_inline", "html_block"}, kinds
     assert rule in [c.content for token in tokens for c in token.children or () if c.type == "code_inline"]

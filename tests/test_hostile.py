@@ -32,10 +32,10 @@ from rich.console import Console
 from tracebuild import annotation, assert_same_trace, frame, kernel, launch, runtime, write_trace
 from typer.testing import CliRunner
 
-from traceinsight.cli import app
+from traceinsight.commands import app
 from traceinsight.load import load_trace, load_trace_reference, native
-from traceinsight.render.terminal import print_summary
-from traceinsight.report import report_for
+from traceinsight.render.terminal import TerminalRenderer
+from traceinsight.results import result_for
 
 runner = CliRunner()
 
@@ -320,9 +320,11 @@ def test_hostile_trace_is_refused_in_one_line_or_loaded_as_the_reference(
 
 def test_hostile_names_show_as_written_and_never_drive_the_terminal(tmp_path: Path) -> None:
     path = _evil_names(tmp_path / "evil.json")
-    report = report_for(load_trace(path))
+    result = result_for(load_trace(path))
     buffer = StringIO()
-    print_summary(report, Console(file=buffer, width=200, force_terminal=True, color_system="truecolor"))
+    TerminalRenderer().print(
+        result, Console(file=buffer, width=200, force_terminal=True, color_system="truecolor")
+    )
     shown = buffer.getvalue()
     assert "\x1b]" not in shown  # no OSC: no window title, no hyperlink
     assert "\x1b[2J" not in shown  # the trace's own clear-screen never reaches the terminal
@@ -791,8 +793,9 @@ def test_an_escape_laden_file_name_never_drives_the_terminal(
 
     import rich.console
 
+    from traceinsight.commands.analyze import analyze_and_write
+    from traceinsight.commands.options import Reading, Wanted
     from traceinsight.load import progress as progress_module
-    from traceinsight.pipeline import analyze_and_write
 
     name = f"t{ESCAPES}.json"
     trace = write_trace(tmp_path / name, [kernel(i * 100, 10) for i in range(50)])
@@ -805,13 +808,17 @@ def test_an_escape_laden_file_name_never_drives_the_terminal(
         return real_console(*args, **kwargs)
 
     monkeypatch.setattr(rich.console, "Console", terminal)
-    monkeypatch.setattr("traceinsight.pipeline.Console", terminal)
+    monkeypatch.setattr("traceinsight.commands.common.Console", terminal)
     monkeypatch.setattr(progress_module, "SHOW_AFTER_S", 0.0)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     with progress_module.terminal_progress(f"reading {trace.name}") as update:
         assert update is not None
         analyze_and_write(
-            trace, html=None, write_html=False, progress=update, console=real_console(file=io.StringIO())
+            trace,
+            Wanted(write_html=False),
+            Reading(),
+            progress=update,
+            console=real_console(file=io.StringIO()),
         )
     shown = screen.getvalue()
     assert "reading t" in shown and "analyzing t" in shown

@@ -38,7 +38,7 @@ from traceinsight.render.html import (
     templates_dir,
 )
 from traceinsight.render.scorecard import scorecard
-from traceinsight.report import Report
+from traceinsight.results import Report, result_of
 from traceinsight.rules import evaluate
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
@@ -133,8 +133,7 @@ def render(name: str, source_root: Path) -> Page:
     trace = load_trace(SAMPLES / name)
     analysis = analyze(trace)
     report = Report(analysis=analysis, findings=evaluate(analysis))
-    renderer = HtmlRenderer(source_root, timeline=timeline(trace), kernels=top_kernels(trace, TOP_KERNELS))
-    return Page(report, renderer.render(report))
+    return Page(report, HtmlRenderer(source_root).render(result_of(report)))
 
 
 @pytest.fixture(scope="module")
@@ -245,7 +244,7 @@ def test_hostile_names_cannot_inject_markup(tmp_path: Path) -> None:
     trace = load_trace(path)
     analysis = analyze(trace)
     report = Report(analysis=analysis, findings=evaluate(analysis))
-    html = HtmlRenderer(tmp_path, timeline=timeline(trace), kernels=top_kernels(trace)).render(report)
+    html = HtmlRenderer(tmp_path).render(result_of(report))
     parsed = ParsedPage.of(html)
     assert "<script" not in html and "<img" not in html
     assert not any(tag in {"script", "img"} for tag, _ in parsed.tags)
@@ -569,7 +568,7 @@ def test_healthy_trace_says_there_is_nothing_to_fix(source_root: Path) -> None:
     analysis = analyze(load_trace(trace))
     healthy = Page(
         Report(analysis, evaluate(analysis)),
-        HtmlRenderer(source_root).render(Report(analysis, evaluate(analysis))),
+        HtmlRenderer(source_root).render(result_of(Report(analysis, evaluate(analysis)))),
     )
     assert healthy.report.findings == ()
     assert "No findings: nothing in the steady state keeps the GPU waiting" in healthy.parsed.text
@@ -695,7 +694,7 @@ def test_timeline_of_a_trace_without_gpu_is_empty() -> None:
 
 
 def _run_report(name: str, **changes: Any) -> Report:
-    from traceinsight.report import RunContext
+    from traceinsight.results import RunContext
 
     analysis = analyze(load_trace(SAMPLES / name))
     facts: dict[str, Any] = {
@@ -711,7 +710,9 @@ def _run_report(name: str, **changes: Any) -> Report:
 
 
 def test_a_run_report_is_titled_by_the_script_command_date_and_torch(tmp_path: Path) -> None:
-    page = HtmlRenderer(source_root=tmp_path).render(_run_report("cpu_torch2.14_with_stack.pt.trace.json.gz"))
+    page = HtmlRenderer(source_root=tmp_path).render(
+        result_of(_run_report("cpu_torch2.14_with_stack.pt.trace.json.gz"))
+    )
     parsed = ParsedPage.of(page)
     assert "<title>train.py · 2026-11-22 10:04 · traceinsight</title>" in page
     assert "traceinsight run train.py --epochs 1" in parsed.text
@@ -726,11 +727,11 @@ def test_a_failed_script_is_said_first(tmp_path: Path) -> None:
         failure="ValueError: bad shape at train.py:47",
         steps_recorded=2,
     )
-    page = HtmlRenderer(source_root=tmp_path).render(report)
+    page = HtmlRenderer(source_root=tmp_path).render(result_of(report))
     failed = page.index('id="script-failed"')
     assert failed < page.index('id="scorecard"')
     assert "ValueError: bad shape at train.py:47" in ParsedPage.of(page).text
     from traceinsight.render.terminal import TerminalRenderer
 
-    text = TerminalRenderer(width=100).render(report)
+    text = TerminalRenderer(width=100).render(result_of(report))
     assert text.index("The script failed") < text.index("Scorecard")

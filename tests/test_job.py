@@ -16,7 +16,7 @@ from jobbuild import DATALOADER_NEXT, AheadPlan, Plan, make_ahead_job, make_job
 from tracebuild import SAMPLES, annotation, launch, read_events, union_length, write_trace
 from typer.testing import CliRunner
 
-from traceinsight.cli import app
+from traceinsight.commands import app
 
 runner = CliRunner()
 TWO_RANKS = SAMPLES / "two_ranks"
@@ -307,9 +307,10 @@ def test_local_job_never_imports_dask(job8: Path, tmp_path: Path) -> None:
     code = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from traceinsight.pipeline import analyze_job_and_write\n"
+        "from traceinsight.commands.job import JobOptions, analyze_job_and_write\n"
+        "from traceinsight.commands.options import Reading, Wanted\n"
         "if __name__ == '__main__':\n"
-        f"    analyze_job_and_write([Path({str(job8)!r})], html=None, write_html=False, workers=2)\n"
+        f"    analyze_job_and_write([Path({str(job8)!r})], Wanted(write_html=False), Reading(), JobOptions(workers=2))\n"
         "    assert 'dask' not in sys.modules and 'distributed' not in sys.modules, 'dask imported'\n"
     )
     script = tmp_path / "local_only.py"

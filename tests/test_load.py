@@ -524,7 +524,7 @@ def test_a_file_cut_short_is_never_read_again_to_repair_a_name(
     """A cut at every byte of a name line, at the start of every line and inside the top-level
     fields: one line, and the whole text is never read again to repair names
     (which would read all of it again). The file holds a name the repair would mend, last."""
-    import traceinsight.load as load_module
+    import traceinsight.load.loader as load_module
     from traceinsight.errors import TraceFormatError
 
     def never(*args: object) -> tuple[object, ...]:

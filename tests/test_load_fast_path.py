@@ -28,8 +28,8 @@ from traceinsight.load import (
 from traceinsight.load.progress import terminal_progress
 from traceinsight.load.source import open_trace
 from traceinsight.load.tables import trace_for
-from traceinsight.render.json_report import report_dict
-from traceinsight.report import Report
+from traceinsight.results import Report, result_of
+from traceinsight.results.codec import document_of
 from traceinsight.rules import evaluate
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
@@ -38,7 +38,7 @@ ALL_SAMPLES = sorted(SAMPLES.rglob("*.json*"))
 
 def _report(trace: Trace) -> dict[str, object]:
     analysis = analyze(trace)
-    return report_dict(Report(analysis=analysis, findings=evaluate(analysis)))
+    return document_of(result_of(Report(analysis=analysis, findings=evaluate(analysis))))  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize("native", ["1", "0"], ids=["default", "pure-python"])

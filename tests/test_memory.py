@@ -16,9 +16,9 @@ from tracebuild import SAMPLES, annotation, kernel, memory_record, runtime, samp
 from traceinsight.analysis import Analysis, analyze
 from traceinsight.load import load_trace
 from traceinsight.render.html import HtmlRenderer
-from traceinsight.render.json_report import report_dict
 from traceinsight.render.terminal import TerminalRenderer
-from traceinsight.report import Report
+from traceinsight.results import Report, result_of
+from traceinsight.results.codec import document_of
 from traceinsight.rules import evaluate
 from traceinsight.rules.findings import Finding
 from traceinsight.thresholds import Thresholds
@@ -262,7 +262,7 @@ def test_real_peaks_against_the_device_memory() -> None:
 def test_outputs_show_memory_only_when_the_trace_has_records() -> None:
     qwen = sample_report("h100_qwen_inference_stacks.json.gz")
     records = [e["args"] for e in raw_records(SAMPLES / "h100_qwen_inference_stacks.json.gz")]
-    section = report_dict(qwen)["memory"]
+    section = document_of(result_of(qwen))["memory"]
     assert [d["device"] for d in section["devices"]] == ["CPU", "GPU 0"]
     gpu_section = section["devices"][1]
     assert gpu_section["peak_reserved_bytes"] == max(
@@ -270,21 +270,21 @@ def test_outputs_show_memory_only_when_the_trace_has_records() -> None:
     )
     assert 0 < len(gpu_section["series"]) <= Thresholds().memory_series_points
     assert max(point[1] for point in gpu_section["series"]) == gpu_section["peak_allocated_bytes"]
-    page = HtmlRenderer().render(qwen)
+    page = HtmlRenderer().render(result_of(qwen))
     assert 'id="memory"' in page and 'id="memory-title"' in page  # the section and its chart
-    text = TerminalRenderer(width=120).render(qwen)
+    text = TerminalRenderer(width=120).render(result_of(qwen))
     assert "Memory (peaks over the whole trace)" in text
     assert any(line.split("│")[0].strip() == "GPU 0" for line in text.splitlines() if "79.2 GiB" in line)
 
     ddp = sample_report("a100_ddp_nccl.json.gz")
-    assert report_dict(ddp)["memory"]["devices"] == []
-    assert 'id="memory"' not in HtmlRenderer().render(ddp)
-    assert "Memory (peaks" not in TerminalRenderer(width=120).render(ddp)
+    assert document_of(result_of(ddp))["memory"]["devices"] == []
+    assert 'id="memory"' not in HtmlRenderer().render(result_of(ddp))
+    assert "Memory (peaks" not in TerminalRenderer(width=120).render(result_of(ddp))
 
 
 def test_the_json_memory_section_is_plain_data_on_a_hand_built_trace(tmp_path: Path) -> None:
     analysis = analysis_of(tmp_path, training_loop(steps=2), deviceProperties=gpu())
-    section = report_dict(Report(analysis=analysis, findings=evaluate(analysis)))["memory"]
+    section = document_of(result_of(Report(analysis=analysis, findings=evaluate(analysis))))["memory"]
     (device,) = section["devices"]
     assert device["peak_allocated_bytes"] == 6 * GIB + 512 * MIB
     assert device["total_memory_bytes"] == 16 * GIB
@@ -301,7 +301,7 @@ def test_run_with_memory_on_cpu_leads_to_the_memory_section_and_chart(tmp_path: 
     pytest.importorskip("torch")
     from typer.testing import CliRunner
 
-    from traceinsight.cli import app
+    from traceinsight.commands import app
 
     script = Path(__file__).parent / "run_scripts" / "allocates_each_step.py"
     trace, page, result_json = tmp_path / "run.pt.trace.json.gz", tmp_path / "run.html", tmp_path / "run.json"

@@ -72,7 +72,7 @@ def test_pure_build_is_a_universal_wheel_without_the_scanner(tmp_path: Path) -> 
 
 def test_analysis_never_imports_torch() -> None:
     code = (
-        "import sys; import traceinsight.cli, traceinsight.pipeline, traceinsight.render.html; "
+        "import sys; import traceinsight.commands, traceinsight.commands.common, traceinsight.render.html; "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -14,7 +14,7 @@ from tracebuild import annotation, cpu_op, frame, kernel, runtime, sample_report
 from traceinsight.analysis import Analysis, analyze
 from traceinsight.load import load_trace
 from traceinsight.render.scorecard import scorecard
-from traceinsight.report import Report
+from traceinsight.results import Report
 from traceinsight.rules import evaluate
 from traceinsight.rules.findings import Finding
 

@@ -34,7 +34,7 @@ from typer.testing import CliRunner  # noqa: E402
 
 from traceinsight.capture import profile_step, step  # noqa: E402
 from traceinsight.capture.steps import OptimizerCycle, StepMarker  # noqa: E402
-from traceinsight.cli import app  # noqa: E402
+from traceinsight.commands import app  # noqa: E402
 from traceinsight.errors import TraceFormatError  # noqa: E402
 
 SCRIPTS = Path(__file__).resolve().parent / "run_scripts"
@@ -394,10 +394,10 @@ def test_output_folder_that_does_not_exist_fails_before_the_script_runs(
 def test_analysis_failure_keeps_the_trace_and_prints_its_path(
     tmp_path: Path, probe_record: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def failing_analysis(trace: Path, **_: object) -> None:
+    def failing_analysis(trace: Path, *_: object, **__: object) -> None:
         raise TraceFormatError(f"cannot analyze {trace}: made to fail by the test")
 
-    monkeypatch.setattr("traceinsight.pipeline.analyze_and_write", failing_analysis)
+    monkeypatch.setattr("traceinsight.commands.analyze.analyze_and_write", failing_analysis)
     run = run_in_process(tmp_path, str(PROBE), "steps=10", "end=exit3")
     assert run.exit_code == 3  # the script's status wins over ours
     assert f"trace written: {run.trace}" in run.stderr

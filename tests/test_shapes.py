@@ -15,7 +15,7 @@ from typing import Any
 from tracebuild import PID, TID, annotation, cpu_op, launch, memcpy, read_events, runtime, write_trace
 from typer.testing import CliRunner
 
-from traceinsight.cli import app
+from traceinsight.commands import app
 
 runner = CliRunner()
 

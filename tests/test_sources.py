@@ -29,7 +29,7 @@ from typer.testing import CliRunner
 
 from traceinsight.analysis import Analysis, analyze
 from traceinsight.analysis.sources import source_at
-from traceinsight.cli import app
+from traceinsight.commands import app
 from traceinsight.load import load_trace
 from traceinsight.rules import advice, evaluate
 from traceinsight.rules.findings import Finding
@@ -532,15 +532,21 @@ def test_real_lbfgs_syncs_under_torch_s_frames_are_lbfgs_s(tmp_path: Path) -> No
 def test_diff_matches_on_the_file_line_and_shows_what_the_line_is() -> None:
     """The diff keeps matching findings by rule and ``file:line`` (stable across versions) and shows
     a line that is not the call's as what it is."""
-    from traceinsight.compare import finding_site, finding_site_label
+    from traceinsight.results.comparison import finding_site, finding_site_label
+    from traceinsight.results.trace import Advice, Finding
+    from traceinsight.rules.findings import Severity
 
-    stored = {
-        "rule": "latent-sync",
-        "source": "train.py:4",
-        "source_line_kind": "def",
-        "source_function": "f",
-    }
-    assert finding_site(stored) == "train.py:4"
-    assert finding_site_label(stored) == "`f` (defined at train.py:4)"
-    older = {"rule": "latent-sync", "source": "train.py:4"}  # a result stored before the field existed
+    def stored(**fields: Any) -> Finding:
+        return Finding(
+            rule="latent-sync", severity=Severity.HIGH, title="t", advice=Advice(summary="", before="", after=""),
+            why="", op=None, source="train.py:4", device=None, saving_per_step_ns=None, saving_share=None,
+            saving_note=None, **fields,
+        )  # fmt: skip
+
+    assert finding_site(stored(source_line_kind="def", source_function="f")) == "train.py:4"
+    assert (
+        finding_site_label(stored(source_line_kind="def", source_function="f"))
+        == "`f` (defined at train.py:4)"
+    )
+    older = stored()  # a result stored before the fields existed: they read as null
     assert finding_site_label(older) == "train.py:4"

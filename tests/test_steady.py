@@ -27,7 +27,7 @@ from traceinsight.analysis.steady import steady_state
 from traceinsight.analysis.validity import trace_warnings
 from traceinsight.load import load_trace
 from traceinsight.render.terminal import TerminalRenderer
-from traceinsight.report import Report
+from traceinsight.results import Report, result_of
 from traceinsight.rules import evaluate
 
 ALL_SAMPLES = sorted(str(path.relative_to(SAMPLES)) for path in SAMPLES.rglob("*.json*"))
@@ -199,7 +199,7 @@ def test_a_mostly_idle_gpu_never_gets_a_bare_no_findings(name: str) -> None:
     usages = result.analysis.usage
     window = sum(usage.window_ns for usage in usages)
     idle = sum(usage.idle_ns for usage in usages)
-    text = " ".join(TerminalRenderer(width=400).render(result).split())
+    text = " ".join(TerminalRenderer(width=400).render(result_of(result)).split())
     if window and idle >= 0.4 * window:
         assert "No findings" not in text  # never a bare "no"
         if not any(not finding.minor for finding in result.findings):
@@ -258,13 +258,14 @@ def _busy(events: list[dict[str, Any]], begin: int, done: int) -> int:
 def test_a_host_that_runs_ahead_is_timed_by_the_gpu(tmp_path: Path) -> None:
     """ProfilerStep ranges of 0.39 ms launch 8.4 ms of GPU work each: the step time is the GPU's
     pace, and the header says the GPU sets it (was: "median 0.39 ms", nothing about the pace)."""
+    import json
     from statistics import median
 
     from traceinsight.formatting import format_duration
     from traceinsight.render.facts import header_facts
     from traceinsight.render.html import HtmlRenderer
-    from traceinsight.render.json_report import report_dict
     from traceinsight.render.markdown import MarkdownRenderer
+    from traceinsight.results import result_of
 
     loop = ahead_loop()
     result = analysis_of(tmp_path, loop.events)
@@ -283,13 +284,14 @@ def test_a_host_that_runs_ahead_is_timed_by_the_gpu(tmp_path: Path) -> None:
         f"the GPU sets it: its work takes {format_duration(gpu)} of each {format_duration(median(steps))} "
         f"step, the host's own {format_duration(median(host))} (the host runs ahead, or waits for the GPU)"
     )
-    pace = report_dict(report)["steady_state"]["pace"]
+    typed = result_of(report)
+    pace = json.loads(typed.to_json())["steady_state"]["pace"]
     assert pace == {"set_by": "gpu", "host_us": median(host) / 1000, "gpu_us": gpu / 1000}
-    assert report_dict(report)["steady_state"]["step_time_us"] == median(steps) / 1000
+    assert json.loads(typed.to_json())["steady_state"]["step_time_us"] == median(steps) / 1000
     for text in (
-        TerminalRenderer(width=400).render(report),
-        MarkdownRenderer().render(report),
-        HtmlRenderer(tmp_path).render(report),
+        TerminalRenderer(width=400).render(typed),
+        MarkdownRenderer().render(typed),
+        HtmlRenderer(tmp_path).render(typed),
     ):
         assert "the GPU sets it" in text
 

@@ -13,9 +13,10 @@ import pytest
 from rich.console import Console
 from tracebuild import SAMPLES
 
-import traceinsight.pipeline
+import traceinsight.commands.common
+from traceinsight.commands.analyze import analyze_and_write
+from traceinsight.commands.options import Reading, Wanted
 from traceinsight.errors import TraceFormatError
-from traceinsight.pipeline import analyze_and_write
 
 LINE = re.compile(r"^traceinsight timing: (\S+) ([0-9]+\.[0-9]{3}) s$")
 
@@ -23,9 +24,8 @@ LINE = re.compile(r"^traceinsight timing: (\S+) ([0-9]+\.[0-9]{3}) s$")
 def _run(tmp_path: Path) -> None:
     analyze_and_write(
         SAMPLES / "a100_triton.json.gz",
-        html=tmp_path / "r.html",
-        json_out=str(tmp_path / "r.json"),
-        markdown=str(tmp_path / "r.md"),
+        Wanted(html=tmp_path / "r.html", json=str(tmp_path / "r.json"), markdown=str(tmp_path / "r.md")),
+        Reading(),
         console=Console(file=io.StringIO()),
     )
 
@@ -56,7 +56,7 @@ def test_the_renderer_is_prepared_after_the_trace_loaded(
     """The renderer's imports start once the load is done (they took a core from the load), and a
     trace that does not load costs none of them."""
     events: list[str] = []
-    load_trace = traceinsight.pipeline.load_trace
+    load_trace = traceinsight.commands.common.load_trace
 
     def load(*args: object, **kwargs: object) -> object:
         events.append("load starts")
@@ -65,17 +65,21 @@ def test_the_renderer_is_prepared_after_the_trace_loaded(
         finally:
             events.append("load ends")
 
-    monkeypatch.setattr(traceinsight.pipeline, "load_trace", load)
-    monkeypatch.setattr(traceinsight.pipeline, "_prepare_html", lambda: events.append("prepare"))
+    monkeypatch.setattr(traceinsight.commands.common, "load_trace", load)
+    monkeypatch.setattr(
+        traceinsight.commands.common, "prepare_beside", lambda module: events.append("prepare")
+    )
     path = SAMPLES / trace
     if trace == "truncated":
         path = tmp_path / "truncated.json"
         path.write_bytes(gzip.decompress((SAMPLES / "a100_triton.json.gz").read_bytes())[:5000])
         with pytest.raises(TraceFormatError):
-            analyze_and_write(path, html=tmp_path / "r.html", console=Console(file=io.StringIO()))
+            analyze_and_write(
+                path, Wanted(html=tmp_path / "r.html"), Reading(), console=Console(file=io.StringIO())
+            )
         assert events == ["load starts", "load ends"]
         return
-    analyze_and_write(path, html=tmp_path / "r.html", console=Console(file=io.StringIO()))
+    analyze_and_write(path, Wanted(html=tmp_path / "r.html"), Reading(), console=Console(file=io.StringIO()))
     deadline = time.monotonic() + 10  # the stand-in runs in the thread the command started
     while "prepare" not in events and time.monotonic() < deadline:
         time.sleep(0.01)

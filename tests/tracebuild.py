@@ -248,9 +248,16 @@ def sample_report(name: str) -> Any:
     if name not in _REPORTS:
         from traceinsight.analysis import analyze
         from traceinsight.load import load_trace
-        from traceinsight.report import Report
+        from traceinsight.results import Report
         from traceinsight.rules import evaluate
 
         analysis = analyze(load_trace(SAMPLES / name))
         _REPORTS[name] = Report(analysis=analysis, findings=evaluate(analysis))
     return _REPORTS[name]
+
+
+def sample_result(name: str) -> Any:
+    """The typed result of ``sample_traces/<name>`` (:func:`sample_report`'s, read-only: share it)."""
+    from traceinsight.results import result_of
+
+    return result_of(sample_report(name))

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import NamedTuple, ParamSpec, TypeVar
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import polars as pl
 
@@ -37,12 +36,10 @@ from traceinsight.analysis.usage import Usage
 from traceinsight.analysis.validity import TraceWarning, trace_warnings
 from traceinsight.cores import second_core
 from traceinsight.load import Trace, TraceMeta, taxonomy
+from traceinsight.process import Beside
 from traceinsight.thresholds import Thresholds
 
 __all__ = ["Analysis", "FixInputs", "analyze"]
-
-_P = ParamSpec("_P")
-_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +96,10 @@ class Analysis:
     pace: Pace
     #: The host's time in each steady step before its first launch, and what it did there.
     step_leads: StepLeads
+    #: Every gap with its cause (:data:`~.idle_gaps.GAP_SCHEMA`; the shorter than ``min_gap_us``
+    #: without a source), when asked for (:func:`analyze`'s ``every_gap``); None otherwise: on a
+    #: long trace it holds a row per pause between kernels.
+    every_gap: pl.DataFrame | None = field(default=None, compare=False)
 
     @property
     def span_ns(self) -> int:
@@ -208,46 +209,21 @@ def _fix_inputs(trace: Trace, steady: SteadyState, kernels: pl.DataFrame) -> Fix
     )
 
 
-class _Beside:
-    """One thread that runs analyses beside the main ones, where there is a second core.
-
-    An analysis is a chain of polars operations, and polars keeps both cores of a 2-core machine
-    busy only part of the time (about 1.4 cores on average on a 0.5 GB trace). The analyses that
-    need no more than the trace and its steady state (host operators, warnings, optimizer, top
-    kernels, precision, memory, collectives) run here, in the order they are started, while the main thread
-    finds the intervals, syncs and gaps (polars releases the GIL while it computes); the main
-    thread takes their results before it classifies the gaps, its memory peak. On the 0.5 GB
-    benchmark traces the analysis step takes 0.86x (DDP) to 0.93x (LLM decode) the time; the
-    whole process's peak moved by -28 to +17 MiB. Without a second core
-    (:func:`traceinsight.cores.second_core`) each runs where it is started. Every analysis is a
-    pure function of its inputs, so the results are the same either way.
-    """
-
-    def __init__(self, thread: bool) -> None:
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="traceinsight-analysis") if thread else None
-
-    def start(self, analysis: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Callable[[], _T]:
-        """Start ``analysis(*args, **kwargs)``; the function returned gives its result (or raises
-        its exception) once it is done."""
-        if self._pool is None:
-            value = analysis(*args, **kwargs)
-            return lambda: value
-        return self._pool.submit(analysis, *args, **kwargs).result
-
-    def close(self) -> None:
-        """Wait for the running analysis to end; those not yet started are dropped (after an error,
-        nothing reads their results)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-
-
-def analyze(trace: Trace, thresholds: Thresholds | None = None, user_code: Collection[str] = ()) -> Analysis:
-    """Run every analysis on ``trace``; frames of ``user_code`` packages count as the user's."""
-    beside = _Beside(thread=second_core())
+def analyze(
+    trace: Trace,
+    thresholds: Thresholds | None = None,
+    user_code: Collection[str] = (),
+    *,
+    every_gap: bool = False,
+) -> Analysis:
+    """Run every analysis on ``trace``; frames of ``user_code`` packages count as the user's.
+    ``every_gap`` keeps the table of every gap (:attr:`Analysis.every_gap`)."""
+    beside = Beside(thread=second_core())
     try:
-        return _analyze(trace, thresholds or Thresholds(), user_code, beside)
+        analysis = _analyze(trace, thresholds or Thresholds(), user_code, beside, every_gap=every_gap)
     finally:
         beside.close()
+    return analysis
 
 
 class _SteadyOnly(NamedTuple):
@@ -276,7 +252,9 @@ def _steady_only(
     )
 
 
-def _analyze(trace: Trace, limits: Thresholds, user_code: Collection[str], beside: _Beside) -> Analysis:
+def _analyze(
+    trace: Trace, limits: Thresholds, user_code: Collection[str], beside: Beside, *, every_gap: bool = False
+) -> Analysis:
     host_later = beside.start(host.host_summary, trace)
     busy = gpu_time.busy_intervals(trace)
     kernels = gpu_time.kernel_intervals(trace)
@@ -326,4 +304,5 @@ def _analyze(trace: Trace, limits: Thresholds, user_code: Collection[str], besid
         communication=steady_only.communication,
         pace=step_pace(steady, steps, calls, limits.pace_difference),
         step_leads=step_leads(trace, steady, calls, fixes.dataloader_waits, user_code),
+        every_gap=classified if every_gap else None,
     )

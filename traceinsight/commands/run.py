@@ -436,10 +436,10 @@ def _run_context(
     capture: CaptureResult,
     trace: Path,
 ) -> Any:
-    """What the report says of the run (:class:`traceinsight.report.RunContext`)."""
+    """What the report says of the run (:class:`traceinsight.results.RunContext`)."""
     import torch
 
-    from traceinsight.report import RunContext
+    from traceinsight.results import RunContext
 
     words = sys.argv[1:]
     if "run" in words:
@@ -471,19 +471,20 @@ def _analyze(
     say: _Speaker,
 ) -> None:
     """Analyze the trace just written; on failure keep it and say how to retry."""
+    from traceinsight.commands.options import Reading, Wanted
     from traceinsight.config import SourceRoot
-    from traceinsight.pipeline import analyze_and_write
+    from traceinsight.process import libraries_loading
 
     try:
+        with libraries_loading():
+            from traceinsight.commands.analyze import analyze_and_write
         analyze_and_write(
             trace,
-            html=_shown(paths.report),
-            json_out=paths.json_out,
+            Wanted(html=_shown(paths.report), json=paths.json_out, force=paths.force),
+            Reading(user_code=settings.user_code),
             console=console,
-            user_code=settings.user_code,
             source_root=None if project is None else SourceRoot(project, "the script's project folder"),
             run=context,
-            force=paths.force,
         )
     except TraceInsightError as error:
         reason = str(error)

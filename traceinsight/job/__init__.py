@@ -1,15 +1,18 @@
-"""Many ranks, one report: a distributed job's traces analyzed rank by rank, then combined.
+"""Many ranks, one result: a distributed job's traces analyzed rank by rank, then combined.
 
 discover (which files, which rank each is) → :func:`~traceinsight.job.rank.analyze_rank` per rank,
-in a local process pool or on a ``dask.distributed`` cluster (:mod:`.execute`), each returning a
-small picklable :class:`~traceinsight.job.rank.RankResult`, never the events → :func:`.combine.combine`
-(collectives matched across ranks, lateness, stragglers with their cause, findings common to ranks).
+in a local process pool or on a ``dask.distributed`` cluster (:mod:`.execute`), each mapping the
+single-trace analysis over one trace and returning a small picklable
+:class:`~traceinsight.results.job.RankResult`, never the events → :func:`.combine.combine`
+(collectives matched across ranks, lateness, stragglers with their cause, findings common to ranks)
+→ a :class:`~traceinsight.results.job.JobReport`. This layer computes and returns: it writes no
+file and renders nothing.
 """
 
 from __future__ import annotations
 
-from traceinsight.job.combine import JobReport, combine
-from traceinsight.job.discover import RankFile, discover_ranks
-from traceinsight.job.rank import RankResult, RankTask, analyze_rank
+from traceinsight.job.combine import combine
+from traceinsight.job.discover import RankFile, discover_ranks, is_job
+from traceinsight.job.rank import RankReports, RankTask, analyze_rank
 
-__all__ = ["JobReport", "RankFile", "RankResult", "RankTask", "analyze_rank", "combine", "discover_ranks"]
+__all__ = ["RankFile", "RankReports", "RankTask", "analyze_rank", "combine", "discover_ranks", "is_job"]

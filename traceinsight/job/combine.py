@@ -36,17 +36,16 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from statistics import median_low
 from typing import Final
 
 from traceinsight.analysis.causes import CauseKind
 from traceinsight.errors import TraceFormatError
 from traceinsight.formatting import format_duration
-from traceinsight.job.rank import RankResult
+from traceinsight.results.job import JobFinding, JobReport, RankResult, RankTiming, Straggler
 from traceinsight.rules.findings import SEVERITIES
 
-__all__ = ["JobFinding", "JobReport", "RankTiming", "Straggler", "combine"]
+__all__ = ["BLAMED_CAUSES", "combine"]
 
 #: Idle causes a straggler's time can be blamed on: what its own host did while its GPU waited.
 #: Not ``communication`` (its host waiting in a collective for the others: a symptom the ranks that
@@ -60,101 +59,10 @@ BLAMED_CAUSES: Final[tuple[CauseKind, ...]] = (
     CauseKind.HOST_OP,
     CauseKind.UNTRACED,
 )
-#: How the job report names a cause of lateness.
-CAUSE_WORDS: Final[dict[str, str]] = {
-    CauseKind.DATALOADER.value: "DataLoader",
-    CauseKind.SYNC.value: "a host sync",
-    CauseKind.COPY.value: "a blocking copy",
-    CauseKind.LAUNCH.value: "launching",
-    CauseKind.HOST_OP.value: "host work in an operator",
-    CauseKind.UNTRACED.value: "untraced host work",
-    CauseKind.COMMUNICATION.value: "communication",
-    CauseKind.QUEUED.value: "queued",
-    CauseKind.OUTSIDE_STEADY.value: "outside steady state",
-    CauseKind.BEFORE_FIRST.value: "before first work",
-    CauseKind.AFTER_LAST.value: "after last work",
-    CauseKind.CAPTURE.value: "graph capture",
-    "compute": "slower GPU work",
-}
 _MAD_SCALE: Final = 1.4826
 _MAD_TIMES: Final = 4.0
 _STEP_FLOOR_SHARE: Final = 0.05
 _LATE_FLOOR_NS: Final = 200_000
-
-
-@dataclass(frozen=True, slots=True)
-class RankTiming:
-    """A rank in the job's collectives."""
-
-    rank: int
-    matched: int
-    """Collectives of this rank matched with the other ranks' (every other rank's when matched by
-    order; the other members of its process group when matched by group and sequence number)."""
-    late_median_ns: int
-    late_max_ns: int
-    waited_ns: int
-    """Time this rank spent in collectives waiting for the last rank to arrive (summed)."""
-    caused_ns: int
-    """Time the other ranks spent waiting for this rank, in collectives it arrived at last."""
-
-
-@dataclass(frozen=True, slots=True)
-class Straggler:
-    """A rank that holds the others back, and why."""
-
-    rank: int
-    reasons: tuple[str, ...]
-    """What is out of line, in plain words (``collectives start 80.0 ms late (median)``)."""
-    cause: str | None
-    """``CauseKind`` value (or ``compute``) whose time per step grew most over the job's median."""
-    cause_excess_ns: int
-    """How much more of that per step than the job's median rank."""
-    caused_ns: int
-    """Time the other ranks waited for this rank in collectives."""
-    top_finding: str | None
-
-    @property
-    def cause_words(self) -> str:
-        """The cause as the report names it."""
-        return CAUSE_WORDS.get(self.cause, self.cause) if self.cause is not None else "no single cause"
-
-
-@dataclass(frozen=True, slots=True)
-class JobFinding:
-    """One rule's findings over the ranks: reported once, with the ranks it fired on."""
-
-    rule: str
-    severity: str
-    title: str
-    """The title on the rank where the saving is largest."""
-    ranks: tuple[int, ...]
-    savings_ns: int
-    """Summed over the ranks."""
-    minor: bool
-
-
-@dataclass(frozen=True, slots=True)
-class JobReport:
-    """Everything the job's renderers show."""
-
-    ranks: tuple[RankResult, ...]
-    """By rank."""
-    timings: tuple[RankTiming, ...]
-    """By rank (empty when the ranks have no collectives to match)."""
-    collectives_from: str
-    collectives_matched: int
-    #: Of those, matched by process group and sequence number (the rest by kind and order).
-    collectives_matched_by_seq: int
-    collective_kinds: tuple[tuple[str, int], ...]
-    stragglers: tuple[Straggler, ...]
-    findings: tuple[JobFinding, ...]
-    warnings: tuple[str, ...]
-    step_ns: int | None
-    """Median over ranks of each rank's median steady step."""
-
-    def timing(self, rank: int) -> RankTiming | None:
-        """The rank's collective timing."""
-        return next((timing for timing in self.timings if timing.rank == rank), None)
 
 
 def _check_ranks(results: Sequence[RankResult]) -> None:

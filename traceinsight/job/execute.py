@@ -13,6 +13,7 @@ path imports dask.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import multiprocessing
 import os
@@ -25,11 +26,16 @@ from typing import Any, Final
 
 from traceinsight.cores import available_cores
 from traceinsight.errors import ConfigError, TraceInsightError
-from traceinsight.job.rank import RankResult, RankTask, analyze_rank
+from traceinsight.job.combine import combine
+from traceinsight.job.discover import Discovery
+from traceinsight.job.rank import RankReports, RankTask, analyze_rank
 from traceinsight.load.limits import GZIP_RATIO
 from traceinsight.load.source import GZIP_MAGIC, SizeLimit, open_trace
+from traceinsight.process import threads_per_worker
+from traceinsight.results.job import JobReport, RankResult
+from traceinsight.thresholds import Thresholds
 
-__all__ = ["RankProgress", "pool_size", "rank_progress", "run_dask", "run_local"]
+__all__ = ["RankProgress", "analyze_job", "pool_size", "rank_progress", "run_dask", "run_local"]
 
 #: ``(ranks done, ranks in all)`` after each rank.
 RankProgress = Callable[[int, int], None]
@@ -127,20 +133,6 @@ def _context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context("spawn")
 
 
-@contextmanager
-def _threads_per_worker(workers: int) -> Iterator[None]:
-    """Give each worker's polars its share of the cores (read when a worker imports polars)."""
-    key = "POLARS_MAX_THREADS"
-    before = os.environ.get(key)
-    if before is None:
-        os.environ[key] = str(max(1, available_cores() // workers))
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(key, None)
-
-
 def run_local(
     tasks: Sequence[RankTask], *, workers: int | None = None, progress: RankProgress | None = None
 ) -> list[RankResult]:
@@ -153,7 +145,7 @@ def run_local(
             if progress is not None:
                 progress(done, len(tasks))
         return results
-    with _threads_per_worker(size), ProcessPoolExecutor(max_workers=size, mp_context=_context()) as pool:
+    with threads_per_worker(size), ProcessPoolExecutor(max_workers=size, mp_context=_context()) as pool:
         futures: dict[Future[RankResult], int] = {
             pool.submit(analyze_rank, task): index for index, task in enumerate(tasks)
         }
@@ -201,6 +193,48 @@ def run_dask(
                 progress(done, len(tasks))
         results: list[RankResult] = client.gather(futures)
     return results
+
+
+def analyze_job(
+    discovery: Discovery,
+    *,
+    thresholds: Thresholds | None = None,
+    user_code: tuple[str, ...] = (),
+    max_bytes: int | None = None,
+    force: bool = False,
+    each: RankReports | None = None,
+    dask: str | None = None,
+    workers: int | None = None,
+    progress: RankProgress | None = None,
+) -> JobReport:
+    """Analyze each rank ``discovery`` found, where it says (``dask``: that cluster; else a local
+    pool of ``workers``), and combine them into the job's report; what discovery skipped is said
+    among the job's warnings. ``each`` is called with each rank's result where it was made (see
+    :class:`~.rank.RankTask`). The ranks are read as ``analyze`` reads one trace (``thresholds``,
+    ``user_code``, ``max_bytes``: ``--max-size``, ``force``: ``--force``'s gzip ratio)."""
+    tasks = [
+        RankTask(
+            path=str(file.path.absolute()),
+            name_rank=file.name_rank,
+            order=file.order,
+            thresholds=thresholds or Thresholds(),
+            user_code=user_code,
+            max_bytes=max_bytes,
+            each=each,
+            shown_path=file.shown,
+            force=force,
+        )
+        for file in discovery.files
+    ]
+    ranks = (
+        run_dask(tasks, dask, progress=progress)
+        if dask
+        else run_local(tasks, workers=workers, progress=progress)
+    )
+    job = combine(ranks)
+    if discovery.notes:  # what discovery skipped, said wherever the job's warnings are
+        job = dataclasses.replace(job, warnings=(*discovery.notes, *job.warnings))
+    return job
 
 
 @contextmanager

@@ -1,16 +1,22 @@
-"""The work done for one rank: load its trace, analyze it as ``analyze`` would, keep a small summary.
+"""The work done for one rank: load its trace, analyze it as ``analyze`` does one trace, keep a
+small summary.
 
 :func:`analyze_rank` is a plain module-level function of one picklable :class:`RankTask`, so the
 same call runs in-process, in a local process pool and on a ``dask.distributed`` worker
-(``client.map``). It returns a :class:`RankResult` of a few kilobytes (figures, findings, the
-start and end of each collective), never the events; the trace's tables are freed, and the heap
-trimmed, before it returns, so a worker's memory is that of the largest rank it has read.
+(``client.map``). It maps the single-trace analysis (:func:`~traceinsight.results.report.report_for`)
+over the rank's trace, and hands the rank's :class:`~traceinsight.results.trace.Result` to the
+task's ``each`` function where it was made (the command's per-rank reports: this layer writes
+nothing). It returns a :class:`~traceinsight.results.job.RankResult` of a few kilobytes (figures,
+findings, the start and end of each collective), never the events; the trace's tables are freed,
+and the heap trimmed, before it returns, so a worker's memory is that of the largest rank it has
+read.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -18,12 +24,21 @@ from typing import Final
 import polars as pl
 
 from traceinsight.analysis.intervals import merge_intervals
-from traceinsight.analysis.usage import Usage, total_usage
+from traceinsight.analysis.usage import total_usage
 from traceinsight.load import SizeLimit, Trace, load_trace, taxonomy
-from traceinsight.report import Report, report_for
+from traceinsight.process import give_back_freed_memory
+from traceinsight.results.contract import result_of
+from traceinsight.results.job import Collective, FindingBrief, RankResult
+from traceinsight.results.report import report_for
+from traceinsight.results.trace import Result
 from traceinsight.thresholds import Thresholds
 
-__all__ = ["Collective", "FindingBrief", "RankResult", "RankTask", "analyze_rank", "collective_kind"]
+__all__ = ["RankReports", "RankTask", "analyze_rank", "collective_kind"]
+
+#: What a job does with each rank's result where it was made: given the result and the rank, it
+#: returns (name, path) pairs kept in :attr:`RankResult.staged` (a module-level function, or a
+#: ``functools.partial`` of one, so that it pickles to a worker).
+RankReports = Callable[[Result, int], tuple[tuple[str, str], ...]]
 
 _KERNEL_KIND: Final = re.compile(r"(?i)(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)")
 
@@ -39,94 +54,13 @@ class RankTask:
     user_code: tuple[str, ...] = ()
     max_bytes: int | None = None
     """``--max-size`` (None: the default gzip-ratio rule)."""
-    per_rank_dir: str | None = None
-    """Stage this rank's own JSON and HTML report in this (private) folder, for the command to put
-    in place as ``rank-<N>.json/.html`` once the job's checks pass (:attr:`RankResult.staged`)."""
-    source_root: str | None = None
+    each: RankReports | None = None
+    """What to do with the rank's result where it was made (the command's own reports of each
+    rank, staged for it to put in place once the job's checks pass: :attr:`RankResult.staged`)."""
     shown_path: str | None = None
     """The trace's path as the user gave it, for the outputs (default: ``path``)."""
     force: bool = False
     """``--force``: read a gzip that expands past the ratio real traces reach."""
-
-
-@dataclass(frozen=True, slots=True)
-class Collective:
-    """One collective as this rank ran it: its kind (``AllReduce``, ``SendRecv``, ``c10d::allreduce_``)
-    and its start and end on the job's common clock (ns since the epoch where the trace says so)."""
-
-    kind: str
-    start_ns: int
-    end_ns: int
-    #: The process group it ran in and its sequence number there (``Process Group Name`` and
-    #: ``Seq`` on communication kernels since 2026): None where the trace does not say.
-    process_group: str | None = None
-    seq: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class FindingBrief:
-    """What the job report keeps of one of a rank's findings."""
-
-    rule: str
-    severity: str
-    title: str
-    savings_ns: int
-    minor: bool
-
-
-@dataclass(frozen=True, slots=True)
-class RankResult:
-    """One rank's figures: the same numbers its own ``analyze`` shows, and its collectives."""
-
-    rank: int
-    #: Where the rank number came from: ``distributedInfo``, ``file name`` or ``order``.
-    rank_from: str
-    #: The trace's path as the user gave it (control characters replaced).
-    path: str
-    world_size: int | None
-    backend: str | None
-    #: The rank's steady state, over every device (:func:`~traceinsight.analysis.usage.total_usage`).
-    usage: Usage
-    #: Whether the trace had any steady state to judge (the JSON's ``utilization.of`` is null if not).
-    has_usage: bool
-    #: Median steady step time: the spacing of when the steps' work was done (None without steps).
-    step_ns: int | None
-    #: Communication kernel time (union) inside the steady state, overlapped by compute or not.
-    communication_total_ns: int
-    #: Host blocking calls inside the steady state.
-    steady_syncs: int
-    findings: tuple[FindingBrief, ...]
-    #: The rank's collectives in order: GPU communication kernels, else host ``c10d::`` operators.
-    collectives: tuple[Collective, ...]
-    #: ``gpu`` (communication kernels) or ``host`` (``c10d::`` operators) or ``none``.
-    collectives_from: str
-    warnings: tuple[str, ...]
-    #: This rank's own reports, staged by the worker: (file name, staged path) pairs.
-    staged: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def steps(self) -> int:
-        """Steady steps (0 without steps)."""
-        return self.usage.steps
-
-    @property
-    def name(self) -> str:
-        """The trace file's name."""
-        return Path(self.path).name
-
-    def per_step(self, ns: int) -> int:
-        """``ns`` per steady step, or ``ns`` itself without steps."""
-        return round(ns / self.steps) if self.steps else ns
-
-    @property
-    def syncs_per_step(self) -> float | None:
-        """Host blocking calls per steady step (None without steps)."""
-        return self.steady_syncs / self.steps if self.steps else None
-
-    @property
-    def top_finding(self) -> FindingBrief | None:
-        """The first finding that is not minor (findings come ranked by saving)."""
-        return next((finding for finding in self.findings if not finding.minor), None)
 
 
 def collective_kind(name: str) -> str:
@@ -183,33 +117,12 @@ def _communication_total(trace: Trace, windows: tuple[tuple[int, int], ...]) -> 
     return total
 
 
-def _stage_own_reports(report: Report, rank: int, task: RankTask) -> tuple[tuple[str, str], ...]:
-    """This rank's own report, ``rank-<N>.json`` and ``rank-<N>.html``, staged in
-    ``task.per_rank_dir`` (the command puts them in place): (name, staged path) pairs."""
-    from traceinsight.commands.outputs import stage
-    from traceinsight.pipeline import render_html
-    from traceinsight.render.json_report import JsonRenderer
-
-    assert task.per_rank_dir is not None
-    folder = Path(task.per_rank_dir)
-    source_root = Path(task.source_root) if task.source_root is not None else None
-    staged = []
-    for name, text in (
-        (f"rank-{rank}.json", JsonRenderer().render(report)),
-        (f"rank-{rank}.html", render_html(report, source_root)),
-    ):
-        staged.append((name, str(stage(folder, name, text))))
-    return tuple(staged)
-
-
 def _has_distributed_info(trace: Trace) -> bool:
     return trace.meta.world_size is not None or trace.meta.backend is not None
 
 
 def analyze_rank(task: RankTask) -> RankResult:
     """Analyze one rank's trace and keep its summary (see the module's docstring)."""
-    from traceinsight.pipeline import give_back_freed_memory
-
     trace = load_trace(Path(task.path), limit=SizeLimit(task.max_bytes, force=task.force))
     if task.shown_path is not None:  # the rank's own report names its trace as the user did
         trace = dataclasses.replace(trace, meta=dataclasses.replace(trace.meta, path=task.shown_path))
@@ -225,7 +138,7 @@ def analyze_rank(task: RankTask) -> RankResult:
     source, found = collectives(trace)
     communication = _communication_total(trace, analysis.steady.device_windows)
     del trace
-    staged = _stage_own_reports(report, rank, task) if task.per_rank_dir is not None else ()
+    staged = task.each(result_of(report), rank) if task.each is not None else ()
     result = RankResult(
         rank=rank,
         rank_from=rank_from,

@@ -10,20 +10,15 @@ Every path opens the file the same safe way and streams gzip under the same size
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterator
-from dataclasses import replace
-from pathlib import Path
-from typing import Final
+import importlib
+from typing import TYPE_CHECKING, Any, Final
 
-from traceinsight.errors import TraceFormatError, TraceInsightError
-from traceinsight.load import fallback, native
-from traceinsight.load.decode import TraceDocument
-from traceinsight.load.progress import ProgressCallback
-from traceinsight.load.reference import load_trace_reference
-from traceinsight.load.repair import MendedText, mends_line_at
-from traceinsight.load.source import SizeLimit, TraceFile, open_trace
-from traceinsight.load.tables import ChunkTables, Device, Trace, TraceMeta, trace_for
+if TYPE_CHECKING:
+    from traceinsight.load.loader import choose_loader, load_pure, load_trace
+    from traceinsight.load.progress import ProgressCallback
+    from traceinsight.load.reference import load_trace_reference
+    from traceinsight.load.source import SizeLimit
+    from traceinsight.load.tables import Device, Trace, TraceMeta
 
 __all__ = [
     "Device",
@@ -32,110 +27,32 @@ __all__ = [
     "Trace",
     "TraceMeta",
     "choose_loader",
+    "load_pure",
     "load_trace",
     "load_trace_reference",
 ]
 
-#: Blocks of a file streamed through the name repair.
-BLOCK_BYTES: Final = 4 << 20
-
-#: Bytes read on either side of where a text stopped being JSON to see whether a name repair mends it.
-MEND_REACH: Final = 1 << 20
-
-Loader = Callable[[TraceFile, ProgressCallback | None], tuple[TraceDocument, ChunkTables]]
-
-
-def choose_loader() -> Loader:
-    """The loader for this install: the C scanner (:func:`.native.load_native`) when it was built
-    and ``TRACEINSIGHT_NATIVE`` is not ``0``, else the pure-Python one (:func:`load_pure`).
-
-    The scanner reads every file itself (invalid JSON and the limits are its own one-line
-    errors) except one whose ``traceEvents`` key is repeated or not first an array: for those it
-    raises :class:`.native.Unavailable` and :func:`load_trace` takes the pure-Python loader.
-    """
-    if native.AVAILABLE and os.environ.get("TRACEINSIGHT_NATIVE", "1") != "0":
-        return native.load_native
-    return load_pure
+#: Where each name of the package lives. They are imported when first used, so that the light
+#: modules (:mod:`.source`, :mod:`.limits`, :mod:`.repair`, :mod:`.taxonomy`) load without polars:
+#: the command's ``--help`` and ``traceinsight run`` before its script read them.
+_HOMES: Final = {
+    "Device": "tables",
+    "ProgressCallback": "progress",
+    "SizeLimit": "source",
+    "Trace": "tables",
+    "TraceMeta": "tables",
+    "choose_loader": "loader",
+    "load_pure": "loader",
+    "load_trace": "loader",
+    "load_trace_reference": "reference",
+}
 
 
-def load_pure(source: TraceFile, progress: ProgressCallback | None) -> tuple[TraceDocument, ChunkTables]:
-    """The pure-Python loader: the whole text (gzip streamed in under the size limit) decoded by
-    msgspec (:func:`.fallback.load_fallback`)."""
-    if progress is not None:
-        progress(0, source.size, 0)
-    document, part = fallback.load_fallback(source)
-    if progress is not None:
-        progress(source.size, source.size, part.event_count)
-    return document, part
+if not TYPE_CHECKING:  # the type checker reads the imports above
 
+    def __getattr__(name: str) -> Any:
+        home = _HOMES.get(name)
+        if home is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(f"{__name__}.{home}"), name)
 
-def _load_mended(
-    source: TraceFile, loader: Loader, progress: ProgressCallback | None
-) -> tuple[TraceDocument, ChunkTables, int]:
-    """Load ``source`` again, its text streamed through the name repair (:class:`.MendedText`),
-    with the loader that failed on it (progress in bytes of the file); and how many names were
-    repaired."""
-
-    def text_blocks() -> Iterator[bytes]:
-        source.rewind()
-        return source.blocks(BLOCK_BYTES)
-
-    def on_file(done: int, total: int, events: int) -> None:
-        if progress is not None:
-            progress(
-                min(source.consumed, source.size - 1) if done < total else source.size, source.size, events
-            )
-
-    text = MendedText(text_blocks)
-    with TraceFile(source.path, text, source.size, source.limit) as mended:  # type: ignore[arg-type]
-        try:
-            document, part = loader(mended, on_file)
-        except native.Unavailable:
-            mended.rewind()
-            document, part = load_pure(mended, on_file)
-    return document, part, text.repaired
-
-
-def load_trace(
-    path: Path, progress: ProgressCallback | None = None, *, limit: SizeLimit | None = None
-) -> Trace:
-    """Read a ``.json`` or ``.json.gz`` trace (object or bare array) into tables.
-
-    ``progress(bytes_read, total_bytes, events)`` is called as the file is read (bytes of the file
-    on disk) and once at the end; see :mod:`traceinsight.load.progress`. ``limit`` bounds how much
-    JSON the file may expand to (default: the gzip ratio rule of :class:`.source.SizeLimit`).
-
-    Raises a :class:`~traceinsight.errors.TraceInsightError` subclass with a one-line message for
-    any file that cannot be read, is not a trace, or is past a limit.
-    """
-    loader = choose_loader()
-    repaired = 0
-    with open_trace(path, limit) as source:
-        try:
-            try:
-                document, part = loader(source, progress)
-            except native.Unavailable:
-                source.rewind()
-                document, part = load_pure(source, progress)
-        except TraceFormatError as error:
-            # torch's own unescaped frame names (see :mod:`.repair`); any other error stands. The
-            # text is read again, streamed through the repair, only when the byte where it
-            # stopped being JSON lies on a name line the repair mends (never for a file cut short).
-            if error.at is None:
-                raise
-            start = max(error.at - MEND_REACH, 0)
-            source.rewind()
-            try:
-                near = source.window(start, error.at + MEND_REACH)
-            except TraceInsightError:
-                raise error from None
-            if not mends_line_at(near, error.at - start):
-                raise
-            document, part, repaired = _load_mended(source, loader, progress)
-            if not repaired:
-                raise
-    trace = trace_for(path, document, part)
-    if not repaired:
-        return trace
-    notes = (*trace.meta.load_notes, ("repaired-name", repaired))
-    return replace(trace, meta=replace(trace.meta, load_notes=notes))

@@ -7,7 +7,8 @@ under the size limit (:meth:`.source.TraceFile.read_all`); decoding needs the wh
 Algorithm: events are decoded split by phase (``"ph": "X"`` events into :data:`XEvent` with the
 fields of :data:`.schema.EVENT_FIELDS`, ``"ph": "i"`` ones into :data:`IEvent` for the ``memory``
 table, others reduced to their category), with the collector
-paused (the structs are ``gc=False``; nothing decoded can form a cycle). Columns are made with one
+paused (:func:`traceinsight.process.collector_paused`: the structs are ``gc=False``; nothing
+decoded can form a cycle). Columns are made with one
 C-level pass per field (``map(attrgetter(...))``); a column whose values all have the usual type
 becomes a polars Series directly and is converted with polars expressions, any other goes through
 the reference's per-value coercion (:mod:`.coerce`). A file whose values the typed decode cannot
@@ -21,7 +22,6 @@ of digits becomes its digits.
 from __future__ import annotations
 
 import codecs
-import gc
 import re
 import string
 from collections import Counter
@@ -47,6 +47,7 @@ from traceinsight.load.tables import (
     group_columns,
 )
 from traceinsight.load.text import clean_texts
+from traceinsight.process import collector_paused
 
 # --- the structs, made from the one field list -------------------------------------------------
 
@@ -138,9 +139,7 @@ def load_fallback(source: TraceFile) -> tuple[TraceDocument, ChunkTables]:
     raw = source.read_all()
     check_start(raw, source.path)
     check_utf8(raw, source.path)
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_paused():
         decoded = _decode(raw, source.path)
         if decoded is None:  # values the typed decode cannot hold: the reference's way
             value = parse_json(raw, source.path)
@@ -150,9 +149,6 @@ def load_fallback(source: TraceFile) -> tuple[TraceDocument, ChunkTables]:
         del raw
         document, phased = decoded
         return document, event_tables(phased)
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def _decode(raw: bytes | bytearray, path: Path) -> tuple[TraceDocument, list[Any]] | None:

@@ -1,0 +1,53 @@
+"""The renderers: one shape for every output, ``render(result) -> str``.
+
+Four renderers, one per format, each taking any of the three results (pyinstrument's
+``Renderer.render(session)`` is the model): :class:`~.terminal.TerminalRenderer`,
+:class:`~.json_report.JsonRenderer`, :class:`~.markdown.MarkdownRenderer`,
+:class:`~.html.HtmlRenderer`. The JSON is the result's own (``to_json``); the summary, the page and
+the Markdown of a trace or a job are drawn from the analysis a live result carries
+(:attr:`~traceinsight.results.trace.Result.report`); a comparison carries all it shows.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, TypeAlias
+
+from traceinsight.errors import TraceInsightError
+from traceinsight.results import Comparison, JobReport, JobResult, Report, Result
+
+__all__ = ["AnyResult", "NotLive", "Renderer", "live_job", "live_report"]
+
+#: What a renderer renders.
+AnyResult: TypeAlias = Result | JobResult | Comparison
+
+
+class Renderer(Protocol):
+    """Turns a result into the text of one output."""
+
+    def render(self, result: AnyResult) -> str:
+        """The whole output as one string."""
+        ...
+
+
+class NotLive(TraceInsightError):
+    """A result read back from its JSON holds the figures, not the analysis a page is drawn from."""
+
+
+def live_report(result: Result, output: str) -> Report:
+    """The analysis ``result`` was made from, for ``output`` (``the terminal summary``...)."""
+    if result.report is None:
+        raise NotLive(
+            f"cannot draw {output} of {result.trace.name} from a stored result: it holds the figures, "
+            "not the analysis; analyze its trace"
+        )
+    return result.report
+
+
+def live_job(result: JobResult, output: str) -> JobReport:
+    """The combined job ``result`` was made from, for ``output``."""
+    if result.report is None:
+        raise NotLive(
+            f"cannot draw {output} of a job from a stored result: it holds the figures, not the ranks' "
+            "analyses; analyze the job's traces"
+        )
+    return result.report

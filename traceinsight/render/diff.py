@@ -1,4 +1,5 @@
-"""``traceinsight diff`` shown: the terminal summary (rich) and the HTML page, from a :class:`Comparison`.
+"""``traceinsight diff`` shown: the terminal summary (rich) and the HTML page of a :class:`Comparison`
+(drawn by :class:`~.terminal.TerminalRenderer` and :class:`~.html.HtmlRenderer`).
 
 Same words and order everywhere: what differs in the setup, the before/after table (step time, busy,
 idle by cause, syncs, copies, communication), findings fixed / new / still present, the kernels
@@ -8,21 +9,24 @@ in every terminal cell, never rich markup; autoescaped HTML).
 
 from __future__ import annotations
 
+from typing import Any
+
 from markupsafe import Markup
 from rich.console import RenderableType
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-import traceinsight
 from traceinsight.analysis.causes import cause_label
-from traceinsight.compare import Comparison
 from traceinsight.formatting import format_duration, short_kernel_name
 from traceinsight.load.text import printable
 from traceinsight.render import charts
-from traceinsight.render.terminal import KernelTable
+from traceinsight.render.tables import KernelTable
+from traceinsight.render.templates import environment
+from traceinsight.results import Comparison
+from traceinsight.version import __version__
 
-__all__ = ["ComparisonHtmlRenderer", "comparison_renderables"]
+__all__ = ["comparison_page", "comparison_renderables", "page_values"]
 
 _STATUS = {"fixed": ("Fixed", "green"), "new": ("New", "red"), "still": ("Still present", "yellow")}
 
@@ -131,37 +135,31 @@ def _bars(comparison: Comparison) -> list[tuple[str, list[tuple[str, str, float]
     return bars
 
 
-class ComparisonHtmlRenderer:
+def page_values(comparison: Comparison) -> dict[str, Any]:
+    """What ``templates/diff.html`` shows."""
+    step = comparison.metric("step_time")
+    longest = max(value for value in (step.before, step.after, 1.0) if value)
+    per_unit, unit = (1e6, "ms") if longest * 1000 >= 1e6 else (1e3, "µs")
+    figure = charts.before_after_figure(_bars(comparison), per_unit, f"{unit} {comparison.basis}")
+    chart = (
+        None
+        if figure is None
+        else Markup(charts.to_svg(figure, "before-after", "Step time before and after"))
+    )
+    return {
+        "version": __version__,
+        "comparison": comparison,
+        "chart": chart,
+        "rows": [(m.title, m.text(m.before), m.text(m.after), m.change_text()) for m in comparison.shown],
+        "statuses": [
+            (title, status, [c for c in comparison.findings if c.status == status])
+            for status, (title, _) in _STATUS.items()
+        ],
+        "duration": lambda us: "—" if us is None else format_duration(us * 1000),
+        "kernel_short": short_kernel_name,
+    }
+
+
+def comparison_page(comparison: Comparison) -> str:
     """The diff as one self-contained page, in the report's style."""
-
-    def render(self, comparison: Comparison) -> str:
-        """The whole page."""
-        from traceinsight.render.html import _environment
-
-        step = comparison.metric("step_time")
-        longest = max(value for value in (step.before, step.after, 1.0) if value)
-        per_unit, unit = (1e6, "ms") if longest * 1000 >= 1e6 else (1e3, "µs")
-        figure = charts.before_after_figure(_bars(comparison), per_unit, f"{unit} {comparison.basis}")
-        chart = (
-            None
-            if figure is None
-            else Markup(charts.to_svg(figure, "before-after", "Step time before and after"))
-        )
-        return (
-            _environment()
-            .get_template("diff.html")
-            .render(
-                version=traceinsight.__version__,
-                comparison=comparison,
-                chart=chart,
-                rows=[
-                    (m.title, m.text(m.before), m.text(m.after), m.change_text()) for m in comparison.shown
-                ],
-                statuses=[
-                    (title, status, [c for c in comparison.findings if c.status == status])
-                    for status, (title, _) in _STATUS.items()
-                ],
-                duration=lambda us: "—" if us is None else format_duration(us * 1000),
-                kernel_short=short_kernel_name,
-            )
-        )
+    return environment().get_template("diff.html").render(page_values(comparison))

@@ -13,7 +13,7 @@ from traceinsight.analysis.pace import PaceSetter
 from traceinsight.analysis.usage import Usage, total_usage
 from traceinsight.formatting import format_duration, format_share, format_size
 from traceinsight.load import TraceMeta
-from traceinsight.report import Report
+from traceinsight.results.report import Report
 from traceinsight.rules.findings import Finding
 
 __all__ = [

@@ -5,14 +5,13 @@ with autoescape on, so every name taken from the trace is escaped. The page show
 terminal summary shows, in the same order: header, scorecard, findings ranked by saving, then the
 details (idle gaps, sync hot spots, copies, top kernels); charts sit with the section they explain.
 Tables are capped and charts downsampled, so the page stays small for any trace; nothing depends on
-the clock or the machine except the optional code excerpts, read from ``source_root``.
+the clock or the machine except the optional code excerpts, read from ``source_root``. The same
+renderer draws a job's page (:mod:`.job_html`) and the diff's (:mod:`.diff`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import importlib.resources
 import mmap
 import os
 import pickle
@@ -23,28 +22,20 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import Final
 
-import jinja2
 from markupsafe import Markup
 from matplotlib.figure import Figure
 
-import traceinsight
 from traceinsight.analysis import Analysis
-from traceinsight.analysis.kernels import TopKernels
 from traceinsight.analysis.results import IdleGap
 from traceinsight.analysis.sources import CALL, DEF, RECORDING_START, Located
-from traceinsight.analysis.timeline import Timeline
 from traceinsight.cores import second_core
-from traceinsight.errors import TraceInsightError
 from traceinsight.formatting import (
-    format_duration,
-    format_share,
-    format_size,
-    short_kernel_name,
     source_label,
 )
-from traceinsight.render import charts
+from traceinsight.render import AnyResult, charts, live_job, live_report
+from traceinsight.render.diff import comparison_page
 from traceinsight.render.excerpts import SourceExcerpt, source_excerpt
 from traceinsight.render.facts import (
     MEMORY_COLUMNS,
@@ -55,16 +46,27 @@ from traceinsight.render.facts import (
     saving_text,
     time_split,
 )
+from traceinsight.render.job_html import job_page
 from traceinsight.render.scorecard import Score, scorecard
-from traceinsight.report import Report
+from traceinsight.render.templates import environment, prepare, templates_dir
+from traceinsight.results import Comparison, JobResult, Report
+from traceinsight.results import trace as contract
 from traceinsight.rules.findings import Finding
+from traceinsight.version import __version__
 
-if TYPE_CHECKING:
-    from importlib.resources.abc import Traversable
+#: A finding as a card shows it: the rules' own, or one read back from a result (same names).
+FindingLike = Finding | contract.Finding
 
-_Carried = TypeVar("_Carried")
-
-__all__ = ["HtmlRenderer", "SourceExcerpt", "source_excerpt", "templates_dir"]
+__all__ = [
+    "FindingLike",
+    "HtmlRenderer",
+    "SourceExcerpt",
+    "chart_specs",
+    "finding_views",
+    "prepare",
+    "source_excerpt",
+    "templates_dir",
+]
 
 #: Rows shown in each detail table (the page says how many were left out).
 TOP_GAPS: Final[int] = 20
@@ -88,56 +90,6 @@ _BUSY_COLORS: Final[dict[str, str]] = {
 }
 
 
-class TemplatesMissing(TraceInsightError):
-    """The report templates are neither in the installed package nor in the source checkout."""
-
-
-def templates_dir() -> Traversable:
-    """Where the report templates are: inside the installed wheel, else ``<checkout>/templates``."""
-    packaged = importlib.resources.files("traceinsight") / "templates"
-    if packaged.is_dir():
-        return packaged
-    checkout = Path(__file__).resolve().parents[2] / "templates"
-    if checkout.is_dir():
-        return checkout
-    raise TemplatesMissing(
-        f"cannot find the report templates (looked in {packaged} and {checkout}); "
-        "reinstall torch-traceinsight."
-    )
-
-
-@functools.cache
-def _environment() -> jinja2.Environment:
-    """The pages' jinja2 environment, made once per process: it keeps each template compiled."""
-    root = templates_dir()
-
-    def load(name: str) -> str:
-        return (root / name).read_text(encoding="utf-8")
-
-    environment = jinja2.Environment(
-        loader=jinja2.FunctionLoader(load),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-    )
-    environment.filters.update(
-        duration=format_duration,
-        size=format_size,
-        pct=format_share,
-        count=lambda value: f"{value:,}",
-        kernel_short=short_kernel_name,
-    )
-    return environment
-
-
-def prepare() -> None:
-    """Compile the report page's templates ahead of use (~80 ms): the pipeline calls this in a
-    thread of its own while the trace loads."""
-    _environment().get_template("report.html")
-
-
 # --- view models -------------------------------------------------------------------------------
 
 
@@ -145,14 +97,25 @@ def prepare() -> None:
 class FindingView:
     """A finding with what the page adds: its rank, its share of GPU time, its code excerpt."""
 
-    rank: int
-    finding: Finding
+    #: Its place among the cards (None: a finding shown alone).
+    rank: int | None
+    finding: FindingLike
     saving_share: float | None
     excerpt: SourceExcerpt | None
     #: The source as the page names it (:func:`~traceinsight.formatting.source_label`).
     source: str | None = None
     #: What the source line is, when it is not the call's, and how to get the call's.
     line_note: str | None = None
+
+    @property
+    def tag(self) -> str:
+        """``#3``: the card's place (nothing for a finding shown alone)."""
+        return "" if self.rank is None else f"#{self.rank}"
+
+    @property
+    def anchor(self) -> str:
+        """The card's id in the page."""
+        return "finding" if self.rank is None else f"finding-{self.rank}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +196,7 @@ def line_label(item: Located) -> str | None:
     return source_label(item.source, item.source_kind, item.source_line_kind, item.source_function)
 
 
-def _line_note(finding: Finding) -> str | None:
+def _line_note(finding: FindingLike) -> str | None:
     """For a source line that is not the call's: what it is, and how to get the call's line."""
     function, line_kind = finding.source_function, finding.source_line_kind
     if finding.source is None or function is None or line_kind == CALL:
@@ -253,7 +216,7 @@ def _line_note(finding: Finding) -> str | None:
     )
 
 
-def _excerpt(finding: Finding, root: Path | None) -> SourceExcerpt | None:
+def _excerpt(finding: FindingLike, root: Path | None) -> SourceExcerpt | None:
     """The code excerpt of a card: around a call's line; from a function's first line on (its body
     holds the call); none for the line a running function was on when recording began (it is not
     where the finding happens)."""
@@ -406,108 +369,113 @@ def _stop_chart_child(pid: int, read: int, *, kill: bool = True) -> int:
     return os.waitpid(pid, 0)[1]
 
 
-class HtmlRenderer:
-    """Renders a :class:`Report` to one self-contained HTML page.
+def chart_specs(analysis: Analysis) -> list[_ChartSpec]:
+    """The page's charts, in the page's order: each drawn when its ``build`` is called."""
+    timeline = analysis.timeline
+    return [
+        _ChartSpec(
+            "timeline",
+            "GPU activity over time",
+            "GPU activity over time. Blue: GPU busy (lighter where short gaps were merged to "
+            "fit the page); a dark strip below it: communication kernels. Shaded: idle gaps of at least "
+            f"{analysis.thresholds.min_gap_us:g} µs, coloured by what the host was doing. "
+            "Triangles: host calls that waited for the GPU.",
+            lambda: charts.timeline_figure(timeline, analysis.idle_gaps) if timeline else None,
+        ),
+        _ChartSpec(
+            "steps",
+            "Each profiled step: GPU busy and idle by cause",
+            "Each profiled step window: GPU busy (compute, communication, copies) and idle time by "
+            "cause; steps left out of the steady state are marked.",
+            lambda: charts.step_breakdown_figure(analysis.steps),
+        ),
+        _ChartSpec(
+            "gaps",
+            "The longest GPU idle gaps and their causes",
+            "The longest idle gaps, coloured by cause, with the host activity and source line "
+            "that explain them.",
+            lambda: charts.idle_gaps_figure(analysis.idle_gaps, analysis.meta.origin_ns),
+        ),
+        _ChartSpec(
+            "syncs",
+            "Host sync hot spots by blocked time",
+            "Where the host waited for the GPU: time blocked in the call, then GPU idle until "
+            "the host queued new work.",
+            lambda: charts.sync_hotspots_figure(analysis.sync_hotspots),
+        ),
+        _ChartSpec(
+            "copies",
+            "Copy time by direction and memory kind",
+            "Copy time by direction and memory kind: overlapped with kernels on the same GPU, "
+            "or exposed (no kernel ran meanwhile).",
+            lambda: charts.copies_figure(analysis.copies),
+        ),
+        _ChartSpec(
+            "memory",
+            "Memory over time",
+            "Memory over time from the allocator's records: allocated by tensors (solid), "
+            "reserved by the caching allocator (dashed), the device's total memory (dotted). "
+            "Each point is the largest value of its time slice, so peaks are kept.",
+            lambda: charts.memory_figure(analysis.memory.devices),
+        ),
+        _ChartSpec(
+            "host",
+            "Busiest host operators",
+            "The busiest host operators by total time (inclusive of the operators they call).",
+            lambda: charts.host_ops_figure(analysis.host),
+        ),
+    ]
 
-    ``source_root`` is the directory the code excerpts may be read from (see
-    :mod:`.excerpts`; None: no excerpts). ``timeline`` and ``kernels`` feed the timeline chart and the
-    top-kernels table; when omitted they are taken from ``report.analysis`` if it carries them.
+
+def finding_views(findings: Sequence[FindingLike], source_root: Path | None) -> list[FindingView]:
+    """The findings as the page's cards show them (a rank each, largest saving first)."""
+    return [
+        FindingView(
+            rank=index + 1,
+            finding=finding,
+            saving_share=finding.saving_share,
+            excerpt=_excerpt(finding, source_root),
+            source=line_label(finding),
+            line_note=_line_note(finding),
+        )
+        for index, finding in enumerate(findings)
+    ]
+
+
+class HtmlRenderer:
+    """Renders a result as one self-contained HTML page: a trace's report (from the analysis a
+    live result carries), a job's page, or the diff's page.
+
+    ``source_root`` is the directory a trace's code excerpts may be read from (see
+    :mod:`.excerpts`; None: no excerpts).
     """
 
-    def __init__(
-        self,
-        source_root: Path | None = None,
-        *,
-        timeline: Timeline | None = None,
-        kernels: TopKernels | None = None,
-    ) -> None:
+    def __init__(self, source_root: Path | None = None) -> None:
         self.source_root = source_root
-        self.timeline = timeline
-        self.kernels = kernels
-        self._environment = _environment()
+        self._environment = environment()
 
-    def render(self, report: Report) -> str:
-        """The whole page as one string (deterministic for the same report and source files)."""
+    def render(self, result: AnyResult) -> str:
+        """The whole page as one string (deterministic for the same result and source files)."""
+        if isinstance(result, Comparison):
+            return comparison_page(result)
+        if isinstance(result, JobResult):
+            return job_page(live_job(result, "the page"))
+        report = live_report(result, "the page")
         return self._environment.get_template("report.html").render(self.context(report))
 
     def context(self, report: Report) -> dict[str, object]:
         """Everything the template shows, computed once (no logic left for the template)."""
         analysis = report.analysis
-        timeline = self.timeline if self.timeline is not None else _carried(analysis, "timeline", Timeline)
-        kernels = self.kernels if self.kernels is not None else _carried(analysis, "kernels", TopKernels)
-        findings = [
-            FindingView(
-                rank=index + 1,
-                finding=finding,
-                saving_share=finding.saving_share,
-                excerpt=_excerpt(finding, self.source_root),
-                source=line_label(finding),
-                line_note=_line_note(finding),
-            )
-            for index, finding in enumerate(report.findings)
-        ]
+        kernels = analysis.kernels
+        findings = finding_views(report.findings, self.source_root or report.source_root)
         cards = [view for view in findings if not view.finding.minor]
         source_totals = _source_totals(analysis.idle_gaps)
         gaps_ranked = sorted(analysis.idle_gaps, key=lambda g: (-g.duration_ns, g.device, g.start_ns))
         scores: tuple[Score, ...] = scorecard(report)
-        drawn = _render_charts(
-            [
-                _ChartSpec(
-                    "timeline",
-                    "GPU activity over time",
-                    "GPU activity over time. Blue: GPU busy (lighter where short gaps were merged to "
-                    "fit the page); a dark strip below it: communication kernels. Shaded: idle gaps of at least "
-                    f"{analysis.thresholds.min_gap_us:g} µs, coloured by what the host was doing. "
-                    "Triangles: host calls that waited for the GPU.",
-                    lambda: charts.timeline_figure(timeline, analysis.idle_gaps) if timeline else None,
-                ),
-                _ChartSpec(
-                    "steps",
-                    "Each profiled step: GPU busy and idle by cause",
-                    "Each profiled step window: GPU busy (compute, communication, copies) and idle time by "
-                    "cause; steps left out of the steady state are marked.",
-                    lambda: charts.step_breakdown_figure(analysis.steps),
-                ),
-                _ChartSpec(
-                    "gaps",
-                    "The longest GPU idle gaps and their causes",
-                    "The longest idle gaps, coloured by cause, with the host activity and source line "
-                    "that explain them.",
-                    lambda: charts.idle_gaps_figure(analysis.idle_gaps, analysis.meta.origin_ns),
-                ),
-                _ChartSpec(
-                    "syncs",
-                    "Host sync hot spots by blocked time",
-                    "Where the host waited for the GPU: time blocked in the call, then GPU idle until "
-                    "the host queued new work.",
-                    lambda: charts.sync_hotspots_figure(analysis.sync_hotspots),
-                ),
-                _ChartSpec(
-                    "copies",
-                    "Copy time by direction and memory kind",
-                    "Copy time by direction and memory kind: overlapped with kernels on the same GPU, "
-                    "or exposed (no kernel ran meanwhile).",
-                    lambda: charts.copies_figure(analysis.copies),
-                ),
-                _ChartSpec(
-                    "memory",
-                    "Memory over time",
-                    "Memory over time from the allocator's records: allocated by tensors (solid), "
-                    "reserved by the caching allocator (dashed), the device's total memory (dotted). "
-                    "Each point is the largest value of its time slice, so peaks are kept.",
-                    lambda: charts.memory_figure(analysis.memory.devices),
-                ),
-                _ChartSpec(
-                    "host",
-                    "Busiest host operators",
-                    "The busiest host operators by total time (inclusive of the operators they call).",
-                    lambda: charts.host_ops_figure(analysis.host),
-                ),
-            ]
-        )
+        drawn = _render_charts(chart_specs(analysis))
         overview = [chart for chart in (drawn["timeline"], drawn["steps"]) if chart is not None]
         return {
-            "version": traceinsight.__version__,
+            "version": __version__,
             "trace_name": report.trace_name,
             "page_title": (
                 f"{report.run.script} · {report.run.started[:16].replace('T', ' ')} · traceinsight"
@@ -530,7 +498,6 @@ class HtmlRenderer:
             "origin_ns": analysis.meta.origin_ns,
             "scores": scores,
             "overview": overview,
-            "timeline_missing": analysis.has_gpu and timeline is None,
             "findings": cards,
             "cause_totals": _cause_totals(analysis),
             "source_totals": source_totals[:TOP_SOURCES],
@@ -548,8 +515,8 @@ class HtmlRenderer:
             "copy_count": len(analysis.copies),
             "copies_chart": drawn["copies"],
             "kernels": kernels,
-            "kernel_rows": kernels.kernels[:TOP_KERNELS] if kernels is not None else (),
-            "kernel_totals": dict(kernels.total_ns_by_device) if kernels else {},
+            "kernel_rows": kernels.kernels[:TOP_KERNELS],
+            "kernel_totals": dict(kernels.total_ns_by_device),
             "host_chart": drawn["host"],
             "memory_chart": drawn["memory"],
             "memory_columns": MEMORY_COLUMNS,
@@ -564,9 +531,3 @@ class HtmlRenderer:
                 "kernels": TOP_KERNELS,
             },
         }
-
-
-def _carried(analysis: Analysis, field: str, kind: type[_Carried]) -> _Carried | None:
-    """``analysis.<field>`` when this version of :class:`Analysis` carries it."""
-    value = getattr(analysis, field, None)
-    return value if isinstance(value, kind) else None

@@ -1,37 +1,32 @@
-"""The job report as text: the terminal summary (rich) and the Markdown summary.
+"""The job as text: the terminal summary (rich), and the cells every job renderer shares.
 
-Both show, in this order: the job line, warnings, stragglers (why each is slow, what the others
-waited for it), the per-rank table (stragglers first, then the latest ranks), and the findings
-common to the ranks, each once with its rank count. Every string from a trace is data: rich
-``Text`` in the terminal, escaped and cut in Markdown (:func:`.markdown.escape`).
+The terminal, the Markdown (:mod:`.markdown`) and the page (:mod:`.job_html`) show, in this order:
+the job line, warnings, stragglers (why each is slow, what the others waited for it), the per-rank
+table (stragglers first, then the latest ranks), and the findings common to the ranks, each once
+with its rank count. Every string from a trace is data: rich ``Text`` in the terminal, escaped and
+cut in Markdown (:func:`.markdown.escape`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
 from typing import Final
 
 from rich import box
-from rich.console import Console, ConsoleOptions, JustifyMethod, RenderResult
+from rich.console import Console, ConsoleOptions, JustifyMethod, RenderableType, RenderResult
 from rich.table import Table
 from rich.text import Text
 
 from traceinsight.analysis.causes import cause_label
 from traceinsight.formatting import format_duration, format_share
-from traceinsight.job.combine import CAUSE_WORDS, JobReport
-from traceinsight.job.rank import RankResult
-from traceinsight.load.text import printable
-from traceinsight.render.markdown import _bounded, _table, escape
+from traceinsight.results.job import CAUSE_WORDS, JobReport, RankResult
 
 __all__ = [
     "RANK_COLUMNS",
     "TERMINAL_COLUMNS",
     "job_headline",
-    "print_job_summary",
+    "job_renderables",
     "rank_cells",
     "ranks_in_order",
-    "render_job_markdown",
     "straggler_lines",
     "terminal_cells",
 ]
@@ -50,8 +45,6 @@ RANK_COLUMNS: Final[tuple[str, ...]] = (
     "others waited",
     "top finding",
 )
-#: Ranks in the Markdown table (stragglers and the latest first).
-MARKDOWN_RANKS: Final = 64
 
 
 def ranks_in_order(job: JobReport) -> list[RankResult]:
@@ -208,34 +201,30 @@ class _RankTable:
         yield table
 
 
-def print_job_summary(
-    job: JobReport, console: Console, outputs: list[tuple[str, Path]] | None = None, top: int = 10
-) -> None:
-    """The terminal summary: ``top`` ranks in the table (stragglers always), then where outputs went."""
-    console.print(Text(f"traceinsight job: {job_headline(job)}", style="bold"))
-    for warning in job.warnings:
-        console.print(Text(f"! {warning}", style="yellow"))
+def job_renderables(job: JobReport, top: int = 10) -> list[RenderableType]:
+    """The terminal summary: ``top`` ranks in the table (stragglers always)."""
+    parts: list[RenderableType] = [Text(f"traceinsight job: {job_headline(job)}", style="bold")]
+    parts += [Text(f"! {warning}", style="yellow") for warning in job.warnings]
     if job.stragglers:
-        console.print(Text(f"Stragglers ({len(job.stragglers)})", style="bold red"))
+        parts.append(Text(f"Stragglers ({len(job.stragglers)})", style="bold red"))
         for _, headline, details in straggler_lines(job):
-            console.print(Text(f"  {headline}", style="bold"))
-            for detail in details:
-                console.print(Text(f"    {detail}"))
+            parts.append(Text(f"  {headline}", style="bold"))
+            parts += [Text(f"    {detail}") for detail in details]
     elif len(job.ranks) >= 3:
-        console.print(
+        parts.append(
             Text("No straggler: no rank's collectives or step time stand out from the others.", style="green")
         )
     ordered = ranks_in_order(job)
     shown = ordered[: max(top, len(job.stragglers))]
-    console.print(_RankTable([terminal_cells(job, result) for result in shown]))
+    parts.append(_RankTable([terminal_cells(job, result) for result in shown]))
     if len(ordered) > len(shown):
-        console.print(
+        parts.append(
             Text(f"… {len(ordered) - len(shown)} more ranks in the JSON and HTML report", style="dim")
         )
     if job.findings:
-        console.print(Text("Findings across ranks", style="bold"))
+        parts.append(Text("Findings across ranks", style="bold"))
         for finding in job.findings[: max(top, 5)]:
-            console.print(
+            parts.append(
                 Text.assemble(
                     (finding.rule, "bold"),
                     f" · {len(finding.ranks)} of {len(job.ranks)} ranks · {finding.severity}"
@@ -243,37 +232,5 @@ def print_job_summary(
                     + (" · minor" if finding.minor else ""),
                 )
             )
-            console.print(Text(finding.title), style="dim", overflow="fold")
-    for label, path in outputs or []:
-        console.print(Text.assemble(f"{printable(label)}: ", (printable(str(path)), "bold")))
-
-
-def render_job_markdown(job: JobReport) -> str:
-    """The job as GitHub Markdown, bounded like the one-trace summary (:data:`~.markdown.MAX_CHARS`)."""
-    lines = [f"## traceinsight job: {escape(job_headline(job), 300)}", ""]
-    lines += [f"> **warning:** {escape(warning, 400)}" for warning in job.warnings]
-    lines.append("")
-    lines.append(f"### Stragglers ({len(job.stragglers)})")
-    if not job.stragglers:
-        lines.append("No rank's collectives or step time stand out from the others.")
-    for _, headline, details in straggler_lines(job):
-        lines.append(f"- **{escape(headline, 300)}**")
-        lines += [f"  - {escape(detail, 300)}" for detail in details]
-    lines += ["", "### Ranks (per steady step)", ""]
-    ordered = ranks_in_order(job)
-    cell: Callable[[str], str] = lambda text: escape(text, 120)  # noqa: E731
-    rows = [tuple(cell(value) for value in rank_cells(job, result)) for result in ordered[:MARKDOWN_RANKS]]
-    lines += _table(RANK_COLUMNS, rows)
-    if len(ordered) > MARKDOWN_RANKS:
-        lines.append(f"\n… {len(ordered) - MARKDOWN_RANKS} more ranks in the JSON and HTML report")
-    if job.findings:
-        lines += ["", "### Findings across ranks", ""]
-        lines += _table(
-            ("rule", "ranks", "severity", "saving (all ranks)", "finding"),
-            [
-                (escape(f.rule), f"{len(f.ranks)} of {len(job.ranks)}", f.severity,
-                 format_duration(f.savings_ns), escape(f.title) + (" (minor)" if f.minor else ""))
-                for f in job.findings[:20]
-            ],
-        )  # fmt: skip
-    return _bounded("\n".join(lines) + "\n")
+            parts.append(Text(finding.title, style="dim", overflow="fold"))
+    return parts

@@ -1,7 +1,7 @@
 """A short GitHub-flavoured Markdown summary, for a pull request comment or ``$GITHUB_STEP_SUMMARY``.
 
-The scorecard, where the GPU time goes, the top findings with their source lines and savings (and,
-for ``diff``, the before/after table). Bounded: at most ``MAX_CHARS`` characters for any trace.
+The scorecard, where the GPU time goes, the top findings with their source lines and savings; for
+``diff``, the before/after table; for a job, the stragglers and the ranks. Bounded: at most ``MAX_CHARS`` characters for any trace.
 Every string that comes from the trace is escaped (each ASCII punctuation character backslashed,
 so a name can never become a link, an image, HTML or a table cell) and cut; only the advice's code,
 ours, is shown as code.
@@ -10,21 +10,31 @@ ours, is shown as code.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Final
 
 from traceinsight.analysis.usage import total_usage
-from traceinsight.compare import Comparison
 from traceinsight.formatting import format_duration, format_share, source_label
+from traceinsight.render import AnyResult, live_job, live_report
 from traceinsight.render.facts import header_facts, no_findings_text, saving_text, time_split
+from traceinsight.render.job_text import (
+    RANK_COLUMNS,
+    job_headline,
+    rank_cells,
+    ranks_in_order,
+    straggler_lines,
+)
 from traceinsight.render.scorecard import scorecard
-from traceinsight.report import Report
+from traceinsight.results import Comparison, JobReport, JobResult, Report
 
-__all__ = ["MAX_CHARS", "MarkdownRenderer", "code_span", "render_comparison"]
+__all__ = ["MAX_CHARS", "MarkdownRenderer", "code_span", "escape"]
 
 #: GitHub truncates comments past 65,536 characters; stay well below.
 MAX_CHARS: Final[int] = 60_000
 #: Cards shown; the rest are counted.
 TOP_FINDINGS: Final[int] = 8
+#: Ranks in a job's table (stragglers and the latest first).
+MARKDOWN_RANKS: Final[int] = 64
 #: A trace string is cut to this many characters.
 _MAX_TEXT: Final[int] = 200
 #: What Markdown (GitHub's, with autolinks and math) can read as markup inside a line: links, images,
@@ -69,86 +79,93 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
 
 
 class MarkdownRenderer:
-    """Renders a :class:`Report` as a short Markdown summary."""
+    """Renders a result as a short Markdown summary, at most :data:`MAX_CHARS` characters."""
 
-    def render(self, report: Report) -> str:
-        """The summary, at most :data:`MAX_CHARS` characters."""
-        lines: list[str] = [f"## traceinsight: {escape(report.trace_name)}", ""]
-        for label, value in header_facts(report):
-            lines.append(f"- **{label}**: {escape(value, 300)}")
-        lines.append("")
-        run = report.run
-        if run is not None and (run.failure or run.exit_status):
+    def render(self, result: AnyResult) -> str:
+        """The summary of a trace, a job or a comparison."""
+        if isinstance(result, Comparison):
+            return _comparison(result)
+        if isinstance(result, JobResult):
+            return _job(live_job(result, "the Markdown summary"))
+        return _trace(live_report(result, "the Markdown summary"))
+
+
+def _trace(report: Report) -> str:
+    """A trace's summary."""
+    lines: list[str] = [f"## traceinsight: {escape(report.trace_name)}", ""]
+    for label, value in header_facts(report):
+        lines.append(f"- **{label}**: {escape(value, 300)}")
+    lines.append("")
+    run = report.run
+    if run is not None and (run.failure or run.exit_status):
+        lines += [
+            f"> **The script failed** (exit status {run.exit_status}): {escape(run.failure or '')}",
+            "",
+        ]
+    for warning in report.analysis.warnings:
+        lines += [f"> ⚠️ {escape(warning.message, 500)} *What to do:* {escape(warning.advice, 300)}", ">"]
+    if report.analysis.warnings:
+        lines[-1] = ""
+    lines += _table(
+        ("measure", "value", "verdict"),
+        [(escape(s.label), escape(s.value), escape(s.verdict, 300)) for s in scorecard(report)],
+    )
+    usage = total_usage(report.analysis.usage)
+    if usage.window_ns:
+        per_step = usage.steps > 0
+        lines += ["", f"**Where the GPU time goes** ({escape(usage.of_what)})", ""]
+        lines += _table(
+            ("", "per step" if per_step else "time", "share"),
+            [
+                (
+                    escape(row.label),
+                    format_duration(row.per_step_ns if row.per_step_ns is not None else row.ns),
+                    format_share(row.share),
+                )
+                for row in time_split(usage)
+            ],
+        )
+    cards = [finding for finding in report.findings if not finding.minor]
+    minor = [finding for finding in report.findings if finding.minor]
+    lines.append("")
+    if cards:
+        lines += [f"### Findings ({len(cards)}), largest saving first", ""]
+        for index, finding in enumerate(cards[:TOP_FINDINGS], 1):
+            lines.append(f"**{index}. [{finding.severity}] `{finding.rule}`**: {escape(finding.title, 400)}")
+            lines.append("")
+            if finding.source:
+                label = source_label(
+                    finding.source, finding.source_kind, finding.source_line_kind, finding.source_function
+                )
+                lines.append(f"- source: {escape(label)}")
+            lines.append(
+                f"- saves {escape(saving_text(finding))}"
+                + (f": {escape(finding.saving_note, 300)}" if finding.saving_note else "")
+            )
+            lines.append(f"- do: {escape(finding.advice.summary, 400)}")
             lines += [
-                f"> **The script failed** (exit status {run.exit_status}): {escape(run.failure or '')}",
+                "",
+                "<details><summary>before / after</summary>",
+                "",
+                _fence(finding.advice.before),
+                "",
+                _fence(finding.advice.after),
+                "",
+                "</details>",
                 "",
             ]
-        for warning in report.analysis.warnings:
-            lines += [f"> ⚠️ {escape(warning.message, 500)} *What to do:* {escape(warning.advice, 300)}", ">"]
-        if report.analysis.warnings:
-            lines[-1] = ""
-        lines += _table(
-            ("measure", "value", "verdict"),
-            [(escape(s.label), escape(s.value), escape(s.verdict, 300)) for s in scorecard(report)],
-        )
-        usage = total_usage(report.analysis.usage)
-        if usage.window_ns:
-            per_step = usage.steps > 0
-            lines += ["", f"**Where the GPU time goes** ({escape(usage.of_what)})", ""]
-            lines += _table(
-                ("", "per step" if per_step else "time", "share"),
-                [
-                    (
-                        escape(row.label),
-                        format_duration(row.per_step_ns if row.per_step_ns is not None else row.ns),
-                        format_share(row.share),
-                    )
-                    for row in time_split(usage)
-                ],
-            )
-        cards = [finding for finding in report.findings if not finding.minor]
-        minor = [finding for finding in report.findings if finding.minor]
-        lines.append("")
-        if cards:
-            lines += [f"### Findings ({len(cards)}), largest saving first", ""]
-            for index, finding in enumerate(cards[:TOP_FINDINGS], 1):
-                lines.append(
-                    f"**{index}. [{finding.severity}] `{finding.rule}`**: {escape(finding.title, 400)}"
-                )
-                lines.append("")
-                if finding.source:
-                    label = source_label(
-                        finding.source, finding.source_kind, finding.source_line_kind, finding.source_function
-                    )
-                    lines.append(f"- source: {escape(label)}")
-                lines.append(
-                    f"- saves {escape(saving_text(finding))}"
-                    + (f": {escape(finding.saving_note, 300)}" if finding.saving_note else "")
-                )
-                lines.append(f"- do: {escape(finding.advice.summary, 400)}")
-                lines += [
-                    "",
-                    "<details><summary>before / after</summary>",
-                    "",
-                    _fence(finding.advice.before),
-                    "",
-                    _fence(finding.advice.after),
-                    "",
-                    "</details>",
-                    "",
-                ]
-            if len(cards) > TOP_FINDINGS:
-                lines += [f"… and {len(cards) - TOP_FINDINGS} more in the HTML report.", ""]
-        else:
-            lines += [escape(no_findings_text(report), 500), ""]
-        if minor:
-            lines.append(f"<details><summary>Minor findings ({len(minor)})</summary>\n")
-            lines += [f"- `{finding.rule}`: {escape(finding.title, 300)}" for finding in minor[:20]]
-            lines += ["", "</details>", ""]
-        return _bounded("\n".join(lines))
+        if len(cards) > TOP_FINDINGS:
+            lines += [f"… and {len(cards) - TOP_FINDINGS} more in the HTML report.", ""]
+    else:
+        lines += [escape(no_findings_text(report), 500), ""]
+    if minor:
+        lines.append(f"<details><summary>Minor findings ({len(minor)})</summary>\n")
+        lines += [f"- `{finding.rule}`: {escape(finding.title, 300)}" for finding in minor[:20]]
+        lines += ["", "</details>", ""]
+    return _bounded("\n".join(lines))
 
 
-def render_comparison(comparison: Comparison) -> str:
+def _comparison(comparison: Comparison) -> str:
     """The diff as Markdown: notes, the before/after table, findings fixed / new / still present."""
     lines = [f"## traceinsight diff: {escape(comparison.before)} → {escape(comparison.after)}", ""]
     for note in comparison.notes:
@@ -192,6 +209,37 @@ def render_comparison(comparison: Comparison) -> str:
                 for change in comparison.kernels
             ],
         )
+    return _bounded("\n".join(lines) + "\n")
+
+
+def _job(job: JobReport) -> str:
+    """The job as GitHub Markdown, bounded like the one-trace summary (:data:`~.markdown.MAX_CHARS`)."""
+    lines = [f"## traceinsight job: {escape(job_headline(job), 300)}", ""]
+    lines += [f"> **warning:** {escape(warning, 400)}" for warning in job.warnings]
+    lines.append("")
+    lines.append(f"### Stragglers ({len(job.stragglers)})")
+    if not job.stragglers:
+        lines.append("No rank's collectives or step time stand out from the others.")
+    for _, headline, details in straggler_lines(job):
+        lines.append(f"- **{escape(headline, 300)}**")
+        lines += [f"  - {escape(detail, 300)}" for detail in details]
+    lines += ["", "### Ranks (per steady step)", ""]
+    ordered = ranks_in_order(job)
+    cell: Callable[[str], str] = lambda text: escape(text, 120)  # noqa: E731
+    rows = [tuple(cell(value) for value in rank_cells(job, result)) for result in ordered[:MARKDOWN_RANKS]]
+    lines += _table(RANK_COLUMNS, rows)
+    if len(ordered) > MARKDOWN_RANKS:
+        lines.append(f"\n… {len(ordered) - MARKDOWN_RANKS} more ranks in the JSON and HTML report")
+    if job.findings:
+        lines += ["", "### Findings across ranks", ""]
+        lines += _table(
+            ("rule", "ranks", "severity", "saving (all ranks)", "finding"),
+            [
+                (escape(f.rule), f"{len(f.ranks)} of {len(job.ranks)}", f.severity,
+                 format_duration(f.savings_ns), escape(f.title) + (" (minor)" if f.minor else ""))
+                for f in job.findings[:20]
+            ],
+        )  # fmt: skip
     return _bounded("\n".join(lines) + "\n")
 
 

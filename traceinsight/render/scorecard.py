@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from traceinsight.analysis.causes import CauseKind, cause_label
 from traceinsight.analysis.usage import total_usage
 from traceinsight.formatting import format_duration, format_share
-from traceinsight.report import Report
+from traceinsight.results.report import Report
 
 
 @dataclass(frozen=True, slots=True)

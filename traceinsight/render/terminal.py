@@ -1,5 +1,7 @@
 """The terminal summary (rich): header, warnings, scorecard, where the GPU time goes, findings by
 saving, the minor ones, then the detail tables. Same sections, same order as the HTML page.
+:class:`TerminalRenderer` draws any result: a trace's summary (here), a job's
+(:mod:`.job_text`), the diff's (:mod:`.diff`).
 
 Every string that comes from the trace is printed as a ``rich.text.Text``: never read as markup.
 """
@@ -9,19 +11,21 @@ from __future__ import annotations
 import io
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Final
+from typing import IO
 
-from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
-from rich.style import StyleType
 from rich.table import Table
 from rich.text import Text
 
 from traceinsight.analysis.causes import cause_label
 from traceinsight.analysis.results import IdleGap, SyncHotspot
-from traceinsight.formatting import format_duration, format_share, short_kernel_name, source_label
+from traceinsight.formatting import format_duration, format_share, source_label
 from traceinsight.load.text import printable
+from traceinsight.render import AnyResult, live_job, live_report
+from traceinsight.render.diff import comparison_renderables
 from traceinsight.render.facts import (
     MEMORY_COLUMNS,
     allocator_fact,
@@ -31,8 +35,10 @@ from traceinsight.render.facts import (
     saving_text,
     time_split,
 )
+from traceinsight.render.job_text import job_renderables
 from traceinsight.render.scorecard import scorecard
-from traceinsight.report import Report
+from traceinsight.render.tables import DataTable, KernelTable, data
+from traceinsight.results import Comparison, JobResult, Report
 from traceinsight.rules.findings import Finding
 
 
@@ -60,59 +66,14 @@ class TerminalConsole(Console):
 
 _LEVEL_STYLE = {"good": "green", "warn": "yellow", "bad": "red", "info": "cyan"}
 _SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
+#: Rows in each table of a trace's summary, and ranks in a job's.
 _TOP = 5
-
-
-class _DataTable(Table):
-    """A table whose string cells are shown as written: trace strings are data, never rich markup."""
-
-    def add_row(
-        self, *renderables: RenderableType | None, style: StyleType | None = None, end_section: bool = False
-    ) -> None:
-        cells = (Text(cell) if isinstance(cell, str) else cell for cell in renderables)
-        super().add_row(*cells, style=style, end_section=end_section)
-
-
-class KernelTable:
-    """A table of kernels (GPU, name, figures) made when its width is known: the figures keep their
-    full width and the name takes what is left, cut with an ellipsis (rich would cut every column,
-    figures included, when a long name does not fit 80 columns)."""
-
-    #: Each column's padding (1 either side) and the rule between columns.
-    _OVERHEAD: Final = 3
-
-    def __init__(
-        self, title: str, columns: tuple[str, ...], rows: list[tuple[int, str, tuple[str, ...]]]
-    ) -> None:
-        self.title = title
-        self.columns = columns
-        self.rows = rows
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        widths = [
-            max(len(column), *(len(figures[i]) for _, _, figures in self.rows))
-            for i, column in enumerate(self.columns)
-        ]
-        fixed = 3 + sum(widths) + self._OVERHEAD * (len(widths) + 2)
-        room = max(options.max_width - fixed, 16)
-        table = _DataTable(title=self.title, title_justify="left", show_edge=False)
-        table.add_column("GPU", no_wrap=True, min_width=3)
-        table.add_column("kernel", overflow="ellipsis", no_wrap=True, max_width=room)
-        for column, width in zip(self.columns, widths, strict=True):
-            table.add_column(column, justify="right", no_wrap=True, min_width=width)
-        for device, name, figures in self.rows:
-            table.add_row(str(device), _data(short_kernel_name(name, min(room, 60))), *figures)
-        yield table
+_TOP_RANKS = 10
 
 
 def header_lines(report: Report) -> list[tuple[str, str]]:
     """(label, value) pairs for the header (the facts every renderer shows)."""
     return header_facts(report)
-
-
-def _data(value: object) -> Text:
-    """A value from the trace, shown as it is: never read as markup."""
-    return Text(str(value))
 
 
 def _failure(report: Report) -> RenderableType | None:
@@ -132,7 +93,7 @@ def _failure(report: Report) -> RenderableType | None:
 def _warnings(report: Report) -> RenderableType | None:
     if not report.analysis.warnings:
         return None
-    body = _DataTable.grid(padding=(0, 1))
+    body = DataTable.grid(padding=(0, 1))
     body.add_column()
     for warning in report.analysis.warnings:
         body.add_row(Text.assemble(("• ", "yellow"), warning.message))
@@ -148,7 +109,7 @@ def _time_split(report: Report) -> list[RenderableType]:
         per_step = usage.steps > 0
         title = f"Where GPU {usage.device}'s time goes ({usage.of_what}"
         title += f", {usage.steps} steady step{'s' if usage.steps != 1 else ''})" if per_step else ")"
-        table = _DataTable(title=title, title_justify="left", show_edge=False)
+        table = DataTable(title=title, title_justify="left", show_edge=False)
         table.add_column("")
         table.add_column("per step" if per_step else "time", justify="right", no_wrap=True)
         table.add_column("share", justify="right", no_wrap=True)
@@ -164,11 +125,11 @@ def _time_split(report: Report) -> list[RenderableType]:
 
 
 def _finding_card(index: int, finding: Finding) -> RenderableType:
-    body = _DataTable.grid(padding=(0, 2))
+    body = DataTable.grid(padding=(0, 2))
     body.add_column(style="dim")
     body.add_column()
     for label, value in finding.evidence:
-        body.add_row(_data(label), _data(value))
+        body.add_row(data(label), data(value))
     body.add_row("saves", saving_text(finding) + (f": {finding.saving_note}" if finding.saving_note else ""))
     body.add_row("do", finding.advice.summary)
     title = Text.assemble(
@@ -179,21 +140,21 @@ def _finding_card(index: int, finding: Finding) -> RenderableType:
     )
 
 
-def renderables(report: Report, top: int = _TOP) -> list[RenderableType]:
+def trace_renderables(report: Report, top: int = _TOP) -> list[RenderableType]:
     """Everything the summary prints, in order."""
     analysis = report.analysis
     parts: list[RenderableType] = []
-    head = _DataTable.grid(padding=(0, 2))
+    head = DataTable.grid(padding=(0, 2))
     head.add_column(style="bold", no_wrap=True)
     head.add_column()
     for label, value in header_lines(report):
-        head.add_row(label, _data(value))
+        head.add_row(label, data(value))
     parts.append(Panel(head, title="traceinsight", title_align="left", border_style="blue"))
     for extra in (_failure(report), _warnings(report)):
         if extra is not None:
             parts.append(extra)
 
-    scores = _DataTable(title="Scorecard", title_justify="left", show_edge=False, expand=False)
+    scores = DataTable(title="Scorecard", title_justify="left", show_edge=False, expand=False)
     scores.add_column("measure", no_wrap=True)
     scores.add_column("value", justify="right", no_wrap=True)
     scores.add_column("verdict")
@@ -221,7 +182,7 @@ def renderables(report: Report, top: int = _TOP) -> list[RenderableType]:
     elif analysis.has_gpu:
         parts.append(Text("\n" + no_findings_text(report), style="green"))
     if minor:
-        listing = _DataTable(
+        listing = DataTable(
             title=f"Minor findings ({len(minor)}): each saves under 1% of the step",
             title_justify="left",
             show_edge=False,
@@ -231,7 +192,7 @@ def renderables(report: Report, top: int = _TOP) -> list[RenderableType]:
         listing.add_column("finding")
         listing.add_column("saves", justify="right", no_wrap=True)
         for finding in minor:
-            listing.add_row(finding.rule, _data(finding.title), format_duration(finding.savings_ns))
+            listing.add_row(finding.rule, data(finding.title), format_duration(finding.savings_ns))
         parts.append(listing)
 
     if analysis.idle_gaps:
@@ -245,17 +206,17 @@ def renderables(report: Report, top: int = _TOP) -> list[RenderableType]:
                 format_duration(gap.start_ns - analysis.meta.origin_ns),
                 format_duration(gap.duration_ns),
                 cause_label(gap.cause_kind),
-                _data(gap.cause),
-                _data(_source(gap)),
+                data(gap.cause),
+                data(_source(gap)),
             )
         parts.append(gaps)
     if analysis.sync_hotspots:
         hot = _detail_table("Sync hot spots", ("call", "op", "source", "count", "blocked", "GPU idle after"))
         for hotspot in analysis.sync_hotspots[:top]:
             hot.add_row(
-                _data(hotspot.call_text),
-                _data(hotspot.op or ""),
-                _data(_source(hotspot)),
+                data(hotspot.call_text),
+                data(hotspot.op or ""),
+                data(_source(hotspot)),
                 str(hotspot.count),
                 format_duration(hotspot.blocked_ns),
                 format_duration(hotspot.idle_after_ns),
@@ -267,7 +228,7 @@ def renderables(report: Report, top: int = _TOP) -> list[RenderableType]:
             share = group.overlapped_ns / group.duration_ns if group.duration_ns else 0.0
             copies.add_row(
                 str(group.device),
-                _data(group.kind),
+                data(group.kind),
                 str(group.count),
                 f"{group.bytes:,}",
                 format_duration(group.duration_ns),
@@ -303,7 +264,7 @@ def renderables(report: Report, top: int = _TOP) -> list[RenderableType]:
         ops = _detail_table("Busiest host operators (by self time)", ("operator", "count", "self", "total"))
         shown = len(host.top_ops) if not analysis.has_gpu else top
         for (name, count, total), own in list(zip(host.top_ops, host.top_ops_self, strict=True))[:shown]:
-            ops.add_row(_data(name), str(count), format_duration(own), format_duration(total))
+            ops.add_row(data(name), str(count), format_duration(own), format_duration(total))
         parts.append(ops)
     return parts
 
@@ -316,33 +277,46 @@ def _source(item: IdleGap | SyncHotspot) -> str:
 
 
 class TerminalRenderer:
-    """Renders the summary as plain text at a fixed width (used for golden tests and files)."""
+    """Renders a result's terminal summary: ``top`` rows per table (a trace's default 5; a job's
+    ranks, 10 and every straggler). :meth:`render` gives plain text at ``width`` columns (files,
+    golden tests); :meth:`print` prints to a console as it is (colour, its width)."""
 
-    def __init__(self, width: int = 100) -> None:
+    def __init__(self, width: int = 100, top: int | None = None) -> None:
         self.width = width
+        self.top = top
 
-    def render(self, report: Report) -> str:
+    def renderables(self, result: AnyResult) -> list[RenderableType]:
+        """Everything the summary prints, in order."""
+        if isinstance(result, Comparison):
+            return comparison_renderables(result)
+        if isinstance(result, JobResult):
+            return job_renderables(live_job(result, "the summary"), top=self.top or _TOP_RANKS)
+        return trace_renderables(live_report(result, "the summary"), self.top or _TOP)
+
+    def render(self, result: AnyResult) -> str:
         """The summary without colour codes."""
         buffer = io.StringIO()
         console = Console(file=buffer, width=self.width, color_system=None, force_terminal=False)
-        for part in renderables(report):
+        for part in self.renderables(result):
             console.print(part)
         return buffer.getvalue()
 
+    def print(self, result: AnyResult, console: Console, outputs: Sequence[tuple[str, Path]] = ()) -> None:
+        """Print the summary to ``console`` and, last, where each output was written."""
+        for part in self.renderables(result):
+            console.print(part)
+        print_outputs(console, outputs)
 
-def print_summary(
-    report: Report, console: Console, outputs: list[tuple[str, Path]] | None = None, top: int = _TOP
-) -> None:
-    """Print the summary to ``console`` (``top`` rows per table) and, last, where each output was written."""
-    for part in renderables(report, top):
-        console.print(part)
-    for label, path in outputs or []:
+
+def print_outputs(console: Console, outputs: Sequence[tuple[str, Path]]) -> None:
+    """``label: path`` for each output written (control characters of a path replaced)."""
+    for label, path in outputs:
         console.print(Text.assemble(f"{printable(label)}: ", (printable(str(path)), "bold")))
 
 
 def _detail_table(title: str, columns: tuple[str, ...]) -> Table:
     """A details table: title on the left, no outer border, long cells folded onto more lines."""
-    table = _DataTable(title=title, title_justify="left", show_edge=False)
+    table = DataTable(title=title, title_justify="left", show_edge=False)
     for column in columns:
         table.add_column(column, overflow="fold")
     return table

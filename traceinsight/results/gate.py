@@ -3,8 +3,9 @@
 Budgets come from the command line (``--fail-on``, ``--fail-on-rule``, ``--max-idle``,
 ``--max-syncs-per-step``, ``--max-regression``) or the ``[tool.traceinsight]`` table
 (``fail-on``, ``fail-on-rule``, ``max-idle``, ``max-syncs-per-step``, ``max-regression``); the
-command line wins. They are checked on the JSON result (the contract), so the same budgets hold
-for ``analyze`` and for ``diff`` (the after side, plus the step-time regression).
+command line wins. They are checked on the typed result (:class:`~.trace.Result`, what ``--json``
+writes, live or read back), so the same budgets hold for ``analyze`` and for ``diff`` (the after
+side, plus the step-time regression).
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from traceinsight.compare import Comparison, syncs_per_step
 from traceinsight.errors import ConfigError
+from traceinsight.results.comparison import Comparison, syncs_per_step
+from traceinsight.results.trace import Result
 from traceinsight.rules.findings import SEVERITIES
 
 __all__ = ["EXIT_BROKEN", "Budgets", "broken", "broken_diff", "budgets_from_table"]
@@ -90,28 +92,28 @@ def budgets_from_table(table: dict[str, Any] | None, where: str) -> Budgets:
     )
 
 
-def broken(document: dict[str, Any], budgets: Budgets) -> list[str]:
+def broken(result: Result, budgets: Budgets) -> list[str]:
     """One line per budget the result breaks (empty: the gate passes)."""
     lines: list[str] = []
-    findings = [finding for finding in document.get("findings", []) if not finding.get("minor")]
+    findings = [finding for finding in result.findings if not finding.minor]
     if budgets.fail_on is not None:
         worst = SEVERITIES.index(budgets.fail_on)
         for finding in findings:
-            if SEVERITIES.index(finding["severity"]) <= worst:
+            if SEVERITIES.index(finding.severity) <= worst:
                 lines.append(
-                    f"a {finding['severity']} finding ({finding['rule']}, --fail-on {budgets.fail_on}): {finding['title']}"
+                    f"a {finding.severity} finding ({finding.rule}, --fail-on {budgets.fail_on}): {finding.title}"
                 )
     for rule in budgets.fail_on_rules:
         for finding in findings:
-            if finding["rule"] == rule:
-                lines.append(f"a {rule} finding (--fail-on-rule {rule}): {finding['title']}")
-    utilization = document.get("utilization", {})
-    idle = utilization.get("idle_share")
+            if finding.rule == rule:
+                lines.append(f"a {rule} finding (--fail-on-rule {rule}): {finding.title}")
+    utilization = result.utilization
+    idle = utilization.idle_share
     if budgets.max_idle is not None and idle is not None and idle * 100 > budgets.max_idle:
         lines.append(
-            f"the GPU is idle {idle * 100:.1f}% of {utilization.get('of') or 'the time'}, over --max-idle {budgets.max_idle:g}%"
+            f"the GPU is idle {idle * 100:.1f}% of {utilization.of or 'the time'}, over --max-idle {budgets.max_idle:g}%"
         )
-    syncs = syncs_per_step(document)
+    syncs = syncs_per_step(result)
     if budgets.max_syncs_per_step is not None and syncs is not None and syncs > budgets.max_syncs_per_step:
         lines.append(
             f"{syncs:.3g} host syncs per step, over --max-syncs-per-step {budgets.max_syncs_per_step:g}"
@@ -119,7 +121,7 @@ def broken(document: dict[str, Any], budgets: Budgets) -> list[str]:
     return lines
 
 
-def broken_diff(comparison: Comparison, after: dict[str, Any], budgets: Budgets) -> list[str]:
+def broken_diff(comparison: Comparison, after: Result, budgets: Budgets) -> list[str]:
     """The after side's budgets, and the step time's growth against ``--max-regression``."""
     lines = broken(after, budgets)
     if budgets.max_regression is not None:

@@ -1,25 +1,32 @@
 """Did the fix work? Two results compared: step time, where the GPU time goes, syncs, copies,
 communication, findings fixed / new / still present, and the kernels that changed most.
 
-Both sides are the JSON contract (:func:`traceinsight.render.json_report.report_dict`): a trace is
-analyzed first, a JSON result written by ``analyze --json`` is read back under the checks of
-:mod:`traceinsight.stored` (every field read here of its type and range), so a stored baseline
-works without its trace. Figures are per steady step when both sides have steps, else over the
-time analyzed.
+Both sides are :class:`~.trace.Result` objects: a trace analyzed, or a result ``analyze --json``
+wrote, read back under the checks of :mod:`.stored` (so a stored baseline works without its
+trace). Figures are per steady step when both sides have steps, else over the time analyzed, in
+microseconds as the JSON writes them (:func:`.codec.us`). :class:`Comparison` is itself a result:
+``diff --json`` writes its :meth:`~Comparison.to_json`, and :meth:`~Comparison.from_json` reads it.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 from traceinsight.analysis.causes import cause_label
 from traceinsight.formatting import format_duration, format_share, source_label
 from traceinsight.load.text import clean_text
+from traceinsight.results.codec import document_of, us
+from traceinsight.results.shown import html_of
+from traceinsight.results.stored import from_text
+from traceinsight.results.trace import SCHEMA_VERSION, Finding, Result
+from traceinsight.results.writer import strict_json
+from traceinsight.rules.findings import Severity
 
 __all__ = [
     "Comparison",
+    "DiffTool",
     "FindingChange",
     "KernelChange",
     "Metric",
@@ -31,13 +38,20 @@ __all__ = [
 #: A hyphen used as a sign (before a digit, not inside a word or a number's exponent).
 _SIGN = re.compile(r"(?<![\w.])-(?=[\d.])")
 
-Document = dict[str, Any]
-
 
 @dataclass(frozen=True, slots=True)
 class Metric:
     """One figure before and after. ``unit``: ``us`` (per step, or in all), ``share`` (0-1) or ``count``."""
 
+    JSON_KEYS: ClassVar = (
+        "key",
+        "label",
+        "unit",
+        "before",
+        "after",
+        "change",
+        ("written_relative", "relative"),
+    )
     key: str
     label: str
     unit: str
@@ -54,6 +68,12 @@ class Metric:
         """The change as a share of before (None when before is 0 or missing)."""
         change = self.change
         return None if change is None or not self.before else change / self.before
+
+    @property
+    def written_relative(self) -> float | None:
+        """:attr:`relative` as the JSON writes it (4 decimals)."""
+        relative = self.relative
+        return None if relative is None else round(relative, 4)
 
     @property
     def title(self) -> str:
@@ -89,23 +109,23 @@ def _minus(text: str) -> str:
     return _SIGN.sub("−", text)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FindingChange:
     """A finding matched by rule and site across the two sides."""
 
     #: ``fixed`` (before only), ``new`` (after only) or ``still`` (both).
-    status: str
-    rule: str
+    status: str = field(metadata={"check": "id"})
+    rule: str = field(metadata={"check": "id"})
     #: What the sides are matched on: the source's ``file:line``, else the operator, else the GPU.
     site: str
-    title: str
-    #: The finding's saving on the comparison's basis (per step when both sides have steps), µs.
-    before_saving_us: float | None
-    after_saving_us: float | None
-    severity: str
     #: The site as the report writes it: a line that is not the call's is named as what it is
     #: ("`main` (recorded from train.py:21)"); else ``site``.
     site_label: str = ""
+    title: str
+    severity: Severity
+    #: The finding's saving on the comparison's basis (per step when both sides have steps), µs.
+    before_saving_us: float | None = field(metadata={"key": "before_savings_us"})
+    after_saving_us: float | None = field(metadata={"key": "after_savings_us"})
 
     @property
     def shown_site(self) -> str:
@@ -113,7 +133,7 @@ class FindingChange:
         return self.site_label or self.site
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class KernelChange:
     """A kernel (by device and name) whose total time changed."""
 
@@ -129,10 +149,21 @@ class KernelChange:
         return self.after_total_us - self.before_total_us
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DiffTool:
+    """What wrote a comparison."""
+
+    name: str = "traceinsight"
+    kind: str = "diff"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Comparison:
     """Everything ``traceinsight diff`` shows."""
 
+    KIND: ClassVar[str] = "diff"
+    schema: int = SCHEMA_VERSION
+    tool: DiffTool = field(default_factory=DiffTool)
     before: str
     after: str
     #: ``per step`` when both sides have steady steps, else ``in all``.
@@ -141,9 +172,21 @@ class Comparison:
     notes: tuple[str, ...]
     metrics: tuple[Metric, ...]
     #: Idle by cause before and after (per step or in all), causes in either.
-    idle: tuple[Metric, ...]
+    idle: tuple[Metric, ...] = field(metadata={"key": "idle_by_cause"})
     findings: tuple[FindingChange, ...]
     kernels: tuple[KernelChange, ...]
+
+    def to_json(self) -> str:
+        """The comparison as ``diff --json`` writes it."""
+        return strict_json(document_of(self))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Comparison:
+        """A comparison from its JSON (what ``diff --json`` wrote), read as untrusted input."""
+        return from_text(text, cls)
+
+    def _repr_html_(self) -> str | None:
+        return html_of(self)
 
     @property
     def shown(self) -> tuple[Metric, ...]:
@@ -168,20 +211,20 @@ class Comparison:
         return tuple(change for change in self.findings if change.status == "still")
 
 
-def _steps(document: Document) -> int:
-    return int(document.get("steady_state", {}).get("steady_steps") or 0)
+def _steps(result: Result) -> int:
+    return result.steady_state.steady_steps
 
 
-def syncs_per_step(document: Document) -> float | None:
+def syncs_per_step(result: Result) -> float | None:
     """Blocking calls per steady step (None without steps)."""
-    steps = _steps(document)
+    steps = _steps(result)
     if not steps:
         return None
-    return sum(int(spot.get("steady_count") or 0) for spot in document.get("sync_hotspots", [])) / steps
+    return sum(spot.steady_count for spot in result.sync_hotspots) / steps
 
 
-def _per(document: Document, total_us: float, basis: str) -> float:
-    return total_us / _steps(document) if basis == "per step" else total_us
+def _per(result: Result, total_us: float, basis: str) -> float:
+    return total_us / _steps(result) if basis == "per step" else total_us
 
 
 def text(value: object) -> str:
@@ -190,78 +233,75 @@ def text(value: object) -> str:
     return clean_text(str(value))
 
 
-def finding_site(finding: Document) -> str:
+def finding_site(finding: Finding) -> str:
     """Where a finding is: its source line, else its operator, else its GPU (for matching sides)."""
-    if finding.get("source"):
-        return text(finding["source"])
-    if finding.get("op"):
-        return text(finding["op"])
-    if finding.get("device") is not None:
-        return f"GPU {finding['device']}"
+    if finding.source:
+        return text(finding.source)
+    if finding.op:
+        return text(finding.op)
+    if finding.device is not None:
+        return f"GPU {finding.device}"
     return ""
 
 
-def finding_site_label(finding: Document) -> str:
-    """:func:`finding_site` as the report writes it: a source line that is not the call's (a stored
+def finding_site_label(finding: Finding) -> str:
+    """:func:`finding_site` as the report writes it: a source line that is not the call's (a
     ``source_line_kind`` of ``def`` or ``recording-start``) is named as what it is; else the site."""
     site = finding_site(finding)
-    line_kind, function = finding.get("source_line_kind"), finding.get("source_function")
-    if not finding.get("source") or not isinstance(function, str) or line_kind == "call":
+    line_kind, function = finding.source_line_kind, finding.source_function
+    if not finding.source or function is None or line_kind == "call":
         return site
     return source_label(
         site,
-        text(finding.get("source_kind")) if finding.get("source_kind") else None,
+        text(finding.source_kind) if finding.source_kind else None,
         text(line_kind) if line_kind else None,
         text(function),
     )
 
 
-def _notes(before: Document, after: Document) -> list[str]:
+def _notes(before: Result, after: Result) -> list[str]:
     notes = []
 
-    def gpus(document: Document) -> str:
-        return (
-            ", ".join(sorted(text(d.get("name")) for d in document.get("devices", []) if d.get("name")))
-            or "none"
-        )
+    def gpus(result: Result) -> str:
+        return ", ".join(sorted(text(d.name) for d in result.devices if d.name)) or "none"
 
     if gpus(before) != gpus(after):
         notes.append(f"the GPUs differ: {gpus(before)} before, {gpus(after)} after")
     steps_before, steps_after = _steps(before), _steps(after)
     if steps_before != steps_after:
         notes.append(f"the steady step counts differ: {steps_before} before, {steps_after} after")
+
+    def torch(result: Result) -> str | None:
+        return None if result.run is None else result.run.torch_version
+
     versions = [
-        ((before.get("run") or {}).get("torch_version"), (after.get("run") or {}).get("torch_version")),
-        (before["trace"].get("cuda_runtime_version"), after["trace"].get("cuda_runtime_version")),
+        (torch(before), torch(after)),
+        (before.trace.cuda_runtime_version, after.trace.cuda_runtime_version),
     ]
     for (one, two), what in zip(versions, ("torch", "the CUDA runtime"), strict=True):
         if one and two and one != two:
             notes.append(f"{what} differs: {text(one)} before, {text(two)} after")
-    if before["trace"].get("world_size") != after["trace"].get("world_size"):
+    if before.trace.world_size != after.trace.world_size:
         notes.append("the world sizes differ")
     return notes
 
 
-def compare(
-    before: Document, after: Document, before_label: str, after_label: str, top: int = 10
-) -> Comparison:
-    """Compare two results (the JSON contract): see the module doc."""
+def compare(before: Result, after: Result, before_label: str, after_label: str, top: int = 10) -> Comparison:
+    """Compare two results: see the module doc."""
     basis = "per step" if _steps(before) and _steps(after) else "in all"
-    before_use, after_use = before["utilization"], after["utilization"]
 
-    def step_time(document: Document) -> float | None:
+    def step_time(result: Result) -> float | None:
         if basis == "per step":
-            value = document["steady_state"].get("step_time_us")
-            return float(value) if value is not None else None
-        return float(document["utilization"].get("window_us") or 0.0)
+            step = result.steady_state.step_time_ns
+            return us(step) if step is not None else None
+        return us(result.utilization.window_ns or 0)
 
-    def share(document: Document, key: str) -> float | None:
-        value = document["utilization"].get(key)
-        return float(value) if value is not None else None
+    def share(result: Result, key: str) -> float | None:
+        value: float | None = getattr(result.utilization, key)
+        return value
 
-    def overlap(document: Document, direction: str) -> float | None:
-        value = document.get("overlap", {}).get(direction)
-        return float(value) if value is not None else None
+    def overlap(result: Result, direction: str) -> float | None:
+        return result.overlap.get(direction)
 
     metrics = [
         Metric(
@@ -308,30 +348,30 @@ def compare(
             overlap(after, "DtoH"),
         ),
     ]
-    causes = dict.fromkeys([*before_use.get("idle_by_cause_us", {}), *after_use.get("idle_by_cause_us", {})])
+    was_idle, now_idle = before.utilization.idle_by_cause_ns, after.utilization.idle_by_cause_ns
     idle = [
         Metric(
             f"idle:{text(cause)}",
             text(cause),
             "us",
-            _per(before, float(before_use.get("idle_by_cause_us", {}).get(cause, 0.0)), basis),
-            _per(after, float(after_use.get("idle_by_cause_us", {}).get(cause, 0.0)), basis),
+            _per(before, us(was_idle.get(cause, 0)), basis),
+            _per(after, us(now_idle.get(cause, 0)), basis),
         )
-        for cause in causes
+        for cause in dict.fromkeys([*was_idle, *now_idle])
     ]
 
-    def keyed(document: Document) -> dict[tuple[str, str], Document]:
-        table: dict[tuple[str, str], Document] = {}
-        for finding in document.get("findings", []):
-            table.setdefault((text(finding["rule"]), finding_site(finding)), finding)
+    def keyed(result: Result) -> dict[tuple[str, str], Finding]:
+        table: dict[tuple[str, str], Finding] = {}
+        for finding in result.findings:
+            table.setdefault((text(finding.rule), finding_site(finding)), finding)
         return table
 
-    def saving(finding: Document) -> float | None:
+    def saving(finding: Finding) -> float | None:
         """The finding's saving on the comparison's basis (per step when both sides have steps)."""
-        if finding.get("saving_known") is False:
+        if not finding.saving_known:
             return None  # no GPU in the run, or nothing to replay: no figure to compare
-        per_step = finding.get("savings_per_step_us")
-        return per_step if basis == "per step" and per_step is not None else finding.get("savings_us")
+        per_step = finding.saving_per_step_ns
+        return us(per_step) if basis == "per step" and per_step is not None else us(finding.savings_ns)
 
     old, fresh = keyed(before), keyed(after)
     changes = [
@@ -339,24 +379,24 @@ def compare(
             status="fixed" if key not in fresh else "still",
             rule=key[0],
             site=key[1],
-            title=text((fresh.get(key) or finding)["title"]),
+            title=text((fresh.get(key) or finding).title),
             before_saving_us=saving(finding),
             after_saving_us=saving(fresh[key]) if key in fresh else None,
-            severity=text((fresh.get(key) or finding)["severity"]),
+            severity=(fresh.get(key) or finding).severity,
             site_label=finding_site_label(fresh.get(key) or finding),
         )
         for key, finding in old.items()
     ]
     changes += [
         FindingChange(
-            "new",
-            key[0],
-            key[1],
-            text(finding["title"]),
-            None,
-            saving(finding),
-            text(finding["severity"]),
-            finding_site_label(finding),
+            status="new",
+            rule=key[0],
+            site=key[1],
+            title=text(finding.title),
+            before_saving_us=None,
+            after_saving_us=saving(finding),
+            severity=finding.severity,
+            site_label=finding_site_label(finding),
         )
         for key, finding in fresh.items()
         if key not in old
@@ -366,18 +406,21 @@ def compare(
         key=lambda change: (order[change.status], -(change.before_saving_us or change.after_saving_us or 0.0))
     )
 
-    def kernels(document: Document) -> dict[tuple[int, str], Document]:
-        return {(int(k["device"]), text(k["name"])): k for k in document.get("kernels", [])}
+    def kernels(result: Result) -> dict[tuple[int, str], tuple[float, int]]:
+        return {
+            (kernel.device, text(kernel.name)): (us(kernel.total_ns), kernel.count)
+            for kernel in result.kernels
+        }
 
     was, now = kernels(before), kernels(after)
     moved = [
         KernelChange(
             device=key[0],
             name=key[1],
-            before_total_us=_per(before, float(was[key]["total_us"]), basis) if key in was else 0.0,
-            after_total_us=_per(after, float(now[key]["total_us"]), basis) if key in now else 0.0,
-            before_count=int(was[key]["count"]) if key in was else 0,
-            after_count=int(now[key]["count"]) if key in now else 0,
+            before_total_us=_per(before, was[key][0], basis) if key in was else 0.0,
+            after_total_us=_per(after, now[key][0], basis) if key in now else 0.0,
+            before_count=was[key][1] if key in was else 0,
+            after_count=now[key][1] if key in now else 0,
         )
         for key in dict.fromkeys([*was, *now])
     ]
@@ -392,53 +435,3 @@ def compare(
         findings=tuple(changes),
         kernels=tuple(change for change in moved[:top] if change.change_us),
     )
-
-
-def comparison_dict(comparison: Comparison) -> Document:
-    """The comparison as plain JSON-ready data (``traceinsight diff --json``)."""
-
-    def metric(item: Metric) -> Document:
-        return {
-            "key": item.key,
-            "label": item.label,
-            "unit": item.unit,
-            "before": item.before,
-            "after": item.after,
-            "change": item.change,
-            "relative": None if item.relative is None else round(item.relative, 4),
-        }
-
-    return {
-        "schema": 1,
-        "tool": {"name": "traceinsight", "kind": "diff"},
-        "before": comparison.before,
-        "after": comparison.after,
-        "basis": comparison.basis,
-        "notes": list(comparison.notes),
-        "metrics": [metric(item) for item in comparison.metrics],
-        "idle_by_cause": [metric(item) for item in comparison.idle],
-        "findings": [
-            {
-                "status": change.status,
-                "rule": change.rule,
-                "site": change.site,
-                "site_label": change.shown_site,
-                "title": change.title,
-                "severity": change.severity,
-                "before_savings_us": change.before_saving_us,
-                "after_savings_us": change.after_saving_us,
-            }
-            for change in comparison.findings
-        ],
-        "kernels": [
-            {
-                "device": change.device,
-                "name": change.name,
-                "before_total_us": change.before_total_us,
-                "after_total_us": change.after_total_us,
-                "before_count": change.before_count,
-                "after_count": change.after_count,
-            }
-            for change in comparison.kernels
-        ],
-    }

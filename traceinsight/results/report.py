@@ -1,15 +1,17 @@
-"""The report: one object every renderer reads (analysis + findings + presentation helpers)."""
+"""The live side of a result: the analysis of one trace and its findings, as the rules made them.
+
+A :class:`~.trace.Result` made by an analysis carries its :class:`Report`: the terminal summary,
+the page, the Markdown and the charts are drawn from it, the JSON from the result's own fields.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from traceinsight.analysis import Analysis, analyze
-from traceinsight.load import Trace, load_trace
-from traceinsight.load.progress import ProgressCallback
+from traceinsight.load import Trace
 from traceinsight.rules import evaluate
 from traceinsight.rules.findings import Finding
 from traceinsight.thresholds import Thresholds
@@ -44,6 +46,9 @@ class Report:
     findings: tuple[Finding, ...]
     run: RunContext | None = None
     """Set when the report was made by ``traceinsight run``."""
+    source_root: Path | None = None
+    """The folder the page's code excerpts may be read from, when the result carries it (the
+    public API's ``source_root``; a command hands its own to the renderer)."""
 
     @property
     def trace_name(self) -> str:
@@ -51,27 +56,15 @@ class Report:
         return Path(self.analysis.meta.path).name
 
 
-class Renderer(Protocol):
-    """Turns a report into text (terminal, JSON, HTML)."""
-
-    def render(self, report: Report) -> str:
-        """The whole output as one string."""
-        ...
-
-
 def report_for(
     trace: Trace,
     thresholds: Thresholds | None = None,
     user_code: Collection[str] = (),
     run: RunContext | None = None,
+    *,
+    every_gap: bool = False,
 ) -> Report:
-    """Analyze a loaded trace and evaluate the rules on it."""
-    analysis = analyze(trace, thresholds, user_code)
+    """Analyze a loaded trace and evaluate the rules on it (``every_gap``: keep the table of every
+    idle gap, :attr:`~traceinsight.analysis.Analysis.every_gap`)."""
+    analysis = analyze(trace, thresholds, user_code, every_gap=every_gap)
     return Report(analysis=analysis, findings=evaluate(analysis), run=run)
-
-
-def build_report(
-    trace_path: Path, thresholds: Thresholds | None = None, progress: ProgressCallback | None = None
-) -> Report:
-    """Load, analyze and evaluate the rules for one trace file (``progress`` sees the load)."""
-    return report_for(load_trace(trace_path, progress=progress), thresholds)

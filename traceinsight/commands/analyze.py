@@ -1,0 +1,202 @@
+"""`traceinsight analyze`: one trace's result, or a distributed job's (:mod:`.job`), in every output.
+
+The command reads its options (:mod:`.options`), loads the libraries (:func:`~traceinsight.process.libraries_loading`),
+and runs the one flow a trace goes through, :func:`analyze_and_write`; `run` hands the trace it
+recorded to the same flow, so a report made right after a capture is the one made later from the
+file alone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from traceinsight.commands import options
+from traceinsight.process import collector_paused, libraries_loading, quiet_blas, work_done
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from traceinsight.commands.options import Reading, Wanted
+    from traceinsight.config import SourceRoot
+    from traceinsight.load.progress import ProgressCallback
+    from traceinsight.results import Result, RunContext
+
+__all__ = ["analyze", "analyze_and_write"]
+
+
+def analyze(
+    traces: Annotated[
+        list[Path],
+        # readable=False: the loader words an unreadable file in one line, not typer's usage box.
+        typer.Argument(
+            metavar="TRACE",
+            help="A torch.profiler trace: .json or .json.gz. Several traces, a folder or a glob pattern: "
+            "one report for a distributed job, one rank per trace.",
+            show_default=False,
+            readable=False,
+        ),
+    ],
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "-o",
+            "--output",
+            metavar="PATH",
+            show_default=False,
+            help="Where to write the HTML report [default: ./<trace name>.html].",
+        ),
+    ] = None,
+    json_out: options.JsonOption = None,
+    markdown: options.MarkdownOption = None,
+    no_html: options.NoHtmlOption = False,
+    top: Annotated[
+        int, typer.Option("--top", metavar="N", min=1, help="Rows shown in each terminal table.")
+    ] = 5,
+    min_gap_us: options.MinGapOption = options.DEFAULTS.min_gap_us,
+    low_utilization: options.LowUseOption = options.DEFAULTS.low_utilization,
+    user_code: options.UserCodeOption = None,
+    source_root: Annotated[
+        Path | None,
+        typer.Option(
+            "--source-root",
+            metavar="DIR",
+            readable=False,
+            show_default=False,
+            help="Show code excerpts in the report, read from .py files inside DIR only "
+            "[default: source-root of [tool.traceinsight], else no excerpts].",
+        ),
+    ] = None,
+    force: options.ForceOption = False,
+    max_size: options.MaxSizeOption = None,
+    fail_on: options.FailOnOption = None,
+    fail_on_rule: options.FailOnRuleOption = None,
+    max_idle: options.MaxIdleOption = None,
+    max_syncs_per_step: options.MaxSyncsOption = None,
+    per_rank: Annotated[
+        Path | None,
+        typer.Option(
+            "--per-rank",
+            metavar="DIR",
+            show_default=False,
+            readable=False,
+            help="Job: also write each rank's own report into DIR (rank-N.json, rank-N.html).",
+        ),
+    ] = None,
+    dask: Annotated[
+        str | None,
+        typer.Option(
+            "--dask",
+            metavar="ADDRESS",
+            envvar="TRACEINSIGHT_DASK",
+            show_default=False,
+            help="Job: analyze the ranks on this dask.distributed scheduler (tcp://host:8786); "
+            "the traces must be readable there. Needs torch-traceinsight[dask].",
+        ),
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            metavar="N",
+            min=1,
+            show_default=False,
+            help="Job: local worker processes [default: by cores and memory].",
+        ),
+    ] = None,
+    follow_symlinks: Annotated[
+        bool,
+        typer.Option(
+            "--follow-symlinks",
+            help="Job: let a folder or pattern take traces through symbolic links that lead out of it "
+            "(and walk linked folders, each once) [default: skip them, with a note].",
+        ),
+    ] = False,
+) -> None:
+    """Measure GPU idle gaps, copy overlap and sync hot spots in TRACE; print a summary, write a report.
+
+    Given several traces, a folder or a pattern, analyzes each rank on its own and writes one job
+    report: a per-rank table, the stragglers and why, findings common to the ranks.
+
+    Writes ./<trace name>.html unless -o or --no-html says otherwise; --json and --markdown add the
+    full result and a short summary. The gate options turn findings and budgets into exit status 1.
+    """
+    quiet_blas()
+    with libraries_loading():
+        from traceinsight.commands.common import gate
+        from traceinsight.commands.job import JobOptions, analyze_job_and_write
+        from traceinsight.errors import ConfigError
+        from traceinsight.job import is_job
+        from traceinsight.load.progress import terminal_progress
+        from traceinsight.results.gate import broken
+
+    read = options.settings(
+        output=output, json_out=json_out, markdown=markdown, no_html=no_html, force=force, user_code=user_code,
+        max_size=max_size, min_gap_us=min_gap_us, low_utilization=low_utilization, fail_on=fail_on,
+        fail_on_rules=fail_on_rule, max_idle=max_idle, max_syncs_per_step=max_syncs_per_step,
+    )  # fmt: skip
+    if is_job(traces):
+        if not read.budgets.empty:
+            raise ConfigError("the gate options take one trace; gate each rank's trace on its own")
+        job = JobOptions(
+            per_rank=per_rank, dask=dask or None, workers=workers, follow_symlinks=follow_symlinks
+        )
+        analyze_job_and_write(
+            traces,
+            read.wanted,
+            read.reading,
+            job,
+            source_root=read.source_root(source_root),
+            top=max(top, 10),
+        )
+        work_done()
+        return
+    trace = traces[0]
+    with collector_paused(), terminal_progress(f"reading {trace.name}") as progress:
+        result = analyze_and_write(
+            trace,
+            read.wanted,
+            read.reading,
+            source_root=read.source_root(source_root),
+            progress=progress,
+            top=top,
+        )
+    work_done()
+    status = gate(broken(result, read.budgets)) if not read.budgets.empty else 0
+    if status:
+        raise typer.Exit(status)
+
+
+def analyze_and_write(
+    trace: Path,
+    wanted: Wanted,
+    reading: Reading,
+    *,
+    source_root: SourceRoot | None = None,
+    run: RunContext | None = None,
+    console: Console | None = None,
+    progress: ProgressCallback | None = None,
+    top: int = 5,
+) -> Result:
+    """Analyze ``trace``; write the outputs ``wanted`` asks for (the page by default, as
+    ``./<trace name>.html``); print the terminal summary. Returns the result.
+
+    The outputs are checked before the work (:func:`~.common.plan`). ``source_root`` is the folder
+    the page's code excerpts may be read from, and where that choice came from (None: no excerpts,
+    only paths and line numbers). ``run`` carries what ``traceinsight run`` knows of the script's
+    run. ``progress`` is told how the load advances; the slower steps after it show a spinner when
+    stderr is a terminal. ``top`` is how many rows the terminal tables show.
+    """
+    from traceinsight.commands.common import plan, read_trace, show, stem, write
+
+    planned = plan(wanted, Path.cwd() / f"{stem(trace)}.html", inputs=[trace])
+    result = read_trace(trace, reading, progress=progress, run=run, page=planned.page is not None)
+    written, to_stdout = write(
+        result, planned, source_root=None if source_root is None else source_root.folder
+    )
+    if planned.page is not None and source_root is not None:
+        written.append((f"code excerpts ({source_root.origin})", source_root.folder))
+    show(result, written, console=console, to_stderr=to_stdout, top=top)
+    return result

@@ -1,0 +1,210 @@
+"""The flow every command shares, written once: read a side (a trace or a stored result), plan the
+outputs, write them, print the summary, hold the result to the gate.
+
+A command is thin: it reads its options (:mod:`.options`), makes its result, and hands it here.
+Every file goes through the outputs writer (:mod:`.outputs`): checked before the work, written
+whole or not at all.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Final
+
+from rich.console import Console
+from rich.text import Text
+
+from traceinsight.commands.options import Reading, Wanted
+from traceinsight.commands.outputs import Kind, Output, check_outputs, write_output
+from traceinsight.load import load_trace
+from traceinsight.load.progress import ProgressCallback
+from traceinsight.load.text import printable
+from traceinsight.process import give_back_freed_memory, prepare_beside
+from traceinsight.render import AnyResult
+from traceinsight.render.html import HtmlRenderer
+from traceinsight.render.markdown import MarkdownRenderer
+from traceinsight.render.terminal import TerminalConsole, TerminalRenderer, reader_gone
+from traceinsight.results import Result, RunContext, result_for
+from traceinsight.results.gate import EXIT_BROKEN
+
+__all__ = [
+    "Planned",
+    "gate",
+    "plan",
+    "read_trace",
+    "show",
+    "stage",
+    "stem",
+    "timed",
+    "write",
+]
+
+#: The module that draws a page, prepared beside the analysis (:func:`~traceinsight.process.prepare_beside`).
+PAGE_RENDERER: Final = "traceinsight.render.html"
+
+
+def stem(trace: Path) -> str:
+    """A trace's name without ``.json``/``.json.gz``."""
+    name = trace.name
+    for suffix in (".gz", ".json"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+@contextmanager
+def stage(description: str) -> Iterator[None]:
+    """A spinner on stderr for a step that may take a while; nothing when stderr is not a terminal.
+    ``description`` names a file: shown as text (never rich markup), control characters replaced."""
+    if not sys.stderr.isatty():
+        yield
+        return
+    with Console(stderr=True).status(Text(printable(description)), spinner="dots"):
+        yield
+
+
+@contextmanager
+def timed(step: str) -> Iterator[None]:
+    """With ``TRACEINSIGHT_TIMINGS=1``, print how long ``step`` took on stderr (for benchmarks:
+    ``traceinsight timing: <step> <seconds> s``, one line per step)."""
+    if os.environ.get("TRACEINSIGHT_TIMINGS") != "1":
+        yield
+        return
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        print(f"traceinsight timing: {step} {time.perf_counter() - start:.3f} s", file=sys.stderr)
+
+
+def read_trace(
+    trace: Path,
+    reading: Reading,
+    *,
+    progress: ProgressCallback | None = None,
+    run: RunContext | None = None,
+    page: bool = False,
+) -> Result:
+    """Load ``trace`` and analyze it as every command does: the heap the loader freed is given
+    back, and with ``page`` the page's renderer is prepared beside the analysis."""
+    with timed("load"):
+        loaded = load_trace(trace, progress=progress, limit=reading.limit)
+        give_back_freed_memory()
+    if page:
+        prepare_beside(PAGE_RENDERER)
+    with stage(f"analyzing {trace.name}"), timed("analysis"):
+        return result_for(loaded, reading.thresholds, reading.user_code, run)
+
+
+class Planned:
+    """The files a command will write, checked before its work (:func:`plan`)."""
+
+    def __init__(self, wanted: Wanted, page: Path | None, outputs: list[Output]) -> None:
+        self.wanted = wanted
+        self.page = page
+        self.outputs = outputs
+
+    def destination(self, option: str, value: str | Path | None) -> Output | str | None:
+        """Where one output goes: its planned file, ``"-"`` (stdout), or None (not written)."""
+        if value is None or value == "-":
+            return None if value is None else "-"
+        return next(target for target in self.outputs if target.option == option)
+
+
+def plan(
+    wanted: Wanted,
+    default_page: Path,
+    *,
+    inputs: Sequence[Path],
+    inputs_are: str = "the trace being analyzed",
+) -> Planned:
+    """The files ``wanted`` asks for, checked now (:func:`~.outputs.check_outputs`): none may be an
+    input, a file that is not ours (without ``--force``), or another output."""
+    page = wanted.page(default_page)
+    outputs = [Output("-o/--output", page, Kind.HTML)] if page is not None else []
+    for option, value, kind in (
+        ("--json", wanted.json, Kind.JSON),
+        ("--markdown", wanted.markdown, Kind.MARKDOWN),
+    ):
+        if value is not None and value != "-":
+            outputs.append(Output(option, Path(value), kind))
+    check_outputs(outputs, inputs=inputs, inputs_are=inputs_are, force=wanted.force)
+    return Planned(wanted, page, outputs)
+
+
+def write(
+    result: AnyResult, planned: Planned, *, source_root: Path | None = None, page_label: str = "report"
+) -> tuple[list[tuple[str, Path]], bool]:
+    """Write the result's JSON, Markdown and page where ``planned`` says (``source_root``: where
+    the page's code excerpts may be read from). Returns the files written, as (label, path), and
+    whether stdout was used (``--json -``, ``--markdown -``): the summary then goes to stderr, so
+    that stdout holds the one document."""
+    wanted = planned.wanted
+    return _write(
+        [
+            ("JSON", planned.destination("--json", wanted.json), result.to_json),
+            (
+                "Markdown",
+                planned.destination("--markdown", wanted.markdown),
+                lambda: MarkdownRenderer().render(result),
+            ),
+            (
+                page_label,
+                planned.destination("-o/--output", planned.page),
+                lambda: HtmlRenderer(source_root).render(result),
+            ),
+        ],
+        force=wanted.force,
+    )
+
+
+def show(
+    result: AnyResult,
+    outputs: Sequence[tuple[str, Path]],
+    *,
+    console: Console | None = None,
+    to_stderr: bool = False,
+    top: int | None = None,
+) -> None:
+    """Print the result's terminal summary, then where each output went."""
+    with timed("terminal"):
+        TerminalRenderer(top=top).print(result, console or TerminalConsole(stderr=to_stderr), outputs)
+
+
+def _write(
+    outputs: list[tuple[str, Output | str | None, Callable[[], str]]], *, force: bool = False
+) -> tuple[list[tuple[str, Path]], bool]:
+    """Write each (label, destination, text maker): a file through :func:`~.outputs.write_output`,
+    ``"-"`` to stdout, None not at all. Returns the files written and whether stdout was used."""
+    written: list[tuple[str, Path]] = []
+    to_stdout = False
+    for label, destination, make in outputs:
+        if destination is None:
+            continue
+        step = "HTML" if label in ("report", "page") else label
+        if not isinstance(destination, Output):
+            with timed(step):
+                text = make()
+                try:
+                    sys.stdout.write(text)
+                    sys.stdout.flush()
+                except BrokenPipeError:
+                    reader_gone()
+            to_stdout = True
+            continue
+        with stage(f"writing {destination.path.name}"), timed(step):
+            text = make()
+            write_output(destination, text, force=force)
+        written.append((label, destination.path))
+    return written, to_stdout
+
+
+def gate(lines: list[str]) -> int:
+    """Print one line per broken budget; the exit status (0: the gate passes)."""
+    for line in lines:
+        sys.stderr.write(f"traceinsight: gate: {printable(line)}\n")
+    return EXIT_BROKEN if lines else 0

@@ -1,0 +1,218 @@
+"""The options the commands share, each spelled once, and what a command makes of them.
+
+An option is an ``Annotated`` type here (its flag, metavar and help); a command's signature names
+it. What `analyze` and `diff` read alike (the project table, the outputs asked for, the gate's
+budgets, how traces are read) is gathered once, by :func:`settings`.
+
+Nothing here imports polars or the analyses: ``--help`` of every command stays fast.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Final
+
+import typer
+
+from traceinsight.config import ProjectConfig, SourceRoot, read_config
+from traceinsight.config import source_root as resolve_source_root
+from traceinsight.errors import ConfigError
+from traceinsight.load.source import SizeLimit
+from traceinsight.thresholds import Thresholds
+
+if TYPE_CHECKING:
+    from traceinsight.results.gate import Budgets
+
+__all__ = [
+    "EXIT_CODES",
+    "FailOnOption",
+    "FailOnRuleOption",
+    "ForceOption",
+    "JsonOption",
+    "LowUseOption",
+    "MarkdownOption",
+    "MaxIdleOption",
+    "MaxSizeOption",
+    "MaxSyncsOption",
+    "MinGapOption",
+    "NoHtmlOption",
+    "Reading",
+    "Settings",
+    "UserCodeOption",
+    "Wanted",
+    "parse_size",
+    "settings",
+]
+
+DEFAULTS: Final = Thresholds()
+
+#: Every command's epilog: what its exit status means.
+EXIT_CODES: Final = """\b
+Exit status: 0 done; 1 a gate was broken (one line per broken budget on stderr);
+2 bad input (an unreadable or invalid trace, a bad option or project setting);
+3 an internal error (please report it)."""
+
+JsonOption = Annotated[
+    str | None,
+    typer.Option("--json", metavar="PATH|-", help="Also write the result as JSON to PATH ('-': stdout).",
+                 show_default=False),
+]  # fmt: skip
+MarkdownOption = Annotated[
+    str | None,
+    typer.Option("--markdown", metavar="PATH|-", show_default=False,
+                 help="Also write a short GitHub Markdown summary (a PR comment, $GITHUB_STEP_SUMMARY) to PATH "
+                 "('-': stdout)."),
+]  # fmt: skip
+NoHtmlOption = Annotated[bool, typer.Option("--no-html", help="Do not write the HTML page.")]
+MinGapOption = Annotated[
+    float,
+    typer.Option(
+        "--min-gap-us", metavar="US", min=0, help="Shortest GPU idle stretch reported as a gap, in µs."
+    ),
+]
+LowUseOption = Annotated[
+    float,
+    typer.Option("--low-utilization", metavar="SHARE", min=0, max=1,
+                 help="GPU compute share (0-1) below which low-gpu-utilization fires."),
+]  # fmt: skip
+UserCodeOption = Annotated[
+    list[str] | None,
+    typer.Option("--user-code", metavar="PACKAGE", show_default=False,
+                 help="A package whose frames are your own code, for source lines (repeatable; also "
+                 "user-code in [tool.traceinsight])."),
+]  # fmt: skip
+ForceOption = Annotated[
+    bool,
+    typer.Option("--force", help="Let an output replace a file that is not traceinsight's, and read a gzip trace "
+                 "that expands more than 100 times (real traces expand at most about 45 times)."),
+]  # fmt: skip
+MaxSizeOption = Annotated[
+    str | None,
+    typer.Option("--max-size", metavar="SIZE", show_default=False,
+                 help="Refuse traces holding more JSON than SIZE (e.g. 8GB) [default: no limit for traces, "
+                 "16 MiB for a stored result; a gzip that expands more than 100 times is refused anyway]."),
+]  # fmt: skip
+FailOnOption = Annotated[
+    str | None,
+    typer.Option("--fail-on", metavar="SEVERITY", show_default=False,
+                 help="Gate: exit 1 when a finding of SEVERITY or worse is found (high, medium or low)."),
+]  # fmt: skip
+FailOnRuleOption = Annotated[
+    list[str] | None,
+    typer.Option("--fail-on-rule", metavar="RULE", show_default=False,
+                 help="Gate: exit 1 when a finding of rule RULE is found (repeatable; ids in the README)."),
+]  # fmt: skip
+MaxIdleOption = Annotated[
+    float | None,
+    typer.Option("--max-idle", metavar="PCT", min=0, show_default=False,
+                 help="Gate: exit 1 when the GPU is idle more than PCT % of the step time."),
+]  # fmt: skip
+MaxSyncsOption = Annotated[
+    float | None,
+    typer.Option("--max-syncs-per-step", metavar="N", min=0, show_default=False,
+                 help="Gate: exit 1 when the host waits on the GPU more than N times per step."),
+]  # fmt: skip
+
+_SIZE: Final = re.compile(r"(?i)\s*(\d+(?:\.\d+)?)\s*(b|[kmgt]i?b?)?\s*")
+_UNITS: Final = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+
+
+def parse_size(text: str) -> int:
+    """``500MB``, ``2GB``, ``1.5GiB``, ``4096`` → bytes (k/M/G/T are powers of 1000, with i of 1024)."""
+    match = _SIZE.fullmatch(text)
+    if match is None:
+        raise ConfigError(f"--max-size {text!r}: not a size; write it like 500MB, 2GB or 8GiB")
+    number, unit = float(match.group(1)), (match.group(2) or "").lower()
+    scale = 1024 ** ("kmgt".index(unit[0]) + 1) if len(unit) > 1 and unit[1] == "i" else _UNITS[unit[:1]]
+    return int(number * scale)
+
+
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    """The outputs a command was asked for."""
+
+    #: The page's path (None: the command's default name); not written unless ``write_html``.
+    html: Path | None = None
+    #: ``--json``: a path, ``-`` for stdout, or None.
+    json: str | None = None
+    #: ``--markdown``: a path, ``-`` for stdout, or None.
+    markdown: str | None = None
+    write_html: bool = True
+    #: ``--force``: an output may replace a file that is not ours.
+    force: bool = False
+
+    def page(self, default: Path) -> Path | None:
+        """Where the page goes (``default`` unless ``-o`` said), or None when it is not written."""
+        return (self.html if self.html is not None else default) if self.write_html else None
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """How traces are read and judged."""
+
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    #: Packages whose frames are the user's own code.
+    user_code: tuple[str, ...] = ()
+    #: ``--max-size`` and ``--force``'s gzip ratio.
+    limit: SizeLimit = field(default_factory=SizeLimit)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """What `analyze` and `diff` read alike from their options and the project table."""
+
+    config: ProjectConfig
+    wanted: Wanted
+    reading: Reading
+    budgets: Budgets
+
+    def source_root(self, given: Path | None) -> SourceRoot | None:
+        """Where code excerpts may be read from: ``--source-root``, else the project table's."""
+        return resolve_source_root(given, self.config)
+
+
+def settings(
+    *,
+    output: Path | None,
+    json_out: str | None,
+    markdown: str | None,
+    no_html: bool,
+    force: bool,
+    user_code: list[str] | None,
+    max_size: str | None,
+    min_gap_us: float,
+    low_utilization: float,
+    fail_on: str | None,
+    fail_on_rules: list[str] | None,
+    max_idle: float | None,
+    max_syncs_per_step: float | None,
+    max_regression: float | None = None,
+) -> Settings:
+    """Read the project table and check the options `analyze` and `diff` take (the command line wins)."""
+    from traceinsight.results.gate import Budgets, budgets_from_table
+    from traceinsight.rules.findings import SEVERITIES
+
+    config = read_config()
+    if fail_on is not None and fail_on not in SEVERITIES:
+        raise ConfigError(f"--fail-on {fail_on!r}: give one of {', '.join(SEVERITIES)}")
+    if json_out == "-" and markdown == "-":
+        raise ConfigError("--json - and --markdown - both ask for stdout; write one of them to a file")
+    given = Budgets(
+        fail_on=fail_on,
+        fail_on_rules=tuple(fail_on_rules or ()),
+        max_idle=max_idle,
+        max_syncs_per_step=max_syncs_per_step,
+        max_regression=max_regression,
+    )
+    return Settings(
+        config=config,
+        wanted=Wanted(html=output, json=json_out, markdown=markdown, write_html=not no_html, force=force),
+        reading=Reading(
+            thresholds=Thresholds(min_gap_us=min_gap_us, low_utilization=low_utilization),
+            user_code=tuple(dict.fromkeys([*(user_code or ()), *config.user_code])),
+            limit=SizeLimit(parse_size(max_size) if max_size is not None else None, force=force),
+        ),
+        budgets=budgets_from_table(config.table, str(config.path)).over(given),
+    )

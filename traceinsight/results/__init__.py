@@ -1,0 +1,50 @@
+"""The typed results: one object behind every output, and the JSON contract it writes.
+
+- :class:`~.trace.Result`: one trace (``analyze TRACE``), made from an analysis
+  (:func:`result_for`) or read back from its JSON;
+- :class:`~.job.JobResult`: a distributed job (``analyze FOLDER``);
+- :class:`~.comparison.Comparison`: two results compared (``diff``).
+
+Each has ``to_json()`` (exactly what ``--json`` writes) and ``from_json(text)`` (what ``diff`` and
+the gate read: typed objects, never string keys), one schema version for the three
+(:data:`SCHEMA_VERSION`). The gate (:mod:`.gate`) holds a result to its budgets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from traceinsight.load import Trace
+from traceinsight.results.comparison import Comparison, compare
+from traceinsight.results.contract import result_of
+from traceinsight.results.job import JobReport, JobResult
+from traceinsight.results.report import Report, RunContext, report_for
+from traceinsight.results.trace import SCHEMA_VERSION, Finding, Result
+from traceinsight.thresholds import Thresholds
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Comparison",
+    "Finding",
+    "JobReport",
+    "JobResult",
+    "Report",
+    "Result",
+    "RunContext",
+    "compare",
+    "report_for",
+    "result_for",
+    "result_of",
+]
+
+
+def result_for(
+    trace: Trace,
+    thresholds: Thresholds | None = None,
+    user_code: Collection[str] = (),
+    run: RunContext | None = None,
+    *,
+    every_gap: bool = False,
+) -> Result:
+    """The result of a loaded trace: analyzed, its rules evaluated, as the typed result."""
+    return result_of(report_for(trace, thresholds, user_code, run, every_gap=every_gap))

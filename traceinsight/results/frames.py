@@ -1,0 +1,125 @@
+"""A result's tables as polars DataFrames, for a notebook: filter, group, join, plot.
+
+Times are integer nanoseconds (``*_ns`` columns) counted from the trace's earliest event, as in
+every output; sizes in bytes. One trace's result (:func:`result_frames`):
+
+- ``steps``: one row per step and device (its window on the GPU's clock, busy by class, idle, and
+  ``idle_by_cause_ns``, a struct of the idle causes);
+- ``idle_gaps``: every idle gap of a live result, the short ones too (``reported`` marks those of
+  at least ``min_gap_us``, the ones the outputs list; only those carry a source line); a stored
+  result holds only the reported ones;
+- ``kernels``: kernels by total time (the 50 longest); ``syncs``: the host's waits for the GPU by
+  call, operator and line (the sync hot spots); ``copies``: copies by device and kind;
+- ``findings``: one row per finding, largest saving first.
+
+A job's result (:func:`job_frames`): ``ranks`` (one row per rank: step time, shares, time per step,
+lateness in collectives), ``stragglers`` and ``findings`` (each rule once, over the ranks).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+if TYPE_CHECKING:
+    from traceinsight.results.job import JobResult
+    from traceinsight.results.trace import Result
+
+__all__ = ["job_frames", "result_frames"]
+
+
+def _rows(items: Iterable[Any], drop: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Each result row as a dict of its fields; a nested result is flattened one level (``a_b``
+    columns, null where a row has none)."""
+    items = list(items)
+    nested: dict[str, tuple[str, ...]] = {}
+    for item in items:
+        for field in dataclasses.fields(item):
+            value = getattr(item, field.name)
+            if dataclasses.is_dataclass(value) and not isinstance(value, type):
+                nested[field.name] = tuple(inner.name for inner in dataclasses.fields(value))
+    rows = []
+    for item in items:
+        row: dict[str, Any] = {}
+        for field in dataclasses.fields(item):
+            if field.name in drop or field.metadata.get("local", False):
+                continue
+            value = getattr(item, field.name)
+            if field.name in nested:
+                for inner in nested[field.name]:
+                    row[f"{field.name}_{inner}"] = None if value is None else getattr(value, inner)
+            else:
+                row[field.name] = value
+        rows.append(row)
+    return rows
+
+
+def _frame(owner: Any, name: str, drop: tuple[str, ...] = ()) -> pl.DataFrame:
+    """The rows of ``owner``'s field ``name`` (a tuple of results) as a frame; an empty one has
+    the columns of the field's row type."""
+    rows = _rows(getattr(owner, name), drop)
+    if rows:
+        return pl.from_dicts(rows, infer_schema_length=None)
+    row_type = typing.get_args(typing.get_type_hints(type(owner))[name])[0]
+    return pl.DataFrame(
+        schema=[field.name for field in dataclasses.fields(row_type) if field.name not in drop]
+    )
+
+
+def _gaps(result: Result) -> pl.DataFrame:
+    analysis = None if result.report is None else result.report.analysis
+    every = None if analysis is None else analysis.every_gap
+    if every is None:
+        return _frame(result, "idle_gaps").with_columns(
+            end_ns=pl.col("start_ns") + pl.col("duration_ns"), reported=pl.lit(True)
+        )
+    assert analysis is not None
+    origin = analysis.meta.origin_ns
+    min_ns = round(analysis.thresholds.min_gap_us * 1000)
+    return every.sort("device", "start").select(
+        "device",
+        start_ns=pl.col("start") - origin,
+        duration_ns="duration",
+        cause_kind="cause_kind",
+        cause="cause",
+        source="source",
+        source_kind="source_kind",
+        source_line_kind="source_line_kind",
+        source_function="source_function",
+        end_ns=pl.col("end") - origin,
+        reported=pl.col("duration") >= min_ns,
+    )
+
+
+#: What the findings' table leaves to the findings themselves (their words).
+_FINDING_WORDS = ("evidence", "advice", "why")
+
+
+def _findings(owner: Result | JobResult) -> pl.DataFrame:
+    frame = _frame(owner, "findings", drop=_FINDING_WORDS)
+    return frame.with_columns(pl.col("severity").cast(pl.String)) if owner.findings else frame
+
+
+def result_frames(result: Result) -> dict[str, pl.DataFrame]:
+    """One trace's tables (see the module doc)."""
+    return {
+        "steps": _frame(result, "steps"),
+        "idle_gaps": _gaps(result),
+        "kernels": _frame(result, "kernels"),
+        "syncs": _frame(result, "sync_hotspots"),
+        "copies": _frame(result, "memcpy"),
+        "findings": _findings(result),
+    }
+
+
+def job_frames(job: JobResult) -> dict[str, pl.DataFrame]:
+    """A job's tables (see the module doc)."""
+    return {
+        "ranks": _frame(job, "ranks"),
+        "stragglers": _frame(job, "stragglers"),
+        "findings": _findings(job),
+    }

@@ -1,0 +1,122 @@
+"""A stored result read back: input as untrusted as a trace.
+
+A baseline result comes from a teammate, a CI artifact, a bug report. It is read as a trace is:
+
+- **the file** (:func:`read_stored_result`): a regular file (a FIFO, a device, a socket refused
+  before it is opened, by :func:`~traceinsight.load.source.open_trace`), at most
+  :data:`MAX_RESULT_BYTES` (or ``--max-size``) read, never more;
+- **the text** (:func:`from_text`): strict JSON under the limits of :func:`.codec.parse`, then
+  every field of its type and range (:class:`.codec.Reader`), into the result type its ``kind``
+  says: :class:`~.trace.Result`, :class:`~.job.JobResult` or :class:`~.comparison.Comparison`.
+
+Anything else is one line and exit 2 (:class:`~traceinsight.errors.TraceFormatError`) naming the
+file and the field. A file is taken for a stored result when its first bytes say so (an object
+whose ``tool`` is ``traceinsight``); anything else is left to the trace loader.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+from traceinsight.errors import TraceFormatError
+from traceinsight.load.source import SizeLimit, TraceTooLarge, format_bytes, open_trace
+from traceinsight.results.codec import Reader, parse, read_as
+
+if TYPE_CHECKING:
+    from traceinsight.results.comparison import Comparison
+    from traceinsight.results.job import JobResult
+    from traceinsight.results.trace import Result
+
+__all__ = ["MAX_RESULT_BYTES", "from_text", "kind_of", "read_stored_result"]
+
+_R = TypeVar("_R", "Result", "JobResult", "Comparison")
+
+#: A stored result larger than this is refused (unless ``--max-size`` says more): the largest
+#: result of the sample traces is 0.55 MB, and every list in a result is bounded.
+MAX_RESULT_BYTES: Final = 16 << 20
+_HEAD: Final = re.compile(rb'\A(?:\xef\xbb\xbf)?\s*\{[^\0]*?"tool"\s*:\s*\{\s*"name"\s*:\s*"traceinsight"')
+_HINT: Final = "is it a complete result of traceinsight analyze --json?"
+#: What each kind of result is called in messages.
+_KINDS: Final = {
+    "trace": "a trace's result",
+    "job": "a job's result",
+    "diff": "the output of traceinsight diff",
+}
+
+
+def kind_of(document: Any, reader: Reader) -> str:
+    """``trace``, ``job`` or ``diff``: which result ``document`` is (after the checks every kind
+    shares: an object written by traceinsight, in a schema this version reads)."""
+    top = reader.object(document, "the result")
+    tool = reader.object(top.get("tool"), "tool")
+    if tool.get("name") != "traceinsight":
+        reader.fail("tool.name", tool.get("name"), '"traceinsight"')
+    kind = "diff" if tool.get("kind") == "diff" else "job" if top.get("kind") == "job" else "trace"
+    schema = top.get("schema")
+    if kind == "trace" and isinstance(schema, int) and not isinstance(schema, bool) and 0 <= schema < 2:
+        raise TraceFormatError(
+            f"{reader.prefix}: it is a result of schema {schema}, written before traceinsight measured "
+            "steps and savings; analyze its trace again"
+        )
+    if isinstance(schema, bool) or not isinstance(schema, int) or schema < 1:
+        reader.fail("schema", schema, "an integer of at least 1")
+    return kind
+
+
+def from_text(
+    text: str | bytes, cls: type[_R], *, prefix: str = "cannot read the result", hint: str = _HINT
+) -> _R:
+    """The result of type ``cls`` in ``text`` (its JSON), read under the module's checks; one
+    :class:`~traceinsight.errors.TraceFormatError` (``prefix: what is wrong; hint``) for anything
+    else (a result of another kind too: each type says its kind, ``cls.KIND``)."""
+    reader = Reader(prefix, hint)
+    document = parse(text, reader.refused)
+    kind = kind_of(document, reader)
+    if kind != cls.KIND:
+        raise TraceFormatError(f"{prefix}: it is {_KINDS[kind]}, not {_KINDS[cls.KIND]}")
+    return read_as(cls, document, reader)
+
+
+def read_stored_result(path: Path, cls: type[Result], limit: SizeLimit | None = None) -> Result | None:
+    """The trace's result (of type ``cls``) stored in ``path`` when it is one (see the module doc),
+    else None (a trace). ``limit.max_bytes`` (``--max-size``) replaces :data:`MAX_RESULT_BYTES`
+    when given. For ``diff``, which compares one trace's results: a job's result or a diff's output
+    is refused, in its words.
+    """
+    given = limit if limit is not None else SizeLimit()
+    most = given.max_bytes if given.max_bytes is not None else MAX_RESULT_BYTES
+    with open_trace(path, SizeLimit(given.max_bytes)) as source:
+        if source.compressed:
+            return None
+        head = source.stream.read(4096)
+        if _HEAD.match(head) is None:
+            return None
+        if source.size > most:
+            raise _too_large(path, most)
+        data = head + source.stream.read(most + 1 - len(head))
+    if len(data) > most:  # grew while read
+        raise _too_large(path, most)
+    prefix = f"cannot compare {path}"
+    reader = Reader(prefix, _HINT)
+    document = parse(data, reader.refused)
+    kind = kind_of(document, reader)
+    if kind == "diff":
+        raise TraceFormatError(
+            f"{prefix}: it is the output of traceinsight diff; give a trace or a result of traceinsight "
+            "analyze --json"
+        )
+    if kind == "job":
+        raise TraceFormatError(
+            f"{prefix}: it is a job's result (several ranks); diff compares one trace's results: give a "
+            "rank's trace or its result of traceinsight analyze --json"
+        )
+    return read_as(cls, document, reader)
+
+
+def _too_large(path: Path, most: int) -> TraceTooLarge:
+    return TraceTooLarge(
+        f"cannot compare {path}: the stored result is larger than {format_bytes(most)}, which no result "
+        "of traceinsight analyze --json is; pass --max-size to read it anyway"
+    )

@@ -1,0 +1,492 @@
+"""One trace's result: what ``analyze --json`` writes, as types.
+
+:class:`Result` is the JSON contract (the keys below, never renamed; new keys may be added), typed:
+its fields are the JSON's keys in order, times held as integer nanoseconds and written as
+microseconds (:mod:`.codec`), sizes in bytes. ``start`` times count from the trace's earliest event
+(``trace.origin_us``). A live result (:meth:`Result.of`) also carries the analysis it was made
+from (:attr:`Result.report`), from which the terminal summary, the page and the Markdown are drawn;
+a stored one (:meth:`Result.from_json`) is the same type without it, and compares equal to the
+live one it was written from. The methods are written in the modules beside: the JSON
+(:mod:`.writer`, :mod:`.stored`), the tables (:mod:`.frames`), the notebook's view (:mod:`.shown`).
+
+Schema 2 (this version) added ``warnings``, ``steady_state``, ``utilization``, the busy classes and
+idle split of ``devices`` and ``steps``, and per finding ``minor``, ``savings_per_step_us``,
+``saving_share``, ``saving_note``, ``source_kind``; ``savings_us`` is now the step replay's
+saving, and ``cause_kind`` has the values of :class:`~traceinsight.analysis.causes.CauseKind`.
+Later additions within schema 2 (each read as its default from a file written before it):
+``kernels``, ``memory`` (per device: peaks in bytes, the device's total, ``series`` of
+``[start_us, allocated, reserved]``; ``allocator_calls`` in the steady state); the ``cause_kind``
+value ``other-gpu`` (a GPU waiting for another GPU of its process: a pipeline bubble) and the
+finding rule ``pipeline-bubble``; beside each ``source`` (idle gaps, sync hot spots, findings)
+``source_line_kind`` (what the line is: ``call``, the call's line; ``def``, the first line of
+``source_function``, as torch's stack names it; ``recording-start``, the line ``source_function``
+was on when recording began; null when the trace does not say) and ``source_function``; on sync
+hot spots and findings ``framework_call`` (framework code the calls happen in that reads values on
+the host by design, such as ``torch.optim.LBFGS``). ``source`` keeps its meaning: the frame's
+``file:line``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final
+
+from traceinsight.results.frames import result_frames
+from traceinsight.results.report import Report
+from traceinsight.results.shown import figures_of, html_of
+from traceinsight.results.stored import from_text
+from traceinsight.results.writer import result_json
+from traceinsight.rules.findings import Severity
+from traceinsight.version import __version__
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Advice",
+    "AllocatorCall",
+    "AllocatorCalls",
+    "CopyGroup",
+    "Device",
+    "Finding",
+    "Host",
+    "HostOp",
+    "IdleGap",
+    "Kernel",
+    "Memory",
+    "MemoryDevice",
+    "MemorySample",
+    "Pace",
+    "Result",
+    "RunInfo",
+    "SteadyState",
+    "Step",
+    "SyncCall",
+    "SyncHotspot",
+    "Tool",
+    "TraceInfo",
+    "TraceWarning",
+    "Utilization",
+    "Window",
+]
+
+#: The version of every result's JSON (a trace's, a job's, a comparison's).
+SCHEMA_VERSION: Final = 2
+
+_SHARE: Final = {"check": "share"}
+_DURATION: Final = {"check": "duration"}
+_COUNT: Final = {"check": "count"}
+_ID: Final = {"check": "id"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Tool:
+    """What wrote the result."""
+
+    name: str = "traceinsight"
+    version: str = __version__
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TraceInfo:
+    """The trace: its file, format and run."""
+
+    path: str
+    name: str
+    #: The trace format's era (``kineto-base-ns``, ``legacy``...).
+    era: str
+    events: int = field(metadata=_COUNT)
+    rank: int | None
+    world_size: int | None = field(metadata=_COUNT)
+    backend: str | None
+    #: The earliest event on the trace's clock, µs: what every ``start`` counts from. (A float as
+    #: written: on a clock since the epoch it is past what µs with 3 decimals hold exactly.)
+    origin_us: float
+    base_time_ns: int | None = field(metadata={"raw": True})
+    cuda_runtime_version: str | None
+    cuda_driver_version: str | None
+    hip_runtime_version: str | None
+    has_gpu_activity: bool
+    gpus_listed: int | None
+    iterations: int | None
+    steps_marked: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunInfo:
+    """What ``traceinsight run`` knew of the run (see :class:`~.report.RunContext`)."""
+
+    command: str
+    script: str
+    started: str
+    torch_version: str | None
+    elapsed_s: float
+    exit_status: int
+    failure: str | None
+    steps_recorded: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TraceWarning:
+    """What limits what the numbers say."""
+
+    kind: str
+    message: str
+    advice: str
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A stretch of time ``[start_us, end_us]`` from the trace's earliest event."""
+
+    JSON_ARRAY: ClassVar[bool] = True
+    start_ns: int
+    end_ns: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pace:
+    """Which side sets the step's pace: ``host`` or ``gpu`` (None: neither clearly), and each side's
+    own time per step."""
+
+    set_by: str | None = None
+    host_ns: int | None = None
+    gpu_ns: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SteadyState:
+    """The steps judged, and the time they cover."""
+
+    #: ``ProfilerStep``, ``optimizer`` or ``none``.
+    steps_from: str
+    step_time_ns: int | None = field(metadata=_DURATION)
+    host_step_time_ns: int | None = None
+    pace: Pace = field(default_factory=Pace)
+    steady_steps: int = field(default=0, metadata=_COUNT)
+    windows_ns: tuple[Window, ...]
+    gpu_windows_ns: tuple[Window, ...] = ()
+    startup_end_ns: int | None
+    startup_evidence: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Utilization:
+    """The steady state over every device: the time judged, busy by class, idle by cause."""
+
+    #: What shares are of (``each step``, ``the time analyzed``), null without a steady state on a GPU.
+    of: str | None
+    window_ns: int | None = field(metadata=_DURATION)
+    busy_share: float | None = field(metadata=_SHARE)
+    compute_share: float | None = field(metadata=_SHARE)
+    communication_share: float | None = field(metadata=_SHARE)
+    copy_share: float | None = field(metadata=_SHARE)
+    idle_share: float | None = field(metadata=_SHARE)
+    #: Idle by cause (:class:`~traceinsight.analysis.causes.CauseKind` values), largest first.
+    idle_by_cause_ns: dict[str, int] = field(default_factory=dict, metadata={"check": "id"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Device:
+    """GPU time on one device (see :class:`traceinsight.analysis.results.DeviceTime`)."""
+
+    device: int
+    name: str | None
+    span_ns: int
+    busy_ns: int
+    idle_ns: int
+    kernel_ns: int
+    copy_ns: int
+    utilization: float
+    compute_ns: int
+    communication_ns: int
+    copy_exposed_ns: int
+    idle_by_cause_ns: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Step:
+    """One step on one device (see :class:`traceinsight.analysis.results.StepTime`)."""
+
+    step: int
+    device: int
+    start_ns: int
+    span_ns: int
+    host_start_ns: int = 0
+    host_span_ns: int = 0
+    busy_ns: int
+    idle_ns: int
+    copy_ns: int
+    idle_by_cause_ns: dict[str, int]
+    compute_ns: int
+    communication_ns: int
+    copy_exposed_ns: int
+    steady: bool
+    not_steady_because: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class IdleGap:
+    """A stretch with no GPU activity on a device, and what the host did meanwhile (see
+    :class:`traceinsight.analysis.results.IdleGap`); ``start`` from the trace's earliest event."""
+
+    device: int
+    start_ns: int
+    duration_ns: int
+    cause_kind: str
+    cause: str
+    source: str | None
+    source_kind: str | None = None
+    source_line_kind: str | None = None
+    source_function: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CopyGroup:
+    """Copies on one device with one name (see :class:`traceinsight.analysis.results.CopyGroup`)."""
+
+    device: int
+    kind: str
+    direction: str
+    src: str | None
+    dst: str | None
+    count: int
+    bytes: int
+    duration_ns: int
+    overlapped_ns: int
+    bandwidth_gbps: float | None
+    host_blocked: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SyncCall:
+    """All host-blocking calls of one name."""
+
+    call: str
+    count: int
+    blocked_ns: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SyncHotspot:
+    """Host waits grouped by call, op and source line (see
+    :class:`traceinsight.analysis.results.SyncHotspot`)."""
+
+    call: str
+    op: str | None
+    op_chain: str | None
+    source: str | None
+    copy: str | None
+    count: int
+    per_step: float | None
+    blocked_ns: int
+    idle_after_ns: int
+    source_kind: str | None
+    steady_count: int = field(default=0, metadata=_COUNT)
+    idle_caused_ns: int = 0
+    then_call: str | None = None
+    source_line_kind: str | None = None
+    source_function: str | None = None
+    framework_call: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Advice:
+    """What to change, with a before/after snippet."""
+
+    summary: str
+    before: str = field(metadata={"check": "code"})
+    after: str = field(metadata={"check": "code"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finding:
+    """One problem found in the trace and the one fix for it (see
+    :class:`traceinsight.rules.findings.Finding`, whose names it keeps)."""
+
+    rule: str = field(metadata=_ID)
+    severity: Severity
+    title: str
+    #: (label, value) pairs; written as an object.
+    evidence: tuple[tuple[str, str], ...] = field(default=(), metadata={"pairs": True})
+    savings_ns: int = field(default=0, metadata=_DURATION)
+    advice: Advice
+    why: str
+    op: str | None
+    source: str | None
+    device: int | None
+    minor: bool = False
+    saving_per_step_ns: int | None = field(metadata={"key": "savings_per_step_us", **_DURATION})
+    saving_share: float | None
+    saving_note: str | None
+    saving_known: bool = True
+    source_kind: str | None = None
+    source_line_kind: str | None = None
+    source_function: str | None = None
+    framework_call: str | None = None
+
+    def _repr_html_(self) -> str | None:
+        return html_of(self)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Kernel:
+    """A kernel's launches on one device, by total time."""
+
+    device: int
+    name: str
+    count: int = field(metadata=_COUNT)
+    total_ns: int = field(metadata=_DURATION)
+    mean_ns: int = 0
+    max_ns: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostOp:
+    """A host operator: its top-level occurrences, their total and their own (self) time."""
+
+    name: str
+    count: int
+    total_ns: int
+    self_ns: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Host:
+    """The host-side view (see :class:`traceinsight.analysis.results.HostSummary`)."""
+
+    threads: int
+    cpu_ops: int
+    python_frames: int
+    dataloader_ns: int
+    dataloader_count: int
+    top_ops: tuple[HostOp, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class MemorySample:
+    """``[start_us, allocated, reserved]``: the largest values of a time slice."""
+
+    JSON_ARRAY: ClassVar[bool] = True
+    at_ns: int
+    allocated_bytes: int | None
+    reserved_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryDevice:
+    """One device's memory (see :class:`traceinsight.analysis.memory.DeviceMemory`)."""
+
+    device: str
+    device_type: int
+    device_id: int
+    records: int
+    peak_allocated_bytes: int
+    peak_allocated_at_ns: int
+    allocated_is_lower_bound: bool
+    peak_reserved_bytes: int | None
+    total_memory_bytes: int | None
+    peak_share: float | None
+    series: tuple[MemorySample, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AllocatorCall:
+    """One allocator call's count and host time in the steady state."""
+
+    call: str
+    count: int
+    host_ns: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AllocatorCalls:
+    """The allocator's calls in the steady state."""
+
+    count: int = 0
+    host_ns: int = 0
+    by_name: tuple[AllocatorCall, ...] = ()
+    steady_steps: int = 0
+    steps_with_calls: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Memory:
+    """Peak memory per device and its series; the allocator's calls in the steady state."""
+
+    devices: tuple[MemoryDevice, ...] = ()
+    allocator_calls: AllocatorCalls = field(default_factory=AllocatorCalls)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Result:
+    """One trace's result: every figure ``analyze`` shows, as ``analyze --json`` writes it.
+
+    :meth:`to_json` is what ``--json`` writes; :meth:`from_json` reads it back (a stored result,
+    under the checks of :mod:`.codec`), equal to the result it was written from. An analysis'
+    result is made by :func:`.contract.result_of`.
+    """
+
+    KIND: ClassVar[str] = "trace"
+
+    schema: int = SCHEMA_VERSION
+    tool: Tool = field(default_factory=Tool)
+    trace: TraceInfo
+    run: RunInfo | None = None
+    warnings: tuple[TraceWarning, ...] = ()
+    steady_state: SteadyState
+    utilization: Utilization
+    devices: tuple[Device, ...] = ()
+    steps: tuple[Step, ...] = ()
+    idle_gaps: tuple[IdleGap, ...] = ()
+    memcpy: tuple[CopyGroup, ...] = ()
+    #: Share of each copy direction's time (``HtoD``, ``DtoH``) overlapped by compute (None: no such copies).
+    overlap: dict[str, float | None] = field(default_factory=dict, metadata=_SHARE)
+    syncs: tuple[SyncCall, ...] = ()
+    sync_hotspots: tuple[SyncHotspot, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    kernels: tuple[Kernel, ...] = ()
+    host: Host
+    memory: Memory = field(default_factory=Memory)
+    #: The analysis this result was made from (None for a stored result): what the terminal
+    #: summary, the page and the Markdown are drawn from.
+    report: Report | None = field(default=None, compare=False, repr=False, metadata={"local": True})
+    _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False, metadata={"local": True})
+
+    def to_json(self) -> str:
+        """The result as ``analyze --json`` writes it (UTF-8 text, keys in contract order)."""
+        return result_json(self)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Result:
+        """A result from its JSON (:meth:`to_json`, or a file ``analyze --json`` wrote), read as
+        untrusted input: anything else is one :class:`~traceinsight.errors.TraceFormatError`."""
+        return from_text(text, cls)
+
+    @property
+    def name(self) -> str:
+        """The trace file's name."""
+        return self.trace.name
+
+    @property
+    def frames(self) -> dict[str, Any]:
+        """The result's tables as polars DataFrames (see :mod:`.frames`), made on first use."""
+        if "frames" not in self._cache:
+            self._cache["frames"] = result_frames(self)
+        frames: dict[str, Any] = self._cache["frames"]
+        return frames
+
+    @property
+    def charts(self) -> dict[str, Any]:
+        """The page's charts as matplotlib ``Figure`` objects, keyed by name, made on first use
+        (a live result only: a stored one has no timeline to draw)."""
+        if "charts" not in self._cache:
+            self._cache["charts"] = figures_of(self)
+        charts: dict[str, Any] = self._cache["charts"]
+        return charts
+
+    def _repr_html_(self) -> str | None:
+        return html_of(self)
+
+    def replace(self, **changes: Any) -> Result:
+        """A copy with ``changes`` (``dataclasses.replace``; the copy draws its tables afresh)."""
+        return dataclasses.replace(self, _cache={}, **changes)
