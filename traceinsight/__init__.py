@@ -1,10 +1,54 @@
-"""traceinsight: why does the GPU sit idle? Reads torch.profiler traces and names the line to fix."""
+"""traceinsight: why does the GPU sit idle? Reads torch.profiler traces and names the line to fix.
+
+In a notebook or a script::
+
+    import traceinsight
+
+    result = traceinsight.analyze("trace.json.gz")   # what `traceinsight analyze --json` writes
+    result                                            # the scorecard and the finding cards
+    result.frames["idle_gaps"]                        # every idle gap, a polars DataFrame
+    traceinsight.diff("before.json.gz", "after.json.gz")
+
+(:mod:`traceinsight.api`). Importing the package loads none of it (nor polars, nor matplotlib):
+each name is imported when first used. ``traceinsight.step()`` and ``traceinsight.profile_step()``
+mark steps for ``traceinsight run`` (no torch needed; no-ops outside it).
+"""
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+import importlib
+from typing import TYPE_CHECKING, Any
 
-# The step API for loops without torch.optim; no-ops outside `traceinsight run`, no torch needed.
 from traceinsight.capture import profile_step, step
+from traceinsight.version import __version__
 
-__all__ = ["__version__", "profile_step", "step"]
+if TYPE_CHECKING:
+    from traceinsight.api import analyze, diff, load
+    from traceinsight.results import Comparison, Finding, JobResult, Result
+
+__all__ = [
+    "Comparison",
+    "Finding",
+    "JobResult",
+    "Result",
+    "__version__",
+    "analyze",
+    "diff",
+    "load",
+    "profile_step",
+    "step",
+]
+
+#: The API's names, imported on first use (see the module doc).
+_LAZY = {"analyze", "diff", "load", "Comparison", "Finding", "JobResult", "Result"}
+
+if not TYPE_CHECKING:  # the type checker reads the imports above
+
+    def __getattr__(name: str) -> Any:
+        if name not in _LAZY:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        if name == "load":  # the package of that name, callable (see traceinsight.load)
+            return importlib.import_module("traceinsight.load")
+        from traceinsight import api, results
+
+        return getattr(api, name) if name in api.__all__ else getattr(results, name)

@@ -11,6 +11,10 @@ Every path opens the file the same safe way and streams gzip under the same size
 from __future__ import annotations
 
 import importlib
+import os
+import sys
+import types
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
@@ -56,3 +60,20 @@ if not TYPE_CHECKING:  # the type checker reads the imports above
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
         return getattr(importlib.import_module(f"{__name__}.{home}"), name)
 
+
+class _Callable(types.ModuleType):
+    """The package, callable: ``traceinsight.load(trace)`` is :func:`traceinsight.api.load`.
+
+    The public API's ``traceinsight.load`` and this package share a name, and importing the package
+    sets the name to it: so the package itself does what the function does, whichever was first.
+    """
+
+    def __call__(self, trace: str | os.PathLike[str], *, max_bytes: int | None = None) -> Trace:
+        """The trace's typed polars tables (see :func:`traceinsight.api.load`)."""
+        from traceinsight.load.loader import load_trace
+        from traceinsight.load.source import SizeLimit
+
+        return load_trace(Path(trace), limit=SizeLimit(max_bytes))
+
+
+sys.modules[__name__].__class__ = _Callable

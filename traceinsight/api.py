@@ -1,0 +1,132 @@
+"""The public API: traceinsight in a notebook or a script, the same results as every output.
+
+``traceinsight.analyze(trace)`` gives the :class:`~traceinsight.results.trace.Result` that
+``traceinsight analyze --json`` writes (a folder, a list or a pattern: a distributed job's
+:class:`~traceinsight.results.job.JobResult`); ``traceinsight.diff(before, after)`` the
+:class:`~traceinsight.results.comparison.Comparison` of ``traceinsight diff``;
+``traceinsight.load(trace)`` the typed polars tables every analysis reads. Each result has
+``to_json()`` and ``from_json(text)``, its tables as polars DataFrames (``frames``), and shows its
+scorecard and finding cards in a notebook; a trace's result draws the page's charts
+(``charts``). Errors are :class:`~traceinsight.errors.TraceInsightError` with a one-line message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from traceinsight.errors import ConfigError, TraceInsightError
+from traceinsight.job import discover_ranks, is_job
+from traceinsight.job.execute import analyze_job
+from traceinsight.load import SizeLimit, Trace, load_trace
+from traceinsight.load.text import printable
+from traceinsight.process import give_back_freed_memory
+from traceinsight.render import figures, notebook  # noqa: F401 (register what results show in a notebook)
+from traceinsight.results import Comparison, JobResult, Result, compare, report_for, result_of
+from traceinsight.results.job import job_result_of
+from traceinsight.results.stored import read_stored_result
+from traceinsight.thresholds import Thresholds
+
+__all__ = ["analyze", "diff", "load"]
+
+#: What names a trace: a path (or its text).
+TracePath = str | os.PathLike[str]
+
+
+def load(trace: TracePath, *, max_bytes: int | None = None) -> Trace:
+    """The trace's typed polars tables (``trace.gpu``, ``trace.runtime``, ``trace.cpu_ops``, …;
+    times in integer nanoseconds on the trace's clock), as every analysis reads them.
+    ``max_bytes``: refuse a trace holding more JSON than that (``--max-size``)."""
+    return load_trace(Path(trace), limit=SizeLimit(max_bytes))
+
+
+def _thresholds(given: dict[str, Any]) -> Thresholds:
+    """:class:`~traceinsight.thresholds.Thresholds` with ``given`` changed (their names as keywords)."""
+    known = {field.name for field in dataclasses.fields(Thresholds)}
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise ConfigError(
+            f"unknown threshold {', '.join(unknown)}: the thresholds are {', '.join(sorted(known))} "
+            "(see traceinsight.thresholds.Thresholds)"
+        )
+    return Thresholds(**given)
+
+
+def _paths(trace: TracePath | Sequence[TracePath]) -> list[Path]:
+    if isinstance(trace, (str, os.PathLike)):
+        return [Path(trace)]
+    return [Path(item) for item in trace]
+
+
+def analyze(
+    trace: TracePath | Sequence[TracePath],
+    *,
+    user_code: Sequence[str] = (),
+    source_root: TracePath | None = None,
+    **thresholds: Any,
+) -> Result | JobResult:
+    """Analyze a trace as ``traceinsight analyze`` does: its :class:`~traceinsight.results.trace.Result`.
+
+    A folder, a list of traces or a glob pattern is a distributed job, one rank per trace: its
+    :class:`~traceinsight.results.job.JobResult` (the ranks analyzed in a local process pool).
+    ``user_code``: packages whose frames are your own code (``--user-code``). ``source_root``: the
+    folder the finding cards' code excerpts may be read from (only ``.py`` files inside it).
+    ``thresholds``: any field of :class:`~traceinsight.thresholds.Thresholds` by name
+    (``min_gap_us=10``, ``low_utilization=0.5``).
+
+    The result keeps the table of every idle gap, the short ones too (``frames["idle_gaps"]``).
+    """
+    limits = _thresholds(thresholds)
+    paths = _paths(trace)
+    code = tuple(user_code)
+    if is_job(paths):
+        return job_result_of(analyze_job(discover_ranks(paths), thresholds=limits, user_code=code))
+    loaded = load_trace(paths[0])
+    give_back_freed_memory()
+    report = report_for(loaded, limits, code, every_gap=True)
+    root = None if source_root is None else Path(source_root)
+    return result_of(dataclasses.replace(report, source_root=root))
+
+
+def _side(side: Result | TracePath, user_code: tuple[str, ...], thresholds: Thresholds) -> Result:
+    """One side of a diff: a result, a stored result (``analyze --json``), or a trace analyzed."""
+    if isinstance(side, Result):
+        return side
+    path = Path(side)
+    if path.is_dir() or glob.has_magic(str(path)):
+        raise TraceInsightError(
+            f"cannot compare {path}: it is a job (several traces); diff compares one trace's results: "
+            "give a rank's trace or its result"
+        )
+    stored = read_stored_result(path, Result)
+    if stored is not None:
+        return stored
+    loaded = load_trace(path)
+    give_back_freed_memory()
+    return result_of(report_for(loaded, thresholds, user_code))
+
+
+def diff(
+    before: Result | TracePath,
+    after: Result | TracePath,
+    *,
+    top: int = 10,
+    user_code: Sequence[str] = (),
+    **thresholds: Any,
+) -> Comparison:
+    """Compare two runs as ``traceinsight diff`` does: step time, GPU busy and idle by cause, syncs,
+    copies, communication, findings fixed / new / still there, the ``top`` kernels that changed
+    most. Each side is a :class:`~traceinsight.results.trace.Result`, a trace, or a result
+    ``analyze --json`` wrote (read under the checks of a stored result)."""
+    limits = _thresholds(thresholds)
+    code = tuple(user_code)
+    sides = [_side(side, code, limits) for side in (before, after)]
+    names = [
+        side.trace.name if isinstance(side, Result) else printable(Path(side).name)
+        for side in (before, after)
+    ]
+    return compare(sides[0], sides[1], names[0], names[1], top=top)
