@@ -244,3 +244,48 @@ def test_hand_built_loops_split_as_the_plain_python_recomputation(tmp_path: Path
     assert {s.step: (s.start_ns, s.end_ns) for s in result.steps} == windows
     assert {d.device: dict(d.idle_by_cause_ns) for d in result.devices} == expected.devices
     assert {(s.step, s.device): dict(s.idle_by_cause_ns) for s in result.steps} == expected.steps
+
+
+def _first_launch_loop() -> list[dict[str, object]]:
+    """Three steps of three small kernels; in the first, the second kernel's `aten::add_` sits
+    6.54 ms in its `hipLaunchKernel` (mi250_rocm_toy's shape: a kernel's first launch loads its GPU
+    code) while the GPU, done with the first kernel, waits."""
+    from tracebuild import annotation, cpu_op, kernel, runtime
+
+    events: list[dict[str, object]] = []
+    t, correlation = 0.0, 5000
+    for step in range(3):
+        start = t
+        for index in range(3):
+            slow = step == 0 and index == 1
+            call = 6_540.0 if slow else 6.0
+            correlation += 1
+            events.append(cpu_op("aten::add_", t, call + 20))
+            events.append(runtime("hipLaunchKernel", t + 10, call, correlation=correlation))
+            events.append(kernel(t + 10 + call + 5, 7, correlation=correlation, name="void add_kernel<float>()"))
+            t += call + 40
+        events.append(annotation(f"ProfilerStep#{step}", start, t - start))
+    return events
+
+
+def test_a_slow_first_launch_is_the_launch_not_the_operators_work(tmp_path: Path) -> None:
+    """The gap the slow launch leaves is ``host-bound``, named as a slow launch inside `aten::add_`
+    (it was ``cpu_op`` "aten::add_", advised to move the work into the Dataset), in the plain
+    recomputation as in the analysis; its length from the raw events."""
+    from tracebuild import write_trace
+
+    from reference_split import reference_gaps
+
+    events = _first_launch_loop()
+    path = write_trace(tmp_path / "t.json", events)
+    result = analyze(load_trace(path))
+    expected = {(start, end): kind for _, start, end, kind in reference_gaps(path).classified}
+    assert {(g.start_ns, g.end_ns): g.cause_kind for g in result.idle_gaps} == {
+        key: kind for key, kind in expected.items() if key[1] - key[0] >= 50_000
+    }
+    kernels = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["cat"] == "kernel")  # type: ignore[operator]
+    longest = max(b[0] - a[1] for a, b in zip(kernels, kernels[1:]))
+    gap = max(result.idle_gaps, key=lambda g: g.duration_ns)
+    assert gap.duration_ns == round(longest * 1000)
+    assert gap.cause_kind == CauseKind.LAUNCH.value
+    assert gap.cause.startswith("the host sat in hipLaunchKernel inside aten::add_ for most of the gap: a slow launch")
