@@ -99,17 +99,24 @@ def _main_thread(trace: Trace) -> tuple[int | None, int | None]:
 
 
 def _launchers(trace: Trace) -> pl.DataFrame:
-    """For each GPU activity start (device, ts): the thread that launched it and when its call ended."""
+    """For each GPU activity start (device, ts): the thread that launched it, when its call ended,
+    and whether the call replayed a CUDA/HIP graph (``in_graph``)."""
     return (
         trace.gpu.select("device", "ts", "correlation")
         .join(
-            trace.runtime.select("correlation", "pid", "tid", l_ts="ts", l_end="end"),
+            trace.runtime.select("correlation", "pid", "tid", "name", l_ts="ts", l_end="end"),
             on="correlation",
             how="inner",
         )
         .sort("correlation")
         .group_by("device", "ts")
-        .agg(pl.col("pid").first(), pl.col("tid").first(), pl.col("l_ts").min(), pl.col("l_end").min())
+        .agg(
+            pl.col("pid").first(),
+            pl.col("tid").first(),
+            pl.col("l_ts").min(),
+            pl.col("l_end").min(),
+            in_graph=pl.col("name").first().is_in(list(taxonomy.GRAPH_LAUNCH_CALLS)),
+        )
     )
 
 
@@ -546,6 +553,8 @@ def classify_gaps(
                 "the trace): the GPU waited on another stream, an event or a graph"
             )
         )
+        .when(pl.col("queued") & pl.col("in_graph").fill_null(False))
+        .then(pl.lit(QUEUED_IN_GRAPH))
         .when(pl.col("queued"))
         .then(queued_text)
         .when(pl.col("pid").is_null())
@@ -580,6 +589,12 @@ def classify_gaps(
         .cast(GAP_SCHEMA)
     )
 
+
+#: The cause of a ``queued`` gap whose next work a graph replay (``cudaGraphLaunch``) had queued.
+QUEUED_IN_GRAPH: Final = (
+    "the next work was already queued in a CUDA graph replay: a node of the graph waited on a "
+    "dependency (an event from another stream or rank, a host node)"
+)
 
 #: The classified gaps' column of each :class:`IdleGap` field named differently.
 _GAP_COLUMN: Final = {"start_ns": "start", "end_ns": "end"}
