@@ -39,6 +39,10 @@ BLOCKING = {
     "hipDeviceSynchronize", "hipEventSynchronize", "hipMemcpy", "hipMemcpyWithStream",
 }  # fmt: skip
 COPY_CALLS = ("cudaMemcpy", "hipMemcpy", "cuMemcpy")
+LAUNCH_CALLS = {
+    "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+    "hipLaunchKernel", "hipExtLaunchKernel", "hipModuleLaunchKernel", "hipExtModuleLaunchKernel",
+}  # fmt: skip
 CAPTURE_BEGIN = ("cudaStreamBeginCapture", "hipStreamBeginCapture", "cuStreamBeginCapture")
 CAPTURE_END = ("cudaStreamEndCapture", "hipStreamEndCapture", "cuStreamEndCapture")
 COMMUNICATION_OP = re.compile(
@@ -331,6 +335,9 @@ def reference_gaps(path: Path) -> Gaps:
         if any(h.kind == "copy" and covered[id(h)] >= duration * COVERAGE for h in touching):
             return "copy"
         covering = [h for h in touching if h.kind == "op" and covered[id(h)] >= duration * COVERAGE]
+        in_call = [h for h in touching if h.kind == "runtime" and covered[id(h)] >= duration * COVERAGE]
+        if covering and in_call and max(in_call, key=lambda h: covered[id(h)]).name in LAUNCH_CALLS:
+            return "host-bound"  # a slow launch call (a first launch loading its code)
         if covering:
             op = max(covering, key=lambda h: (h.ts, covered[id(h)]))
             if COMMUNICATION_OP.search(op.name):

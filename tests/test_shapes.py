@@ -308,3 +308,25 @@ def test_kineto_2026_rows_and_counters_are_never_busy_time_or_streams(tmp_path: 
     # each step's sync is one host wait, tied to its runtime call
     assert [h.call for h in result.sync_hotspots] == ["cudaStreamSynchronize"]
     assert result.sync_hotspots[0].count == 3
+
+
+def test_a_trace_listing_gpus_without_their_activity_is_not_a_run_without_a_gpu(tmp_path: Path) -> None:
+    """no_distributed_info lists GPUs in deviceProperties but its profiler recorded CPU activity
+    only: the card said ".item() would make the host wait ... (this run had no GPU)" and "no GPU, so
+    it did not wait", neither of which the trace shows. It names the listed GPUs and says the
+    activity was not recorded, on every output."""
+    path = Path(__file__).parent.parent / "sample_traces" / "no_distributed_info.json.gz"
+    document, raw = read_events(path)
+    listed = len(document["deviceProperties"])
+    assert listed > 0
+    assert not [e for e in raw if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    terminal, report, page, markdown = _outputs(path, tmp_path)
+    gpus = f"{listed} GPU{'s' if listed > 1 else ''}"
+    flat = " ".join(terminal.split())
+    assert f"the trace lists {gpus}" in flat
+    assert "had no GPU" not in flat and "no GPU, so it did not wait" not in flat
+    for text in (markdown, page, json.dumps(report)):
+        assert "had no GPU" not in text and "did not wait" not in text
+    assert f"it lists {gpus}" in page
+    titles = [finding["title"] for finding in report["findings"]]
+    assert titles and all("(GPU activity not recorded)" in title for title in titles)

@@ -346,3 +346,30 @@ def test_a_gpu_profiler_step_range_ends_its_step(tmp_path: Path) -> None:
     result = analysis_of(tmp_path, events)
     assert [step.done_ns for step in result.steady.steps] == ends
     assert result.steady.step_ns == 3_000_000
+
+
+# --- one steady step ------------------------------------------------------------------------------
+
+
+def test_findings_resting_on_one_step_are_flagged(tmp_path: Path) -> None:
+    """mi250_rocm_toy's findings came from its first and only steady step (a 6.5 ms first kernel
+    launch in a 9.3 ms step) and nothing said so. Counted from the raw ProfilerStep ranges."""
+    _, raw = read_events(SAMPLES / "mi250_rocm_toy.json.gz")
+    profiler_steps = [
+        e
+        for e in raw
+        if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("cat") == "user_annotation"
+    ]
+    assert len(profiler_steps) == 2  # the second launched nothing (cut short), so one step is left
+    result = report("mi250_rocm_toy.json.gz").analysis
+    warning = next(w for w in result.warnings if w.kind == "one-step")
+    first = min(profiler_steps, key=lambda e: e["ts"])["name"].removeprefix("ProfilerStep#")
+    assert f"step {first}, the first one recorded" in warning.message
+    assert "--wait" in warning.advice
+    # one steady step after a left-out start-up: flagged, but not as the first one recorded
+    later = analysis_of(tmp_path, _steps([20_000, 2_000]))
+    assert [step.steady for step in later.steady.steps] == [False, True]
+    message = next(w.message for w in later.warnings if w.kind == "one-step")
+    assert "step 1)" in message and "first one recorded" not in message
+    # two steady steps: nothing to flag
+    assert "one-step" not in kinds(analysis_of(tmp_path, _steps([2_000, 2_050])))

@@ -32,6 +32,9 @@ this order (gaps of at least ``min_gap_us``):
    call waited for a host-to-device copy (pageable ``.to('cuda')``), the cause is ``copy`` instead;
 3. ``copy`` — the thread was inside a copy call (``cudaMemcpy*``) for ``cause_coverage`` of the gap;
 4. ``communication`` — the innermost covering operator is a collective (``c10d::``, ``record_param_comms``);
+   ``host-bound`` — the thread sat in one kernel launch call (``cudaLaunchKernel``, ``hipLaunchKernel``
+   ...) for ``cause_coverage`` of the gap: a slow launch (a kernel's first launch loads its GPU code,
+   milliseconds where a launch takes microseconds), not the work of the operator around it;
 5. ``cpu_op`` — the innermost operator or annotation covering ``cause_coverage`` of the gap: the host
    was doing its own work in it (CPU compute, data preparation, a first call's initialisation). When
    that operator itself launched the work that ends a gap shorter than ``dispatch_max_us``, the gap
@@ -96,17 +99,24 @@ def _main_thread(trace: Trace) -> tuple[int | None, int | None]:
 
 
 def _launchers(trace: Trace) -> pl.DataFrame:
-    """For each GPU activity start (device, ts): the thread that launched it and when its call ended."""
+    """For each GPU activity start (device, ts): the thread that launched it, when its call ended,
+    and whether the call replayed a CUDA/HIP graph (``in_graph``)."""
     return (
         trace.gpu.select("device", "ts", "correlation")
         .join(
-            trace.runtime.select("correlation", "pid", "tid", l_ts="ts", l_end="end"),
+            trace.runtime.select("correlation", "pid", "tid", "name", l_ts="ts", l_end="end"),
             on="correlation",
             how="inner",
         )
         .sort("correlation")
         .group_by("device", "ts")
-        .agg(pl.col("pid").first(), pl.col("tid").first(), pl.col("l_ts").min(), pl.col("l_end").min())
+        .agg(
+            pl.col("pid").first(),
+            pl.col("tid").first(),
+            pl.col("l_ts").min(),
+            pl.col("l_end").min(),
+            in_graph=pl.col("name").first().is_in(list(taxonomy.GRAPH_LAUNCH_CALLS)),
+        )
     )
 
 
@@ -236,7 +246,8 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         touching.filter((pl.col("kind") == "runtime") & covers)
         .sort("covered", descending=True)
         .group_by("gap")
-        .agg(runtime_call=pl.col("name").first())
+        .agg(runtime_call=pl.col("name").first(), runtime_ns=pl.col("covered").first())
+        .with_columns(slow_launch=pl.col("runtime_call").is_in(list(taxonomy.KERNEL_LAUNCH_CALLS)))
     )
     in_copy = (
         touching.filter((pl.col("kind") == "copy") & covers)
@@ -293,6 +304,10 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         .then(pl.lit(CauseKind.COPY.value))
         .when(pl.col("op_name").str.contains(taxonomy.COMMUNICATION_OP_PATTERN).fill_null(False))
         .then(pl.lit(CauseKind.COMMUNICATION.value))
+        # A launch call the host sat in for most of the gap, inside the operator launching the work:
+        # the launch was slow (a kernel's first launch loads its GPU code), not the operator's work.
+        .when(pl.col("slow_launch").fill_null(False))
+        .then(pl.lit(CauseKind.LAUNCH.value))
         .when(pl.col("op_name").is_not_null() & ~dispatching)
         .then(pl.lit(CauseKind.HOST_OP.value))
         .when(pl.col("activity").is_null())
@@ -361,6 +376,15 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
             .then(pl.col("copy_call"))
             .when(pl.col("cause_kind").is_in([CauseKind.COMMUNICATION.value, CauseKind.HOST_OP.value]))
             .then(pl.col("op_name"))
+            .when(pl.col("slow_launch").fill_null(False) & pl.col("op_name").is_not_null())
+            .then(
+                pl.format(
+                    "the host sat in {} inside {} for most of the gap: a slow launch (a kernel's first "
+                    "launch loads its GPU code: start-up, not the loop's pace)",
+                    "runtime_call",
+                    "op_name",
+                )
+            )
             .when(pl.col("op_name").is_not_null())
             .then(pl.format("dispatching {}: the host took this long to launch its next kernel", "op_name"))
             .when(pl.col("runtime_call").is_not_null())
@@ -529,6 +553,8 @@ def classify_gaps(
                 "the trace): the GPU waited on another stream, an event or a graph"
             )
         )
+        .when(pl.col("queued") & pl.col("in_graph").fill_null(False))
+        .then(pl.lit(QUEUED_IN_GRAPH))
         .when(pl.col("queued"))
         .then(queued_text)
         .when(pl.col("pid").is_null())
@@ -563,6 +589,12 @@ def classify_gaps(
         .cast(GAP_SCHEMA)
     )
 
+
+#: The cause of a ``queued`` gap whose next work a graph replay (``cudaGraphLaunch``) had queued.
+QUEUED_IN_GRAPH: Final = (
+    "the next work was already queued in a CUDA graph replay: a node of the graph waited on a "
+    "dependency (an event from another stream or rank, a host node)"
+)
 
 #: The classified gaps' column of each :class:`IdleGap` field named differently.
 _GAP_COLUMN: Final = {"start_ns": "start", "end_ns": "end"}

@@ -58,6 +58,7 @@ def _step_warnings(steady: SteadyState) -> list[TraceWarning]:
             )
         )
         return warnings
+    warnings.extend(_one_step_warning(steady))
     skipped = [step for step in steady.steps if not step.steady]
     startup = [step for step in skipped if step.reason and step.reason.startswith("start-up")]
     outliers = [step for step in skipped if step.reason and step.reason.startswith("outlier")]
@@ -219,6 +220,30 @@ def _load_warnings(trace: Trace) -> list[TraceWarning]:
             )
         )
     return warnings
+
+
+def _one_step_warning(steady: SteadyState) -> list[TraceWarning]:
+    """The findings rest on a single steady step: nothing shows whether what it finds repeats, and
+    when it is the first step recorded it also carries a first pass's costs (mi250_rocm_toy: a 6.5 ms
+    first kernel launch in a 9.3 ms step)."""
+    if len(steady.steady_steps) != 1:
+        return []
+    only = steady.steady_steps[0]
+    first = bool(steady.steps) and steady.steps[0].step == only.step
+    return [
+        TraceWarning(
+            "one-step",
+            f"Everything below rests on one step (step {only.step}"
+            + (
+                ", the first one recorded): one step cannot tell the loop's pace from a first pass's "
+                "costs (loading kernels, allocating memory, autotuning), nor show that what it finds "
+                "repeats."
+                if first
+                else "): nothing shows that what it finds repeats in other steps."
+            ),
+            _WAIT_ADVICE,
+        )
+    ]
 
 
 def _repeats_every_step(steps: tuple[Step, ...]) -> bool:

@@ -65,6 +65,15 @@ class TraceMeta:
         trace's categories (:func:`.taxonomy.foreign_accelerator`); None for CUDA/ROCm or CPU."""
         return taxonomy.foreign_accelerator(self.categories)
 
+    @property
+    def gpus_unprofiled(self) -> str | None:
+        """For a trace without GPU activity: the GPUs ``deviceProperties`` lists, in words ("1 GPU",
+        "8 GPUs"), when it lists any: the run had GPUs and the profiler was not asked to record their
+        activity (``ProfilerActivity.CUDA`` left out). None when it lists none or is absent."""
+        if not self.gpus_listed:
+            return None
+        return f"{self.gpus_listed} GPU{'s' if self.gpus_listed > 1 else ''}"
+
 
 @dataclass(frozen=True, slots=True)
 class Trace:

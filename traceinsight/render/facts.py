@@ -87,6 +87,9 @@ def _no_gpus(meta: TraceMeta) -> str:
     foreign = meta.foreign_accelerator
     if foreign is not None:
         return f"none: the accelerator is {foreign.name}, which traceinsight cannot read ({foreign.events})"
+    listed = meta.gpus_unprofiled
+    if listed is not None:
+        return f"none recorded ({listed} listed; the profiler recorded only CPU activity)"
     return "none (no GPU activity in this trace)"
 
 

@@ -392,6 +392,7 @@ class HtmlRenderer:
             "analysis": analysis,
             "has_gpu": analysis.has_gpu,
             "foreign_accelerator": analysis.meta.foreign_accelerator,
+            "gpus_unprofiled": analysis.meta.gpus_unprofiled,
             "origin_ns": analysis.meta.origin_ns,
             "scores": scores,
             "overview": overview,

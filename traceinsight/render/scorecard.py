@@ -34,6 +34,13 @@ def no_gpu_statement(report: Report) -> str:
             "This run had no GPU: the profiler saw no CUDA device, so only host (CPU) activity was "
             "recorded. The host-side view is below."
         )
+    listed = report.analysis.meta.gpus_unprofiled
+    if listed is not None:
+        return (
+            f"GPU activity was not recorded: the trace lists {listed}, but the profiler recorded only "
+            "host (CPU) activity. Profile with ProfilerActivity.CUDA to measure the GPU; the "
+            "host-side view is below."
+        )
     return "No kernels, copies or memsets in this trace: the host-side view is below."
 
 
@@ -100,8 +107,13 @@ def scorecard(report: Report) -> tuple[Score, ...]:
             Score(
                 "Host syncs / step",
                 f"{latent / steady_steps:.3g} on a GPU",
-                "None on this run (no GPU), but these operators would make the host wait on one: "
-                "see the findings.",
+                (
+                    "Not measured (GPU activity was not recorded), but these operators make the host "
+                    "wait on a GPU: see the findings."
+                    if analysis.meta.gpus_unprofiled
+                    else "None on this run (no GPU), but these operators would make the host wait on "
+                    "one: see the findings."
+                ),
                 "warn",
             )
         )

@@ -165,6 +165,18 @@ DEPENDENCY: Final = Advice(
     "    a = prepare(x)\n    ready.record()\n    b = other(x)\n"
     "torch.cuda.current_stream().wait_event(ready)  # waits for `prepare` only\nout = model(a)",
 )
+DEPENDENCY_IN_GRAPH: Final = Advice(
+    summary="The GPU had its next work queued but waited inside CUDA graph replays: a node of the graph "
+    "waited on something outside it, an event recorded on another stream or by communication with "
+    "other ranks (an all-to-all, a send/recv), or a host node. The trace does not show a graph's "
+    "insides: profile one step with the graph off (eagerly) to see which wait it is, then start what "
+    "the graph waits for earlier, or overlap it with the graph's own work.",
+    before="graph.replay()  # its nodes wait for the exchange on another stream before they run",
+    after="# profile once without the graph to see the order of waits:\n"
+    "with torch.profiler.profile(activities=[...]) as prof:\n    step_eager(batch)\n"
+    "# then issue the exchange earlier (for the next batch) so the graph finds it done\n"
+    "start_exchange(next_batch)\ngraph.replay()",
+)
 UNTRACED: Final = Advice(
     summary="The launching thread recorded nothing during these gaps: record Python stacks to see "
     "what it was doing (Python code outside any operator, a lock, waiting on another thread).",

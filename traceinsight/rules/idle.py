@@ -20,6 +20,7 @@ from collections.abc import Iterator
 
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.causes import CAUSE_LABELS, CauseKind
+from traceinsight.analysis.idle_gaps import QUEUED_IN_GRAPH
 from traceinsight.analysis.replay import Fix
 from traceinsight.analysis.results import IdleGap
 from traceinsight.formatting import format_duration
@@ -221,6 +222,13 @@ def dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
         )
 
 
+def _mostly_in_graphs(analysis: Analysis, device: int) -> bool:
+    """Whether most of the device's steady ``queued`` idle waited inside CUDA graph replays."""
+    gaps = _steady_gaps(analysis, device, CauseKind.QUEUED)
+    in_graphs = sum(gap.duration_ns for gap in gaps if gap.cause == QUEUED_IN_GRAPH)
+    return in_graphs * 2 > sum(gap.duration_ns for gap in gaps)
+
+
 def _host_work_advice(analysis: Analysis, ops: list[tuple[str, int]]) -> Advice:
     """Advice for the host's own work in ``ops`` (largest first): DDP's buffer broadcast when the
     host flattens tensors for it (DataParallel: move to DDP), DDP's forward work when the host is
@@ -361,6 +369,8 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
         evidence += [(f"idle: {CAUSE_LABELS[kind]}", usage_amount(usage, ns)) for kind, ns in usage.idle]
         longest = None
         fix_advice = _ADVICE.get(top_kind, advice.HOST_PAUSES)
+        if top_kind is CauseKind.QUEUED and _mostly_in_graphs(analysis, device.device):
+            fix_advice = advice.DEPENDENCY_IN_GRAPH
         if top_kind is CauseKind.COMMUNICATION:
             fix_advice = communication_advice(analysis, device.device)
         if top_kind is CauseKind.HOST_OP:

@@ -213,6 +213,7 @@ def _latent_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
             what, _, fix_advice = advice.DESIGNED_SYNC[latent.framework_call]
         often = how_often(analysis, latent.steady_count)
         at = place(latent)
+        listed = analysis.meta.gpus_unprofiled
         title = " ".join(
             part
             for part in (
@@ -233,7 +234,10 @@ def _latent_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
             ),
             (
                 "on this run",
-                "no GPU, so it did not wait; on a GPU it reads a GPU value and waits for the queue",
+                f"GPU activity was not recorded ({listed} listed), so whether it waited cannot be seen; "
+                "on a GPU it reads a GPU value and waits for the queue"
+                if listed
+                else "no GPU, so it did not wait; on a GPU it reads a GPU value and waits for the queue",
             ),
         ]
         if latent.module:
@@ -244,12 +248,17 @@ def _latent_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
             analysis,
             rule_id,
             saving_from_total(analysis, 0),
-            title=title + " (this run had no GPU)",
+            title=title + (" (GPU activity not recorded)" if listed else " (this run had no GPU)"),
             evidence=evidence,
             advice=fix_advice,
             why=f"{latent.op} needs the tensor's value on the host. On a GPU the host then waits for "
             "every queued kernel before it can go on, and the GPU idles while the host catches up.",
-            note="cannot be measured without a GPU: profile it on one to see the saving",
+            note=(
+                "cannot be measured without GPU activity: profile with ProfilerActivity.CUDA to see "
+                "the saving"
+                if listed
+                else "cannot be measured without a GPU: profile it on one to see the saving"
+            ),
             located=latent,
             framework_call=latent.framework_call,
             op=latent.op,
