@@ -31,7 +31,7 @@ from traceinsight.analysis.results import (
     SyncCall,
     SyncHotspot,
 )
-from traceinsight.analysis.shared import Shared, shared
+from traceinsight.analysis.shared import Shared, shared_tables
 from traceinsight.analysis.steady import SteadyState, iteration_count, steady_state
 from traceinsight.analysis.timeline import Timeline, timeline
 from traceinsight.analysis.usage import Usage
@@ -279,7 +279,7 @@ def _steady_only(
 
 def _analyze(trace: Trace, limits: Thresholds, user_code: Collection[str], beside: _Beside) -> Analysis:
     host_later = beside.start(host.host_summary, trace)
-    common = shared(trace)
+    common = shared_tables(trace)
     busy = gpu_time.busy_intervals(trace)
     kernels = gpu_time.kernel_intervals(trace)
     compute = gpu_time.compute_intervals(trace, common.gpu)

@@ -2,7 +2,7 @@
 classes of its kernel names.
 
 Each analysis that needs one of these takes it as an optional argument and computes it itself
-when called alone, so every analysis stays a pure function of the trace; :func:`shared` makes them
+when called alone, so every analysis stays a pure function of the trace; :func:`shared_tables` makes them
 once for :func:`traceinsight.analysis.analyze`. On a 0.5 GB DDP trace the launching calls were
 found five times over (a join of the 0.5 M runtime calls with the GPU's ids, then a unique per id:
 about 80 ms of CPU each), and each of four analyses ran the kernel-name patterns over every kernel
@@ -18,7 +18,7 @@ import polars as pl
 
 from traceinsight.load import Trace, taxonomy
 
-__all__ = ["Shared", "gpu_classes", "launch_calls", "shared"]
+__all__ = ["Shared", "gpu_classes", "launch_calls", "shared_tables"]
 
 #: Below this many GPU rows the name patterns run on each row (one polars operation); above it on
 #: each distinct name, then mapped to the rows (kernel names repeat: hundreds of distinct names
@@ -82,6 +82,6 @@ def gpu_classes(trace: Trace) -> pl.DataFrame:
     )
 
 
-def shared(trace: Trace) -> Shared:
+def shared_tables(trace: Trace) -> Shared:
     """Everything in :class:`Shared`, for one trace."""
     return Shared(launch_calls=launch_calls(trace), gpu=gpu_classes(trace))
