@@ -2,9 +2,9 @@
 
 What an analysis makes lives in polars (outside the collector) or is freed by reference counting.
 On a 0.5 GB trace the collector ran 300-500 times in the main process, 0.11-0.18 s of its main
-thread, and found about 1,000 objects in the matplotlib import, 800 in the command's other
-imports, 9 in the analysis and 500-10,000 in the page's charts: the same on a 0.25 GB and a 1 GB
-trace, so what it would free does not grow with the trace. The command pauses it while its
+thread, and found about 1,000 objects in the plotting library's import (charts are now written as
+SVG without one), 800 in the command's other imports and 9 in the analysis: the same on a 0.25 GB
+and a 1 GB trace, so what it would free does not grow with the trace. The command pauses it while its
 libraries load and while `analyze` reads one trace (a job's ranks keep it); `run` leaves the
 user's script the collector as it was.
 """

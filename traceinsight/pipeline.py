@@ -96,12 +96,9 @@ def _prepare_html() -> None:
     """Import the HTML renderer and compile its templates; whatever fails here fails again, with
     its one-line error, when the page is rendered.
 
-    matplotlib and jinja2 take ~0.5 s of CPU to import, and the templates ~50 ms to compile. The
-    command does both in a thread that starts once the trace is loaded: the load keeps both cores
-    busy (two scanning threads and the main one), the analysis about 1.4 of them, so the import
-    finds a free core there and during the load took it from the load. 5 paired runs per shape at
-    0.5 GB: load 0.60-0.71x, analysis 1.21-1.26x, whole process 0.95-0.98x; maximum RSS the same
-    to +14 MB (the import's transient memory now meets the analysis's peak)."""
+    jinja2 and the renderer's modules take ~0.1 s of CPU to import, and the templates ~50 ms to
+    compile. The command does both in a thread that starts once the trace is loaded (the load
+    keeps both cores busy), beside the analysis, which leaves a core free part of the time."""
     with contextlib.suppress(Exception):  # reported by the render itself
         importlib.import_module("traceinsight.render.html").prepare()
 

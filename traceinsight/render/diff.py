@@ -141,12 +141,8 @@ class ComparisonHtmlRenderer:
         step = comparison.metric("step_time")
         longest = max(value for value in (step.before, step.after, 1.0) if value)
         per_unit, unit = (1e6, "ms") if longest * 1000 >= 1e6 else (1e3, "µs")
-        figure = charts.before_after_figure(_bars(comparison), per_unit, f"{unit} {comparison.basis}")
-        chart = (
-            None
-            if figure is None
-            else Markup(charts.to_svg(figure, "before-after", "Step time before and after"))
-        )
+        canvas = charts.before_after_chart(_bars(comparison), per_unit, f"{unit} {comparison.basis}")
+        chart = None if canvas is None else Markup(canvas.svg("before-after", "Step time before and after"))
         return (
             _environment()
             .get_template("diff.html")
