@@ -597,3 +597,40 @@ def test_a_named_rule_trips_on_a_minor_finding_and_fail_on_does_not(tmp_path: Pa
     assert all("a minor pageable-memcpy finding" in line for line in gate_lines(stderr))
     code, _, stderr = invoke("analyze", str(GP100), "--no-html", "--fail-on", "low")
     assert not any("pageable-memcpy" in line for line in gate_lines(stderr))
+
+
+def _raw_kernel_counts(path: Path) -> dict[tuple[int, str], int]:
+    _, events = read_events(path)
+    counts: dict[tuple[int, str], int] = {}
+    for event in events:
+        if str(event.get("cat", "")).lower() == "kernel" and event.get("ph") == "X":  # "Kernel" in 2021
+            key = (int(event.get("args", {}).get("device", event["pid"])), event["name"])
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def test_diff_kernel_launches_are_per_step_like_the_times_beside_them(tmp_path: Path) -> None:
+    out = tmp_path / "d.json"
+    code, _, stderr = invoke("diff", str(WORKERS0), str(WORKERS4), "--no-html", "--json", str(out))
+    assert code == 0, stderr
+    document = json.loads(out.read_text())
+    assert document["basis"] == "per step" and document["kernels"]
+    steps = {
+        side: result_of(path, tmp_path)["steady_state"]["steady_steps"]
+        for side, path in (("before", WORKERS0), ("after", WORKERS4))
+    }
+    counts = {"before": _raw_kernel_counts(WORKERS0), "after": _raw_kernel_counts(WORKERS4)}
+    for kernel in document["kernels"]:
+        for side in ("before", "after"):
+            raw = counts[side].get((kernel["device"], kernel["name"]), 0)
+            assert kernel[f"{side}_count"] == raw
+            assert kernel[f"{side}_launches"] == pytest.approx(raw / steps[side], abs=0.001)
+    markdown = tmp_path / "d.md"
+    invoke("diff", str(WORKERS0), str(WORKERS4), "--no-html", "--markdown", str(markdown))
+    first = document["kernels"][0]
+    per_step = f"{first['before_launches']:g} → {first['after_launches']:g}"
+    totals = f"{first['before_count']} → {first['after_count']}"
+    assert totals != per_step
+    assert "### Kernels that changed most (per step)" in markdown.read_text()
+    row = next(line for line in markdown.read_text().splitlines() if line.startswith("| 0 |"))
+    assert totals not in row

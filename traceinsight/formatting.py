@@ -31,6 +31,13 @@ def format_share(value: float | None) -> str:
     return f"{value:.0%}"
 
 
+def format_count(value: float) -> str:
+    """A count that may be an average (launches per step): ``26``, ``4.3``, ``0.17``."""
+    if value == int(value):
+        return f"{int(value):,}"
+    return f"{value:,.1f}" if value >= 1 else f"{value:.2g}"
+
+
 def short_kernel_name(name: str, limit: int = 100) -> str:
     """A kernel name without ``void`` and its parameter list, shortened to ``limit`` characters.
 

@@ -38,6 +38,7 @@ from traceinsight.analysis.timeline import Timeline
 from traceinsight.cores import second_core
 from traceinsight.errors import TraceInsightError
 from traceinsight.formatting import (
+    format_count,
     format_duration,
     format_share,
     format_size,
@@ -127,6 +128,7 @@ def _environment() -> jinja2.Environment:
         size=format_size,
         pct=format_share,
         count=lambda value: f"{value:,}",
+        launches=format_count,
         kernel_short=short_kernel_name,
     )
     return environment
