@@ -761,3 +761,34 @@ def test_job_savings_are_per_step_the_median_ranks_and_the_sum_labelled(tmp_path
         assert finding["savings_per_step_all_ranks_us"] == pytest.approx(sum(values), abs=0.02)
     terminal = runner.invoke(app, ["analyze", str(TWO_RANKS), "--no-html"]).stdout
     assert "(all ranks)" not in terminal and "per step (median rank;" in terminal
+
+
+# --- the gate on a job (issue 33) -------------------------------------------------------------
+
+
+def test_a_job_breaks_a_budget_when_any_rank_does_and_the_line_names_it(tmp_path: Path) -> None:
+    idle = {}
+    for rank in (0, 1):
+        own = _json(tmp_path, str(TWO_RANKS / f"rank-{rank}.json.gz"), name=f"own{rank}.json")
+        idle[rank] = own["utilization"]["idle_share"] * 100
+    assert idle[0] != idle[1]
+    worse = max(idle, key=lambda rank: idle[rank])
+    between = (idle[0] + idle[1]) / 2
+    result = runner.invoke(app, ["analyze", str(TWO_RANKS), "--no-html", "--max-idle", f"{between:.4f}"])
+    gate = [line for line in result.stderr.splitlines() if line.startswith("traceinsight: gate: ")]
+    assert result.exit_code == 1 and len(gate) == 1, result.output
+    assert gate[0].startswith(f"traceinsight: gate: rank {worse}: ") and "over --max-idle" in gate[0]
+    above = max(idle.values()) + 1
+    result = runner.invoke(app, ["analyze", str(TWO_RANKS), "--no-html", "--max-idle", f"{above:.4f}"])
+    assert result.exit_code == 0, result.output
+
+
+def test_a_job_gate_on_a_rule_counts_every_rank(tmp_path: Path) -> None:
+    # both ranks copy from pageable memory ("Memcpy HtoD (Pageable -> Device)" in the raw events)
+    for rank in (0, 1):
+        _, events = read_events(TWO_RANKS / f"rank-{rank}.json.gz")
+        assert any("Pageable -> Device" in str(e.get("name")) for e in events)
+    result = runner.invoke(app, ["analyze", str(TWO_RANKS), "--no-html", "--fail-on-rule", "pageable-memcpy"])
+    gate = [line for line in result.stderr.splitlines() if line.startswith("traceinsight: gate: ")]
+    assert result.exit_code == 1
+    assert sorted(line.split(":")[2].strip() for line in gate) == ["rank 0", "rank 1"]

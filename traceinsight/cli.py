@@ -350,10 +350,12 @@ def analyze(
                              min_gap_us=min_gap_us, low_utilization=low_utilization, fail_on=fail_on,
                              fail_on_rules=fail_on_rule, max_idle=max_idle, max_syncs_per_step=max_syncs_per_step,
                              force=force)  # fmt: skip
-            _analyze_job(traces, shared, output=output, json_out=json_out, markdown=markdown, no_html=no_html,
-                         top=top, source_root=source_root, force=force, per_rank=per_rank, dask=dask,
-                         workers=workers, follow_symlinks=follow_symlinks)  # fmt: skip
+            broken_ranks = _analyze_job(traces, shared, output=output, json_out=json_out, markdown=markdown,
+                                        no_html=no_html, top=top, source_root=source_root, force=force,
+                                        per_rank=per_rank, dask=dask, workers=workers,
+                                        follow_symlinks=follow_symlinks)  # fmt: skip
             _analysis_done = True
+        _gate(broken_ranks)
         return
     trace = traces[0]
     with _errors(trace), collector_paused():
@@ -389,13 +391,12 @@ def analyze(
 def _analyze_job(traces: list[Path], shared: _Shared, *, output: Path | None, json_out: str | None,
                  markdown: str | None, no_html: bool, top: int, source_root: Path | None, force: bool,
                  per_rank: Path | None, dask: str | None, workers: int | None,
-                 follow_symlinks: bool) -> None:  # fmt: skip
-    """`analyze` on a distributed job (see :func:`traceinsight.pipeline.analyze_job_and_write`)."""
+                 follow_symlinks: bool) -> list[str]:  # fmt: skip
+    """`analyze` on a distributed job (see :func:`traceinsight.pipeline.analyze_job_and_write`);
+    the gate's lines, one per rank and broken budget."""
     from traceinsight.pipeline import analyze_job_and_write
 
-    if not shared.budgets.empty:
-        raise ConfigError("the gate options take one trace; gate each rank's trace on its own")
-    analyze_job_and_write(
+    job = analyze_job_and_write(
         traces,
         html=output,
         json_out=json_out,
@@ -412,6 +413,11 @@ def _analyze_job(traces: list[Path], shared: _Shared, *, output: Path | None, js
         top=max(top, 10),
         follow_symlinks=follow_symlinks,
     )
+    if shared.budgets.empty:
+        return []
+    from traceinsight.job_gate import broken_job
+
+    return broken_job(job, shared.budgets)
 
 
 @app.command(epilog=_EXIT_CODES)
