@@ -187,6 +187,7 @@ def _shared(
     """Read the project table and check the options both commands take (the command line wins)."""
     from traceinsight.gate import Budgets, budgets_from_table
     from traceinsight.load import SizeLimit
+    from traceinsight.rules.ids import check_budget, check_rule_ids
 
     config = read_config()
     if fail_on is not None and fail_on not in SEVERITIES:
@@ -195,10 +196,10 @@ def _shared(
         raise ConfigError("--json - and --markdown - both ask for stdout; write one of them to a file")
     given = Budgets(
         fail_on=fail_on,
-        fail_on_rules=tuple(fail_on_rules or ()),
-        max_idle=max_idle,
-        max_syncs_per_step=max_syncs_per_step,
-        max_regression=max_regression,
+        fail_on_rules=check_rule_ids(fail_on_rules or (), "--fail-on-rule"),
+        max_idle=check_budget(max_idle, "--max-idle"),
+        max_syncs_per_step=check_budget(max_syncs_per_step, "--max-syncs-per-step"),
+        max_regression=check_budget(max_regression, "--max-regression"),
     )
     return _Shared(
         config=config,
@@ -349,10 +350,12 @@ def analyze(
                              min_gap_us=min_gap_us, low_utilization=low_utilization, fail_on=fail_on,
                              fail_on_rules=fail_on_rule, max_idle=max_idle, max_syncs_per_step=max_syncs_per_step,
                              force=force)  # fmt: skip
-            _analyze_job(traces, shared, output=output, json_out=json_out, markdown=markdown, no_html=no_html,
-                         top=top, source_root=source_root, force=force, per_rank=per_rank, dask=dask,
-                         workers=workers, follow_symlinks=follow_symlinks)  # fmt: skip
+            broken_ranks = _analyze_job(traces, shared, output=output, json_out=json_out, markdown=markdown,
+                                        no_html=no_html, top=top, source_root=source_root, force=force,
+                                        per_rank=per_rank, dask=dask, workers=workers,
+                                        follow_symlinks=follow_symlinks)  # fmt: skip
             _analysis_done = True
+        _gate(broken_ranks)
         return
     trace = traces[0]
     with _errors(trace), collector_paused():
@@ -388,13 +391,12 @@ def analyze(
 def _analyze_job(traces: list[Path], shared: _Shared, *, output: Path | None, json_out: str | None,
                  markdown: str | None, no_html: bool, top: int, source_root: Path | None, force: bool,
                  per_rank: Path | None, dask: str | None, workers: int | None,
-                 follow_symlinks: bool) -> None:  # fmt: skip
-    """`analyze` on a distributed job (see :func:`traceinsight.pipeline.analyze_job_and_write`)."""
+                 follow_symlinks: bool) -> list[str]:  # fmt: skip
+    """`analyze` on a distributed job (see :func:`traceinsight.pipeline.analyze_job_and_write`);
+    the gate's lines, one per rank and broken budget."""
     from traceinsight.pipeline import analyze_job_and_write
 
-    if not shared.budgets.empty:
-        raise ConfigError("the gate options take one trace; gate each rank's trace on its own")
-    analyze_job_and_write(
+    job = analyze_job_and_write(
         traces,
         html=output,
         json_out=json_out,
@@ -411,6 +413,11 @@ def _analyze_job(traces: list[Path], shared: _Shared, *, output: Path | None, js
         top=max(top, 10),
         follow_symlinks=follow_symlinks,
     )
+    if shared.budgets.empty:
+        return []
+    from traceinsight.job_gate import broken_job
+
+    return broken_job(job, shared.budgets)
 
 
 @app.command(epilog=_EXIT_CODES)

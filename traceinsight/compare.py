@@ -123,6 +123,10 @@ class KernelChange:
     after_total_us: float
     before_count: int
     after_count: int
+    #: Launches on the comparison's basis (per steady step when both sides have steps, like the
+    #: times beside them); the counts above are the totals.
+    before_launches: float = 0.0
+    after_launches: float = 0.0
 
     @property
     def change_us(self) -> float:
@@ -378,6 +382,8 @@ def compare(
             after_total_us=_per(after, float(now[key]["total_us"]), basis) if key in now else 0.0,
             before_count=int(was[key]["count"]) if key in was else 0,
             after_count=int(now[key]["count"]) if key in now else 0,
+            before_launches=_per(before, float(was[key]["count"]), basis) if key in was else 0.0,
+            after_launches=_per(after, float(now[key]["count"]), basis) if key in now else 0.0,
         )
         for key in dict.fromkeys([*was, *now])
     ]
@@ -438,6 +444,8 @@ def comparison_dict(comparison: Comparison) -> Document:
                 "after_total_us": change.after_total_us,
                 "before_count": change.before_count,
                 "after_count": change.after_count,
+                "before_launches": round(change.before_launches, 3),
+                "after_launches": round(change.after_launches, 3),
             }
             for change in comparison.kernels
         ],

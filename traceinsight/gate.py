@@ -15,6 +15,7 @@ from typing import Any
 from traceinsight.compare import Comparison, syncs_per_step
 from traceinsight.errors import ConfigError
 from traceinsight.rules.findings import SEVERITIES
+from traceinsight.rules.ids import check_budget, check_rule_ids
 
 __all__ = ["EXIT_BROKEN", "Budgets", "broken", "broken_diff", "budgets_from_table"]
 
@@ -28,7 +29,7 @@ class Budgets:
 
     #: Fail on any finding (not minor) of this severity or worse: ``high``, ``medium`` or ``low``.
     fail_on: str | None = None
-    #: Fail on any finding (not minor) of these rules.
+    #: Fail on any finding of these rules, minor ones included.
     fail_on_rules: tuple[str, ...] = ()
     #: Most GPU idle allowed, in percent of the step time (of the time analyzed without steps).
     max_idle: float | None = None
@@ -69,9 +70,9 @@ def budgets_from_table(table: dict[str, Any] | None, where: str) -> Budgets:
         value = table.get(key)
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: {key} in [tool.traceinsight] must be a number ≥ 0, not {value!r}")
-        return float(value)
+        return check_budget(float(value), f"{where}: {key} in [tool.traceinsight]")
 
     rules = table.get("fail-on-rule", [])
     if isinstance(rules, str):
@@ -83,7 +84,7 @@ def budgets_from_table(table: dict[str, Any] | None, where: str) -> Budgets:
     fail_on = table.get("fail-on")
     return Budgets(
         fail_on=_check_severity(fail_on, where) if fail_on is not None else None,
-        fail_on_rules=tuple(rules),
+        fail_on_rules=check_rule_ids(rules, f"{where}: fail-on-rule in [tool.traceinsight]"),
         max_idle=number("max-idle"),
         max_syncs_per_step=number("max-syncs-per-step"),
         max_regression=number("max-regression"),
@@ -93,7 +94,8 @@ def budgets_from_table(table: dict[str, Any] | None, where: str) -> Budgets:
 def broken(document: dict[str, Any], budgets: Budgets) -> list[str]:
     """One line per budget the result breaks (empty: the gate passes)."""
     lines: list[str] = []
-    findings = [finding for finding in document.get("findings", []) if not finding.get("minor")]
+    every = list(document.get("findings", []))
+    findings = [finding for finding in every if not finding.get("minor")]
     if budgets.fail_on is not None:
         worst = SEVERITIES.index(budgets.fail_on)
         for finding in findings:
@@ -101,10 +103,11 @@ def broken(document: dict[str, Any], budgets: Budgets) -> list[str]:
                 lines.append(
                     f"a {finding['severity']} finding ({finding['rule']}, --fail-on {budgets.fail_on}): {finding['title']}"
                 )
-    for rule in budgets.fail_on_rules:
-        for finding in findings:
+    for rule in budgets.fail_on_rules:  # a rule named asks for none of it: minor findings count
+        for finding in every:
             if finding["rule"] == rule:
-                lines.append(f"a {rule} finding (--fail-on-rule {rule}): {finding['title']}")
+                minor = "minor " if finding.get("minor") else ""
+                lines.append(f"a {minor}{rule} finding (--fail-on-rule {rule}): {finding['title']}")
     utilization = document.get("utilization", {})
     idle = utilization.get("idle_share")
     if budgets.max_idle is not None and idle is not None and idle * 100 > budgets.max_idle:

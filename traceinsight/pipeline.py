@@ -356,11 +356,13 @@ def analyze_job_and_write(
     """
     from traceinsight.job import RankTask, combine, discover_ranks
     from traceinsight.job.execute import rank_progress, run_dask, run_local
+    from traceinsight.job.triage import triage
     from traceinsight.render.job_json import JobJsonRenderer
     from traceinsight.render.job_text import print_job_summary, render_job_markdown
 
     discovery = discover_ranks(arguments, follow_symlinks=follow_symlinks)
-    files, notes = discovery.files, discovery.notes
+    sorted_out = triage(discovery.files)  # what is not a trace is skipped, before any rank is analyzed
+    files, notes = sorted_out.files, (*discovery.notes, *sorted_out.notes)
     inputs = [file.path for file in files]
     html_path = (html if html is not None else default_job_report_path(arguments)) if write_html else None
     targets = planned_outputs(html_path, json_out, markdown)
@@ -389,7 +391,7 @@ def analyze_job_and_write(
                 results = run_dask(tasks, dask, progress=progress)
             else:
                 results = run_local(tasks, workers=workers, progress=progress)
-        job = combine(results)
+        job = combine(results, cycles_of=sorted_out.cycles_of)
         if notes:  # what discovery skipped, said wherever the job's warnings are
             job = dataclasses.replace(job, warnings=(*notes, *job.warnings))
         own_reports = _per_rank_outputs(per_rank, results)
@@ -427,9 +429,15 @@ _PER_RANK_NAME: Final = re.compile(r"rank-\d+\.(?:json|html)")
 
 
 def _check_per_rank_folder(folder: Path, inputs: list[Path]) -> None:
-    """``--per-rank`` names a folder, and no trace of the job there could be replaced by a rank's report."""
+    """``--per-rank`` names a folder (made when missing), and no trace of the job there could be replaced by a rank's report."""
     if not folder.is_dir():
-        raise OutputError(f"--per-rank {folder}: no such folder; create it, or leave the option out")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputError(
+                f"--per-rank {folder}: cannot create the folder ({exc.strerror or exc}); "
+                "name a folder you can write to"
+            ) from None
     for source in inputs:
         if _PER_RANK_NAME.fullmatch(source.name) and source.parent.resolve() == folder.resolve():
             raise OutputError(

@@ -17,7 +17,7 @@ from rich.text import Text
 import traceinsight
 from traceinsight.analysis.causes import cause_label
 from traceinsight.compare import Comparison
-from traceinsight.formatting import format_duration, short_kernel_name
+from traceinsight.formatting import format_count, format_duration, short_kernel_name
 from traceinsight.load.text import printable
 from traceinsight.render import charts
 from traceinsight.render.terminal import KernelTable
@@ -94,7 +94,7 @@ def comparison_renderables(comparison: Comparison) -> list[RenderableType]:
                         (
                             format_duration(moved.before_total_us * 1000),
                             format_duration(moved.after_total_us * 1000),
-                            f"{moved.before_count} → {moved.after_count}",
+                            f"{format_count(moved.before_launches)} → {format_count(moved.after_launches)}",
                         ),
                     )
                     for moved in comparison.kernels

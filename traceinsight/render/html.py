@@ -29,6 +29,7 @@ from traceinsight.analysis.sources import CALL, DEF, RECORDING_START, Located
 from traceinsight.analysis.timeline import Timeline
 from traceinsight.errors import TraceInsightError
 from traceinsight.formatting import (
+    format_count,
     format_duration,
     format_share,
     format_size,
@@ -113,6 +114,7 @@ def _environment() -> jinja2.Environment:
         size=format_size,
         pct=format_share,
         count=lambda value: f"{value:,}",
+        launches=format_count,
         kernel_short=short_kernel_name,
     )
     return environment

@@ -7,6 +7,7 @@ from traceinsight.job.combine import JobReport
 from traceinsight.render.job_text import (
     RANK_COLUMNS,
     job_headline,
+    job_saving,
     rank_cells,
     ranks_in_order,
     straggler_lines,
@@ -32,6 +33,8 @@ class JobHtmlRenderer:
                 version=traceinsight.__version__,
                 job=job,
                 headline=job_headline(job),
+                unit="rank" if job.cycles_of is None else "cycle",
+                saving=lambda finding: job_saving(job, finding),
                 stragglers=straggler_lines(job),
                 straggling={str(straggler.rank) for straggler in job.stragglers},
                 columns=RANK_COLUMNS,

@@ -4,6 +4,11 @@ Top-level keys (never renamed; new keys may be added): ``schema``, ``kind`` (``"
 ``job``, ``warnings``, ``ranks``, ``stragglers``, ``findings``. Each ``ranks[]`` entry's
 ``utilization`` is exactly the ``utilization`` of that rank's own ``analyze --json``. Nothing in it
 depends on where or how the ranks were analyzed (local pool or dask), so both give the same bytes.
+Added later: ``job.read_as`` (``"ranks"``, or ``"cycles"`` when the files are one process's
+profiler cycles, ``job.cycles_of`` naming it: then ``ranks[]`` are the cycles in time order), and
+each finding's ``savings_per_step_us`` (the median rank's, per steady step) and
+``savings_per_step_all_ranks_us`` (summed over the ranks it fired on, per step); ``savings_us``
+stays the sum over the ranks' whole steady states.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ def job_dict(job: JobReport) -> dict[str, Any]:
             "world_size": next((r.world_size for r in job.ranks if r.world_size is not None), None),
             "backend": next((r.backend for r in job.ranks if r.backend is not None), None),
             "step_time_us": _maybe_us(job.step_ns),
+            "read_as": "ranks" if job.cycles_of is None else "cycles",
+            "cycles_of": job.cycles_of,
             "collectives": {
                 "from": job.collectives_from,
                 "matched": job.collectives_matched,
@@ -68,6 +75,8 @@ def job_dict(job: JobReport) -> dict[str, Any]:
                 "ranks": list(finding.ranks),
                 "rank_count": len(finding.ranks),
                 "savings_us": _us(finding.savings_ns),
+                "savings_per_step_us": _us(finding.saving_per_step_ns),
+                "savings_per_step_all_ranks_us": _us(finding.saving_per_step_all_ns),
                 "minor": finding.minor,
             }
             for finding in job.findings

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from traceinsight.analysis.causes import cause_label
 from traceinsight.formatting import format_duration, format_share
-from traceinsight.job.combine import CAUSE_WORDS, JobReport
+from traceinsight.job.combine import CAUSE_WORDS, JobFinding, JobReport
 from traceinsight.job.rank import RankResult
 from traceinsight.load.text import printable
 from traceinsight.render.markdown import _bounded, _table, escape
@@ -28,6 +28,7 @@ __all__ = [
     "RANK_COLUMNS",
     "TERMINAL_COLUMNS",
     "job_headline",
+    "job_saving",
     "print_job_summary",
     "rank_cells",
     "ranks_in_order",
@@ -144,7 +145,10 @@ def job_headline(job: JobReport) -> str:
         )
         if part
     )
-    parts = [f"{len(job.ranks)} ranks" + (f" ({setup})" if setup else "")]
+    if job.cycles_of is not None:
+        parts = [f"{len(job.ranks)} profiler cycles of one process ({job.cycles_of}), not ranks"]
+    else:
+        parts = [f"{len(job.ranks)} ranks" + (f" ({setup})" if setup else "")]
     if job.step_ns is not None:
         parts.append(f"median step {format_duration(job.step_ns)}")
     where = {"gpu": "communication kernels", "host": "host c10d operators"}.get(job.collectives_from)
@@ -158,6 +162,24 @@ def job_headline(job: JobReport) -> str:
         )
         parts.append(f"{job.collectives_matched:,} collectives matched across ranks ({where}, {how})")
     return " · ".join(parts)
+
+
+def _unit(job: JobReport) -> str:
+    """What a row of the job is: a rank, or one process's profiler cycle."""
+    return "rank" if job.cycles_of is None else "cycle"
+
+
+def job_saving(job: JobReport, finding: JobFinding) -> str:
+    """A finding's saving, per steady step: the median rank's, and the sum over the ranks it fired
+    on when more than one (``4.10 ms per step (median rank; 16.40 ms summed over 4 ranks)``)."""
+    unit = _unit(job)
+    text = f"{format_duration(finding.saving_per_step_ns)} per step"
+    if len(finding.ranks) > 1:
+        text += (
+            f" (median {unit}; {format_duration(finding.saving_per_step_all_ns)} summed over "
+            f"{len(finding.ranks)} {unit}s)"
+        )
+    return text
 
 
 def straggler_lines(job: JobReport) -> list[tuple[int, str, list[str]]]:
@@ -185,8 +207,9 @@ class _RankTable:
 
     _CAUSE: Final = TERMINAL_COLUMNS.index("idle cause")
 
-    def __init__(self, rows: list[tuple[str, ...]]) -> None:
+    def __init__(self, rows: list[tuple[str, ...]], unit: str = "rank") -> None:
         self.rows = rows
+        self.unit = unit
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         widths = [
@@ -195,14 +218,15 @@ class _RankTable:
         # No padding: the box's one-space rule between columns is the only gap.
         fixed = sum(width for i, width in enumerate(widths) if i != self._CAUSE) + len(widths) - 1
         room = max(options.max_width - fixed, 6)
-        table = Table(title="Ranks", caption=_TERMINAL_KEY, title_justify="left", caption_justify="left",
+        table = Table(title=f"{self.unit.capitalize()}s", caption=_TERMINAL_KEY, title_justify="left", caption_justify="left",
                       box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0))  # fmt: skip
         for index, (column, width) in enumerate(zip(TERMINAL_COLUMNS, widths, strict=True)):
             if index == self._CAUSE:
                 table.add_column(column, no_wrap=True, overflow="ellipsis", max_width=room)
             else:
                 justify: JustifyMethod = "left" if column == "rank" else "right"
-                table.add_column(column, no_wrap=True, justify=justify, min_width=width)
+                name = self.unit if column == "rank" else column
+                table.add_column(name, no_wrap=True, justify=justify, min_width=width)
         for row in self.rows:
             table.add_row(*(Text(cell) for cell in row))
         yield table
@@ -221,26 +245,26 @@ def print_job_summary(
             console.print(Text(f"  {headline}", style="bold"))
             for detail in details:
                 console.print(Text(f"    {detail}"))
-    elif len(job.ranks) >= 3:
+    elif len(job.ranks) >= 3 and job.cycles_of is None:
         console.print(
             Text("No straggler: no rank's collectives or step time stand out from the others.", style="green")
         )
     ordered = ranks_in_order(job)
     shown = ordered[: max(top, len(job.stragglers))]
-    console.print(_RankTable([terminal_cells(job, result) for result in shown]))
+    unit = _unit(job)
+    console.print(_RankTable([terminal_cells(job, result) for result in shown], unit))
     if len(ordered) > len(shown):
         console.print(
-            Text(f"… {len(ordered) - len(shown)} more ranks in the JSON and HTML report", style="dim")
+            Text(f"… {len(ordered) - len(shown)} more {unit}s in the JSON and HTML report", style="dim")
         )
     if job.findings:
-        console.print(Text("Findings across ranks", style="bold"))
+        console.print(Text(f"Findings across {unit}s", style="bold"))
         for finding in job.findings[: max(top, 5)]:
             console.print(
                 Text.assemble(
                     (finding.rule, "bold"),
-                    f" · {len(finding.ranks)} of {len(job.ranks)} ranks · {finding.severity}"
-                    f" · saves {format_duration(finding.savings_ns)} (all ranks)"
-                    + (" · minor" if finding.minor else ""),
+                    f" · {len(finding.ranks)} of {len(job.ranks)} {unit}s · {finding.severity}"
+                    f" · saves {job_saving(job, finding)}" + (" · minor" if finding.minor else ""),
                 )
             )
             console.print(Text(finding.title), style="dim", overflow="fold")
@@ -253,26 +277,28 @@ def render_job_markdown(job: JobReport) -> str:
     lines = [f"## traceinsight job: {escape(job_headline(job), 300)}", ""]
     lines += [f"> **warning:** {escape(warning, 400)}" for warning in job.warnings]
     lines.append("")
-    lines.append(f"### Stragglers ({len(job.stragglers)})")
-    if not job.stragglers:
+    if job.cycles_of is None:
+        lines.append(f"### Stragglers ({len(job.stragglers)})")
+    if not job.stragglers and job.cycles_of is None:
         lines.append("No rank's collectives or step time stand out from the others.")
     for _, headline, details in straggler_lines(job):
         lines.append(f"- **{escape(headline, 300)}**")
         lines += [f"  - {escape(detail, 300)}" for detail in details]
-    lines += ["", "### Ranks (per steady step)", ""]
+    unit = _unit(job)
+    lines += ["", f"### {unit.capitalize()}s (per steady step)", ""]
     ordered = ranks_in_order(job)
     cell: Callable[[str], str] = lambda text: escape(text, 120)  # noqa: E731
     rows = [tuple(cell(value) for value in rank_cells(job, result)) for result in ordered[:MARKDOWN_RANKS]]
-    lines += _table(RANK_COLUMNS, rows)
+    lines += _table((unit, *RANK_COLUMNS[1:]), rows)
     if len(ordered) > MARKDOWN_RANKS:
-        lines.append(f"\n… {len(ordered) - MARKDOWN_RANKS} more ranks in the JSON and HTML report")
+        lines.append(f"\n… {len(ordered) - MARKDOWN_RANKS} more {unit}s in the JSON and HTML report")
     if job.findings:
-        lines += ["", "### Findings across ranks", ""]
+        lines += ["", f"### Findings across {unit}s", ""]
         lines += _table(
-            ("rule", "ranks", "severity", "saving (all ranks)", "finding"),
+            ("rule", f"{unit}s", "severity", "saving per step", "finding"),
             [
                 (escape(f.rule), f"{len(f.ranks)} of {len(job.ranks)}", f.severity,
-                 format_duration(f.savings_ns), escape(f.title) + (" (minor)" if f.minor else ""))
+                 job_saving(job, f), escape(f.title) + (" (minor)" if f.minor else ""))
                 for f in job.findings[:20]
             ],
         )  # fmt: skip

@@ -14,7 +14,7 @@ from typing import Final
 
 from traceinsight.analysis.usage import total_usage
 from traceinsight.compare import Comparison
-from traceinsight.formatting import format_duration, format_share, source_label
+from traceinsight.formatting import format_count, format_duration, format_share, source_label
 from traceinsight.render.facts import header_facts, no_findings_text, saving_text, time_split
 from traceinsight.render.scorecard import scorecard
 from traceinsight.report import Report
@@ -178,7 +178,7 @@ def render_comparison(comparison: Comparison) -> str:
             )
         lines.append("")
     if comparison.kernels:
-        lines += ["### Kernels that changed most", ""]
+        lines += [f"### Kernels that changed most ({comparison.basis})", ""]
         lines += _table(
             ("GPU", "kernel", "before", "after", "launches"),
             [
@@ -187,7 +187,7 @@ def render_comparison(comparison: Comparison) -> str:
                     escape(change.name, 80),
                     format_duration(change.before_total_us * 1000),
                     format_duration(change.after_total_us * 1000),
-                    f"{change.before_count} → {change.after_count}",
+                    f"{format_count(change.before_launches)} → {format_count(change.after_launches)}",
                 )
                 for change in comparison.kernels
             ],

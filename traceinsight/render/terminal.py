@@ -10,7 +10,7 @@ import io
 import os
 import sys
 from pathlib import Path
-from typing import IO, Final
+from typing import IO, Any, Final
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.panel import Panel
@@ -20,7 +20,13 @@ from rich.text import Text
 
 from traceinsight.analysis.causes import cause_label
 from traceinsight.analysis.results import IdleGap, SyncHotspot
-from traceinsight.formatting import format_duration, format_share, short_kernel_name, source_label
+from traceinsight.formatting import (
+    format_duration,
+    format_share,
+    short_kernel_name,
+    shorten_distinct,
+    source_label,
+)
 from traceinsight.load.text import printable
 from traceinsight.render.facts import (
     MEMORY_COLUMNS,
@@ -50,8 +56,21 @@ def reader_gone(stream: IO[str] | None = None) -> None:
     os.close(devnull)
 
 
+#: How wide output that goes to a pipe or a file (a CI log) is laid out, unless ``COLUMNS`` says.
+PIPED_WIDTH: Final = 120
+
+
 class TerminalConsole(Console):
-    """A rich console whose cut pipe is :func:`reader_gone` (rich's own exits with status 1)."""
+    """A rich console whose cut pipe is :func:`reader_gone` (rich's own exits with status 1).
+
+    Piped or redirected, it lays out :data:`PIPED_WIDTH` columns unless ``COLUMNS`` (or ``width``)
+    says otherwise: rich's 80 cut kernel names to a few dozen characters and wrapped table rows
+    over several lines in CI logs, which no terminal limits to 80 columns."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if kwargs.get("width") is None and not self.is_terminal and not os.environ.get("COLUMNS"):
+            self.width = PIPED_WIDTH
 
     def on_broken_pipe(self) -> None:
         self.quiet = True
@@ -100,8 +119,10 @@ class KernelTable:
         table.add_column("kernel", overflow="ellipsis", no_wrap=True, max_width=room)
         for column, width in zip(self.columns, widths, strict=True):
             table.add_column(column, justify="right", no_wrap=True, min_width=width)
-        for device, name, figures in self.rows:
-            table.add_row(str(device), _data(short_kernel_name(name, min(room, 60))), *figures)
+        limit = min(room, 100)
+        names = shorten_distinct([short_kernel_name(name, 10**6) for _, name, _ in self.rows], limit)
+        for (device, _, figures), name in zip(self.rows, names, strict=True):
+            table.add_row(str(device), _data(name), *figures)
         yield table
 
 
