@@ -66,8 +66,8 @@ SANITIZE = [
 ]
 #: How long one corpus case may take through the CLI (sanitized: the slowest takes about 10 s).
 CLI_SECONDS = 300
-#: The command as ``python -m traceinsight`` runs it, with every thread's stack printed on SIGUSR1
-#: (inherited by a forked chart child), so that a case that hangs says where.
+#: The command as ``python -m traceinsight`` runs it, with every thread's stack printed on SIGUSR1,
+#: so that a case that hangs says where.
 CLI_WITH_STACKS = (
     "import faulthandler, signal, sys; faulthandler.register(signal.SIGUSR1, all_threads=True); "
     "sys.argv[0] = 'traceinsight'; from traceinsight.__main__ import main; main()"
@@ -102,7 +102,7 @@ def build_sanitized(scratch: Path) -> Path:
 def runtime_libraries(compiler: str) -> str:
     """What to preload: the AddressSanitizer runtime (Python itself is not built with it), and
     libstdc++, without which its ``__cxa_throw`` interceptor aborts on the first C++ exception of
-    an uninstrumented library (matplotlib's ft2font throws while it looks up a font)."""
+    an uninstrumented library."""
     paths = []
     for name in ("libasan.so", "libstdc++.so"):
         found = subprocess.run(
@@ -431,13 +431,13 @@ class Fuzzer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
-            start_new_session=True,  # its own process group: a forked chart child goes with it
+            start_new_session=True,  # its own process group: whatever it starts goes with it
         )
         try:
             _, stderr = process.communicate(timeout=CLI_SECONDS)
             return process.returncode, stderr
         except subprocess.TimeoutExpired:
-            # Every thread's stack, of the command and of any child it forked, then the end of them.
+            # Every thread's stack, of the command and of anything it started, then the end of them.
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGUSR1)
             time.sleep(2)

@@ -12,12 +12,18 @@ the paths the summary prints are the same in both runs. Usage::
     python benchmarks/same_output.py write /tmp/before
     python benchmarks/same_output.py write /tmp/before-large benchmarks/data/*.x0.5GB.json
     python benchmarks/same_output.py compare /tmp/before /tmp/after
+    python benchmarks/same_output.py compare --charts-may-differ /tmp/before /tmp/after
+
+``--charts-may-differ`` compares each HTML page with its charts (``<figure class="chart">``
+elements) left out, and says how many pages differ only there: what a change to the charts alone
+may do.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -66,9 +72,17 @@ def write(folder: Path, traces: list[Path]) -> None:
             print(f"{trace.name}: exit {done.returncode}", flush=True)
 
 
-def compare(before: Path, after: Path) -> int:
-    """Print every file that is missing or differs; the number of differences."""
-    differences = 0
+_CHART = re.compile(rb'<figure class="chart">.*?</figure>', re.DOTALL)
+
+
+def _without_charts(page: bytes) -> bytes:
+    return _CHART.sub(b'<figure class="chart"></figure>', page)
+
+
+def compare(before: Path, after: Path, charts_may_differ: bool = False) -> int:
+    """Print every file that is missing or differs (HTML pages without their charts, with
+    ``charts_may_differ``); the number of differences."""
+    differences = charts_only = 0
     names = sorted({p.relative_to(before) for p in before.rglob("*") if p.is_file()}
                    | {p.relative_to(after) for p in after.rglob("*") if p.is_file()})  # fmt: skip
     for name in names:
@@ -77,9 +91,17 @@ def compare(before: Path, after: Path) -> int:
             print(f"only in {'after' if not a.exists() else 'before'}: {name}")
             differences += 1
         elif a.read_bytes() != b.read_bytes():
+            if (
+                charts_may_differ
+                and name.suffix == ".html"
+                and _without_charts(a.read_bytes()) == _without_charts(b.read_bytes())
+            ):
+                charts_only += 1
+                continue
             print(f"differs: {name}")
             differences += 1
-    print(f"{len(names)} files compared, {differences} differ")
+    charts = f" ({charts_only} pages differ in their charts only)" if charts_may_differ else ""
+    print(f"{len(names)} files compared, {differences} differ{charts}")
     return differences
 
 
@@ -92,13 +114,16 @@ def main() -> None:
     writing.add_argument("folder", type=Path)
     writing.add_argument("traces", type=Path, nargs="*", help="default: every sample trace")
     comparing = commands.add_parser("compare", help="compare two folders made by write")
+    comparing.add_argument(
+        "--charts-may-differ", action="store_true", help="compare HTML pages without their charts"
+    )
     comparing.add_argument("before", type=Path)
     comparing.add_argument("after", type=Path)
     options = parser.parse_args()
     if options.command == "write":
         write(options.folder, options.traces or _samples())
     else:
-        sys.exit(1 if compare(options.before, options.after) else 0)
+        sys.exit(1 if compare(options.before, options.after, options.charts_may_differ) else 0)
 
 
 if __name__ == "__main__":

@@ -449,7 +449,7 @@ def test_an_error_in_an_analysis_beside_is_raised_by_analyze(monkeypatch: pytest
 
 
 def test_a_second_core_is_used_only_where_the_process_may_use_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The side thread and the chart child need two cores of the process's own, a polars of more
+    """The side thread needs two cores of the process's own, a polars of more
     than one thread (a job's worker on a one-core share has one), and no TRACEINSIGHT_WORKERS=0."""
     import os
 

@@ -254,11 +254,14 @@ def test_text_from_the_trace_shows_as_text_not_markup(gp100: traceinsight.Result
         assert page is not None and "<img" not in page and html.escape(markup, quote=False) in page
 
 
-def test_charts_are_matplotlib_figures(gp100: traceinsight.Result) -> None:
-    from matplotlib.figure import Figure
+def test_charts_are_the_pages_own(gp100: traceinsight.Result) -> None:
+    """Result.charts are the page's charts: each one's SVG is the one the page inlines."""
+    from traceinsight.render.html import HtmlRenderer
 
     charts = gp100.charts
-    assert charts and all(isinstance(figure, Figure) for figure in charts.values())
+    page = HtmlRenderer().render(gp100)
+    assert charts and all(chart._repr_svg_() in page for chart in charts.values())
+    assert {"timeline", "steps"} <= set(charts)
     assert gp100.charts is charts  # made once
     stored = traceinsight.Result.from_json(gp100.to_json())
     with pytest.raises(TraceInsightError, match="stored result"):

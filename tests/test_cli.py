@@ -371,3 +371,45 @@ def test_the_allocator_setting_reaches_polars() -> None:
     if "jemalloc statistics" not in done.stdout + done.stderr:
         pytest.skip("this polars build does not use jemalloc")
     assert "opt.dirty_decay_ms: 100 " in done.stdout + done.stderr
+
+
+# --- output that fits where it goes (issue 33) -----------------------------------------------
+
+_TWINS = tuple(
+    "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, "
+    f"at::native::{op}Functor<float> >, at::detail::Array<char*, 3>, at::native::memory::LoadWithoutCast, "
+    "at::native::memory::StoreWithoutCast>(int, float*)"
+    for op in ("Add", "Mul")
+)
+
+
+def _twin_kernels(tmp_path: Path) -> Path:
+    """Two kernels whose names differ only in their middle, longer than any column."""
+    events = [kernel(100 + 300 * i, 100, name=_TWINS[i % 2]) for i in range(20)]
+    return write_trace(tmp_path / "twins.json", events)
+
+
+def _kernel_rows(stdout: str) -> list[str]:
+    return [line for line in stdout.splitlines() if line.lstrip().startswith("0 ") and "…" in line]
+
+
+def test_piped_output_is_120_columns_and_names_never_read_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
+    code, stdout, _ = _analyze(str(_twin_kernels(tmp_path)), "--no-html")
+    assert code == 0
+    widths = [len(line) for line in stdout.splitlines()]
+    assert max(widths) <= 120 and max(widths) > 80
+    rows = _kernel_rows(stdout)
+    assert len(rows) == 2 and len(set(rows)) == 2
+    shown = [row.split()[1] for row in rows]  # at::native::vectorized_elem… (no spaces in a head)
+    assert any("AddFunctor" in row for row in rows) and any("MulFunctor" in row for row in rows), shown
+
+
+def test_columns_says_how_wide(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
+    code, stdout, _ = _analyze(str(_twin_kernels(tmp_path)), "--no-html")
+    assert code == 0 and max(len(line) for line in stdout.splitlines()) <= 100
+    rows = _kernel_rows(stdout)
+    assert len(rows) == 2 and len(set(rows)) == 2

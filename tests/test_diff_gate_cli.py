@@ -531,3 +531,107 @@ def test_renderers_show_a_stored_rule_as_data() -> None:
     for part in comparison_renderables(comparison):
         Console(file=plain, width=300).print(part)
     assert "[link=https://e.x]y[/link]" in plain.getvalue() and "[bold]c" in plain.getvalue()
+
+
+# --- a strict gate (issue 33) --------------------------------------------------------------------
+
+GP100 = SAMPLES / "gp100_mlp_pageable_sync.json.gz"
+
+
+@pytest.mark.parametrize("typo", ["dataloader_stall", "sync-in-lop", "Sync-In-Loop"])
+def test_an_unknown_rule_id_is_refused_naming_the_closest(loops: dict[str, Path], typo: str) -> None:
+    code, stdout, stderr = invoke("analyze", str(loops["synced"]), "--no-html", "--fail-on-rule", typo)
+    assert code == 2 and stdout == "" and stderr.count("\n") == 1
+    closest = "dataloader-stall" if typo.startswith("dataloader") else "sync-in-loop"
+    assert f"did you mean {closest!r}" in stderr and f"--fail-on-rule: {typo!r}" in stderr
+    # every rule id is listed: the ids the rule modules register, read from their source
+    ids = set()
+    for module in (Path(__file__).parent.parent / "traceinsight" / "rules").glob("*.py"):
+        ids |= set(re.findall(r'@rule\("([a-z0-9-]+)"\)', module.read_text()))
+    assert len(ids) > 10 and all(rule_id in stderr for rule_id in ids)
+
+
+def test_an_unknown_rule_id_in_the_project_table_is_refused(
+    loops: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.traceinsight]\nfail-on-rule = ["dataloader-stal"]\n')
+    monkeypatch.chdir(tmp_path)
+    code, _, stderr = invoke("analyze", str(loops["synced"]), "--no-html")
+    assert code == 2 and stderr.count("\n") == 1
+    assert "pyproject.toml" in stderr and "did you mean 'dataloader-stall'" in stderr
+
+
+@pytest.mark.parametrize("option", ["--max-idle", "--max-syncs-per-step"])
+def test_an_infinite_budget_is_refused(loops: dict[str, Path], option: str) -> None:
+    # (nan and negative numbers typer refuses itself, by the option's min=0)
+    code, _, stderr = invoke("analyze", str(loops["synced"]), "--no-html", option, "inf")
+    assert code == 2 and stderr.count("\n") == 1 and option in stderr and "finite" in stderr
+
+
+@pytest.mark.parametrize("key", ["max-idle", "max-syncs-per-step", "max-regression"])
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_a_table_budget_that_is_not_finite_is_refused(
+    loops: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: str, value: str
+) -> None:
+    (tmp_path / "pyproject.toml").write_text(f"[tool.traceinsight]\n{key} = {value}\n")
+    monkeypatch.chdir(tmp_path)
+    code, _, stderr = invoke("analyze", str(loops["synced"]), "--no-html")
+    assert code == 2 and stderr.count("\n") == 1 and key in stderr and "finite" in stderr
+
+
+def test_an_infinite_max_regression_is_refused_on_diff(loops: dict[str, Path]) -> None:
+    args = ("diff", str(loops["clean"]), str(loops["synced"]), "--no-html", "--max-regression", "inf")
+    code, _, stderr = invoke(*args)
+    assert code == 2 and stderr.count("\n") == 1 and "--max-regression" in stderr
+
+
+def test_a_named_rule_trips_on_a_minor_finding_and_fail_on_does_not(tmp_path: Path) -> None:
+    # gp100 copies from pageable memory, too few and short to be more than a minor finding
+    _, events = read_events(GP100)
+    pageable = [e for e in events if e.get("cat") == "gpu_memcpy" and "Pageable" in e.get("name", "")]
+    assert pageable
+    document = result_of(GP100, tmp_path)
+    found = [f for f in document["findings"] if f["rule"] == "pageable-memcpy"]
+    assert found and all(f["minor"] for f in found)
+    code, _, stderr = invoke("analyze", str(GP100), "--no-html", "--fail-on-rule", "pageable-memcpy")
+    assert code == 1 and gate_lines(stderr)
+    assert all("a minor pageable-memcpy finding" in line for line in gate_lines(stderr))
+    code, _, stderr = invoke("analyze", str(GP100), "--no-html", "--fail-on", "low")
+    assert not any("pageable-memcpy" in line for line in gate_lines(stderr))
+
+
+def _raw_kernel_counts(path: Path) -> dict[tuple[int, str], int]:
+    _, events = read_events(path)
+    counts: dict[tuple[int, str], int] = {}
+    for event in events:
+        if str(event.get("cat", "")).lower() == "kernel" and event.get("ph") == "X":  # "Kernel" in 2021
+            key = (int(event.get("args", {}).get("device", event["pid"])), event["name"])
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def test_diff_kernel_launches_are_per_step_like_the_times_beside_them(tmp_path: Path) -> None:
+    out = tmp_path / "d.json"
+    code, _, stderr = invoke("diff", str(WORKERS0), str(WORKERS4), "--no-html", "--json", str(out))
+    assert code == 0, stderr
+    document = json.loads(out.read_text())
+    assert document["basis"] == "per step" and document["kernels"]
+    steps = {
+        side: result_of(path, tmp_path)["steady_state"]["steady_steps"]
+        for side, path in (("before", WORKERS0), ("after", WORKERS4))
+    }
+    counts = {"before": _raw_kernel_counts(WORKERS0), "after": _raw_kernel_counts(WORKERS4)}
+    for kernel in document["kernels"]:
+        for side in ("before", "after"):
+            raw = counts[side].get((kernel["device"], kernel["name"]), 0)
+            assert kernel[f"{side}_count"] == raw
+            assert kernel[f"{side}_launches"] == pytest.approx(raw / steps[side], abs=0.001)
+    markdown = tmp_path / "d.md"
+    invoke("diff", str(WORKERS0), str(WORKERS4), "--no-html", "--markdown", str(markdown))
+    first = document["kernels"][0]
+    per_step = f"{first['before_launches']:g} → {first['after_launches']:g}"
+    totals = f"{first['before_count']} → {first['after_count']}"
+    assert totals != per_step
+    assert "### Kernels that changed most (per step)" in markdown.read_text()
+    row = next(line for line in markdown.read_text().splitlines() if line.startswith("| 0 |"))
+    assert totals not in row

@@ -10,10 +10,8 @@ import gzip
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import cached_property
@@ -256,105 +254,6 @@ def test_same_input_gives_the_same_page(gp100: Page, source_root: Path) -> None:
     assert again.html == gp100.html
 
 
-def test_charts_drawn_in_a_forked_child_equal_charts_drawn_here(
-    gp100: Page, source_root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Some charts are drawn by a forked child where the OS allows; without it, the same page."""
-    monkeypatch.setenv("TRACEINSIGHT_WORKERS", "0")
-    assert render("gp100_mlp_pageable_sync.json.gz", source_root).html == gp100.html
-
-
-def test_charts_laid_out_ahead_equal_matplotlibs_own_layout_pass(
-    gp100: Page, recsys: Page, b200: Page, source_root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Each chart is laid out once and drawn once (``charts._lay_out``); saved the way matplotlib
-    does it alone (a draw with output off to lay it out, then the real one), every page of three
-    shapes is the same byte for byte."""
-    from matplotlib.figure import Figure
-
-    monkeypatch.setenv("TRACEINSIGHT_WORKERS", "0")
-    draws: list[int] = []
-    draw = Figure.draw
-    monkeypatch.setattr(Figure, "draw", lambda figure, renderer: (draws.append(1), draw(figure, renderer))[1])
-    ours = render("gp100_mlp_pageable_sync.json.gz", source_root)
-    ours_draws = len(draws)
-    monkeypatch.setattr(charts, "_lay_out", lambda figure: None)
-    draws.clear()
-    assert render("gp100_mlp_pageable_sync.json.gz", source_root).html == ours.html == gp100.html
-    assert ours_draws > 0 and len(draws) == 2 * ours_draws
-    assert render("a100_recsys_rank0.json.gz", source_root).html == recsys.html
-    assert render("b200_eager_stacks.json.gz", source_root).html == b200.html
-
-
-def test_a_failing_chart_child_is_replaced_by_drawing_here(
-    gp100: Page, source_root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from traceinsight.render import html as html_module
-
-    def failed(pid: int, read: int, claims: object) -> dict[str, str | None]:
-        os.close(read)
-        os.waitpid(pid, 0)
-        return {}
-
-    monkeypatch.setattr(html_module, "_collect_charts", failed)
-    assert render("gp100_mlp_pageable_sync.json.gz", source_root).html == gp100.html
-
-
-@pytest.mark.parametrize("stuck_in", ["its first chart", "the fork, before it takes a chart"])
-def test_a_stuck_chart_child_is_killed_and_its_charts_drawn_here(
-    stuck_in: str, gp100: Page, source_root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A forked child can wait for good on a lock another thread held at the fork (seen under
-    AddressSanitizer): the page must still come, whole, with the child killed, not waited for."""
-    from traceinsight.render import html as html_module
-
-    if not html_module._can_fork() and not os.environ.get("CI"):  # CI has both: it must run there
-        pytest.skip("no fork or no second core here: charts are drawn in this process")
-    parent = os.getpid()
-
-    def stuck_in_the_child(function: Any) -> Any:
-        def maybe_stuck(*args: Any) -> Any:
-            if os.getpid() != parent:
-                time.sleep(60)  # a lock that is never released, for as long as any test may wait
-            return function(*args)
-
-        return maybe_stuck
-
-    if stuck_in == "its first chart":  # the child starts from the last chart: the host operators
-        monkeypatch.setattr(charts, "host_ops_figure", stuck_in_the_child(charts.host_ops_figure))
-    else:
-        monkeypatch.setattr(
-            html_module._Claims, "take_back", stuck_in_the_child(html_module._Claims.take_back)
-        )
-    monkeypatch.setattr(html_module, "CHART_CHILD_STALL_S", 0.5)
-    statuses: list[int] = []
-    waitpid = os.waitpid
-
-    def recorded_waitpid(pid: int, options: int) -> tuple[int, int]:
-        done = waitpid(pid, options)
-        statuses.append(done[1])
-        return done
-
-    monkeypatch.setattr(os, "waitpid", recorded_waitpid)
-    assert render("gp100_mlp_pageable_sync.json.gz", source_root).html == gp100.html
-    assert len(statuses) == 1 and os.WIFSIGNALED(statuses[0]) and os.WTERMSIG(statuses[0]) == signal.SIGKILL
-
-
-def test_parent_and_child_split_the_charts_where_they_meet() -> None:
-    """The parent takes charts from the front and the child from the back until they meet; each
-    chart is taken by one of them, and the one taken by both at once is drawn (by the parent if
-    the child gave it up)."""
-    from traceinsight.render.html import _Claims
-
-    claims = _Claims(5)
-    assert claims.take_front(0) and claims.take_front(1)
-    assert claims.take_back(4) and claims.take_back(3) and claims.take_back(2)
-    assert not claims.take_front(2)  # the child has it
-    other = _Claims(3)
-    assert other.take_front(0) and other.take_front(1) and other.take_front(2)
-    assert not other.take_back(2)  # the parent drew every chart: the child stops at once
-
-
 def test_same_input_gives_the_same_page_in_another_process(gp100: Page, source_root: Path) -> None:
     """Another interpreter, another hash seed: set and dict orders must not leak into the page."""
     script = (
@@ -500,7 +399,8 @@ def test_charts_are_inline_svg_where_the_data_has_them(gpu_page: Page) -> None:
         "timeline": analysis.has_gpu,
         "steps": bool(analysis.steps),
         "gaps": bool(analysis.idle_gaps),
-        "syncs": bool(analysis.sync_hotspots),
+        # waits in the steady state only: the sync that ends a profile costs nothing per step
+        "syncs": any(hotspot.steady_count for hotspot in analysis.sync_hotspots),
         "copies": bool(analysis.copies),
         "host": bool(analysis.host.top_ops),
     }

@@ -3,8 +3,10 @@ the local pool and dask giving the same bytes). Expected figures come from plain
 
 from __future__ import annotations
 
+import gzip
 import json
 import pickle
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -656,3 +658,138 @@ def test_the_pool_is_sized_from_what_a_gzip_holds_not_its_trailer(
         RankTask(path=str(path), name_rank=rank, order=rank, thresholds=Thresholds()) for rank in range(8)
     ]
     assert execute.pool_size(tasks) == 2
+
+
+# --- job folders as people keep them (issue 33) ----------------------------------------------
+
+
+def _has_trace_events(path: Path) -> bool:
+    raw = path.read_bytes()
+    value = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    return isinstance(value, dict) and "traceEvents" in value
+
+
+def test_a_ddp_folder_holding_its_own_job_json_and_a_config_analyzes(tmp_path: Path) -> None:
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    for trace in TWO_RANKS.glob("*.json.gz"):
+        (folder / trace.name).write_bytes(trace.read_bytes())
+    (folder / "config.json").write_text(json.dumps({"lr": 0.1, "batch_size": 32, "schema": "v2"}))
+    (folder / "metadata.json").write_text(json.dumps([{"host": "node-1"}]))
+    first = _json(tmp_path, str(folder), name="traces/job.json")  # the job's JSON beside its traces
+    result = runner.invoke(app, ["analyze", str(folder), "--no-html", "--json", str(tmp_path / "again.json")])
+    assert result.exit_code == 0, result.output
+    again = json.loads((tmp_path / "again.json").read_text())
+    traces = sorted(p.name for p in folder.iterdir() if _has_trace_events(p))
+    assert (
+        sorted(Path(rank["path"]).name for rank in again["ranks"])
+        == traces
+        == sorted(Path(rank["path"]).name for rank in first["ranks"])
+    )
+    note = next(w for w in again["warnings"] if w.startswith("skipped what is not a trace"))
+    assert all(name in note for name in ("job.json", "config.json", "metadata.json"))
+    assert "job.json (a traceinsight result)" in note
+    assert again["ranks"] == first["ranks"]
+    assert "skipped what is not a trace" in result.stdout  # said on the terminal too
+
+
+def test_a_folder_without_a_trace_is_one_line_before_any_analysis(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text('{"lr": 0.1}')
+    (tmp_path / "metadata.json").write_text("{}")
+    result = runner.invoke(app, ["analyze", str(tmp_path), "--no-html"])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert "no traces to analyze" in result.stderr and "config.json" in result.stderr
+
+
+def _cycle(path: Path, prep_us: float) -> Path:
+    from loops import item_loop
+
+    return write_trace(path, item_loop(prep_us=prep_us).events)
+
+
+def test_a_tensorboard_log_folder_of_one_process_is_read_as_its_cycles(tmp_path: Path) -> None:
+    """tensorboard_trace_handler writes <host>_<pid>.<time ns>.pt.trace.json per profiler cycle;
+    no distributedInfo. Three such files are one process's cycles, in time order (the times here
+    sort differently as text), side by side, no straggler however different they are."""
+    folder = tmp_path / "log"
+    folder.mkdir()
+    written = [
+        _cycle(folder / "gpu-node_4242.999999999999.pt.trace.json", prep_us=300),
+        _cycle(folder / "gpu-node_4242.1000000000000.pt.trace.json", prep_us=5000),
+        _cycle(folder / "gpu-node_4242.1000000000500.pt.trace.json", prep_us=300),
+    ]
+    result = runner.invoke(app, ["analyze", str(folder), "--no-html", "--json", str(tmp_path / "job.json")])
+    assert result.exit_code == 0, result.output
+    job = json.loads((tmp_path / "job.json").read_text())
+    assert job["job"]["read_as"] == "cycles" and job["job"]["cycles_of"] == "gpu-node_4242"
+    assert [Path(cycle["path"]).name for cycle in job["ranks"]] == [path.name for path in written]
+    assert job["stragglers"] == [] and job["job"]["collectives"]["matched"] == 0
+    assert not any("stragglers are named" in warning for warning in job["warnings"])
+    from reference_split import step_windows
+
+    for cycle, path in zip(job["ranks"], written, strict=True):
+        windows = step_windows(read_events(path)[1])
+        expected = statistics.median((w.done - w.begin) / 1000 for w in windows)
+        assert cycle["step_time_us"] == pytest.approx(expected, rel=0.05)
+    assert job["ranks"][1]["step_time_us"] > 2 * job["ranks"][0]["step_time_us"]
+    assert "3 profiler cycles of one process (gpu-node_4242), not ranks" in result.stdout
+    assert "Cycles" in result.stdout and "Stragglers" not in result.stdout
+
+
+def test_per_rank_creates_its_folder(tmp_path: Path) -> None:
+    out = tmp_path / "reports" / "each"
+    _analyze(str(TWO_RANKS), "--no-html", "--per-rank", str(out))
+    assert sorted(p.name for p in out.iterdir()) == [
+        "rank-0.html",
+        "rank-0.json",
+        "rank-1.html",
+        "rank-1.json",
+    ]
+
+
+def test_job_savings_are_per_step_the_median_ranks_and_the_sum_labelled(tmp_path: Path) -> None:
+    job = _json(tmp_path, str(TWO_RANKS))
+    own: dict[int, dict[str, float]] = {}
+    for rank in (0, 1):
+        document = _json(tmp_path, str(TWO_RANKS / f"rank-{rank}.json.gz"), name=f"own{rank}.json")
+        steps = document["steady_state"]["steady_steps"]
+        for finding in document["findings"]:  # per step: the rank's total over its steady steps
+            own.setdefault(rank, {}).setdefault(finding["rule"], 0.0)
+            own[rank][finding["rule"]] += finding["savings_us"] / steps
+    for finding in job["findings"]:
+        values = [own[rank][finding["rule"]] for rank in finding["ranks"]]
+        assert finding["savings_per_step_us"] == pytest.approx(median_low(values), abs=0.01)
+        assert finding["savings_per_step_all_ranks_us"] == pytest.approx(sum(values), abs=0.02)
+    terminal = runner.invoke(app, ["analyze", str(TWO_RANKS), "--no-html"]).stdout
+    assert "(all ranks)" not in terminal and "per step (median rank;" in terminal
+
+
+# --- the gate on a job (issue 33) -------------------------------------------------------------
+
+
+def test_a_job_breaks_a_budget_when_any_rank_does_and_the_line_names_it(tmp_path: Path) -> None:
+    idle = {}
+    for rank in (0, 1):
+        own = _json(tmp_path, str(TWO_RANKS / f"rank-{rank}.json.gz"), name=f"own{rank}.json")
+        idle[rank] = own["utilization"]["idle_share"] * 100
+    assert idle[0] != idle[1]
+    worse = max(idle, key=lambda rank: idle[rank])
+    between = (idle[0] + idle[1]) / 2
+    result = runner.invoke(app, ["analyze", str(TWO_RANKS), "--no-html", "--max-idle", f"{between:.4f}"])
+    gate = [line for line in result.stderr.splitlines() if line.startswith("traceinsight: gate: ")]
+    assert result.exit_code == 1 and len(gate) == 1, result.output
+    assert gate[0].startswith(f"traceinsight: gate: rank {worse}: ") and "over --max-idle" in gate[0]
+    above = max(idle.values()) + 1
+    result = runner.invoke(app, ["analyze", str(TWO_RANKS), "--no-html", "--max-idle", f"{above:.4f}"])
+    assert result.exit_code == 0, result.output
+
+
+def test_a_job_gate_on_a_rule_counts_every_rank(tmp_path: Path) -> None:
+    # both ranks copy from pageable memory ("Memcpy HtoD (Pageable -> Device)" in the raw events)
+    for rank in (0, 1):
+        _, events = read_events(TWO_RANKS / f"rank-{rank}.json.gz")
+        assert any("Pageable -> Device" in str(e.get("name")) for e in events)
+    result = runner.invoke(app, ["analyze", str(TWO_RANKS), "--no-html", "--fail-on-rule", "pageable-memcpy"])
+    gate = [line for line in result.stderr.splitlines() if line.startswith("traceinsight: gate: ")]
+    assert result.exit_code == 1
+    assert sorted(line.split(":")[2].strip() for line in gate) == ["rank 0", "rank 1"]

@@ -29,7 +29,6 @@ def _shown(value: Any) -> str:
 
 def test_the_example_notebook_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(EXAMPLE.parent)
-    monkeypatch.setenv("MPLBACKEND", "Agg")
     namespace: dict[str, Any] = {"__name__": "__main__"}
     shown = []
     for source in _cells():
@@ -43,7 +42,8 @@ def test_the_example_notebook_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     # the first cell shows the result's cards; the chart cell a figure
     result = namespace["result"]
     assert result.findings and result.findings[0].title.split(":")[0] in shown[0]
-    from matplotlib.figure import Figure
+    from traceinsight.render.figures import Drawing
 
-    assert isinstance(namespace["result"].charts["timeline"], Figure)
+    timeline = namespace["result"].charts["timeline"]
+    assert isinstance(timeline, Drawing) and timeline._repr_svg_().startswith("<svg")
     assert os.path.basename(os.getcwd()) == "examples"

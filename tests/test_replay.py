@@ -11,8 +11,8 @@ from loops import Loop, item_loop
 from tracebuild import SAMPLES, kernel, read_events, runtime, sample_report, write_trace
 
 from traceinsight.analysis import Analysis, analyze
-from traceinsight.analysis.launches import first_launch_calls
 from traceinsight.analysis.replay import LAUNCH_QUEUE, Fix, _scan, _simulate, _Window
+from traceinsight.analysis.shared import launch_calls
 from traceinsight.load import load_trace
 from traceinsight.rules import evaluate
 
@@ -43,7 +43,7 @@ def test_first_launch_calls_are_the_first_call_of_each_launched_correlation(tmp_
         if event["cat"] == "cuda_runtime" and correlation in launched:
             expected.setdefault(correlation, round(event["ts"] * 1000))
     trace = load_trace(write_trace(tmp_path / "t.json", events))
-    got = first_launch_calls(trace, l_ts="ts")
+    got = launch_calls(trace)
     assert dict(zip(got.get_column("correlation"), got.get_column("l_ts"), strict=True)) == expected
     assert got.height == len(expected) > 30
 

@@ -586,3 +586,37 @@ def test_a_failure_message_is_text_without_terminal_escapes() -> None:
         _failure_line(error) == "RuntimeError: two options, do those steps only if you trust it. \ufffddone"
     )
     assert _failure_line(SystemExit("\x1b[31mred\x1b[0m")) == "sys.exit('\\x1b[31mred\\x1b[0m')"
+
+
+# --- run's outputs, like analyze's (issue 33) -------------------------------------------------
+
+
+def test_run_json_to_stdout_is_the_json_alone(tmp_path: Path) -> None:
+    """`run --json - | jq`: the script's own prints go to stderr, stdout is the JSON."""
+    ours = traceinsight_process(
+        "run", "--trace", "t.pt.trace.json.gz", "-o", "r.html", "--json", "-", str(PROBE), "steps=12",
+        cwd=tmp_path, record=tmp_path / "our_record.json",
+    )  # fmt: skip
+    assert ours.returncode == 0, ours.stderr
+    document = json.loads(ours.stdout)
+    assert document["tool"]["name"] == "traceinsight"
+    assert "trained 12 steps" in ours.stderr
+
+
+def test_run_takes_no_html_and_markdown(tmp_path: Path) -> None:
+    ours = traceinsight_process(
+        "run", "--trace", "t.pt.trace.json.gz", "--no-html", "--markdown", "-", str(PROBE), "steps=12",
+        cwd=tmp_path, record=tmp_path / "our_record.json",
+    )  # fmt: skip
+    assert ours.returncode == 0, ours.stderr
+    assert ours.stdout.startswith("## ") and "trained 12 steps" not in ours.stdout
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["our_record.json", "t.pt.trace.json.gz"]
+    ours = traceinsight_process(
+        "run", "--trace", "u.pt.trace.json.gz", "--no-html", "--markdown", "s.md", str(PROBE), "steps=12",
+        cwd=tmp_path, record=tmp_path / "our_record.json",
+    )  # fmt: skip
+    assert ours.returncode == 0 and ours.stdout.startswith("trained 12 steps\n"), (
+        ours.stderr
+    )  # stdout is free
+    assert (tmp_path / "s.md").read_text(encoding="utf-8").startswith("## ")
+    assert not list(tmp_path.glob("*.html"))

@@ -16,8 +16,7 @@ def available_cores() -> int:
 
 
 def second_core() -> bool:
-    """Whether work may go to a second core beside this thread: the analysis's side thread and
-    the HTML page's chart child ask this.
+    """Whether work may go to a second core beside this thread: the analysis's side thread asks this.
 
     No when the process may run on one core, when its polars was given one thread
     (``POLARS_MAX_THREADS=1``: a job gives each rank's worker its share of the cores), or when

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 
 def format_duration(ns: float) -> str:
     """Nanoseconds as µs below 0.1 ms, ms below 10 s, else seconds."""
@@ -31,8 +33,16 @@ def format_share(value: float | None) -> str:
     return f"{value:.0%}"
 
 
+def format_count(value: float) -> str:
+    """A count that may be an average (launches per step): ``26``, ``4.3``, ``0.17``."""
+    if value == int(value):
+        return f"{int(value):,}"
+    return f"{value:,.1f}" if value >= 1 else f"{value:.2g}"
+
+
 def short_kernel_name(name: str, limit: int = 100) -> str:
-    """A kernel name without ``void`` and its parameter list, shortened to ``limit`` characters.
+    """A kernel name without ``void`` and its parameter list, shortened to ``limit`` characters
+    in the middle (:func:`shorten_middle`).
 
     Template arguments stay: they tell apart the instances of one kernel (the functor of an
     elementwise kernel, the tile shape of a GEMM).
@@ -47,7 +57,55 @@ def short_kernel_name(name: str, limit: int = 100) -> str:
         elif char == "(" and depth == 0 and not short.startswith("(anonymous namespace)", index):
             short = short[:index] if index else short
             break
-    return short if len(short) <= limit else short[: limit - 1] + "…"
+    return shorten_middle(short, limit)
+
+
+def shorten_middle(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters in the middle (``at::native::vectorized_…<float, 4>``):
+    a name's start says what it is and its end which instance (template arguments, a file's name),
+    so both stay."""
+    if len(text) <= limit:
+        return text
+    if limit < 3:
+        return text[:limit]
+    head = limit // 2
+    tail = limit - 1 - head
+    return text[:head] + "…" + (text[-tail:] if tail else "")
+
+
+def shorten_distinct(texts: list[str], limit: int) -> list[str]:
+    """Each of ``texts`` shortened in the middle to ``limit`` characters, so that two different
+    texts never read the same: where two shortened texts would collide, the part where they
+    differ is shown between two ellipses (``head…<difference>…tail``); a text that still collides
+    is kept whole (wider than ``limit`` rather than ambiguous)."""
+    shown = [shorten_middle(text, limit) for text in texts]
+    groups: dict[str, set[str]] = {}
+    for text, short in zip(texts, shown, strict=True):
+        groups.setdefault(short, set()).add(text)
+    clashing = {short for short, members in groups.items() if len(members) > 1}
+    if not clashing:
+        return shown
+    for short in clashing:
+        members = sorted(groups[short])
+        prefix = len(os.path.commonprefix(members))  # noqa: RUF071  (characters, not paths)
+        for index, text in enumerate(texts):
+            if shown[index] == short:
+                shown[index] = _around(text, prefix, limit)
+    final: dict[str, set[str]] = {}
+    for text, short in zip(texts, shown, strict=True):
+        final.setdefault(short, set()).add(text)
+    return [text if len(final[short]) > 1 else short for text, short in zip(texts, shown, strict=True)]
+
+
+def _around(text: str, at: int, limit: int) -> str:
+    """``text`` in ``limit`` characters: its start, the stretch from just before ``at`` (where it
+    differs from a text it would be confused with), its end, with an ellipsis at each cut."""
+    side = max((limit - 2) // 4, 1)
+    window = max(limit - 2 - 2 * side, 1)
+    start = min(max(at - 2, side), len(text) - side - window)
+    if start <= side:
+        return shorten_middle(text, limit)
+    return text[:side] + "…" + text[start : start + window] + "…" + text[-side:]
 
 
 def source_label(source: str, source_kind: str | None, line_kind: str | None, function: str | None) -> str:

@@ -119,9 +119,9 @@ def collector_paused() -> Iterator[None]:
 
     What an analysis makes lives in polars (outside the collector) or is freed by reference
     counting. On a 0.5 GB trace the collector ran 300-500 times in the main process, 0.11-0.18 s of
-    its main thread, and found about 1,000 objects in the matplotlib import, 800 in the command's
-    other imports, 9 in the analysis and 500-10,000 in the page's charts: the same on a 0.25 GB and
-    a 1 GB trace, so what it would free does not grow with the trace. The command pauses it while
+    its main thread, and found about 1,000 objects in the plotting library's import (charts are now
+    written as SVG without one), 800 in the command's other imports and 9 in the analysis: the same
+    on a 0.25 GB and a 1 GB trace, so what it would free does not grow with the trace. The command pauses it while
     its libraries load and while `analyze` reads one trace (a job's ranks keep it), the
     pure-Python loader while it decodes (its structs cannot form a cycle); `run` leaves the user's
     script the collector as it was.
@@ -216,12 +216,9 @@ def _prepare(module: str) -> None:
 def prepare_beside(module: str) -> None:
     """Import ``module`` and call its ``prepare()``, in a thread of its own, once the trace is loaded.
 
-    The page's renderer imports matplotlib and jinja2 (~0.5 s of CPU) and compiles its templates
-    (~50 ms). Started once the trace is loaded: the load keeps both cores busy (two scanning
-    threads and the main one), the analysis about 1.4 of them, so the import finds a free core
-    there and during the load took it from the load. 5 paired runs per shape at 0.5 GB: load
-    0.60-0.71x, analysis 1.21-1.26x, whole process 0.95-0.98x; maximum RSS the same to +14 MB (the
-    import's transient memory now meets the analysis's peak).
+    The page's renderer imports jinja2 and its own modules (~0.1 s of CPU) and compiles its
+    templates (~50 ms). Started once the trace is loaded (the load keeps both cores busy), beside
+    the analysis, which leaves a core free part of the time.
     """
     threading.Thread(target=_prepare, args=(module,), daemon=True).start()
 

@@ -30,6 +30,7 @@ from traceinsight.analysis.results import (
     SyncCall,
     SyncHotspot,
 )
+from traceinsight.analysis.shared import Shared, shared_tables
 from traceinsight.analysis.steady import SteadyState, iteration_count, steady_state
 from traceinsight.analysis.timeline import Timeline, timeline
 from traceinsight.analysis.usage import Usage
@@ -239,16 +240,16 @@ class _SteadyOnly(NamedTuple):
 
 
 def _steady_only(
-    trace: Trace, steady: SteadyState, limits: Thresholds, user_code: Collection[str]
+    trace: Trace, steady: SteadyState, limits: Thresholds, user_code: Collection[str], common: Shared
 ) -> _SteadyOnly:
     return _SteadyOnly(
-        warnings=trace_warnings(trace, steady),
+        warnings=trace_warnings(trace, steady, common.launch_calls),
         optimizer=optimizer_stats(trace, steady),
         kernels=top_kernels(trace, top=50),
-        precision=precision_mix(trace, steady),
+        precision=precision_mix(trace, steady, classes=common.gpu),
         latent_syncs=latent_syncs(trace, steady, user_code),
         memory=memory_usage(trace, steady, limits.memory_series_points),
-        communication=communication_stats(trace, steady),
+        communication=communication_stats(trace, steady, common.gpu),
     )
 
 
@@ -256,11 +257,12 @@ def _analyze(
     trace: Trace, limits: Thresholds, user_code: Collection[str], beside: Beside, *, every_gap: bool = False
 ) -> Analysis:
     host_later = beside.start(host.host_summary, trace)
+    common = shared_tables(trace)
     busy = gpu_time.busy_intervals(trace)
     kernels = gpu_time.kernel_intervals(trace)
-    compute = gpu_time.compute_intervals(trace)
-    steady = steady_state(trace, limits)
-    steady_later = beside.start(_steady_only, trace, steady, limits, user_code)
+    compute = gpu_time.compute_intervals(trace, common.gpu)
+    steady = steady_state(trace, limits, common.launch_calls)
+    steady_later = beside.start(_steady_only, trace, steady, limits, user_code, common)
     calls = syncs.blocking_calls(trace, round(limits.copy_sync_window_us * 1000), user_code)
     iterations = iteration_count(trace)
     gaps = idle_gaps.all_gaps(busy)
@@ -272,7 +274,7 @@ def _analyze(
     idle_after = syncs.idle_after_calls(calls, gaps, launched, round(limits.sync_drain_slack_us * 1000))
     copy_groups = copies.copy_groups(trace, calls, kernels, limits)
     devices = gpu_time.device_times(trace, busy, kernels, compute, classified, steady)
-    steps = gpu_time.step_times(trace, busy, kernels, compute, classified, steady)
+    steps = gpu_time.step_times(trace, busy, kernels, compute, classified, steady, common.launch_calls)
     fixes = _fix_inputs(trace, steady, kernels)
     return Analysis(
         meta=trace.meta,
@@ -288,11 +290,13 @@ def _analyze(
         syncs=syncs.sync_calls(calls),
         sync_hotspots=syncs.sync_hotspots(calls, idle_after, iterations, classified, steady),
         host=host_ops,
-        timeline=timeline(trace, max_blocks=2000, busy=busy, launched=launched, steady=steady),
+        timeline=timeline(
+            trace, max_blocks=2000, busy=busy, launched=launched, steady=steady, classes=common.gpu
+        ),
         kernels=steady_only.kernels,
         steady=steady,
         warnings=steady_only.warnings,
-        replay=prepare_replay(trace, calls, steady),
+        replay=prepare_replay(trace, calls, steady, common.launch_calls),
         fix_inputs=fixes,
         usage=gpu_time.steady_usage(devices, steps, busy, kernels, compute, classified, steady),
         precision=steady_only.precision,
@@ -303,6 +307,8 @@ def _analyze(
         multi_gpu_processes=launched.group_by("pid").len().filter(pl.col("len") > 1).height,
         communication=steady_only.communication,
         pace=step_pace(steady, steps, calls, limits.pace_difference),
-        step_leads=step_leads(trace, steady, calls, fixes.dataloader_waits, user_code),
+        step_leads=step_leads(
+            trace, steady, calls, fixes.dataloader_waits, user_code, launches=common.launch_calls
+        ),
         every_gap=classified if every_gap else None,
     )

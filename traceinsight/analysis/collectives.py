@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceinsight.analysis.intervals import within
+from traceinsight.analysis.shared import gpu_classes
 from traceinsight.analysis.steady import SteadyState
 from traceinsight.load import Trace, taxonomy
 
@@ -92,11 +93,15 @@ def _data_parallel(trace: Trace) -> bool:
     return several.select("pid").join(spanning, on="pid", how="anti").height > 0
 
 
-def communication_stats(trace: Trace, steady: SteadyState) -> CommunicationStats:
-    """Communication kernels started inside the steady windows, per device and kind."""
-    kernels = trace.gpu.filter(
-        (pl.col("kind") == "kernel") & pl.col("name").str.contains(taxonomy.COMMUNICATION_KERNEL_PATTERN)
-    ).select("device", "name", "ts", "dur")
+def communication_stats(
+    trace: Trace, steady: SteadyState, classes: pl.DataFrame | None = None
+) -> CommunicationStats:
+    """Communication kernels started inside the steady windows, per device and kind (``classes``:
+    :func:`~traceinsight.analysis.shared.gpu_classes`, when the caller has it)."""
+    gpu = gpu_classes(trace) if classes is None else classes
+    kernels = gpu.filter((pl.col("kind") == "kernel") & pl.col("communication")).select(
+        "device", "name", "ts", "dur"
+    )
     if steady.windows:
         kernels = kernels.filter(within(kernels.get_column("ts"), steady.device_windows))
     groups = (

@@ -23,9 +23,10 @@ import polars as pl
 from traceinsight.analysis.causes import CauseKind
 from traceinsight.analysis.intervals import merge_intervals, overlap_ns
 from traceinsight.analysis.results import DeviceTime, StepTime
+from traceinsight.analysis.shared import gpu_classes
 from traceinsight.analysis.steady import SteadyState, owned_work
 from traceinsight.analysis.usage import Usage
-from traceinsight.load import Trace, taxonomy
+from traceinsight.load import Trace
 
 
 def busy_intervals(trace: Trace) -> pl.DataFrame:
@@ -38,14 +39,11 @@ def kernel_intervals(trace: Trace) -> pl.DataFrame:
     return merge_intervals(trace.gpu.filter(pl.col("kind") == "kernel"), by="device")
 
 
-def compute_intervals(trace: Trace) -> pl.DataFrame:
-    """Union of non-communication kernel intervals per device → ``device, start, end``."""
-    return merge_intervals(
-        trace.gpu.filter(
-            (pl.col("kind") == "kernel") & ~pl.col("name").str.contains(taxonomy.COMMUNICATION_KERNEL_PATTERN)
-        ),
-        by="device",
-    )
+def compute_intervals(trace: Trace, classes: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Union of non-communication kernel intervals per device → ``device, start, end``.
+    ``classes`` is :func:`~traceinsight.analysis.shared.gpu_classes` when the caller has it."""
+    gpu = gpu_classes(trace) if classes is None else classes
+    return merge_intervals(gpu.filter((pl.col("kind") == "kernel") & ~pl.col("communication")), by="device")
 
 
 def _lengths(intervals: pl.DataFrame) -> dict[int, int]:
@@ -165,7 +163,9 @@ def idle_split(gaps: pl.DataFrame, steady: SteadyState) -> dict[int, tuple[tuple
     return {device: _ranked(causes) for device, causes in by_device.items()}
 
 
-def _first_own_work(trace: Trace, steady: SteadyState) -> dict[tuple[int, int], int]:
+def _first_own_work(
+    trace: Trace, steady: SteadyState, launches: pl.DataFrame | None
+) -> dict[tuple[int, int], int]:
     """(step, device) → start of the first GPU work the step launched on the device."""
     ranges = pl.DataFrame(
         {
@@ -175,7 +175,7 @@ def _first_own_work(trace: Trace, steady: SteadyState) -> dict[tuple[int, int], 
         },
         schema={"step": pl.Int64, "start": pl.Int64, "end": pl.Int64},
     )
-    first = owned_work(trace, ranges).group_by("step", "device").agg(pl.col("ts").min())
+    first = owned_work(trace, ranges, launches).group_by("step", "device").agg(pl.col("ts").min())
     return {(step, device): ts for step, device, ts in first.iter_rows()}
 
 
@@ -216,9 +216,11 @@ def step_times(
     compute: pl.DataFrame,
     gaps: pl.DataFrame,
     steady: SteadyState,
+    launches: pl.DataFrame | None = None,
 ) -> tuple[StepTime, ...]:
     """GPU time inside each step's device window, per device: busy by class and idle by cause, and
-    the idle before the step's own first GPU work (module doc)."""
+    the idle before the step's own first GPU work (module doc). ``launches`` is
+    :func:`~traceinsight.analysis.shared.launch_calls` when the caller has it."""
     if not steady.steps or busy.is_empty():
         return ()
     windows = pl.DataFrame(
@@ -247,7 +249,7 @@ def step_times(
     }
     causes = _idle_by_cause(grid, gaps, extent)
     # The lead: from the window's start to the step's own first work on the device.
-    first_own = _first_own_work(trace, steady)
+    first_own = _first_own_work(trace, steady, launches)
     leads = pl.DataFrame(
         [
             (step, device, start, min(end, first_own[(step, device)]))

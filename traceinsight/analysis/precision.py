@@ -8,8 +8,9 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceinsight.analysis.intervals import within
+from traceinsight.analysis.shared import gpu_classes
 from traceinsight.analysis.steady import SteadyState
-from traceinsight.load import Trace, taxonomy
+from traceinsight.load import Trace
 
 __all__ = ["PrecisionMix", "precision_mix"]
 
@@ -40,16 +41,20 @@ class PrecisionMix:
             return None
 
 
-def precision_mix(trace: Trace, steady: SteadyState, top: int = 5) -> tuple[PrecisionMix, ...]:
-    """Per device: fp32 GEMM/convolution vs tensor-core kernel time, kernels starting in the steady state."""
-    kernels = trace.gpu.filter((pl.col("kind") == "kernel") & pl.col("device").is_not_null())
+def precision_mix(
+    trace: Trace, steady: SteadyState, top: int = 5, classes: pl.DataFrame | None = None
+) -> tuple[PrecisionMix, ...]:
+    """Per device: fp32 GEMM/convolution vs tensor-core kernel time, kernels starting in the steady
+    state (``classes``: :func:`~traceinsight.analysis.shared.gpu_classes`, when the caller has it)."""
+    gpu = gpu_classes(trace) if classes is None else classes
+    kernels = gpu.filter((pl.col("kind") == "kernel") & pl.col("device").is_not_null())
     if kernels.is_empty():
         return ()
     if steady.windows:
         kernels = kernels.filter(within(kernels.get_column("ts"), steady.device_windows))
-    tensor = pl.col("name").str.contains(taxonomy.TENSOR_CORE_KERNEL_PATTERN)
-    fp32 = pl.col("name").str.contains(taxonomy.FP32_MATMUL_KERNEL_PATTERN) & ~tensor
-    classified = kernels.with_columns(fp32=fp32, tensor=tensor)
+    classified = kernels.with_columns(
+        fp32=pl.col("fp32_matmul") & ~pl.col("tensor_core"), tensor=pl.col("tensor_core")
+    )
     capability = {device.index: device.compute_capability for device in trace.meta.devices}
     result = []
     for (device,), group in sorted(classified.group_by(["device"]), key=lambda item: item[0][0]):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceinsight.analysis.intervals import meeting, merge_intervals, overlap_ns
-from traceinsight.analysis.launches import first_launch_calls
+from traceinsight.analysis.shared import launch_calls
 from traceinsight.analysis.sources import source_at
 from traceinsight.analysis.steady import SteadyState
 from traceinsight.load import Trace
@@ -75,10 +75,12 @@ def step_leads(
     waits: tuple[tuple[int, int], ...],
     user_code: Collection[str] = (),
     top: int = 3,
+    launches: pl.DataFrame | None = None,
 ) -> StepLeads:
     """Each steady step's stretch before its first launch, what the host waited and did in it.
 
-    ``calls`` are the blocking calls (``ts, end``), ``waits`` the DataLoader ``__next__`` ranges."""
+    ``calls`` are the blocking calls (``ts, end``), ``waits`` the DataLoader ``__next__`` ranges,
+    ``launches`` :func:`~traceinsight.analysis.shared.launch_calls` when the caller has it."""
     steps = pl.DataFrame(
         {
             "start": [step.start_ns for step in steady.steady_steps],
@@ -86,7 +88,11 @@ def step_leads(
         },
         schema={"start": pl.Int64, "end": pl.Int64},
     ).sort("start")
-    launches = first_launch_calls(trace, "pid", "tid", first="ts").select("first", "pid", "tid").sort("first")
+    launches = (
+        (launch_calls(trace) if launches is None else launches)
+        .select(first="l_ts", pid="pid", tid="tid")
+        .sort("first")
+    )
     if steps.is_empty() or launches.is_empty():
         return StepLeads()
     leads = (

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from traceinsight.analysis.launches import first_launch_calls
+from traceinsight.analysis.shared import launch_calls
 from traceinsight.analysis.steady import SteadyState
 from traceinsight.load import Trace
 
@@ -322,11 +322,14 @@ def _anchors(window: _Window, kept: list[tuple[int, int, int]]) -> list[_Anchor]
     return sorted(shortened + calls, key=lambda anchor: (anchor[0], anchor[1]))
 
 
-def prepare_replay(trace: Trace, calls: pl.DataFrame, steady: SteadyState) -> Replay:
-    """Collect the steady-state windows' GPU work and blocking calls into arrays for replaying."""
+def prepare_replay(
+    trace: Trace, calls: pl.DataFrame, steady: SteadyState, launches: pl.DataFrame | None = None
+) -> Replay:
+    """Collect the steady-state windows' GPU work and blocking calls into arrays for replaying
+    (``launches``: :func:`~traceinsight.analysis.shared.launch_calls`, when the caller has it)."""
     if not steady.windows or trace.gpu.is_empty():
         return Replay(steps=max(len(steady.steady_steps), 1))
-    launches = first_launch_calls(trace, "pid", "tid", l_ts="ts", l_end="end")
+    launches = launch_calls(trace) if launches is None else launches
     work = (
         trace.gpu.filter(pl.col("device").is_not_null())
         .select("device", "stream", "ts", "dur", "end", "correlation")

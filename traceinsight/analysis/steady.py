@@ -43,7 +43,7 @@ from typing import Any
 
 import polars as pl
 
-from traceinsight.analysis.launches import first_launch_calls
+from traceinsight.analysis.shared import launch_calls
 from traceinsight.formatting import format_duration
 from traceinsight.load import Trace, taxonomy
 from traceinsight.thresholds import Thresholds
@@ -175,13 +175,14 @@ def step_windows(trace: Trace) -> tuple[str, pl.DataFrame]:
     return "none", pl.DataFrame(schema={"step": pl.Int64, "start": pl.Int64, "end": pl.Int64})
 
 
-def owned_work(trace: Trace, ranges: pl.DataFrame) -> pl.DataFrame:
+def owned_work(trace: Trace, ranges: pl.DataFrame, launches: pl.DataFrame | None = None) -> pl.DataFrame:
     """GPU activities with the step whose host range launched them → ``step, device, ts, end``.
 
     ``ranges`` holds ``step, start, end`` (host ranges). An activity belongs to the range that holds
     the first runtime call of its correlation id; activities launched outside every range (or
-    whose launch the trace does not hold) belong to none and are left out."""
-    launches = first_launch_calls(trace, l_ts="ts")
+    whose launch the trace does not hold) belong to none and are left out. ``launches`` is
+    :func:`~traceinsight.analysis.shared.launch_calls` of the trace when the caller has it."""
+    launches = (launch_calls(trace) if launches is None else launches).select("correlation", "l_ts")
     work = (
         trace.gpu.select("correlation", "device", "ts", "end")
         .join(launches, on="correlation", how="inner")
@@ -204,13 +205,13 @@ def owned_work(trace: Trace, ranges: pl.DataFrame) -> pl.DataFrame:
 _Owned = dict[int, tuple[int, int | None, int | None]]
 
 
-def _gpu_ends(trace: Trace, source: str, windows: pl.DataFrame) -> _Owned:
+def _gpu_ends(trace: Trace, source: str, windows: pl.DataFrame, launches: pl.DataFrame | None) -> _Owned:
     """Per step: GPU activities launched in its host range, the first's start, the last's end.
 
     See :func:`owned_work`; a ``ProfilerStep#N`` ``gpu_user_annotation`` on a GPU row (Kineto draws
     it over the work launched in the step) counts to step N's end too."""
     owned = (
-        owned_work(trace, windows)
+        owned_work(trace, windows, launches)
         .group_by("step")
         .agg(count=pl.len(), gpu_start=pl.col("ts").min(), gpu_end=pl.col("end").max())
     )
@@ -250,9 +251,11 @@ def _done_times(rows: list[dict[str, Any]], ends: _Owned) -> list[tuple[int, int
     return result
 
 
-def _judge_steps(trace: Trace, source: str, windows: pl.DataFrame, limits: Thresholds) -> tuple[Step, ...]:
+def _judge_steps(
+    trace: Trace, source: str, windows: pl.DataFrame, limits: Thresholds, launches: pl.DataFrame | None
+) -> tuple[Step, ...]:
     rows = list(windows.sort("start", "step").iter_rows(named=True))
-    ends = _gpu_ends(trace, source, windows) if trace.has_gpu_activity else {}
+    ends = _gpu_ends(trace, source, windows, launches) if trace.has_gpu_activity else {}
     times = _done_times(rows, ends)
     length_of = {row["step"]: done - begin for row, (begin, done) in zip(rows, times, strict=True)}
     reasons: dict[int, str] = {}
@@ -370,12 +373,15 @@ def _startup_without_steps(trace: Trace, limits: Thresholds) -> tuple[int | None
     return end, evidence
 
 
-def steady_state(trace: Trace, limits: Thresholds | None = None) -> SteadyState:
-    """Steps, which of them are steady, and the steady-state windows (see the module doc)."""
+def steady_state(
+    trace: Trace, limits: Thresholds | None = None, launches: pl.DataFrame | None = None
+) -> SteadyState:
+    """Steps, which of them are steady, and the steady-state windows (see the module doc).
+    ``launches`` is :func:`~traceinsight.analysis.shared.launch_calls` when the caller has it."""
     limits = limits or Thresholds()
     source, windows = step_windows(trace)
     if source != "none":
-        steps = _judge_steps(trace, source, windows, limits)
+        steps = _judge_steps(trace, source, windows, limits, launches)
         return SteadyState(
             source=source, steps=steps, windows=_runs(steps), gpu_windows=_runs(steps, device=True)
         )

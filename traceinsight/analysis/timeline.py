@@ -18,6 +18,7 @@ import polars as pl
 
 from traceinsight.analysis.gpu_time import busy_intervals
 from traceinsight.analysis.intervals import merge_intervals
+from traceinsight.analysis.shared import gpu_classes
 from traceinsight.analysis.steady import SteadyState, step_windows
 from traceinsight.analysis.syncs import launch_devices
 from traceinsight.load import Trace, taxonomy
@@ -135,12 +136,14 @@ def timeline(
     busy: pl.DataFrame | None = None,
     launched: pl.DataFrame | None = None,
     steady: SteadyState | None = None,
+    classes: pl.DataFrame | None = None,
 ) -> Timeline:
     """The per-device busy timeline with at most ``max_blocks`` blocks (and marks) per device.
 
     See the module docstring for how intervals are merged; ``max_blocks`` must be at least 2.
     ``busy`` is :func:`busy_intervals` and ``launched`` :func:`launch_devices` of the trace when
-    the caller has them already; with ``steady`` its steps are drawn by their device windows.
+    the caller has them already (``classes`` its :func:`~.shared.gpu_classes`); with ``steady`` its
+    steps are drawn by their device windows.
     """
     if max_blocks < 2:
         raise ValueError("max_blocks must be at least 2")
@@ -171,14 +174,9 @@ def timeline(
     devices = sorted(int(d) for d in busy.get_column("device").unique().to_list())
     blocks = _merge_at_resolution(busy, resolution)
     marks = _merge_at_resolution(_sync_calls_per_device(trace, devices, launched), resolution)
+    gpu = gpu_classes(trace) if classes is None else classes
     communication = _merge_at_resolution(
-        merge_intervals(
-            trace.gpu.filter(
-                (pl.col("kind") == "kernel")
-                & pl.col("name").str.contains(taxonomy.COMMUNICATION_KERNEL_PATTERN)
-            ),
-            by="device",
-        ),
+        merge_intervals(gpu.filter((pl.col("kind") == "kernel") & pl.col("communication")), by="device"),
         resolution,
     )
     per_device = []

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceinsight.analysis.capture import capture_windows, graph_capture, launches_in
-from traceinsight.analysis.launches import first_launch_calls
+from traceinsight.analysis.shared import launch_calls
 from traceinsight.analysis.steady import SteadyState, Step
 from traceinsight.formatting import format_duration
 from traceinsight.load import Trace, taxonomy
@@ -121,7 +121,7 @@ def _capture_warning(trace: Trace, windows: pl.DataFrame) -> list[TraceWarning]:
     ]
 
 
-def _gpu_warnings(trace: Trace) -> list[TraceWarning]:
+def _gpu_warnings(trace: Trace, first_calls: pl.DataFrame | None) -> list[TraceWarning]:
     warnings: list[TraceWarning] = []
     gpu_correlations = trace.gpu.select("correlation").drop_nulls().unique()
     launches = trace.runtime.filter(
@@ -175,7 +175,7 @@ def _gpu_warnings(trace: Trace) -> list[TraceWarning]:
                 )
             )
         launched = activities.select("ts", "correlation").join(
-            first_launch_calls(trace, l_ts="ts"),
+            (launch_calls(trace) if first_calls is None else first_calls).select("correlation", "l_ts"),
             on="correlation",
             how="inner",
         )
@@ -306,13 +306,16 @@ def _accelerator_warnings(trace: Trace) -> list[TraceWarning]:
     ]
 
 
-def trace_warnings(trace: Trace, steady: SteadyState) -> tuple[TraceWarning, ...]:
+def trace_warnings(
+    trace: Trace, steady: SteadyState, launches: pl.DataFrame | None = None
+) -> tuple[TraceWarning, ...]:
     """Every warning about ``trace`` (see the module doc): an accelerator it cannot read first,
-    then load problems."""
+    then load problems. ``launches`` is :func:`~traceinsight.analysis.shared.launch_calls` when
+    the caller has it."""
     return tuple(
         _accelerator_warnings(trace)
         + _load_warnings(trace)
         + _step_warnings(steady)
         + _setup_warnings(trace, steady)
-        + _gpu_warnings(trace)
+        + _gpu_warnings(trace, launches)
     )

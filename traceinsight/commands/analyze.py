@@ -127,10 +127,9 @@ def analyze(
     with libraries_loading():
         from traceinsight.commands.common import gate
         from traceinsight.commands.job import JobOptions, analyze_job_and_write
-        from traceinsight.errors import ConfigError
         from traceinsight.job import is_job
         from traceinsight.load.progress import terminal_progress
-        from traceinsight.results.gate import broken
+        from traceinsight.results.gate import broken, broken_ranks
 
     read = options.settings(
         output=output, json_out=json_out, markdown=markdown, no_html=no_html, force=force, user_code=user_code,
@@ -138,12 +137,10 @@ def analyze(
         fail_on_rules=fail_on_rule, max_idle=max_idle, max_syncs_per_step=max_syncs_per_step,
     )  # fmt: skip
     if is_job(traces):
-        if not read.budgets.empty:
-            raise ConfigError("the gate options take one trace; gate each rank's trace on its own")
         job = JobOptions(
             per_rank=per_rank, dask=dask or None, workers=workers, follow_symlinks=follow_symlinks
         )
-        analyze_job_and_write(
+        job_result = analyze_job_and_write(
             traces,
             read.wanted,
             read.reading,
@@ -152,6 +149,12 @@ def analyze(
             top=max(top, 10),
         )
         work_done()
+        combined = job_result.report
+        if not read.budgets.empty and combined is not None:
+            unit = "rank" if combined.cycles_of is None else "cycle"
+            status = gate(broken_ranks(combined.ranks, read.budgets, unit))
+            if status:
+                raise typer.Exit(status)
         return
     trace = traces[0]
     with collector_paused(), terminal_progress(f"reading {trace.name}") as progress:

@@ -9,6 +9,7 @@ own checks have passed.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import shutil
@@ -27,6 +28,7 @@ from traceinsight.config import SourceRoot
 from traceinsight.errors import OutputError
 from traceinsight.job import discover_ranks
 from traceinsight.job.execute import analyze_job, rank_progress
+from traceinsight.job.triage import triage
 from traceinsight.render.html import HtmlRenderer
 from traceinsight.results import JobResult, Result
 from traceinsight.results.job import RankResult, job_result_of
@@ -94,6 +96,11 @@ def analyze_job_and_write(
     that fails), and go through the same output checks as every other file.
     """
     discovery = discover_ranks(arguments, follow_symlinks=job.follow_symlinks)
+    # what is not a trace (a job's own result, a config) is skipped, before any rank is analyzed
+    sorted_out = triage(discovery.files)
+    discovery = dataclasses.replace(
+        discovery, files=sorted_out.files, notes=(*discovery.notes, *sorted_out.notes)
+    )
     inputs = [file.path for file in discovery.files]
     planned = plan(wanted, default_page(arguments), inputs=inputs, inputs_are="a trace of the job")
     per_rank = job.per_rank
@@ -116,6 +123,7 @@ def analyze_job_and_write(
                 dask=job.dask,
                 workers=job.workers,
                 progress=progress,
+                cycles_of=sorted_out.cycles_of,
             )
         result = job_result_of(combined)
         written, to_stdout = _write(result, planned, per_rank, combined.ranks, inputs)
@@ -150,9 +158,16 @@ def _write(
 
 
 def _check_per_rank_folder(folder: Path, inputs: list[Path]) -> None:
-    """``--per-rank`` names a folder, and no trace of the job there could be replaced by a rank's report."""
+    """``--per-rank`` names a folder (made when missing), and no trace of the job there could be
+    replaced by a rank's report."""
     if not folder.is_dir():
-        raise OutputError(f"--per-rank {folder}: no such folder; create it, or leave the option out")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputError(
+                f"--per-rank {folder}: cannot create the folder ({exc.strerror or exc}); "
+                "name a folder you can write to"
+            ) from None
     for source in inputs:
         if _PER_RANK_NAME.fullmatch(source.name) and source.parent.resolve() == folder.resolve():
             raise OutputError(

@@ -193,6 +193,7 @@ def settings(
     """Read the project table and check the options `analyze` and `diff` take (the command line wins)."""
     from traceinsight.results.gate import Budgets, budgets_from_table
     from traceinsight.rules.findings import SEVERITIES
+    from traceinsight.rules.ids import check_budget, check_rule_ids
 
     config = read_config()
     if fail_on is not None and fail_on not in SEVERITIES:
@@ -201,10 +202,10 @@ def settings(
         raise ConfigError("--json - and --markdown - both ask for stdout; write one of them to a file")
     given = Budgets(
         fail_on=fail_on,
-        fail_on_rules=tuple(fail_on_rules or ()),
-        max_idle=max_idle,
-        max_syncs_per_step=max_syncs_per_step,
-        max_regression=max_regression,
+        fail_on_rules=check_rule_ids(fail_on_rules or (), "--fail-on-rule"),
+        max_idle=check_budget(max_idle, "--max-idle"),
+        max_syncs_per_step=check_budget(max_syncs_per_step, "--max-syncs-per-step"),
+        max_regression=check_budget(max_regression, "--max-regression"),
     )
     return Settings(
         config=config,

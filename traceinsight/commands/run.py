@@ -80,6 +80,15 @@ class OutputPaths:
     json_out: str | None
     force: bool = False
     """``--force``: the outputs may replace files that are not traceinsight's."""
+    markdown: str | None = None
+    """``--markdown``: the short Markdown summary's path, ``-`` for stdout, or None."""
+    write_html: bool = True
+    """False with ``--no-html``."""
+
+    @property
+    def to_stdout(self) -> bool:
+        """Whether stdout carries the JSON or the Markdown (the script's own prints go to stderr)."""
+        return "-" in (self.json_out, self.markdown)
 
 
 def run(
@@ -127,9 +136,23 @@ def run(
     json_out: Annotated[
         str | None,
         typer.Option(
-            "--json", metavar="PATH", help="Also write the findings as JSON to PATH.", show_default=False
+            "--json",
+            metavar="PATH|-",
+            help="Also write the findings as JSON to PATH ('-': stdout, the script's own output then "
+            "going to stderr).",
+            show_default=False,
         ),
     ] = None,
+    markdown: Annotated[
+        str | None,
+        typer.Option(
+            "--markdown",
+            metavar="PATH|-",
+            help="Also write a short GitHub Markdown summary to PATH ('-': stdout, as --json -).",
+            show_default=False,
+        ),
+    ] = None,
+    no_html: Annotated[bool, typer.Option("--no-html", help="Do not write the HTML report.")] = False,
     wait: Annotated[
         int,
         typer.Option(metavar="N", min=0, help="Steps to skip first (step 0 includes start-up)."),
@@ -201,7 +224,9 @@ def run(
     every rank writes its own files; `traceinsight run -m torch.distributed.run ...` (or `run
     torchrun ...`) profiles the workers.
     """
-    console = Console(stderr=True)
+    from traceinsight.render.terminal import TerminalConsole
+
+    console = TerminalConsole(stderr=True)  # 120 columns in a CI log, like analyze's
     try:
         # Parsing stops at SCRIPT: the rest arrives in script_args (or, with other settings, ctx.args).
         words = (*(script_args or ()), *ctx.args)
@@ -233,7 +258,8 @@ def run(
         rank = rank_info()
         if rank is not None:
             settings = dataclasses.replace(settings, record_startup=False)
-        paths = _output_paths(target, trace, output, json_out, rank, force=force)
+        paths = _output_paths(target, trace, output, json_out, rank, force=force, markdown=markdown,
+                              write_html=not no_html)  # fmt: skip
         status = profile_and_report(target, settings, paths, console, rank=rank, project=project)
     except TraceInsightError as error:
         # The same one line the CLI prints for every command's errors; never a traceback.
@@ -271,7 +297,8 @@ def profile_and_report(
     if not recorder.records_cuda:
         say("no CUDA device: profiling CPU activity only")
     try:
-        outcome = run_target(target)
+        with _stdout_to_stderr(paths.to_stdout):
+            outcome = run_target(target)
     except BaseException:
         recorder.finish(discard=True)
         raise
@@ -480,7 +507,13 @@ def _analyze(
             from traceinsight.commands.analyze import analyze_and_write
         analyze_and_write(
             trace,
-            Wanted(html=_shown(paths.report), json=paths.json_out, force=paths.force),
+            Wanted(
+                html=_shown(paths.report),
+                json=paths.json_out,
+                markdown=paths.markdown,
+                write_html=paths.write_html,
+                force=paths.force,
+            ),
             Reading(user_code=settings.user_code),
             console=console,
             source_root=None if project is None else SourceRoot(project, "the script's project folder"),
@@ -559,6 +592,8 @@ def _output_paths(
     rank: RankInfo | None,
     *,
     force: bool = False,
+    markdown: str | None = None,
+    write_html: bool = True,
 ) -> OutputPaths:
     """The outputs' absolute paths, per rank under torchrun; fails now if one cannot be written, or
     would replace the script or a file that is not ours (:func:`traceinsight.commands.outputs.check_outputs`;
@@ -568,6 +603,7 @@ def _output_paths(
         trace_path = trace if trace is not None else Path(f"{target.stem}.{stamp}.pt.trace.json.gz")
         report_path = output if output is not None else Path(f"{target.stem}.{stamp}.report.html")
         json_path = json_out
+        markdown_path = markdown
     else:
         folder = Path(f"{target.stem}.{job_stamp()}.job")
         if trace is None or output is None:
@@ -579,16 +615,23 @@ def _output_paths(
             output if output is not None else folder / f"{target.stem}.report.html", rank.rank
         )
         json_path = str(rank_path(Path(json_out), rank.rank)) if json_out not in (None, "-") else json_out
+        markdown_path = str(rank_path(Path(markdown), rank.rank)) if markdown not in (None, "-") else markdown
+    if json_path == "-" and markdown_path == "-":
+        raise OutputError("--json - and --markdown - both ask for stdout; write one of them to a file")
     _check_writable(trace_path, "--trace")
-    _check_writable(report_path, "-o/--output")
+    if write_html:
+        _check_writable(report_path, "-o/--output")
     if json_path is not None and json_path != "-":
         _check_writable(Path(json_path), "--json")
-    planned = [
-        Output("--trace", trace_path, Kind.TRACE, readable_after=True),
-        Output("-o/--output", report_path, Kind.HTML),
-    ]
+    if markdown_path is not None and markdown_path != "-":
+        _check_writable(Path(markdown_path), "--markdown")
+    planned = [Output("--trace", trace_path, Kind.TRACE, readable_after=True)]
+    if write_html:
+        planned.append(Output("-o/--output", report_path, Kind.HTML))
     if json_path is not None and json_path != "-":
         planned.append(Output("--json", Path(json_path), Kind.JSON))
+    if markdown_path is not None and markdown_path != "-":
+        planned.append(Output("--markdown", Path(markdown_path), Kind.MARKDOWN))
     script = [] if target.is_module else [Path(target.name)]
     check_outputs(planned, inputs=script, inputs_are="the script being profiled", force=force)
     if trace_path.is_symlink():  # the trace is written by a rename: over the file the link names
@@ -598,6 +641,8 @@ def _output_paths(
         report=report_path.absolute(),
         json_out=str(Path(json_path).absolute()) if json_path not in (None, "-") else json_path,
         force=force,
+        markdown=str(Path(markdown_path).absolute()) if markdown_path not in (None, "-") else markdown_path,
+        write_html=write_html,
     )
 
 
@@ -645,3 +690,28 @@ def _check_writable(path: Path, option: str) -> None:
         raise OutputError(f"cannot write {path}: folder {folder} is not writable; change {option}")
     if path.is_dir():
         raise OutputError(f"cannot write {path}: it is a folder; give a file name to {option}")
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr(active: bool) -> Iterator[None]:
+    """While the script runs, its stdout goes to stderr when ours carries the JSON or Markdown
+    (``run --json - | jq``): ``print`` (``sys.stdout``) and the file descriptor 1 its children
+    and C code write to, both put back after it."""
+    if not active:
+        yield
+        return
+    sys.stdout.flush()
+    try:
+        saved: int | None = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:  # no file descriptor 1 to move (an embedded interpreter): print() still is
+        saved = None
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        if saved is not None:
+            os.dup2(saved, 1)
+            os.close(saved)

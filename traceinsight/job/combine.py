@@ -247,11 +247,13 @@ def _severity_order(severity: str) -> int:
 
 def _findings(ranks: Sequence[RankResult]) -> tuple[JobFinding, ...]:
     by_rule: dict[str, list[tuple[int, int, str, str, bool]]] = defaultdict(list)
+    per_step: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))  # rule → rank → ns
     for result in ranks:
         for finding in result.findings:
             by_rule[finding.rule].append(
                 (result.rank, finding.savings_ns, finding.title, finding.severity, finding.minor)
             )
+            per_step[finding.rule][result.rank] += result.per_step(finding.savings_ns)
     found = []
     for rule, entries in by_rule.items():
         biggest = max(entries, key=lambda entry: (entry[1], -entry[0]))
@@ -263,13 +265,18 @@ def _findings(ranks: Sequence[RankResult]) -> tuple[JobFinding, ...]:
                 ranks=tuple(sorted({entry[0] for entry in entries})),
                 savings_ns=sum(entry[1] for entry in entries),
                 minor=all(entry[4] for entry in entries),
+                saving_per_step_ns=median_low(per_step[rule].values()),
+                saving_per_step_all_ns=sum(per_step[rule].values()),
             )
         )
     return tuple(sorted(found, key=lambda f: (f.minor, -len(f.ranks), -f.savings_ns, f.rule)))
 
 
-def combine(results: Sequence[RankResult]) -> JobReport:
-    """The job report from every rank's result (any order)."""
+def combine(results: Sequence[RankResult], *, cycles_of: str | None = None) -> JobReport:
+    """The job report from every rank's result (any order). ``cycles_of``: the results are the
+    profiler cycles of that one process, not ranks (side by side, no cross-rank analysis)."""
+    if cycles_of is not None:
+        return _cycles(results, cycles_of)
     _check_ranks(results)
     ranks = tuple(sorted(results, key=lambda result: result.rank))
     warnings: list[str] = []
@@ -303,4 +310,23 @@ def combine(results: Sequence[RankResult]) -> JobReport:
         findings=_findings(ranks),
         warnings=tuple(warnings),
         step_ns=step_ns,
+    )
+
+
+def _cycles(results: Sequence[RankResult], worker: str) -> JobReport:
+    """One process's profiler cycles side by side: each cycle's own figures, findings over them."""
+    cycles = tuple(sorted(results, key=lambda result: result.rank))
+    steps = [result.step_ns for result in cycles if result.step_ns is not None]
+    return JobReport(
+        ranks=cycles,
+        timings=(),
+        collectives_from="none",
+        collectives_matched=0,
+        collectives_matched_by_seq=0,
+        collective_kinds=(),
+        stragglers=(),
+        findings=_findings(cycles),
+        warnings=(),
+        step_ns=median_low(steps) if steps else None,
+        cycles_of=worker,
     )

@@ -206,12 +206,14 @@ def analyze_job(
     dask: str | None = None,
     workers: int | None = None,
     progress: RankProgress | None = None,
+    cycles_of: str | None = None,
 ) -> JobReport:
     """Analyze each rank ``discovery`` found, where it says (``dask``: that cluster; else a local
     pool of ``workers``), and combine them into the job's report; what discovery skipped is said
     among the job's warnings. ``each`` is called with each rank's result where it was made (see
     :class:`~.rank.RankTask`). The ranks are read as ``analyze`` reads one trace (``thresholds``,
-    ``user_code``, ``max_bytes``: ``--max-size``, ``force``: ``--force``'s gzip ratio)."""
+    ``user_code``, ``max_bytes``: ``--max-size``, ``force``: ``--force``'s gzip ratio; ``cycles_of``: the process whose profiler cycles the files
+    are, see :mod:`.triage`)."""
     tasks = [
         RankTask(
             path=str(file.path.absolute()),
@@ -231,7 +233,7 @@ def analyze_job(
         if dask
         else run_local(tasks, workers=workers, progress=progress)
     )
-    job = combine(ranks)
+    job = combine(ranks, cycles_of=cycles_of)
     if discovery.notes:  # what discovery skipped, said wherever the job's warnings are
         job = dataclasses.replace(job, warnings=(*discovery.notes, *job.warnings))
     return job

@@ -1,29 +1,18 @@
-"""Charts for the HTML report: matplotlib ``Figure`` objects (never pyplot) rendered to inline SVG.
+"""Charts for the HTML report, written as inline SVG (:mod:`.svg`): no plotting library.
 
-Every chart is deterministic (fixed SVG hash salt, no date metadata) and bounded in size whatever
-the trace: timelines are downsampled (:mod:`traceinsight.analysis.timeline`), bar charts show the top
-N only. Text and axes are drawn in a sentinel colour that :func:`to_svg` turns into
-``currentColor``, so the inline SVG follows the page's text colour in light mode, dark mode and
-print; the data colours are mid-tones (Okabe-Ito) readable on both backgrounds.
+Every chart is deterministic (the same values give the same bytes) and bounded in size whatever
+the trace: timelines are downsampled (:mod:`traceinsight.analysis.timeline`), bar charts show the
+top N only. Text and axes are drawn in ``currentColor``, so a chart follows the page's text
+colour in light mode, dark mode and print; the data colours are mid-tones (Okabe-Ito) readable on
+both backgrounds. Each function returns a :class:`~.svg.Canvas` (None when the trace has nothing
+to show); the page turns it into an ``<svg>`` element with its id and accessible name.
 """
 
 from __future__ import annotations
 
-import io
-import re
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Final
-
-import matplotlib
-import numpy as np
-from markupsafe import escape
-from matplotlib.axes import Axes
-from matplotlib.backends.backend_svg import FigureCanvasSVG
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.patches import Patch, PathPatch
-from matplotlib.path import Path as MplPath
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Final
 
 from traceinsight.analysis import causes
 from traceinsight.analysis.causes import CauseKind
@@ -31,30 +20,33 @@ from traceinsight.analysis.memory import DeviceMemory
 from traceinsight.analysis.results import CopyGroup, HostSummary, IdleGap, StepTime, SyncHotspot
 from traceinsight.analysis.timeline import Timeline
 from traceinsight.formatting import format_duration, format_size
-
-if TYPE_CHECKING:
-    from matplotlib.typing import RcKeyType
+from traceinsight.render.svg import (
+    FOREGROUND,
+    SMALL_SIZE,
+    WIDTH,
+    Axis,
+    Canvas,
+    LegendItem,
+    legend_height,
+    text_width,
+)
 
 __all__ = [
     "CAUSE_COLORS",
     "CAUSE_ORDER",
-    "before_after_figure",
+    "before_after_chart",
     "cause_color",
     "cause_label",
-    "chart_style",
-    "copies_figure",
-    "host_ops_figure",
-    "idle_gaps_figure",
-    "memory_figure",
+    "copies_chart",
+    "host_ops_chart",
+    "idle_gaps_chart",
+    "memory_chart",
     "ordered_causes",
-    "step_breakdown_figure",
-    "sync_hotspots_figure",
-    "timeline_figure",
-    "to_svg",
+    "step_breakdown_chart",
+    "sync_hotspots_chart",
+    "timeline_chart",
 ]
 
-#: Drawn for text, axes and ticks; :func:`to_svg` replaces it with ``currentColor``.
-FOREGROUND: Final[str] = "#010203"
 BUSY: Final[str] = "#0072B2"
 COPY: Final[str] = "#56B4E9"
 SYNC_MARK: Final[str] = "#D55E00"
@@ -98,44 +90,6 @@ def ordered_causes(kinds: Iterable[str]) -> list[str]:
     return [kind for kind in CAUSE_ORDER if kind in present] + sorted(present - set(CAUSE_ORDER))
 
 
-_STYLE: Final[dict[RcKeyType, Any]] = {
-    "svg.hashsalt": "traceinsight",
-    "svg.fonttype": "path",  # glyphs as paths: the page looks the same without the fonts installed
-    "font.family": "DejaVu Sans",
-    "font.size": 9.0,
-    "text.parse_math": False,  # trace names may hold "$": never mathtext
-    "text.color": FOREGROUND,
-    "axes.labelcolor": FOREGROUND,
-    "axes.edgecolor": FOREGROUND,
-    "axes.facecolor": "none",
-    "axes.titlesize": 10.0,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "xtick.color": FOREGROUND,
-    "ytick.color": FOREGROUND,
-    "grid.color": FOREGROUND,
-    "grid.alpha": 0.18,
-    "grid.linewidth": 0.6,
-    "figure.facecolor": "none",
-    "figure.edgecolor": "none",
-    "savefig.facecolor": "none",
-    "savefig.edgecolor": "none",
-    "legend.frameon": False,
-    "legend.fontsize": 8.5,
-    "path.simplify": True,
-}
-_WIDTH_IN: Final[float] = 10.0
-_ID = re.compile(r'\sid="([^"]+)"')
-_REFERENCE = re.compile(r'(?:url\(#|href="#)([^)"]+)')
-
-
-@contextmanager
-def chart_style() -> Iterator[None]:
-    """The report's matplotlib settings (colours, fonts, SVG hash salt), for building and saving."""
-    with matplotlib.rc_context(_STYLE):
-        yield
-
-
 def _text(value: str, limit: int = 60) -> str:
     """Long trace names shortened for a chart label (the tables show them in full)."""
     return value if len(value) <= limit else value[: limit - 1] + "…"
@@ -150,90 +104,293 @@ def _unit(largest_ns: float) -> tuple[float, str]:
     return 1e3, "µs"
 
 
-def _lay_out(figure: Figure) -> None:
-    """Run ``figure``'s layout engine, then take the engine off, so that saving draws it once.
+def _plural(count: int, one: str, many: str) -> str:
+    return f"{count:,} {one if count == 1 else many}"
 
-    With a layout engine, ``savefig`` draws the whole figure twice: once with output turned off,
-    only so that the engine runs, then for real (with the engine off). That first draw is 10-20 %
-    of a chart's cost. The engine needs only the extents of the texts, which it measures with an
-    SVG renderer, as in that first draw: the SVG is the same byte for byte
-    (tests/test_html_report.py holds the charts of three shapes to matplotlib's own way). A figure
-    with no engine is left as it is.
+
+# --- horizontal bars ---------------------------------------------------------------------------
+
+_IDLE_OPACITY: Final[float] = 0.5
+_ROW: Final[float] = 21.6  # points per bar (0.3 inch)
+_MARGIN: Final[float] = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Segment:
+    value: float  # in the axis unit
+    color: str
+    opacity: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Bar:
+    label: tuple[str, ...]  # one line or more, right-aligned left of the bar
+    segments: tuple[_Segment, ...]
+    note: str = ""  # written just right of the bar's end
+
+    @property
+    def total(self) -> float:
+        return sum(segment.value for segment in self.segments)
+
+
+def _bar_chart(
+    bars: Sequence[_Bar], x_label: str, legend: Sequence[LegendItem] = (), columns: int = 3
+) -> Canvas:
+    """Stacked horizontal bars, first at the top, with their notes, an x axis from 0 and a legend.
+
+    The scale is the largest that leaves every bar's note inside the chart (notes never overlap
+    the edge), but never so small that the longest bar takes less than a third of the plot.
     """
-    engine = figure.get_layout_engine()
-    if engine is None:
-        return
-    dpi = figure.dpi
-    try:
-        engine.execute(figure)  # measures the texts with an SVG renderer, which sets 72 dpi
-    finally:
-        figure.dpi = dpi
-    figure.set_layout_engine(None)
+    lines = max(len(bar.label) for bar in bars)
+    row = _ROW * (1 + 0.55 * (lines - 1))
+    label_width = max(text_width(line) for bar in bars for line in bar.label)
+    left = min(_MARGIN + label_width + 8, WIDTH * 0.5)
+    right = WIDTH - _MARGIN
+    plot = right - left
+    top = 8.0
+    bottom = top + row * len(bars)
+    longest = max((bar.total for bar in bars), default=0.0) or 1.0
+    scale = plot / longest
+    for bar in bars:
+        if bar.total > 0 and bar.note:
+            room = plot - 6 - text_width(bar.note, SMALL_SIZE)
+            scale = min(scale, max(room, plot / 3) / bar.total)
+    axis = Axis(0.0, plot / scale, left, right)
+    legend_top = bottom + 34
+    canvas = Canvas(legend_top + legend_height(legend, columns) + 4)
+    canvas.x_axis(axis, top, bottom, x_label)
+    height = row * 0.68
+    for index, bar in enumerate(bars):
+        middle = top + row * (index + 0.5)
+        x = left
+        for segment in bar.segments:
+            width = segment.value * scale
+            canvas.rect(x, middle - height / 2, width, height, segment.color, segment.opacity)
+            x += max(width, 0.0)
+        if bar.note:
+            canvas.text(x + 4, middle + 2.7, bar.note, size=SMALL_SIZE)
+        first = middle + 3.2 - (len(bar.label) - 1) * 5.5
+        for number, line in enumerate(bar.label):
+            canvas.text(left - 6, first + number * 11, line, anchor="end")
+    canvas.line(left, top, left, bottom)
+    canvas.legend(legend, legend_top, columns)
+    return canvas
 
 
-def to_svg(figure: Figure, chart_id: str, title: str) -> str:
-    """Render ``figure`` to an SVG element for inlining in HTML.
-
-    The XML prolog, comments and metadata are dropped; element ids are kept only where referenced
-    (glyphs, clip paths, markers) and prefixed with ``chart_id`` so several charts share a page;
-    the sentinel foreground becomes ``currentColor``; ``title`` is the accessible name.
-    """
-    FigureCanvasSVG(figure)
-    buffer = io.StringIO()
-    with chart_style():
-        _lay_out(figure)
-        figure.savefig(buffer, format="svg", metadata={"Date": None})
-    svg = buffer.getvalue()
-    svg = svg[svg.index("<svg") :]
-    svg = re.sub(r"<!--.*?-->", "", svg, flags=re.DOTALL)
-    svg = re.sub(r"\s*<metadata>.*?</metadata>", "", svg, flags=re.DOTALL)
-    referenced = set(_REFERENCE.findall(svg))
-    svg = _ID.sub(lambda m: f' id="{chart_id}-{m[1]}"' if m[1] in referenced else "", svg)
-    svg = _REFERENCE.sub(lambda m: f"{m[0][: -len(m[1])]}{chart_id}-{m[1]}", svg)
-    svg = svg.replace(FOREGROUND, "currentColor")
-    svg = re.sub(r"\n\s*", "\n", svg)
-    opening = svg.index(">") + 1
-    head = svg[: opening - 1] + f' role="img" aria-labelledby="{chart_id}-title" class="chart-svg">'
-    return f'{head}<title id="{chart_id}-title">{escape(title)}</title>{svg[opening:]}'
-
-
-def _rectangles(spans: Sequence[tuple[float, float]], bottom: float, top: float) -> MplPath:
-    """One compound path of rectangles (x0, x1): far smaller in SVG than one patch each."""
-    count = len(spans)
-    vertices = np.empty((count * 5, 2))
-    codes = np.empty(count * 5, dtype=MplPath.code_type)
-    x = np.asarray(spans, dtype=float).reshape(count, 2)
-    vertices[0::5] = np.column_stack([x[:, 0], np.full(count, bottom)])
-    vertices[1::5] = np.column_stack([x[:, 1], np.full(count, bottom)])
-    vertices[2::5] = np.column_stack([x[:, 1], np.full(count, top)])
-    vertices[3::5] = np.column_stack([x[:, 0], np.full(count, top)])
-    vertices[4::5] = vertices[0::5]
-    codes[0::5] = MplPath.MOVETO
-    codes[1::5] = MplPath.LINETO
-    codes[2::5] = MplPath.LINETO
-    codes[3::5] = MplPath.LINETO
-    codes[4::5] = MplPath.CLOSEPOLY
-    return MplPath(vertices, codes)
-
-
-def _add_rectangles(
-    axes: Axes, spans: Sequence[tuple[float, float]], bottom: float, top: float, color: str, alpha: float
-) -> None:
-    if spans:
-        axes.add_patch(
-            PathPatch(_rectangles(spans, bottom, top), facecolor=color, edgecolor="none", alpha=alpha)
+def step_breakdown_chart(steps: Sequence[StepTime], limit: int = 40) -> Canvas | None:
+    """Each profiled step's device window as one bar of its time summed by category: the time
+    before the step's first GPU work first, then GPU busy (compute, communication, copies), then
+    idle by cause, then the time after its last GPU work; so a bar adds up to the window exactly.
+    Steps left out of the steady state are marked. None without steps; at most ``limit`` bars."""
+    if not steps:
+        return None
+    shown = list(steps)[:limit]
+    multi_device = len({step.device for step in shown}) > 1
+    per_unit, unit = _unit(max(step.span_ns for step in shown))
+    edges = (CauseKind.BEFORE_FIRST.value, CauseKind.AFTER_LAST.value)
+    middle_causes = [
+        kind for kind in ordered_causes(k for s in shown for k, _ in s.idle_by_cause_ns) if kind not in edges
+    ]
+    parts: list[tuple[str, str, float, list[float]]] = [
+        (
+            f"idle: {cause_label(CauseKind.BEFORE_FIRST.value)}",
+            cause_color(CauseKind.BEFORE_FIRST.value),
+            1.0,
+            [dict(s.idle_by_cause_ns).get(CauseKind.BEFORE_FIRST.value, 0) / per_unit for s in shown],
+        ),
+        ("GPU busy: compute", BUSY, 1.0, [s.compute_ns / per_unit for s in shown]),
+        ("GPU busy: communication", COMMUNICATION, 1.0, [s.communication_ns / per_unit for s in shown]),
+        ("GPU busy: copies", COPY, 1.0, [s.copy_exposed_ns / per_unit for s in shown]),
+        *(
+            (
+                f"idle: {cause_label(kind)}",
+                cause_color(kind),
+                0.8,
+                [dict(s.idle_by_cause_ns).get(kind, 0) / per_unit for s in shown],
+            )
+            for kind in middle_causes
+        ),
+        (  # the same grey as before the first work: lighter, so the legend tells them apart
+            f"idle: {cause_label(CauseKind.AFTER_LAST.value)}",
+            cause_color(CauseKind.AFTER_LAST.value),
+            0.5,
+            [dict(s.idle_by_cause_ns).get(CauseKind.AFTER_LAST.value, 0) / per_unit for s in shown],
+        ),
+    ]
+    drawn = [part for part in parts if any(part[3])]
+    bars = [
+        _Bar(
+            label=(
+                f"step {step.step}"
+                + (f" · GPU {step.device}" if multi_device else "")
+                + ("" if step.steady else " (not steady)"),
+            ),
+            segments=tuple(_Segment(values[index], color, alpha) for _, color, alpha, values in drawn),
         )
+        for index, step in enumerate(shown)
+    ]
+    legend = [LegendItem(label, color, opacity=alpha) for label, color, alpha, _ in drawn]
+    return _bar_chart(bars, f"{unit} of the step window, summed by category", legend, columns=3)
 
 
-_IDLE_ALPHA: Final[float] = 0.5
+def idle_gaps_chart(gaps: Sequence[IdleGap], origin_ns: int, top: int = 15) -> Canvas | None:
+    """The ``top`` longest idle gaps as bars coloured by cause, labelled with when they started."""
+    if not gaps:
+        return None
+    shown = sorted(gaps, key=lambda g: (-g.duration_ns, g.device, g.start_ns))[:top]
+    multi_device = len({gap.device for gap in gaps}) > 1
+    per_unit, unit = _unit(shown[0].duration_ns)
+    bars = [
+        _Bar(
+            label=(
+                f"#{index + 1} at {format_duration(gap.start_ns - origin_ns)}"
+                + (f" · GPU {gap.device}" if multi_device else ""),
+            ),
+            segments=(_Segment(gap.duration_ns / per_unit, cause_color(gap.cause_kind)),),
+            note=_text(
+                f"{format_duration(gap.duration_ns)} · {gap.cause}"
+                + (f" · {gap.source}" if gap.source else ""),
+                90,
+            ),
+        )
+        for index, gap in enumerate(shown)
+    ]
+    kinds = ordered_causes(gap.cause_kind for gap in shown)
+    legend = [LegendItem(cause_label(kind), cause_color(kind)) for kind in kinds]
+    return _bar_chart(bars, f"idle gap length ({unit})", legend, columns=min(5, len(kinds)))
+
+
+def sync_hotspots_chart(hotspots: Sequence[SyncHotspot], steady_steps: int, top: int = 10) -> Canvas | None:
+    """Host waits in the steady state, per steady step when there are steps: host time blocked in
+    the calls, then the GPU idle they caused, stacked, largest first. Waits with no call in the
+    steady state (the sync that ends a profile) are left out: they cost nothing per step. None
+    when no wait is in the steady state."""
+    steady = [hotspot for hotspot in hotspots if hotspot.steady_count > 0]
+    if not steady:
+        return None
+    per = steady_steps if steady_steps > 0 else 1
+    shown = sorted(steady, key=lambda h: -(h.steady_blocked_ns + h.idle_caused_ns))[:top]
+    per_unit, unit = _unit(max(h.steady_blocked_ns + h.idle_caused_ns for h in shown) / per)
+
+    def label(hotspot: SyncHotspot) -> tuple[str, str]:
+        op = f" in {hotspot.op}" if hotspot.op else ""
+        return _text(hotspot.call_text + op, 48), _text(hotspot.source or "source not recorded", 48)
+
+    def note(hotspot: SyncHotspot) -> str:
+        if steady_steps > 0:
+            return f"{hotspot.steady_count / steady_steps:.3g} call{'s' if hotspot.steady_count != steady_steps else ''} per step"
+        return _plural(hotspot.steady_count, "call", "calls")
+
+    bars = [
+        _Bar(
+            label=label(hotspot),
+            segments=(
+                _Segment(hotspot.steady_blocked_ns / per / per_unit, SYNC_MARK),
+                _Segment(hotspot.idle_caused_ns / per / per_unit, cause_color("sync"), _IDLE_OPACITY),
+            ),
+            note=note(hotspot),
+        )
+        for hotspot in shown
+    ]
+    legend = [
+        LegendItem("host blocked in the call", SYNC_MARK),
+        LegendItem("GPU idle it caused", cause_color("sync"), opacity=_IDLE_OPACITY),
+    ]
+    where = "per steady step" if steady_steps > 0 else "in the steady state"
+    return _bar_chart(bars, f"{unit} {where}", legend, columns=2)
+
+
+def copies_chart(copies: Sequence[CopyGroup], top: int = 10) -> Canvas | None:
+    """Copy time per kind (direction, memory kinds, device): overlapped with kernels vs exposed."""
+    shown = list(copies)[:top]
+    if not shown:
+        return None
+    multi_device = len({group.device for group in copies}) > 1
+    per_unit, unit = _unit(max(group.duration_ns for group in shown))
+    bars = [
+        _Bar(
+            label=(
+                f"{g.direction} {g.src or '?'} → {g.dst or '?'}"
+                + (f" · GPU {g.device}" if multi_device else ""),
+            ),
+            segments=(
+                _Segment(g.overlapped_ns / per_unit, BUSY),
+                _Segment(max(g.duration_ns - g.overlapped_ns, 0) / per_unit, EXPOSED),
+            ),
+            note=f"{format_size(g.bytes)} in {_plural(g.count, 'copy', 'copies')}",
+        )
+        for g in shown
+    ]
+    legend = [LegendItem("ran while kernels ran", BUSY), LegendItem("ran while no kernel ran", EXPOSED)]
+    return _bar_chart(bars, f"copy time ({unit})", legend, columns=2)
+
+
+def host_ops_chart(host: HostSummary) -> Canvas | None:
+    """The busiest host operators by self time (their own time, without the operators they call),
+    in the order of the table below; the rest of their total time (inside the operators they call)
+    drawn lighter after it."""
+    if not host.top_ops:
+        return None
+    selves = host.top_ops_self or tuple(total for _, _, total in host.top_ops)
+    per_unit, unit = _unit(
+        max(max(total, own) for (_, _, total), own in zip(host.top_ops, selves, strict=True))
+    )
+    bars = [
+        _Bar(
+            label=(_text(name, 60),),
+            segments=(_Segment(own / per_unit, BUSY), _Segment(max(total - own, 0) / per_unit, BUSY, 0.35)),
+            note=f"self {format_duration(own)} of {format_duration(total)} in {_plural(count, 'call', 'calls')}",
+        )
+        for (name, count, total), own in zip(host.top_ops, selves, strict=True)
+    ]
+    legend = [
+        LegendItem("self time", BUSY),
+        LegendItem("inside the operators it calls", BUSY, opacity=0.35),
+    ]
+    return _bar_chart(bars, f"host time ({unit})", legend, columns=2)
+
+
+def before_after_chart(
+    bars: Sequence[tuple[str, Sequence[tuple[str, str, float]]]], unit_ns: float, unit: str
+) -> Canvas | None:
+    """One stacked horizontal bar per side (``before``, ``after``): (label, color, ns) segments,
+    so a diff shows where the step time went before and after. None when every bar is empty."""
+    if not any(value for _, segments in bars for _, _, value in segments):
+        return None
+    order: list[str] = []
+    colors: dict[str, str] = {}
+    for _, segments in bars:
+        for label, color, _ in segments:
+            if label not in colors:
+                order.append(label)
+                colors[label] = color
+    drawn = [
+        label for label in order if any(v for _, segments in bars for name, _, v in segments if name == label)
+    ]
+    rows = [
+        _Bar(
+            label=(side,),
+            segments=tuple(
+                _Segment(sum(v for name, _, v in segments if name == label) / unit_ns, colors[label])
+                for label in drawn
+            ),
+        )
+        for side, segments in bars
+    ]
+    return _bar_chart(rows, unit, [LegendItem(label, colors[label]) for label in drawn], columns=3)
+
+
+# --- time axes ---------------------------------------------------------------------------------
+
 #: Step boundaries are drawn up to this many steps (and labelled up to 30).
 _MAX_STEP_LINES: Final[int] = 100
 
-#: Busy blocks are shaded by the share of the block that was really busy (short gaps merged).
+#: Busy blocks are shaded by the share of the block that was really busy: a block stands for a
+#: stretch where gaps shorter than the timeline's resolution were merged (too short to draw).
 _BUSY_LEVELS: Final[tuple[tuple[float, float, str], ...]] = (
-    (0.9, 1.0, "busy"),
-    (0.5, 0.65, "busy 50-90% (short gaps merged)"),
-    (0.0, 0.35, "busy < 50% (short gaps merged)"),
+    (0.9, 1.0, "GPU busy"),
+    (0.5, 0.65, "busy, with gaps too short to draw (10-50 % of the stretch idle)"),
+    (0.0, 0.35, "busy, with gaps too short to draw (over half of the stretch idle)"),
 )
 
 
@@ -242,8 +399,9 @@ def _busy_level(share: float) -> int:
     return next(index for index, (low, _, _) in enumerate(_BUSY_LEVELS) if share >= low)
 
 
-def timeline_figure(timeline: Timeline, gaps: Sequence[IdleGap], step_labels: bool = True) -> Figure | None:
-    """GPU activity per device over time: busy blocks, idle gaps shaded by cause, syncs, steps.
+def timeline_chart(timeline: Timeline, gaps: Sequence[IdleGap], step_labels: bool = True) -> Canvas | None:
+    """GPU activity per device over time: busy blocks, idle gaps shaded by cause, host syncs, and
+    each step's start on the GPU's clock (its device window).
 
     None when the trace has no GPU activity. Gaps narrower than the timeline's resolution are not
     drawn (they could not be seen); x counts from the trace's first event.
@@ -253,286 +411,93 @@ def timeline_figure(timeline: Timeline, gaps: Sequence[IdleGap], step_labels: bo
     origin = timeline.origin_ns
     resolution = timeline.resolution_ns
     per_unit, unit = _unit(timeline.end_ns - origin)
+    left = _MARGIN + max(text_width(f"GPU {d.device}") for d in timeline.devices) + 8
+    right = WIDTH - _MARGIN
+    labelled = step_labels and 0 < len(timeline.steps) <= 30
+    lines = 0 < len(timeline.steps) <= _MAX_STEP_LINES
+    top = 16.0 if labelled else 6.0
+    row = 57.6
+    bottom = top + row * len(timeline.devices)
+    axis = Axis((timeline.start_ns - origin) / per_unit, (timeline.end_ns - origin) / per_unit, left, right)
 
     def x(ns: float) -> float:
-        return (ns - origin) / per_unit
+        return axis((ns - origin) / per_unit)
 
-    with chart_style():
-        rows = len(timeline.devices)
-        figure = Figure(figsize=(_WIDTH_IN, 1.25 + 0.8 * rows), layout="constrained")
-        axes_list = figure.subplots(rows, 1, sharex=True, squeeze=False)[:, 0]
-        causes_drawn: set[str] = set()
-        levels_drawn: set[str] = set()
-        any_sync = False
-        any_communication = False
-        for axes, device in zip(axes_list, timeline.devices, strict=True):
-            by_level: dict[int, list[tuple[float, float]]] = {}
-            for block in device.blocks:
-                # At least two resolutions wide (about a pixel): a lone short kernel stays visible.
-                end = max(block.end_ns, block.start_ns + 2 * resolution)
-                by_level.setdefault(_busy_level(block.busy_share), []).append((x(block.start_ns), x(end)))
-            for level, spans in sorted(by_level.items()):
-                _, alpha, label = _BUSY_LEVELS[level]
-                levels_drawn.add(label)
-                _add_rectangles(axes, spans, 0.15, 0.85, BUSY, alpha)
-            if device.communication:
-                any_communication = True
-                _add_rectangles(
-                    axes,
-                    [
-                        (x(b.start_ns), x(max(b.end_ns, b.start_ns + 2 * resolution)))
-                        for b in device.communication
-                    ],
-                    0.02,
-                    0.13,
-                    COMMUNICATION,
-                    1.0,
-                )
-            by_cause: dict[str, list[tuple[float, float]]] = {}
-            for gap in gaps:
-                if gap.device == device.device and gap.duration_ns >= resolution:
-                    by_cause.setdefault(gap.cause_kind, []).append((x(gap.start_ns), x(gap.end_ns)))
-            for cause in ordered_causes(by_cause):
-                causes_drawn.add(cause)
-                _add_rectangles(axes, by_cause[cause], 0.15, 0.85, cause_color(cause), _IDLE_ALPHA)
-            # Only calls inside the drawn window: a sync long before the first kernel is not drawn.
-            marks = [
-                x((mark.start_ns + mark.end_ns) / 2)
-                for mark in device.syncs
-                if timeline.start_ns <= mark.end_ns and mark.start_ns <= timeline.end_ns
+    levels_drawn: set[int] = set()
+    causes_drawn: set[str] = set()
+    any_sync = any_communication = False
+    legend: list[LegendItem] = []
+    # First pass: which legend entries there are (the legend's height sets the canvas's).
+    for device in timeline.devices:
+        levels_drawn.update(_busy_level(block.busy_share) for block in device.blocks)
+        any_communication = any_communication or bool(device.communication)
+        any_sync = any_sync or any(
+            timeline.start_ns <= mark.end_ns and mark.start_ns <= timeline.end_ns for mark in device.syncs
+        )
+        causes_drawn.update(
+            gap.cause_kind for gap in gaps if gap.device == device.device and gap.duration_ns >= resolution
+        )
+    legend += [
+        LegendItem(label, BUSY, opacity=alpha)
+        for level, (_, alpha, label) in enumerate(_BUSY_LEVELS)
+        if level in levels_drawn
+    ]
+    legend += [
+        LegendItem(f"idle: {cause_label(c)}", cause_color(c), opacity=_IDLE_OPACITY)
+        for c in ordered_causes(causes_drawn)
+    ]
+    if any_communication:
+        legend.append(LegendItem("communication kernels (strip below)", COMMUNICATION))
+    if any_sync:
+        legend.append(LegendItem("host sync call", SYNC_MARK, shape="triangle"))
+    if lines:
+        legend.append(LegendItem("step start on the GPU", FOREGROUND, shape="dashed", opacity=0.45))
+    legend_top = bottom + 34
+    canvas = Canvas(legend_top + legend_height(legend, 2) + 4)
+    canvas.x_axis(axis, top, bottom, f"time since the first event of the trace ({unit})")
+
+    for index, device in enumerate(timeline.devices):
+        row_top = top + row * index
+
+        def y(fraction: float, row_top: float = row_top) -> float:
+            return row_top + row * (1 - fraction / 1.05)
+
+        by_level: dict[int, list[tuple[float, float]]] = {}
+        for block in device.blocks:
+            # At least two resolutions wide (about a pixel): a lone short kernel stays visible.
+            end = max(block.end_ns, block.start_ns + 2 * resolution)
+            by_level.setdefault(_busy_level(block.busy_share), []).append((x(block.start_ns), x(end)))
+        for level, spans in sorted(by_level.items()):
+            canvas.spans(spans, y(0.85), y(0.15) - y(0.85), BUSY, _BUSY_LEVELS[level][1])
+        if device.communication:
+            spans = [
+                (x(b.start_ns), x(max(b.end_ns, b.start_ns + 2 * resolution))) for b in device.communication
             ]
-            if marks:
-                any_sync = True
-                axes.plot(
-                    marks, [0.96] * len(marks), linestyle="none", marker="v", markersize=5, color=SYNC_MARK
-                )
-            for step in timeline.steps if len(timeline.steps) <= _MAX_STEP_LINES else ():
-                axes.axvline(x(step.start_ns), color=FOREGROUND, alpha=0.45, linewidth=0.7, linestyle="--")
-            axes.set_ylim(0, 1.05)
-            axes.set_yticks([])
-            axes.spines["left"].set_visible(False)
-            axes.set_ylabel(f"GPU {device.device}", rotation=0, ha="right", va="center")
-            axes.grid(axis="x")
-        if step_labels and 0 < len(timeline.steps) <= 30:
-            for step in timeline.steps:
-                axes_list[0].annotate(
-                    f"step {step.step}",
-                    xy=(x(step.start_ns), 1.0),
-                    xycoords=("data", "axes fraction"),
-                    xytext=(2, 2),
-                    textcoords="offset points",
-                    fontsize=7.5,
-                    alpha=0.8,
-                )
-        axes_list[-1].set_xlabel(f"time since the first event of the trace ({unit})")
-        axes_list[-1].set_xlim(x(timeline.start_ns), x(timeline.end_ns))
-        handles: list[Patch | Line2D] = [
-            Patch(facecolor=BUSY, alpha=alpha, label=label)
-            for _, alpha, label in _BUSY_LEVELS
-            if label in levels_drawn
+            canvas.spans(spans, y(0.13), y(0.02) - y(0.13), COMMUNICATION)
+        by_cause: dict[str, list[tuple[float, float]]] = {}
+        for gap in gaps:
+            if gap.device == device.device and gap.duration_ns >= resolution:
+                by_cause.setdefault(gap.cause_kind, []).append((x(gap.start_ns), x(gap.end_ns)))
+        for cause in ordered_causes(by_cause):
+            canvas.spans(by_cause[cause], y(0.85), y(0.15) - y(0.85), cause_color(cause), _IDLE_OPACITY)
+        # Only calls inside the drawn window: a sync long before the first kernel is not drawn.
+        marks = [
+            x((mark.start_ns + mark.end_ns) / 2)
+            for mark in device.syncs
+            if timeline.start_ns <= mark.end_ns and mark.start_ns <= timeline.end_ns
         ]
-        handles += [
-            Patch(facecolor=cause_color(c), alpha=_IDLE_ALPHA, label=f"idle: {cause_label(c)}")
-            for c in ordered_causes(causes_drawn)
-        ]
-        if any_communication:
-            handles.append(Patch(facecolor=COMMUNICATION, label="communication kernels (strip below)"))
-        if any_sync:
-            handles.append(
-                Line2D([], [], linestyle="none", marker="v", color=SYNC_MARK, label="host sync call")
+        canvas.triangles(marks, y(1.04), 5.0, SYNC_MARK)
+        canvas.text(left - 6, y(0.5) + 3.2, f"GPU {device.device}", anchor="end")
+    if lines:
+        for step in timeline.steps:
+            canvas.line(
+                x(step.start_ns), top, x(step.start_ns), bottom, dash="3.5 2", width=0.7, opacity=0.45
             )
-        if 0 < len(timeline.steps) <= _MAX_STEP_LINES:
-            handles.append(Line2D([], [], color=FOREGROUND, alpha=0.45, linestyle="--", label="step start"))
-        figure.legend(handles=handles, loc="outside lower center", ncols=min(3, len(handles)))
-    return figure
-
-
-def _hbar_axes(rows: int, extra: float = 0.9) -> tuple[Figure, Axes]:
-    figure = Figure(figsize=(_WIDTH_IN, extra + 0.3 * rows), layout="constrained")
-    axes = figure.add_subplot()
-    axes.grid(axis="x")
-    axes.set_axisbelow(True)
-    return figure, axes
-
-
-def _label_bars(axes: Axes, ends: Sequence[float], texts: Sequence[str]) -> None:
-    """Write ``texts`` just right of each bar's end."""
-    for row, (end, text) in enumerate(zip(ends, texts, strict=True)):
-        axes.annotate(
-            text, xy=(end, row), xytext=(4, 0), textcoords="offset points", va="center", fontsize=7.5
-        )
-
-
-def step_breakdown_figure(steps: Sequence[StepTime], limit: int = 40) -> Figure | None:
-    """Each profiled step as one stacked bar: GPU compute, communication, copies, then idle by cause.
-
-    Each busy nanosecond is counted once (compute, then communication, then copies), so a bar adds up
-    to the step window exactly. Steps left out of the steady state are marked. None without steps;
-    at most ``limit`` bars.
-    """
-    if not steps:
-        return None
-    shown = list(steps)[:limit]
-    multi_device = len({step.device for step in shown}) > 1
-    per_unit, unit = _unit(max(step.span_ns for step in shown))
-    with chart_style():
-        figure, axes = _hbar_axes(len(shown), extra=1.3)
-        labels = [
-            f"step {s.step}"
-            + (f" · GPU {s.device}" if multi_device else "")
-            + ("" if s.steady else " (not steady)")
-            for s in shown
-        ]
-        rows = np.arange(len(shown))
-        left = np.zeros(len(shown))
-        segments: list[tuple[str, str, float, list[float]]] = [
-            ("GPU busy: compute", BUSY, 1.0, [s.compute_ns / per_unit for s in shown]),
-            ("GPU busy: communication", COMMUNICATION, 1.0, [s.communication_ns / per_unit for s in shown]),
-            ("GPU busy: copies", COPY, 1.0, [s.copy_exposed_ns / per_unit for s in shown]),
-        ]
-        for cause in ordered_causes(kind for s in shown for kind, _ in s.idle_by_cause_ns):
-            widths = [dict(s.idle_by_cause_ns).get(cause, 0) / per_unit for s in shown]
-            segments.append((f"idle: {cause_label(cause)}", cause_color(cause), 0.8, widths))
-        for label, color, alpha, widths in segments:
-            if any(widths):
-                axes.barh(rows, widths, left=left, color=color, alpha=alpha, label=label, height=0.7)
-                left += np.asarray(widths)
-        axes.set_yticks(rows, labels)
-        axes.invert_yaxis()
-        axes.set_xlabel(f"{unit} within the step window")
-        figure.legend(loc="outside lower center", ncols=3)
-    return figure
-
-
-def idle_gaps_figure(gaps: Sequence[IdleGap], origin_ns: int, top: int = 15) -> Figure | None:
-    """The ``top`` longest idle gaps as bars coloured by cause, labelled with when they started."""
-    if not gaps:
-        return None
-    shown = sorted(gaps, key=lambda g: (-g.duration_ns, g.device, g.start_ns))[:top]
-    multi_device = len({gap.device for gap in gaps}) > 1
-    per_unit, unit = _unit(shown[0].duration_ns)
-    with chart_style():
-        figure, axes = _hbar_axes(len(shown))
-        rows = np.arange(len(shown))
-        widths = [gap.duration_ns / per_unit for gap in shown]
-        colors = [cause_color(gap.cause_kind) for gap in shown]
-        axes.barh(rows, widths, color=colors, height=0.7)
-        labels = [
-            f"#{i + 1} at {format_duration(gap.start_ns - origin_ns)}"
-            + (f" · GPU {gap.device}" if multi_device else "")
-            for i, gap in enumerate(shown)
-        ]
-        axes.set_yticks(rows, labels)
-        axes.invert_yaxis()
-        texts = [
-            _text(
-                f"{format_duration(gap.duration_ns)} · {gap.cause}"
-                + (f" · {gap.source}" if gap.source else ""),
-                90,
-            )
-            for gap in shown
-        ]
-        _label_bars(axes, widths, texts)
-        axes.set_xlim(0, max(widths) * 1.9)
-        axes.set_xlabel(f"idle gap length ({unit})")
-        kinds = ordered_causes(gap.cause_kind for gap in shown)
-        figure.legend(
-            handles=[Patch(facecolor=cause_color(c), label=cause_label(c)) for c in kinds],
-            loc="outside lower center",
-            ncols=min(5, len(kinds)),
-        )
-    return figure
-
-
-def _hotspot_label(hotspot: SyncHotspot) -> str:
-    where = hotspot.source or "source not recorded"
-    op = f" in {hotspot.op}" if hotspot.op else ""
-    return f"{_text(hotspot.call_text + op, 48)}\n{_text(where, 48)}"
-
-
-def sync_hotspots_figure(hotspots: Sequence[SyncHotspot], top: int = 10) -> Figure | None:
-    """Host sync hot spots: time the host was blocked, then GPU idle right after, stacked."""
-    shown = list(hotspots)[:top]
-    if not shown:
-        return None
-    per_unit, unit = _unit(max(h.blocked_ns + h.idle_after_ns for h in shown))
-    with chart_style():
-        figure, axes = _hbar_axes(len(shown) * 2, extra=1.0)
-        rows = np.arange(len(shown))
-        blocked = np.asarray([h.blocked_ns / per_unit for h in shown])
-        after = np.asarray([h.idle_after_ns / per_unit for h in shown])
-        axes.barh(rows, blocked, color=SYNC_MARK, label="host blocked in the call", height=0.6)
-        axes.barh(
-            rows,
-            after,
-            left=blocked,
-            color=CAUSE_COLORS["sync"],
-            alpha=_IDLE_ALPHA,
-            label="GPU idle right after",
-            height=0.6,
-        )
-        axes.set_yticks(rows, [_hotspot_label(h) for h in shown])
-        axes.invert_yaxis()
-        texts = [
-            f"{h.count:,} call{'s' if h.count != 1 else ''}"
-            + (f", {h.per_step:.3g} per step" if h.per_step is not None else "")
-            for h in shown
-        ]
-        _label_bars(axes, list(blocked + after), texts)
-        axes.set_xlim(0, max(float((blocked + after).max()), 1e-9) * 1.3)
-        axes.set_xlabel(f"{unit} over the whole trace")
-        figure.legend(loc="outside lower center", ncols=2)
-    return figure
-
-
-def copies_figure(copies: Sequence[CopyGroup], top: int = 10) -> Figure | None:
-    """Copy time per kind (direction, memory kinds, device): overlapped with kernels vs exposed."""
-    shown = list(copies)[:top]
-    if not shown:
-        return None
-    multi_device = len({group.device for group in copies}) > 1
-    per_unit, unit = _unit(max(group.duration_ns for group in shown))
-    with chart_style():
-        figure, axes = _hbar_axes(len(shown), extra=1.0)
-        rows = np.arange(len(shown))
-        overlapped = np.asarray([g.overlapped_ns / per_unit for g in shown])
-        exposed = np.asarray([max(g.duration_ns - g.overlapped_ns, 0) / per_unit for g in shown])
-        axes.barh(rows, overlapped, color=BUSY, label="ran while kernels ran", height=0.6)
-        axes.barh(rows, exposed, left=overlapped, color=EXPOSED, label="ran while no kernel ran", height=0.6)
-        labels = [
-            f"{g.direction} {g.src or '?'} → {g.dst or '?'}" + (f" · GPU {g.device}" if multi_device else "")
-            for g in shown
-        ]
-        axes.set_yticks(rows, labels)
-        axes.invert_yaxis()
-        texts = [f"{format_size(g.bytes)} in {g.count:,} cop{'ies' if g.count != 1 else 'y'}" for g in shown]
-        _label_bars(axes, list(overlapped + exposed), texts)
-        axes.set_xlim(0, max(float((overlapped + exposed).max()), 1e-9) * 1.35)
-        axes.set_xlabel(f"copy time ({unit})")
-        figure.legend(loc="outside lower center", ncols=2)
-    return figure
-
-
-def host_ops_figure(host: HostSummary) -> Figure | None:
-    """The busiest host operators by total (inclusive) time: the host-side view."""
-    if not host.top_ops:
-        return None
-    per_unit, unit = _unit(max(total for _, _, total in host.top_ops))
-    with chart_style():
-        figure, axes = _hbar_axes(len(host.top_ops), extra=0.7)
-        rows = np.arange(len(host.top_ops))
-        widths = [total / per_unit for _, _, total in host.top_ops]
-        axes.barh(rows, widths, color=BUSY, height=0.6)
-        axes.set_yticks(rows, [_text(name, 60) for name, _, _ in host.top_ops])
-        axes.invert_yaxis()
-        texts = [
-            f"{format_duration(total)} in {count:,} call{'s' if count != 1 else ''}"
-            for _, count, total in host.top_ops
-        ]
-        _label_bars(axes, widths, texts)
-        axes.set_xlim(0, max(max(widths) * 1.3, 1e-9))
-        axes.set_xlabel(f"host time inside the operator ({unit}, inclusive)")
-    return figure
+    if labelled:
+        for step in timeline.steps:
+            canvas.text(x(step.start_ns) + 2, top - 4, f"step {step.step}", size=SMALL_SIZE, opacity=0.8)
+    canvas.legend(legend, legend_top, 2)
+    return canvas
 
 
 #: Line colours of the memory chart, one per device in turn.
@@ -547,7 +512,7 @@ def _size_unit(largest: float) -> tuple[float, str]:
     return 1.0, "B"
 
 
-def memory_figure(devices: Sequence[DeviceMemory]) -> Figure | None:
+def memory_chart(devices: Sequence[DeviceMemory]) -> Canvas | None:
     """Memory over time per device: allocated (solid), reserved by the caching allocator (dashed)
     and the device's total (dotted), from the bounded series of the analysis. None when the trace
     holds no ``[memory]`` records."""
@@ -556,68 +521,49 @@ def memory_figure(devices: Sequence[DeviceMemory]) -> Figure | None:
         return None
     largest = max(max(device.peak_bytes, device.total_memory_bytes or 0) for device in drawn)
     per_byte, size_unit = _size_unit(float(largest))
-    per_unit, unit = _unit(max(max(t for t, _, _ in device.series) for device in drawn))
-    with chart_style():
-        figure = Figure(figsize=(_WIDTH_IN, 3.4), layout="constrained")
-        axes = figure.add_subplot()
-        for index, device in enumerate(drawn):
-            color = _MEMORY_COLORS[index % len(_MEMORY_COLORS)]
-            times = np.array([t for t, _, _ in device.series], dtype=np.float64) / per_unit
-            allocated = np.array([a for _, a, _ in device.series], dtype=np.float64) / per_byte
-            bound = " (at least)" if device.allocated_is_lower_bound else ""
-            axes.plot(
-                times,
-                allocated,
-                drawstyle="steps-post",
-                color=color,
-                label=f"{device.label} allocated{bound}",
+    first = min(min(t for t, _, _ in device.series) for device in drawn)
+    last = max(max(t for t, _, _ in device.series) for device in drawn)
+    per_unit, unit = _unit(last)
+    legend: list[LegendItem] = []
+    for index, device in enumerate(drawn):
+        color = _MEMORY_COLORS[index % len(_MEMORY_COLORS)]
+        bound = " (at least)" if device.allocated_is_lower_bound else ""
+        legend.append(LegendItem(f"{device.label} allocated{bound}", color, shape="line"))
+        if device.peak_reserved_bytes:  # the CPU allocator records 0 reserved: not drawn
+            legend.append(LegendItem(f"{device.label} reserved", color, shape="dashed"))
+        if device.total_memory_bytes:
+            legend.append(
+                LegendItem(
+                    f"{device.label} total ({format_size(device.total_memory_bytes)})", color, shape="dotted"
+                )
             )
-            if device.peak_reserved_bytes:  # the CPU allocator records 0 reserved: not drawn
-                reserved = np.array([r or 0 for _, _, r in device.series], dtype=np.float64) / per_byte
-                axes.plot(
-                    times, reserved, drawstyle="steps-post", color=color, linestyle="--",
-                    label=f"{device.label} reserved",
-                )  # fmt: skip
-            if device.total_memory_bytes:
-                axes.axhline(
-                    device.total_memory_bytes / per_byte, color=color, linestyle=":",
-                    label=f"{device.label} total ({format_size(device.total_memory_bytes)})",
-                )  # fmt: skip
-        axes.set_ylim(bottom=0)
-        axes.set_xlabel(f"time from the trace's first event ({unit})")
-        axes.set_ylabel(size_unit)
-        figure.legend(loc="outside lower center", ncols=3)
-    return figure
+    top, bottom = 20.0, 200.0
+    left = _MARGIN + text_width("0000.0") + 10
+    right = WIDTH - _MARGIN
+    legend_top = bottom + 34
+    canvas = Canvas(legend_top + legend_height(legend, 3) + 4)
+    x_axis = Axis(first / per_unit, max(last, first + 1) / per_unit, left, right)
+    y_axis = Axis(0.0, largest / per_byte * 1.05, bottom, top)
+    canvas.x_axis(x_axis, top, bottom, f"time from the trace's first event ({unit})")
+    canvas.y_axis(y_axis, left, right, size_unit)
 
+    def steps_post(device: DeviceMemory, values: Sequence[float]) -> list[tuple[float, float]]:
+        """The series drawn as steps: each value holds until the next point's time."""
+        points: list[tuple[float, float]] = []
+        for position, ((t, _, _), value) in enumerate(zip(device.series, values, strict=True)):
+            x = x_axis(t / per_unit)
+            if position:
+                points.append((x, points[-1][1]))
+            points.append((x, y_axis(value / per_byte)))
+        return points
 
-def before_after_figure(
-    bars: Sequence[tuple[str, Sequence[tuple[str, str, float]]]], unit_ns: float, unit: str
-) -> Figure | None:
-    """One stacked horizontal bar per side (``before``, ``after``): (label, color, ns) segments,
-    so a diff shows where the step time went before and after. None when every bar is empty."""
-    if not any(value for _, segments in bars for _, _, value in segments):
-        return None
-    order: list[str] = []
-    colors: dict[str, str] = {}
-    for _, segments in bars:
-        for label, color, _ in segments:
-            if label not in colors:
-                order.append(label)
-                colors[label] = color
-    with chart_style():
-        figure, axes = _hbar_axes(len(bars), extra=1.5)
-        rows = np.arange(len(bars))
-        left = np.zeros(len(bars))
-        for label in order:
-            widths = (
-                np.array([sum(v for name, _, v in segments if name == label) for _, segments in bars])
-                / unit_ns
-            )
-            if widths.any():
-                axes.barh(rows, widths, left=left, color=colors[label], label=label, height=0.6)
-                left += widths
-        axes.set_yticks(rows, [name for name, _ in bars])
-        axes.invert_yaxis()
-        axes.set_xlabel(unit)
-        figure.legend(loc="outside lower center", ncols=3)
-    return figure
+    for index, device in enumerate(drawn):
+        color = _MEMORY_COLORS[index % len(_MEMORY_COLORS)]
+        canvas.polyline(steps_post(device, [a for _, a, _ in device.series]), color)
+        if device.peak_reserved_bytes:
+            canvas.polyline(steps_post(device, [r or 0 for _, _, r in device.series]), color, dash="5 2.5")
+        if device.total_memory_bytes:
+            level = y_axis(device.total_memory_bytes / per_byte)
+            canvas.line(left, level, right, level, color, 1.5, "1.5 2.5")
+    canvas.legend(legend, legend_top, 3)
+    return canvas

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from traceinsight.analysis.causes import cause_label
-from traceinsight.formatting import format_duration, short_kernel_name
+from traceinsight.formatting import format_count, format_duration, short_kernel_name
 from traceinsight.load.text import printable
 from traceinsight.render import charts
 from traceinsight.render.tables import KernelTable
@@ -98,7 +98,7 @@ def comparison_renderables(comparison: Comparison) -> list[RenderableType]:
                         (
                             format_duration(moved.before_total_us * 1000),
                             format_duration(moved.after_total_us * 1000),
-                            f"{moved.before_count} → {moved.after_count}",
+                            f"{format_count(moved.before_launches)} → {format_count(moved.after_launches)}",
                         ),
                     )
                     for moved in comparison.kernels
@@ -140,12 +140,8 @@ def page_values(comparison: Comparison) -> dict[str, Any]:
     step = comparison.metric("step_time")
     longest = max(value for value in (step.before, step.after, 1.0) if value)
     per_unit, unit = (1e6, "ms") if longest * 1000 >= 1e6 else (1e3, "µs")
-    figure = charts.before_after_figure(_bars(comparison), per_unit, f"{unit} {comparison.basis}")
-    chart = (
-        None
-        if figure is None
-        else Markup(charts.to_svg(figure, "before-after", "Step time before and after"))
-    )
+    canvas = charts.before_after_chart(_bars(comparison), per_unit, f"{unit} {comparison.basis}")
+    chart = None if canvas is None else Markup(canvas.svg("before-after", "Step time before and after"))
     return {
         "version": __version__,
         "comparison": comparison,

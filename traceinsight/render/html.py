@@ -11,13 +11,6 @@ renderer draws a job's page (:mod:`.job_html`) and the diff's (:mod:`.diff`).
 
 from __future__ import annotations
 
-import contextlib
-import mmap
-import os
-import pickle
-import select
-import signal
-import struct
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,12 +18,10 @@ from pathlib import Path
 from typing import Final
 
 from markupsafe import Markup
-from matplotlib.figure import Figure
 
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.results import IdleGap
 from traceinsight.analysis.sources import CALL, DEF, RECORDING_START, Located
-from traceinsight.cores import second_core
 from traceinsight.formatting import (
     source_label,
 )
@@ -48,6 +39,7 @@ from traceinsight.render.facts import (
 )
 from traceinsight.render.job_html import job_page
 from traceinsight.render.scorecard import Score, scorecard
+from traceinsight.render.svg import Canvas
 from traceinsight.render.templates import environment, prepare, templates_dir
 from traceinsight.results import Comparison, JobResult, Report
 from traceinsight.results import trace as contract
@@ -74,12 +66,6 @@ TOP_SOURCES: Final[int] = 30
 TOP_HOTSPOTS: Final[int] = 20
 TOP_COPIES: Final[int] = 30
 TOP_KERNELS: Final[int] = 20
-#: How long the chart child may go without taking a chart or sending a byte before it is taken for
-#: stuck, killed, and its charts drawn here. A chart takes at most about 0.3 s on any trace (they
-#: are downsampled); a forked child can wait for good on a lock that another thread of this
-#: process held at the fork and no fork handler released (seen under AddressSanitizer, whose
-#: allocator has no such handler: 1 run in 48 of the fuzz corpus's trace with a 500 MB name).
-CHART_CHILD_STALL_S: Final[float] = 5.0
 
 
 #: Colours of the busy classes in the "where the time goes" table (the charts' colours).
@@ -227,202 +213,80 @@ def _excerpt(finding: FindingLike, root: Path | None) -> SourceExcerpt | None:
 
 @dataclass(frozen=True, slots=True)
 class _ChartSpec:
-    """One chart to draw: ``build`` gives its figure (None when the trace has nothing to show)."""
+    """One chart to draw: ``build`` gives its canvas (None when the trace has nothing to show)."""
 
     chart_id: str
     title: str
     caption: str
-    build: Callable[[], Figure | None]
+    build: Callable[[], Canvas | None]
 
-    def svg(self) -> str | None:
-        figure = self.build()
-        return None if figure is None else charts.to_svg(figure, self.chart_id, self.title)
+    def chart(self) -> Chart | None:
+        canvas = self.build()
+        return None if canvas is None else Chart(Markup(canvas.svg(self.chart_id, self.title)), self.caption)
 
 
 def _render_charts(specs: Sequence[_ChartSpec]) -> dict[str, Chart | None]:
-    """Every chart, as inline SVG.
-
-    matplotlib holds the GIL, so threads would not help: where the OS can fork, a child process
-    draws charts from the last one backwards while this one draws from the first onwards, until
-    they meet (each says in shared memory which chart it takes next, so the split follows what the
-    charts cost on this trace rather than a fixed half), and sends its SVG back over a pipe.
-    The child only runs matplotlib on the report's plain values (never polars, whose threads do not
-    survive a fork) and leaves with ``os._exit``. Any chart it did not deliver is drawn here, so
-    the page is the same either way; a child that stops making progress is killed
-    (:data:`CHART_CHILD_STALL_S`), so a fork that inherited a held lock costs time, never the page.
-    """
-    svgs: dict[str, str | None] = {}
-    claims = _Claims(len(specs)) if len(specs) > 1 and _can_fork() else None
-    child = _fork_charts(specs, claims) if claims is not None else None
-    for index, spec in enumerate(specs):
-        if child is not None and claims is not None and not claims.take_front(index):
-            break
-        svgs[spec.chart_id] = spec.svg()
-    if child is not None and claims is not None:
-        if len(svgs) < len(specs):
-            delivered = _collect_charts(*child, claims)
-            svgs.update((key, value) for key, value in delivered.items() if key not in svgs)
-        else:  # every chart is drawn here already: the child has nothing to give
-            _stop_chart_child(*child)
-    for spec in specs:
-        if spec.chart_id not in svgs:
-            svgs[spec.chart_id] = spec.svg()
-    return {
-        spec.chart_id: None
-        if svgs[spec.chart_id] is None
-        else Chart(Markup(svgs[spec.chart_id]), spec.caption)
-        for spec in specs
-    }
-
-
-class _Claims:
-    """Which charts the parent (from the front) and the child (from the back) have taken, in
-    memory the two share after the fork. Each writes its claim, then reads the other's; when both
-    claim the same chart at once, either both draw it (the same SVG) or neither does and the
-    parent draws it after the child is done, so a race costs time, never a chart."""
-
-    def __init__(self, count: int) -> None:
-        self._shared = mmap.mmap(-1, 16)
-        struct.pack_into("qq", self._shared, 0, 0, count)
-
-    def take_front(self, index: int) -> bool:
-        struct.pack_into("q", self._shared, 0, index + 1)
-        return index < int(struct.unpack_from("q", self._shared, 8)[0])
-
-    def take_back(self, index: int) -> bool:
-        struct.pack_into("q", self._shared, 8, index)
-        return index >= int(struct.unpack_from("q", self._shared, 0)[0])
-
-    def back(self) -> int:
-        """The chart the child took last (the count of charts before it takes one)."""
-        return int(struct.unpack_from("q", self._shared, 8)[0])
-
-
-def _can_fork() -> bool:
-    return hasattr(os, "fork") and second_core()
-
-
-def _fork_charts(specs: Sequence[_ChartSpec], claims: _Claims) -> tuple[int, int] | None:
-    """Start a child drawing ``specs`` from the last backwards while ``claims`` lets it; (pid, read
-    end of its pipe), or None if it cannot start."""
-    try:
-        read, write = os.pipe()
-        pid = os.fork()
-    except OSError:
-        return None
-    if pid == 0:  # the child: draw, send, leave without running any of the parent's exit code
-        status = 1
-        try:
-            os.close(read)
-            drawn: dict[str, str | None] = {}
-            for index in range(len(specs) - 1, -1, -1):
-                if not claims.take_back(index):
-                    break
-                drawn[specs[index].chart_id] = specs[index].svg()
-            payload = pickle.dumps(drawn)
-            with os.fdopen(write, "wb") as stream:
-                stream.write(payload)
-            status = 0
-        finally:
-            os._exit(status)
-    os.close(write)
-    return pid, read
-
-
-def _collect_charts(pid: int, read: int, claims: _Claims) -> dict[str, str | None]:
-    """The child's charts; empty if it failed, or went :data:`CHART_CHILD_STALL_S` without taking a
-    chart or sending a byte (it is killed then). The caller draws whatever is missing."""
-    payload = bytearray()
-    taken = claims.back()
-    ended = False
-    waiting = select.poll()  # (not select.select: no limit on the descriptor's number)
-    waiting.register(read, select.POLLIN)
-    try:
-        while True:
-            if waiting.poll(CHART_CHILD_STALL_S * 1000):  # data, or the end of the pipe
-                chunk = os.read(read, 1 << 20)
-                if not chunk:
-                    ended = True
-                    break
-                payload += chunk
-            elif claims.back() != taken:
-                taken = claims.back()
-            else:
-                break  # stuck: no chart taken and no byte sent in all that time
-    finally:
-        status = _stop_chart_child(pid, read, kill=not ended)
-    if status != 0 or not payload:
-        return {}
-    try:
-        result: dict[str, str | None] = pickle.loads(payload)
-    except Exception:
-        return {}
-    return result
-
-
-def _stop_chart_child(pid: int, read: int, *, kill: bool = True) -> int:
-    """Close our end of the child's pipe, kill the child unless it is done, reap it; its status."""
-    os.close(read)
-    if kill:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    return os.waitpid(pid, 0)[1]
+    """Every chart, as inline SVG (a few milliseconds each: they are written, not drawn)."""
+    return {spec.chart_id: spec.chart() for spec in specs}
 
 
 def chart_specs(analysis: Analysis) -> list[_ChartSpec]:
     """The page's charts, in the page's order: each drawn when its ``build`` is called."""
     timeline = analysis.timeline
+    steady_steps = len(analysis.steady.steady_steps)
+    sync_basis = "per steady step" if steady_steps else "in the steady state"
     return [
         _ChartSpec(
             "timeline",
             "GPU activity over time",
-            "GPU activity over time. Blue: GPU busy (lighter where short gaps were merged to "
-            "fit the page); a dark strip below it: communication kernels. Shaded: idle gaps of at least "
-            f"{analysis.thresholds.min_gap_us:g} µs, coloured by what the host was doing. "
-            "Triangles: host calls that waited for the GPU.",
-            lambda: charts.timeline_figure(timeline, analysis.idle_gaps) if timeline else None,
+            "Each GPU over time: blue where it was busy, idle gaps of at least "
+            f"{analysis.thresholds.min_gap_us:g} µs coloured by cause, triangles where the host "
+            "waited in a sync call, dashed lines where each step began on the GPU.",
+            lambda: charts.timeline_chart(timeline, analysis.idle_gaps) if timeline else None,
         ),
         _ChartSpec(
             "steps",
             "Each profiled step: GPU busy and idle by cause",
-            "Each profiled step window: GPU busy (compute, communication, copies) and idle time by "
-            "cause; steps left out of the steady state are marked.",
-            lambda: charts.step_breakdown_figure(analysis.steps),
+            "Each step's window on the GPU, its time summed by category: before the step's first "
+            "GPU work, busy, idle by cause, after its last work; steps outside the steady state "
+            "are marked.",
+            lambda: charts.step_breakdown_chart(analysis.steps),
         ),
         _ChartSpec(
             "gaps",
             "The longest GPU idle gaps and their causes",
-            "The longest idle gaps, coloured by cause, with the host activity and source line "
-            "that explain them.",
-            lambda: charts.idle_gaps_figure(analysis.idle_gaps, analysis.meta.origin_ns),
+            "The longest idle gaps, coloured by cause, with what the host was doing and its source line.",
+            lambda: charts.idle_gaps_chart(analysis.idle_gaps, analysis.meta.origin_ns),
         ),
         _ChartSpec(
             "syncs",
-            "Host sync hot spots by blocked time",
-            "Where the host waited for the GPU: time blocked in the call, then GPU idle until "
-            "the host queued new work.",
-            lambda: charts.sync_hotspots_figure(analysis.sync_hotspots),
+            "Host waits for the GPU in the steady state",
+            f"Host waits for the GPU {sync_basis}: time blocked in the call, then the GPU idle "
+            "it caused; waits outside the steady state (the sync that ends a profile) are in "
+            "the table only.",
+            lambda: charts.sync_hotspots_chart(analysis.sync_hotspots, steady_steps),
         ),
         _ChartSpec(
             "copies",
             "Copy time by direction and memory kind",
-            "Copy time by direction and memory kind: overlapped with kernels on the same GPU, "
-            "or exposed (no kernel ran meanwhile).",
-            lambda: charts.copies_figure(analysis.copies),
+            "Copy time by direction and memory kind: while kernels ran on the same GPU, or "
+            "exposed (no kernel ran meanwhile).",
+            lambda: charts.copies_chart(analysis.copies),
         ),
         _ChartSpec(
             "memory",
             "Memory over time",
-            "Memory over time from the allocator's records: allocated by tensors (solid), "
-            "reserved by the caching allocator (dashed), the device's total memory (dotted). "
-            "Each point is the largest value of its time slice, so peaks are kept.",
-            lambda: charts.memory_figure(analysis.memory.devices),
+            "Memory over time from the allocator's records: allocated (solid), reserved by the "
+            "caching allocator (dashed), the device's total (dotted); each point is the largest "
+            "value of its time slice.",
+            lambda: charts.memory_chart(analysis.memory.devices),
         ),
         _ChartSpec(
             "host",
-            "Busiest host operators",
-            "The busiest host operators by total time (inclusive of the operators they call).",
-            lambda: charts.host_ops_figure(analysis.host),
+            "Busiest host operators by self time",
+            "The operators with the most self time (their own, without the operators they "
+            "call), as in the table below; lighter: the rest of their total time.",
+            lambda: charts.host_ops_chart(analysis.host),
         ),
     ]
 

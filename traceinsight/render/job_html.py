@@ -8,6 +8,7 @@ from typing import Any
 from traceinsight.render.job_text import (
     RANK_COLUMNS,
     job_headline,
+    job_saving,
     rank_cells,
     ranks_in_order,
     straggler_lines,
@@ -28,6 +29,8 @@ def page_values(job: JobReport) -> dict[str, Any]:
         "version": __version__,
         "job": job,
         "headline": job_headline(job),
+        "unit": "rank" if job.cycles_of is None else "cycle",
+        "saving": lambda finding: job_saving(job, finding),
         "stragglers": straggler_lines(job),
         "straggling": {str(straggler.rank) for straggler in job.stragglers},
         "columns": RANK_COLUMNS,

@@ -14,12 +14,13 @@ from collections.abc import Callable
 from typing import Final
 
 from traceinsight.analysis.usage import total_usage
-from traceinsight.formatting import format_duration, format_share, source_label
+from traceinsight.formatting import format_count, format_duration, format_share, source_label
 from traceinsight.render import AnyResult, live_job, live_report
 from traceinsight.render.facts import header_facts, no_findings_text, saving_text, time_split
 from traceinsight.render.job_text import (
     RANK_COLUMNS,
     job_headline,
+    job_saving,
     rank_cells,
     ranks_in_order,
     straggler_lines,
@@ -195,7 +196,7 @@ def _comparison(comparison: Comparison) -> str:
             )
         lines.append("")
     if comparison.kernels:
-        lines += ["### Kernels that changed most", ""]
+        lines += [f"### Kernels that changed most ({comparison.basis})", ""]
         lines += _table(
             ("GPU", "kernel", "before", "after", "launches"),
             [
@@ -204,7 +205,7 @@ def _comparison(comparison: Comparison) -> str:
                     escape(change.name, 80),
                     format_duration(change.before_total_us * 1000),
                     format_duration(change.after_total_us * 1000),
-                    f"{change.before_count} → {change.after_count}",
+                    f"{format_count(change.before_launches)} → {format_count(change.after_launches)}",
                 )
                 for change in comparison.kernels
             ],
@@ -217,26 +218,28 @@ def _job(job: JobReport) -> str:
     lines = [f"## traceinsight job: {escape(job_headline(job), 300)}", ""]
     lines += [f"> **warning:** {escape(warning, 400)}" for warning in job.warnings]
     lines.append("")
-    lines.append(f"### Stragglers ({len(job.stragglers)})")
-    if not job.stragglers:
+    if job.cycles_of is None:
+        lines.append(f"### Stragglers ({len(job.stragglers)})")
+    if not job.stragglers and job.cycles_of is None:
         lines.append("No rank's collectives or step time stand out from the others.")
     for _, headline, details in straggler_lines(job):
         lines.append(f"- **{escape(headline, 300)}**")
         lines += [f"  - {escape(detail, 300)}" for detail in details]
-    lines += ["", "### Ranks (per steady step)", ""]
+    unit = "rank" if job.cycles_of is None else "cycle"
+    lines += ["", f"### {unit.capitalize()}s (per steady step)", ""]
     ordered = ranks_in_order(job)
     cell: Callable[[str], str] = lambda text: escape(text, 120)  # noqa: E731
     rows = [tuple(cell(value) for value in rank_cells(job, result)) for result in ordered[:MARKDOWN_RANKS]]
-    lines += _table(RANK_COLUMNS, rows)
+    lines += _table((unit, *RANK_COLUMNS[1:]), rows)
     if len(ordered) > MARKDOWN_RANKS:
-        lines.append(f"\n… {len(ordered) - MARKDOWN_RANKS} more ranks in the JSON and HTML report")
+        lines.append(f"\n… {len(ordered) - MARKDOWN_RANKS} more {unit}s in the JSON and HTML report")
     if job.findings:
-        lines += ["", "### Findings across ranks", ""]
+        lines += ["", f"### Findings across {unit}s", ""]
         lines += _table(
-            ("rule", "ranks", "severity", "saving (all ranks)", "finding"),
+            ("rule", f"{unit}s", "severity", "saving per step", "finding"),
             [
                 (escape(f.rule), f"{len(f.ranks)} of {len(job.ranks)}", f.severity,
-                 format_duration(f.savings_ns), escape(f.title) + (" (minor)" if f.minor else ""))
+                 job_saving(job, f), escape(f.title) + (" (minor)" if f.minor else ""))
                 for f in job.findings[:20]
             ],
         )  # fmt: skip

@@ -47,7 +47,7 @@ def _content(template: str, values: dict[str, Any]) -> Markup:
 @html_of.register
 def result_html(result: Result) -> str:
     """The scorecard (of a live result) and the finding cards, largest saving first."""
-    from traceinsight.render.html import finding_views  # the page's renderer: matplotlib
+    from traceinsight.render.html import finding_views  # the page's renderer
 
     root = None if result.report is None else result.report.source_root
     cards = [view for view in finding_views(result.findings, root) if not view.finding.minor]
@@ -74,7 +74,7 @@ def finding_html(finding: contract.Finding) -> str:
 @html_of.register
 def comparison_html(comparison: Comparison) -> str:
     """The diff page's sections: setup notes, before and after, findings, kernels."""
-    from traceinsight.render.diff import page_values as comparison_values  # its chart: matplotlib
+    from traceinsight.render.diff import page_values as comparison_values  # its chart
 
     return _view(
         heading=f"{comparison.before} → {comparison.after}",

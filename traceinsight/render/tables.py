@@ -9,7 +9,7 @@ from rich.style import StyleType
 from rich.table import Table
 from rich.text import Text
 
-from traceinsight.formatting import short_kernel_name
+from traceinsight.formatting import short_kernel_name, shorten_distinct
 
 __all__ = ["DataTable", "KernelTable", "data"]
 
@@ -56,6 +56,8 @@ class KernelTable:
         table.add_column("kernel", overflow="ellipsis", no_wrap=True, max_width=room)
         for column, width in zip(self.columns, widths, strict=True):
             table.add_column(column, justify="right", no_wrap=True, min_width=width)
-        for device, name, figures in self.rows:
-            table.add_row(str(device), data(short_kernel_name(name, min(room, 60))), *figures)
+        limit = min(room, 100)
+        names = shorten_distinct([short_kernel_name(name, 10**6) for _, name, _ in self.rows], limit)
+        for (device, _, figures), name in zip(self.rows, names, strict=True):
+            table.add_row(str(device), data(name), *figures)
         yield table

@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING
 import jinja2
 
 from traceinsight.errors import TraceInsightError
-from traceinsight.formatting import format_duration, format_share, format_size, short_kernel_name
+from traceinsight.formatting import (
+    format_count,
+    format_duration,
+    format_share,
+    format_size,
+    short_kernel_name,
+)
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
@@ -59,6 +65,7 @@ def environment() -> jinja2.Environment:
         size=format_size,
         pct=format_share,
         count=lambda value: f"{value:,}",
+        launches=format_count,
         kernel_short=short_kernel_name,
     )
     return made

@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, Final
 
 from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
@@ -56,8 +56,21 @@ def reader_gone(stream: IO[str] | None = None) -> None:
     os.close(devnull)
 
 
+#: How wide output that goes to a pipe or a file (a CI log) is laid out, unless ``COLUMNS`` says.
+PIPED_WIDTH: Final = 120
+
+
 class TerminalConsole(Console):
-    """A rich console whose cut pipe is :func:`reader_gone` (rich's own exits with status 1)."""
+    """A rich console whose cut pipe is :func:`reader_gone` (rich's own exits with status 1).
+
+    Piped or redirected, it lays out :data:`PIPED_WIDTH` columns unless ``COLUMNS`` (or ``width``)
+    says otherwise: rich's 80 cut kernel names to a few dozen characters and wrapped table rows
+    over several lines in CI logs, which no terminal limits to 80 columns."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if kwargs.get("width") is None and not self.is_terminal and not os.environ.get("COLUMNS"):
+            self.width = PIPED_WIDTH
 
     def on_broken_pipe(self) -> None:
         self.quiet = True

@@ -143,6 +143,10 @@ class KernelChange:
     after_total_us: float
     before_count: int
     after_count: int
+    #: Launches on the comparison's basis (per steady step when both sides have steps, like the
+    #: times beside them); the counts above are the totals.
+    before_launches: float = 0.0
+    after_launches: float = 0.0
 
     @property
     def change_us(self) -> float:
@@ -421,6 +425,8 @@ def compare(before: Result, after: Result, before_label: str, after_label: str, 
             after_total_us=_per(after, now[key][0], basis) if key in now else 0.0,
             before_count=was[key][1] if key in was else 0,
             after_count=now[key][1] if key in now else 0,
+            before_launches=round(_per(before, float(was[key][1]), basis), 3) if key in was else 0.0,
+            after_launches=round(_per(after, float(now[key][1]), basis), 3) if key in now else 0.0,
         )
         for key in dict.fromkeys([*was, *now])
     ]

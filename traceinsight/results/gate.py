@@ -10,15 +10,19 @@ side, plus the step-time regression).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from traceinsight.errors import ConfigError
 from traceinsight.results.comparison import Comparison, syncs_per_step
-from traceinsight.results.trace import Result
+from traceinsight.results.contract import utilization_of
+from traceinsight.results.job import RankResult
+from traceinsight.results.trace import Result, Utilization
 from traceinsight.rules.findings import SEVERITIES
+from traceinsight.rules.ids import check_budget, check_rule_ids
 
-__all__ = ["EXIT_BROKEN", "Budgets", "broken", "broken_diff", "budgets_from_table"]
+__all__ = ["EXIT_BROKEN", "Budgets", "broken", "broken_diff", "broken_ranks", "budgets_from_table"]
 
 #: The exit status of a broken gate (bad input stays 2, internal errors 3).
 EXIT_BROKEN = 1
@@ -30,7 +34,7 @@ class Budgets:
 
     #: Fail on any finding (not minor) of this severity or worse: ``high``, ``medium`` or ``low``.
     fail_on: str | None = None
-    #: Fail on any finding (not minor) of these rules.
+    #: Fail on any finding of these rules, minor ones included.
     fail_on_rules: tuple[str, ...] = ()
     #: Most GPU idle allowed, in percent of the step time (of the time analyzed without steps).
     max_idle: float | None = None
@@ -71,9 +75,9 @@ def budgets_from_table(table: dict[str, Any] | None, where: str) -> Budgets:
         value = table.get(key)
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: {key} in [tool.traceinsight] must be a number ≥ 0, not {value!r}")
-        return float(value)
+        return check_budget(float(value), f"{where}: {key} in [tool.traceinsight]")
 
     rules = table.get("fail-on-rule", [])
     if isinstance(rules, str):
@@ -85,17 +89,53 @@ def budgets_from_table(table: dict[str, Any] | None, where: str) -> Budgets:
     fail_on = table.get("fail-on")
     return Budgets(
         fail_on=_check_severity(fail_on, where) if fail_on is not None else None,
-        fail_on_rules=tuple(rules),
+        fail_on_rules=check_rule_ids(rules, f"{where}: fail-on-rule in [tool.traceinsight]"),
         max_idle=number("max-idle"),
         max_syncs_per_step=number("max-syncs-per-step"),
         max_regression=number("max-regression"),
     )
 
 
+class _Judged(Protocol):
+    """What the gate reads of a finding (a result's, or a rank's brief)."""
+
+    @property
+    def rule(self) -> str: ...
+    @property
+    def severity(self) -> str: ...
+    @property
+    def title(self) -> str: ...
+    @property
+    def minor(self) -> bool: ...
+
+
 def broken(result: Result, budgets: Budgets) -> list[str]:
     """One line per budget the result breaks (empty: the gate passes)."""
+    return _broken(result.findings, result.utilization, syncs_per_step(result), budgets)
+
+
+def broken_ranks(ranks: Sequence[RankResult], budgets: Budgets, unit: str = "rank") -> list[str]:
+    """A job's gate: each rank held to the budgets exactly as its own ``analyze`` would be (its
+    findings, minor ones included; its utilization; its host syncs per steady step), one line per
+    rank and broken budget, ``rank 3: …`` (``unit``: ``cycle`` for one process's profiler cycles).
+    A job passes only when every rank would."""
+    return [
+        f"{unit} {rank.rank}: {line}"
+        for rank in ranks
+        for line in _broken(
+            rank.findings,
+            utilization_of(rank.usage, rank.has_usage),
+            rank.steady_syncs / rank.steps if rank.steps else None,
+            budgets,
+        )
+    ]
+
+
+def _broken(
+    every: Sequence[_Judged], utilization: Utilization, syncs: float | None, budgets: Budgets
+) -> list[str]:
     lines: list[str] = []
-    findings = [finding for finding in result.findings if not finding.minor]
+    findings = [finding for finding in every if not finding.minor]
     if budgets.fail_on is not None:
         worst = SEVERITIES.index(budgets.fail_on)
         for finding in findings:
@@ -103,17 +143,16 @@ def broken(result: Result, budgets: Budgets) -> list[str]:
                 lines.append(
                     f"a {finding.severity} finding ({finding.rule}, --fail-on {budgets.fail_on}): {finding.title}"
                 )
-    for rule in budgets.fail_on_rules:
-        for finding in findings:
+    for rule in budgets.fail_on_rules:  # a rule named asks for none of it: minor findings count
+        for finding in every:
             if finding.rule == rule:
-                lines.append(f"a {rule} finding (--fail-on-rule {rule}): {finding.title}")
-    utilization = result.utilization
+                minor = "minor " if finding.minor else ""
+                lines.append(f"a {minor}{rule} finding (--fail-on-rule {rule}): {finding.title}")
     idle = utilization.idle_share
     if budgets.max_idle is not None and idle is not None and idle * 100 > budgets.max_idle:
         lines.append(
             f"the GPU is idle {idle * 100:.1f}% of {utilization.of or 'the time'}, over --max-idle {budgets.max_idle:g}%"
         )
-    syncs = syncs_per_step(result)
     if budgets.max_syncs_per_step is not None and syncs is not None and syncs > budgets.max_syncs_per_step:
         lines.append(
             f"{syncs:.3g} host syncs per step, over --max-syncs-per-step {budgets.max_syncs_per_step:g}"

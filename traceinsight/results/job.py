@@ -190,8 +190,13 @@ class JobFinding:
     """The title on the rank where the saving is largest."""
     ranks: tuple[int, ...]
     savings_ns: int
-    """Summed over the ranks."""
+    """Summed over the ranks (each over its whole steady state)."""
     minor: bool
+    saving_per_step_ns: int = 0
+    """Per steady step, the median rank's (the lower middle of the ranks it fired on)."""
+    saving_per_step_all_ns: int = 0
+    """Per steady step, summed over the ranks it fired on (what the job as a whole would free in
+    one step, counted once per rank's GPU)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +217,9 @@ class JobReport:
     warnings: tuple[str, ...]
     step_ns: int | None
     """Median over ranks of each rank's median steady step."""
+    cycles_of: str | None = None
+    """The worker (``host_pid``) when the "ranks" are one process's profiler cycles
+    (:mod:`traceinsight.job.triage`): no collectives are matched and no straggler is named."""
 
     def timing(self, rank: int) -> RankTiming | None:
         """The rank's collective timing."""
@@ -240,6 +248,10 @@ class JobInfo:
     world_size: int | None
     backend: str | None
     step_time_ns: int | None = field(metadata={"check": "duration"})
+    #: ``ranks``, or ``cycles`` when the files are one process's profiler cycles (``cycles_of``
+    #: names the process; ``ranks[]`` are then the cycles in time order).
+    read_as: str = "ranks"
+    cycles_of: str | None = None
     collectives: JobCollectives
 
 
@@ -320,12 +332,27 @@ class StragglerEntry:
 class JobFindingEntry:
     """One rule's findings over the ranks (see :class:`JobFinding`)."""
 
-    JSON_KEYS: ClassVar = ("rule", "severity", "title", "ranks", "rank_count", "savings_ns", "minor")
+    JSON_KEYS: ClassVar = (
+        "rule",
+        "severity",
+        "title",
+        "ranks",
+        "rank_count",
+        "savings_ns",
+        "savings_per_step_ns",
+        "savings_per_step_all_ranks_ns",
+        "minor",
+    )
     rule: str = field(metadata={"check": "id"})
     severity: Severity
     title: str
     ranks: tuple[int, ...]
+    #: Summed over the ranks' whole steady states.
     savings_ns: int
+    #: The median rank's saving per steady step.
+    savings_per_step_ns: int = 0
+    #: Summed over the ranks it fired on, per step.
+    savings_per_step_all_ranks_ns: int = 0
     minor: bool = False
 
     @property
@@ -425,6 +452,8 @@ def job_result_of(job: JobReport) -> JobResult:
             world_size=next((r.world_size for r in job.ranks if r.world_size is not None), None),
             backend=next((r.backend for r in job.ranks if r.backend is not None), None),
             step_time_ns=job.step_ns,
+            read_as="ranks" if job.cycles_of is None else "cycles",
+            cycles_of=job.cycles_of,
             collectives=JobCollectives(
                 source=job.collectives_from,
                 matched=job.collectives_matched,
@@ -452,6 +481,8 @@ def job_result_of(job: JobReport) -> JobResult:
                 title=finding.title,
                 ranks=finding.ranks,
                 savings_ns=finding.savings_ns,
+                savings_per_step_ns=finding.saving_per_step_ns,
+                savings_per_step_all_ranks_ns=finding.saving_per_step_all_ns,
                 minor=finding.minor,
             )
             for finding in job.findings

@@ -27,7 +27,7 @@ def html_of(value: object) -> str | None:
 
 @functools.singledispatch
 def figures_of(value: object) -> dict[str, Any]:
-    """The page's charts of ``value`` as matplotlib figures, by name."""
+    """The page's charts of ``value`` as SVG drawings, by name."""
     raise TraceInsightError(
         "no renderer is loaded to draw the charts: use the result through the public API "
         "(import traceinsight; traceinsight.analyze(...))"

@@ -477,8 +477,9 @@ class Result:
 
     @property
     def charts(self) -> dict[str, Any]:
-        """The page's charts as matplotlib ``Figure`` objects, keyed by name, made on first use
-        (a live result only: a stored one has no timeline to draw)."""
+        """The page's charts as SVG drawings (:class:`traceinsight.render.figures.Drawing`: each
+        shows itself in a notebook, ``.svg`` is its markup, ``.save(path)`` writes it), keyed by
+        name, made on first use (a live result only: a stored one has no timeline to draw)."""
         if "charts" not in self._cache:
             self._cache["charts"] = figures_of(self)
         charts: dict[str, Any] = self._cache["charts"]
