@@ -13,7 +13,7 @@ import polars as pl
 from traceinsight.analysis.launches import first_launch_calls
 from traceinsight.analysis.steady import SteadyState
 from traceinsight.formatting import format_duration
-from traceinsight.load import Trace
+from traceinsight.load import RunProfile, Trace
 
 __all__ = ["TraceWarning", "trace_warnings"]
 
@@ -46,7 +46,14 @@ class TraceWarning:
     advice: str
 
 
-def _step_warnings(steady: SteadyState) -> list[TraceWarning]:
+#: For a trace of `traceinsight run` without steps: `--wait` cannot help, marking steps does.
+_MARK_STEPS_ADVICE = (
+    "call `traceinsight.step()` at the end of each iteration of your loop: `traceinsight run` then "
+    "records steps after the start-up, with your code's lines"
+)
+
+
+def _step_warnings(steady: SteadyState, run: RunProfile | None = None) -> list[TraceWarning]:
     warnings: list[TraceWarning] = []
     if steady.source == "none":
         if steady.startup_end_ns is not None:
@@ -55,7 +62,7 @@ def _step_warnings(steady: SteadyState) -> list[TraceWarning]:
                     "startup-captured",
                     f"Start-up was captured: {steady.startup_evidence}. Everything before it is left "
                     "out of the findings (shown as idle outside the steady state).",
-                    _WAIT_ADVICE,
+                    _WAIT_ADVICE if run is None else _MARK_STEPS_ADVICE,
                 )
             )
         warnings.append(
@@ -200,6 +207,34 @@ def _load_warnings(trace: Trace) -> list[TraceWarning]:
     return warnings
 
 
+def _recording_warnings(trace: Trace, steady: SteadyState) -> list[TraceWarning]:
+    """A trace of `traceinsight run` whose recorded steps ran more than a tenth slower than the
+    same script's steps just before recording: what recording cost them is in the host times."""
+    run = trace.meta.recorded_by_run
+    if run is None or not run.unprofiled_step_ns or not steady.step_ns:
+        return []
+    before, recorded = run.unprofiled_step_ns, steady.step_ns
+    if recorded <= before * (1 + _RECORDING_COST_SHARE):
+        return []
+    frames = " and the frames of your code (--stacks user)" if run.stacks == "user" else ""
+    steps = run.unprofiled_steps or 0
+    return [
+        TraceWarning(
+            "recording-cost",
+            f"Recorded steps took {format_duration(recorded)} (median), {recorded / before - 1:.0%} more "
+            f"than the {steps} step{'s' if steps != 1 else ''} just before recording "
+            f"({format_duration(before)}): recording operators, shapes{frames} slowed the host, and "
+            "the host times here include that cost.",
+            "compare with `traceinsight run --stacks none` (no frames, no lines) to see the host "
+            "times with less of it; GPU kernel times are not affected",
+        )
+    ]
+
+
+#: Recorded steps this much slower than the unrecorded ones get a warning.
+_RECORDING_COST_SHARE = 0.10
+
+
 def _setup_warnings(trace: Trace, steady: SteadyState) -> list[TraceWarning]:
     """Steps that are mostly time before the GPU's first work (or after its last): set-up, not training."""
     steps = steady.steady_steps
@@ -230,5 +265,9 @@ def _setup_warnings(trace: Trace, steady: SteadyState) -> list[TraceWarning]:
 def trace_warnings(trace: Trace, steady: SteadyState) -> tuple[TraceWarning, ...]:
     """Every warning about ``trace`` (see the module doc), load problems first."""
     return tuple(
-        _load_warnings(trace) + _step_warnings(steady) + _setup_warnings(trace, steady) + _gpu_warnings(trace)
+        _load_warnings(trace)
+        + _step_warnings(steady, trace.meta.recorded_by_run)
+        + _recording_warnings(trace, steady)
+        + _setup_warnings(trace, steady)
+        + _gpu_warnings(trace)
     )

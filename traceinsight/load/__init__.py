@@ -23,11 +23,12 @@ from traceinsight.load.progress import ProgressCallback
 from traceinsight.load.reference import load_trace_reference
 from traceinsight.load.repair import MendedText, mends_line_at
 from traceinsight.load.source import SizeLimit, TraceFile, open_trace
-from traceinsight.load.tables import ChunkTables, Device, Trace, TraceMeta, trace_for
+from traceinsight.load.tables import ChunkTables, Device, RunProfile, Trace, TraceMeta, trace_for
 
 __all__ = [
     "Device",
     "ProgressCallback",
+    "RunProfile",
     "SizeLimit",
     "Trace",
     "TraceMeta",

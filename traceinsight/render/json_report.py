@@ -10,7 +10,10 @@ idle split of ``devices`` and ``steps``, and per finding ``minor``, ``savings_pe
 ``saving_share``, ``saving_note``, ``source_kind``; ``savings_us`` is now the step replay's
 saving, and ``cause_kind`` has the values of :class:`~traceinsight.analysis.causes.CauseKind`.
 Later additions within schema 2: ``kernels``, ``memory`` (per device: peaks in bytes, the device's
-total, ``series`` of ``[start_us, allocated, reserved]``; ``allocator_calls`` in the steady state).
+total, ``series`` of ``[start_us, allocated, reserved]``; ``allocator_calls`` in the steady state);
+``latent_syncs`` (in a trace without GPU work: per line, the operators that would make the host
+wait for a GPU, and apart, with ``cpu_value`` set, the reads of values that stay on the CPU with a
+GPU too: ``data loading``, ``optimizer step counters``; empty with GPU work).
 """
 
 from __future__ import annotations
@@ -235,6 +238,22 @@ def report_dict(report: Report, *, gaps: bool = True) -> dict[str, Any]:
                 "idle_caused_us": _us(hotspot.idle_caused_ns),
             }
             for hotspot in analysis.sync_hotspots
+        ],
+        "latent_syncs": [
+            {
+                "op": latent.op,
+                "ops": list(latent.ops),
+                "op_chain": latent.op_chain,
+                "source": latent.source,
+                "source_kind": latent.source_kind,
+                "module": latent.module,
+                "count": latent.count,
+                "steady_count": latent.steady_count,
+                "formatting": latent.formatting,
+                "cpu_value": latent.cpu_value,
+                "cpu_detail": latent.cpu_detail,
+            }
+            for latent in analysis.latent_syncs
         ],
         "findings": [
             {

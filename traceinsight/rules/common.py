@@ -11,6 +11,7 @@ from traceinsight.analysis.results import SyncHotspot
 from traceinsight.analysis.sources import LIBRARY
 from traceinsight.analysis.usage import Usage
 from traceinsight.formatting import format_duration, format_share
+from traceinsight.load import RunProfile
 from traceinsight.rules.findings import Advice, Finding, Severity
 
 
@@ -78,16 +79,31 @@ def where(source: str | None, source_kind: str | None) -> str | None:
     return f"{source} (library code)" if source_kind == LIBRARY else source
 
 
-def source_evidence(source: str | None, source_kind: str | None) -> str:
-    """The evidence line for the source."""
+def source_evidence(source: str | None, source_kind: str | None, run: RunProfile | None = None) -> str:
+    """The evidence line for the source; without one, how to get it (for a trace of
+    ``traceinsight run``, with run's own options)."""
     if source is None:
-        return "not recorded (profile with with_stack=True to name the line)"
+        return f"not recorded ({no_line_hint(run)})"
     if source_kind == LIBRARY:
         return (
             f"{source}: library code, the innermost frame outside torch; if this package is yours, "
             "pass --user-code PACKAGE"
         )
     return source
+
+
+def no_line_hint(run: RunProfile | None) -> str:
+    """How to get the source line of a finding that has none."""
+    if run is None:
+        return "profile with with_stack=True to name the line"
+    if run.step_marks == "none":
+        return (
+            "no step was marked, so the run was recorded without Python frames; call "
+            "traceinsight.step() at the end of each iteration of your loop"
+        )
+    if run.stacks == "none":
+        return "recorded with --stacks none; run with --stacks user to name the line"
+    return "no frame of your code was running around it"
 
 
 def how_often(analysis: Analysis, count: int) -> str:

@@ -103,7 +103,7 @@ def pageable_memcpy(analysis: Analysis) -> Iterator[Finding]:
                     "GPU idle waiting on these copies",
                     _idle_caused(analysis, device, hotspots),
                 ),
-                ("source", source_evidence(source, source_kind)),
+                ("source", source_evidence(source, source_kind, analysis.meta.recorded_by_run)),
             ]
         )
         yield make_finding(
@@ -164,7 +164,7 @@ def blocking_h2d(analysis: Analysis) -> Iterator[Finding]:
             + _wait_lines(hotspots)
             + [
                 ("copy time not under compute", f"{format_duration(exposed)} ({1 - ratio:.0%})"),
-                ("source", source_evidence(source, source_kind)),
+                ("source", source_evidence(source, source_kind, analysis.meta.recorded_by_run)),
             ]
         )
         yield make_finding(

@@ -63,6 +63,24 @@ def _steady_gaps(analysis: Analysis, device: int, kind: CauseKind) -> list[IdleG
     ]
 
 
+def _within(
+    spans: tuple[tuple[int, int], ...], windows: tuple[tuple[int, int], ...]
+) -> list[tuple[int, int]]:
+    """``spans`` merged where they overlap and cut to ``windows`` (both ``[start, end)``)."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return [
+        (max(start, w_start), min(end, w_end))
+        for start, end in merged
+        for w_start, w_end in windows
+        if start < w_end and end > w_start
+    ]
+
+
 def _cpu_dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
     """Without GPU work: steady steps that spend ``dataloader_idle_share`` or more in ``__next__``.
 
@@ -70,8 +88,10 @@ def _cpu_dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
     back; on a GPU the same wait would leave the GPU idle.
     """
     limits = analysis.thresholds
-    waits = analysis.fix_inputs.dataloader_waits
     steps = analysis.steady.steady_steps
+    # Clipped to the steady steps and merged: a wait running past its step's end, or nested in
+    # another, is counted once and only inside the steps (a card once said 107% of the step).
+    waits = _within(analysis.fix_inputs.dataloader_waits, tuple((s.start_ns, s.end_ns) for s in steps))
     window = sum(step.duration_ns for step in steps)
     waited = sum(end - start for start, end in waits)
     if not steps or not waits or waited < limits.dataloader_idle_share * window:
@@ -144,7 +164,7 @@ def dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
                     f"{len(waits)} (longest gap {format_duration(longest.duration_ns) if longest else '—'})",
                 ),
                 ("iterator", iterator),
-                ("source", source_evidence(source, source_kind)),
+                ("source", source_evidence(source, source_kind, analysis.meta.recorded_by_run)),
             ),
             advice=advice.WORKERS,
             why="The training loop asks for the next batch only after queuing the last step; while the "
@@ -210,7 +230,7 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
             longest = max(top_gaps, key=lambda gap: gap.duration_ns)
             source, source_kind = longest.source, longest.source_kind
             evidence.append(("longest such gap", f"{format_duration(longest.duration_ns)}: {longest.cause}"))
-            evidence.append(("source", source_evidence(source, source_kind)))
+            evidence.append(("source", source_evidence(source, source_kind, analysis.meta.recorded_by_run)))
         saving = saving_from_total(analysis, rest)
         yield make_finding(
             analysis,

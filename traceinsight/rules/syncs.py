@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from traceinsight.analysis import Analysis
+from traceinsight.analysis.latent import LatentSync
 from traceinsight.analysis.replay import Fix
 from traceinsight.analysis.results import SyncHotspot
 from traceinsight.load import taxonomy
@@ -77,7 +78,7 @@ def _sync_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
             ("call", hotspot.call),
             ("operator chain", hotspot.op_chain or "not recorded"),
             ("waits for", hotspot.copy or "everything queued on the GPU (no copy right before)"),
-            ("source", source_evidence(hotspot.source, hotspot.source_kind)),
+            ("source", source_evidence(hotspot.source, hotspot.source_kind, analysis.meta.recorded_by_run)),
             (
                 "how often",
                 f"{often} ({hotspot.steady_count} in the steady state, {hotspot.count} in the trace)",
@@ -154,14 +155,38 @@ _LATENT_WHAT: dict[str, tuple[str, Advice]] = {
     "aten::repeat_interleave": ("`repeat_interleave` with tensor repeats", advice.DATA_DEPENDENT),
     "aten::tolist": ("`.tolist()`", advice.TO_HOST),
 }
+_FORMATTING = '`print(tensor)` or formatting a tensor (`str(t)`, `f"{t}"`)'
+
+
+def latent_what(latent: LatentSync) -> tuple[str, Advice]:
+    """What the line does, in plain words, and the one fix: a tensor's formatting is that, whatever
+    operators it runs; otherwise each kind of read the line makes, the first one's advice."""
+    if latent.formatting:
+        return _FORMATTING, advice.ITEM
+    names: list[str] = []
+    fixes: list[Advice] = []
+    for op in latent.ops or (latent.op,):
+        what, fix = _LATENT_WHAT.get(op, (f"`{op}`", advice.TO_HOST))
+        if what not in names:
+            names.append(what)
+            fixes.append(fix)
+    words = (
+        names[0]
+        if len(names) == 1
+        else ", ".join(names[:-1]) + " and " + names[-1][0].lower() + names[-1][1:]
+    )
+    return words, fixes[0]
 
 
 def _latent_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
     rule_id = "sync-in-forward" if in_forward else "latent-sync"
+    run = analysis.meta.recorded_by_run
     for latent in analysis.latent_syncs:
+        if latent.cpu_value is not None:
+            continue  # reads a CPU value whatever the device: no wait on a GPU
         if (latent.module is not None) != in_forward or not repeats(analysis, latent.steady_count):
             continue
-        what, fix_advice = _LATENT_WHAT.get(latent.op, (f"`{latent.op}`", advice.TO_HOST))
+        what, fix_advice = latent_what(latent)
         often = how_often(analysis, latent.steady_count)
         place = where(latent.source, latent.source_kind)
         title = " ".join(
@@ -177,7 +202,7 @@ def _latent_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
         )
         evidence = [
             ("operator chain", latent.op_chain or latent.op),
-            ("source", source_evidence(latent.source, latent.source_kind)),
+            ("source", source_evidence(latent.source, latent.source_kind, run)),
             (
                 "how often",
                 f"{often} ({latent.steady_count} in the steady state, {latent.count} in the trace)",
@@ -187,6 +212,8 @@ def _latent_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
                 "no GPU, so it did not wait; on a GPU it reads a GPU value and waits for the queue",
             ),
         ]
+        if len(latent.ops) > 1:
+            evidence.insert(1, ("operators at this line", ", ".join(latent.ops)))
         if latent.module:
             evidence.insert(0, ("inside the forward of", latent.module))
         yield make_finding(
@@ -202,4 +229,16 @@ def _latent_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
             source=latent.source,
             source_kind=latent.source_kind,
             op=latent.op,
-        ).with_(saving_known=False, severity="medium")
+        ).with_(saving_known=False, severity=_latent_severity(analysis, latent))
+
+
+#: Would-be waits per step from which a latent sync ranks as high (its saving cannot be measured,
+#: so findings of unknown saving rank by how often they would wait: one in each of 30 layers'
+#: forward before one `.item()` per step).
+_LATENT_HIGH_PER_STEP = 4
+
+
+def _latent_severity(analysis: Analysis, latent: LatentSync) -> str:
+    steps = len(analysis.steady.steady_steps)
+    per_step = latent.steady_count / steps if steps else 0
+    return "high" if per_step >= _LATENT_HIGH_PER_STEP else "medium"
