@@ -22,6 +22,7 @@ import os
 import shlex
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,8 +157,12 @@ def run(
         typer.Option(
             "--stacks",
             metavar="user|all|none",
-            help="Python frames recorded in active steps: your own code only (user), every frame "
-            "(all: much larger traces), or none.",
+            help="Python frames recorded in active steps. user: your own code's frames and the lines "
+            "of its calls into torch, so findings name your lines; it makes Python-heavy code in "
+            "your loop run slower while recording (a profile function runs on every Python call; "
+            "the DataLoader's fetch is not traced), and the report says when recorded steps ran "
+            "over 10% slower. all: torch's own tracer, every frame (much larger traces, a slower "
+            "stop). none: no frames and no source lines.",
         ),
     ] = "user",
     user_code: Annotated[
@@ -175,8 +180,11 @@ def run(
         typer.Option(
             "--max-memory",
             metavar="SIZE",
-            help="Memory one recording may cost, stopping it included (e.g. 2G, 512M). Past it "
-            "recording stops early and what was recorded is written.",
+            help="Memory one recording may add to the process (e.g. 2G, 512M): what the profiler "
+            "holds while it records, and what stopping it then builds, counted from the RSS "
+            "growth of the recorded window. When one more step would pass it, recording ends at "
+            "that step boundary (a single step bigger than the budget is stopped inside it) and "
+            "what was recorded is written; the memory is given back after the write.",
         ),
     ] = "2G",
     module: Annotated[
@@ -186,8 +194,12 @@ def run(
 ) -> None:
     """Run a training script under the profiler, as `python SCRIPT ARGS` would, then report on it.
 
+    Options go before SCRIPT: every word after SCRIPT is the script's own, even one that looks like
+    an option of ours (traceinsight run --active 3 train.py --lr 0.1).
+
     Steps are marked without changing the script: every optimizer.step() of a torch.optim optimizer
-    ends one (call traceinsight.step() in loops without one). The trace and the report are written
+    ends one; in a loop without one, every loss.backward() does (or call traceinsight.step() at the
+    end of each iteration). The trace and the report are written
     even if the script fails or is interrupted; the exit status is the script's own. Under torchrun
     every rank writes its own files; `traceinsight run -m torch.distributed.run ...` (or `run
     torchrun ...`) profiles the workers.
@@ -277,9 +289,9 @@ def profile_and_report(
 
     trace = _trace_to_report(capture, say)
     if trace is None:
-        if capture.memory_stop == "start-up" and capture.steps_run:
-            say(_START_UP_DROPPED)
-        say.error(_no_trace_reason(target, capture, settings))
+        reason, failed = _no_trace_reason(target, capture, settings)
+        # A failure of ours is an error; a run too short for the schedule is not (exit status 0).
+        (say.error if failed else say)(reason)
         return exit_like_python(outcome)
     _say_window_notes(say, capture, settings)
     context = _run_context(target, started, elapsed, outcome, capture, trace)
@@ -316,10 +328,26 @@ class _Speaker:
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[ProgressCallback | None]:
-        """A live ``writing the trace (X MB): N %`` line on a terminal; nothing elsewhere."""
+        """The progress of stopping the profiler and writing the trace: a live line on a terminal;
+        elsewhere (a log) a line when it starts and one every few seconds while the file is written."""
         console = self._console
-        if console is None or not console.is_terminal:
+        if console is None:
             yield None
+            return
+        if not console.is_terminal:
+            started = time.monotonic()
+            last = [started]
+
+            def logged(done: int, total: int) -> None:
+                now = time.monotonic()
+                if now - last[0] >= _LOG_PROGRESS_SECONDS and done < total:
+                    last[0] = now
+                    self(
+                        f"writing the trace: {done / 1e6:.0f} of {total / 1e6:.0f} MB "
+                        f"({100 * done // max(total, 1)} %, {now - started:.0f} s)"
+                    )
+
+            yield logged
             return
         with console.status(self._prefix + "stopping the profiler…", spinner="dots") as status:
 
@@ -330,79 +358,95 @@ class _Speaker:
             yield progress
 
 
+#: Seconds between two progress lines of a trace being written, in a log.
+_LOG_PROGRESS_SECONDS = 5.0
+
+
 def _trace_to_report(capture: CaptureResult, say: _Speaker) -> Path | None:
-    """The trace the report is made from: ours, or the one the script exported with its own profiler."""
+    """The trace the report is made from: ours, or the last complete one the script exported with
+    its own profiler (its last file holds a partial window when it stopped mid-window)."""
     if capture.foreign_profiler_at is not None:
         if capture.foreign_traces:
             if capture.trace is not None:
                 capture.trace.unlink(missing_ok=True)  # the script's own trace is the one to read
-            chosen = capture.foreign_traces[-1]
-            say(
+            complete = [path for path in capture.foreign_traces if path not in capture.foreign_partial]
+            chosen = complete[-1] if complete else capture.foreign_traces[-1]
+            said = (
                 f"the script started its own torch profiler ({capture.foreign_profiler_at}): "
-                f"traceinsight stepped aside and reports on the trace the script exported: {chosen}"
+                f"traceinsight stepped aside and reports on the trace the script exported: {_shown(chosen)}"
             )
+            last = capture.foreign_traces[-1]
+            if chosen != last:
+                said += f" (its last one, {_shown(last)}, holds a window cut short when its profiler stopped)"
+            elif not complete:
+                said += " (a window cut short when its profiler stopped)"
+            say(said)
             return chosen
         if capture.trace is None:
             return None
     return capture.trace
 
 
-def _no_trace_reason(target: ScriptTarget, capture: CaptureResult, settings: ProfileSettings) -> str:
-    """Why nothing could be reported, as one sentence with the next step."""
+def _no_trace_reason(
+    target: ScriptTarget, capture: CaptureResult, settings: ProfileSettings
+) -> tuple[str, bool]:
+    """Why nothing could be reported, as one sentence with the next step, and whether it is a
+    failure (of writing or of the profiler) rather than a run that recorded nothing."""
     if capture.foreign_profiler_at is not None:
         return (
             f"the script started its own torch profiler ({capture.foreign_profiler_at}), so traceinsight "
             "stepped aside and recorded nothing; no trace exported by the script was found: analyze "
             "the script's own trace with traceinsight analyze PATH"
-        )
+        ), False
     if capture.export_error is not None:
         return (
             f"cannot write trace: {capture.export_error}; check the folder's free space and "
             "permissions, or pass another --trace"
-        )
+        ), True
     if capture.profiler_error is not None:
-        return f"no trace for {target.name}: torch.profiler failed ({capture.profiler_error})"
+        return f"no trace for {target.name}: torch.profiler failed ({capture.profiler_error})", True
     if capture.memory_stop == "start-up" and capture.steps_run == 0:
         return (
             f"no trace for {target.name}: the start-up recording passed the memory budget "
-            f"({settings.max_memory_bytes / (1 << 30):.1f} GiB) and was dropped, and no step was "
+            f"({_size(settings.max_memory_bytes)}) and was dropped, and no step was "
             "marked; raise --max-memory or mark steps with traceinsight.step()"
-        )
+        ), False
     steps = capture.steps_run
     return (
         f"no trace for {target.name}: the script ran {steps} step{'' if steps == 1 else 's'} but "
         f"recording starts after {settings.first_active_step} (--wait {settings.wait} + "
         f"--warmup {settings.warmup}); lower --wait/--warmup or let the script run more steps"
-    )
-
-
-_START_UP_DROPPED = (
-    "the start-up recording (step 0) passed the memory budget (--max-memory) and was dropped; "
-    "profiling went on from the first step"
-)
+    ), False
 
 
 def _say_window_notes(say: _Speaker, capture: CaptureResult, settings: ProfileSettings) -> None:
-    """Tell what the trace covers when it is not the full active window."""
+    """Tell what the trace covers when it is not the full active window (the start-up recording
+    dropped for memory was said when it happened)."""
     if capture.foreign_profiler_at is not None:
         return
-    if capture.memory_stop == "window":
-        estimate = capture.memory_estimate_bytes or 0
+    budget = _size(settings.max_memory_bytes)
+    estimate = _size(capture.memory_estimate_bytes or 0)
+    complete = f"{capture.steps_in_trace} complete step{'' if capture.steps_in_trace == 1 else 's'}"
+    if capture.memory_stop == "boundary":
         say(
-            f"recording was stopped early at an estimated {estimate / (1 << 30):.1f} GiB (budget "
-            f"{settings.max_memory_bytes / (1 << 30):.1f} GiB, --max-memory): the trace holds "
-            f"{capture.steps_in_trace} complete step{'' if capture.steps_in_trace == 1 else 's'} and "
-            "part of the next; lower --active or raise --max-memory"
+            f"the trace holds {complete} of the {settings.active} asked for: one more step would have "
+            f"passed the memory budget (an estimated {estimate} with stopping the profiler, budget "
+            f"{budget}, --max-memory); raise --max-memory to record more"
         )
-    elif capture.memory_stop == "start-up":
-        say(_START_UP_DROPPED)
+        return
+    if capture.memory_stop == "window":
+        say(
+            f"recording was stopped inside a step at an estimated {estimate} with stopping the "
+            f"profiler (budget {budget}, --max-memory): the trace holds {complete} and part of the "
+            "next; raise --max-memory, or mark shorter steps with traceinsight.step()"
+        )
+        return
     if capture.whole_run:
         say(
             "no optimizer.step() or traceinsight.step() was seen: the trace covers the whole run "
-            "as one step, without Python frames"
+            "as one step, without Python frames; call traceinsight.step() at the end of each "
+            "iteration of your loop to profile steps"
         )
-    elif capture.memory_stop == "window":
-        return
     elif capture.steps_in_trace == 0:
         say(
             f"the script ended after {capture.steps_run} steps, during the first recorded one: "
@@ -412,9 +456,13 @@ def _say_window_notes(say: _Speaker, capture: CaptureResult, settings: ProfileSe
     elif capture.steps_in_trace < settings.active:
         say(
             f"the script ended during the active window: the trace holds "
-            f"{capture.steps_in_trace} complete step{'' if capture.steps_in_trace == 1 else 's'} "
-            f"of the {settings.active} asked for"
+            f"{complete} of the {settings.active} asked for"
         )
+
+
+def _size(size: int) -> str:
+    """``2.0 GiB``, or ``150 MiB`` under a GiB."""
+    return f"{size / (1 << 30):.1f} GiB" if size >= 1 << 30 else f"{size / (1 << 20):.0f} MiB"
 
 
 def _run_context(
@@ -463,10 +511,12 @@ def _analyze(
     from traceinsight.pipeline import analyze_and_write
 
     try:
+        # Paths as the user would type them (relative inside the current folder): the report is
+        # shared, the user's folder layout need not be.
         analyze_and_write(
-            trace,
+            _shown(trace),
             html=_shown(paths.report),
-            json_out=paths.json_out,
+            json_out=paths.json_out if paths.json_out in (None, "-") else str(_shown(Path(paths.json_out))),
             console=console,
             user_code=settings.user_code,
             source_root=project,
@@ -602,7 +652,13 @@ def _launch_workers(script: str, module: bool, words: tuple[str, ...], our_optio
         "traceinsight: profiling the workers of this torchrun job (not the launcher); "
         "each rank writes its own files, rank 0 prints the summary\n"
     )
-    return exit_like_python(run_target(target))
+    with warnings.catch_warnings():
+        # runpy's "found in sys.modules … prior to execution": torch.distributed.run was imported
+        # to recognise the launcher; running it as __main__ is what torchrun itself does.
+        warnings.filterwarnings(
+            "ignore", message=".*found in sys.modules after import of package", category=RuntimeWarning
+        )
+        return exit_like_python(run_target(target))
 
 
 def _check_writable(path: Path, option: str) -> None:
