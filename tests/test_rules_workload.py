@@ -390,6 +390,8 @@ def test_several_reads_at_one_line_are_one_card_naming_each(tmp_path: Path) -> N
     assert [f.title.split(" at ")[0] for f in latent] == [
         "A Python `if` on a tensor and boolean-mask indexing"
     ]
+    # outside a forward the trace cannot tell whether the value would be on the GPU: said so
+    assert "the trace cannot tell" in dict(latent[0].evidence)["on this run"]
 
 
 def test_would_be_syncs_rank_by_how_often_they_would_wait(tmp_path: Path) -> None:

@@ -156,6 +156,13 @@ _LATENT_WHAT: dict[str, tuple[str, Advice]] = {
     "aten::tolist": ("`.tolist()`", advice.TO_HOST),
 }
 _FORMATTING = '`print(tensor)` or formatting a tensor (`str(t)`, `f"{t}"`)'
+_ON_THIS_RUN_IN_FORWARD = "no GPU, so it did not wait; on a GPU it reads a GPU value and waits for the queue"
+#: Outside a forward the trace cannot tell where the value would live: said, not guessed.
+_ON_THIS_RUN = (
+    "no GPU, so it did not wait; on a GPU it waits for the queue if the value is there (computed by "
+    "the model, or moved with .to(device)): the trace cannot tell; a value the data pipeline made on "
+    "the CPU would not wait"
+)
 
 
 def latent_what(latent: LatentSync) -> tuple[str, Advice]:
@@ -207,10 +214,7 @@ def _latent_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
                 "how often",
                 f"{often} ({latent.steady_count} in the steady state, {latent.count} in the trace)",
             ),
-            (
-                "on this run",
-                "no GPU, so it did not wait; on a GPU it reads a GPU value and waits for the queue",
-            ),
+            ("on this run", _ON_THIS_RUN_IN_FORWARD if latent.module else _ON_THIS_RUN),
         ]
         if len(latent.ops) > 1:
             evidence.insert(1, ("operators at this line", ", ".join(latent.ops)))
