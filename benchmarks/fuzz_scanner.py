@@ -16,7 +16,15 @@ sanitizer runtime preloaded, which:
    terminal summary) is made from every input that loads, and must not fail;
 3. calls the scanner directly on random buffers, offsets, states and depths;
 4. runs the whole hostile corpus (bombs and special files included) through the CLI,
-   ``python -m traceinsight analyze … --json … -o …``, each case with its expected outcome.
+   ``python -m traceinsight analyze … --json … -o …``, each case with its expected outcome;
+5. feeds stored results to ``diff`` (a stored result is input like a trace): results of sample
+   traces, mutated as bytes and as values (wrong types, huge and non-finite numbers, deep nesting,
+   Markdown, rich markup and terminal escapes in every string), each read by the stored-result
+   reader and, when it is accepted, compared both ways and rendered to the diff's JSON (strict),
+   Markdown, terminal and gate lines; a refusal must be one ``TraceInsightError`` line, and no
+   output may hold a control character, live markup, or a Markdown link, image or HTML. A few
+   mutants, and a FIFO, go through the whole CLI (``python -m traceinsight diff``): exit 0 or 2,
+   one line.
 
 Any sanitizer report ends the child with a non-zero status; any mismatch or wrong outcome is
 printed and saved under ``--artifacts``. The exit status is 0 only when nothing was found.
@@ -177,6 +185,7 @@ def child(scratch: Path, seconds: float, seed: int, artifacts: Path) -> int:
         ("mutation loop", lambda: fuzz.mutation_loop(seconds)),
         ("direct scanner calls", lambda: fuzz.direct_scans(seconds / 6)),
         ("hostile corpus through the CLI", fuzz.hostile_corpus),
+        ("stored results through diff", lambda: fuzz.stored_results(seconds / 4)),
     ):
         started = time.monotonic()
         run()
@@ -277,8 +286,12 @@ class Fuzzer:
 
         from traceinsight.errors import TraceInsightError
         from traceinsight.load import load_pure, load_trace_reference, native
-        from traceinsight.load.source import open_trace
+        from traceinsight.load.source import SizeLimit, open_trace
         from traceinsight.load.tables import trace_for
+
+        # Repetitive mutants (a huge string of one byte) expand past the gzip ratio rule, which
+        # would stop them before the scanner sees them: both loaders read them as --force does.
+        limit = SizeLimit(force=True)
 
         gzipped = self.rng.random() < 0.3
         path = self.work / ("input.json.gz" if gzipped else "input.json")
@@ -288,7 +301,7 @@ class Fuzzer:
         self.counts["inputs"] += 1
         outcome: Any
         try:
-            with open_trace(path) as source:
+            with open_trace(path, limit) as source:
                 try:
                     document, part = native.load_native(source, None)
                 except native.Unavailable:
@@ -308,7 +321,7 @@ class Fuzzer:
                 self.finding(f"{label}: a refusal of more than one line: {outcome}", data)
             return
         try:
-            reference: Any = load_trace_reference(path)
+            reference: Any = load_trace_reference(path, limit)
         except TraceInsightError as exc:
             self.finding(f"{label}: native loads, the reference refuses: {exc}", data)
             return
@@ -409,7 +422,8 @@ class Fuzzer:
         case, path = built
         out = self.work / f"out-{case.name}"
         out.mkdir()
-        command = [sys.executable, "-c", CLI_WITH_STACKS, "analyze", str(path), "--json", str(out / "r.json")]
+        command = [sys.executable, "-c", CLI_WITH_STACKS, "analyze", str(path), "--json", str(out / "r.json"),
+                   *case.options]  # fmt: skip
         # The page for every case that loads; a refusal comes before any rendering.
         html = ["-o", str(out / "r.html")] if case.refused is None else ["--no-html"]
         process = subprocess.Popen(
@@ -436,6 +450,117 @@ class Fuzzer:
                 os.killpg(process.pid, signal.SIGKILL)  # whatever of the group outlived the command
             shutil.rmtree(out, ignore_errors=True)
 
+    # stored results -------------------------------------------------------------------------
+
+    def _result_seeds(self) -> list[tuple[bytes, dict[str, Any]]]:
+        """(stored text, live result) of a few sample traces."""
+        from traceinsight.load import load_trace
+        from traceinsight.render.json_report import JsonRenderer, report_dict
+        from traceinsight.report import report_for
+
+        seeds = []
+        for name in (
+            "a100_item_event_sync.json.gz",
+            "mi250_rocm_toy.json.gz",
+            "cpu_only_gloo.pt.trace.json.gz",
+        ):
+            report = report_for(load_trace(ROOT / "sample_traces" / name))
+            seeds.append((JsonRenderer().render(report).encode(), report_dict(report)))
+        return seeds
+
+    def stored_results(self, seconds: float) -> None:
+        """Mutated stored results through the reader, compare, every renderer and the gate."""
+        seeds = self._result_seeds()
+        deadline = time.monotonic() + seconds  # from when the seeds are made
+        index = 0
+        while time.monotonic() < deadline and len(self.findings) < 20:
+            text, live = seeds[index % len(seeds)]
+            mutant = text if index < len(seeds) else self.mutate_result(text)
+            self.check_result(mutant, live, f"stored result {index}")
+            index += 1
+        for index in range(3):  # each a whole (sanitized) process: a few seconds
+            text, _ = seeds[index % len(seeds)]
+            self.diff_cli(self.mutate_result(text), f"stored result through the CLI {index}")
+        self.diff_cli(None, "a FIFO given to diff")
+
+    def mutate_result(self, data: bytes) -> bytes:
+        if self.rng.random() < 0.5:
+            return self.mutate(data)
+        for _ in range(self.rng.choice([1, 1, 2, 4])):
+            data = retype(self, data)
+            self.counts["mutation retype"] += 1
+        return data
+
+    def check_result(self, data: bytes, live: dict[str, Any], label: str) -> None:
+        from traceinsight.compare import compare, comparison_dict
+        from traceinsight.errors import TraceInsightError
+        from traceinsight.gate import Budgets, broken_diff
+        from traceinsight.pipeline import strict_json
+        from traceinsight.render.diff import comparison_renderables
+        from traceinsight.render.markdown import render_comparison
+        from traceinsight.stored import read_stored_result
+
+        path = self.work / "result.json"
+        path.write_bytes(data)
+        self.counts["stored results"] += 1
+        try:
+            stored = read_stored_result(path)
+        except TraceInsightError as exc:
+            self.counts["stored results refused"] += 1
+            self.counts[f"stored refused: {_words(str(exc))}"] += 1
+            if "\n" in str(exc):
+                self.finding(f"{label}: a refusal of more than one line: {exc}", data)
+            return
+        except Exception:
+            self.finding(f"{label}: the stored-result reader raised {traceback.format_exc()}", data)
+            return
+        if stored is None:
+            self.counts["stored results taken for a trace"] += 1
+            return
+        try:
+            outputs = []
+            for before, after in ((stored, live), (live, stored)):
+                comparison = compare(before, after, "before", "after")
+                outputs.append(strict_json(comparison_dict(comparison)))
+                outputs.append(render_comparison(comparison))
+                outputs.append(_terminal(comparison_renderables(comparison)))
+                budgets = Budgets(fail_on="low", max_idle=1.0, max_syncs_per_step=0.5, max_regression=1.0)
+                outputs.append("\n".join(broken_diff(comparison, after, budgets)))
+        except Exception:
+            self.finding(f"{label}: diff of an accepted stored result failed: {traceback.format_exc()}", data)
+            return
+        problem = _output_problem(outputs)
+        if problem is not None:
+            self.finding(f"{label}: {problem}", data)
+            return
+        self.counts["stored results compared and rendered"] += 1
+
+    def diff_cli(self, data: bytes | None, label: str) -> None:
+        """``python -m traceinsight diff`` on a mutant (or a FIFO): exit 0 or 2, one line."""
+        before = self.work / ("cli-result.json" if data is not None else "cli-fifo.json")
+        before.unlink(missing_ok=True)
+        if data is None:
+            os.mkfifo(before)
+        else:
+            before.write_bytes(data)
+        sample = ROOT / "sample_traces" / "a100_item_event_sync.json.gz"
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", CLI_WITH_STACKS, "diff", str(before), str(sample), "--no-html"],
+                capture_output=True, text=True, timeout=CLI_SECONDS,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            self.finding(f"{label}: diff did not end within {CLI_SECONDS} s", data or b"")
+            return
+        self.counts["stored results through the CLI"] += 1
+        errors = [line for line in done.stderr.splitlines() if line.startswith("traceinsight: error")]
+        if done.returncode in (86, 87) or done.returncode < 0:
+            self.finding(f"{label}: sanitizer report or crash:\n{done.stderr[-4000:]}", data or b"")
+        elif done.returncode not in (0, 2) or (done.returncode == 2 and len(errors) != 1):
+            self.finding(f"{label}: diff ended {done.returncode}: {done.stderr[-2000:]}", data or b"")
+        elif data is None and "FIFO" not in done.stderr:
+            self.finding(f"{label}: a FIFO was not refused: {done.stderr[-2000:]}", b"")
+
     def summary(self, seed: int) -> str:
         lines = [f"fuzz: seed {seed}; {len(self.findings)} finding(s)"]
         lines += [f"  {count:>9,}  {what}" for what, count in sorted(self.counts.items())]
@@ -448,6 +573,83 @@ def _gunzips(raw: bytes) -> bool:
     except (OSError, EOFError):
         return False
     return True
+
+
+def _terminal(parts: list[Any]) -> str:
+    """What a colour terminal receives for ``parts`` (escapes included)."""
+    import io
+
+    from rich.console import Console
+
+    screen = io.StringIO()
+    console = Console(file=screen, force_terminal=True, color_system="truecolor", width=160)
+    for part in parts:
+        console.print(part)
+    return screen.getvalue()
+
+
+def _output_problem(outputs: list[str]) -> str | None:
+    """What is wrong with the diff's outputs of a hostile result, if anything: a control character
+    (other than the terminal's own colours and layout), a hyperlink, Markdown that is live."""
+    import re
+
+    from markdown_it import MarkdownIt
+
+    json_text, markdown, terminal, gate = outputs[0], outputs[1], outputs[2], outputs[3]
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", terminal)  # the SGR colours rich writes itself
+    for what, text in (("JSON", json_text), ("Markdown", markdown), ("terminal", plain), ("gate", gate)):
+        found = re.search("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", text)
+        if found is not None:
+            return f"the diff's {what} holds {found.group()!r}"
+    if "\x1b]" in terminal:
+        return "the terminal output holds an OSC sequence (a hyperlink or a title)"
+    tokens = MarkdownIt("gfm-like").parse(markdown)
+    kinds = {token.type for token in tokens} | {c.type for token in tokens for c in token.children or ()}
+    live = kinds & {"link_open", "image", "html_inline", "html_block"}
+    return f"the diff's Markdown is live: {sorted(live)}" if live else None
+
+
+_HOSTILE_VALUES: list[Any] = [
+    None, True, -1, 0, 1.5, 10**30, 1e308, "", "x", [], [1, "a"], {}, {"a": {"b": [1]}},
+    "x`](https://evil.example)![i](x)<details>", "[bold red]r[/] [link=https://e.x]y[/link]",
+    "\x1b]0;title\x07\x1b[2J\u202e", "high", "medium", "sync-in-loop", "dataloader", "a" * 5000,
+]  # fmt: skip
+
+
+def retype(f: Fuzzer, data: bytes) -> bytes:
+    """A stored result with one value (or key) replaced: a wrong type, a hostile string, a huge,
+    non-finite or deeply nested value, written back as JSON (or as text for NaN and long digits)."""
+    try:
+        document = json.loads(data)
+    except (ValueError, RecursionError):
+        return data
+    paths: list[tuple[Any, Any]] = []
+    stack: list[Any] = [document]
+    while stack and len(paths) < 5000:
+        item = stack.pop()
+        keys = list(item) if isinstance(item, dict) else range(len(item)) if isinstance(item, list) else []
+        for key in keys:
+            paths.append((item, key))
+            stack.append(item[key])
+    if not paths:
+        return data
+    container, key = f.rng.choice(paths)
+    choice = f.rng.random()
+    if choice < 0.1 and isinstance(container, dict):  # a hostile key
+        container[f.rng.choice(_HOSTILE_VALUES[-6:-1])] = container.pop(key)
+        return json.dumps(document).encode()
+    if choice < 0.25:
+        marker = "fuzz-number-marker"
+        container[key] = marker
+        number = f.rng.choice([b"NaN", b"-Infinity", b"1e400", b"9" * 5000, b"-0.0", b"1" * 21])
+        return json.dumps(document).encode().replace(f'"{marker}"'.encode(), number, 1)
+    if choice < 0.3:
+        depth = f.rng.choice([31, 32, 33, 100, 5000])
+        container[key] = json.loads("[" * depth + "]" * depth) if depth < 900 else None
+        text = json.dumps(document)
+        return text.encode() if depth < 900 else text.replace("null", "[" * depth + "]" * depth, 1).encode()
+    container[key] = f.rng.choice(_HOSTILE_VALUES)
+    return json.dumps(document).encode()
 
 
 def _words(message: str) -> str:

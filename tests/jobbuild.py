@@ -169,3 +169,158 @@ def make_job(folder: Path, plan: Plan) -> list[Path]:
         path.write_bytes(gzip.compress(text.encode(), compresslevel=1))
         paths.append(path)
     return paths
+
+
+# --- a synthetic job whose host runs ahead of the GPU ------------------------------------------
+
+
+@dataclass(frozen=True)
+class AheadPlan:
+    """A data-parallel job whose hosts run ahead of their GPUs, with two slow ranks planted.
+
+    Every rank's step (single stream, all times in µs): the main thread waits ``loader_us`` in a
+    DataLoader ``__next__``, then launches, 10 µs apart, a pinned host-to-device copy of the batch
+    (``copy_us``), ``forward`` kernels of ``forward_us``, ``backward`` kernels of ``backward_us``,
+    one NCCL all-reduce and ``optimizer`` kernels of ``optimizer_us``: a ``ProfilerStep`` range of
+    about 0.3 ms for about 8.4 ms of GPU work, so the host runs ahead and nothing waits.
+    The all-reduce of each step starts on each GPU when that GPU reaches it and ends
+    ``allreduce_us`` after the last rank's GPU reached it: the others wait in it.
+
+    - ``dataloader_rank`` waits ``dataloader_us`` (instead of ``loader_us``) in ``__next__``;
+    - ``item_rank`` calls ``.item()`` after half its forward launches (``aten::item`` →
+      ``cudaMemcpyAsync`` of 4 bytes to pageable memory + ``cudaStreamSynchronize``, which returns
+      once every GPU activity launched before it has ended), then the host spends ``after_item_us``
+      in Python before it launches the rest.
+    """
+
+    ranks: int
+    dataloader_rank: int | None = None
+    item_rank: int | None = None
+    steps: int = 5
+    loader_us: int = 20
+    dataloader_us: int = 20_000
+    after_item_us: int = 3_000
+    copy_us: int = 40
+    forward: int = 10
+    forward_us: int = 280
+    backward: int = 10
+    backward_us: int = 500
+    allreduce_us: int = 400
+    optimizer: int = 5
+    optimizer_us: int = 40
+
+
+LAUNCH_US = 10  # between launches, and from a launch to its kernel when the GPU is idle
+_PID, _TID, _STREAM = 1000, 1000, 7
+
+
+class _Rank:
+    """One rank's events and its GPU's frontier (the end of the last work queued)."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        self.events: list[dict[str, Any]] = []
+        self.host = 0.0
+        self.frontier = 0.0
+        self.correlation = 1
+
+    def host_range(self, cat: str, name: str, ts: float, dur: float) -> None:
+        self.events.append(
+            {"ph": "X", "cat": cat, "name": name, "pid": _PID, "tid": _TID, "ts": ts, "dur": dur, "args": {}}
+        )
+
+    def launch(self, name: str, call: str = "cudaLaunchKernel") -> tuple[float, int]:
+        """A launch call at the host's time → (the time its work can start, its correlation)."""
+        correlation = self.correlation
+        self.correlation += 1
+        self.events.append(
+            {"ph": "X", "cat": "cuda_runtime", "name": call, "pid": _PID, "tid": _TID, "ts": self.host,
+             "dur": 4, "args": {"correlation": correlation}}
+        )  # fmt: skip
+        ready = self.host + LAUNCH_US
+        self.host += LAUNCH_US
+        return ready, correlation
+
+    def gpu(self, cat: str, name: str, start: float, dur: float, correlation: int, **args: Any) -> None:
+        self.events.append(
+            {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": _STREAM, "ts": start, "dur": dur,
+             "args": {"device": 0, "stream": _STREAM, "correlation": correlation, **args}}
+        )  # fmt: skip
+        self.frontier = max(self.frontier, start + dur)
+
+    def kernel(self, name: str, dur: float) -> None:
+        ready, correlation = self.launch(name)
+        start = max(ready, self.frontier)
+        self.gpu("kernel", name, start, dur, correlation)
+
+
+def ahead_job_documents(plan: AheadPlan) -> list[dict[str, Any]]:
+    """Each rank's trace document, by rank (see :class:`AheadPlan`)."""
+    ranks = [_Rank(rank) for rank in range(plan.ranks)]
+    for step in range(plan.steps):
+        pending: list[tuple[_Rank, float, int, float]] = []  # rank, arrival, correlation, step start
+        for r in ranks:
+            start = r.host
+            wait = plan.dataloader_us if r.rank == plan.dataloader_rank else plan.loader_us
+            r.host_range("user_annotation", DATALOADER_NEXT, r.host, wait)
+            r.host += wait
+            ready, correlation = r.launch("Memcpy", call="cudaMemcpyAsync")
+            copy_start = max(ready, r.frontier)
+            r.gpu("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", copy_start, plan.copy_us, correlation,
+                  bytes=1 << 20)  # fmt: skip
+            for index in range(plan.forward):
+                if r.rank == plan.item_rank and index == plan.forward // 2:
+                    item = r.host
+                    ready, correlation = r.launch("Memcpy", call="cudaMemcpyAsync")
+                    copy_start = max(ready, r.frontier)
+                    r.gpu(
+                        "gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", copy_start, 2, correlation, bytes=4
+                    )
+                    sync_start = r.host
+                    returned = max(sync_start + 5, r.frontier + 5)
+                    r.events.append(
+                        {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": _PID,
+                         "tid": _TID, "ts": sync_start, "dur": returned - sync_start,
+                         "args": {"correlation": r.correlation}}
+                    )  # fmt: skip
+                    r.correlation += 1
+                    r.host_range("cpu_op", "aten::item", item - 1, returned + 2 - item)
+                    r.host_range("cpu_op", "aten::_local_scalar_dense", item - 0.5, returned + 1 - item)
+                    r.host = returned + 2 + plan.after_item_us
+                r.kernel("void forward_gemm<float>(float*)", plan.forward_us)
+            for _ in range(plan.backward):
+                r.kernel("void backward_gemm<float>(float*)", plan.backward_us)
+            ready, correlation = r.launch("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*)")
+            pending.append((r, max(ready, r.frontier), correlation, start))
+        last = max(arrival for _, arrival, _, _ in pending)
+        for r, arrival, correlation, start in pending:
+            r.gpu("kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*)", arrival,
+                  last + plan.allreduce_us - arrival, correlation)  # fmt: skip
+            for _ in range(plan.optimizer):
+                r.kernel("void multi_tensor_apply_kernel<float>(float*)", plan.optimizer_us)
+            r.host_range("user_annotation", f"ProfilerStep#{step}", start, r.host - start)
+    documents = []
+    for r in ranks:
+        shift = jitter_us(r.rank)
+        for event in r.events:
+            event["ts"] += shift
+        documents.append(
+            {
+                "schemaVersion": 1,
+                "deviceProperties": [{"id": 0, "name": "Test GPU"}],
+                "distributedInfo": {"backend": "nccl", "rank": r.rank, "world_size": plan.ranks},
+                "traceEvents": r.events,
+            }
+        )
+    return documents
+
+
+def make_ahead_job(folder: Path, plan: AheadPlan) -> list[Path]:
+    """Write the host-runs-ahead job's traces (``rank-<N>.json``) into ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for rank, document in enumerate(ahead_job_documents(plan)):
+        path = folder / f"rank-{rank}.json"
+        path.write_text(json.dumps(document, separators=(",", ":")))
+        paths.append(path)
+    return paths

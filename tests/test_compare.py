@@ -11,7 +11,7 @@ from markdown_it import MarkdownIt
 from tracebuild import SAMPLES, annotation, cpu_op, frame, launch, read_events, sample_report, write_trace
 
 from traceinsight.analysis import analyze
-from traceinsight.compare import compare, comparison_dict, read_result
+from traceinsight.compare import compare, comparison_dict
 from traceinsight.errors import ConfigError
 from traceinsight.gate import Budgets, broken, broken_diff, budgets_from_table
 from traceinsight.load import load_trace
@@ -19,6 +19,7 @@ from traceinsight.render.json_report import report_dict
 from traceinsight.render.markdown import MAX_CHARS, MarkdownRenderer, escape, render_comparison
 from traceinsight.report import Report
 from traceinsight.rules import evaluate
+from traceinsight.stored import read_stored_result
 
 ALL_SAMPLES = sorted(str(path.relative_to(SAMPLES)) for path in SAMPLES.rglob("*.json*"))
 
@@ -29,11 +30,13 @@ def document(name: str) -> dict[str, Any]:
 
 
 def median_step_us(name: str) -> float:
-    """The median ProfilerStep duration from the raw JSON (every step of these traces is steady)."""
+    """The median step time from the raw JSON: the spacing of when each step was done (its
+    ProfilerStep range and the GPU work it launched, see ``reference_split.step_windows``; every
+    step of these traces is steady)."""
+    from reference_split import step_windows
+
     _, raw = read_events(SAMPLES / name)
-    return float(
-        statistics.median(e["dur"] for e in raw if str(e.get("name", "")).startswith("ProfilerStep#"))
-    )
+    return float(statistics.median((w.done - w.begin) / 1000 for w in step_windows(raw)))
 
 
 # --- diff --------------------------------------------------------------------------------------
@@ -89,13 +92,20 @@ def test_diff_says_when_the_setups_differ() -> None:
     assert any("step counts differ" in note for note in comparison.notes)
 
 
-def test_a_stored_json_result_is_read_as_it_is(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ALL_SAMPLES)
+def test_a_stored_json_result_compares_as_the_live_one(name: str, tmp_path: Path) -> None:
+    """Every sample's result, written and read back under the stored result's checks, holds all
+    that diff reads: the comparison is the same as with the live result."""
     import json
 
+    live = document(name)
     path = tmp_path / "baseline.json"
-    path.write_text(json.dumps(document("gp100_mlp_pageable_sync.json.gz")))
-    assert read_result(path) == document("gp100_mlp_pageable_sync.json.gz")
-    assert read_result(SAMPLES / "gp100_mlp_pageable_sync.json.gz") is None  # a trace
+    path.write_text(json.dumps(live, indent=2))
+    stored = read_stored_result(path)
+    assert stored is not None
+    assert comparison_dict(compare(stored, live, "a", "b")) == comparison_dict(compare(live, live, "a", "b"))
+    assert comparison_dict(compare(live, stored, "a", "b")) == comparison_dict(compare(live, live, "a", "b"))
+    assert read_stored_result(SAMPLES / name) is None  # a trace
 
 
 def test_a_schema_1_result_cannot_be_compared(tmp_path: Path) -> None:
@@ -104,7 +114,7 @@ def test_a_schema_1_result_cannot_be_compared(tmp_path: Path) -> None:
     path = tmp_path / "old.json"
     path.write_text('{"schema": 1, "tool": {"name": "traceinsight"}, "findings": []}')
     with pytest.raises(TraceFormatError, match="schema 1"):
-        read_result(path)
+        read_stored_result(path)
 
 
 def test_the_diff_json_keeps_every_figure() -> None:

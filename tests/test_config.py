@@ -74,3 +74,38 @@ def test_user_code_turns_library_frames_into_the_users() -> None:
     assert not is_user_file("/venv/lib/python3.11/site-packages/other/x.py", {"vllm"})
     assert not is_user_file("torch/nn/modules/module.py", {"vllm"})
     assert is_user_file("/home/me/train.py")
+
+
+# --- a project file is untrusted: it can only narrow what a report reads ---------------------------
+
+
+@pytest.mark.parametrize("root", ["/", "..", "../elsewhere", "sub/../..", "up"])
+def test_a_source_root_out_of_the_project_folder_is_refused(tmp_path: Path, root: str) -> None:
+    project = tmp_path / "bug-report"
+    (project / "sub").mkdir(parents=True)
+    (project / "up").symlink_to(tmp_path)  # a link inside the folder to a folder above it
+    (project / "pyproject.toml").write_text(f'[tool.traceinsight]\nsource-root = "{root}"\n')
+    with pytest.raises(ConfigError, match="leads out of the folder holding the file") as raised:
+        read_config(project)
+    assert str(project / "pyproject.toml") in str(raised.value) and "--source-root" in str(raised.value)
+
+
+@pytest.mark.parametrize("root", [".", "sub", "sub/../sub", "./sub/"])
+def test_a_source_root_inside_the_project_folder_is_kept(tmp_path: Path, root: str) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "pyproject.toml").write_text(f'[tool.traceinsight]\nsource-root = "{root}"\n')
+    expected = (tmp_path / root).resolve()
+    assert read_config(tmp_path).source_root == expected
+
+
+def test_a_pyproject_nested_too_deep_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text("[tool.traceinsight]\nx = " + "[" * 900 + "]" * 900 + "\n")
+    with pytest.raises(ConfigError, match="nested too deep") as raised:
+        read_config(tmp_path)
+    assert "\n" not in str(raised.value)
+
+
+def test_a_huge_pyproject_is_refused_unread(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text("# " + "x" * (2 << 20) + "\n")
+    with pytest.raises(ConfigError, match="larger than 1 MiB"):
+        read_config(tmp_path)

@@ -42,10 +42,11 @@ def gate_lines(stderr: str) -> list[str]:
 
 
 def median_step_us(path: Path) -> float:
+    """The median step time: the spacing of when each step was done (``reference_split``)."""
+    from reference_split import step_windows
+
     _, raw = read_events(path)
-    return float(
-        statistics.median(e["dur"] for e in raw if str(e.get("name", "")).startswith("ProfilerStep#"))
-    )
+    return float(statistics.median((w.done - w.begin) / 1000 for w in step_windows(raw)))
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +134,7 @@ def test_diff_refuses_to_write_over_an_input(tmp_path: Path) -> None:
     assert invoke("analyze", str(WORKERS0), "--no-html", "--json", str(baseline))[0] == 0
     before = baseline.read_bytes()
     code, _, stderr = invoke("diff", str(baseline), str(WORKERS4), "--no-html", "--json", str(baseline))
-    assert code == 2 and "it is the trace being analyzed" in stderr
+    assert code == 2 and "it is one of the runs compared" in stderr
     assert baseline.read_bytes() == before
 
 
@@ -338,4 +339,194 @@ def test_a_hostile_stored_result_is_data_or_one_line(tmp_path: Path) -> None:
     broken["kernels"] = [{"device": "GPU zero", "name": 3}]
     after.write_text(json.dumps(broken))
     code, _, stderr = invoke("diff", str(stored), str(after), "--no-html")
-    assert code == 2 and stderr.count("\n") == 1 and "not a complete traceinsight result" in stderr
+    assert code == 2 and stderr.count("\n") == 1 and "kernels[0].device is a string, not an integer" in stderr
+
+
+# --- issue 31: a stored result is input like a trace ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def stored_baseline(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A real stored result (analyze --json of a sample) and its text."""
+    folder = tmp_path_factory.mktemp("stored")
+    out = folder / "baseline.json"
+    code, _, stderr = invoke(
+        "analyze", str(SAMPLES / "gp100_mlp_pageable_sync.json.gz"), "--no-html", "--json", str(out)
+    )
+    assert code == 0, stderr
+    return out, out.read_text()
+
+
+def _edited(text: str, edit: Any) -> str:
+    document = json.loads(text)
+    edit(document)
+    return json.dumps(document, indent=2)
+
+
+def _set(path: str, value: Any) -> Any:
+    """An edit that sets the field at ``path`` (dots, and [n] for list items) to ``value``."""
+
+    def edit(document: Any) -> None:
+        keys = [int(key) if key.isdigit() else key for key in re.split(r"\.|\[|\]\.?", path) if key != ""]
+        for key in keys[:-1]:
+            document = document[key]
+        document[keys[-1]] = value
+
+    return edit
+
+
+HOSTILE_RESULTS: dict[str, tuple[Any, str]] = {
+    # wrong types and values: one line naming the field, exit 2 (an internal error, exit 3, before)
+    "findings-an-object": (lambda t: _edited(t, _set("findings", {"a": 1})), "findings is an object, not a list"),
+    "a-list-where-an-object-belongs": (lambda t: _edited(t, _set("utilization", [1, 2])),
+                                       "utilization is a list, not an object"),
+    "share-a-string": (lambda t: _edited(t, _set("utilization.busy_share", "99%")),
+                       "utilization.busy_share is a string, not a number from 0 to 1"),
+    "share-above-one": (lambda t: _edited(t, _set("utilization.idle_share", 7.5)), "utilization.idle_share is the number 7.5"),
+    "negative-count": (lambda t: _edited(t, _set("kernels[0].count", -3)), "kernels[0].count is the number -3"),
+    "unknown-severity": (lambda t: _edited(t, _set("findings[0].severity", "critical")), "findings[0].severity"),
+    "a-boolean-as-a-count": (lambda t: _edited(t, _set("steady_state.steady_steps", True)),
+                             "steady_state.steady_steps is a boolean"),
+    "no-utilization": (lambda t: _edited(t, lambda d: d.pop("utilization")), "utilization is null, not an object"),
+    # Markdown and terminal payloads in a rule id: ids are an alphabet, so never shown at all
+    "markdown-in-a-rule": (lambda t: _edited(t, _set("findings[0].rule", "x`](https://evil.example)![i](x)<details>")),
+                           "findings[0].rule is a string, not an id"),
+    "markup-in-a-cause-key": (lambda t: _edited(t, _set("utilization.idle_by_cause_us", {"[link=https://e.x]y": 1.0})),
+                              "a key of utilization.idle_by_cause_us is a string, not an id"),
+    # numbers
+    "integer-of-5000-digits": (lambda t: re.sub(r'"steady_steps": [0-9]+', '"steady_steps": ' + "9" * 5000, t, count=1),
+                               "an integer of 5,000 digits"),
+    "number-1e400": (lambda t: re.sub(r'"window_us": [0-9.]+', '"window_us": 1e400', t, count=1), "the number 1e400 is out of range"),
+    "NaN": (lambda t: re.sub(r'"busy_share": [0-9.]+', '"busy_share": NaN', t, count=1), "NaN is not a number JSON allows"),
+    "Infinity": (lambda t: re.sub(r'"total_us": [0-9.]+', '"total_us": -Infinity', t, count=1),
+                 "-Infinity is not a number JSON allows"),
+    "a-time-of-a-million-years": (lambda t: _edited(t, _set("steady_state.step_time_us", 3e19)),
+                                  "steady_state.step_time_us is the number 3e+19"),
+    # nesting, below and past what Python's own parser stands
+    "nested-100-deep": (lambda t: _edited(t, _set("run", json.loads("[" * 100 + "]" * 100))), "nested deeper than 32 levels"),
+    "nested-100000-deep": (lambda t: t.replace('"run": null', '"run": ' + "[" * 100_000 + "]" * 100_000, 1),
+                           "nested deeper than 32 levels"),
+    # not ours to compare
+    "a-job-result": (lambda t: _edited(t, _set("kind", "job")), "it is a job's result"),
+    "not-utf8": (lambda t: t.replace('"title": "', '"title": "\udcff', 1), "it is not UTF-8 text"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_RESULTS))
+def test_a_hostile_stored_result_is_one_line_and_exit_2(
+    case: str, stored_baseline: tuple[Path, str], tmp_path: Path
+) -> None:
+    baseline, text = stored_baseline
+    make, words = HOSTILE_RESULTS[case]
+    hostile = tmp_path / "hostile.json"
+    made = make(text)
+    hostile.write_bytes(made.encode("utf-8", "surrogateescape"))
+    for sides in ((hostile, baseline), (baseline, hostile)):
+        code, _, stderr = invoke("diff", *map(str, sides), "--no-html", "--json", str(tmp_path / "d.json"))
+        assert code == 2, (case, stderr)
+        assert stderr.count("\n") == 1 and stderr.startswith("traceinsight: error: cannot compare "), stderr
+        assert str(hostile) in stderr and words in stderr, stderr
+        assert not (tmp_path / "d.json").exists()
+
+
+def test_a_stored_result_past_the_size_limit_is_refused_unread(
+    stored_baseline: tuple[Path, str], tmp_path: Path
+) -> None:
+    """A result is small (the samples' largest is 0.55 MB); a 17 MB one is refused before it is
+    parsed (a 210 MB one took 5.1 GB), unless --max-size says more."""
+    baseline, text = stored_baseline
+    padded = tmp_path / "padded.json"
+    padded.write_text(text.replace('"findings": [', '"findings": [' + " " * (17 << 20), 1))
+    code, _, stderr = invoke("diff", str(padded), str(baseline), "--no-html")
+    assert code == 2 and "larger than 16 MiB" in stderr and "--max-size" in stderr, stderr
+    code, _, stderr = invoke("diff", str(padded), str(baseline), "--no-html", "--max-size", "20MB")
+    assert code == 0, stderr
+    code, _, stderr = invoke("diff", str(baseline), str(baseline), "--no-html", "--max-size", "1kB")
+    assert code == 2 and "--max-size" in stderr, stderr
+
+
+def test_a_fifo_given_to_diff_is_refused_without_waiting(
+    stored_baseline: tuple[Path, str], tmp_path: Path
+) -> None:
+    baseline, _ = stored_baseline
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    done = subprocess.run(
+        [sys.executable, "-m", "traceinsight", "diff", str(fifo), str(baseline), "--no-html"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )  # fmt: skip
+    assert done.returncode == 2 and "named pipe (FIFO)" in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1
+
+
+def test_diff_json_is_strict_and_payloads_stay_data(
+    stored_baseline: tuple[Path, str], tmp_path: Path
+) -> None:
+    """Titles, sources and kernel names of a stored result, and its file name, are free text:
+    shown as written in every renderer, control characters replaced (the name reached the
+    terminal panel and the diff's JSON raw); the diff's JSON parses with a strict parser."""
+    baseline, text = stored_baseline
+    payload = (
+        "\x1b]8;;https://evil.example\x07click\x1b]8;;\x07 [red]r[/red] `x`](https://e.x) ![i](x) <details>"
+    )
+    hostile = tmp_path / "hostile\x1b]0;title\x07.json"
+
+    def plant(document: Any) -> None:
+        document["findings"][0]["title"] = payload
+        document["findings"][0]["source"] = payload
+        document["kernels"][0]["name"] = payload
+        document["devices"] = [{"name": payload}]
+
+    hostile.write_text(_edited(text, plant))
+    page, summary, data = tmp_path / "d.html", tmp_path / "d.md", tmp_path / "d.json"
+    code, stdout, stderr = invoke(
+        "diff", str(baseline), str(hostile), "-o", str(page), "--markdown", str(summary), "--json", str(data)
+    )
+    assert code == 0, stderr
+    for shown in (stdout, page.read_text(), summary.read_text(), data.read_text()):
+        assert "\x1b" not in shown and "\x07" not in shown
+    assert "[red]r[/red]" in stdout
+    tokens = MarkdownIt("gfm-like").parse(summary.read_text())
+    kinds = {token.type for token in tokens} | {c.type for token in tokens for c in token.children or ()}
+    assert not kinds & {"link_open", "image", "html_inline", "html_block"}, kinds
+
+    def strict(name: str) -> None:
+        raise ValueError(f"{name} in the diff's JSON")
+
+    result = json.loads(data.read_text(), parse_constant=strict)
+    assert result["after"] == "hostile\ufffd]0;title\ufffd.json"
+    for value in re.findall(r'"((?:[^"\\]|\\.)*)"', data.read_text()):
+        assert not re.search(r"\\u00[01][0-9a-fA-F]", value), value  # no control character, even escaped
+
+
+def test_renderers_show_a_stored_rule_as_data() -> None:
+    """Were a hostile rule id to reach them (the reader refuses it), the Markdown code span cannot
+    be closed by it and the terminal cell shows it as written."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from traceinsight.compare import Comparison, FindingChange, Metric
+    from traceinsight.render.diff import comparison_renderables
+    from traceinsight.render.markdown import render_comparison
+
+    rule = "x``](https://evil.example)![i](x)<details>[link=https://e.x]y[/link]`"
+    comparison = Comparison(
+        before="a", after="b", basis="in all", notes=(),
+        metrics=(Metric("step_time", "time analyzed", "us", 10.0, 12.0),),
+        idle=(Metric("idle:[bold]c", "[bold]c", "us", 1.0, 2.0),),
+        findings=(FindingChange("new", rule, "", "t", None, 1.0, "high"),), kernels=(),
+    )  # fmt: skip
+    tokens = MarkdownIt("gfm-like").parse(render_comparison(comparison))
+    kinds = {token.type for token in tokens} | {c.type for token in tokens for c in token.children or ()}
+    assert not kinds & {"link_open", "image", "html_inline", "html_block"}, kinds
+    assert rule in [c.content for token in tokens for c in token.children or () if c.type == "code_inline"]
+    screen = StringIO()
+    console = Console(file=screen, force_terminal=True, color_system="truecolor", width=300)
+    for part in comparison_renderables(comparison):
+        console.print(part)
+    assert "\x1b]8" not in screen.getvalue()  # no hyperlink
+    plain = StringIO()
+    for part in comparison_renderables(comparison):
+        Console(file=plain, width=300).print(part)
+    assert "[link=https://e.x]y[/link]" in plain.getvalue() and "[bold]c" in plain.getvalue()

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import socket
+import stat
 import subprocess
 import sys
 from collections.abc import Callable
@@ -141,6 +142,9 @@ class Hostile:
     notes: tuple[tuple[str, int], ...] = ()
     #: Run in a subprocess (bombs, special files); its maximum RSS must stay under this many MB.
     rss_mb: int | None = None
+    #: Options given to analyze: ``--force`` where a case tests what stops a file past the gzip
+    #: ratio rule (which would stop it first).
+    options: tuple[str, ...] = ()
 
 
 CORPUS: tuple[Hostile, ...] = (
@@ -170,6 +174,8 @@ CORPUS: tuple[Hostile, ...] = (
     Hostile("top-level-string", lambda p: _text(p, '"traceEvents"'), refused="not a torch.profiler trace"),
     Hostile("png", lambda p: _text(p, b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(64)), refused="not a JSON text"),
     Hostile("nul-bytes", lambda p: _text(p, bytes(4096)), refused="not a JSON text"),
+    Hostile("perfetto-protobuf", lambda p: _text(p, b"\x0a\x15\x40\x80\x90\x01\x50\x01\x5a\x0d\xba\x01\x0aaten::mm 0"
+        + b"\x0a\x06\x40\x81\x90\x01\x50\x01"), refused="Perfetto protobuf trace (.pftrace)"),
     Hostile("empty", lambda p: _text(p, b" \n\t "), refused="empty"),
     Hostile("truncated-gzip", lambda p: _text(p, gzip.compress(b'{"traceEvents": []}' * 100)[:30]), refused="gzip stream ends early"),
     Hostile("truncated-json", lambda p: _text(p, '{"traceEvents": [' + _kernel_text()), refused="not valid JSON"),
@@ -195,18 +201,18 @@ CORPUS: tuple[Hostile, ...] = (
         refused="compression bomb", rss_mb=600),
     Hostile("gzip-900MB-of-spaces-after-the-array", lambda p: _repeated_gzip(p, b"[\n  " + _kernel_text().encode()
         + b",\n  " + _kernel_text(ts=20).encode() + b"\n]", b" ", 900 << 20), refused="of JSON after the events array",
-        rss_mb=600),
+        rss_mb=600, options=("--force",)),
     # a file cut short, or bad JSON far in: never read again whole to look for a name to repair
     Hostile("gzip-object-cut-short-after-900MB-of-spaces", lambda p: _repeated_gzip(p, b'{"traceEvents": [\n  '
-        + _kernel_text().encode() + b",", b" ", 900 << 20), refused="ends inside the events array", rss_mb=600),
+        + _kernel_text().encode() + b",", b" ", 900 << 20), refused="ends inside the events array", rss_mb=600, options=("--force",)),
     Hostile("gzip-object-with-a-bad-byte-after-900MB-of-spaces", lambda p: _repeated_gzip(p, b'{"traceEvents": [\n  '
-        + _kernel_text().encode() + b",", b" ", 900 << 20, b'\n    "name": x\n]}'), refused="not valid JSON", rss_mb=600),
+        + _kernel_text().encode() + b",", b" ", 900 << 20, b'\n    "name": x\n]}'), refused="not valid JSON", rss_mb=600, options=("--force",)),
     Hostile("gzip-quoted-name-then-a-line-of-900MB", lambda p: _repeated_gzip(p, b'{"traceEvents": [\n  {\n'
         b'    "ph": "X",\n    "cat": "python_function",\n    "name": "q.py(1):     """",\n    "pid": 1,\n'
         b'    "tid": 1,\n    "ts": 1,\n    "dur": 1\n  },', b" ", 900 << 20, b'\n  {"ph": "X", "cat": "python_function", '
-        b'"name": "g", "pid": 1, "tid": 1, "ts": 5, "dur": 1}\n]}\n'), rss_mb=600),
+        b'"name": "g", "pid": 1, "tid": 1, "ts": 5, "dur": 1}\n]}\n'), rss_mb=600, options=("--force",)),
     Hostile("name-of-500MB", lambda p: _repeated_gzip(p, b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "', b"a",
-        500_000_000, b'", "pid": 0, "tid": 7, "ts": 1, "dur": 1, "args": {"device": 0, "stream": 7}}]}'), rss_mb=1000),
+        500_000_000, b'", "pid": 0, "tid": 7, "ts": 1, "dur": 1, "args": {"device": 0, "stream": 7}}]}'), rss_mb=1000, options=("--force",)),
     Hostile("fifo", _fifo, refused="named pipe (FIFO), not a regular file", rss_mb=600),
     Hostile("socket", _socket, refused="a socket, not a regular file", rss_mb=600),
     Hostile("character-device", lambda p: Path("/dev/zero"), refused="a character device, not a regular file", rss_mb=600),
@@ -293,6 +299,7 @@ def test_hostile_trace_is_refused_in_one_line_or_loaded_as_the_reference(
             str(out / "r.html"),
             "--markdown",
             str(out / "r.md"),
+            *case.options,
         ],
         catch_exceptions=False,
     )
@@ -370,7 +377,7 @@ def test_bombs_and_special_files_end_quickly_in_bounded_memory(case: Hostile, tm
     out = tmp_path / "out"
     out.mkdir()
     code, stdout, stderr, rss_mb = run_measured(
-        ["analyze", str(path), "--json", str(out / "r.json"), "-o", str(out / "r.html")]
+        ["analyze", str(path), "--json", str(out / "r.json"), "-o", str(out / "r.html"), *case.options]
     )
     assert code != 124, f"{case.name}: analyze did not end within 120 s"
     assert rss_mb < (case.rss_mb or 0), f"{case.name}: maximum RSS {rss_mb:.0f} MB"
@@ -571,3 +578,242 @@ def test_max_size_stops_a_trace_past_it(tmp_path: Path) -> None:
         assert runner.invoke(app, ["analyze", str(path), "--no-html", "--max-size", "1MB"]).exit_code == 0
     bad = runner.invoke(app, ["analyze", str(trace), "--no-html", "--max-size", "lots"])
     assert bad.exit_code == 2 and "not a size" in bad.stderr
+
+
+# --- issue 31: what surrounds a trace is untrusted too -------------------------------------------
+
+PLANTED = "DB_PASSWORD = 'planted-do-not-leak'"
+
+
+@pytest.fixture
+def bug_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A bug report unpacked and analyzed where it lies: two rank traces whose frames name a file
+    outside the folder holding a planted secret, and a pyproject.toml with ``source-root = "/"``."""
+    secrets = tmp_path / "home" / "settings.py"
+    secrets.parent.mkdir()
+    secrets.write_text("".join(f"{PLANTED}  # {n}\nAPI_KEY = 'k-{n}'\n" for n in range(1, 30)))
+    folder = tmp_path / "bug-report"
+    folder.mkdir()
+    for rank in (0, 1):
+        write_trace(folder / f"rank-{rank}.json", _synced_steps(str(secrets)))
+    (folder / "pyproject.toml").write_text('[tool.traceinsight]\nsource-root = "/"\n')
+    monkeypatch.chdir(folder)
+    return folder
+
+
+def test_a_pyproject_beside_the_trace_cannot_widen_what_the_report_reads(bug_report: Path) -> None:
+    result = runner.invoke(app, ["analyze", "rank-0.json", "-o", "page.html", "--json", "r.json"])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "source-root '/'" in lines[0] and "leads out of the folder" in lines[0]
+    assert str(bug_report / "pyproject.toml") in lines[0]
+    assert not (bug_report / "page.html").exists() and not (bug_report / "r.json").exists()
+    assert "planted" not in result.output
+
+
+def test_per_rank_pages_cannot_be_widened_by_a_pyproject(bug_report: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    result = runner.invoke(app, ["analyze", ".", "--no-html", "--per-rank", str(out)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.count("\n") == 1 and "leads out of the folder" in result.stderr
+    assert list(out.iterdir()) == []
+
+
+def test_the_terminal_says_which_source_root_is_in_force(bug_report: Path, tmp_path: Path) -> None:
+    (bug_report / "pyproject.toml").write_text('[tool.traceinsight]\nsource-root = "."\n')
+    from_file = runner.invoke(app, ["analyze", "rank-0.json", "-o", "page.html"])
+    assert from_file.exit_code == 0, from_file.output
+    said = "".join(from_file.stdout.split())  # lines folded at the terminal's width
+    assert (
+        "".join(f"code excerpts (source-root in {bug_report / 'pyproject.toml'}): {bug_report}".split())
+        in said
+    )
+    assert "planted" not in (bug_report / "page.html").read_text()  # the secret is outside "."
+    given = runner.invoke(app, ["analyze", "rank-0.json", "-o", "page.html", "--source-root", str(tmp_path)])
+    assert given.exit_code == 0, given.output
+    assert "".join(f"code excerpts (--source-root): {tmp_path}".split()) in "".join(given.stdout.split())
+    assert "planted-do-not-leak" in (bug_report / "page.html").read_text()  # the user's own choice
+
+
+# --- outputs: never an input, never a file not ours, never a device replaced -----------------------
+
+
+def _fifo_reader(path: Path) -> tuple[Any, list[bytes]]:
+    """A thread reading everything written into the FIFO at ``path``."""
+    import threading
+
+    got: list[bytes] = []
+
+    def read() -> None:
+        with open(path, "rb") as stream:
+            got.append(stream.read())
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    return thread, got
+
+
+@pytest.mark.parametrize("option", ["-o", "--json", "--markdown"])
+def test_an_output_at_a_fifo_is_written_through_never_replaced(option: str, tmp_path: Path) -> None:
+    trace, _ = _trace(tmp_path)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    thread, got = _fifo_reader(fifo)
+    others = ["--no-html"] if option != "-o" else []
+    result = runner.invoke(app, ["analyze", str(trace), option, str(fifo), *others])
+    thread.join(timeout=30)
+    assert result.exit_code == 0, result.output
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)  # still a FIFO, never renamed over
+    written = got[0].decode()
+    assert {"-o": "<!DOCTYPE html>", "--json": '"schema": 2', "--markdown": "## traceinsight"}[
+        option
+    ] in written
+
+
+def test_an_output_at_a_character_device_is_written_through_never_replaced(tmp_path: Path) -> None:
+    """A device node made in a temp folder (as root, which CI containers are: ``-o /dev/null``
+    replaced the device with a 72 KB file). Where nodes cannot be made, /dev/null itself, which
+    only root could replace."""
+    trace, _ = _trace(tmp_path)
+    device = tmp_path / "null"
+    try:
+        os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # the null device
+    except PermissionError:
+        device = Path("/dev/null")
+    before = os.stat(device)
+    for option in (["-o", str(device)], ["--json", str(device), "--no-html"]):
+        result = runner.invoke(app, ["analyze", str(trace), *option])
+        assert result.exit_code == 0, result.output
+        after = os.lstat(device)
+        assert (
+            stat.S_ISCHR(after.st_mode) and after.st_rdev == before.st_rdev and after.st_ino == before.st_ino
+        )
+
+
+def test_a_symlinked_output_keeps_its_link_and_replaces_what_it_names(tmp_path: Path) -> None:
+    trace, _ = _trace(tmp_path)
+    target = tmp_path / "real.json"
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    result = runner.invoke(app, ["analyze", str(trace), "--no-html", "--json", str(link)])
+    assert result.exit_code == 0, result.output
+    assert link.is_symlink() and json.loads(target.read_text())["schema"] == 2
+    dangling = tmp_path / "dangling.json"
+    dangling.symlink_to(tmp_path / "nowhere" / "x.json")
+    refused = runner.invoke(app, ["analyze", str(trace), "--no-html", "--json", str(dangling)])
+    assert refused.exit_code == 2 and "a symbolic link that leads nowhere" in refused.stderr
+    link_to_trace = tmp_path / "sneaky.html"
+    link_to_trace.symlink_to(trace)
+    refused = runner.invoke(app, ["analyze", str(trace), "-o", str(link_to_trace)])
+    assert refused.exit_code == 2 and "it is the trace being analyzed" in refused.stderr
+    assert trace.read_text().startswith("{")
+
+
+@pytest.mark.parametrize("option", ["-o", "--json", "--markdown"])
+def test_an_output_never_replaces_a_file_that_is_not_ours_without_force(option: str, tmp_path: Path) -> None:
+    trace, _ = _trace(tmp_path)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my own notes")
+    others = ["--no-html"] if option != "-o" else []
+    refused = runner.invoke(app, ["analyze", str(trace), option, str(notes), *others])
+    assert (
+        refused.exit_code == 2 and "is not a traceinsight" in refused.stderr and "--force" in refused.stderr
+    )
+    assert notes.read_text() == "my own notes"
+    forced = runner.invoke(app, ["analyze", str(trace), option, str(notes), *others, "--force"])
+    assert forced.exit_code == 0, forced.output
+    assert notes.read_text() != "my own notes"
+    again = runner.invoke(app, ["analyze", str(trace), option, str(notes), *others])  # now ours
+    assert again.exit_code == 0, again.output
+
+
+def test_a_block_device_or_folder_output_is_refused(tmp_path: Path) -> None:
+    trace, _ = _trace(tmp_path)
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    result = runner.invoke(app, ["analyze", str(trace), "--no-html", "--json", str(folder)])
+    assert result.exit_code == 2 and "it is a folder" in result.stderr
+
+
+# --- a small gzip of a large amount of tiny events -------------------------------------------------
+
+
+def test_a_small_gzip_of_tiny_events_is_refused_early_in_bounded_memory(tmp_path: Path) -> None:
+    """300 MB of tiny events in a 1 MB gzip (the audit's was 1022 MiB in 3.7 MB, run to the end
+    at 6.0 GB): refused by the expansion ratio long before its end; ``--force`` reads it."""
+    event = b'{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1},'
+    path = _repeated_gzip(tmp_path / "tiny.json.gz", b'{"traceEvents": [', event, 300 << 20, b"{}]}")
+    assert path.stat().st_size < 2 << 20
+    code, _, stderr, rss_mb = run_measured(
+        ["analyze", str(path), "--no-html", "--json", str(tmp_path / "r.json")]
+    )
+    assert code == 2 and "\n" not in stderr, stderr
+    assert "expands more than 100 times" in stderr and "--force" in stderr
+    assert rss_mb < 400, rss_mb
+    assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in Path(__file__).resolve().parent.parent.joinpath(
+    "sample_traces").rglob("*.json.gz")))  # fmt: skip
+def test_every_real_gzip_sample_stays_under_the_ratio_rule(name: str) -> None:
+    """The rule never stops a real trace: each sample streams under it, and its expansion, measured
+    as the loader counts it (text out over compressed bytes read so far), stays below half the limit."""
+    import zlib
+
+    from traceinsight.load.limits import GZIP_RATIO
+
+    path = next(Path(__file__).resolve().parent.parent.joinpath("sample_traces").rglob(name))
+    data = path.read_bytes()
+    inflater, consumed, produced, highest = zlib.decompressobj(31), 0, 0, 0.0
+    for at in range(0, len(data), 256 << 10):
+        pending = data[at : at + (256 << 10)]
+        consumed += len(pending)
+        while pending and not inflater.eof:
+            produced += len(inflater.decompress(pending, 1 << 20))
+            highest = max(highest, produced / consumed)
+            pending = inflater.unconsumed_tail
+    assert highest < GZIP_RATIO / 2, highest
+    assert load_trace(path).meta.event_count > 0
+
+
+# --- names are text: an escape-laden file name on a terminal ---------------------------------------
+
+ESCAPES = "\x1b]0;pwned\x07\x1b[2J[bold red]x [link=https:evil.example]y"
+
+
+def test_an_escape_laden_file_name_never_drives_the_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The 'reading NAME' progress bar and the 'analyzing NAME' spinner print the name as text:
+    no OSC (window title, hyperlink), no clear-screen, no rich markup taken."""
+    import io
+
+    import rich.console
+
+    from traceinsight.load import progress as progress_module
+    from traceinsight.pipeline import analyze_and_write
+
+    name = f"t{ESCAPES}.json"
+    trace = write_trace(tmp_path / name, [kernel(i * 100, 10) for i in range(50)])
+    screen = io.StringIO()
+    real_console = rich.console.Console
+
+    def terminal(*args: Any, **kwargs: Any) -> rich.console.Console:
+        kwargs.update(file=screen, force_terminal=True, color_system="truecolor", width=200)
+        kwargs.pop("stderr", None)
+        return real_console(*args, **kwargs)
+
+    monkeypatch.setattr(rich.console, "Console", terminal)
+    monkeypatch.setattr("traceinsight.pipeline.Console", terminal)
+    monkeypatch.setattr(progress_module, "SHOW_AFTER_S", 0.0)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    with progress_module.terminal_progress(f"reading {trace.name}") as update:
+        assert update is not None
+        analyze_and_write(
+            trace, html=None, write_html=False, progress=update, console=real_console(file=io.StringIO())
+        )
+    shown = screen.getvalue()
+    assert "reading t" in shown and "analyzing t" in shown
+    assert "\x1b]" not in shown and "\x1b[2J" not in shown and "\x07" not in shown
+    assert "[bold red]x" in shown and "[link=https:evil.example]" in shown  # shown, not taken

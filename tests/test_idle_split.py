@@ -3,6 +3,7 @@ equal a plain-Python recomputation from the raw JSON on real traces."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -96,16 +97,24 @@ def test_the_recomputations_cover_every_host_cause() -> None:
 
 
 def test_a_hand_built_split_adds_up_exactly(tmp_path: Path) -> None:
-    from loops import dataloader_loop, item_loop
+    from loops import ahead_loop, dataloader_loop, item_loop
+    from reference_split import step_windows
     from tracebuild import write_trace
 
-    for index, loop in enumerate((item_loop(), dataloader_loop())):
+    for index, loop in enumerate((item_loop(), dataloader_loop(), ahead_loop())):
         result = analyze(load_trace(write_trace(tmp_path / f"{index}.json", loop.events)))
+        windows = {window.step: window for window in step_windows(loop.events)}
+        assert sorted(step.step for step in result.steps) == sorted(windows)
         for step in result.steps:
             assert sum(ns for _, ns in step.idle_by_cause_ns) == step.idle_ns
-            start, end = loop.steps[step.step]
-            clipped = [(max(a, start), min(b, end)) for a, b in loop.gpu if a < end and b > start]
-            assert step.busy_ns == round(union_length(clipped) * 1000)
+            start, end = windows[step.step].begin, windows[step.step].done
+            assert (step.start_ns, step.end_ns) == (start, end)
+            clipped = [
+                (max(round(a * 1000), start), min(round(b * 1000), end))
+                for a, b in loop.gpu
+                if round(a * 1000) < end and round(b * 1000) > start
+            ]
+            assert step.busy_ns == union_length(clipped)
 
 
 def test_a_gaps_source_line_is_a_frame_of_its_own_thread(tmp_path: Path) -> None:
@@ -181,3 +190,134 @@ def test_work_numbered_above_another_process_first_call_keeps_its_host_cause(tmp
     other["args"]["correlation"] = events[-1]["args"]["correlation"] = 6
     result = analyze(load_trace(write_trace(tmp_path / "t2.json", events)))
     assert next(g for g in result.idle_gaps if g.start_ns == 100_000).cause_kind == "queued"
+
+
+def test_a_graph_capture_split_equals_the_recomputation(tmp_path: Path) -> None:
+    """Idle while the launching thread captures a CUDA graph is ``graph-capture`` (its launches went
+    into the graph), in the plain recomputation as in the analysis."""
+    import json
+
+    from test_shapes import _capture_trace
+    from tracebuild import annotation
+
+    path = _capture_trace(tmp_path / "capture.json")
+    document = json.loads(path.read_text())
+    document["traceEvents"].append(annotation("ProfilerStep#1", 500, 59_000))
+    path.write_text(json.dumps(document))
+    expected = reference_split(path)
+    result = analyze(load_trace(path))
+    assert {d.device: dict(d.idle_by_cause_ns) for d in result.devices} == expected.devices
+    assert {(s.step, s.device): dict(s.idle_by_cause_ns) for s in result.steps} == expected.steps
+    assert expected.devices[0]["graph-capture"] > 0.9 * sum(expected.devices[0].values())
+
+
+@pytest.mark.parametrize("sync_after", [False, True])
+def test_a_copy_that_waits_inside_its_call_splits_like_the_recomputation(
+    tmp_path: Path, sync_after: bool
+) -> None:
+    """`.item()` into pageable memory waits inside cudaMemcpyAsync: the idle after it is ``sync``
+    (the host drained the queue there), in the plain recomputation as in the analysis."""
+    from loops import blocking_item_loop
+    from tracebuild import write_trace
+
+    path = write_trace(tmp_path / "t.json", blocking_item_loop(sync_after=sync_after).events)
+    expected = reference_split(path)
+    result = analyze(load_trace(path))
+    assert {d.device: dict(d.idle_by_cause_ns) for d in result.devices} == expected.devices
+    assert {(s.step, s.device): dict(s.idle_by_cause_ns) for s in result.steps} == expected.steps
+    assert expected.devices[0]["sync"] > 0
+
+
+@pytest.mark.parametrize("builder", ["ahead_loop", "preprocessing_loop", "item_loop"])
+def test_hand_built_loops_split_as_the_plain_python_recomputation(tmp_path: Path, builder: str) -> None:
+    """A host that runs 20× ahead of its GPU, a host that prepares each step before its first GPU
+    work, a host that syncs each step: per device and per step (each step's window on the GPU's
+    clock) the causes equal the recomputation from the raw JSON."""
+    import loops
+    from reference_split import step_windows
+    from tracebuild import write_trace
+
+    events = getattr(loops, builder)().events
+    path = write_trace(tmp_path / "t.json", events)
+    expected = reference_split(path)
+    result = analyze(load_trace(path))
+    windows = {w.step: (w.begin, w.done) for w in step_windows(events)}
+    assert {s.step: (s.start_ns, s.end_ns) for s in result.steps} == windows
+    assert {d.device: dict(d.idle_by_cause_ns) for d in result.devices} == expected.devices
+    assert {(s.step, s.device): dict(s.idle_by_cause_ns) for s in result.steps} == expected.steps
+
+
+def _first_launch_loop() -> list[dict[str, object]]:
+    """Three steps of three small kernels; in the first, the second kernel's `aten::add_` sits
+    6.54 ms in its `hipLaunchKernel` (mi250_rocm_toy's shape: a kernel's first launch loads its GPU
+    code) while the GPU, done with the first kernel, waits."""
+    from tracebuild import annotation, cpu_op, kernel, runtime
+
+    events: list[dict[str, object]] = []
+    t, correlation = 0.0, 5000
+    for step in range(3):
+        start = t
+        for index in range(3):
+            slow = step == 0 and index == 1
+            call = 6_540.0 if slow else 6.0
+            correlation += 1
+            events.append(cpu_op("aten::add_", t, call + 20))
+            events.append(runtime("hipLaunchKernel", t + 10, call, correlation=correlation))
+            events.append(
+                kernel(t + 10 + call + 5, 7, correlation=correlation, name="void add_kernel<float>()")
+            )
+            t += call + 40
+        events.append(annotation(f"ProfilerStep#{step}", start, t - start))
+    return events
+
+
+def test_a_slow_first_launch_is_the_launch_not_the_operators_work(tmp_path: Path) -> None:
+    """The gap the slow launch leaves is ``host-bound``, named as a slow launch inside `aten::add_`
+    (it was ``cpu_op`` "aten::add_", advised to move the work into the Dataset), in the plain
+    recomputation as in the analysis; its length from the raw events."""
+    from reference_split import reference_gaps
+    from tracebuild import write_trace
+
+    events = _first_launch_loop()
+    path = write_trace(tmp_path / "t.json", events)
+    result = analyze(load_trace(path))
+    expected = {(start, end): kind for _, start, end, kind in reference_gaps(path).classified}
+    assert {(g.start_ns, g.end_ns): g.cause_kind for g in result.idle_gaps} == {
+        key: kind for key, kind in expected.items() if key[1] - key[0] >= 50_000
+    }
+    kernels = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["cat"] == "kernel")  # type: ignore[operator]
+    longest = max(b[0] - a[1] for a, b in itertools.pairwise(kernels))
+    gap = max(result.idle_gaps, key=lambda g: g.duration_ns)
+    assert gap.duration_ns == round(longest * 1000)
+    assert gap.cause_kind == CauseKind.LAUNCH.value
+    assert gap.cause.startswith(
+        "the host sat in hipLaunchKernel inside aten::add_ for most of the gap: a slow launch"
+    )
+
+
+def test_a_wait_inside_a_graph_replay_is_named_and_advised_as_such(tmp_path: Path) -> None:
+    """Each step replays a CUDA graph (one cudaGraphLaunch, then its kernels on the GPU) whose
+    second node waits 4 ms on the GPU with its work queued: the gap is ``queued`` "in a CUDA graph
+    replay", and the low-gpu-utilization card advises on graph dependencies (it was the generic
+    stream/event advice, recsys's top card)."""
+    from tracebuild import annotation, kernel, runtime, write_trace
+
+    from traceinsight.analysis.idle_gaps import QUEUED_IN_GRAPH
+    from traceinsight.rules import advice, evaluate
+
+    events: list[dict[str, object]] = []
+    correlation = 7000
+    for step in range(4):
+        start = step * 5_000.0
+        correlation += 1
+        events.append(runtime("cudaGraphLaunch", start + 10, 20, correlation=correlation))
+        events.append(kernel(start + 40, 100, correlation=correlation))
+        events.append(kernel(start + 4_140, 100, correlation=correlation))  # waited 4 ms, queued
+        events.append(annotation(f"ProfilerStep#{step}", start, 4_990))
+    path = write_trace(tmp_path / "t.json", events)
+    result = analyze(load_trace(path))
+    waits = [g for g in result.idle_gaps if g.duration_ns == 4_000_000]
+    assert len(waits) == 4 and {g.cause_kind for g in waits} == {"queued"}
+    assert {g.cause for g in waits} == {QUEUED_IN_GRAPH}
+    low = next(f for f in evaluate(result) if f.rule == "low-gpu-utilization")
+    assert low.advice is advice.DEPENDENCY_IN_GRAPH

@@ -12,7 +12,7 @@ from statistics import median_low
 from typing import Any
 
 import pytest
-from jobbuild import Plan, make_job
+from jobbuild import DATALOADER_NEXT, AheadPlan, Plan, make_ahead_job, make_job
 from tracebuild import SAMPLES, annotation, launch, read_events, union_length, write_trace
 from typer.testing import CliRunner
 
@@ -169,6 +169,117 @@ def test_findings_common_to_all_ranks_are_reported_once(job64: tuple[Path, dict[
     assert any(f["rank_count"] == 64 for f in job["findings"])
 
 
+# --- a job whose hosts run ahead of their GPUs ----------------------------------------------
+
+AHEAD = AheadPlan(16, dataloader_rank=5, item_rank=11)
+
+
+@pytest.fixture(scope="module")
+def ahead_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """16 ranks whose hosts finish each ProfilerStep in about 0.3 ms while their GPUs need 8.4 ms;
+    rank 5 waits 20 ms per step for its DataLoader, rank 11 calls .item() in forward (then 3 ms of
+    Python). The 64-rank run takes about a minute here; its figures are in the commit message."""
+    folder = tmp_path_factory.mktemp("ahead")
+    make_ahead_job(folder, AHEAD)
+    out = folder.parent / "ahead.json"
+    _analyze(str(folder), "--no-html", "--json", str(out))
+    return folder, json.loads(out.read_text())
+
+
+def _gaps(events: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    """The GPU's idle stretches (ns): between the union's blocks of every GPU activity."""
+    busy = sorted(
+        (round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000))
+        for e in events
+        if e.get("cat") in ("kernel", "gpu_memcpy")
+    )
+    gaps, reach = [], busy[0][1]
+    for start, end in busy[1:]:
+        if start > reach:
+            gaps.append((reach, start))
+        reach = max(reach, end)
+    return gaps
+
+
+def _own_idle(events: list[dict[str, Any]]) -> dict[str, int]:
+    """The GPU idle (ns) the rank's own host caused: gaps that the main thread spent at least half
+    of in DataLoader ``__next__`` (``dataloader``), and the others that began as a stream sync that
+    waited at least half their length returned (``sync``)."""
+
+    def ranges(name: str) -> list[tuple[int, int]]:
+        return [
+            (round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000)) for e in events if e["name"] == name
+        ]
+
+    loader, syncs = ranges(DATALOADER_NEXT), ranges("cudaStreamSynchronize")
+    idle = {"dataloader": 0, "sync": 0}
+    for start, end in _gaps(events):
+        inside = sum(max(0, min(end, b) - max(start, a)) for a, b in loader)
+        if inside >= (end - start) / 2:
+            idle["dataloader"] += end - start
+        elif any(start - 50_000 <= b <= start + 50_000 and b - a >= (end - start) / 2 for a, b in syncs):
+            idle["sync"] += end - start
+    return idle
+
+
+def test_a_job_whose_hosts_run_ahead_is_timed_by_its_gpus(ahead_job: tuple[Path, dict[str, Any]]) -> None:
+    """A rank's step is the spacing of when its steps' work was done: here its GPU's pace (about
+    20 ms, held to the slowest rank by the all-reduce), not its ProfilerStep ranges (was: median
+    step 0.29 ms)."""
+    from reference_split import step_windows
+
+    folder, job = ahead_job
+    expected = {}
+    for rank in range(AHEAD.ranks):
+        _, events = read_events(folder / f"rank-{rank}.json")
+        windows = step_windows(events)
+        assert len(windows) == AHEAD.steps
+        expected[rank] = sorted(w.done - w.begin for w in windows)[AHEAD.steps // 2]
+        hosts = sorted(w.host_end - w.host_start for w in windows)
+        if rank not in (AHEAD.dataloader_rank, AHEAD.item_rank):
+            assert hosts[AHEAD.steps // 2] * 20 < expected[rank]  # the host ran far ahead
+    found = {rank["rank"]: rank for rank in job["ranks"]}
+    for rank, step_ns in expected.items():
+        assert found[rank]["steps"] == AHEAD.steps
+        assert found[rank]["step_time_us"] == pytest.approx(step_ns / 1000, abs=0.001)
+    assert job["job"]["step_time_us"] == pytest.approx(median_low(expected.values()) / 1000, abs=0.001)
+
+
+def test_each_straggler_of_a_host_ahead_job_is_named_by_its_own_cause(
+    ahead_job: tuple[Path, dict[str, Any]],
+) -> None:
+    """The DataLoader-starved rank is slow because of its DataLoader, the rank with .item() in
+    forward because of a host sync, each by its own excess over the median rank per step (was: the
+    .item() rank's "slower GPU work", measured in its 20 ms host ranges against 0.3 ms ones)."""
+    folder, job = ahead_job
+    own = {}
+    for rank in range(AHEAD.ranks):
+        _, events = read_events(folder / f"rank-{rank}.json")
+        own[rank] = _own_idle(events)
+    stragglers = {s["rank"]: s for s in job["stragglers"]}
+    assert set(stragglers) == {AHEAD.dataloader_rank, AHEAD.item_rank}
+    for rank, cause in ((AHEAD.dataloader_rank, "dataloader"), (AHEAD.item_rank, "sync")):
+        assert stragglers[rank]["cause"] == cause
+        middle = median_low(round(idle[cause] / AHEAD.steps) for idle in own.values())
+        excess = round(own[rank][cause] / AHEAD.steps) - middle
+        assert excess > 0.1 * job["job"]["step_time_us"] * 1000
+        assert stragglers[rank]["cause_excess_per_step_us"] == pytest.approx(excess / 1000, abs=0.001)
+
+
+def test_no_copy_card_of_a_host_ahead_job_is_inflated_by_a_short_step(
+    ahead_job: tuple[Path, dict[str, Any]],
+) -> None:
+    """Every rank copies its batch (40 µs, pinned) while no kernel runs: 0.2 % of a 20 ms step,
+    not a card (was: blocking-h2d, high, on 14 of 16 ranks: its saving over a 0.3 ms step)."""
+    folder, job = ahead_job
+    copy_rules = {"blocking-h2d", "pageable-memcpy"}
+    assert not [f for f in job["findings"] if f["rule"] in copy_rules and f["severity"] != "low"]
+    _, events = read_events(folder / "rank-0.json")
+    copies = [e["dur"] for e in events if e.get("name") == "Memcpy HtoD (Pinned -> Device)"]
+    share = sum(copies) / AHEAD.steps / job["job"]["step_time_us"]
+    assert share < 0.01
+
+
 # --- where the ranks run ---------------------------------------------------------------------
 
 
@@ -322,3 +433,225 @@ def test_lateness_and_waits_by_hand() -> None:
         2: (40, 200, 0, 50 + 40 + 200 + 200),
     }
     assert job.collectives_matched == 2
+
+
+# --- collectives matched by process group and sequence number (kineto PRs 1296, 1483) ----------------
+
+_NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+
+
+def _group_rank(path: Path, rank: int, order: list[tuple[str, int, float]]) -> Path:
+    """A rank of a 2-rank job whose all-reduces run in two process groups, in ``order``:
+    (group name, sequence number, start µs) per collective, each kernel carrying ``Process Group
+    Name`` and ``Seq`` as Kineto writes them on communication kernels since 2026."""
+    events: list[dict[str, Any]] = [annotation("ProfilerStep#1", 0, 10_000)]
+    for group, seq, start in order:
+        calls = launch(start - 30, start, 200)
+        calls[1]["name"] = _NCCL
+        calls[1]["args"].update(
+            {"Collective name": "allreduce", "In msg nelems": 1024, "Out msg nelems": 1024, "Group size": 2,
+             "dtype": "Float", "Process Group Name": group, "Process Group Description": f"group {group}",
+             "Process Group Ranks": "[0, 1]", "Seq": seq}
+        )  # fmt: skip
+        events += calls
+    return write_trace(path, events, distributedInfo={"backend": "nccl", "rank": rank, "world_size": 2})
+
+
+def test_collectives_are_matched_by_process_group_and_sequence_number(tmp_path: Path) -> None:
+    """Rank 0 runs group "0"'s all-reduce before group "1"'s, rank 1 the other way round: matched by
+    order (both are AllReduce) each rank's first would be paired, 50 µs apart; by group and sequence
+    number they are 1.05 ms apart. Lateness and waits from the raw kernels' args."""
+    folder = tmp_path / "job"
+    folder.mkdir()
+    plans = {
+        0: [("0", 1, 1_000.0), ("1", 1, 2_000.0), ("0", 2, 3_000.0), ("1", 2, 4_000.0)],
+        1: [("1", 1, 1_050.0), ("0", 1, 2_050.0), ("1", 2, 3_050.0), ("0", 2, 4_050.0)],
+    }
+    for rank, order in plans.items():
+        _group_rank(folder / f"rank-{rank}.json", rank, order)
+    starts: dict[tuple[str, int], dict[int, int]] = {}
+    for rank in plans:
+        _, raw = read_events(folder / f"rank-{rank}.json")
+        for e in raw:
+            if e.get("cat") == "kernel":
+                key = (e["args"]["Process Group Name"], e["args"]["Seq"])
+                starts.setdefault(key, {})[rank] = round(e["ts"] * 1000)
+    waited = {rank: sum(max(s.values()) - s[rank] for s in starts.values()) for rank in plans}
+    late = {rank: sorted(s[rank] - median_low(s.values()) for s in starts.values()) for rank in plans}
+    job = _json(tmp_path, str(folder))
+    assert job["job"]["collectives"]["matched"] == len(starts) == 4
+    for entry in job["ranks"]:
+        rank = entry["rank"]
+        collectives = entry["collectives"]
+        assert collectives["waited_us"] * 1000 == waited[rank]
+        assert collectives["late_max_us"] * 1000 == max(late[rank])
+        assert collectives["late_median_us"] * 1000 == median_low(late[rank])
+    assert waited == {0: 2 * 1_050_000, 1: 2 * 950_000}  # by order it would be 4 x 50 µs and 0
+    assert job["job"]["collectives"]["matched_by_seq"] == 4
+
+
+def test_collectives_without_sequence_numbers_are_matched_by_order(tmp_path: Path) -> None:
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for rank, offset in ((0, 0.0), (1, 50.0)):
+        path = _group_rank(
+            folder / f"rank-{rank}.json", rank, [("0", 1, 1_000 + offset), ("0", 2, 2_000 + offset)]
+        )
+        document = json.loads(path.read_text())
+        for event in document["traceEvents"]:
+            (event.get("args") or {}).pop("Seq", None)
+        path.write_text(json.dumps(document))
+    job = _json(tmp_path, str(folder))
+    assert {entry["rank"]: entry["collectives"]["waited_us"] for entry in job["ranks"]} == {0: 100.0, 1: 0.0}
+    assert (job["job"]["collectives"]["matched"], job["job"]["collectives"]["matched_by_seq"]) == (2, 0)
+
+
+# --- issue 31: the job folder and its names are untrusted ------------------------------------------
+
+
+def _two_ranks(folder: Path) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    info = lambda rank: {"distributedInfo": {"rank": rank, "world_size": 2, "backend": "nccl"}}  # noqa: E731
+    return [_tiny_rank(folder / f"rank-{rank}.json", rank * 5, **info(rank)) for rank in (0, 1)]
+
+
+def test_per_rank_into_the_traces_folder_never_replaces_a_trace(tmp_path: Path) -> None:
+    """--per-rank at the traces' own folder would have replaced rank-0.json and rank-1.json with
+    result JSON: refused before any analysis, the inputs untouched."""
+    traces = _two_ranks(tmp_path / "traces")
+    before = {path: path.read_bytes() for path in traces}
+    for argument in (str(tmp_path / "traces"), *map(str, traces)):
+        result = runner.invoke(app, ["analyze", argument, str(traces[1]), "--no-html", "--per-rank",
+                                     str(tmp_path / "traces")])  # fmt: skip
+        assert result.exit_code == 2, result.output
+        assert result.stderr.count("\n") == 1 and "a rank's own report would replace" in result.stderr
+        assert {path: path.read_bytes() for path in traces} == before
+        assert sorted(p.name for p in (tmp_path / "traces").iterdir()) == ["rank-0.json", "rank-1.json"]
+
+
+def test_per_rank_writes_nothing_when_the_job_fails_its_checks(tmp_path: Path) -> None:
+    """Two traces that say they are rank 0: the job is refused, and no rank's report is left behind
+    (they were written as each rank finished, before the job's checks)."""
+    info = {"distributedInfo": {"rank": 0, "world_size": 2, "backend": "nccl"}}
+    _tiny_rank(tmp_path / "a.json", 0, **info)
+    _tiny_rank(tmp_path / "b.json", 0, **info)
+    out = tmp_path / "each"
+    out.mkdir()
+    for workers in ("1", "2"):
+        result = runner.invoke(app, ["analyze", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--no-html",
+                                     "--per-rank", str(out), "--workers", workers])  # fmt: skip
+        assert result.exit_code == 2 and "two traces say they are rank 0" in result.stderr, result.output
+        assert list(out.iterdir()) == []  # nor the private folder the workers staged them in
+
+
+def test_per_rank_reports_go_through_the_output_checks(tmp_path: Path) -> None:
+    traces = _two_ranks(tmp_path / "traces")
+    out = tmp_path / "each"
+    out.mkdir()
+    (out / "rank-1.json").write_text("someone's notes")
+    result = runner.invoke(app, ["analyze", *map(str, traces), "--no-html", "--per-rank", str(out)])
+    assert result.exit_code == 2 and "will not replace" in result.stderr and "--force" in result.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["rank-1.json"]  # none written, none staged left
+    assert (out / "rank-1.json").read_text() == "someone's notes"
+    forced = runner.invoke(
+        app, ["analyze", *map(str, traces), "--no-html", "--per-rank", str(out), "--force"]
+    )
+    assert forced.exit_code == 0, forced.output
+    assert sorted(p.name for p in out.iterdir()) == [
+        "rank-0.html",
+        "rank-0.json",
+        "rank-1.html",
+        "rank-1.json",
+    ]
+
+
+def test_a_symlink_loop_under_a_double_star_pattern_ends(tmp_path: Path) -> None:
+    """Two links to "." made ``**`` endless (42,517 matches in 10 s on the way to 2^40): links to
+    folders are not walked, so each trace is found once."""
+    traces = _two_ranks(tmp_path / "job")
+    (tmp_path / "job" / "loop").symlink_to(".")
+    (tmp_path / "job" / "again").symlink_to(tmp_path / "job")
+    done = subprocess.run(
+        [sys.executable, "-m", "traceinsight", "analyze", str(tmp_path / "job" / "**" / "*.json"), "--no-html",
+         "--json", str(tmp_path / "job.json")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    job = json.loads((tmp_path / "job.json").read_text())
+    assert sorted(rank["path"] for rank in job["ranks"]) == sorted(map(str, traces))
+    followed = _json(tmp_path, str(tmp_path / "job" / "**" / "*.json"), "--follow-symlinks")
+    assert len(followed["ranks"]) == 2  # each real folder walked once
+
+
+def test_a_symlink_out_of_the_folder_is_skipped_with_a_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _two_ranks(tmp_path / "job")
+    (tmp_path / "private").mkdir()
+    elsewhere = _tiny_rank(tmp_path / "private" / "rank-2.json", 9)
+    (tmp_path / "job" / "rank-2.json").symlink_to(elsewhere)
+    monkeypatch.chdir(tmp_path)
+    for argument in ("job", "job/*.json", "job/**/*.json"):
+        job = _json(tmp_path, argument)
+        assert sorted(rank["path"] for rank in job["ranks"]) == ["job/rank-0.json", "job/rank-1.json"]
+        note = next(w for w in job["warnings"] if w.startswith("skipped 1 symbolic link"))
+        assert "leading out of job" in note and "job/rank-2.json" in note and "--follow-symlinks" in note
+        assert "private" not in json.dumps(job)  # the link's target is never written
+        followed = _json(tmp_path, argument, "--follow-symlinks")
+        assert sorted(rank["path"] for rank in followed["ranks"]) == [
+            "job/rank-0.json", "job/rank-1.json", "job/rank-2.json"]  # fmt: skip
+
+
+def test_rank_paths_are_as_given_with_control_characters_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ranks[].path was the resolved absolute path (the analyst's home layout in a shared file), and
+    raw control characters of a file name stayed in job.json."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    evil = "rank-1\x1b]0;x\x07\x1b[2J.json"
+    _tiny_rank(tmp_path / "real" / "rank-0.json", 0)
+    _tiny_rank(tmp_path / "real" / evil, 5)
+    out = tmp_path / "job.json"
+    (tmp_path / "each").mkdir()
+    result = runner.invoke(
+        app,
+        ["analyze", "link", "--no-html", "--json", str(out), "--markdown", "job.md", "--per-rank", "each"],
+    )
+    assert result.exit_code == 0, result.output
+    paths = sorted(rank["path"] for rank in json.loads(out.read_text())["ranks"])
+    assert paths == ["link/rank-0.json", "link/rank-1\ufffd]0;x\ufffd\ufffd[2J.json"]
+    own = [
+        json.loads((tmp_path / "each" / f"rank-{rank}.json").read_text())["trace"]["path"] for rank in (0, 1)
+    ]
+    assert own == paths  # each rank's own report names its trace the same way
+    for text in ((tmp_path / "job.md").read_text(), result.stdout):
+        assert "\x1b" not in text and "\x07" not in text
+
+
+def test_the_pool_is_sized_from_what_a_gzip_holds_not_its_trailer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gzip trailer is the file's own claim: a rank that says 1000 bytes and inflates to 64 MiB
+    takes a worker's share of memory as 64 MiB (the pool trusted the claim, and started 3 workers
+    where memory holds 2)."""
+    import gzip
+
+    from traceinsight.job import execute
+    from traceinsight.job.rank import RankTask
+    from traceinsight.thresholds import Thresholds
+
+    event = b'{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1},'
+    text = b'{"traceEvents": [' + event * ((64 << 20) // len(event)) + b"{}]}"
+    packed = bytearray(gzip.compress(text, compresslevel=6, mtime=0))
+    packed[-4:] = (1000).to_bytes(4, "little")  # ISIZE: what the file says it holds
+    path = tmp_path / "rank-0.json.gz"
+    path.write_bytes(packed)
+    per_worker = execute.WORKER_BASE_BYTES + execute.MEMORY_PER_JSON_BYTE * len(text)
+    monkeypatch.setattr(execute, "_available_memory", lambda: int(2.5 * per_worker))
+    monkeypatch.setattr(execute, "available_cores", lambda: 8)
+    tasks = [
+        RankTask(path=str(path), name_rank=rank, order=rank, thresholds=Thresholds()) for rank in range(8)
+    ]
+    assert execute.pool_size(tasks) == 2

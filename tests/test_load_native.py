@@ -154,7 +154,7 @@ def _event(rng: random.Random) -> str:
         args = []
         for key in ("External id", "external id", "correlation", "device", "stream", "bytes", "Python id",
                     "Python parent id", "Call stack", "Comms Id", "Input Dims", "Device Type", "Device Id",
-                    "Bytes", "Total Allocated", "Total Reserved", "Addr"):  # fmt: skip
+                    "Bytes", "Total Allocated", "Total Reserved", "Addr", "Seq", "Process Group Name"):  # fmt: skip
             if rng.random() < 0.4:
                 value = (
                     str(rng.randrange(10**6))
@@ -319,12 +319,17 @@ def test_invalid_json_is_never_read_as_a_trace(tmp_path: Path, text: str) -> Non
 
 @needs_native
 @pytest.mark.parametrize("text", [b"\xff", b"\xed\xa0\x80", b"\xc0\xaf", b"\xf4\x90\x80\x80", b"\xe2\x82"])
+@pytest.mark.parametrize(
+    "field", ['"name": "a{}b"', '"other": "a{}b", "name": "n"', '"args": {{"grid": "a{}b"}}, "name": "n"']
+)
 def test_invalid_utf8_is_refused_by_every_loader(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: bytes
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: bytes, field: str
 ) -> None:
-    """Overlong forms, UTF-8-encoded surrogates, code points past U+10FFFF, cut sequences."""
+    """Overlong forms, UTF-8-encoded surrogates, code points past U+10FFFF, cut sequences: in a
+    field the tables read, and in fields they skip (the pure-Python loader read those unchecked)."""
     path = tmp_path / "bad.json"
-    path.write_bytes(b'{"traceEvents": [{"ph": "X", "ts": 1, "name": "a' + text + b'b"}]}')
+    head, tail = field.format("\0").encode().split(b"\0")
+    path.write_bytes(b'{"traceEvents": [{"ph": "X", "ts": 1, ' + head + text + tail + b"}]}")
     with pytest.raises(TraceFormatError, match="invalid UTF-8"):
         _native(path)
     with pytest.raises(TraceFormatError, match="invalid UTF-8"):
@@ -332,6 +337,79 @@ def test_invalid_utf8_is_refused_by_every_loader(
     monkeypatch.setenv("TRACEINSIGHT_NATIVE", "0")
     with pytest.raises(TraceFormatError, match="invalid UTF-8"):
         load_trace(path)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _perfetto_bytes(packets: int) -> bytes:
+    """A Perfetto protobuf ``Trace`` as Kineto's Perfetto writer makes one (kineto PR 1413): each
+    ``packet`` (field 1, length-delimited: tag 0x0a) holds a timestamp (field 8), a trusted
+    sequence id (field 10) and a track event (field 11) with a name (field 23)."""
+    out = bytearray()
+    for index in range(packets):
+        name = f"aten::mm {index}".encode()
+        event = b"\xba\x01" + _varint(len(name)) + name  # TrackEvent.name = 23
+        packet = (
+            b"\x40" + _varint(1_700_000_000_000 + index) + b"\x50\x01" + b"\x5a" + _varint(len(event)) + event
+        )
+        out += b"\x0a" + _varint(len(packet)) + packet
+    return bytes(out)
+
+
+@needs_native
+@pytest.mark.parametrize("packets", [1, 3, 400])
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_perfetto_protobuf_trace_is_refused_by_every_loader_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, packets: int, gz: bool
+) -> None:
+    """Kineto's Perfetto output (``.pftrace``) is binary protobuf whose first byte is a newline:
+    each loader says what it is and how to write JSON, not "not valid JSON"."""
+    data = _perfetto_bytes(packets)
+    assert data[0] == 0x0A and data[1] not in b" \t\r\n{["
+    path = tmp_path / ("trace.pftrace.gz" if gz else "trace.pftrace")
+    path.write_bytes(gzip.compress(data) if gz else data)
+    words = r"Perfetto protobuf trace \(\.pftrace\).*export_chrome_trace"
+    with pytest.raises(TraceFormatError, match=words):
+        _native(path)
+    with pytest.raises(TraceFormatError, match=words):
+        load_trace_reference(path)
+    monkeypatch.setenv("TRACEINSIGHT_NATIVE", "0")
+    with pytest.raises(TraceFormatError, match=words):
+        load_trace(path)
+
+
+@pytest.mark.parametrize("lead", ["\n", "\n\n  ", "\n\t\r\n "])
+def test_json_that_starts_with_a_newline_is_not_taken_for_perfetto(tmp_path: Path, lead: str) -> None:
+    path = tmp_path / "lead.json"
+    path.write_text(lead + '{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, '
+                    '"ts": 10, "dur": 5}]}')  # fmt: skip
+    assert load_trace(path).gpu.height == 1
+    assert_same_trace(load_trace(path), load_trace_reference(path))
+
+
+@needs_native
+def test_a_name_of_71_digits_reads_alike_in_every_loader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A number as a name becomes its digits (the reference's ``str(value)``); the pure-Python loader
+    ended in exit 3 on one too large for a polars integer."""
+    digits = "1" * 71
+    path = tmp_path / "digits.json"
+    kernel = '{"ph": "X", "cat": "kernel", "name": D, "pid": 0, "tid": 7, "ts": 10, "dur": 5, "args": {"device": 0}}'
+    op = '{"ph": "X", "cat": D, "name": "k", "ts": 20, "dur": 1}'
+    path.write_text(f'{{"traceEvents": [{kernel}, {op}]}}'.replace("D,", digits + ","))
+    reference = load_trace_reference(path)
+    assert reference.gpu.get_column("name").to_list() == [digits]
+    assert_same_trace(_native(path), reference)
+    monkeypatch.setenv("TRACEINSIGHT_NATIVE", "0")
+    assert_same_trace(load_trace(path), reference)
 
 
 def _times_trace(tmp_path: Path, texts: list[str]) -> Path:
@@ -465,6 +543,54 @@ def test_runs_cut_between_events_are_checked(
         assert threads == [2, 1]
     else:
         assert threads == [2]
+
+
+class _RowsSeen:
+    """The scanner module, recording the rows of every scan (to check the cap per scan)."""
+
+    def __init__(self, scan: object) -> None:
+        self._scan = scan
+        self.Invalid = scan.Invalid  # type: ignore[attr-defined]
+        self.events_start = scan.events_start  # type: ignore[attr-defined]
+        self.rows: list[int] = []
+        self.full = 0
+
+    def scan(self, *args: object) -> tuple[object, ...]:
+        result: tuple[object, ...] = self._scan.scan(*args)  # type: ignore[attr-defined]
+        self.rows.append(int(result[5]))  # type: ignore[call-overload]
+        self.full += bool(result[11])
+        return result
+
+
+@needs_native
+@pytest.mark.parametrize("cap", [1, 3, 50])
+@pytest.mark.parametrize("layout", ["kineto", "one-line"])
+@pytest.mark.parametrize("gzipped", [False, True], ids=["mapped", "gzip"])
+def test_a_scan_stops_at_its_row_cap_and_the_next_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cap: int, layout: str, gzipped: bool
+) -> None:
+    """Memory follows bytes, not events: no scan makes more than ``MAX_SCAN_ROWS`` rows (X and
+    i events), the next one resumes after the last event, and the tables are the reference's, in
+    runs cut between events (two threads) and in one scan after another."""
+    text = _pretty_trace(True, "none" if layout == "kineto" else "all").encode()
+    memory = (
+        b'{"ph": "i", "name": "[memory]", "ts": 5, "args": {"Bytes": 8, "Device Id": 0, "Device Type": 1}}'
+    )
+    text = text.replace(b'"traceEvents": [\n', b'"traceEvents": [\n  ' + memory + b",\n", 1)
+    path = tmp_path / ("trace.json.gz" if gzipped else "trace.json")
+    path.write_bytes(gzip.compress(text) if gzipped else text)
+    seen = _RowsSeen(native._scan)
+    monkeypatch.setattr(native, "_scan", seen)
+    monkeypatch.setattr(native, "MAX_SCAN_ROWS", cap)
+    monkeypatch.setattr(native, "BLOCK_BYTES", 4096)  # several runs, each cut by the cap
+    threads: list[int] = []
+    load = native._load
+    monkeypatch.setattr(native, "_load", lambda *a: threads.append(a[2]) or seen.rows.clear() or load(*a))
+    assert_same_trace(_native(path), load_trace_reference(path))
+    assert max(seen.rows) <= cap
+    assert sum(seen.rows) == 301  # every X and i event, once (in the load that completed)
+    assert seen.full and len(seen.rows) >= 301 / cap
+    assert threads == ([2] if layout == "kineto" else [2, 1]), threads
 
 
 # ------------------------------------------------------------ state across scan windows, limits --

@@ -209,7 +209,8 @@ def test_allocator_calls_every_step_are_churn_with_a_replayed_saving(tmp_path: P
         == f"{2 * steps} (cudaFree {steps}, cudaMalloc {steps})"
     )
     assert evidence["steady steps with allocator calls"] == f"{steps} of {steps}"
-    assert evidence["host time in them"] == f"{2 * steps * CALL_US / 1000:.2f} ms"
+    # in the saving's unit: per step, beside the saving per step
+    assert evidence["host time in them"].startswith(f"{2 * CALL_US / 1000:.2f} ms per step (")
     # Each step is host-bound (its GPU work ends before the cudaFree): without the two calls the
     # host ends each step 200 µs earlier and the GPU follows the earlier launches.
     assert finding.saving_known
@@ -223,29 +224,6 @@ def test_allocator_calls_only_while_the_cache_warms_up_are_quiet(tmp_path: Path)
     churn = analysis.memory.churn
     assert (churn.steps_with_calls, churn.steady_steps) == (1, 4)
     assert memory_findings(analysis) == []
-
-
-def test_allocator_churn_on_the_alexnet_benchmark_that_empties_the_cache() -> None:
-    """The PARAM AlexNet trace clears the cache between runs: cudaMalloc/cudaFree in the window."""
-    name = "a100_alexnet_cuda_sync.json.gz"
-    report = sample_report(name)
-    analysis = report.analysis
-    ((start, end),) = analysis.steady.windows
-    calls = [
-        e
-        for e in raw_events(SAMPLES / name)
-        if e.get("ph") == "X"
-        and e.get("name") in ("cudaMalloc", "cudaFree")
-        and start <= round(e["ts"] * 1000) < end
-    ]
-    mallocs = sum(e["name"] == "cudaMalloc" for e in calls)
-    frees = len(calls) - mallocs
-    (finding,) = [f for f in report.findings if f.rule == "memory-pressure"]
-    assert dict(finding.evidence)["allocator calls in the steady state"] == (
-        f"{len(calls)} (cudaMalloc {mallocs}, cudaFree {frees})"
-    )
-    assert analysis.memory.churn.call_ns == sum(round(e["dur"] * 1000) for e in calls)
-    assert 0 < finding.savings_ns <= analysis.memory.churn.call_ns
 
 
 def test_memory_pressure_quiet_on_every_other_sample() -> None:

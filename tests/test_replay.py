@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from loops import item_loop
+from loops import Loop, item_loop
 from tracebuild import SAMPLES, kernel, read_events, runtime, sample_report, write_trace
 
 from traceinsight.analysis import Analysis, analyze
@@ -201,3 +201,126 @@ def test_a_shortened_dataloader_wait_saves_its_length_minus_the_hand_over(tmp_pa
     # After the fix each step is the hand-over plus 100 µs of launches (the GPU's 1 ms fits under
     # it): the step shrinks by the wait minus the hand-over.
     assert finding.saving_per_step_ns == pytest.approx((5000 - handover) * 1000, rel=0.02)
+
+
+# --- blocking copies into pageable memory: host waits inside cudaMemcpyAsync -------------------------
+
+
+def _raw_waits(events: list[dict[str, object]]) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    """(copy calls into pageable memory, the stream syncs) of a hand-built loop, from the raw events."""
+    copies = {e["args"]["correlation"] for e in events if e.get("name") == "Memcpy DtoH (Device -> Pageable)"}  # type: ignore[index]
+    calls = [e for e in events if e.get("name") == "cudaMemcpyAsync" and e["args"]["correlation"] in copies]  # type: ignore[index]
+    syncs = [e for e in events if e.get("name") == "cudaStreamSynchronize"]
+    return calls, syncs
+
+
+def _idle_around(loop: Loop, returns: list[float]) -> tuple[float, float]:
+    """From the loop's GPU activity (µs): the GPU idle after each return until the next activity
+    (waits followed by GPU work only), and the whole idle stretch around each return (from the GPU's
+    last work before it to the next)."""
+    after = around = 0.0
+    for returned in returns:
+        following = [start for start, _ in loop.gpu if start >= returned]
+        if not following:
+            continue
+        busy_until = max(end for start, end in loop.gpu if start <= returned)
+        after += min(following) - max(returned, busy_until)
+        around += min(following) - busy_until
+    return after, around
+
+
+def _tail(loop: Loop) -> float:
+    """The last step's host time after the GPU's last work (µs)."""
+    return loop.steps[-1][1] - max(end for _, end in loop.gpu)
+
+
+def test_a_copy_into_pageable_memory_that_waits_inside_the_call_is_a_host_wait(tmp_path: Path) -> None:
+    """`.item()` into pageable memory with no sync after it waits inside cudaMemcpyAsync: the sync
+    hot spot is those calls (count and blocked time = the raw calls' durations), the GPU idle after
+    each is caused by it, and the replay without the waits gives that idle back. Before, no sync
+    was seen at all (the calls were not blocking calls)."""
+    from loops import blocking_item_loop
+
+    loop = blocking_item_loop()
+    analysis = analysis_of(tmp_path, loop.events)
+    calls, syncs = _raw_waits(loop.events)
+    assert len(calls) == 6 and not syncs
+    (hotspot,) = analysis.sync_hotspots
+    assert (hotspot.call, hotspot.then_call, hotspot.op) == ("cudaMemcpyAsync", None, "aten::item")
+    assert hotspot.count == len(calls)
+    assert hotspot.blocked_ns == sum(round(e["dur"] * 1000) for e in calls)  # type: ignore[operator]
+    assert len(analysis.steady.steady_steps) == len(loop.steps)
+    # the idle stretch around each return, to the next GPU work: the gaps these waits caused
+    after, around = _idle_around(loop, [e["ts"] + e["dur"] for e in calls])  # type: ignore[operator]
+    assert hotspot.idle_after_ns == pytest.approx(after * 1000, abs=1)
+    assert hotspot.idle_caused_ns == pytest.approx(around * 1000, abs=1)
+    assert {gap.cause_kind for gap in analysis.idle_gaps if gap.sync_key in hotspot.keys} == {"sync"}
+    # the replay without the waits: the GPU keeps its queue, so every idle stretch they caused is
+    # given back, and the host's tail after the GPU's last work
+    finding = next(f for f in evaluate(analysis) if f.rule == "sync-in-loop")
+    assert finding.savings_ns == pytest.approx((around + _tail(loop)) * 1000, rel=0.01)
+    assert finding.title.startswith("`.item()` at train.py:61")
+    evidence = dict(finding.evidence)
+    assert evidence["call"] == "cudaMemcpyAsync"
+    steps = len(loop.steps)
+    blocked = sum(e["dur"] for e in calls) / steps  # type: ignore[misc]
+    assert evidence["host blocked"].startswith(f"{blocked / 1000:.2f} ms per step")
+
+
+def test_a_copy_call_and_the_sync_after_it_are_one_wait(tmp_path: Path) -> None:
+    """The `.item()` pair of real traces: cudaMemcpyAsync waits for the queue, then a
+    cudaStreamSynchronize barely waits. One wait per step, its blocked time both calls'."""
+    from loops import blocking_item_loop
+
+    loop = blocking_item_loop(sync_after=True)
+    analysis = analysis_of(tmp_path, loop.events)
+    calls, syncs = _raw_waits(loop.events)
+    assert len(calls) == len(syncs) == 6
+    (hotspot,) = analysis.sync_hotspots
+    assert (hotspot.call, hotspot.then_call) == ("cudaMemcpyAsync", "cudaStreamSynchronize")
+    assert hotspot.count == hotspot.steady_count == len(calls)
+    assert hotspot.blocked_ns == sum(round(e["dur"] * 1000) for e in calls + syncs)  # type: ignore[operator]
+    assert len(hotspot.keys) == len(calls) + len(syncs)
+    after, around = _idle_around(loop, [e["ts"] + e["dur"] for e in syncs])  # type: ignore[operator]
+    assert hotspot.idle_after_ns == pytest.approx(after * 1000, abs=1)  # after the pair, not twice
+    assert hotspot.idle_caused_ns == pytest.approx(around * 1000, abs=1)
+    # each call still counts under its own name
+    assert {call.call: call.count for call in analysis.syncs} == {
+        "cudaMemcpyAsync": 6,
+        "cudaStreamSynchronize": 6,
+    }
+    finding = next(f for f in evaluate(analysis) if f.rule == "sync-in-loop")
+    assert finding.savings_ns == pytest.approx((around + _tail(loop)) * 1000, rel=0.01)
+    assert dict(finding.evidence)["how often"].startswith("every step (6 in the steady state")
+
+
+def test_the_replay_times_the_steps_the_step_time_is_over(tmp_path: Path) -> None:
+    """A host that runs ahead, with a start-up first step (a 30 ms kernel in it): the steady steps'
+    time begins when that step's work was done (8.4 ms × 5 after it), not when the second host range
+    began (0.39 ms in), so a saving per step is over the steps the step time is over. From the raw
+    events: each step's kernels by their launch's correlation, its done = the later of its range's
+    end and theirs (was: 50.01 ms recorded for 42 ms of steps)."""
+    from loops import ahead_loop
+
+    loop = ahead_loop()
+    first = next(e for e in loop.events if e["cat"] == "kernel")
+    for event in loop.events:  # the first kernel takes 30 ms longer; everything after it waits
+        if event["cat"] == "kernel" and event["ts"] > first["ts"]:
+            event["ts"] += 30_000
+    first["dur"] += 30_000
+    analysis = analysis_of(tmp_path, loop.events)
+    assert [step.steady for step in analysis.steady.steps] == [False] + [True] * 5
+    launched = {e["args"]["correlation"]: e["ts"] for e in loop.events if e["cat"] == "cuda_runtime"}
+    done = []
+    for start, end in loop.steps:
+        ends = [
+            e["ts"] + e["dur"]
+            for e in loop.events
+            if e["cat"] == "kernel" and start <= launched[e["args"]["correlation"]] < end
+        ]
+        done.append(max([end, *ends, *done[-1:]]))
+    steady_time = _exact_ns(done[-1]) - _exact_ns(done[0])
+    assert steady_time == 5 * 8_400_000
+    assert analysis.replay.recorded_ns == steady_time
+    assert analysis.replay.step_time_ns() == pytest.approx(steady_time, rel=0.01)
+    assert analysis.steady.window_ns == steady_time

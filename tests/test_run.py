@@ -545,6 +545,7 @@ def test_item_every_step_is_a_latent_sync_at_its_line_and_its_twin_is_not(
     line = line_of("item_every_step.py", "loss.item()")
     latent = [f for f in problem["findings"] if f["rule"] == "latent-sync"]
     assert [f["source"] for f in latent] == [f"item_every_step.py:{line}"]
+    assert [f["source_line_kind"] for f in latent] == ["call"]  # run's call site: the call's own line
     assert not [f for f in fixed["findings"] if f["rule"] in ("latent-sync", "sync-in-forward")]
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from loops import item_loop
+from loops import ahead_loop, dataloader_loop, item_loop
 from tracebuild import (
     SAMPLES,
     annotation,
@@ -17,6 +17,7 @@ from tracebuild import (
     read_events,
     runtime,
     sample_report,
+    union_length,
     write_trace,
 )
 
@@ -217,3 +218,131 @@ def test_workers0_pageable_copy_is_one_finding_and_workers4_has_no_dataloader_st
     assert "resnet50_profiler_api.py:44" in copies[0].title
     workers4 = {f.rule for f in report("v100_resnet50_workers4.pt.trace.json.gz").findings}
     assert "dataloader-stall" not in workers4
+
+
+# --- a step ends when its work ends ------------------------------------------------------------
+
+
+def _gpu_paced(events: list[dict[str, Any]]) -> tuple[list[tuple[int, int]], list[int]]:
+    """From the raw events: each step's (begin, done) in ns and its step time. Each kernel belongs
+    to the ProfilerStep holding its launch call (same correlation); a step is done when its range
+    and its kernels have ended, never before the step before it."""
+    launched = {e["args"]["correlation"]: e["ts"] for e in events if e["cat"] == "cuda_runtime"}
+    ranges = sorted(
+        (round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000))
+        for e in events
+        if e["name"].startswith("ProfilerStep#")
+    )
+    kernels = [
+        (round(launched[e["args"]["correlation"]] * 1000), round((e["ts"] + e["dur"]) * 1000))
+        for e in events
+        if e["cat"] == "kernel"
+    ]
+    windows, previous = [], None
+    for start, end in ranges:
+        done = max([end] + [k_end for at, k_end in kernels if start <= at < end])
+        begin = start if previous is None else previous
+        done = max(done, begin)
+        windows.append((begin, done))
+        previous = done
+    return windows, [done - begin for begin, done in windows]
+
+
+def _busy(events: list[dict[str, Any]], begin: int, done: int) -> int:
+    kernels = [
+        (round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000)) for e in events if e["cat"] == "kernel"
+    ]
+    return union_length([(max(a, begin), min(b, done)) for a, b in kernels if a < done and b > begin])
+
+
+def test_a_host_that_runs_ahead_is_timed_by_the_gpu(tmp_path: Path) -> None:
+    """ProfilerStep ranges of 0.39 ms launch 8.4 ms of GPU work each: the step time is the GPU's
+    pace, and the header says the GPU sets it (was: "median 0.39 ms", nothing about the pace)."""
+    from statistics import median
+
+    from traceinsight.formatting import format_duration
+    from traceinsight.render.facts import header_facts
+    from traceinsight.render.html import HtmlRenderer
+    from traceinsight.render.json_report import report_dict
+    from traceinsight.render.markdown import MarkdownRenderer
+
+    loop = ahead_loop()
+    result = analysis_of(tmp_path, loop.events)
+    windows, steps = _gpu_paced(loop.events)
+    host = [round((end - start) * 1000) for start, end in loop.steps]
+    assert median(steps) == 8_400_000 and median(host) == 390_000  # the loop as built
+    assert result.steady.step_ns == median(steps)
+    assert result.steady.host_step_ns == median(host)
+    assert [step.duration_ns for step in result.steady.steps] == steps
+    assert all(step.steady for step in result.steady.steps)
+    gpu = median(_busy(loop.events, begin, done) for begin, done in windows)  # no waits on the GPU
+    report = Report(result, evaluate(result))
+    facts = dict(header_facts(report))
+    assert facts["Steps"].endswith(f"median {format_duration(median(steps))}")
+    assert facts["Pace"] == (
+        f"the GPU sets it: its work takes {format_duration(gpu)} of each {format_duration(median(steps))} "
+        f"step, the host's own {format_duration(median(host))} (the host runs ahead, or waits for the GPU)"
+    )
+    pace = report_dict(report)["steady_state"]["pace"]
+    assert pace == {"set_by": "gpu", "host_us": median(host) / 1000, "gpu_us": gpu / 1000}
+    assert report_dict(report)["steady_state"]["step_time_us"] == median(steps) / 1000
+    for text in (
+        TerminalRenderer(width=400).render(report),
+        MarkdownRenderer().render(report),
+        HtmlRenderer(tmp_path).render(report),
+    ):
+        assert "the GPU sets it" in text
+
+
+def test_a_host_the_gpu_waits_for_sets_the_pace(tmp_path: Path) -> None:
+    """A serial DataLoader: the host's own 5.1 ms per step against 1 ms of GPU work."""
+    from statistics import median
+
+    from traceinsight.render.facts import pace_fact
+
+    loop = dataloader_loop()
+    result = analysis_of(tmp_path, loop.events)
+    _, steps = _gpu_paced(loop.events)
+    assert result.steady.step_ns == median(steps)
+    assert result.pace.setter is not None and result.pace.setter.value == "host"
+    assert result.pace.host_ns == median(round((end - start) * 1000) for start, end in loop.steps)
+    text = pace_fact(Report(result, evaluate(result)))
+    assert text is not None and text.startswith("the host sets it")
+
+
+def test_where_both_sides_agree_no_side_is_named(tmp_path: Path) -> None:
+    """The host waits in a sync each step for GPU work as long as its own: neither sets the pace."""
+    events: list[dict[str, Any]] = []
+    t = 0.0
+    for step in range(4):
+        events += launch(t + 1, t + 11, 1_000)  # 1 ms of GPU work
+        events.append(runtime("cudaStreamSynchronize", t + 12, 1_000))  # waits for it
+        events.append(cpu_op("aten::host_work", t + 1_012, 1_000))  # then 1 ms of its own
+        events.append(annotation(f"ProfilerStep#{step}", t, 2_020))
+        t += 2_020
+    from traceinsight.render.facts import header_facts
+
+    result = analysis_of(tmp_path, events)
+    assert result.pace.setter is None
+    assert "Pace" not in dict(header_facts(Report(result, evaluate(result))))
+
+
+def test_a_gpu_profiler_step_range_ends_its_step(tmp_path: Path) -> None:
+    """Work the trace cannot tie to a launch (launched by a thread it did not record) still ends
+    the step where Kineto drew the step's range on the GPU row (``gpu_user_annotation``)."""
+    events: list[dict[str, Any]] = []
+    ends = []
+    for step in range(4):
+        t = step * 400.0
+        events.append(annotation(f"ProfilerStep#{step}", t, 400))
+        events += launch(t + 1, max(t + 11, step * 3_000), 50)
+        events.append(kernel(step * 3_000 + 100, 2_900))  # its launch is not in the trace
+        events.append(
+            {"ph": "X", "cat": "gpu_user_annotation", "name": f"ProfilerStep#{step}", "pid": 0, "tid": 7,
+             "ts": max(t + 11, step * 3_000), "dur": step * 3_000 + 3_000 - max(t + 11, step * 3_000),
+             "args": {}}
+        )  # fmt: skip
+        ends.append((step * 3_000 + 3_000) * 1000)
+    result = analysis_of(tmp_path, events)
+    assert [step.done_ns for step in result.steady.steps] == ends
+    assert result.steady.step_ns == 3_000_000

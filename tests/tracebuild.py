@@ -178,6 +178,22 @@ def frame(
     }
 
 
+def run_frame(name: str, ts: float, dur: float, *, call_site: int, tid: int = TID) -> dict[str, Any]:
+    """A frame as ``traceinsight run`` writes it: no ``Python id``, ``"Call site": 1`` when ``name``'s
+    line is a call's (``train.py(52): train_step`` while that line runs), 0 for a function's first
+    line."""
+    return {
+        "ph": "X",
+        "cat": "python_function",
+        "name": name,
+        "pid": PID,
+        "tid": tid,
+        "ts": ts,
+        "dur": dur,
+        "args": {"Call site": call_site, "External id": 0},
+    }
+
+
 def memory_record(
     ts: float,
     nbytes: int,

@@ -16,6 +16,7 @@ import typer
 from traceinsight import __version__
 from traceinsight.collector import collector_paused
 from traceinsight.config import ProjectConfig, read_config
+from traceinsight.config import source_root as resolve_source_root
 from traceinsight.errors import ConfigError, TraceInsightError
 from traceinsight.rules.findings import SEVERITIES
 from traceinsight.thresholds import Thresholds
@@ -123,13 +124,14 @@ UserCodeOption = Annotated[
 ]  # fmt: skip
 ForceOption = Annotated[
     bool,
-    typer.Option("--force", help="Let the default page path replace a file that is not a traceinsight page."),
-]
+    typer.Option("--force", help="Let an output replace a file that is not traceinsight's, and read a gzip trace "
+                 "that expands more than 100 times (real traces expand at most about 45 times)."),
+]  # fmt: skip
 MaxSizeOption = Annotated[
     str | None,
     typer.Option("--max-size", metavar="SIZE", show_default=False,
-                 help="Refuse traces holding more JSON than SIZE (e.g. 8GB) [default: refuse gzip files that "
-                 "expand more than 200 times, past 1 GiB]."),
+                 help="Refuse traces holding more JSON than SIZE (e.g. 8GB) [default: no limit for traces, "
+                 "16 MiB for a stored result; a gzip that expands more than 100 times is refused anyway]."),
 ]  # fmt: skip
 FailOnOption = Annotated[
     str | None,
@@ -180,6 +182,7 @@ def _shared(
     max_idle: float | None,
     max_syncs_per_step: float | None,
     max_regression: float | None = None,
+    force: bool = False,
 ) -> _Shared:
     """Read the project table and check the options both commands take (the command line wins)."""
     from traceinsight.gate import Budgets, budgets_from_table
@@ -201,7 +204,7 @@ def _shared(
         config=config,
         user_code=tuple(dict.fromkeys([*(user_code or ()), *config.user_code])),
         budgets=budgets_from_table(config.table, str(config.path)).over(given),
-        limit=SizeLimit(parse_size(max_size) if max_size is not None else None),
+        limit=SizeLimit(parse_size(max_size) if max_size is not None else None, force=force),
         thresholds=Thresholds(min_gap_us=min_gap_us, low_utilization=low_utilization),
     )
 
@@ -314,6 +317,14 @@ def analyze(
             help="Job: local worker processes [default: by cores and memory].",
         ),
     ] = None,
+    follow_symlinks: Annotated[
+        bool,
+        typer.Option(
+            "--follow-symlinks",
+            help="Job: let a folder or pattern take traces through symbolic links that lead out of it "
+            "(and walk linked folders, each once) [default: skip them, with a note].",
+        ),
+    ] = False,
 ) -> None:
     """Measure GPU idle gaps, copy overlap and sync hot spots in TRACE; print a summary, write a report.
 
@@ -336,17 +347,19 @@ def analyze(
         with _errors(" ".join(map(str, traces))):
             shared = _shared(user_code=user_code, max_size=max_size, json_out=json_out, markdown=markdown,
                              min_gap_us=min_gap_us, low_utilization=low_utilization, fail_on=fail_on,
-                             fail_on_rules=fail_on_rule, max_idle=max_idle, max_syncs_per_step=max_syncs_per_step)  # fmt: skip
+                             fail_on_rules=fail_on_rule, max_idle=max_idle, max_syncs_per_step=max_syncs_per_step,
+                             force=force)  # fmt: skip
             _analyze_job(traces, shared, output=output, json_out=json_out, markdown=markdown, no_html=no_html,
                          top=top, source_root=source_root, force=force, per_rank=per_rank, dask=dask,
-                         workers=workers)  # fmt: skip
+                         workers=workers, follow_symlinks=follow_symlinks)  # fmt: skip
             _analysis_done = True
         return
     trace = traces[0]
     with _errors(trace), collector_paused():
         shared = _shared(user_code=user_code, max_size=max_size, json_out=json_out, markdown=markdown,
                          min_gap_us=min_gap_us, low_utilization=low_utilization, fail_on=fail_on,
-                         fail_on_rules=fail_on_rule, max_idle=max_idle, max_syncs_per_step=max_syncs_per_step)  # fmt: skip
+                         fail_on_rules=fail_on_rule, max_idle=max_idle, max_syncs_per_step=max_syncs_per_step,
+                         force=force)  # fmt: skip
         with terminal_progress(f"reading {trace.name}") as progress:
             report = analyze_and_write(
                 trace,
@@ -357,7 +370,7 @@ def analyze(
                 write_html=not no_html,
                 progress=progress,
                 user_code=shared.user_code,
-                source_root=_source_root(source_root, shared.config),
+                source_root=resolve_source_root(source_root, shared.config),
                 force=force,
                 limit=shared.limit,
                 top=top,
@@ -374,7 +387,8 @@ def analyze(
 
 def _analyze_job(traces: list[Path], shared: _Shared, *, output: Path | None, json_out: str | None,
                  markdown: str | None, no_html: bool, top: int, source_root: Path | None, force: bool,
-                 per_rank: Path | None, dask: str | None, workers: int | None) -> None:  # fmt: skip
+                 per_rank: Path | None, dask: str | None, workers: int | None,
+                 follow_symlinks: bool) -> None:  # fmt: skip
     """`analyze` on a distributed job (see :func:`traceinsight.pipeline.analyze_job_and_write`)."""
     from traceinsight.pipeline import analyze_job_and_write
 
@@ -388,13 +402,14 @@ def _analyze_job(traces: list[Path], shared: _Shared, *, output: Path | None, js
         write_html=not no_html,
         thresholds=shared.thresholds,
         user_code=shared.user_code,
-        source_root=_source_root(source_root, shared.config),
+        source_root=resolve_source_root(source_root, shared.config),
         force=force,
         limit=shared.limit,
         per_rank=per_rank,
         dask=dask or None,
         workers=workers,
         top=max(top, 10),
+        follow_symlinks=follow_symlinks,
     )
 
 
@@ -469,7 +484,7 @@ def diff(
         shared = _shared(user_code=user_code, max_size=max_size, json_out=json_out, markdown=markdown,
                          min_gap_us=min_gap_us, low_utilization=low_utilization, fail_on=fail_on,
                          fail_on_rules=fail_on_rule, max_idle=max_idle, max_syncs_per_step=max_syncs_per_step,
-                         max_regression=max_regression)  # fmt: skip
+                         max_regression=max_regression, force=force)  # fmt: skip
         comparison, after_result = diff_and_write(
             before,
             after,
@@ -491,18 +506,6 @@ def diff(
             broken = broken_diff(comparison, after_result, shared.budgets)
         _analysis_done = True
     _gate(broken)
-
-
-def _source_root(option: Path | None, config: ProjectConfig | None = None) -> Path | None:
-    """The folder report excerpts may be read from: ``--source-root``, else ``source-root`` of the
-    ``[tool.traceinsight]`` table, else None (no excerpts)."""
-    if option is None:
-        return (config or read_config()).source_root
-    if not option.is_dir():
-        raise ConfigError(
-            f"--source-root {option}: no such folder; name the project folder the trace's code is in"
-        )
-    return option
 
 
 def _register_run() -> None:

@@ -2,22 +2,20 @@
 communication, findings fixed / new / still present, and the kernels that changed most.
 
 Both sides are the JSON contract (:func:`traceinsight.render.json_report.report_dict`): a trace is
-analyzed first, a JSON result written by ``analyze --json`` is read as it is, so a stored baseline
+analyzed first, a JSON result written by ``analyze --json`` is read back under the checks of
+:mod:`traceinsight.stored` (every field read here of its type and range), so a stored baseline
 works without its trace. Figures are per steady step when both sides have steps, else over the
 time analyzed.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from traceinsight.analysis.causes import cause_label
-from traceinsight.errors import TraceFormatError, TraceUnreadable
-from traceinsight.formatting import format_duration, format_share
+from traceinsight.formatting import format_duration, format_share, source_label
 from traceinsight.load.text import clean_text
 
 __all__ = [
@@ -27,7 +25,6 @@ __all__ = [
     "Metric",
     "compare",
     "finding_site",
-    "read_result",
     "syncs_per_step",
 ]
 
@@ -99,12 +96,21 @@ class FindingChange:
     #: ``fixed`` (before only), ``new`` (after only) or ``still`` (both).
     status: str
     rule: str
+    #: What the sides are matched on: the source's ``file:line``, else the operator, else the GPU.
     site: str
     title: str
     #: The finding's saving on the comparison's basis (per step when both sides have steps), µs.
     before_saving_us: float | None
     after_saving_us: float | None
     severity: str
+    #: The site as the report writes it: a line that is not the call's is named as what it is
+    #: ("`main` (recorded from train.py:21)"); else ``site``.
+    site_label: str = ""
+
+    @property
+    def shown_site(self) -> str:
+        """``site_label`` where there is one, else ``site``."""
+        return self.site_label or self.site
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,42 +168,6 @@ class Comparison:
         return tuple(change for change in self.findings if change.status == "still")
 
 
-def read_result(path: Path) -> Document | None:
-    """The JSON result in ``path`` when it is one (written by ``analyze --json``), else None (a trace).
-
-    A JSON result is an object with ``schema`` and ``tool.name == "traceinsight"``; it is told from a
-    trace by its first bytes, so a large trace is not read twice.
-    """
-    try:
-        with path.open("rb") as stream:
-            head = stream.read(4096)
-    except OSError:
-        return None
-    if head[:2] == b"\x1f\x8b" or b'"schema"' not in head or b'"traceinsight"' not in head:
-        return None
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as error:
-        raise TraceUnreadable(f"cannot read {path}: {error}; check the file") from None
-    except json.JSONDecodeError as error:
-        raise TraceFormatError(
-            f"cannot read {path}: not valid JSON ({error.msg}); is it a complete result?"
-        ) from None
-    if not isinstance(document, dict) or document.get("tool", {}).get("name") != "traceinsight":
-        return None
-    if document["tool"].get("kind") == "diff":
-        raise TraceFormatError(
-            f"cannot compare {path}: it is the output of traceinsight diff; give a trace or a result of "
-            "traceinsight analyze --json"
-        )
-    if not isinstance(document.get("schema"), int) or document["schema"] < 2:
-        raise TraceFormatError(
-            f"cannot compare {path}: it is a result of schema {document.get('schema')!r}, written before "
-            "traceinsight measured steps and savings; analyze its trace again"
-        )
-    return document
-
-
 def _steps(document: Document) -> int:
     return int(document.get("steady_state", {}).get("steady_steps") or 0)
 
@@ -229,6 +199,21 @@ def finding_site(finding: Document) -> str:
     if finding.get("device") is not None:
         return f"GPU {finding['device']}"
     return ""
+
+
+def finding_site_label(finding: Document) -> str:
+    """:func:`finding_site` as the report writes it: a source line that is not the call's (a stored
+    ``source_line_kind`` of ``def`` or ``recording-start``) is named as what it is; else the site."""
+    site = finding_site(finding)
+    line_kind, function = finding.get("source_line_kind"), finding.get("source_function")
+    if not finding.get("source") or not isinstance(function, str) or line_kind == "call":
+        return site
+    return source_label(
+        site,
+        text(finding.get("source_kind")) if finding.get("source_kind") else None,
+        text(line_kind) if line_kind else None,
+        text(function),
+    )
 
 
 def _notes(before: Document, after: Document) -> list[str]:
@@ -358,12 +343,20 @@ def compare(
             before_saving_us=saving(finding),
             after_saving_us=saving(fresh[key]) if key in fresh else None,
             severity=text((fresh.get(key) or finding)["severity"]),
+            site_label=finding_site_label(fresh.get(key) or finding),
         )
         for key, finding in old.items()
     ]
     changes += [
         FindingChange(
-            "new", key[0], key[1], text(finding["title"]), None, saving(finding), text(finding["severity"])
+            "new",
+            key[0],
+            key[1],
+            text(finding["title"]),
+            None,
+            saving(finding),
+            text(finding["severity"]),
+            finding_site_label(finding),
         )
         for key, finding in fresh.items()
         if key not in old
@@ -429,6 +422,7 @@ def comparison_dict(comparison: Comparison) -> Document:
                 "status": change.status,
                 "rule": change.rule,
                 "site": change.site,
+                "site_label": change.shown_site,
                 "title": change.title,
                 "severity": change.severity,
                 "before_savings_us": change.before_saving_us,

@@ -6,15 +6,24 @@ for from a starting folder upwards (the current folder for ``analyze``, the scri
 
     [tool.traceinsight]
     user-code = ["vllm", "mylab"]   # packages whose frames are the user's own code
-    source-root = "."               # where report excerpts may be read from (relative to this file)
+    source-root = "."               # where report excerpts may be read from (inside this file's folder)
     fail-on = "high"                # the gate (see traceinsight/gate.py): also fail-on-rule,
     max-idle = 30                   # max-syncs-per-step, max-regression
 
 Unknown keys are an error (a typo must not be silently ignored).
+
+A project file is untrusted like a trace: it may come beside a stranger's trace (a bug report
+unpacked and analyzed where it lies). So it can only narrow what a report reads: its
+``source-root`` must lie inside the folder holding it (after resolving links), else it is refused
+in one line; ``--source-root`` on the command line stays the user's own choice. The file is read
+only when it is a regular file of at most :data:`MAX_PYPROJECT_BYTES`, and nesting too deep for
+the TOML parser is one line too.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +36,18 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-__all__ = ["KNOWN_KEYS", "ProjectConfig", "find_pyproject", "read_config"]
+__all__ = [
+    "KNOWN_KEYS",
+    "MAX_PYPROJECT_BYTES",
+    "ProjectConfig",
+    "SourceRoot",
+    "find_pyproject",
+    "read_config",
+    "source_root",
+]
+
+#: A ``pyproject.toml`` larger than this is refused (real ones hold a few kilobytes).
+MAX_PYPROJECT_BYTES: Final = 1 << 20
 
 #: Keys the table may hold, with what each is for (shown when a key is unknown).
 KNOWN_KEYS: Final[dict[str, str]] = {
@@ -50,9 +70,35 @@ class ProjectConfig:
     user_code: tuple[str, ...] = ()
     """Top-level package names to treat as the user's own code for source lines."""
     source_root: Path | None = None
-    """Folder that source excerpts may be read from (absolute), or None."""
+    """Folder that source excerpts may be read from (absolute, inside the file's folder), or None."""
     table: dict[str, Any] | None = None
     """The raw table, for keys later versions read."""
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRoot:
+    """The folder report excerpts are read from, and where that choice came from (said on the
+    terminal: ``--source-root``, ``source-root in /x/pyproject.toml``, ``the script's project``)."""
+
+    folder: Path
+    origin: str
+    shown: str | None = None
+    """How the terminal names ``folder`` (None: as it is): ``traceinsight run`` gives the script's
+    project as the user would type it, not as an absolute path."""
+
+
+def source_root(option: Path | None, config: ProjectConfig) -> SourceRoot | None:
+    """``--source-root`` (the user's explicit choice), else ``source-root`` of the project table
+    (inside its own folder, checked by :func:`read_config`), else None: no excerpts."""
+    if option is not None:
+        if not option.is_dir():
+            raise ConfigError(
+                f"--source-root {option}: no such folder; name the project folder the trace's code is in"
+            )
+        return SourceRoot(option, "--source-root")
+    if config.source_root is not None and config.path is not None:
+        return SourceRoot(config.source_root, f"source-root in {config.path}")
+    return None
 
 
 def find_pyproject(start: Path) -> Path | None:
@@ -75,11 +121,15 @@ def read_config(start: Path | None = None) -> ProjectConfig:
     if path is None:
         return ProjectConfig()
     try:
-        document = tomllib.loads(path.read_text(encoding="utf-8"))
+        document = tomllib.loads(_read_small(path))
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"cannot read {path}: {error}; fix the file or run from another folder") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"cannot read {path}: not valid TOML ({error}); fix the file") from None
+    except RecursionError:
+        raise ConfigError(
+            f"cannot read {path}: its TOML is nested too deep to read; fix the file or run from another folder"
+        ) from None
     table = document.get("tool", {}).get("traceinsight")
     if table is None:
         return ProjectConfig(path=path)
@@ -101,6 +151,34 @@ def read_config(start: Path | None = None) -> ProjectConfig:
     return ProjectConfig(
         path=path,
         user_code=tuple(user_code),
-        source_root=(path.parent / source_root).resolve() if source_root is not None else None,
+        source_root=_inside(path, source_root) if source_root is not None else None,
         table=dict(table),
     )
+
+
+def _read_small(path: Path) -> str:
+    """The text of ``path`` when it is a regular file of at most :data:`MAX_PYPROJECT_BYTES`."""
+    with path.open("rb") as stream:
+        info = os.fstat(stream.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"cannot read {path}: not a regular file; remove it or run from another folder")
+        data = stream.read(MAX_PYPROJECT_BYTES + 1)
+    if len(data) > MAX_PYPROJECT_BYTES:
+        raise ConfigError(
+            f"cannot read {path}: larger than {MAX_PYPROJECT_BYTES >> 20} MiB, which no project file is; "
+            "fix the file or run from another folder"
+        )
+    return data.decode("utf-8")
+
+
+def _inside(path: Path, source_root: str) -> Path:
+    """``source-root`` resolved against the folder of ``path``; refused unless it lies inside it."""
+    home = path.parent.resolve()
+    folder = (home / source_root).resolve()
+    if not folder.is_relative_to(home):
+        raise ConfigError(
+            f"{path}: source-root {source_root!r} in [tool.traceinsight] leads out of the folder holding "
+            f"the file ({folder}); a project file may only name a folder inside its own (one shipped "
+            "beside a trace must not widen what a report reads): fix it, or pass --source-root DIR"
+        )
+    return folder

@@ -48,3 +48,24 @@ def short_kernel_name(name: str, limit: int = 100) -> str:
             short = short[:index] if index else short
             break
     return short if len(short) <= limit else short[: limit - 1] + "…"
+
+
+def source_label(source: str, source_kind: str | None, line_kind: str | None, function: str | None) -> str:
+    """A source line as a table shows it, saying what the line is (see
+    :class:`traceinsight.load.taxonomy.LineKind`): "train.py:18" for a call's line,
+    "`log_metrics` (defined at train.py:4)" for a function's first line, "`main` (recorded from
+    train.py:21)" for the line a function was on when recording began, "`main` (train.py:17)" when
+    the trace does not say; "library code" added for a library's line."""
+    library = source_kind == "library"
+    if line_kind == "call" or function is None:
+        return f"{source} (library code)" if library else source
+    what = {"def": "defined at ", "recording-start": "recorded from "}.get(line_kind or "", "")
+    return f"`{function}` ({what}{source}{', library code' if library else ''})"
+
+
+def source_place(source: str, source_kind: str | None, line_kind: str | None, function: str | None) -> str:
+    """Where something happens, for a sentence: "at train.py:18" for a call's line, else "in" the
+    function ("in `log_metrics` (defined at train.py:4)"): a line that is not the call's is never
+    written as if it were (see :func:`source_label`)."""
+    label = source_label(source, source_kind, line_kind, function)
+    return f"at {label}" if line_kind == "call" or function is None else f"in {label}"

@@ -8,9 +8,12 @@ after a capture is the same as one made later from the file alone; `diff` goes t
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import json
 import os
+import re
+import shutil
 import sys
 import tempfile
 import threading
@@ -23,18 +26,21 @@ from typing import TYPE_CHECKING, Any, Final
 from rich.console import Console
 from rich.text import Text
 
-from traceinsight.compare import Comparison, compare, read_result
-from traceinsight.errors import OutputError, TraceFormatError
+from traceinsight.compare import Comparison, compare
+from traceinsight.config import SourceRoot
+from traceinsight.errors import OutputError
 from traceinsight.load import SizeLimit, load_trace
 from traceinsight.load.progress import ProgressCallback
 from traceinsight.load.text import printable
+from traceinsight.outputs import Kind, Output, check_outputs, publish, write_output
 from traceinsight.render.json_report import JsonRenderer, report_dict
 from traceinsight.render.terminal import TerminalConsole, print_summary, reader_gone
 from traceinsight.report import Report, RunContext, report_for
+from traceinsight.stored import read_stored_result
 from traceinsight.thresholds import Thresholds
 
 if TYPE_CHECKING:
-    from traceinsight.job import JobReport
+    from traceinsight.job import JobReport, RankResult
 
 
 def _stem(trace: Path) -> str:
@@ -54,103 +60,14 @@ def default_diff_path(before: Path, after: Path) -> Path:
     return Path.cwd() / f"{_stem(before)}-vs-{_stem(after)}.html"
 
 
-def check_writable(path: Path) -> None:
-    """Fail before the (possibly long) analysis when an output's folder does not exist."""
-    directory = path.parent if str(path.parent) else Path(".")
-    if not directory.is_dir():
-        raise OutputError(
-            f"cannot write {path}: the folder {directory} does not exist; create it or pick another path"
-        )
-
-
-#: What every report page carries in its head (``templates/base.html``): a file that has it may be
-#: replaced by a new report at the default path.
-REPORT_MARKER: Final = b'<meta name="generator" content="traceinsight '
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    """Whether two paths name one file: the same resolved path, or the same inode (hard links)."""
-    if a.resolve() == b.resolve():
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # one of them does not exist (yet)
-        return False
-
-
-def _is_report(path: Path) -> bool:
-    """Whether ``path`` is a traceinsight report (its head carries :data:`REPORT_MARKER`)."""
-    try:
-        with path.open("rb") as stream:
-            return REPORT_MARKER in stream.read(4096)
-    except OSError:
-        return False
-
-
-def check_outputs(
-    trace: Path | Sequence[Path],
-    outputs: list[tuple[str, Path]],
-    *,
-    default_report: Path | None = None,
-    force: bool = False,
-) -> None:
-    """Refuse, before the analysis, outputs that would destroy a file that is not ours to replace.
-
-    ``trace`` is the input (or the inputs); ``outputs`` are (option, path) pairs. No output may be
-    an input or another output (compared after resolving links and by inode). ``default_report``
-    is the report path the user did not choose (``./<trace name>.html``): it may replace only an
-    earlier traceinsight report, unless ``force``.
-    """
-    inputs = [trace] if isinstance(trace, Path) else list(trace)
-    for index, (option, path) in enumerate(outputs):
-        check_writable(path)
-        if any(_same_file(path, source) for source in inputs):
-            raise OutputError(
-                f"cannot write {path} ({option}): it is the trace being analyzed; pick another path"
-            )
-        for other_option, other in outputs[:index]:
-            if _same_file(path, other):
-                raise OutputError(
-                    f"cannot write {path}: {other_option} and {option} name the same file; give them different paths"
-                )
-    replacing = default_report is not None and not force and os.path.lexists(default_report)
-    if (
-        replacing
-        and default_report is not None
-        and (default_report.is_dir() or not _is_report(default_report))
-    ):
-        raise OutputError(
-            f"will not replace {default_report}: it exists and is not a traceinsight report; "
-            "choose the report's path with -o, or pass --force to replace it"
-        )
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write to a temporary file beside ``path`` and rename it: never a half-written output."""
-    directory = path.parent if str(path.parent) else Path(".")
-    check_writable(path)
-    try:
-        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        # mkstemp creates 0600; a report is made to be shared, so use the usual umask mode.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)
-        os.replace(temporary, path)
-    except OSError as exc:
-        raise OutputError(
-            f"cannot write {path}: {exc.strerror or exc}; check the folder's permissions"
-        ) from exc
-
-
 @contextmanager
 def _stage(description: str) -> Iterator[None]:
-    """A spinner on stderr for a step that may take a while; nothing when stderr is not a terminal."""
+    """A spinner on stderr for a step that may take a while; nothing when stderr is not a terminal.
+    ``description`` names a file: shown as text (never rich markup), control characters replaced."""
     if not sys.stderr.isatty():
         yield
         return
-    with Console(stderr=True).status(description, spinner="dots"):
+    with Console(stderr=True).status(Text(printable(description)), spinner="dots"):
         yield
 
 
@@ -216,7 +133,7 @@ def analyze_and_write(
     write_html: bool = True,
     progress: ProgressCallback | None = None,
     user_code: tuple[str, ...] = (),
-    source_root: Path | None = None,
+    source_root: SourceRoot | None = None,
     run: RunContext | None = None,
     force: bool = False,
     limit: SizeLimit | None = None,
@@ -229,15 +146,16 @@ def analyze_and_write(
     valid JSON). ``html`` None means the default name in the current folder. ``progress`` is told
     how the load advances; the slower steps after it show a spinner when stderr is a terminal.
     ``user_code`` names packages whose frames are the user's own code (``--user-code``).
-    ``source_root`` is the folder the report's code excerpts may be read from (None: no excerpts,
-    only paths and line numbers). ``run`` carries what ``traceinsight run`` knows of the script's
-    run. Outputs are checked first (:func:`check_outputs`; ``force`` lets the default report path
-    replace any file). ``limit`` bounds how much JSON the trace may expand to. ``markdown`` is a
-    path or ``"-"`` for the Markdown summary; ``top`` is how many rows the terminal tables show.
+    ``source_root`` is the folder the report's code excerpts may be read from, and where that
+    choice came from (None: no excerpts, only paths and line numbers). ``run`` carries what
+    ``traceinsight run`` knows of the script's run. Outputs are checked first
+    (:func:`traceinsight.outputs.check_outputs`; ``force`` lets them replace a file that is not
+    ours). ``limit`` bounds how much JSON the trace may expand to. ``markdown`` is a path or
+    ``"-"`` for the Markdown summary; ``top`` is how many rows the terminal tables show.
     """
     html_path = (html if html is not None else default_report_path(trace)) if write_html else None
-    targets = _targets(html_path, json_out, markdown)
-    check_outputs(trace, targets, default_report=html_path if html is None else None, force=force)
+    targets = planned_outputs(html_path, json_out, markdown)
+    check_outputs(targets, inputs=[trace], force=force)
     with _timed("load"):
         loaded = load_trace(trace, progress=progress, limit=limit)
         give_back_freed_memory()
@@ -248,7 +166,7 @@ def analyze_and_write(
     del loaded
 
     def page() -> str:
-        return render_html(report, source_root)
+        return render_html(report, None if source_root is None else source_root.folder)
 
     def summary() -> str:
         from traceinsight.render.markdown import MarkdownRenderer
@@ -257,36 +175,50 @@ def analyze_and_write(
 
     outputs, to_stdout = _write_outputs(
         [
-            ("JSON", json_out, lambda: JsonRenderer().render(report)),
-            ("Markdown", markdown, summary),
-            ("report", None if html_path is None else str(html_path), page),
-        ]
+            ("JSON", _destination(targets, "--json", json_out), lambda: JsonRenderer().render(report)),
+            ("Markdown", _destination(targets, "--markdown", markdown), summary),
+            ("report", _destination(targets, "-o/--output", html_path), page),
+        ],
+        force=force,
     )
+    if html_path is not None and source_root is not None:
+        outputs.append(
+            (f"code excerpts ({source_root.origin})", Path(source_root.shown or source_root.folder))
+        )
     with _timed("terminal"):
         print_summary(report, console or TerminalConsole(stderr=to_stdout), outputs, top=top)
     return report
 
 
-def _targets(html: Path | None, json_out: str | None, markdown: str | None) -> list[tuple[str, Path]]:
-    """The files a command will write, as (option, path) pairs for :func:`check_outputs`."""
-    targets = [("-o/--output", html)] if html is not None else []
-    targets += [(option, Path(value)) for option, value in (("--json", json_out), ("--markdown", markdown))
-                if value is not None and value != "-"]  # fmt: skip
+def planned_outputs(html: Path | None, json_out: str | None, markdown: str | None) -> list[Output]:
+    """The files a command will write (``"-"``, stdout, is not a file)."""
+    targets = [Output("-o/--output", html, Kind.HTML)] if html is not None else []
+    for option, value, kind in (("--json", json_out, Kind.JSON), ("--markdown", markdown, Kind.MARKDOWN)):
+        if value is not None and value != "-":
+            targets.append(Output(option, Path(value), kind))
     return targets
 
 
+def _destination(targets: list[Output], option: str, value: str | Path | None) -> Output | str | None:
+    """Where one output goes: its planned file, ``"-"`` (stdout), or None (not written)."""
+    if value is None or value == "-":
+        return None if value is None else "-"
+    return next(target for target in targets if target.option == option)
+
+
 def _write_outputs(
-    outputs: list[tuple[str, str | None, Callable[[], str]]],
+    outputs: list[tuple[str, Output | str | None, Callable[[], str]]], *, force: bool = False
 ) -> tuple[list[tuple[str, Path]], bool]:
-    """Write each (label, destination, text maker): a path atomically, ``"-"`` to stdout, None not at
-    all. Returns the files written and whether stdout was used (the summary then goes to stderr)."""
+    """Write each (label, destination, text maker): a file through :func:`~.outputs.write_output`,
+    ``"-"`` to stdout, None not at all. Returns the files written and whether stdout was used
+    (the summary then goes to stderr)."""
     written: list[tuple[str, Path]] = []
     to_stdout = False
     for label, destination, make in outputs:
         if destination is None:
             continue
         stage = "HTML" if label in ("report", "page") else label
-        if destination == "-":
+        if not isinstance(destination, Output):
             with _timed(stage):
                 text = make()
                 try:
@@ -296,11 +228,10 @@ def _write_outputs(
                     reader_gone()
             to_stdout = True
             continue
-        path = Path(destination)
-        with _stage(f"writing {path.name}"), _timed(stage):
+        with _stage(f"writing {destination.path.name}"), _timed(stage):
             text = make()
-            write_atomically(path, text)
-        written.append((label, path))
+            write_output(destination, text, force=force)
+        written.append((label, destination.path))
     return written, to_stdout
 
 
@@ -312,9 +243,9 @@ def result_of(
     progress: ProgressCallback | None = None,
     limit: SizeLimit | None = None,
 ) -> dict[str, Any]:
-    """The JSON result of ``path``: read as it is when it is one (``analyze --json``), else the
-    trace analyzed as ``analyze`` does."""
-    stored = read_result(path)
+    """The JSON result of ``path``: read and checked (:func:`traceinsight.stored.read_stored_result`)
+    when it is one (``analyze --json``), else the trace analyzed as ``analyze`` does."""
+    stored = read_stored_result(path, limit)
     if stored is not None:
         return stored
     loaded = load_trace(path, progress=progress, limit=limit)
@@ -349,41 +280,34 @@ def diff_and_write(
     from traceinsight.render.markdown import render_comparison
 
     html_path = (html if html is not None else default_diff_path(before, after)) if write_html else None
-    check_outputs(
-        (before, after),
-        _targets(html_path, json_out, markdown),
-        default_report=html_path if html is None else None,
-        force=force,
-    )
+    targets = planned_outputs(html_path, json_out, markdown)
+    check_outputs(targets, inputs=[before, after], inputs_are="one of the runs compared", force=force)
     documents = []
     for path in (before, after):
         with progress(path) if progress is not None else nullcontext() as callback:
             documents.append(
                 result_of(path, thresholds=thresholds, user_code=user_code, progress=callback, limit=limit)
             )
-    try:
-        comparison = compare(documents[0], documents[1], before.name, after.name, top=top)
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
-        # Only a stored result can lack what compare reads (an analysis always has it): bad input.
-        stored = " and ".join(str(path) for path in (before, after) if read_result(path) is not None)
-        raise TraceFormatError(
-            f"cannot compare {stored or before}: not a complete traceinsight result "
-            f"({type(error).__name__}: {error}); write it again with traceinsight analyze --json"
-        ) from None
+    comparison = compare(documents[0], documents[1], printable(before.name), printable(after.name), top=top)
     outputs, to_stdout = _write_outputs(
         [
             (
                 "JSON",
-                json_out,
-                lambda: json.dumps(comparison_dict(comparison), indent=2, ensure_ascii=False) + "\n",
+                _destination(targets, "--json", json_out),
+                lambda: strict_json(comparison_dict(comparison)),
             ),
-            ("Markdown", markdown, lambda: render_comparison(comparison)),
+            (
+                "Markdown",
+                _destination(targets, "--markdown", markdown),
+                lambda: render_comparison(comparison),
+            ),
             (
                 "page",
-                None if html_path is None else str(html_path),
+                _destination(targets, "-o/--output", html_path),
                 lambda: ComparisonHtmlRenderer().render(comparison),
             ),
-        ]
+        ],
+        force=force,
     )
     out = console or TerminalConsole(stderr=to_stdout)
     for part in comparison_renderables(comparison):
@@ -391,6 +315,12 @@ def diff_and_write(
     for label, path in outputs:
         out.print(Text.assemble(f"{label}: ", (printable(str(path)), "bold")))
     return comparison, documents[1]
+
+
+def strict_json(document: object) -> str:
+    """``document`` as indented JSON that every parser reads: a NaN or an infinity is a bug
+    (ValueError), never written as the ``NaN`` that strict parsers refuse."""
+    return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def default_job_report_path(arguments: list[Path]) -> Path:
@@ -410,65 +340,128 @@ def analyze_job_and_write(
     console: Console | None = None,
     thresholds: Thresholds | None = None,
     user_code: tuple[str, ...] = (),
-    source_root: Path | None = None,
+    source_root: SourceRoot | None = None,
     force: bool = False,
     limit: SizeLimit | None = None,
     per_rank: Path | None = None,
     dask: str | None = None,
     workers: int | None = None,
     top: int = 10,
+    follow_symlinks: bool = False,
 ) -> JobReport:
     """Analyze a distributed job (several traces, a folder, a pattern): each rank on its own in a
     local process pool, or on the dask cluster at ``dask``; combine; print the job summary; write
     the job's HTML page (and JSON / Markdown if asked). ``per_rank`` is a folder that gets each
     rank's own JSON and HTML report (``rank-<N>.json/.html``); with ``dask`` it must be a folder
-    the workers can write to. ``workers`` fixes the local pool's size (default: cores and memory).
+    the workers can write to. The workers write them into a private folder inside it; they are
+    put in place only once the job's own checks have passed (nothing is written for a job that
+    fails), and go through the same output checks as every other file. ``workers`` fixes the
+    local pool's size (default: cores and memory); ``follow_symlinks`` lets a folder or pattern
+    take traces through links that lead out of it (see :func:`~traceinsight.job.discover_ranks`).
     """
     from traceinsight.job import RankTask, combine, discover_ranks
     from traceinsight.job.execute import rank_progress, run_dask, run_local
     from traceinsight.render.job_json import JobJsonRenderer
     from traceinsight.render.job_text import print_job_summary, render_job_markdown
 
-    files = discover_ranks(arguments)
+    discovery = discover_ranks(arguments, follow_symlinks=follow_symlinks)
+    files, notes = discovery.files, discovery.notes
+    inputs = [file.path for file in files]
     html_path = (html if html is not None else default_job_report_path(arguments)) if write_html else None
-    targets = _targets(html_path, json_out, markdown)
-    for file in files:
-        check_outputs(file.path, targets, default_report=html_path if html is None else None, force=force)
-    if per_rank is not None and not per_rank.is_dir():
-        raise OutputError(f"--per-rank {per_rank}: no such folder; create it, or leave the option out")
-    tasks = [
-        RankTask(
-            path=str(file.path),
-            name_rank=file.name_rank,
-            order=file.order,
-            thresholds=thresholds or Thresholds(),
-            user_code=user_code,
-            max_bytes=limit.max_bytes if limit is not None else None,
-            per_rank_dir=None if per_rank is None else str(per_rank.resolve()),
-            source_root=None if source_root is None else str(source_root.resolve()),
-        )
-        for file in files
-    ]
-    with rank_progress(len(tasks)) as progress:
-        if dask:
-            results = run_dask(tasks, dask, progress=progress)
-        else:
-            results = run_local(tasks, workers=workers, progress=progress)
-    job = combine(results)
-
-    def page() -> str:
-        from traceinsight.render.job_html import JobHtmlRenderer
-
-        return JobHtmlRenderer().render(job)
-
-    outputs, to_stdout = _write_outputs(
-        [
-            ("JSON", json_out, lambda: JobJsonRenderer().render(job)),
-            ("Markdown", markdown, lambda: render_job_markdown(job)),
-            ("report", None if html_path is None else str(html_path), page),
+    targets = planned_outputs(html_path, json_out, markdown)
+    check_outputs(targets, inputs=inputs, inputs_are="a trace of the job", force=force)
+    if per_rank is not None:
+        _check_per_rank_folder(per_rank, inputs)
+    staging = None if per_rank is None else _staging_folder(per_rank)
+    try:
+        tasks = [
+            RankTask(
+                path=str(file.path.absolute()),
+                name_rank=file.name_rank,
+                order=file.order,
+                thresholds=thresholds or Thresholds(),
+                user_code=user_code,
+                max_bytes=limit.max_bytes if limit is not None else None,
+                per_rank_dir=None if staging is None else str(staging),
+                source_root=None if source_root is None else str(source_root.folder.resolve()),
+                shown_path=file.shown,
+                force=force,
+            )
+            for file in files
         ]
-    )
+        with rank_progress(len(tasks)) as progress:
+            if dask:
+                results = run_dask(tasks, dask, progress=progress)
+            else:
+                results = run_local(tasks, workers=workers, progress=progress)
+        job = combine(results)
+        if notes:  # what discovery skipped, said wherever the job's warnings are
+            job = dataclasses.replace(job, warnings=(*notes, *job.warnings))
+        own_reports = _per_rank_outputs(per_rank, results)
+        check_outputs([*targets, *(output for output, _ in own_reports)], inputs=inputs,
+                      inputs_are="a trace of the job", force=force)  # fmt: skip
+
+        def page() -> str:
+            from traceinsight.render.job_html import JobHtmlRenderer
+
+            return JobHtmlRenderer().render(job)
+
+        outputs, to_stdout = _write_outputs(
+            [
+                ("JSON", _destination(targets, "--json", json_out), lambda: JobJsonRenderer().render(job)),
+                ("Markdown", _destination(targets, "--markdown", markdown), lambda: render_job_markdown(job)),
+                ("report", _destination(targets, "-o/--output", html_path), page),
+            ],
+            force=force,
+        )
+        for output, staged in own_reports:
+            publish(staged, output, force=force)
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
     if per_rank is not None:
         outputs.append(("each rank's report", per_rank))
+        if source_root is not None:
+            outputs.append(
+                (f"code excerpts ({source_root.origin})", Path(source_root.shown or source_root.folder))
+            )
     print_job_summary(job, console or TerminalConsole(stderr=to_stdout), outputs, top=top)
     return job
+
+
+#: The names of the files ``--per-rank`` writes.
+_PER_RANK_NAME: Final = re.compile(r"rank-\d+\.(?:json|html)")
+
+
+def _check_per_rank_folder(folder: Path, inputs: list[Path]) -> None:
+    """``--per-rank`` names a folder, and no trace of the job there could be replaced by a rank's report."""
+    if not folder.is_dir():
+        raise OutputError(f"--per-rank {folder}: no such folder; create it, or leave the option out")
+    for source in inputs:
+        if _PER_RANK_NAME.fullmatch(source.name) and source.parent.resolve() == folder.resolve():
+            raise OutputError(
+                f"--per-rank {folder}: it holds the job's trace {source.name}, which a rank's own report "
+                "would replace; pick another folder"
+            )
+
+
+def _staging_folder(folder: Path) -> Path:
+    """A private folder inside ``--per-rank`` for the workers' reports, until they are put in place."""
+    try:
+        return Path(tempfile.mkdtemp(prefix=".traceinsight-", dir=folder)).resolve()
+    except OSError as exc:
+        raise OutputError(
+            f"cannot write into --per-rank {folder}: {exc.strerror or exc}; check the folder's permissions"
+        ) from None
+
+
+def _per_rank_outputs(per_rank: Path | None, results: Sequence[RankResult]) -> list[tuple[Output, Path]]:
+    """Each rank's own reports: where they go in ``--per-rank``, and where the worker staged them."""
+    if per_rank is None:
+        return []
+    kinds = {".json": Kind.JSON, ".html": Kind.HTML}
+    return [
+        (Output("--per-rank", per_rank / name, kinds[Path(name).suffix]), Path(staged))
+        for result in results
+        for name, staged in result.staged
+    ]

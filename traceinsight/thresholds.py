@@ -49,16 +49,34 @@ class Thresholds:
     first_call_factor: float = 10.0
     #: ... and at least this long (µs), before the operator's usual calls.
     first_call_min_us: float = 10_000.0
-    #: `launch-bound` fires when idle from the host launching is at least this share of the step.
+    #: `launch-bound` fires when idle in short gaps from the host launching is at least this share
+    #: of the step ...
     launch_bound_share: float = 0.10
+    #: ... a ``host-bound`` gap being short (the time to dispatch and launch the next kernel) when
+    #: under this (µs): longer, it is a pause of the host's own, which no CUDA graph removes ...
+    launch_gap_max_us: float = 1000.0
+    #: ... and there are at least this many such gaps per steady step (in the window without steps).
+    launch_bound_min_gaps: int = 8
     #: `amp-opportunity` / `tf32-opportunity` fire when fp32 GEMM/convolution kernels take at least
     #: this share of the kernel time on a GPU with tensor cores ...
     fp32_matmul_share: float = 0.20
     #: ... and their fix is replayed with those kernels this many times faster (tensor cores run
     #: fp16/bf16 and TF32 matmuls 2-8× faster than fp32 on CUDA cores: 2 is the cautious end).
     tensor_core_speedup: float = 2.0
+    #: `pipeline-bubble` fires when a GPU waits for another GPU of its process this share of the step.
+    pipeline_bubble_share: float = 0.05
+    #: A pageable host-to-device copy's fix is replayed at the trace's own pinned copies' rate, or,
+    #: in a trace without pinned copies of 1 MiB or more, at this rate (GB/s): what a pinned copy
+    #: reaches over PCIe 3.0 x16 (CUDA's bandwidthTest: 12-13 GB/s; PCIe 4.0 doubles it), the
+    #: cautious end.
+    pinned_h2d_gb_per_s: float = 12.0
     #: `exposed-communication` fires when communication runs without compute this share of the step.
     exposed_communication_share: float = 0.10
+    #: Collectives of one kind are the per-parameter pattern (named, with bucketing advice) at this
+    #: many per steady step (in the window without steps) in a training trace ...
+    collectives_per_step_many: int = 50
+    #: ... when their median kernel is shorter than this (µs): latency-bound, far below a bucket.
+    collective_small_us: float = 100.0
     #: `memory-pressure` fires when the peak reserved (or allocated) memory of a GPU reaches this
     #: share of its total memory (the TensorBoard plugin's 90 %) ...
     memory_pressure_share: float = 0.9
@@ -76,3 +94,9 @@ class Thresholds:
     #: The DataLoader fix is replayed as a hand-over of this long (µs) per batch: with workers,
     #: ``__next__`` took 0.08–1.4 ms on the kineto ResNet-50 sample (4 workers).
     dataloader_handover_us: float = 1000.0
+    #: The host or the GPU sets the pace of the steps when its own time per step is this share
+    #: above the other's (see :mod:`traceinsight.analysis.pace`).
+    pace_difference: float = 0.20
+    #: `host-preprocessing` fires when the GPU waits for the host's work before each step's first
+    #: GPU work at least this share of the steady steps (and in every steady step).
+    host_preprocessing_share: float = 0.10

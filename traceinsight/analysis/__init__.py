@@ -10,16 +10,21 @@ from typing import NamedTuple, ParamSpec, TypeVar
 import polars as pl
 
 from traceinsight.analysis import copies, gpu_time, host, idle_gaps, syncs
+from traceinsight.analysis.collectives import CommunicationStats, communication_stats
+from traceinsight.analysis.intervals import overlap_ns
 from traceinsight.analysis.kernels import TopKernels, top_kernels
 from traceinsight.analysis.latent import LatentSync, latent_syncs
 from traceinsight.analysis.launching import LaunchStats, launch_stats
 from traceinsight.analysis.memory import MemoryUsage, memory_usage
 from traceinsight.analysis.optimizer import OptimizerStats, optimizer_stats
+from traceinsight.analysis.pace import Pace, step_pace
 from traceinsight.analysis.precision import PrecisionMix, precision_mix
+from traceinsight.analysis.preprocessing import StepLeads, step_leads
 from traceinsight.analysis.replay import Replay, prepare_replay
 from traceinsight.analysis.results import (
     CopyGroup,
     DeviceTime,
+    H2DCopy,
     HostSummary,
     IdleGap,
     StepTime,
@@ -48,10 +53,13 @@ class FixInputs:
     dataloader_waits: tuple[tuple[int, int], ...] = ()
     #: The iterators they come from (``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__``).
     dataloader_iterators: tuple[str, ...] = ()
-    #: Host calls of host-to-device copies: (start, end, correlation, copy name, device).
-    h2d_copy_calls: tuple[tuple[int, int, int, str, int], ...] = ()
+    #: Host-to-device copies issued in the steady state, in the order of their host calls.
+    h2d_copies: tuple[H2DCopy, ...] = ()
     #: Median duration of a kernel launch call: what a non-blocking copy call costs (ns).
     launch_cost_ns: int = 5_000
+    #: The trace's own pinned host-to-device copies' rate (bytes per ns = GB/s; None without such
+    #: copies large enough to measure: :func:`traceinsight.analysis.copies.pinned_h2d_rate`).
+    pinned_h2d_gb_per_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +93,12 @@ class Analysis:
     memory: MemoryUsage  # per device: peak memory vs the total, over time; allocator calls in steps
     #: Processes that launched work on more than one GPU (``nn.DataParallel``'s single process).
     multi_gpu_processes: int
+    #: Collectives per device and kind in the steady state, and the wrapper that issued them.
+    communication: CommunicationStats
+    #: The host's and the GPU's own time per steady step, and which side sets the pace.
+    pace: Pace
+    #: The host's time in each steady step before its first launch, and what it did there.
+    step_leads: StepLeads
 
     @property
     def span_ns(self) -> int:
@@ -98,10 +112,13 @@ class Analysis:
 
     @property
     def reference_ns(self) -> int:
-        """What shares of time are taken of: the median steady step; without steps, the steady
-        window on the GPU (the longest over devices), else the host's steady window (0: nothing)."""
-        if self.steady.step_ns:
-            return self.steady.step_ns
+        """What shares of time are taken of: the steady steps' mean step time (their windows on
+        the GPU's clock over their count: the steps a saving per step is taken over); without
+        steps, the steady window on the GPU (the longest over devices), else the host's steady
+        window (0: nothing)."""
+        steps = len(self.steady.steady_steps)
+        if self.steady.step_ns and steps:
+            return round(self.steady.window_ns / steps)
         return max((usage.window_ns for usage in self.usage), default=0) or self.steady.window_ns
 
     def device_usage(self, device: int) -> Usage | None:
@@ -109,7 +126,7 @@ class Analysis:
         return next((usage for usage in self.usage if usage.device == device), None)
 
 
-def _fix_inputs(trace: Trace, calls: pl.DataFrame, steady: SteadyState) -> FixInputs:
+def _fix_inputs(trace: Trace, steady: SteadyState, kernels: pl.DataFrame) -> FixInputs:
     """The host ranges inside the steady windows that the replayed fixes change."""
     if not steady.windows:
         return FixInputs()
@@ -139,21 +156,55 @@ def _fix_inputs(trace: Trace, calls: pl.DataFrame, steady: SteadyState) -> FixIn
         .join(launching, on=["pid", "tid"], how="semi")
         .sort("ts")
     )
-    copies = trace.gpu.filter(
+    h2d = trace.gpu.filter(
         (pl.col("kind") == "memcpy") & pl.col("name").str.starts_with("Memcpy HtoD")
-    ).select("correlation", "name", "device")
+    ).select(
+        "correlation",
+        copy_name="name",
+        copy_device="device",
+        copy_bytes="bytes",
+        copy_dur="dur",
+        copy_ts="ts",
+        copy_end="end",
+    )
     copy_calls = (
         trace.runtime.filter(inside)
-        .join(copies, on="correlation", how="inner", suffix="_copy")
-        .sort("ts")
-        .select("ts", "end", "correlation", "name_copy", "device")
+        .join(h2d, on="correlation", how="inner")
+        .sort("ts", "correlation")
+        .unique("correlation", keep="first", maintain_order=True)
+        .with_row_index("copy")
     )
+    under = (
+        copy_calls.select("copy", "copy_device", "copy_ts", "copy_end")
+        .join_where(
+            kernels.select(k_device="device", k_start="start", k_end="end"),
+            pl.col("k_start") < pl.col("copy_end"),
+            pl.col("k_end") > pl.col("copy_ts"),
+        )
+        .filter(pl.col("copy_device") == pl.col("k_device"))
+        .group_by("copy")
+        .agg(overlapped=overlap_ns("copy_ts", "copy_end", "k_start", "k_end").sum())
+    )
+    copy_calls = copy_calls.join(under, on="copy", how="left").sort("copy")
     launch = trace.runtime.filter(pl.col("name").str.contains("LaunchKernel")).get_column("dur").median()
     return FixInputs(
         dataloader_waits=tuple(waits.select("ts", "end").iter_rows()),
         dataloader_iterators=tuple(sorted(waits.get_column("name").unique().to_list())),
-        h2d_copy_calls=tuple(copy_calls.iter_rows()),
+        h2d_copies=tuple(
+            H2DCopy(
+                call_start_ns=row["ts"],
+                call_end_ns=row["end"],
+                correlation=row["correlation"],
+                kind=row["copy_name"],
+                device=row["copy_device"],
+                bytes=row["copy_bytes"] or 0,
+                duration_ns=row["copy_dur"],
+                overlapped_ns=row["overlapped"] or 0,
+            )
+            for row in copy_calls.iter_rows(named=True)
+        ),
         launch_cost_ns=int(launch) if isinstance(launch, (int, float)) else 5_000,
+        pinned_h2d_gb_per_s=copies.pinned_h2d_rate(trace),
     )
 
 
@@ -163,7 +214,7 @@ class _Beside:
     An analysis is a chain of polars operations, and polars keeps both cores of a 2-core machine
     busy only part of the time (about 1.4 cores on average on a 0.5 GB trace). The analyses that
     need no more than the trace and its steady state (host operators, warnings, optimizer, top
-    kernels, precision, memory) run here, in the order they are started, while the main thread
+    kernels, precision, memory, collectives) run here, in the order they are started, while the main thread
     finds the intervals, syncs and gaps (polars releases the GIL while it computes); the main
     thread takes their results before it classifies the gaps, its memory peak. On the 0.5 GB
     benchmark traces the analysis step takes 0.86x (DDP) to 0.93x (LLM decode) the time; the
@@ -208,6 +259,7 @@ class _SteadyOnly(NamedTuple):
     precision: tuple[PrecisionMix, ...]
     latent_syncs: tuple[LatentSync, ...]
     memory: MemoryUsage
+    communication: CommunicationStats
 
 
 def _steady_only(
@@ -220,6 +272,7 @@ def _steady_only(
         precision=precision_mix(trace, steady),
         latent_syncs=latent_syncs(trace, steady, user_code),
         memory=memory_usage(trace, steady, limits.memory_series_points),
+        communication=communication_stats(trace, steady),
     )
 
 
@@ -242,6 +295,7 @@ def _analyze(trace: Trace, limits: Thresholds, user_code: Collection[str], besid
     copy_groups = copies.copy_groups(trace, calls, kernels, limits)
     devices = gpu_time.device_times(trace, busy, kernels, compute, classified, steady)
     steps = gpu_time.step_times(trace, busy, kernels, compute, classified, steady)
+    fixes = _fix_inputs(trace, steady, kernels)
     return Analysis(
         meta=trace.meta,
         thresholds=limits,
@@ -256,17 +310,20 @@ def _analyze(trace: Trace, limits: Thresholds, user_code: Collection[str], besid
         syncs=syncs.sync_calls(calls),
         sync_hotspots=syncs.sync_hotspots(calls, idle_after, iterations, classified, steady),
         host=host_ops,
-        timeline=timeline(trace, max_blocks=2000, busy=busy, launched=launched),
+        timeline=timeline(trace, max_blocks=2000, busy=busy, launched=launched, steady=steady),
         kernels=steady_only.kernels,
         steady=steady,
         warnings=steady_only.warnings,
         replay=prepare_replay(trace, calls, steady),
-        fix_inputs=_fix_inputs(trace, calls, steady),
+        fix_inputs=fixes,
         usage=gpu_time.steady_usage(devices, steps, busy, kernels, compute, classified, steady),
         precision=steady_only.precision,
-        launching=launch_stats(trace, steady, classified),
+        launching=launch_stats(trace, steady, classified, limits),
         optimizer=steady_only.optimizer,
         latent_syncs=steady_only.latent_syncs,
         memory=steady_only.memory,
         multi_gpu_processes=launched.group_by("pid").len().filter(pl.col("len") > 1).height,
+        communication=steady_only.communication,
+        pace=step_pace(steady, steps, calls, limits.pace_difference),
+        step_leads=step_leads(trace, steady, calls, fixes.dataloader_waits, user_code),
     )

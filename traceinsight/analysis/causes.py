@@ -21,6 +21,9 @@ class CauseKind(StrEnum):
     """The host waited on a blocking copy (pageable ``.to('cuda')``, a synchronous ``cudaMemcpy``)."""
     COMMUNICATION = "communication"
     """The host waited inside a collective or other communication call."""
+    OTHER_GPU = "other-gpu"
+    """Another GPU driven by the same process worked while this one waited for it (the host blocked
+    on the GPUs, or the next work already queued behind the other GPU's): a pipeline bubble."""
     HOST_OP = "cpu_op"
     """The host spent the gap inside one operator or annotated range (value kept from schema 1)."""
     LAUNCH = "host-bound"
@@ -31,6 +34,8 @@ class CauseKind(StrEnum):
     """The launching thread recorded nothing during the gap."""
     UNKNOWN = "unknown"
     """No host thread could be tied to the work that ended the gap."""
+    CAPTURE = "graph-capture"
+    """The launching thread was capturing a CUDA/HIP graph: its launches were recorded, not run."""
     OUTSIDE_STEADY = "outside-steady-state"
     """Idle outside the steady-state steps: start-up, warm-up, an outlier step, before/after the steps."""
     BEFORE_FIRST = "before-first-work"
@@ -45,11 +50,13 @@ CAUSE_LABELS: Final[dict[CauseKind, str]] = {
     CauseKind.SYNC: "after a host sync",
     CauseKind.COPY: "waiting on a blocking copy",
     CauseKind.COMMUNICATION: "waiting on communication",
+    CauseKind.OTHER_GPU: "waiting for another GPU (pipeline bubble)",
     CauseKind.HOST_OP: "host busy in an operator",
     CauseKind.LAUNCH: "host launching (Python / launch overhead)",
     CauseKind.QUEUED: "work queued, GPU waiting on a dependency",
     CauseKind.UNTRACED: "host activity not recorded",
     CauseKind.UNKNOWN: "no launching thread found",
+    CauseKind.CAPTURE: "capturing a CUDA/HIP graph (launches recorded, not run)",
     CauseKind.OUTSIDE_STEADY: "outside the steady state (start-up, warm-up, outlier steps)",
     CauseKind.BEFORE_FIRST: "before the GPU's first work",
     CauseKind.AFTER_LAST: "after the GPU's last work",

@@ -9,6 +9,9 @@ from traceinsight.analysis.results import CopyGroup
 from traceinsight.load import Trace, taxonomy
 from traceinsight.thresholds import Thresholds
 
+#: Copies smaller than this are left out of a copy rate: their few µs of set-up outweigh the transfer.
+RATE_MIN_BYTES = 1 << 20
+
 
 def copy_groups(
     trace: Trace, calls: pl.DataFrame, kernels: pl.DataFrame, thresholds: Thresholds
@@ -42,7 +45,12 @@ def copy_groups(
         .drop_nulls(["pid", "tid"])
         .sort("call_end")
     )
-    sync_starts = calls.select("pid", "tid", sync_ts="ts").drop_nulls(["pid", "tid"]).sort("sync_ts")
+    sync_starts = (
+        calls.filter(pl.col("kind") == "sync")
+        .select("pid", "tid", sync_ts="ts")
+        .drop_nulls(["pid", "tid"])
+        .sort("sync_ts")
+    )
     if host_calls.height and sync_starts.height:
         followed = host_calls.join_asof(
             sync_starts,
@@ -115,3 +123,23 @@ def overlap_ratios(groups: tuple[CopyGroup, ...]) -> dict[str, float | None]:
         overlapped = sum(group.overlapped_ns for group in chosen)
         ratios[direction] = overlapped / total if chosen and total else (None if not chosen else 0.0)
     return ratios
+
+
+def pinned_h2d_rate(trace: Trace) -> float | None:
+    """What the trace's own pinned host-to-device copies of at least ``RATE_MIN_BYTES`` moved per ns
+    on the GPU (bytes / ns = GB/s), all of them together; None without such copies."""
+    copies = trace.gpu.filter(
+        (pl.col("kind") == "memcpy")
+        & pl.col("name").str.starts_with("Memcpy HtoD")
+        & (pl.col("bytes") >= RATE_MIN_BYTES)
+        & (pl.col("dur") > 0)
+    )
+    names = [
+        name
+        for name in copies.get_column("name").unique().to_list()
+        if taxonomy.parse_copy_name(name).src == "Pinned"
+    ]
+    pinned = copies.filter(pl.col("name").is_in(names))
+    if pinned.is_empty():
+        return None
+    return float(pinned.get_column("bytes").sum()) / float(pinned.get_column("dur").sum())

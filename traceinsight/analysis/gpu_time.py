@@ -8,6 +8,10 @@ Idle is the time between merged busy blocks, each gap with one cause (:mod:`.idl
 device, the part of a gap outside the steady-state windows is ``outside-steady-state``; per step,
 the window's time before the device's first or after its last GPU work is ``before-first-work`` /
 ``after-last-work``. Either way the causes add up to the idle time exactly.
+
+GPU time is judged on the GPU's clock: a step's window is its device window, from when the step
+before it was done to when its own work was done (:mod:`.steady`), and the steady state's windows
+are those windows' runs (``SteadyState.device_windows``).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import polars as pl
 from traceinsight.analysis.causes import CauseKind
 from traceinsight.analysis.intervals import merge_intervals, overlap_ns
 from traceinsight.analysis.results import DeviceTime, StepTime
-from traceinsight.analysis.steady import SteadyState
+from traceinsight.analysis.steady import SteadyState, owned_work
 from traceinsight.analysis.usage import Usage
 from traceinsight.load import Trace, taxonomy
 
@@ -127,11 +131,15 @@ def _ranked(by_cause: dict[str, int]) -> tuple[tuple[str, int], ...]:
 
 
 def idle_split(gaps: pl.DataFrame, steady: SteadyState) -> dict[int, tuple[tuple[str, int], ...]]:
-    """Per device: gap time by cause inside the steady-state windows, the rest ``outside-steady-state``."""
+    """Per device: gap time by cause inside the steady-state windows (on the GPU's clock), the rest
+    ``outside-steady-state``."""
     if gaps.is_empty():
         return {}
     windows = pl.DataFrame(
-        {"start": [start for start, _ in steady.windows], "end": [end for _, end in steady.windows]},
+        {
+            "start": [start for start, _ in steady.device_windows],
+            "end": [end for _, end in steady.device_windows],
+        },
         schema={"start": pl.Int64, "end": pl.Int64},
     )
     indexed = gaps.select("device", "start", "end", "duration", "cause_kind").with_row_index("gap")
@@ -157,6 +165,50 @@ def idle_split(gaps: pl.DataFrame, steady: SteadyState) -> dict[int, tuple[tuple
     return {device: _ranked(causes) for device, causes in by_device.items()}
 
 
+def _first_own_work(trace: Trace, steady: SteadyState) -> dict[tuple[int, int], int]:
+    """(step, device) → start of the first GPU work the step launched on the device."""
+    ranges = pl.DataFrame(
+        {
+            "step": [step.step for step in steady.steps],
+            "start": [step.start_ns for step in steady.steps],
+            "end": [step.end_ns for step in steady.steps],
+        },
+        schema={"step": pl.Int64, "start": pl.Int64, "end": pl.Int64},
+    )
+    first = owned_work(trace, ranges).group_by("step", "device").agg(pl.col("ts").min())
+    return {(step, device): ts for step, device, ts in first.iter_rows()}
+
+
+def _idle_by_cause(
+    grid: pl.DataFrame, gaps: pl.DataFrame, extent: dict[int, tuple[int, int]]
+) -> dict[tuple[int, int], dict[str, int]]:
+    """Idle by cause in each (step, device) window of ``grid`` (``step, device, start, end``): the
+    classified gaps clipped to it, and its time before the device's first or after its last work."""
+    causes: dict[tuple[int, int], dict[str, int]] = defaultdict(dict)
+    if gaps.height:
+        idle_in = (
+            grid.join_where(
+                gaps.select(g_device="device", g_start="start", g_end="end", cause_kind="cause_kind"),
+                pl.col("g_start") < pl.col("end"),
+                pl.col("g_end") > pl.col("start"),
+            )
+            .filter(pl.col("device") == pl.col("g_device"))
+            .group_by("step", "device", "cause_kind")
+            .agg(idle=overlap_ns("start", "end", "g_start", "g_end").sum())
+        )
+        for step, device, kind, ns in idle_in.iter_rows():
+            causes[(step, device)][kind] = ns
+    for step, device, start, end in grid.select("step", "device", "start", "end").iter_rows():
+        first, last = extent[device]
+        before = max(0, min(end, first) - start)
+        after = max(0, end - max(start, last))
+        if before:
+            causes[(step, device)][CauseKind.BEFORE_FIRST.value] = before
+        if after:
+            causes[(step, device)][CauseKind.AFTER_LAST.value] = after
+    return causes
+
+
 def step_times(
     trace: Trace,
     busy: pl.DataFrame,
@@ -165,14 +217,15 @@ def step_times(
     gaps: pl.DataFrame,
     steady: SteadyState,
 ) -> tuple[StepTime, ...]:
-    """GPU time inside each step window, per device: busy by class and idle by cause (module doc)."""
+    """GPU time inside each step's device window, per device: busy by class and idle by cause, and
+    the idle before the step's own first GPU work (module doc)."""
     if not steady.steps or busy.is_empty():
         return ()
     windows = pl.DataFrame(
         {
             "step": [step.step for step in steady.steps],
-            "start": [step.start_ns for step in steady.steps],
-            "end": [step.end_ns for step in steady.steps],
+            "start": [step.begin_ns for step in steady.steps],
+            "end": [step.done_ns for step in steady.steps],
         },
         schema={"step": pl.Int64, "start": pl.Int64, "end": pl.Int64},
     )
@@ -186,38 +239,30 @@ def step_times(
     busy_in, kernel_in, compute_in = inside(busy), inside(kernels), inside(compute)
     copies = trace.gpu.filter(pl.col("kind") == "memcpy").select("device", start="ts", end="end")
     copy_in = inside(copies)  # summed copy durations clipped to the window (copies may overlap)
-    idle_in = (
-        grid.join_where(
-            gaps.select(g_device="device", g_start="start", g_end="end", cause_kind="cause_kind"),
-            pl.col("g_start") < pl.col("end"),
-            pl.col("g_end") > pl.col("start"),
-        )
-        .filter(pl.col("device") == pl.col("g_device"))
-        .group_by("step", "device", "cause_kind")
-        .agg(idle=overlap_ns("start", "end", "g_start", "g_end").sum())
-    )
-    causes: dict[tuple[int, int], dict[str, int]] = defaultdict(dict)
-    for step, device, kind, ns in idle_in.iter_rows():
-        causes[(step, device)][kind] = ns
     extent = {
         device: (first, last)
         for device, first, last in busy.group_by("device")
         .agg(pl.col("start").min(), pl.col("end").max())
         .iter_rows()
     }
+    causes = _idle_by_cause(grid, gaps, extent)
+    # The lead: from the window's start to the step's own first work on the device.
+    first_own = _first_own_work(trace, steady)
+    leads = pl.DataFrame(
+        [
+            (step, device, start, min(end, first_own[(step, device)]))
+            for step, device, start, end in grid.select("step", "device", "start", "end").iter_rows()
+            if first_own.get((step, device), start) > start
+        ],
+        schema={"step": pl.Int64, "device": pl.Int64, "start": pl.Int64, "end": pl.Int64},
+        orient="row",
+    )
+    lead_causes = _idle_by_cause(leads, gaps, extent) if leads.height else {}
     judged = {step.step: step for step in steady.steps}
     result = []
     for step_number, device, start, end in (
         grid.sort("start", "device").select("step", "device", "start", "end").iter_rows()
     ):
-        first, last = extent[device]
-        by_cause = dict(causes.get((step_number, device), {}))
-        before = max(0, min(end, first) - start)
-        after = max(0, end - max(start, last))
-        if before:
-            by_cause[CauseKind.BEFORE_FIRST.value] = before
-        if after:
-            by_cause[CauseKind.AFTER_LAST.value] = after
         key = (step_number, device)
         kernel, compute_ns, busy_ns = kernel_in.get(key, 0), compute_in.get(key, 0), busy_in.get(key, 0)
         info = judged[step_number]
@@ -229,12 +274,16 @@ def step_times(
                 end_ns=end,
                 busy_ns=busy_ns,
                 copy_ns=copy_in.get(key, 0),
-                idle_by_cause_ns=_ranked(by_cause),
+                idle_by_cause_ns=_ranked(causes.get(key, {})),
                 compute_ns=compute_ns,
                 communication_ns=kernel - compute_ns,
                 copy_exposed_ns=busy_ns - kernel,
                 steady=info.steady,
                 reason=info.reason,
+                host_start_ns=info.start_ns,
+                host_end_ns=info.end_ns,
+                lead_by_cause_ns=_ranked(lead_causes.get(key, {})),
+                first_work_ns=first_own.get(key),
             )
         )
     return tuple(result)
@@ -272,7 +321,7 @@ def steady_usage(
         else:
             clipped = [
                 (max(start, device.first_ns), min(end, device.last_ns))
-                for start, end in steady.windows
+                for start, end in steady.device_windows
                 if min(end, device.last_ns) > max(start, device.first_ns)
             ]
             windows = pl.DataFrame(

@@ -10,17 +10,31 @@ Work whose launching call the trace does not hold, numbered (correlation id) bel
 does hold, was launched before the host record began (the profiler starts mid-run with work still
 queued from the step before): a gap that starts after that waited with its work queued too, since
 the thread's later calls (a copy the host sat in, say) cannot have launched it.
+A process that launches kernels on several GPUs (naive model parallelism: the model's layers split
+across devices; its forward launched by the main thread, its backward by autograd's thread per
+device) adds one more question for a gap of at least ``min_gap_us``: did another of its GPUs work
+through ``cause_coverage`` of the gap while this one waited for it? It did when the work ending
+the gap was queued, or when for ``cause_coverage`` of the gap a thread of the process was blocked
+in a sync (before that work was launched) or the work was launched and waiting: ``other-gpu``, a
+pipeline bubble (the host is not late; the stages run one after the other).
 Otherwise the host was late, and what the launching thread did during the gap is the cause, in
 this order (gaps of at least ``min_gap_us``):
 
+0. ``graph-capture`` — the thread was capturing a CUDA/HIP graph (between ``cudaStreamBeginCapture``
+   and ``cudaStreamEndCapture``, :mod:`.capture`) for ``cause_coverage`` of the gap: what it
+   launched went into the graph, so the GPU had nothing to run, by design;
 1. ``dataloader`` — the thread spent at least ``cause_coverage`` of the gap in DataLoader ``__next__``;
 2. ``sync`` — a blocking call on the thread returned within ``sync_drain_slack_us`` of the gap's
    start after waiting at least ``cause_coverage`` of the gap's length: the host waited for the GPU
    to drain its queue, so no work was queued ahead (a sync that barely waited did not cause the
-   gap: the host work after it did). When that call waited for a host-to-device copy (pageable
-   ``.to('cuda')``), the cause is ``copy`` instead;
+   gap: the host work after it did). A copy call that waits inside itself (``cudaMemcpyAsync`` of a
+   device-to-host copy into pageable memory: ``.item()``, ``.cpu()``) is such a call. When the
+   call waited for a host-to-device copy (pageable ``.to('cuda')``), the cause is ``copy`` instead;
 3. ``copy`` — the thread was inside a copy call (``cudaMemcpy*``) for ``cause_coverage`` of the gap;
 4. ``communication`` — the innermost covering operator is a collective (``c10d::``, ``record_param_comms``);
+   ``host-bound`` — the thread sat in one kernel launch call (``cudaLaunchKernel``, ``hipLaunchKernel``
+   ...) for ``cause_coverage`` of the gap: a slow launch (a kernel's first launch loads its GPU code,
+   milliseconds where a launch takes microseconds), not the work of the operator around it;
 5. ``cpu_op`` — the innermost operator or annotation covering ``cause_coverage`` of the gap: the host
    was doing its own work in it (CPU compute, data preparation, a first call's initialisation). When
    that operator itself launched the work that ends a gap shorter than ``dispatch_max_us``, the gap
@@ -40,8 +54,9 @@ from typing import Final
 
 import polars as pl
 
+from traceinsight.analysis.capture import capture_windows
 from traceinsight.analysis.causes import CauseKind
-from traceinsight.analysis.intervals import gaps_between, meeting, overlap_ns
+from traceinsight.analysis.intervals import gaps_between, meeting, merge_intervals, overlap_ns
 from traceinsight.analysis.results import IdleGap
 from traceinsight.analysis.sources import source_at
 from traceinsight.load import Trace, taxonomy
@@ -63,6 +78,9 @@ GAP_SCHEMA = pl.Schema(
         "pid": pl.Int64,
         "tid": pl.Int64,
         "sync_key": pl.Int64,
+        "other_device": pl.Int64,
+        "source_line_kind": pl.String,
+        "source_function": pl.String,
     }
 )
 
@@ -81,17 +99,24 @@ def _main_thread(trace: Trace) -> tuple[int | None, int | None]:
 
 
 def _launchers(trace: Trace) -> pl.DataFrame:
-    """For each GPU activity start (device, ts): the thread that launched it and when its call ended."""
+    """For each GPU activity start (device, ts): the thread that launched it, when its call ended,
+    and whether the call replayed a CUDA/HIP graph (``in_graph``)."""
     return (
         trace.gpu.select("device", "ts", "correlation")
         .join(
-            trace.runtime.select("correlation", "pid", "tid", l_ts="ts", l_end="end"),
+            trace.runtime.select("correlation", "pid", "tid", "name", l_ts="ts", l_end="end"),
             on="correlation",
             how="inner",
         )
         .sort("correlation")
         .group_by("device", "ts")
-        .agg(pl.col("pid").first(), pl.col("tid").first(), pl.col("l_ts").min(), pl.col("l_end").min())
+        .agg(
+            pl.col("pid").first(),
+            pl.col("tid").first(),
+            pl.col("l_ts").min(),
+            pl.col("l_end").min(),
+            in_graph=pl.col("name").first().is_in(list(taxonomy.GRAPH_LAUNCH_CALLS)),
+        )
     )
 
 
@@ -149,7 +174,14 @@ def _host_activity(trace: Trace, calls: pl.DataFrame, windows: pl.DataFrame) -> 
             ),
         ]
     )
+    captures = meeting(
+        capture_windows(trace).select("pid", "tid", ts="start", end="end", name=pl.lit("graph capture")),
+        "ts",
+        "end",
+        windows,
+    )
     frames = [
+        captures.with_columns(kind=pl.lit("capture"), key=no_key),
         dataloader.with_columns(kind=pl.lit("dataloader"), key=no_key),
         meeting(
             calls.select("pid", "tid", "ts", "end", name="call", kind=pl.lit("sync"), key="key"),
@@ -173,20 +205,25 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
     # LLM decode trace ``touching`` has half a million rows (a copy of all its columns was 70 MB
     # at the analysis's memory peak).
     touching = (
-        late.select("gap", "pid", "tid", "start", "end", "l_ts")
+        late.select("gap", "pid", "tid", "start", "end", "l_ts", "l_end")
         .join_where(
             _host_activity(trace, calls, windows),
             pl.col("h_ts") < pl.col("end"),
             pl.col("h_end") >= pl.col("start") - slack,
         )
         .select(
-            "gap", "start", "end", "l_ts", "h_ts", "h_end", "name", "kind", "key",
+            "gap", "start", "end", "l_ts", "l_end", "h_ts", "h_end", "name", "kind", "key",
             covered=overlap_ns("start", "end", "h_ts", "h_end"),
             same_thread=(pl.col("h_pid") == pl.col("pid")) & (pl.col("h_tid") == pl.col("tid")),
         )
         .filter("same_thread")
     )  # fmt: skip
     covers = pl.col("covered") >= (pl.col("end") - pl.col("start")) * limits.cause_coverage
+    capturing = (
+        touching.filter(pl.col("kind") == "capture")
+        .group_by("gap")
+        .agg(capture_covered=pl.col("covered").sum())
+    )
     dataloader = (
         touching.filter(pl.col("kind") == "dataloader")
         .group_by("gap")
@@ -203,6 +240,15 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         .group_by("gap")
         .agg(sync_key=pl.col("key").last())
     )
+    # A runtime call (not the launch ending the gap) the host sat in for most of the gap: a slow
+    # call (a first launch loading its module), named in the host-bound cause's words.
+    in_runtime = (
+        touching.filter((pl.col("kind") == "runtime") & covers)
+        .sort("covered", descending=True)
+        .group_by("gap")
+        .agg(runtime_call=pl.col("name").first(), runtime_ns=pl.col("covered").first())
+        .with_columns(slow_launch=pl.col("runtime_call").is_in(list(taxonomy.KERNEL_LAUNCH_CALLS)))
+    )
     in_copy = (
         touching.filter((pl.col("kind") == "copy") & covers)
         .group_by("gap")
@@ -218,7 +264,7 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
     ending_launch = (pl.col("kind") == "runtime") & (pl.col("h_ts") >= pl.col("l_ts")).fill_null(False)
     recorded = (
         touching.select("gap", "l_ts", "h_ts", "kind", "covered")
-        .filter((pl.col("covered") > 0) & (pl.col("kind") != "dataloader") & ~ending_launch)
+        .filter((pl.col("covered") > 0) & ~pl.col("kind").is_in(["dataloader", "capture"]) & ~ending_launch)
         .group_by("gap")
         .agg(activity=pl.len())
     )
@@ -227,6 +273,14 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         sync_call="call",
         sync_op="op",
         waited_copy="copy",
+        sync_is_copy=pl.col("kind") == "copy",
+    )
+    blocked_facts = calls.select(blocked_key="key", blocked_call="call", blocked_op="op")
+    # Waiting for another GPU: blocked in syncs, then the work queued behind the other GPU's.
+    queued_ns = pl.col("end") - pl.col("l_end").clip(pl.col("start"), pl.col("end")).fill_null(pl.col("end"))
+    other_gpu = pl.col("other_busy").fill_null(0) >= pl.col("duration") * limits.cause_coverage
+    waited_other = other_gpu & (
+        pl.col("blocked_ns").fill_null(0) + queued_ns >= pl.col("duration") * limits.cause_coverage
     )
     h2d = pl.col("waited_copy").str.starts_with("Memcpy HtoD").fill_null(False)
     # The covering operator launched the work that ends the gap: the gap is its dispatch cost.
@@ -236,16 +290,24 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         & (pl.col("duration") < round(limits.dispatch_max_us * 1000))
     ).fill_null(False)
     kind = (
-        pl.when(pl.col("dl_covered").fill_null(0) >= pl.col("duration") * limits.cause_coverage)
+        pl.when(pl.col("capture_covered").fill_null(0) >= pl.col("duration") * limits.cause_coverage)
+        .then(pl.lit(CauseKind.CAPTURE.value))
+        .when(pl.col("dl_covered").fill_null(0) >= pl.col("duration") * limits.cause_coverage)
         .then(pl.lit(CauseKind.DATALOADER.value))
         .when(pl.col("sync_key").is_not_null() & h2d)
         .then(pl.lit(CauseKind.COPY.value))
         .when(pl.col("sync_key").is_not_null())
         .then(pl.lit(CauseKind.SYNC.value))
+        .when(waited_other)
+        .then(pl.lit(CauseKind.OTHER_GPU.value))
         .when(pl.col("copy_call").is_not_null())
         .then(pl.lit(CauseKind.COPY.value))
         .when(pl.col("op_name").str.contains(taxonomy.COMMUNICATION_OP_PATTERN).fill_null(False))
         .then(pl.lit(CauseKind.COMMUNICATION.value))
+        # A launch call the host sat in for most of the gap, inside the operator launching the work:
+        # the launch was slow (a kernel's first launch loads its GPU code), not the operator's work.
+        .when(pl.col("slow_launch").fill_null(False))
+        .then(pl.lit(CauseKind.LAUNCH.value))
         .when(pl.col("op_name").is_not_null() & ~dispatching)
         .then(pl.lit(CauseKind.HOST_OP.value))
         .when(pl.col("activity").is_null())
@@ -253,7 +315,11 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         .otherwise(pl.lit(CauseKind.LAUNCH.value))
     )
     sync_label = (
-        pl.when(pl.col("waited_copy").is_not_null() & pl.col("sync_op").is_not_null())
+        pl.when(pl.col("sync_is_copy").fill_null(False) & pl.col("sync_op").is_not_null())
+        .then(pl.format("{} waiting for its {} in {}", "sync_call", "waited_copy", "sync_op"))
+        .when(pl.col("sync_is_copy").fill_null(False))
+        .then(pl.format("{} waiting for its {}", "sync_call", "waited_copy"))
+        .when(pl.col("waited_copy").is_not_null() & pl.col("sync_op").is_not_null())
         .then(pl.format("{} after {} in {}", "sync_call", "waited_copy", "sync_op"))
         .when(pl.col("waited_copy").is_not_null())
         .then(pl.format("{} after {}", "sync_call", "waited_copy"))
@@ -262,10 +328,24 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         .otherwise(pl.col("sync_call"))
     )
     return (
-        late.select("gap", "duration", "l_ts")
+        late.select(
+            "gap",
+            "start",
+            "end",
+            "duration",
+            "l_ts",
+            "l_end",
+            "other_device",
+            "other_busy",
+            "blocked_ns",
+            "blocked_key",
+        )
+        .join(capturing, on="gap", how="left")
         .join(dataloader, on="gap", how="left")
         .join(drained, on="gap", how="left")
+        .join(blocked_facts, on="blocked_key", how="left")
         .join(in_copy, on="gap", how="left")
+        .join(in_runtime, on="gap", how="left")
         .join(innermost_op, on="gap", how="left")
         .join(recorded, on="gap", how="left")
         .join(sync_facts, on="sync_key", how="left")
@@ -274,16 +354,46 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
             sync_key=pl.when(pl.col("cause_kind").is_in([CauseKind.SYNC.value, CauseKind.COPY.value]))
             .then(pl.col("sync_key"))
             .otherwise(None),
-            cause=pl.when(pl.col("cause_kind") == CauseKind.DATALOADER.value)
+            cause=pl.when(pl.col("cause_kind") == CauseKind.CAPTURE.value)
+            .then(pl.lit("capturing a graph: the launches were recorded into it, not run"))
+            .when(pl.col("cause_kind") == CauseKind.DATALOADER.value)
             .then(pl.col("dl_name"))
             .when(pl.col("sync_key").is_not_null())
             .then(sync_label)
+            .when((pl.col("cause_kind") == CauseKind.OTHER_GPU.value) & pl.col("blocked_call").is_not_null())
+            .then(
+                pl.format(
+                    "the host waited in {} while GPU {} worked: a pipeline bubble",
+                    pl.when(pl.col("blocked_op").is_not_null())
+                    .then(pl.format("{} in {}", "blocked_call", "blocked_op"))
+                    .otherwise(pl.col("blocked_call")),
+                    "other_device",
+                )
+            )
+            .when(pl.col("cause_kind") == CauseKind.OTHER_GPU.value)
+            .then(pl.format("the next work waited behind GPU {}'s: a pipeline bubble", "other_device"))
             .when(pl.col("cause_kind") == CauseKind.COPY.value)
             .then(pl.col("copy_call"))
             .when(pl.col("cause_kind").is_in([CauseKind.COMMUNICATION.value, CauseKind.HOST_OP.value]))
             .then(pl.col("op_name"))
+            .when(pl.col("slow_launch").fill_null(False) & pl.col("op_name").is_not_null())
+            .then(
+                pl.format(
+                    "the host sat in {} inside {} for most of the gap: a slow launch (a kernel's first "
+                    "launch loads its GPU code: start-up, not the loop's pace)",
+                    "runtime_call",
+                    "op_name",
+                )
+            )
             .when(pl.col("op_name").is_not_null())
             .then(pl.format("dispatching {}: the host took this long to launch its next kernel", "op_name"))
+            .when(pl.col("runtime_call").is_not_null())
+            .then(
+                pl.format(
+                    "the host sat in {} for most of the gap: a slow runtime call (a first launch loads its module)",
+                    "runtime_call",
+                )
+            )
             .when(pl.col("cause_kind") == CauseKind.UNTRACED.value)
             .then(
                 pl.lit(
@@ -294,6 +404,79 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         )
         .select("gap", "cause_kind", "cause", "sync_key")
     )
+
+
+_OTHER_SCHEMA = pl.Schema(
+    {
+        "gap": pl.Int64,
+        "other_device": pl.Int64,
+        "other_busy": pl.Int64,
+        "blocked_ns": pl.Int64,
+        "blocked_key": pl.Int64,
+    }
+)
+
+
+def _other_gpu_busy(trace: Trace, gaps: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """For each gap (``gap, device, start, end, pid, l_end``) whose launching process launched
+    kernels on more than one device: the busiest other device of that process during the gap, and
+    how long a thread of the process was blocked in syncs in the gap before its work was launched
+    (the most of any one thread; the key of its longest call) →
+    ``gap, other_device, other_busy, blocked_ns, blocked_key`` (ns)."""
+    if gaps.is_empty() or trace.gpu.get_column("device").n_unique() < 2:  # one GPU: no other to wait for
+        return pl.DataFrame(schema=_OTHER_SCHEMA)
+    process_devices = (
+        trace.gpu.filter(pl.col("kind") == "kernel")
+        .select("correlation", "device")
+        .join(trace.runtime.select("correlation", "pid"), on="correlation", how="inner")
+        .select("pid", "device")
+        .unique()
+    )
+    several = process_devices.group_by("pid").len().filter(pl.col("len") > 1).select("pid")
+    candidates = gaps.join(several, on="pid", how="semi")
+    if candidates.is_empty():  # the usual case: one GPU per process
+        return pl.DataFrame(schema=_OTHER_SCHEMA)
+    others = candidates.join(
+        process_devices.rename({"device": "other_device"}), on="pid", how="inner"
+    ).filter(pl.col("other_device") != pl.col("device"))
+    busy = merge_intervals(
+        trace.gpu.filter(pl.col("device").is_in(others.get_column("other_device").unique().implode())),
+        by="device",
+    )
+    busy = meeting(busy.rename({"start": "ts"}), "ts", "end", others.select("start", "end"))
+    busiest = (
+        others.select("gap", "other_device", "start", "end")
+        .join_where(
+            busy.select(b_device="device", b_start="ts", b_end="end"),
+            pl.col("b_start") < pl.col("end"),
+            pl.col("b_end") > pl.col("start"),
+        )
+        .filter(pl.col("b_device") == pl.col("other_device"))
+        .group_by("gap", "other_device")
+        .agg(other_busy=overlap_ns("start", "end", "b_start", "b_end").sum())
+        .sort(["gap", "other_busy", "other_device"], descending=[False, True, False])
+        .unique("gap", keep="first", maintain_order=True)
+    )
+    # Blocked before the launch: the gap up to when its work was launched (the whole gap without one).
+    until = candidates.select(
+        "gap", "pid", "start", launched=pl.min_horizontal("end", pl.col("l_end").fill_null(pl.col("end")))
+    ).filter(pl.col("launched") > pl.col("start"))
+    blocked = (
+        until.join_where(
+            calls.select(c_pid="pid", c_tid="tid", c_ts="ts", c_end="end", c_key="key"),
+            pl.col("c_ts") < pl.col("launched"),
+            pl.col("c_end") > pl.col("start"),
+        )
+        .filter(pl.col("c_pid") == pl.col("pid"))
+        .with_columns(ns=overlap_ns("start", "launched", "c_ts", "c_end"))
+        .sort("ns")
+        .group_by("gap", "c_tid")
+        .agg(blocked_ns=pl.col("ns").sum(), blocked_key=pl.col("c_key").last())
+        .sort(["gap", "blocked_ns", "c_tid"], descending=[False, True, False])
+        .unique("gap", keep="first", maintain_order=True)
+        .select("gap", "blocked_ns", "blocked_key")
+    )
+    return busiest.join(blocked, on="gap", how="left").select(list(_OTHER_SCHEMA)).cast(_OTHER_SCHEMA)
 
 
 def classify_gaps(
@@ -332,26 +515,46 @@ def classify_gaps(
         .with_row_index("gap")
         .with_columns(pl.col("gap").cast(pl.Int64))
     )
+    other = _other_gpu_busy(
+        trace,
+        table.filter(pl.col("long") & pl.col("pid").is_not_null()).select(
+            "gap", "device", "start", "end", "pid", "l_end"
+        ),
+        calls,
+    )
+    table = table.join(other, on="gap", how="left")
+    bubble = (
+        pl.col("long")
+        & (pl.col("other_busy") >= pl.col("duration") * limits.cause_coverage).fill_null(False)
+        & pl.col("queued")
+        & ~pl.col("early")
+    )
     late = table.filter(pl.col("long") & ~pl.col("queued") & pl.col("pid").is_not_null())
     classified = _classify_late(trace, late, calls, limits) if late.height else None
     queued_text = pl.lit(
         "the next work was already queued: the GPU waited on another stream, an event or a graph"
     )
     simple = (
-        pl.when(pl.col("queued"))
+        pl.when(bubble)
+        .then(pl.lit(CauseKind.OTHER_GPU.value))
+        .when(pl.col("queued"))
         .then(pl.lit(CauseKind.QUEUED.value))
         .when(pl.col("pid").is_null())
         .then(pl.lit(CauseKind.UNKNOWN.value))
         .otherwise(pl.lit(CauseKind.LAUNCH.value))
     )
     simple_text = (
-        pl.when(pl.col("early"))
+        pl.when(bubble)
+        .then(pl.format("the next work was queued behind GPU {}'s: a pipeline bubble", "other_device"))
+        .when(pl.col("early"))
         .then(
             pl.lit(
                 "the next work was queued before the trace recorded the host (its launch is not in "
                 "the trace): the GPU waited on another stream, an event or a graph"
             )
         )
+        .when(pl.col("queued") & pl.col("in_graph").fill_null(False))
+        .then(pl.lit(QUEUED_IN_GRAPH))
         .when(pl.col("queued"))
         .then(queued_text)
         .when(pl.col("pid").is_null())
@@ -363,23 +566,35 @@ def classify_gaps(
         table = table.update(classified, on="gap", how="left")
     long_rows = table.filter(pl.col("long") & pl.col("pid").is_not_null())
     points = long_rows.select(key="gap", pid="pid", tid="tid", t=((pl.col("start") + pl.col("end")) // 2))
-    sources = source_at(trace, points, user_code).rename(
-        {"key": "gap", "source": "mid_source", "source_kind": "mid_kind"}
+    line_columns = ("source", "source_kind", "source_line_kind", "source_function")
+    sources = source_at(trace, points, user_code).select(
+        gap="key", **{f"mid_{name}": name for name in line_columns}
     )
-    sync_sources = calls.select(sync_key="key", sync_source="source", sync_kind="source_kind")
+    sync_sources = calls.select(sync_key="key", **{f"sync_{name}": name for name in line_columns})
     use_sync = pl.col("sync_source").is_not_null()
     return (
         table.join(sources, on="gap", how="left")
         .join(sync_sources, on="sync_key", how="left")
         .with_columns(
-            source=pl.when(use_sync).then(pl.col("sync_source")).otherwise(pl.col("mid_source")),
-            source_kind=pl.when(use_sync).then(pl.col("sync_kind")).otherwise(pl.col("mid_kind")),
+            other_device=pl.when(pl.col("cause_kind") == CauseKind.OTHER_GPU.value).then(
+                pl.col("other_device")
+            ),
+            **{
+                name: pl.when(use_sync).then(pl.col(f"sync_{name}")).otherwise(pl.col(f"mid_{name}"))
+                for name in line_columns
+            },
         )
         .sort("device", "start")
         .select(list(GAP_SCHEMA))
         .cast(GAP_SCHEMA)
     )
 
+
+#: The cause of a ``queued`` gap whose next work a graph replay (``cudaGraphLaunch``) had queued.
+QUEUED_IN_GRAPH: Final = (
+    "the next work was already queued in a CUDA graph replay: a node of the graph waited on a "
+    "dependency (an event from another stream or rank, a host node)"
+)
 
 #: The classified gaps' column of each :class:`IdleGap` field named differently.
 _GAP_COLUMN: Final = {"start_ns": "start", "end_ns": "end"}

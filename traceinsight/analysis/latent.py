@@ -64,15 +64,28 @@ class LatentSync:
     :data:`STEP_COUNTER`): not a would-be sync."""
     cpu_detail: str | None = None
     """Which: the DataLoader range or the optimizer (``Adam``), for :attr:`cpu_value`."""
+    source_line_kind: str | None = None
+    """What ``source``'s line is: ``call`` (the call's line), ``def`` (the first line of
+    ``source_function``: torch's stack names a function so), ``recording-start`` (the line
+    ``source_function`` was on when recording began), None when the trace does not say (see
+    :mod:`traceinsight.analysis.sources`)."""
+    source_function: str | None = None
+    """The function ``source`` is in (``log_metrics``), when frames name it."""
+    framework_call: str | None = None
+    """Framework code the line calls that reads GPU values on the host by design
+    (``torch.optim.LBFGS``: :data:`traceinsight.load.taxonomy.DESIGNED_SYNCS`), when the calls
+    happen inside it."""
 
 
 def latent_syncs(
     trace: Trace, steady: SteadyState, user_code: Collection[str] = ()
 ) -> tuple[LatentSync, ...]:
-    """Operators of :data:`taxonomy.LATENT_SYNC_OPS` not inside another one, grouped by line and
-    module (by operator where no line is known), the CPU-resident reads apart (see the module
-    doc); only for traces without GPU work (with a GPU, the real syncs are measured instead)."""
-    if trace.has_gpu_activity:
+    """Operators of :data:`taxonomy.LATENT_SYNC_OPS` not inside another one, grouped by line,
+    module and framework code that syncs by design (by operator where no line is known), the
+    CPU-resident reads apart (see the module doc); only for traces without GPU work (with a GPU,
+    the real syncs are measured instead), and not for an accelerator this tool cannot read (MTIA,
+    ...): there the operators did wait, on it."""
+    if trace.has_gpu_activity or trace.meta.foreign_accelerator is not None:
         return ()
     ops = trace.cpu_ops.filter(pl.col("name").is_in(list(taxonomy.LATENT_SYNC_OPS))).with_row_index("key")
     if ops.is_empty():
@@ -106,9 +119,9 @@ def latent_syncs(
     )
     rows = rows.with_columns(unplaced_op=pl.when(pl.col("source").is_null()).then(pl.col("op")))
     groups = [
-        _one_line(group, cpu_value, source, module, unplaced_op)
-        for (cpu_value, source, module, unplaced_op), group in rows.group_by(
-            "cpu_value", "source", "module", "unplaced_op", maintain_order=True
+        _one_line(group, cpu_value, source, module, framework_call, unplaced_op)
+        for (cpu_value, source, module, framework_call, unplaced_op), group in rows.group_by(
+            "cpu_value", "source", "module", "framework_call", "unplaced_op", maintain_order=True
         )
     ]
     groups.sort(key=lambda sync: (sync.cpu_value is not None, -sync.steady_count, -sync.count, sync.op))
@@ -116,7 +129,7 @@ def latent_syncs(
 
 
 def _one_line(
-    group: pl.DataFrame, cpu_value: object, source: object, module: object, op: object
+    group: pl.DataFrame, cpu_value: object, source: object, module: object, framework_call: object, op: object
 ) -> LatentSync:
     """The would-be sync of one line's rows (see :attr:`LatentSync.count`)."""
     by_op = (
@@ -158,6 +171,9 @@ def _one_line(
         formatting=formats.height > 0,
         cpu_value=None if cpu_value is None else str(cpu_value),
         cpu_detail=str(details.mode().sort().first()) if details.len() else None,
+        source_line_kind=next(iter(group.get_column("source_line_kind").drop_nulls().to_list()), None),
+        source_function=next(iter(group.get_column("source_function").drop_nulls().to_list()), None),
+        framework_call=None if framework_call is None else str(framework_call),
     )
 
 

@@ -8,7 +8,10 @@ allocated series is then their running sum, shifted up by the lowest value it re
 allocated before the trace began is unknown, but never negative), a lower bound, said so.
 
 From the runtime calls: ``cudaMalloc``/``cudaFree`` (``hipMalloc``/``hipFree``) inside the
-steady-state windows, per steady step. PyTorch's caching allocator reuses blocks, so in a loop at
+steady-state steps, per steady step; in a trace without steps, inside the steady window while the
+GPU has work to do (from its first work to the end of its last: a call before it is set-up, one
+after it is teardown, and neither holds the GPU back; the step replay measures such a trace on the
+GPU the same way). PyTorch's caching allocator reuses blocks, so in a loop at
 its usual pace it calls neither; calls every step mean the cache is being emptied
 (``torch.cuda.empty_cache()``) or cannot serve the requests (fragmentation, or memory so close to
 the limit that a failed allocation frees the cache and retries).
@@ -76,7 +79,8 @@ class AllocatorChurn:
     """Allocator runtime calls inside the steady state."""
 
     calls: int
-    """``cudaMalloc``/``cudaFree``/``hipMalloc``/``hipFree`` calls in the steady windows."""
+    """``cudaMalloc``/``cudaFree``/``hipMalloc``/``hipFree`` calls in the steady steps; without
+    steps, in the steady window while the GPU has work to do (see :func:`busy_windows`)."""
     call_ns: int
     """Their summed host time."""
     by_name: tuple[tuple[str, int, int], ...]
@@ -180,10 +184,28 @@ def device_memory(trace: Trace, points: int) -> tuple[DeviceMemory, ...]:
     return tuple(devices)
 
 
+def busy_windows(trace: Trace, windows: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+    """``windows`` cut to when the GPU has work to do: from the later of a window's start and the
+    GPU's first work in the trace to the end of the last GPU work that started before the window
+    ended (a window the GPU never works in is dropped). A trace without GPU work keeps them."""
+    gpu = trace.gpu.filter(pl.col("device").is_not_null())
+    if gpu.is_empty():
+        return windows
+    first = int(gpu.get_column("ts").min())  # type: ignore[arg-type]
+    cut = []
+    for start, end in windows:
+        last = gpu.filter((pl.col("ts") < end) & (pl.col("end") > start)).get_column("end").max()
+        if isinstance(last, int) and min(end, last) > max(start, first):
+            cut.append((max(start, first), min(end, last)))
+    return tuple(cut)
+
+
 def allocator_churn(trace: Trace, steady: SteadyState) -> AllocatorChurn:
-    """The allocator's runtime calls inside the steady windows, and the steady steps holding them."""
+    """The allocator's runtime calls inside the steady steps (without steps: in the steady window
+    while the GPU has work to do, :func:`busy_windows`), and the steady steps holding them."""
     calls = trace.runtime.filter(pl.col("name").is_in(list(taxonomy.ALLOCATOR_CALLS)))
-    calls = calls.filter(within(calls.get_column("ts"), steady.windows)).sort("ts")
+    windows = steady.windows if steady.steady_steps else busy_windows(trace, steady.windows)
+    calls = calls.filter(within(calls.get_column("ts"), windows)).sort("ts")
     by_name = (
         calls.group_by("name")
         .agg(count=pl.len(), ns=pl.col("dur").sum())

@@ -33,6 +33,9 @@ class OptimizerStats:
     #: ``Optimizer.zero_grad#...`` ranges and the memsets/fill kernels launched inside them.
     zero_grads: int
     zeroing: int
+    #: Each steady ``Optimizer.step`` range: (start, end, GPU time of the kernels launched in it),
+    #: for replaying the step at the pace of its kernels.
+    ranges: tuple[tuple[int, int, int], ...] = ()
 
 
 def _inside(launches: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
@@ -80,4 +83,21 @@ def optimizer_stats(trace: Trace, steady: SteadyState) -> OptimizerStats:
         optimizer=optimizer,
         zero_grads=zero.height,
         zeroing=in_zero.height,
+        ranges=_range_kernels(steps, in_step),
+    )
+
+
+def _range_kernels(steps: pl.DataFrame, in_step: pl.DataFrame) -> tuple[tuple[int, int, int], ...]:
+    """Each ``Optimizer.step`` range with the summed duration of the kernels launched in it."""
+    kernel_ns = (
+        {
+            (int(start), int(end)): int(ns)
+            for start, end, ns in in_step.group_by("r_ts", "r_end").agg(pl.col("dur").sum()).iter_rows()
+        }
+        if in_step.height
+        else {}
+    )
+    return tuple(
+        (int(start), int(end), kernel_ns.get((int(start), int(end)), 0))
+        for start, end in steps.sort("ts").select("ts", "end").iter_rows()
     )

@@ -46,7 +46,7 @@ def precision_mix(trace: Trace, steady: SteadyState, top: int = 5) -> tuple[Prec
     if kernels.is_empty():
         return ()
     if steady.windows:
-        kernels = kernels.filter(within(kernels.get_column("ts"), steady.windows))
+        kernels = kernels.filter(within(kernels.get_column("ts"), steady.device_windows))
     tensor = pl.col("name").str.contains(taxonomy.TENSOR_CORE_KERNEL_PATTERN)
     fp32 = pl.col("name").str.contains(taxonomy.FP32_MATMUL_KERNEL_PATTERN) & ~tensor
     classified = kernels.with_columns(fp32=fp32, tensor=tensor)

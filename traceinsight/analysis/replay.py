@@ -5,8 +5,11 @@ idle that removing the sync would not give back). It is the difference between t
 steady-state steps, one as recorded and one with the fix applied, in one model:
 
 - **Host.** The launching threads' own time is kept as recorded: Python, operators, launch calls.
-  Only what a fix removes changes: a blocking call that no longer waits takes no time; a shortened
-  range (a DataLoader ``__next__``, a pageable copy call) takes its new length. Everything the host
+  Only what a fix removes changes: a blocking call that no longer waits takes no time (a copy call
+  that waited inside itself, into pageable memory, takes what queueing a copy takes: the median
+  kernel launch call, at most its recorded time); a shortened range (a DataLoader ``__next__``, a
+  pageable copy call, an unfused ``optimizer.step()``) takes its new length, the launches inside it
+  spread over that length in proportion. Everything the host
   does after such a point happens that much earlier: it runs ahead.
 - **GPU.** Each kernel, copy and memset runs for its own recorded duration, in launch order on its
   stream. Work the host launched late ends at the later of (its launch + launch latency + its
@@ -21,12 +24,18 @@ steady-state steps, one as recorded and one with the fix applied, in one model:
   running), then return with the overhead they had after the GPU finished.
 - **The launch queue.** The host can be at most ``LAUNCH_QUEUE`` launches ahead of the GPU: a launch
   waits until the work that many launches before it has started.
-- **Step time** of a window = the later of the host's end of the window and the end of the GPU work
-  launched in it, from the window's start. A saving is the baseline replay minus the fixed replay.
+- **Step time** of a window of steps = the later of the host's end of the window and the end of
+  the GPU work launched in it, from the window's start on the GPU's clock: when the step before the
+  window was done (:mod:`.steady`), so that a window's recorded time is the steady steps' step times
+  summed, and a saving per step is over the same steps as the step time. A trace without steps is
+  measured as its report measures it, on the GPU: from the later of the window's start and the GPU's
+  first work to the end of the GPU's last work. The host's time after that (the teardown: freeing
+  memory, the final synchronize) is no part of it, so a fix that only shortens it saves nothing. A
+  saving is the baseline replay minus the fixed replay; it is never more than the baseline.
 
-Cross-stream dependencies are not modelled beyond the gaps kept above, and the GPU work itself is
-unchanged (a pinned copy is not assumed faster than a pageable one): savings are what removing the
-host's waits gives back, no more.
+Cross-stream dependencies are not modelled beyond the gaps kept above. The GPU work itself is
+unchanged unless the fix says so: kernels ``faster`` by a factor, or copies given a new duration
+(``durations``: a pageable copy at pinned speed).
 """
 
 from __future__ import annotations
@@ -49,6 +58,8 @@ LAUNCH_QUEUE = 1024
 _NEVER = np.iinfo(np.int64).min // 4
 #: Launch latency assumed when no launch was waited for (ns).
 _DEFAULT_LATENCY_NS = 10_000
+#: What a launch call costs the host when the trace has none to measure (ns).
+_DEFAULT_LAUNCH_COST_NS = 5_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,12 +76,19 @@ class Fix:
     #: Correlations of GPU work that runs ``speedup`` times faster (tensor cores: AMP, TF32).
     faster: frozenset[int] = frozenset()
     speedup: float = 1.0
+    #: ``(correlation, new duration ns)`` of GPU work that takes a new time (a pageable copy at the
+    #: speed of a pinned one).
+    durations: tuple[tuple[int, int], ...] = ()
 
     @property
     def empty(self) -> bool:
         """True when the fix changes nothing."""
         return not (
-            self.remove_calls or self.shorten or self.side_stream or (self.faster and self.speedup != 1)
+            self.remove_calls
+            or self.shorten
+            or self.side_stream
+            or self.durations
+            or (self.faster and self.speedup != 1)
         )
 
 
@@ -97,6 +115,15 @@ class _Window:
     call_overhead: np.ndarray
     #: Per call: the streams it did not wait for (still busy when it returned, as recorded).
     call_skipped: tuple[frozenset[int], ...]
+    #: None for a window of steps (its time ends with the later of the host and the GPU); for a
+    #: trace without steps, where its time on the GPU begins (relative ns): the window's start, or
+    #: the GPU's first work when that comes later. Its time then ends with the GPU's last work.
+    gpu_from: int | None = None
+    #: Per call: what it takes when a fix removes its wait (a copy call still queues its copy).
+    call_floor: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    #: Where the window's time begins on the GPU's clock, relative to ``start``: when the step
+    #: before it was done (its first step's device window begins there; may be negative).
+    begin: int = 0
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -162,6 +189,15 @@ def _simulate(window: _Window, fix: Fix) -> int:
         shortened = np.where(quicker, np.round(duration / fix.speedup).astype(np.int64), duration)
         advance = advance - (duration - shortened)  # it ends that much earlier after the frontier
         duration = shortened
+    if fix.durations:
+        new_duration = dict(fix.durations)
+        retimed = np.fromiter(
+            (new_duration.get(int(c), int(d)) for c, d in zip(window.correlation, duration, strict=True)),
+            dtype=np.int64,
+            count=duration.size,
+        )
+        advance = advance - (duration - retimed)
+        duration = retimed
     if fix.side_stream:
         moved = np.isin(window.correlation, np.fromiter(fix.side_stream, dtype=np.int64))
         streams[moved] = -1 - streams[moved]  # a copy stream beside each stream
@@ -170,15 +206,18 @@ def _simulate(window: _Window, fix: Fix) -> int:
     count = window.launch.size
     starts = np.zeros(count, dtype=np.int64)
     ends = np.zeros(count, dtype=np.int64)
-    anchors = _anchors(window, fix)
+    kept = _kept_ranges(window, fix)
+    anchors = _anchors(window, kept)
+    launch = _compressed(window.launch, kept)
     shift = 0
     processed = 0
     skipped = dict(zip(window.call_key.tolist(), window.call_skipped, strict=True))
+    floors = dict(zip(window.call_key.tolist(), window.call_floor.tolist(), strict=False))
     for point, kind, value, extra, recorded_end in [*anchors, (window.end - window.start, "end", 0, 0, 0)]:
         upto = int(np.searchsorted(window.launch, point, side="left")) if kind != "end" else count
         if upto > processed:
             batch = slice(processed, upto)
-            queued_at = window.launch[batch] + shift + window.latency[batch]
+            queued_at = launch[batch] + shift + window.latency[batch]
             batch_streams = streams[batch]
             for stream in np.unique(batch_streams):
                 mine = np.flatnonzero(batch_streams == stream) + processed
@@ -196,14 +235,14 @@ def _simulate(window: _Window, fix: Fix) -> int:
             behind = index - LAUNCH_QUEUE
             held = behind >= 0
             if held.any():
-                late_by = starts[behind[held]] - (window.launch[index[held]] + shift)
+                late_by = starts[behind[held]] - (launch[index[held]] + shift)
                 shift += max(0, int(late_by.max()))
             processed = upto
         if kind == "call":
             call_start = point + shift
             # A call the fix removes returns at once; one that stays waits for the GPU to finish.
             if value in fix.remove_calls:
-                returned = call_start
+                returned = call_start + floors.get(value, 0)
             else:
                 ignore = skipped[value]
                 done = max((end for stream, end in stream_end.items() if stream not in ignore), default=0)
@@ -211,30 +250,68 @@ def _simulate(window: _Window, fix: Fix) -> int:
             shift = returned - recorded_end
         elif kind == "shorten":
             shift -= value
+    if window.gpu_from is not None:
+        first = int(starts.min()) if count else None
+        return _gpu_time(window.gpu_from, window.carry, int(ends.max()) if count else None, first)
     host_end = window.end - window.start + shift
-    return max(host_end, int(ends.max()) if count else 0)
+    return max(host_end, int(ends.max()) if count else 0, window.begin) - window.begin
+
+
+def _gpu_time(gpu_from: int, carry: dict[int, int], last_end: int | None, first_start: int | None) -> int:
+    """A window without steps on the GPU: from ``gpu_from`` (or its first work, when a fix moved
+    that earlier) to the end of its last work, work carried in from before the window included."""
+    ends = [end for end in (last_end, *carry.values()) if end is not None]
+    if not ends:
+        return 0
+    begin = gpu_from if first_start is None else min(gpu_from, first_start)
+    return max(0, max(ends) - begin)
 
 
 #: A host point of the replay: (time, kind, key or time removed, overhead, recorded end).
 _Anchor = tuple[int, str, int, int, int]
 
 
-def _anchors(window: _Window, fix: Fix) -> list[_Anchor]:
-    """Host points in time order: blocking calls (``call``: key, overhead after the GPU finished,
-    recorded end) and shortened ranges (``shorten``: the time removed). Calls inside a shortened
-    range go with it."""
+def _kept_ranges(window: _Window, fix: Fix) -> list[tuple[int, int, int]]:
+    """The fix's shortened ranges starting in ``window`` (relative start, end, new length), in time
+    order, without those nested in an earlier one."""
     ranges = sorted(
-        (start - window.start, end - window.start, length)
+        (start - window.start, end - window.start, min(length, end - start))
         for start, end, length in fix.shorten
         if window.start <= start < window.end
     )
-    shortened: list[_Anchor] = []
-    covered: list[tuple[int, int]] = []
+    kept: list[tuple[int, int, int]] = []
     for start, end, length in ranges:
-        if covered and start < covered[-1][1]:
+        if kept and start < kept[-1][1]:
             continue  # nested in the previous range
-        shortened.append((start, "shorten", max(0, end - start - length), 0, 0))
-        covered.append((start, end))
+        kept.append((start, end, max(0, length)))
+    return kept
+
+
+def _compressed(launch: np.ndarray, kept: list[tuple[int, int, int]]) -> np.ndarray:
+    """Launch times with each shortened range's launches spread over its new length in proportion.
+
+    The ``shorten`` anchor at a range's start moves everything after it earlier by the time
+    removed; a launch at ``start + x`` inside the range then lands at ``start + x * length /
+    (end - start)`` (a copy call's own launch, at its start, stays at its start), not before it."""
+    if not kept:
+        return launch
+    adjusted = launch.copy()
+    for start, end, length in kept:
+        inside = (launch >= start) & (launch < end)
+        if inside.any() and end > start:
+            removed = end - start - length
+            adjusted[inside] += np.round(removed * (1 - (launch[inside] - start) / (end - start))).astype(
+                np.int64
+            )
+    return adjusted
+
+
+def _anchors(window: _Window, kept: list[tuple[int, int, int]]) -> list[_Anchor]:
+    """Host points in time order: blocking calls (``call``: key, overhead after the GPU finished,
+    recorded end) and shortened ranges (``shorten``: the time removed). Calls inside a shortened
+    range go with it."""
+    shortened: list[_Anchor] = [(start, "shorten", end - start - length, 0, 0) for start, end, length in kept]
+    covered = [(start, end) for start, end, _ in kept]
     calls: list[_Anchor] = []
     for key, start, end, overhead in zip(
         window.call_key, window.call_start, window.call_end, window.call_overhead, strict=True
@@ -263,6 +340,8 @@ def prepare_replay(trace: Trace, calls: pl.DataFrame, steady: SteadyState) -> Re
             observed_latency=(pl.col("ts") - pl.col("l_ts")).clip(lower_bound=0),
         )
     )
+    launch_cost = trace.runtime.filter(pl.col("name").str.contains("LaunchKernel")).get_column("dur").median()
+    launch_cost_ns = int(launch_cost) if isinstance(launch_cost, (int, float)) else _DEFAULT_LAUNCH_COST_NS
     typical = work.filter(~pl.col("queued") & ~pl.col("fixed")).get_column("observed_latency").median()
     latency_ns = int(typical) if isinstance(typical, (int, float)) else _DEFAULT_LATENCY_NS
     work = work.with_columns(
@@ -284,8 +363,11 @@ def prepare_replay(trace: Trace, calls: pl.DataFrame, steady: SteadyState) -> Re
         .cast(pl.Int64),
     )
     launching = work.drop_nulls("pid").select("pid", "tid").unique()
+    first = work.get_column("ts").min()
+    # Without steps the window is measured on the GPU, from its first work (see the module doc).
+    first_work = int(first) if steady.source == "none" and isinstance(first, int) else None
     windows = []
-    for start, end in steady.windows:
+    for (start, end), (begin, _) in zip(steady.windows, steady.device_windows, strict=True):
         mine = work.filter((pl.col("launch") >= start) & (pl.col("launch") < end)).sort(
             "launch", "correlation"
         )
@@ -304,6 +386,7 @@ def prepare_replay(trace: Trace, calls: pl.DataFrame, steady: SteadyState) -> Re
             _Window(
                 start=start,
                 end=end,
+                begin=begin - start,
                 launch=mine.get_column("launch").to_numpy() - start,
                 latency=mine.get_column("latency").to_numpy(),
                 duration=mine.get_column("dur").to_numpy(),
@@ -316,13 +399,25 @@ def prepare_replay(trace: Trace, calls: pl.DataFrame, steady: SteadyState) -> Re
                 call_end=window_calls.get_column("end").to_numpy() - start,
                 call_overhead=np.asarray(overheads, dtype=np.int64),
                 call_skipped=skipped,
+                gpu_from=None if first_work is None else max(0, first_work - start),
+                call_floor=window_calls.select(
+                    pl.when(pl.col("kind") == "copy")
+                    .then(pl.col("dur").clip(upper_bound=launch_cost_ns))
+                    .otherwise(0)
+                )
+                .to_series()
+                .to_numpy(),
             )
         )
-    recorded = sum(
-        max(window.end, window.start + int(window.duration.size and ends.max())) - window.start
-        for window, ends in ((window, _recorded_ends(work, window)) for window in windows)
-    )
+    recorded = sum(_recorded_time(window, _recorded_ends(work, window)) for window in windows)
     return Replay(windows=tuple(windows), steps=max(len(steady.steady_steps), 1), recorded_ns=recorded)
+
+
+def _recorded_time(window: _Window, ends: np.ndarray) -> int:
+    """A window's recorded time, measured as the replay measures it (see the module doc)."""
+    if window.gpu_from is not None:
+        return _gpu_time(window.gpu_from, window.carry, int(ends.max()) if ends.size else None, None)
+    return max(window.end - window.start, int(ends.size and ends.max()), window.begin) - window.begin
 
 
 def _recorded_waits(
@@ -379,10 +474,20 @@ def union(fixes: Iterable[Fix]) -> Fix:
     side: set[int] = set()
     faster: set[int] = set()
     speedup = 1.0
+    durations: dict[int, int] = {}
     for fix in fixes:
         remove |= fix.remove_calls
         shorten.extend(fix.shorten)
         side |= fix.side_stream
         faster |= fix.faster
         speedup = max(speedup, fix.speedup)
-    return Fix(frozenset(remove), tuple(sorted(set(shorten))), frozenset(side), frozenset(faster), speedup)
+        for correlation, duration in fix.durations:
+            durations[correlation] = min(duration, durations.get(correlation, duration))
+    return Fix(
+        frozenset(remove),
+        tuple(sorted(set(shorten))),
+        frozenset(side),
+        frozenset(faster),
+        speedup,
+        tuple(sorted(durations.items())),
+    )

@@ -46,11 +46,14 @@ class DeviceTime:
 
 @dataclass(frozen=True, slots=True)
 class StepTime:
-    """One step (``ProfilerStep#N``, or an optimizer step) on one device: the host step window and
-    the GPU time inside it. compute + communication + exposed copies + idle = the window, exactly."""
+    """One step (``ProfilerStep#N``, or an optimizer step) on one device: the step's device window
+    (from when the step before it was done to when its own work was done, see
+    :mod:`traceinsight.analysis.steady`) and the GPU time inside it. compute + communication +
+    exposed copies + idle = the window, exactly."""
 
     step: int
     device: int
+    #: The device window: the GPU's clock (the step's host range is ``host_start_ns``/``host_end_ns``).
     start_ns: int
     end_ns: int
     busy_ns: int
@@ -64,10 +67,19 @@ class StepTime:
     steady: bool = True
     #: Why the step is not steady, in plain words.
     reason: str | None = None
+    #: The step's host range (``ProfilerStep#N``, or between two ``Optimizer.step`` ends).
+    host_start_ns: int = 0
+    host_end_ns: int = 0
+    #: The part of ``idle_by_cause_ns`` from the window's start until the step's own first GPU work
+    #: on this device (work launched in its host range), by cause: the GPU waiting while the host
+    #: prepared the step. Empty when the step launched nothing on this device.
+    lead_by_cause_ns: tuple[tuple[str, int], ...] = ()
+    #: Start of the step's own first GPU work on this device (None: it launched none there).
+    first_work_ns: int | None = None
 
     @property
     def span_ns(self) -> int:
-        """Length of the step window."""
+        """Length of the step's device window: its step time."""
         return self.end_ns - self.start_ns
 
     @property
@@ -81,7 +93,8 @@ class IdleGap:
     """A stretch with no GPU activity on a device, and what the host was doing meanwhile.
 
     cause_kind: ``dataloader`` (host in DataLoader ``__next__``), ``sync`` (a blocking call drained
-    the queue), ``cpu_op`` (host inside an op or annotation), ``host-bound`` (host only launching /
+    the queue), ``other-gpu`` (waiting for another GPU of the same process: a pipeline bubble),
+    ``cpu_op`` (host inside an op or annotation), ``host-bound`` (host only launching /
     running Python), ``untraced`` (the launching thread recorded nothing during the gap), ``unknown`` (no host thread could be tied to the next GPU work).
     """
 
@@ -97,6 +110,15 @@ class IdleGap:
     source_kind: str | None = None
     #: The blocking call (``blocking_calls`` key) that drained the queue, for ``sync``/``copy`` causes.
     sync_key: int | None = None
+    #: The GPU this one waited for, for the ``other-gpu`` cause (a pipeline bubble).
+    other_device: int | None = None
+    #: What ``source``'s line is: ``call`` (the call's line), ``def`` (the first line of
+    #: ``source_function``: torch's stack names a function so), ``recording-start`` (the line
+    #: ``source_function`` was on when recording began), None when the trace does not say (see
+    #: :mod:`traceinsight.analysis.sources`).
+    source_line_kind: str | None = None
+    #: The function ``source`` is in (``log_metrics``), when frames name it.
+    source_function: str | None = None
 
     @property
     def duration_ns(self) -> int:
@@ -134,6 +156,23 @@ class CopyGroup:
 
 
 @dataclass(frozen=True, slots=True)
+class H2DCopy:
+    """One host-to-device copy whose host call starts in the steady state."""
+
+    #: The host call that issued it (``cudaMemcpyAsync`` ...), ns on the trace clock.
+    call_start_ns: int
+    call_end_ns: int
+    correlation: int
+    #: The copy's name (``Memcpy HtoD (Pageable -> Device)``).
+    kind: str
+    device: int
+    bytes: int
+    #: Its time on the GPU, and how much of it ran while a kernel ran on its device (any stream).
+    duration_ns: int
+    overlapped_ns: int
+
+
+@dataclass(frozen=True, slots=True)
 class SyncCall:
     """All host-blocking calls of one name."""
 
@@ -144,11 +183,14 @@ class SyncCall:
 
 @dataclass(frozen=True, slots=True)
 class SyncHotspot:
-    """Blocking calls grouped by (call, op, source line, copy waited for).
+    """Host waits grouped by (call, call after it, op, source line, copy waited for).
 
+    A wait is one blocking call, or a copy call that waits inside itself (a device-to-host copy
+    into pageable memory) and the sync right after it: ``call`` then ``then_call``, one wait.
     op is the outermost operator enclosing the call on its thread (the one user code called, e.g.
-    ``aten::item``); op_chain lists every enclosing operator, outermost first. idle_after is the
-    GPU idle time from each call's return until the device's next activity, summed.
+    ``aten::item``); op_chain lists every enclosing operator, outermost first. blocked is the
+    host time in the waits' calls; idle_after is the GPU idle time from each wait's return until
+    the device's next activity, summed.
     """
 
     call: str
@@ -173,6 +215,26 @@ class SyncHotspot:
     module: str | None = None
     #: Host time blocked in the calls inside the steady state (``blocked_ns`` counts every call).
     steady_blocked_ns: int = 0
+    #: The sync that completes each wait after a copy call (``cudaStreamSynchronize`` after the
+    #: ``cudaMemcpyAsync`` of ``.item()``), when there is one: the pair is one wait, counted once.
+    then_call: str | None = None
+
+    @property
+    def call_text(self) -> str:
+        """The wait's calls as shown: ``cudaMemcpyAsync + cudaStreamSynchronize``."""
+        return f"{self.call} + {self.then_call}" if self.then_call else self.call
+
+    #: What ``source``'s line is: ``call`` (the call's line), ``def`` (the first line of
+    #: ``source_function``: torch's stack names a function so), ``recording-start`` (the line
+    #: ``source_function`` was on when recording began), None when the trace does not say (see
+    #: :mod:`traceinsight.analysis.sources`).
+    source_line_kind: str | None = None
+    #: The function ``source`` is in (``log_metrics``), when frames name it.
+    source_function: str | None = None
+    #: Framework code the line calls that reads GPU values on the host by design
+    #: (``torch.optim.LBFGS``: :data:`traceinsight.load.taxonomy.DESIGNED_SYNCS`), when the calls
+    #: happen inside it.
+    framework_call: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,12 +4,32 @@ Python frames (``with_stack=True``) enclose operators by time on the same thread
 is the innermost frame whose file is the user's own (see :func:`taxonomy.is_user_file`), else the
 innermost third-party library frame, marked as such. 2020-21 traces have no frames but carry a
 ``Call stack`` string on operators: its first user (else library) entry is used.
+
+What a frame's line is (``source_line_kind``) depends on who wrote the frame:
+
+- ``call``: the line of the call the frame was making. ``traceinsight run``'s call-site frames
+  (``"Call site": 1``) and the 2020-21 ``Call stack`` entries are named so.
+- ``def``: the function's first line (``co_firstlineno``). torch's own tracer names every frame it
+  sees entered this way, and so do ``run``'s function frames (``"Call site": 0``): the frame says
+  which function was running, not which of its lines.
+- ``recording-start``: the line a function was on when recording began. torch's tracer names the
+  frames already running at its start so (a training loop's frame shows its ``prof.step()`` line
+  for the whole window). They are found as torch records them: per thread, a chain of frames
+  (each the parent of the next, the first without one) that starts before any operator, runtime
+  call or built-in call of the trace was recorded.
+- None: a frame without torch's ``Python id`` and without ``run``'s mark (an older ``run`` trace,
+  another tool): its line may be either.
+
+A sync inside framework code that reads GPU values by design (``torch.optim.LBFGS``'s line
+search, :data:`taxonomy.DESIGNED_SYNCS`) is named (``framework_call``) when that code runs below the
+chosen line: the line calls it, the sync is the framework's.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Collection
+from typing import Protocol
 
 import polars as pl
 
@@ -24,6 +44,42 @@ _FRAMEWORK_PACKAGES = frozenset(
 
 #: ``source_kind`` values.
 USER, LIBRARY = "user", "library"
+#: ``source_line_kind`` values (see the module doc).
+CALL, DEF, RECORDING_START = (kind.value for kind in taxonomy.LineKind)
+
+#: The columns :func:`source_at` returns besides ``key``.
+SOURCE_COLUMNS: pl.Schema = pl.Schema(
+    {
+        "source": pl.String(),
+        "source_kind": pl.String(),
+        "source_line_kind": pl.String(),
+        "source_function": pl.String(),
+        "framework_call": pl.String(),
+    }
+)
+#: A frame's rank when choosing the line: the user's own code, then library code; framework code
+#: that syncs by design is never the line but is named beside it.
+_USER_RANK, _LIBRARY_RANK, _DESIGNED_RANK = 2, 1, 0
+
+
+class Located(Protocol):
+    """A result that names a source line (an idle gap, a sync hot spot, a latent sync)."""
+
+    @property
+    def source(self) -> str | None:
+        """``file:line``."""
+
+    @property
+    def source_kind(self) -> str | None:
+        """``user`` or ``library``."""
+
+    @property
+    def source_line_kind(self) -> str | None:
+        """``call``, ``def``, ``recording-start`` or None (not said)."""
+
+    @property
+    def source_function(self) -> str | None:
+        """The function the line is in."""
 
 
 def frame_kind(file: str, user_code: Collection[str]) -> str | None:
@@ -43,32 +99,100 @@ def frame_kind(file: str, user_code: Collection[str]) -> str | None:
 
 
 def _frame_locations(names: pl.Series, user_code: Collection[str]) -> pl.DataFrame:
-    """Map each distinct frame name to ``source`` (``file:line``) and ``rank`` (2 user, 1 library);
-    framework and standard-library frames are dropped."""
-    rows: list[tuple[str, str, int]] = []
+    """Map each distinct frame name to ``source`` (``file:line``), ``function`` and ``rank`` (2 user,
+    1 library, 0 framework code that syncs by design, named in ``framework_call``); other framework and
+    standard-library frames are dropped."""
+    rows: list[tuple[str, str, str, int, str | None]] = []
     for name in names.unique().to_list():
         frame = taxonomy.parse_frame(name)
         if frame is None:
             continue
         kind = frame_kind(frame.file, user_code)
         if kind is not None:
-            rows.append((name, frame.location, 2 if kind == USER else 1))
-    return pl.DataFrame(rows, schema={"name": pl.String, "source": pl.String, "rank": pl.Int8}, orient="row")
+            rows.append(
+                (name, frame.location, frame.function, _USER_RANK if kind == USER else _LIBRARY_RANK, None)
+            )
+        designed = taxonomy.designed_sync(frame.file, frame.function) if kind != USER else None
+        if designed is not None:  # a library's frame may be both a line to name and such code
+            rows.append((name, frame.location, frame.function, _DESIGNED_RANK, designed))
+    return pl.DataFrame(
+        rows,
+        schema={
+            "name": pl.String,
+            "source": pl.String,
+            "function": pl.String,
+            "rank": pl.Int8,
+            "framework_call": pl.String,
+        },
+        orient="row",
+    )
 
 
-def _first_entry(stack: str, user_code: Collection[str]) -> tuple[str, int] | None:
+def recording_start_frames(trace: Trace) -> pl.DataFrame:
+    """``pid, tid, python_id`` of the frames torch's tracer found running when it started (their
+    line is where each function was then, not a call's): per thread, the chain of frames that
+    starts the thread's record (the first without a parent, each next one the child of the one
+    before), all begun before any operator, annotation, runtime call or built-in call was recorded
+    (torch records them first, in one pass, before it traces anything)."""
+    empty = pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "python_id": pl.Int64})
+    python = trace.python
+    if python.is_empty():
+        return empty
+    firsts = [table.get_column("ts").min() for table in (trace.cpu_ops, trace.annotations, trace.runtime)]
+    bound = min((first for first in firsts if isinstance(first, int)), default=None)
+    candidates = python.filter(pl.col("python_id").is_not_null())
+    if bound is not None:
+        candidates = candidates.filter(pl.col("ts") < bound)
+    builtin = candidates.filter(pl.col("name").str.starts_with("<built-in")).get_column("ts").min()
+    if isinstance(builtin, int):
+        candidates = candidates.filter(pl.col("ts") < builtin)
+    if candidates.is_empty():
+        return empty
+    previous = pl.col("python_id").shift(1).over("pid", "tid")
+    linked = (
+        pl.when(previous.is_null())
+        .then(pl.col("parent_id").is_null())
+        .otherwise(pl.col("parent_id") == previous)
+        .fill_null(False)
+    )
+    return (
+        candidates.select("pid", "tid", "ts", "python_id", "parent_id", "name")
+        .sort("pid", "tid", "ts", "python_id")
+        .with_columns(chain=linked.cast(pl.Int8).cum_min().over("pid", "tid"))
+        .filter(pl.col("chain") == 1)
+        .select("pid", "tid", "python_id")
+    )
+
+
+def _line_kind() -> pl.Expr:
+    """Each Python frame's ``source_line_kind`` (see the module doc), as an expression over
+    ``trace.python`` joined with :func:`recording_start_frames` (column ``at_start``)."""
+    return (
+        pl.when(pl.col("call_site") == 1)
+        .then(pl.lit(CALL))
+        .when(pl.col("call_site") == 0)
+        .then(pl.lit(DEF))
+        .when(pl.col("python_id").is_null())
+        .then(pl.lit(None, pl.String))
+        .when(pl.col("at_start"))
+        .then(pl.lit(RECORDING_START))
+        .otherwise(pl.lit(DEF))
+    )
+
+
+def _first_entry(stack: str, user_code: Collection[str]) -> tuple[str, str, int] | None:
     """The innermost user frame of a 2021 ``Call stack`` ("a.py(3): f;b.py(9): g", innermost first),
-    else its innermost library frame, with its rank (2 user, 1 library)."""
-    library: tuple[str, int] | None = None
+    else its innermost library frame: its location, function and rank (2 user, 1 library)."""
+    library: tuple[str, str, int] | None = None
     for entry in stack.split(";"):
         frame = taxonomy.parse_frame(entry.strip())
         if frame is None:
             continue
         kind = frame_kind(frame.file, user_code)
         if kind == USER:
-            return frame.location, 2
+            return frame.location, frame.function, _USER_RANK
         if kind == LIBRARY and library is None:
-            library = (frame.location, 1)
+            library = (frame.location, frame.function, _LIBRARY_RANK)
     return library
 
 
@@ -77,8 +201,36 @@ def _instants(points: pl.DataFrame) -> pl.DataFrame:
     return points.select(start="t", end=pl.col("t") + 1)
 
 
+def _designed_ranges(trace: Trace, instants: pl.DataFrame) -> pl.DataFrame:
+    """Host ranges torch records around framework code that syncs by design
+    (:data:`taxonomy.DESIGNED_SYNC_ANNOTATIONS`), meeting ``instants``: ``pid, tid, rank, f_ts,
+    f_end, source, function, framework_call, line_kind`` like the frames they stand in for."""
+    names = taxonomy.DESIGNED_SYNC_ANNOTATIONS
+    ranges = trace.annotations.filter(pl.col("name").is_in(list(names)))
+    if ranges.is_empty():
+        return pl.DataFrame()
+    return meeting(
+        ranges.select(
+            "pid",
+            "tid",
+            rank=pl.lit(_DESIGNED_RANK, pl.Int8),
+            f_ts="ts",
+            f_end="end",
+            source=pl.lit(None, pl.String),
+            function=pl.lit(None, pl.String),
+            framework_call=pl.col("name").replace_strict(names, return_dtype=pl.String),
+            line_kind=pl.lit(None, pl.String),
+        ),
+        "f_ts",
+        "f_end",
+        instants,
+    )
+
+
 def source_at(trace: Trace, points: pl.DataFrame, user_code: Collection[str] = ()) -> pl.DataFrame:
-    """For rows ``key, pid, tid, t`` return ``key, source, source_kind``: the line active at time t.
+    """For rows ``key, pid, tid, t`` return ``key`` and :data:`SOURCE_COLUMNS`: the line active at
+    time t, what kind of line it is, its function, and the framework code below it that syncs by
+    design (if any).
 
     Frames containing ``t`` on the same pid/tid are found with an inequality join; the innermost
     (latest-starting) frame of the user's own code wins (``source_kind`` ``user``). When every frame
@@ -86,45 +238,82 @@ def source_at(trace: Trace, points: pl.DataFrame, user_code: Collection[str] = (
     transformers ...; never torch or the standard library), so a report always points somewhere a
     user can look. ``user_code`` names packages whose frames count as the user's (``--user-code``).
     Without frames, the innermost enclosing operator's 2020-21 ``Call stack`` is used the same way.
+    ``framework_call`` is the outermost frame (or torch range, such as ``Optimizer.step#LBFGS.step``) of
+    :data:`taxonomy.DESIGNED_SYNCS` containing t that began inside the chosen line's frame.
     """
-    empty = pl.DataFrame(
-        schema=pl.Schema({"key": points.schema["key"], "source": pl.String(), "source_kind": pl.String()})
-    )
+    empty = pl.DataFrame(schema=pl.Schema({"key": points.schema["key"], **SOURCE_COLUMNS}))
     if points.is_empty():
         return empty
     found = empty
     instants = _instants(points)
-    kind = pl.when(pl.col("rank") == 2).then(pl.lit(USER)).otherwise(pl.lit(LIBRARY))
-    if trace.python.height:
+    kind = pl.when(pl.col("rank") == _USER_RANK).then(pl.lit(USER)).otherwise(pl.lit(LIBRARY))
+    if trace.python.height or trace.annotations.height:
         located = _frame_locations(trace.python.get_column("name"), user_code)
+        at_start = recording_start_frames(trace).with_columns(at_start=pl.lit(True))
         # Only the columns used are joined, filtered and sorted: each of those copies what it keeps,
         # and an LLM decode trace has a million frames (tens of MB at the analysis's memory peak).
         frames = meeting(
-            trace.python.select("pid", "tid", "ts", "end", "name")
+            trace.python.select("pid", "tid", "ts", "end", "name", "python_id", "call_site")
             .join(located, on="name", how="inner")
-            .select("pid", "tid", "rank", f_ts="ts", f_end="end", source="source"),
+            .join(at_start, on=["pid", "tid", "python_id"], how="left")
+            .with_columns(pl.col("at_start").fill_null(False))
+            .select(
+                "pid",
+                "tid",
+                "rank",
+                f_ts="ts",
+                f_end="end",
+                source="source",
+                function="function",
+                framework_call="framework_call",
+                line_kind=_line_kind(),
+            ),
             "f_ts",
             "f_end",
             instants,
         )
+        designed = _designed_ranges(trace, instants)
+        if designed.height:
+            frames = pl.concat([frames, designed])
         if frames.height:
-            found = (
+            met = (
                 points.join_where(frames, pl.col("t") >= pl.col("f_ts"), pl.col("t") <= pl.col("f_end"))
-                .select(
-                    "key",
-                    "rank",
-                    "f_ts",
-                    "source",
-                    same_thread=(pl.col("pid") == pl.col("pid_right"))
-                    & (pl.col("tid") == pl.col("tid_right")),
-                )
-                .filter("same_thread")
+                .filter((pl.col("pid") == pl.col("pid_right")) & (pl.col("tid") == pl.col("tid_right")))
+                .select("key", "rank", "f_ts", "source", "function", "framework_call", "line_kind")
+            )
+            lines = (
+                met.filter(pl.col("rank") > _DESIGNED_RANK)
                 .sort("rank", "f_ts")
                 .group_by("key")
-                .agg(pl.col("source").last(), pl.col("rank").last())
-                .select("key", "source", source_kind=kind)
+                .agg(
+                    pl.col("source").last(),
+                    pl.col("rank").last(),
+                    pl.col("function").last(),
+                    pl.col("line_kind").last(),
+                    line_from=pl.col("f_ts").last(),
+                )
             )
-    if found.height < points.height:
+            below = (
+                met.filter(pl.col("rank") == _DESIGNED_RANK)
+                .join(lines.select("key", "line_from"), on="key", how="left")
+                .filter(pl.col("line_from").is_null() | (pl.col("f_ts") >= pl.col("line_from")))
+                .sort("f_ts")
+                .group_by("key")
+                .agg(pl.col("framework_call").first())
+            )
+            found = (
+                lines.join(below, on="key", how="full", coalesce=True)
+                .select(
+                    "key",
+                    "source",
+                    source_kind=pl.when(pl.col("source").is_not_null()).then(kind),
+                    source_line_kind="line_kind",
+                    source_function="function",
+                    framework_call="framework_call",
+                )
+                .cast(SOURCE_COLUMNS)
+            )
+    if found.filter(pl.col("source").is_not_null()).height < points.height:
         stacks = pl.concat(
             [
                 meeting(
@@ -139,7 +328,7 @@ def source_at(trace: Trace, points: pl.DataFrame, user_code: Collection[str] = (
             ]
         )
         if stacks.height:
-            missing = points.join(found, on="key", how="anti")
+            missing = points.join(found.filter(pl.col("source").is_not_null()), on="key", how="anti")
             by_stack = (
                 missing.join_where(
                     stacks.rename({"ts": "s_ts", "end": "s_end"}),
@@ -156,22 +345,39 @@ def source_at(trace: Trace, points: pl.DataFrame, user_code: Collection[str] = (
                     stack: _first_entry(stack, user_code)
                     for stack in by_stack.get_column("call_stack").unique()
                 }
-                located = pl.DataFrame(
-                    [(stack, entry[0], entry[1]) for stack, entry in entries.items() if entry is not None],
-                    schema={"call_stack": pl.String, "source": pl.String, "rank": pl.Int8},
+                stack_lines = pl.DataFrame(
+                    [(stack, *entry) for stack, entry in entries.items() if entry is not None],
+                    schema={
+                        "call_stack": pl.String,
+                        "source": pl.String,
+                        "function": pl.String,
+                        "rank": pl.Int8,
+                    },
                     orient="row",
                 )
-                by_stack = by_stack.join(located, on="call_stack", how="inner").select(
-                    "key", "source", source_kind=kind
+                by_stack = (
+                    by_stack.join(stack_lines, on="call_stack", how="inner")
+                    .join(found.select("key", "framework_call"), on="key", how="left")
+                    .select(
+                        "key",
+                        "source",
+                        source_kind=kind,
+                        source_line_kind=pl.lit(CALL),
+                        source_function="function",
+                        framework_call="framework_call",
+                    )
+                    .cast(SOURCE_COLUMNS)
                 )
-                found = pl.concat([found, by_stack])
+                found = pl.concat([found.join(by_stack, on="key", how="anti"), by_stack])
     return found
 
 
 def enclosing_ops(trace: Trace, points: pl.DataFrame) -> pl.DataFrame:
     """For rows ``key, pid, tid, t`` return ``key, op (outermost), innermost, op_chain``.
 
-    Every cpu op on the same thread whose interval contains t, ordered by start (outermost first).
+    Every cpu op on the same thread whose interval contains t, ordered by start (outermost first);
+    ops with the same start and end (``aten::to`` and the ``aten::_to_copy`` it calls, within a
+    µs) in file order, which Kineto writes parent first.
     """
     schema = pl.Schema(
         [
@@ -184,7 +390,7 @@ def enclosing_ops(trace: Trace, points: pl.DataFrame) -> pl.DataFrame:
     if points.is_empty() or trace.cpu_ops.is_empty():
         return pl.DataFrame(schema=schema)
     ops = meeting(
-        trace.cpu_ops.select("pid", "tid", o_ts="ts", o_end="end", o_name="name"),
+        trace.cpu_ops.select("pid", "tid", o_ts="ts", o_end="end", o_name="name").with_row_index("o_row"),
         "o_ts",
         "o_end",
         _instants(points),
@@ -192,7 +398,7 @@ def enclosing_ops(trace: Trace, points: pl.DataFrame) -> pl.DataFrame:
     return (
         points.join_where(ops, pl.col("t") >= pl.col("o_ts"), pl.col("t") <= pl.col("o_end"))
         .filter((pl.col("pid") == pl.col("pid_right")) & (pl.col("tid") == pl.col("tid_right")))
-        .sort("o_ts", pl.col("o_end"), descending=[False, True])
+        .sort("o_ts", "o_end", "o_row", descending=[False, True, False])
         .group_by("key")
         .agg(
             op=pl.col("o_name").first(),

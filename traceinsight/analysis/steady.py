@@ -7,7 +7,23 @@ whole start-up. Findings and savings are computed on the steady-state steps only
 reported as idle "outside the steady state" and named in a warning.
 
 Steps come from ``ProfilerStep#N`` host ranges, else from the windows between the ends of
-consecutive ``Optimizer.step#`` ranges. Rules (``Thresholds``):
+consecutive ``Optimizer.step#`` ranges. A step ends when its work ends: each GPU activity belongs to
+the step whose host range holds the runtime call that launched it (correlation id), and to
+``ProfilerStep#N`` where a ``gpu_user_annotation`` of that name covers it on a GPU row. A step is
+*done* at the later of its host range's end and the end of the last GPU work it launched, and never
+before the step before it was done:
+
+    done_i = max(host end_i, GPU end_i, done_{i-1})
+
+Its step time is the spacing of those ends, ``done_i - done_{i-1}`` (the first step's from its host
+start): the GPU's pace when the host runs ahead of it (a ``ProfilerStep`` range then covers a sliver
+of the GPU's work), the host's when the GPU waits for it. So every step has two windows: its host
+range, which decides which host events are its own (syncs, DataLoader waits, copy calls, launches),
+and its device window ``[done_{i-1}, done_i]`` (the first from its host start), which carries the
+GPU's busy and idle time. The device windows tile the time from the first step's start to the last
+step's done without overlap.
+
+Rules (``Thresholds``), on the step times:
 
 - a step in which the host launched no GPU work, in a trace with GPU work, was cut short;
 - the first step is start-up when it is ``startup_step_factor`` × the median of the others or more;
@@ -23,31 +39,59 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from statistics import median
+from typing import Any
 
 import polars as pl
 
+from traceinsight.analysis.launches import first_launch_calls
 from traceinsight.formatting import format_duration
 from traceinsight.load import Trace, taxonomy
 from traceinsight.thresholds import Thresholds
 
-__all__ = ["SteadyState", "Step", "steady_state", "step_windows"]
+__all__ = ["SteadyState", "Step", "owned_work", "steady_state", "step_windows"]
 
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One training step: a host window, and whether it is part of the steady state."""
+    """One training step: its host range, when its work was done, and whether it is steady."""
 
     step: int
     """``ProfilerStep#N``'s N, or the optimizer step's index in the trace."""
+    #: The host range (``ProfilerStep#N``, or between two ``Optimizer.step`` ends).
     start_ns: int
     end_ns: int
     steady: bool
     #: Why the step is left out of the steady state, in plain words (None when steady).
     reason: str | None = None
+    #: Where the step's time begins: when the step before it was done (the first step: its host
+    #: start). ``None`` stands for ``start_ns``.
+    begin: int | None = None
+    #: When the step's work was done: the later of its host end and the end of the last GPU work
+    #: it launched, never before ``begin`` (see the module doc). ``None`` stands for ``end_ns``.
+    done: int | None = None
+    #: End of the last GPU work launched in the step (None: it launched none the trace holds).
+    gpu_end_ns: int | None = None
+    #: Start of the first GPU work launched in the step (None: it launched none the trace holds).
+    gpu_start_ns: int | None = None
+
+    @property
+    def begin_ns(self) -> int:
+        """Start of the step's device window: the previous step's done, or this one's host start."""
+        return self.start_ns if self.begin is None else self.begin
+
+    @property
+    def done_ns(self) -> int:
+        """End of the step's device window: when both its host range and its GPU work had ended."""
+        return self.end_ns if self.done is None else self.done
 
     @property
     def duration_ns(self) -> int:
-        """Length of the host window."""
+        """The step time: ``done - begin`` (the spacing of the steps' ends)."""
+        return self.done_ns - self.begin_ns
+
+    @property
+    def host_ns(self) -> int:
+        """Length of the host range."""
         return self.end_ns - self.start_ns
 
 
@@ -58,13 +102,17 @@ class SteadyState:
     #: Where steps come from: ``ProfilerStep``, ``optimizer`` (Optimizer.step ranges) or ``none``.
     source: str
     steps: tuple[Step, ...]
-    #: Disjoint host-time windows of the steady state, in order: runs of consecutive steady steps,
-    #: or, without steps, one window from the end of the start-up to the end of the trace.
+    #: Disjoint host-time windows of the steady state, in order: runs of consecutive steady steps'
+    #: host ranges, or, without steps, one window from the end of the start-up to the end of the
+    #: trace. Host events (syncs, DataLoader waits, copy calls, launches) are judged in these.
     windows: tuple[tuple[int, int], ...]
     #: Without steps: when the detected start-up ended (None if none was detected).
     startup_end_ns: int | None = None
     #: What showed the start-up, in plain words (first calls, warm-up ranges).
     startup_evidence: str | None = None
+    #: The same runs on the GPU's clock: from the first step's begin to the last step's done.
+    #: GPU busy and idle time is judged in these. Empty: the same as ``windows`` (no steps).
+    gpu_windows: tuple[tuple[int, int], ...] = ()
 
     @property
     def steady_steps(self) -> tuple[Step, ...]:
@@ -78,9 +126,20 @@ class SteadyState:
         return round(median(steady)) if steady else None
 
     @property
+    def host_step_ns(self) -> int | None:
+        """Median length of the steady steps' host ranges (None without steps)."""
+        steady = [step.host_ns for step in self.steady_steps]
+        return round(median(steady)) if steady else None
+
+    @property
+    def device_windows(self) -> tuple[tuple[int, int], ...]:
+        """Windows of the steady state on the GPU's clock (``windows`` without steps)."""
+        return self.gpu_windows or self.windows
+
+    @property
     def window_ns(self) -> int:
-        """Total length of the steady-state windows."""
-        return sum(end - start for start, end in self.windows)
+        """Total length of the steady-state windows on the GPU's clock: the steady steps' times."""
+        return sum(end - start for start, end in self.device_windows)
 
 
 def step_windows(trace: Trace) -> tuple[str, pl.DataFrame]:
@@ -116,59 +175,131 @@ def step_windows(trace: Trace) -> tuple[str, pl.DataFrame]:
     return "none", pl.DataFrame(schema={"step": pl.Int64, "start": pl.Int64, "end": pl.Int64})
 
 
-def _launching_steps(trace: Trace, windows: pl.DataFrame) -> set[int]:
-    """Steps in whose window the host launched GPU work (a runtime call tied to a GPU activity)."""
-    launches = (
-        trace.runtime.select("correlation", "ts")
-        .join(trace.gpu.select("correlation").unique(), on="correlation", how="semi")
-        .select("ts")
-        .sort("ts")
+def owned_work(trace: Trace, ranges: pl.DataFrame) -> pl.DataFrame:
+    """GPU activities with the step whose host range launched them → ``step, device, ts, end``.
+
+    ``ranges`` holds ``step, start, end`` (host ranges). An activity belongs to the range that holds
+    the first runtime call of its correlation id; activities launched outside every range (or
+    whose launch the trace does not hold) belong to none and are left out."""
+    launches = first_launch_calls(trace, l_ts="ts")
+    work = (
+        trace.gpu.select("correlation", "device", "ts", "end")
+        .join(launches, on="correlation", how="inner")
+        .select("l_ts", "device", "ts", "end")
+        .sort("l_ts")
     )
-    if launches.is_empty():
-        return set()
-    times = launches.get_column("ts")
-    first = times.search_sorted(windows.get_column("start"), side="left")
-    last = times.search_sorted(windows.get_column("end"), side="left")
-    return {step for step, a, b in zip(windows.get_column("step"), first, last, strict=True) if b > a}
+    return (
+        work.join_asof(
+            ranges.select("step", w_start="start", w_end="end").sort("w_start"),
+            left_on="l_ts",
+            right_on="w_start",
+            strategy="backward",
+        )
+        .filter(pl.col("l_ts") < pl.col("w_end"))
+        .select("step", "device", "ts", "end")
+    )
 
 
-def _judge_steps(trace: Trace, windows: pl.DataFrame, limits: Thresholds) -> tuple[Step, ...]:
-    rows = list(windows.iter_rows(named=True))
+#: Per step: (GPU activities launched in it, start of the first, end of the last; None: none).
+_Owned = dict[int, tuple[int, int | None, int | None]]
+
+
+def _gpu_ends(trace: Trace, source: str, windows: pl.DataFrame) -> _Owned:
+    """Per step: GPU activities launched in its host range, the first's start, the last's end.
+
+    See :func:`owned_work`; a ``ProfilerStep#N`` ``gpu_user_annotation`` on a GPU row (Kineto draws
+    it over the work launched in the step) counts to step N's end too."""
+    owned = (
+        owned_work(trace, windows)
+        .group_by("step")
+        .agg(count=pl.len(), gpu_start=pl.col("ts").min(), gpu_end=pl.col("end").max())
+    )
+    ends: _Owned = {step: (count, first, last) for step, count, first, last in owned.iter_rows()}
+    if source == "ProfilerStep" and trace.gpu_annotations.height:
+        # Never past the device's last activity: float times put a range's end a ns beyond it.
+        last = trace.gpu.group_by("device").agg(last=pl.col("end").max())
+        drawn = (
+            trace.gpu_annotations.select(
+                "device",
+                step=pl.col("name").str.extract(taxonomy.STEP_PATTERN.pattern, 1).cast(pl.Int64),
+                end="end",
+            )
+            .join(last, on="device", how="inner")
+            .select("step", end=pl.min_horizontal("end", "last"))
+            .drop_nulls()
+            .group_by("step")
+            .agg(pl.col("end").max())
+        )
+        for step, end in drawn.iter_rows():
+            count, first, gpu_end = ends.get(step, (0, None, None))
+            ends[step] = (count, first, end if gpu_end is None else max(gpu_end, end))
+    return ends
+
+
+def _done_times(rows: list[dict[str, Any]], ends: _Owned) -> list[tuple[int, int]]:
+    """(begin, done) of each step in start order (see the module doc)."""
+    result: list[tuple[int, int]] = []
+    previous: int | None = None
+    for row in rows:
+        gpu_end = ends.get(row["step"], (0, None, None))[2]
+        done = row["end"] if gpu_end is None else max(row["end"], gpu_end)
+        begin = row["start"] if previous is None else previous
+        done = max(done, begin)
+        result.append((begin, done))
+        previous = done
+    return result
+
+
+def _judge_steps(trace: Trace, source: str, windows: pl.DataFrame, limits: Thresholds) -> tuple[Step, ...]:
+    rows = list(windows.sort("start", "step").iter_rows(named=True))
+    ends = _gpu_ends(trace, source, windows) if trace.has_gpu_activity else {}
+    times = _done_times(rows, ends)
+    length_of = {row["step"]: done - begin for row, (begin, done) in zip(rows, times, strict=True)}
     reasons: dict[int, str] = {}
     if trace.has_gpu_activity:
-        launching = _launching_steps(trace, windows)
         for row in rows:
-            if row["step"] not in launching:
+            if not ends.get(row["step"], (0, None, None))[0]:
                 reasons[row["step"]] = "no GPU work was launched in it (cut short by the profiler)"
     kept = [row for row in rows if row["step"] not in reasons]
     excess = round(limits.outlier_min_excess_us * 1000)
     if len(kept) >= 2:
         first, rest = kept[0], kept[1:]
-        durations = [row["end"] - row["start"] for row in kept]
+        durations = [length_of[row["step"]] for row in kept]
         others = median(durations[1:])
-        length = first["end"] - first["start"]
-        if length >= limits.startup_step_factor * others and length - others >= excess:
+        length = durations[0]
+        if others and length >= limits.startup_step_factor * others and length - others >= excess:
             reasons[first["step"]] = (
                 f"start-up: the first step took {format_duration(length)}, "
                 f"{length / others:.1f}× the median of the others"
             )
         middle = median(durations)
         for row in rest:
-            length = row["end"] - row["start"]
-            if length >= limits.outlier_step_factor * middle and length - middle >= excess:
+            length = length_of[row["step"]]
+            if middle and length >= limits.outlier_step_factor * middle and length - middle >= excess:
                 reasons[row["step"]] = (
                     f"outlier: it took {format_duration(length)}, {length / middle:.1f}× the median step"
                 )
     if rows and len(reasons) == len(rows):
         reasons.clear()  # nothing would be left: judge the steps as they are
     return tuple(
-        Step(row["step"], row["start"], row["end"], row["step"] not in reasons, reasons.get(row["step"]))
-        for row in rows
+        Step(
+            row["step"],
+            row["start"],
+            row["end"],
+            row["step"] not in reasons,
+            reasons.get(row["step"]),
+            begin=begin,
+            done=done,
+            gpu_end_ns=ends.get(row["step"], (0, None, None))[2],
+            gpu_start_ns=ends.get(row["step"], (0, None, None))[1],
+        )
+        for row, (begin, done) in zip(rows, times, strict=True)
     )
 
 
-def _runs(steps: tuple[Step, ...]) -> tuple[tuple[int, int], ...]:
-    """Consecutive steady steps merged into windows (a non-steady step splits them).
+def _runs(steps: tuple[Step, ...], device: bool = False) -> tuple[tuple[int, int], ...]:
+    """Consecutive steady steps merged into windows (a non-steady step splits them): their host
+    ranges, or with ``device`` their device windows (begin to done).
 
     The few µs between one ``ProfilerStep`` range and the next belong to the loop, so a window runs
     from its first step's start to its last step's end.
@@ -179,10 +310,11 @@ def _runs(steps: tuple[Step, ...]) -> tuple[tuple[int, int], ...]:
         if not step.steady:
             previous_steady = False
             continue
+        start, end = (step.begin_ns, step.done_ns) if device else (step.start_ns, step.end_ns)
         if previous_steady:
-            windows[-1] = (windows[-1][0], max(windows[-1][1], step.end_ns))
+            windows[-1] = (windows[-1][0], max(windows[-1][1], end))
         else:
-            windows.append((step.start_ns, step.end_ns))
+            windows.append((start, end))
         previous_steady = True
     return tuple(windows)
 
@@ -243,8 +375,10 @@ def steady_state(trace: Trace, limits: Thresholds | None = None) -> SteadyState:
     limits = limits or Thresholds()
     source, windows = step_windows(trace)
     if source != "none":
-        steps = _judge_steps(trace, windows, limits)
-        return SteadyState(source=source, steps=steps, windows=_runs(steps))
+        steps = _judge_steps(trace, source, windows, limits)
+        return SteadyState(
+            source=source, steps=steps, windows=_runs(steps), gpu_windows=_runs(steps, device=True)
+        )
     extent = _trace_extent(trace)
     if extent is None:
         return SteadyState(source="none", steps=(), windows=())

@@ -23,15 +23,10 @@ def launch_devices(trace: Trace) -> pl.DataFrame:
     )
 
 
-def _copy_before(trace: Trace, calls: pl.DataFrame, window_ns: int) -> pl.DataFrame:
-    """The copy each blocking call waits for → ``key, copy`` (the copy's name).
-
-    A synchronous copy call is its own copy (same correlation); otherwise the copy whose host call
-    on the same thread returned at most ``window_ns`` before the blocking call began (the
-    ``cudaMemcpyAsync`` + ``cudaStreamSynchronize`` pair of ``.item()``, ``.cpu()`` or ``.to()``).
-    """
+def _copy_calls(trace: Trace) -> pl.DataFrame:
+    """Host calls that start a copy → ``pid, tid, correlation, c_end, copy`` (the copy's name)."""
     copies = trace.gpu.filter(pl.col("kind") == "memcpy").select("correlation", copy="name")
-    launches = (
+    return (
         trace.runtime.filter(pl.col("name").str.starts_with(taxonomy.COPY_CALL_PREFIXES[0]))
         .select("pid", "tid", "correlation", c_end="end")
         .vstack(
@@ -43,19 +38,30 @@ def _copy_before(trace: Trace, calls: pl.DataFrame, window_ns: int) -> pl.DataFr
         .drop_nulls(["pid", "tid"])
         .sort("c_end")
     )
+
+
+def _copy_before(calls: pl.DataFrame, launches: pl.DataFrame, window_ns: int) -> pl.DataFrame:
+    """The copy each blocking call waits for → ``key, copy, copy_correlation``.
+
+    A copy call (synchronous, or one into pageable memory) waits for its own copy (same
+    correlation); any other call for the copy whose host call on the same thread returned at most
+    ``window_ns`` before it began (the ``cudaMemcpyAsync`` + ``cudaStreamSynchronize`` pair of
+    ``.item()``, ``.cpu()`` or ``.to()``).
+    """
+    schema = pl.Schema({"key": pl.Int64, "copy": pl.String, "copy_correlation": pl.Int64})
     own = (
         calls.select("key", "correlation")
-        .join(copies, on="correlation", how="inner")
-        .select("key", own="copy")
+        .join(launches.select("correlation", "copy").unique("correlation"), on="correlation", how="inner")
+        .select("key", own="copy", own_correlation="correlation")
     )
     if launches.is_empty():
-        return own.rename({"own": "copy"})
+        return own.select("key", copy="own", copy_correlation="own_correlation").cast(schema)
     before = (
         calls.select("key", "pid", "tid", "ts")
         .drop_nulls(["pid", "tid"])
         .sort("ts")
         .join_asof(
-            launches.select("pid", "tid", "c_end", "copy"),
+            launches.select("pid", "tid", "c_end", "copy", copy_correlation="correlation"),
             left_on="ts",
             right_on="c_end",
             by=["pid", "tid"],
@@ -63,12 +69,19 @@ def _copy_before(trace: Trace, calls: pl.DataFrame, window_ns: int) -> pl.DataFr
             tolerance=window_ns,
             check_sortedness=False,  # both sorted above; polars cannot check with `by`
         )
-        .select("key", "copy")
+        .select("key", "copy", "copy_correlation")
     )
     return (
         before.join(own, on="key", how="full", coalesce=True)
-        .select("key", copy=pl.coalesce("own", "copy"))
+        .select(
+            "key",
+            copy=pl.coalesce("own", "copy"),
+            copy_correlation=pl.when(pl.col("own").is_not_null())
+            .then(pl.col("own_correlation"))
+            .otherwise(pl.col("copy_correlation")),
+        )
         .drop_nulls("copy")
+        .cast(schema)
     )
 
 
@@ -77,15 +90,37 @@ def blocking_calls(
 ) -> pl.DataFrame:
     """Every host-blocking runtime call with its operators, source line and the copy it waits for.
 
-    Columns: ``key, call, pid, tid, ts, end, dur, op, op_chain, innermost, source, source_kind,
-    module, copy``. The op
-    chain is found by time containment on the call's thread (this works in every trace era); when no
-    operator encloses the call, the call's ``External id`` is matched to an operator's, unless it
-    merely repeats the call's own correlation (as 2022-23 traces write it).
+    Blocking calls are the synchronizing and synchronous-copy calls of
+    :data:`~traceinsight.load.taxonomy.BLOCKING_CALLS`, and copy calls that wait for their own copy
+    inside the call (a device-to-host copy into pageable memory,
+    :func:`~traceinsight.load.taxonomy.waits_inside_copy_call`): ``kind`` is ``sync`` or ``copy``.
+
+    Columns: ``key, call, kind, pid, tid, ts, end, dur, correlation, op, op_chain, innermost,
+    the columns of :data:`~traceinsight.analysis.sources.SOURCE_COLUMNS` (``source,
+    source_kind, ...``), ``module, copy, wait``. ``wait`` is the key of the host wait the call is part
+    of: a copy call and the ``cudaStreamSynchronize`` right after it (``copy_window_ns``) are one
+    wait, keyed by the copy call; any other call is a wait of its own. The op chain is found by
+    time containment on the call's thread (this works in every trace era); when no operator
+    encloses the call, the call's ``External id`` is matched to an operator's, unless it merely
+    repeats the call's own correlation (as 2022-23 traces write it).
     """
+    launches = _copy_calls(trace)
+    waiting_names = [
+        name for name in launches.get_column("copy").unique() if taxonomy.waits_inside_copy_call(name)
+    ]
+    waiting_copies = launches.filter(pl.col("copy").is_in(waiting_names)).select("correlation")
     calls = (
-        trace.runtime.filter(pl.col("name").is_in(list(taxonomy.BLOCKING_CALLS)))
-        .sort("ts")
+        pl.concat(
+            [
+                trace.runtime.filter(pl.col("name").is_in(list(taxonomy.BLOCKING_CALLS))).with_columns(
+                    kind=pl.lit("sync")
+                ),
+                trace.runtime.filter(~pl.col("name").is_in(list(taxonomy.BLOCKING_CALLS)))
+                .join(waiting_copies, on="correlation", how="semi")
+                .with_columns(kind=pl.lit("copy")),
+            ]
+        )
+        .sort("ts", "correlation")
         .with_row_index("key")
         .with_columns(pl.col("key").cast(pl.Int64))
     )
@@ -100,8 +135,15 @@ def blocking_calls(
         on="external_id",
         how="inner",
     ).select("key", "ext_op")
+    copies = _copy_before(calls, launches, copy_window_ns)
+    # a sync right after a copy call that itself waited: the pair is one wait, the copy call's
+    copy_waits = calls.filter(pl.col("kind") == "copy").select(
+        "pid", copy_correlation="correlation", copy_key="key"
+    )
     return (
-        calls.select("key", call="name", pid="pid", tid="tid", ts="ts", end="end", dur="dur")
+        calls.select(
+            "key", "kind", "correlation", call="name", pid="pid", tid="tid", ts="ts", end="end", dur="dur"
+        )
         .join(ops, on="key", how="left")
         .join(by_external, on="key", how="left")
         .with_columns(
@@ -112,7 +154,14 @@ def blocking_calls(
         .drop("ext_op")
         .join(sources, on="key", how="left")
         .join(module_at(trace, points), on="key", how="left")
-        .join(_copy_before(trace, calls, copy_window_ns), on="key", how="left")
+        .join(copies, on="key", how="left")
+        .join(copy_waits, on=["pid", "copy_correlation"], how="left", nulls_equal=False)
+        .with_columns(
+            wait=pl.when(pl.col("kind") == "sync")
+            .then(pl.coalesce("copy_key", "key"))
+            .otherwise(pl.col("key"))
+        )
+        .drop("copy_correlation", "copy_key")
         .sort("key")
     )
 
@@ -142,7 +191,8 @@ def idle_after_calls(
 
 
 def sync_calls(calls: pl.DataFrame) -> tuple[SyncCall, ...]:
-    """Count and blocked time per blocking call name, most blocked first."""
+    """Count and blocked time per blocking call name, most blocked first (a copy call and the sync
+    after it count once each, under their own names)."""
     table = (
         calls.group_by("call")
         .agg(count=pl.len(), blocked=pl.col("dur").sum())
@@ -161,19 +211,28 @@ def sync_hotspots(
     gaps: pl.DataFrame | None = None,
     steady: SteadyState | None = None,
 ) -> tuple[SyncHotspot, ...]:
-    """Blocking calls grouped by (call, op, source, copy waited for), ranked by blocked + idle-after time.
+    """Host waits grouped by (call, call after it, op, source, copy waited for, framework code that
+    syncs by design), ranked by blocked + idle-after time.
 
-    With ``gaps`` (classified, :func:`~traceinsight.analysis.idle_gaps.classify_gaps`) and ``steady``,
-    each hot spot also gets the idle its calls caused inside the steady state and its call count there.
+    A wait is one blocking call, or a copy call and the sync right after it (``wait`` of
+    :func:`blocking_calls`): its blocked time is both calls' durations, its idle after that of its
+    last call. With ``gaps`` (classified, :func:`~traceinsight.analysis.idle_gaps.classify_gaps`)
+    and ``steady``, each hot spot also gets the idle its calls caused inside the steady state and
+    its wait count there.
     """
     if calls.is_empty():
         return ()
+    # The calls are host events (host windows); the idle they caused is GPU time (device windows).
     windows = steady.windows if steady is not None else ()
+    device_windows = steady.device_windows if steady is not None else ()
     in_steady = within(calls.get_column("ts"), windows)
     caused = pl.DataFrame(schema={"key": pl.Int64, "caused": pl.Int64})
-    if gaps is not None and gaps.height and windows:
+    if gaps is not None and gaps.height and device_windows:
         window_frame = pl.DataFrame(
-            {"w_start": [start for start, _ in windows], "w_end": [end for _, end in windows]},
+            {
+                "w_start": [start for start, _ in device_windows],
+                "w_end": [end for _, end in device_windows],
+            },
             schema={"w_start": pl.Int64, "w_end": pl.Int64},
         )
         caused = (
@@ -182,20 +241,44 @@ def sync_hotspots(
             .group_by(key="sync_key")
             .agg(caused=overlap_ns("start", "end", "w_start", "w_end").sum())
         )
-    table = (
+    waits = (
         calls.with_columns(steady=in_steady)
         .join(idle_after, on="key", how="left")
         .join(caused, on="key", how="left")
         .with_columns(pl.col("idle_after").fill_null(0), pl.col("caused").fill_null(0))
-        .group_by("call", "op", "source", "copy", maintain_order=True)
+        .sort("key")
+        .group_by("wait", maintain_order=True)
+        .agg(
+            call=pl.col("call").first(),
+            then_call=pl.col("call").get(1, null_on_oob=True),
+            op=pl.col("op").first(),
+            op_chain=pl.col("op_chain").first(),
+            source=pl.col("source").first(),
+            source_kind=pl.col("source_kind").first(),
+            source_line_kind=pl.col("source_line_kind").first(),
+            source_function=pl.col("source_function").first(),
+            framework_call=pl.col("framework_call").first(),
+            module=pl.col("module").first(),
+            copy=pl.col("copy").first(),
+            dur=pl.col("dur").sum(),
+            idle_after=pl.col("idle_after").get(pl.col("end").arg_max()),
+            caused=pl.col("caused").sum(),
+            keys=pl.col("key"),
+            steady=pl.col("steady").first(),
+        )
+    )
+    table = (
+        waits.group_by("call", "then_call", "op", "source", "copy", "framework_call", maintain_order=True)
         .agg(
             op_chain=pl.col("op_chain").mode().sort().first(),
             source_kind=pl.col("source_kind").first(),
+            source_line_kind=pl.col("source_line_kind").first(),
+            source_function=pl.col("source_function").first(),
             module=pl.col("module").drop_nulls().mode().sort().first(),
             count=pl.len(),
             blocked=pl.col("dur").sum(),
             idle_after=pl.col("idle_after").sum(),
-            keys=pl.col("key"),
+            keys=pl.col("keys").list.explode(keep_nulls=False, empty_as_null=False),
             steady_count=pl.col("steady").sum(),
             steady_blocked=pl.col("dur").filter(pl.col("steady")).sum(),
             caused=pl.col("caused").sum(),
@@ -215,11 +298,15 @@ def sync_hotspots(
             blocked_ns=row["blocked"],
             idle_after_ns=row["idle_after"],
             source_kind=row["source_kind"],
-            keys=tuple(row["keys"]),
+            keys=tuple(sorted(row["keys"])),
             steady_count=row["steady_count"],
             idle_caused_ns=row["caused"],
             module=row["module"],
             steady_blocked_ns=row["steady_blocked"],
+            then_call=row["then_call"],
+            source_line_kind=row["source_line_kind"],
+            source_function=row["source_function"],
+            framework_call=row["framework_call"],
         )
         for row in table.iter_rows(named=True)
     )

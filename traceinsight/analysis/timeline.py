@@ -18,7 +18,7 @@ import polars as pl
 
 from traceinsight.analysis.gpu_time import busy_intervals
 from traceinsight.analysis.intervals import merge_intervals
-from traceinsight.analysis.steady import step_windows
+from traceinsight.analysis.steady import SteadyState, step_windows
 from traceinsight.analysis.syncs import launch_devices
 from traceinsight.load import Trace, taxonomy
 
@@ -64,7 +64,7 @@ class DeviceTimeline:
 
 @dataclass(frozen=True, slots=True)
 class StepWindow:
-    """A host ``ProfilerStep#N`` range."""
+    """A step on the GPU's clock: its device window (the host range where no steady state is given)."""
 
     step: int
     start_ns: int
@@ -134,18 +134,29 @@ def timeline(
     max_blocks: int = 2000,
     busy: pl.DataFrame | None = None,
     launched: pl.DataFrame | None = None,
+    steady: SteadyState | None = None,
 ) -> Timeline:
     """The per-device busy timeline with at most ``max_blocks`` blocks (and marks) per device.
 
     See the module docstring for how intervals are merged; ``max_blocks`` must be at least 2.
     ``busy`` is :func:`busy_intervals` and ``launched`` :func:`launch_devices` of the trace when
-    the caller has them already.
+    the caller has them already; with ``steady`` its steps are drawn by their device windows.
     """
     if max_blocks < 2:
         raise ValueError("max_blocks must be at least 2")
     origin = trace.meta.origin_ns
     busy = busy_intervals(trace) if busy is None else busy
-    _, steps = step_windows(trace)
+    if steady is not None:
+        steps = pl.DataFrame(
+            {
+                "step": [step.step for step in steady.steps],
+                "start": [step.begin_ns for step in steady.steps],
+                "end": [step.done_ns for step in steady.steps],
+            },
+            schema={"step": pl.Int64, "start": pl.Int64, "end": pl.Int64},
+        )
+    else:
+        _, steps = step_windows(trace)
     bounds: list[int] = [
         value
         for frame in (busy, steps)

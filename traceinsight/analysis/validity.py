@@ -10,25 +10,14 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from traceinsight.analysis.capture import capture_windows, graph_capture, launches_in
 from traceinsight.analysis.launches import first_launch_calls
-from traceinsight.analysis.steady import SteadyState
+from traceinsight.analysis.steady import SteadyState, Step
 from traceinsight.formatting import format_duration
-from traceinsight.load import RunProfile, Trace
+from traceinsight.load import RunProfile, Trace, taxonomy
 
 __all__ = ["TraceWarning", "trace_warnings"]
 
-#: Host calls that launch GPU work (each should have GPU activity with its correlation).
-_LAUNCH_CALLS = (
-    "cudaLaunchKernel",
-    "cudaLaunchKernelExC",
-    "cuLaunchKernel",
-    "cuLaunchKernelEx",
-    "hipLaunchKernel",
-    "hipExtLaunchKernel",
-    "hipModuleLaunchKernel",
-    "hipExtModuleLaunchKernel",
-)
-_GRAPH_LAUNCHES = ("cudaGraphLaunch", "hipGraphLaunch", "cuGraphLaunch")
 #: Float timestamps of adjacent GPU events overlap by a few ns; more than this is a recording issue.
 _OVERLAP_TOLERANCE_NS = 1_000
 _WAIT_ADVICE = (
@@ -114,23 +103,55 @@ def _step_warnings(steady: SteadyState, run: RunProfile | None = None) -> list[T
     return warnings
 
 
+def _capture_warning(trace: Trace, windows: pl.DataFrame) -> list[TraceWarning]:
+    """A trace that captures CUDA/HIP graphs: how much of it, and what to profile instead."""
+    capture = graph_capture(trace, windows)
+    if capture is None:
+        return []
+    share = capture.captured_ns / capture.span_ns if capture.span_ns else 0.0
+    inside = f" (in {', '.join(capture.ranges[:3])})" if capture.ranges else ""
+    count = f"{capture.captures:,} graph capture{'s' if capture.captures != 1 else ''}"
+    return [
+        TraceWarning(
+            "graph-capture",
+            f"The trace records {capture.api} graph capture: {count}{inside} "
+            f"take{'s' if capture.captures == 1 else ''} {format_duration(capture.captured_ns)} "
+            f"of the {format_duration(capture.span_ns)} recorded ({share:.0%}). The "
+            f"{capture.captured_launches:,} kernel launches inside went into a graph and did not run, so "
+            "the GPU is idle there by design: that idle is not a finding, and it is not the speed of "
+            "the graphs when they run.",
+            "profile the replay, not the capture: start the profiler after the graphs are captured "
+            "(vLLM and SGLang capture at start-up) and record steady decode steps, where "
+            "cudaGraphLaunch replays them",
+        )
+    ]
+
+
 def _gpu_warnings(trace: Trace) -> list[TraceWarning]:
     warnings: list[TraceWarning] = []
     gpu_correlations = trace.gpu.select("correlation").drop_nulls().unique()
-    launches = trace.runtime.filter(pl.col("name").is_in(_LAUNCH_CALLS) & pl.col("correlation").is_not_null())
+    launches = trace.runtime.filter(
+        pl.col("name").is_in(taxonomy.KERNEL_LAUNCH_CALLS) & pl.col("correlation").is_not_null()
+    )
+    windows = capture_windows(trace)
     if launches.height and trace.gpu.height:
         missing = launches.join(gpu_correlations, on="correlation", how="anti")
-        if missing.height >= 10 and missing.height >= 0.01 * launches.height:
+        # launches inside a graph capture are recorded into the graph: missing by design
+        captured = launches_in(windows, missing)
+        missing = missing.filter(~captured)
+        should_run = launches.height - int(captured.sum())
+        if missing.height >= 10 and missing.height >= 0.01 * should_run:
             warnings.append(
                 TraceWarning(
                     "dropped-gpu-events",
-                    f"{missing.height:,} of {launches.height:,} kernel launches have no kernel in the "
+                    f"{missing.height:,} of {should_run:,} kernel launches have no kernel in the "
                     "trace: the profiler dropped GPU events (often at the start of the window, or when "
                     "its buffer filled), so GPU busy time is under-counted there.",
                     "record fewer steps per window (`--active`), or skip the first step",
                 )
             )
-    graphs = trace.runtime.filter(pl.col("name").is_in(_GRAPH_LAUNCHES)).height
+    warnings += _capture_warning(trace, windows)
+    graphs = trace.runtime.filter(pl.col("name").is_in(list(taxonomy.GRAPH_LAUNCH_CALLS))).height
     if graphs:
         warnings.append(
             TraceWarning(
@@ -235,8 +256,17 @@ def _recording_warnings(trace: Trace, steady: SteadyState) -> list[TraceWarning]
 _RECORDING_COST_SHARE = 0.10
 
 
+def _repeats_every_step(steps: tuple[Step, ...]) -> bool:
+    """Every steady step (two or more) waits before its own first GPU work at least half as long as
+    the one that waits longest: the host prepares each step (per-step host preprocessing, named by
+    its own finding), not a set-up caught once."""
+    leads = [step.gpu_start_ns - step.begin_ns for step in steps if step.gpu_start_ns is not None]
+    return len(steps) >= 2 and len(leads) == len(steps) and min(leads) >= 0.5 * max(leads) > 0
+
+
 def _setup_warnings(trace: Trace, steady: SteadyState) -> list[TraceWarning]:
-    """Steps that are mostly time before the GPU's first work (or after its last): set-up, not training."""
+    """Steps that are mostly time before the GPU's first work (or after its last): set-up, not
+    training, unless every step spends that time (per-step host preprocessing)."""
     steps = steady.steady_steps
     if not steps or trace.gpu.is_empty():
         return []
@@ -246,26 +276,52 @@ def _setup_warnings(trace: Trace, steady: SteadyState) -> list[TraceWarning]:
         return []
     total = sum(step.duration_ns for step in steps)
     edges = sum(
-        max(0, min(step.end_ns, first) - step.start_ns) + max(0, step.end_ns - max(step.start_ns, last))
+        max(0, min(step.done_ns, first) - step.begin_ns) + max(0, step.done_ns - max(step.begin_ns, last))
         for step in steps
     )
-    if total and edges >= 0.5 * total:
+    if total and edges >= 0.5 * total and not _repeats_every_step(steps):
+        one = (
+            " With one step the trace cannot tell set-up from host work every step does (decoding, "
+            "preprocessing): profile more steps to tell."
+            if len(steps) == 1
+            else ""
+        )
         return [
             TraceWarning(
                 "setup-captured",
                 f"{edges / total:.0%} of the profiled step time passes before the GPU's first work or "
                 "after its last: the profile caught set-up (compilation, loading, a first call) rather "
-                "than training steps.",
+                f"than training steps.{one}",
                 _WAIT_ADVICE,
             )
         ]
     return []
 
 
+def _accelerator_warnings(trace: Trace) -> list[TraceWarning]:
+    """An accelerator this tool cannot read (MTIA, ...), in a trace without CUDA/ROCm GPU work: say
+    so, so that no output reads the trace as a CPU-only run."""
+    foreign = trace.meta.foreign_accelerator
+    if foreign is None or trace.has_gpu_activity:
+        return []
+    return [
+        TraceWarning(
+            "unreadable-accelerator",
+            f"This is an {foreign.name} accelerator trace ({foreign.events}), which traceinsight cannot "
+            "read: it measures CUDA and ROCm GPUs. It is not a CPU-only run: only the host side is "
+            "measured here, and nothing below says how busy the accelerator was or why it waited.",
+            "read the accelerator's side with a tool that knows its trace (Holistic Trace Analysis "
+            "reads MTIA traces) or open the file in Perfetto (ui.perfetto.dev)",
+        )
+    ]
+
+
 def trace_warnings(trace: Trace, steady: SteadyState) -> tuple[TraceWarning, ...]:
-    """Every warning about ``trace`` (see the module doc), load problems first."""
+    """Every warning about ``trace`` (see the module doc): an accelerator it cannot read first,
+    then load problems."""
     return tuple(
-        _load_warnings(trace)
+        _accelerator_warnings(trace)
+        + _load_warnings(trace)
         + _step_warnings(steady, trace.meta.recorded_by_run)
         + _recording_warnings(trace, steady)
         + _setup_warnings(trace, steady)

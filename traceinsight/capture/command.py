@@ -57,6 +57,7 @@ from traceinsight.capture.script import (
     script_target,
 )
 from traceinsight.errors import CaptureError, ConfigError, OutputError, TraceInsightError
+from traceinsight.outputs import Kind, Output, check_outputs
 
 __all__ = ["RUN_CONTEXT_SETTINGS", "OutputPaths", "profile_and_report", "run"]
 
@@ -78,6 +79,8 @@ class OutputPaths:
     trace: Path
     report: Path
     json_out: str | None
+    force: bool = False
+    """``--force``: the outputs may replace files that are not traceinsight's."""
 
 
 def run(
@@ -191,6 +194,12 @@ def run(
         bool,
         typer.Option("-m", "--module", help="Run SCRIPT as a module, like python -m SCRIPT."),
     ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Let the trace, report or JSON replace a file that is not traceinsight's."
+        ),
+    ] = False,
 ) -> None:
     """Run a training script under the profiler, as `python SCRIPT ARGS` would, then report on it.
 
@@ -236,11 +245,13 @@ def run(
         rank = rank_info()
         if rank is not None:
             settings = dataclasses.replace(settings, record_startup=False)
-        paths = _output_paths(target, trace, output, json_out, rank)
+        paths = _output_paths(target, trace, output, json_out, rank, force=force)
         status = profile_and_report(target, settings, paths, console, rank=rank, project=project)
     except TraceInsightError as error:
         # The same one line the CLI prints for every command's errors; never a traceback.
-        sys.stderr.write(f"traceinsight: error: {error}\n")
+        from traceinsight.load.text import printable
+
+        sys.stderr.write(f"traceinsight: error: {printable(str(error))}\n")
         raise typer.Exit(error.exit_code) from None
     if status != 0:
         raise typer.Exit(status)
@@ -508,6 +519,7 @@ def _analyze(
     say: _Speaker,
 ) -> None:
     """Analyze the trace just written; on failure keep it and say how to retry."""
+    from traceinsight.config import SourceRoot
     from traceinsight.pipeline import analyze_and_write
 
     try:
@@ -519,8 +531,11 @@ def _analyze(
             json_out=paths.json_out if paths.json_out in (None, "-") else str(_shown(Path(paths.json_out))),
             console=console,
             user_code=settings.user_code,
-            source_root=project,
+            source_root=None
+            if project is None
+            else SourceRoot(project, "the script's project folder", shown=_typed_folder(project)),
             run=context,
+            force=paths.force,
         )
     except TraceInsightError as error:
         reason = str(error)
@@ -559,6 +574,19 @@ def _shown(path: Path) -> Path:
         return path
 
 
+def _typed_folder(folder: Path) -> str:
+    """``folder`` as the user would type it from the current folder (``.``, ``src``, ``../b``) when
+    the two share a folder below the root; else as it is (the user's folder layout stays out of a
+    log shared with the report)."""
+    here = Path.cwd()
+    try:
+        if os.path.commonpath([here, folder]) != os.path.sep:
+            return os.path.relpath(folder, here)
+    except ValueError:  # another drive
+        pass
+    return str(folder)
+
+
 def _quiet_console() -> Console:
     return Console(file=io.StringIO(), stderr=False)
 
@@ -593,8 +621,12 @@ def _output_paths(
     output: Path | None,
     json_out: str | None,
     rank: RankInfo | None,
+    *,
+    force: bool = False,
 ) -> OutputPaths:
-    """The outputs' absolute paths, per rank under torchrun; fails now if one cannot be written."""
+    """The outputs' absolute paths, per rank under torchrun; fails now if one cannot be written, or
+    would replace the script or a file that is not ours (:func:`traceinsight.outputs.check_outputs`;
+    a trace reached through a symlink is written over the file it names, the link kept)."""
     if rank is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         trace_path = trace if trace is not None else Path(f"{target.stem}.{stamp}.pt.trace.json.gz")
@@ -615,10 +647,21 @@ def _output_paths(
     _check_writable(report_path, "-o/--output")
     if json_path is not None and json_path != "-":
         _check_writable(Path(json_path), "--json")
+    planned = [
+        Output("--trace", trace_path, Kind.TRACE, readable_after=True),
+        Output("-o/--output", report_path, Kind.HTML),
+    ]
+    if json_path is not None and json_path != "-":
+        planned.append(Output("--json", Path(json_path), Kind.JSON))
+    script = [] if target.is_module else [Path(target.name)]
+    check_outputs(planned, inputs=script, inputs_are="the script being profiled", force=force)
+    if trace_path.is_symlink():  # the trace is written by a rename: over the file the link names
+        trace_path = Path(os.path.realpath(trace_path))
     return OutputPaths(
         trace=trace_path.absolute(),
         report=report_path.absolute(),
         json_out=str(Path(json_path).absolute()) if json_path not in (None, "-") else json_path,
+        force=force,
     )
 
 

@@ -11,8 +11,10 @@ way what ``traceinsight run`` must not leave behind:
   quote and backslash of a name is escaped (:func:`traceinsight.load.repair.escaped_name`, as
   ``analyze`` mends a trace torch wrote) and the names changed counted.
 - **the user frames of ``--stacks user``** (:mod:`.frames`) arrive as ``user_annotation`` ranges
-  named :data:`~.frames.FRAME_MARK` ``+ name``; they are written as the ``python_function`` frames
-  torch would have written.
+  named :data:`~.frames.FRAME_MARK` ``+ name`` (a function, named by its first line) or
+  :data:`~.frames.SITE_MARK` ``+ name`` (a call site, named by the call's line); they are written
+  as the ``python_function`` frames torch would have written, with ``"Call site": 0`` or ``1`` in
+  their ``args`` (torch's own frames have none).
 - **the temporary file's path** torch writes as ``traceName`` (an absolute path, the user's folder
   layout in a shared trace): the trace file's own name instead.
 - **what `run` knows of how it profiled** is added as a top-level ``"traceinsight"`` object
@@ -37,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from traceinsight.capture.frames import FRAME_MARK
+from traceinsight.capture.frames import FRAME_MARK, SITE_MARK
 from traceinsight.load.repair import escaped_name
 
 __all__ = ["RUN_RECORD_KEY", "ExportResult", "write_trace"]
@@ -48,7 +50,8 @@ RUN_RECORD_KEY = "traceinsight"
 #: torch writes ``],"traceName": "…" }`` on the line that closes the events.
 _TRACE_NAME = re.compile(rb'"traceName": "(?:[^"\\]|\\.)*"')
 _NAME_LINE = re.compile(rb'^(?P<head>\s*"name": ")(?P<text>.*)(?P<tail>",?\r?\n?)$', re.DOTALL)
-_MARK = FRAME_MARK.encode()
+_MARKS = ((FRAME_MARK.encode(), b"0"), (SITE_MARK.encode(), b"1"))
+_ARGS_LINE = b'"args": {'
 _EVENT_START = b"  {"
 _COPY_CHUNK = 1 << 16
 #: Bytes of torch's export between two progress reports.
@@ -179,8 +182,9 @@ def _fix_event(lines: list[bytes]) -> tuple[list[bytes], int, int]:
         if match is None:
             break
         text = match["text"]
-        if text.startswith(_MARK):
-            text = text[len(_MARK) :]
+        call_site = next((flag for mark, flag in _MARKS if text.startswith(mark)), None)
+        if call_site is not None:
+            text = text.partition(b": ")[2]
             frame = 1
             lines = [
                 b'    "cat": "python_function",\n' if other.lstrip().startswith(b'"cat": ') else other
@@ -190,5 +194,18 @@ def _fix_event(lines: list[bytes]) -> tuple[list[bytes], int, int]:
         if escaped != text:
             repaired = 1
         lines[index] = match["head"] + escaped + match["tail"]
+        if call_site is not None:
+            lines = _with_call_site(lines, call_site)
         break
     return lines, repaired, frame
+
+
+def _with_call_site(lines: list[bytes], flag: bytes) -> list[bytes]:
+    """An event's lines with ``"Call site": flag`` first in its ``args`` (added when it has none)."""
+    for index, line in enumerate(lines):
+        if line.strip() == _ARGS_LINE:
+            empty = index + 1 < len(lines) and lines[index + 1].lstrip().startswith(b"}")
+            member = b'      "Call site": ' + flag + (b"\n" if empty else b",\n")
+            return [*lines[: index + 1], member, *lines[index + 1 :]]
+    closing = len(lines) - 1  # the event's closing "  }" line
+    return [*lines[:closing], b'    ,\n    "args": {"Call site": ' + flag + b"}\n", lines[closing]]

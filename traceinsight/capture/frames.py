@@ -29,7 +29,9 @@ of times per step costs nothing more. Module forwards get ``nn.Module: ClassName
 torch's tracer writes them, so findings can name the module; ``Tensor.__repr__`` and
 ``Tensor.__format__`` get frames named as torch's tracer names them (``torch/_tensor.py(N):
 __repr__``), so the operators ``print(loss)`` or ``f"{loss:.3f}"`` run are known to be a
-tensor's formatting.
+tensor's formatting. The export marks each frame with its line's meaning (``"Call site": 1`` for
+a call site, ``0`` for a function's first line), so that ``analyze`` never presents a function's
+first line as the line of a call.
 
 What it costs, and where it does not trace. The profile function runs for every Python call and
 return on the thread, and while one is set CPython 3.11 runs all bytecode of the thread on its
@@ -52,12 +54,17 @@ from typing import Any
 
 from traceinsight.load.taxonomy import is_user_file
 
-__all__ = ["FRAME_MARK", "UserFrameTracer"]
+__all__ = ["FRAME_MARK", "SITE_MARK", "UserFrameTracer"]
 
 _RUNNERS = ("traceinsight.capture.script", "runpy")
 
 FRAME_MARK = "traceinsight.frame: "
 """Prefix of the record-function names that stand for user frames until the export renames them."""
+
+SITE_MARK = "traceinsight.site: "
+"""Prefix of the call-site ranges (named by the caller's current line, not its function's first
+line): the export writes them as frames too, marked ``"Call site": 1`` so that ``analyze`` knows
+their line is the call's."""
 
 
 #: A range the tracer holds open: (the frame it belongs to, the record, its kind, the line it names).
@@ -233,7 +240,8 @@ class UserFrameTracer:
         if not name:
             return
         head, _, function = name.partition("): ")
-        self._push(frame, f"{head.rpartition('(')[0]}({line}): {function}", "site", line)
+        file = head.rpartition("(")[0].removeprefix(FRAME_MARK)
+        self._push(frame, f"{SITE_MARK}{file}({line}): {function}", "site", line)
 
     def _enter_module(self, frame: FrameType) -> None:
         """A module's forward: ``nn.Module: ClassName_N`` (N counts instances of the class, as torch does)."""

@@ -1,8 +1,13 @@
 """One report from the ranks' results: collectives matched across ranks, lateness, stragglers.
 
-Collectives are matched by sequence: the n-th collective of each kind on one rank is the n-th of
-that kind on every other rank (kind: the NCCL/RCCL kernel's collective, ``AllReduce``,
-``SendRecv``…, or the host ``c10d::`` operator without GPU work). Times are on the traces' own
+Collectives are matched by process group and sequence number where the traces say them (Kineto
+writes ``Process Group Name`` and ``Seq`` on communication kernels since 2026): the collective with
+sequence number n of a group on one rank is the one with n in that group on every rank that ran it,
+whatever order the groups' collectives ran in. Otherwise by order: the n-th collective of each kind
+on one rank is the n-th of that kind on every other rank (kind: the NCCL/RCCL kernel's collective,
+``AllReduce``, ``SendRecv``…, or the host ``c10d::`` operator without GPU work). A kind is matched by
+group and sequence number only when every collective of it on every rank carries them. Times are
+on the traces' own
 clocks, taken as one clock (torch.profiler writes wall-clock time; ranks on hosts with skewed
 clocks show the skew as lateness).
 
@@ -17,9 +22,14 @@ For each matched collective c and rank r:
 A rank is a straggler when its median lateness, its step time, or its *own time* (step time less
 its collective waits per step) is above the job's median by more than
 ``max(floor, 4 × 1.4826 × MAD)`` — MAD the median absolute deviation over ranks, floor 5 % of the
-median step time (200 µs for lateness without steps). Its cause is the idle cause whose time per
-step exceeds the job's median for that cause the most (DataLoader, a host sync, a blocking copy,
-launching…), or slower GPU work when compute time grew more than any idle cause.
+median step time (200 µs for lateness without steps). A rank's step time is the spacing of when its
+steps' work was done, host and GPU (:mod:`traceinsight.analysis.steady`), and its figures per step
+are over those steps' windows on the GPU's clock. Its cause is its own largest excess over the job's
+median rank, per step: the idle cause of its own (DataLoader, a host sync, a blocking copy, host
+work, launching) whose time exceeds the median the most, or slower GPU work when compute time grew
+more than any of them. Time spent waiting for another rank is a symptom the straggler shares with
+the ranks that wait for it, never its cause: communication (its GPU in a collective, its host in a
+``c10d`` call) and work queued behind a dependency are not blamed.
 """
 
 from __future__ import annotations
@@ -38,8 +48,10 @@ from traceinsight.rules.findings import SEVERITIES
 
 __all__ = ["JobFinding", "JobReport", "RankTiming", "Straggler", "combine"]
 
-#: Idle causes a straggler's time can be blamed on: what its host did while its GPU waited (not
-#: ``queued``, where the GPU waited on itself, nor the step's edges or time outside the steady state).
+#: Idle causes a straggler's time can be blamed on: what its own host did while its GPU waited.
+#: Not ``communication`` (its host waiting in a collective for the others: a symptom the ranks that
+#: wait for a straggler share), nor ``queued`` (the GPU waited on a dependency), nor the step's
+#: edges or time outside the steady state.
 BLAMED_CAUSES: Final[tuple[CauseKind, ...]] = (
     CauseKind.DATALOADER,
     CauseKind.SYNC,
@@ -47,7 +59,6 @@ BLAMED_CAUSES: Final[tuple[CauseKind, ...]] = (
     CauseKind.LAUNCH,
     CauseKind.HOST_OP,
     CauseKind.UNTRACED,
-    CauseKind.COMMUNICATION,
 )
 #: How the job report names a cause of lateness.
 CAUSE_WORDS: Final[dict[str, str]] = {
@@ -62,6 +73,7 @@ CAUSE_WORDS: Final[dict[str, str]] = {
     CauseKind.OUTSIDE_STEADY.value: "outside steady state",
     CauseKind.BEFORE_FIRST.value: "before first work",
     CauseKind.AFTER_LAST.value: "after last work",
+    CauseKind.CAPTURE.value: "graph capture",
     "compute": "slower GPU work",
 }
 _MAD_SCALE: Final = 1.4826
@@ -76,7 +88,8 @@ class RankTiming:
 
     rank: int
     matched: int
-    """Collectives of this rank matched with every other rank's."""
+    """Collectives of this rank matched with the other ranks' (every other rank's when matched by
+    order; the other members of its process group when matched by group and sequence number)."""
     late_median_ns: int
     late_max_ns: int
     waited_ns: int
@@ -130,6 +143,8 @@ class JobReport:
     """By rank (empty when the ranks have no collectives to match)."""
     collectives_from: str
     collectives_matched: int
+    #: Of those, matched by process group and sequence number (the rest by kind and order).
+    collectives_matched_by_seq: int
     collective_kinds: tuple[tuple[str, int], ...]
     stragglers: tuple[Straggler, ...]
     findings: tuple[JobFinding, ...]
@@ -153,8 +168,36 @@ def _check_ranks(results: Sequence[RankResult]) -> None:
         seen[result.rank] = result.path
 
 
+def _keyed(ranks: Sequence[RankResult], kind: str) -> bool:
+    """Whether every collective of ``kind`` on every rank carries its process group and sequence."""
+    return all(
+        collective.process_group is not None and collective.seq is not None
+        for result in ranks
+        for collective in result.collectives
+        if collective.kind == kind
+    )
+
+
+def _match_keyed(ranks: Sequence[RankResult], kind: str) -> list[tuple[str, dict[int, tuple[int, int]]]]:
+    """Collectives of ``kind`` matched by (process group, sequence number, occurrence): each one
+    among the ranks that ran it (a group's collective involves its members only), two ranks up."""
+    by_key: dict[tuple[str, int, int], dict[int, tuple[int, int]]] = defaultdict(dict)
+    for result in ranks:
+        seen: Counter[tuple[str, int]] = Counter()
+        for collective in result.collectives:
+            if collective.kind != kind or collective.process_group is None or collective.seq is None:
+                continue
+            key = (collective.process_group, collective.seq)
+            by_key[(*key, seen[key])][result.rank] = (collective.start_ns, collective.end_ns)
+            seen[key] += 1
+    return [(kind, starts) for starts in by_key.values() if len(starts) > 1]
+
+
 def _match(ranks: Sequence[RankResult]) -> tuple[list[tuple[str, dict[int, tuple[int, int]]]], list[str]]:
-    """Matched collectives: (kind, {rank: (start, end)}) in order, and warnings on counts that differ."""
+    """Matched collectives: (kind, {rank: (start, end)}) in order, and warnings on counts that differ.
+
+    By process group and sequence number where every collective of a kind carries them, else by
+    order (see the module doc)."""
     by_rank: dict[int, dict[str, list[tuple[int, int]]]] = {}
     for result in ranks:
         kinds: dict[str, list[tuple[int, int]]] = defaultdict(list)
@@ -165,6 +208,9 @@ def _match(ranks: Sequence[RankResult]) -> tuple[list[tuple[str, dict[int, tuple
     every_kind = sorted({kind for kinds in by_rank.values() for kind in kinds})
     matched: list[tuple[str, dict[int, tuple[int, int]]]] = []
     for kind in every_kind:
+        if _keyed(ranks, kind):
+            matched += _match_keyed(ranks, kind)
+            continue
         counts = {rank: len(kinds.get(kind, [])) for rank, kinds in by_rank.items()}
         low, high = min(counts.values()), max(counts.values())
         if low != high:
@@ -337,11 +383,13 @@ def combine(results: Sequence[RankResult]) -> JobReport:
             "(they are outliers among the ranks)"
         )
     kinds = Counter(kind for kind, _ in matched)
+    keyed = {kind: _keyed(ranks, kind) for kind in kinds}
     return JobReport(
         ranks=ranks,
         timings=timings,
         collectives_from=source,
         collectives_matched=len(matched),
+        collectives_matched_by_seq=sum(count for kind, count in kinds.items() if keyed.get(kind)),
         collective_kinds=tuple(sorted(kinds.items(), key=lambda item: (-item[1], item[0]))),
         stragglers=_stragglers(ranks, timings, step_ns),
         findings=_findings(ranks),

@@ -1,8 +1,9 @@
 """Where the ranks are analyzed: in this process, a local process pool, or a dask.distributed cluster.
 
 Local (the default): a pool of worker processes sized to the cores and to the memory available
-(:func:`pool_size`), each worker analyzing one rank at a time and freeing it before the next, so
-peak memory is about ``workers × the largest rank``, never the sum of the ranks. Workers start
+(:func:`pool_size`: the largest rank measured from the files themselves, never a gzip trailer's
+claim), each worker analyzing one rank at a time and freeing it before the next, so peak memory
+is about ``workers × the largest rank``, never the sum of the ranks. Workers start
 from a fork server that has imported the analysis once (``spawn`` where there is no fork).
 
 Dask (``--dask ADDRESS`` or ``TRACEINSIGHT_DASK``): the same :func:`~.rank.analyze_rank` goes to an
@@ -17,14 +18,16 @@ import multiprocessing
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
 from traceinsight.cores import available_cores
-from traceinsight.errors import ConfigError
+from traceinsight.errors import ConfigError, TraceInsightError
 from traceinsight.job.rank import RankResult, RankTask, analyze_rank
+from traceinsight.load.limits import GZIP_RATIO
+from traceinsight.load.source import GZIP_MAGIC, SizeLimit, open_trace
 
 __all__ = ["RankProgress", "pool_size", "rank_progress", "run_dask", "run_local"]
 
@@ -38,18 +41,44 @@ MEMORY_PER_JSON_BYTE: Final = 2
 WORKER_BASE_BYTES: Final = 250 * 2**20
 
 
-def _json_bytes(path: Path) -> int:
-    """How much JSON a file holds: its size, or for gzip the trailer's length (modulo 4 GiB)."""
+def _json_bound(task: RankTask) -> float:
+    """The most JSON a rank's file can hold and still be read: a plain file's size; a gzip's
+    compressed size times the expansion ratio the loader allows (:data:`~..load.limits.GZIP_RATIO`,
+    not under ``--force``), within ``--max-size``; read from the file system alone."""
     try:
-        size = path.stat().st_size
-        if path.name.endswith(".gz") and size >= 18:
-            with path.open("rb") as stream:
-                stream.seek(-4, os.SEEK_END)
-                expanded = int.from_bytes(stream.read(4), "little")
-            return max(expanded, size)
-        return size
+        size = os.stat(task.path).st_size
     except OSError:
         return 0
+    bound = float("inf") if task.force else float(GZIP_RATIO * size)
+    if not _is_gzip(task.path):
+        bound = size
+    return min(bound, task.max_bytes) if task.max_bytes is not None else bound
+
+
+def _is_gzip(path: str) -> bool:
+    try:
+        with open(path, "rb") as stream:
+            return stream.read(2) == GZIP_MAGIC
+    except OSError:
+        return False
+
+
+def _json_bytes(task: RankTask, enough: int) -> int:
+    """How much JSON a rank's file holds, counted: a plain file's size; for gzip, the bytes its
+    stream inflates to (nothing kept), stopping once past ``enough``. Never the gzip trailer, which
+    the file itself sets (a 3.7 MB file can say 4 kB and hold 1 GB)."""
+    if not _is_gzip(task.path):
+        return int(_json_bound(task))
+    counted = 0
+    try:
+        with open_trace(Path(task.path), SizeLimit(force=True)) as source:
+            for block in source.blocks(4 << 20):
+                counted += len(block)
+                if counted > enough:
+                    break
+    except TraceInsightError:  # the worker says what is wrong with the file
+        pass
+    return counted
 
 
 def _available_memory() -> int | None:
@@ -66,14 +95,28 @@ def _available_memory() -> int | None:
 
 def pool_size(tasks: Sequence[RankTask], requested: int | None = None) -> int:
     """Workers for the local pool: ``requested``, else as many as there are cores, ranks, and
-    memory for a worker each holding the largest rank."""
+    memory for a worker each holding the largest rank.
+
+    The largest rank is measured by what the files are, never by what they claim: when even the
+    most JSON each file could hold (:func:`_json_bound`) leaves memory for a worker per core, that
+    is the size; else each gzip rank is inflated and counted (threads beside each other, nothing
+    kept, each stopping once one worker is all the memory allows)."""
     if requested is not None:
         return max(1, min(requested, len(tasks)))
-    largest = max((_json_bytes(Path(task.path)) for task in tasks), default=0)
-    per_worker = WORKER_BASE_BYTES + MEMORY_PER_JSON_BYTE * largest
+    most = max(1, min(available_cores(), len(tasks)))
     available = _available_memory()
-    by_memory = max(1, available // per_worker) if available is not None else len(tasks)
-    return max(1, min(available_cores(), len(tasks), by_memory))
+    if most == 1 or available is None:
+        return most
+
+    def workers_for(largest: float) -> int:
+        return int(max(1, min(most, available // (WORKER_BASE_BYTES + MEMORY_PER_JSON_BYTE * largest))))
+
+    if workers_for(max(_json_bound(task) for task in tasks)) == most:
+        return most
+    enough = max(0, (available - WORKER_BASE_BYTES) // MEMORY_PER_JSON_BYTE)
+    with ThreadPoolExecutor(max_workers=most, thread_name_prefix="traceinsight-count") as counting:
+        largest = max(counting.map(lambda task: _json_bytes(task, enough), tasks))
+    return workers_for(largest)
 
 
 def _context() -> multiprocessing.context.BaseContext:

@@ -9,6 +9,7 @@ trimmed, before it returns, so a worker's memory is that of the largest rank it 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,8 +40,13 @@ class RankTask:
     max_bytes: int | None = None
     """``--max-size`` (None: the default gzip-ratio rule)."""
     per_rank_dir: str | None = None
-    """Write this rank's own JSON and HTML report into this folder (``rank-<N>.json/.html``)."""
+    """Stage this rank's own JSON and HTML report in this (private) folder, for the command to put
+    in place as ``rank-<N>.json/.html`` once the job's checks pass (:attr:`RankResult.staged`)."""
     source_root: str | None = None
+    shown_path: str | None = None
+    """The trace's path as the user gave it, for the outputs (default: ``path``)."""
+    force: bool = False
+    """``--force``: read a gzip that expands past the ratio real traces reach."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +57,10 @@ class Collective:
     kind: str
     start_ns: int
     end_ns: int
+    #: The process group it ran in and its sequence number there (``Process Group Name`` and
+    #: ``Seq`` on communication kernels since 2026): None where the trace does not say.
+    process_group: str | None = None
+    seq: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +81,7 @@ class RankResult:
     rank: int
     #: Where the rank number came from: ``distributedInfo``, ``file name`` or ``order``.
     rank_from: str
+    #: The trace's path as the user gave it (control characters replaced).
     path: str
     world_size: int | None
     backend: str | None
@@ -78,7 +89,7 @@ class RankResult:
     usage: Usage
     #: Whether the trace had any steady state to judge (the JSON's ``utilization.of`` is null if not).
     has_usage: bool
-    #: Median steady step time (None without steps).
+    #: Median steady step time: the spacing of when the steps' work was done (None without steps).
     step_ns: int | None
     #: Communication kernel time (union) inside the steady state, overlapped by compute or not.
     communication_total_ns: int
@@ -90,6 +101,8 @@ class RankResult:
     #: ``gpu`` (communication kernels) or ``host`` (``c10d::`` operators) or ``none``.
     collectives_from: str
     warnings: tuple[str, ...]
+    #: This rank's own reports, staged by the worker: (file name, staged path) pairs.
+    staged: tuple[tuple[str, str], ...] = ()
 
     @property
     def steps(self) -> int:
@@ -140,15 +153,21 @@ def collectives(trace: Trace) -> tuple[str, tuple[Collective, ...]]:
     )
     source = "gpu"
     if kernels.is_empty():
-        kernels = trace.cpu_ops.filter(pl.col("name").str.starts_with("c10d::"))
+        kernels = trace.cpu_ops.filter(pl.col("name").str.starts_with("c10d::")).with_columns(
+            seq=pl.lit(None, pl.Int64), process_group=pl.lit(None, pl.String)
+        )
         source = "host" if kernels.height else "none"
-    rows = kernels.sort("ts", "end", "name").select("name", "ts", "end").iter_rows()
-    found = tuple(Collective(collective_kind(name), ts + offset, end + offset) for name, ts, end in rows)
+    rows = kernels.sort("ts", "end", "name").select("name", "ts", "end", "process_group", "seq").iter_rows()
+    found = tuple(
+        Collective(collective_kind(name), ts + offset, end + offset, group, seq)
+        for name, ts, end, group, seq in rows
+    )
     return source, found
 
 
 def _communication_total(trace: Trace, windows: tuple[tuple[int, int], ...]) -> int:
-    """Union of communication kernels per device, inside the steady windows (everywhere without)."""
+    """Union of communication kernels per device, inside the steady windows on the GPU's clock
+    (everywhere without)."""
     merged = merge_intervals(
         trace.gpu.filter(
             (pl.col("kind") == "kernel") & pl.col("name").str.contains(taxonomy.COMMUNICATION_KERNEL_PATTERN)
@@ -164,16 +183,23 @@ def _communication_total(trace: Trace, windows: tuple[tuple[int, int], ...]) -> 
     return total
 
 
-def _write_own_reports(report: Report, rank: int, task: RankTask) -> None:
-    """``rank-<N>.json`` and ``rank-<N>.html`` in ``task.per_rank_dir``: this rank's own report."""
-    from traceinsight.pipeline import render_html, write_atomically
+def _stage_own_reports(report: Report, rank: int, task: RankTask) -> tuple[tuple[str, str], ...]:
+    """This rank's own report, ``rank-<N>.json`` and ``rank-<N>.html``, staged in
+    ``task.per_rank_dir`` (the command puts them in place): (name, staged path) pairs."""
+    from traceinsight.outputs import stage
+    from traceinsight.pipeline import render_html
     from traceinsight.render.json_report import JsonRenderer
 
     assert task.per_rank_dir is not None
     folder = Path(task.per_rank_dir)
-    write_atomically(folder / f"rank-{rank}.json", JsonRenderer().render(report))
     source_root = Path(task.source_root) if task.source_root is not None else None
-    write_atomically(folder / f"rank-{rank}.html", render_html(report, source_root))
+    staged = []
+    for name, text in (
+        (f"rank-{rank}.json", JsonRenderer().render(report)),
+        (f"rank-{rank}.html", render_html(report, source_root)),
+    ):
+        staged.append((name, str(stage(folder, name, text))))
+    return tuple(staged)
 
 
 def _has_distributed_info(trace: Trace) -> bool:
@@ -184,7 +210,9 @@ def analyze_rank(task: RankTask) -> RankResult:
     """Analyze one rank's trace and keep its summary (see the module's docstring)."""
     from traceinsight.pipeline import give_back_freed_memory
 
-    trace = load_trace(Path(task.path), limit=SizeLimit(task.max_bytes))
+    trace = load_trace(Path(task.path), limit=SizeLimit(task.max_bytes, force=task.force))
+    if task.shown_path is not None:  # the rank's own report names its trace as the user did
+        trace = dataclasses.replace(trace, meta=dataclasses.replace(trace.meta, path=task.shown_path))
     give_back_freed_memory()
     if _has_distributed_info(trace):
         rank, rank_from = trace.meta.rank, "distributedInfo"
@@ -195,14 +223,13 @@ def analyze_rank(task: RankTask) -> RankResult:
     report = report_for(trace, task.thresholds, task.user_code)
     analysis = report.analysis
     source, found = collectives(trace)
-    communication = _communication_total(trace, analysis.steady.windows)
+    communication = _communication_total(trace, analysis.steady.device_windows)
     del trace
-    if task.per_rank_dir is not None:
-        _write_own_reports(report, rank, task)
+    staged = _stage_own_reports(report, rank, task) if task.per_rank_dir is not None else ()
     result = RankResult(
         rank=rank,
         rank_from=rank_from,
-        path=task.path,
+        path=task.shown_path if task.shown_path is not None else task.path,
         world_size=analysis.meta.world_size,
         backend=analysis.meta.backend,
         usage=total_usage(analysis.usage),
@@ -216,6 +243,7 @@ def analyze_rank(task: RankTask) -> RankResult:
         collectives=found,
         collectives_from=source,
         warnings=tuple(warning.kind for warning in analysis.warnings),
+        staged=staged,
     )
     del report, analysis
     give_back_freed_memory()

@@ -4,10 +4,11 @@
  * (``schema.EVENT_FIELDS``: JSON key, whether it sits in ``args``, its role) and limits
  * (``schema.LIMITS``), so the fields are declared once, in Python.
  *
- * scan(buffer, start, state, depth) reads the events of a trace's ``traceEvents`` array from
- * ``buffer``, beginning at ``start`` in ``state`` (0: just after the ``[``; 1: after an event, so a
- * ``,`` or ``]`` must come; 2: after a ``,``, so an element must come) with the array at nesting
- * ``depth``. For every complete ``"ph": "X"`` or ``"ph": "i"`` event (a row, its phase given in a
+ * scan(buffer, start, state, depth[, max_rows]) reads the events of a trace's ``traceEvents`` array
+ * from ``buffer``, beginning at ``start`` in ``state`` (0: just after the ``[``; 1: after an event,
+ * so a ``,`` or ``]`` must come; 2: after a ``,``, so an element must come) with the array at nesting
+ * ``depth``; it stops after the event that makes ``max_rows`` rows (if given, > 0), so that the
+ * memory of one scan is bounded by rows, not by bytes (a run of tiny events makes many rows). For every complete ``"ph": "X"`` or ``"ph": "i"`` event (a row, its phase given in a
  * column of bytes after the others: 1 X, 2 i) it gives each configured field as a column of
  * (kind, value): kind 0 = None (missing, null, a list or an object), 1 = int (booleans are 0/1, as
  * in the reference decoder), 2 = float (value holds the double's bits; NaN and infinities too),
@@ -1098,8 +1099,15 @@ static int event(Lex *L, Out *o, int depth) {
 /* Elements from cur until the array's ']' (done) or the end of the complete ones. ``*state`` is
  * where cur stands (see the module comment) and is kept in step with ``*resume``: the place, on a
  * byte boundary between tokens, where the next scan starts. */
-static int events(Lex *L, Out *o, int *state, int *done, const char **resume, int depth) {
+static int events(Lex *L, Out *o, int *state, int *done, const char **resume, int depth,
+                  Py_ssize_t max_rows, int *full) {
     for (;;) {
+        if (max_rows > 0 && o->rows >= max_rows) { /* full: resume after the last event */
+            skip_ws(L);
+            *resume = cur;
+            *full = 1;
+            return OK;
+        }
         skip_ws(L);
         *resume = cur;
         if (cur >= end_) return OK;
@@ -1168,14 +1176,15 @@ static void raise_outcome(int r, Py_ssize_t offset) {
     }
 }
 
-/* scan(buffer, start, state, depth) -> (resume, state, done, events, skipped, rows, columns,
- * strings, escaped, cat_counts, cut): cat_counts are (first-seen order, string index or -1 for a
- * non-string cat, events); cut are (string index, full length in characters) of long strings. */
+/* scan(buffer, start, state, depth[, max_rows]) -> (resume, state, done, events, skipped, rows,
+ * columns, strings, escaped, cat_counts, cut, full): cat_counts are (first-seen order, string index or
+ * -1 for a non-string cat, events); cut are (string index, full length in characters) of long
+ * strings; full is 1 when the scan stopped at max_rows rows (resume is then after an event). */
 static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer buf;
-    Py_ssize_t start;
-    int state, depth;
-    if (!PyArg_ParseTuple(args, "y*nii", &buf, &start, &state, &depth)) return NULL;
+    Py_ssize_t start, max_rows = 0;
+    int state, depth, full = 0;
+    if (!PyArg_ParseTuple(args, "y*nii|n", &buf, &start, &state, &depth, &max_rows)) return NULL;
     if (start < 0 || start > buf.len || state < S_START || state > S_AFTER_COMMA || !n_fields) {
         PyBuffer_Release(&buf);
         PyErr_SetString(PyExc_ValueError, n_fields ? "start or state out of range" : "configure() first");
@@ -1190,7 +1199,7 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     resume = cur;
     r = grow_rows(&o);
-    if (r == OK) r = events(L, &o, &state, &done, &resume, depth);
+    if (r == OK) r = events(L, &o, &state, &done, &resume, depth, max_rows, &full);
     Py_END_ALLOW_THREADS
     PyObject *result = NULL;
     if (r != OK) {
@@ -1265,8 +1274,8 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
             Py_XDECREF(columns);
             goto out;
         }
-        result = Py_BuildValue("(niiLLnNNNNN)", (Py_ssize_t)(resume - base), state, done, (long long)o.events,
-                               (long long)o.skipped, o.rows, columns, strings, escaped, counts, cut);
+        result = Py_BuildValue("(niiLLnNNNNNi)", (Py_ssize_t)(resume - base), state, done, (long long)o.events,
+                               (long long)o.skipped, o.rows, columns, strings, escaped, counts, cut, full);
     }
 out:
     out_free(&o);

@@ -97,9 +97,40 @@ def not_json_text(path: Path, first: int) -> TraceFormatError:
     )
 
 
+#: The first byte of a Perfetto protobuf trace: the tag of ``Trace.packet`` (field 1, length-delimited).
+PERFETTO_TAG = 0x0A
+
+
+def is_perfetto(head: bytes | bytearray | memoryview) -> bool:
+    """Whether a text's first bytes (as read, nothing stripped) are a Perfetto protobuf trace.
+
+    Kineto can write Perfetto's native format instead of JSON (a ``.pftrace``, off by default): a
+    protobuf ``Trace``, a run of ``packet`` fields that each start with the byte 0x0a and a varint
+    length. That byte is also a newline, which JSON may start with; but after it JSON has only
+    whitespace and then ``{`` or ``[`` (a trace), where a packet has its first field's tag. Three
+    bytes tell them apart once the newline's run of whitespace-like varint bytes ends."""
+    start = bytes(head[:16])
+    if len(start) < 2 or start[0] != PERFETTO_TAG:
+        return False
+    rest = start[1:].lstrip(b" \t\r\n")
+    return bool(rest) and rest[0] not in b"{["
+
+
+def perfetto_trace(path: Path) -> TraceFormatError:
+    """The one line for a Perfetto protobuf trace: what it is and how to get JSON instead."""
+    return TraceFormatError(
+        f"cannot read trace {path}: it is a Perfetto protobuf trace (.pftrace), not the JSON trace "
+        "traceinsight reads; write JSON instead: leave Kineto's Perfetto trace output off and export "
+        "with prof.export_chrome_trace('trace.json') or tensorboard_trace_handler"
+    )
+
+
 def check_start(text: bytes | bytearray | memoryview, path: Path) -> None:
     """Refuse a text whose first byte (after a byte order mark and whitespace) cannot start JSON;
-    one that starts a JSON value other than an object or array is not a trace."""
+    one that starts a JSON value other than an object or array is not a trace. A Perfetto protobuf
+    trace (:func:`is_perfetto`) gets its own line."""
+    if is_perfetto(text):
+        raise perfetto_trace(path)
     head = bytes(text[:4096]).removeprefix(UTF8_BOM).lstrip(b" \t\r\n")
     if not head:
         return

@@ -13,10 +13,14 @@ becomes a polars Series directly and is converted with polars expressions, any o
 the reference's per-value coercion (:mod:`.coerce`). A file whose values the typed decode cannot
 hold (a list where a number belongs, an event that is not an object, NaN, a lone surrogate) is
 read by the reference's own decoder and table builder (:mod:`.reference`): the same tables, slower.
+It takes the reference's decisions on every file: text that is not UTF-8 is refused wherever it
+is (msgspec would skip it unchecked in a field the tables do not read), and a name of any number
+of digits becomes its digits.
 """
 
 from __future__ import annotations
 
+import codecs
 import gc
 import re
 import string
@@ -133,6 +137,7 @@ def load_fallback(source: TraceFile) -> tuple[TraceDocument, ChunkTables]:
     of as soon as it is decoded, before the tables are made."""
     raw = source.read_all()
     check_start(raw, source.path)
+    check_utf8(raw, source.path)
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -178,6 +183,22 @@ def _decode(raw: bytes | bytearray, path: Path) -> tuple[TraceDocument, list[Any
         document = TraceDocument(**{f: getattr(value, f) for f in _META_FIELDS})
         return document, _checked(value.traceEvents, path)
     return None
+
+
+def check_utf8(raw: bytes | bytearray, path: Path) -> None:
+    """Refuse text that is not UTF-8 anywhere, as the scanner and the reference do: msgspec checks
+    only the strings it keeps, and would read invalid bytes in a field it skips. ASCII text is
+    known valid at once; other text is decoded a block at a time, nothing kept."""
+    if raw.isascii():
+        return
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    view = memoryview(raw)
+    step = 16 << 20
+    for at in range(0, len(view), step):
+        try:
+            decoder.decode(view[at : at + step], final=at + step >= len(view))
+        except UnicodeDecodeError as exc:
+            raise json_error(path, f"invalid UTF-8 at byte {at + exc.start}", truncated=False) from None
 
 
 def _checked(events: list[Any], path: Path) -> list[Any]:
@@ -238,7 +259,7 @@ def _texts(values: list[Scalar], convert: Callable[[Scalar], str | None], nulls:
         series = pl.Series(values, dtype=pl.String, strict=True)
         if nulls or not series.null_count():
             return series
-    except (TypeError, ValueError, pl.exceptions.PolarsError):
+    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):  # a 71-digit name too
         pass
     return pl.Series([v if type(v) is str else convert(v) for v in values], dtype=pl.String)
 
@@ -299,7 +320,10 @@ def _group_frame(
         "bytes": lambda: _ids(arg("bytes")),
         "python_id": lambda: _ids(arg("python_id")),
         "parent_id": lambda: _ids(arg("python_parent_id")),
+        "call_site": lambda: _ids(arg("call_site")),
         "call_stack": lambda: clean_texts(_texts(arg("call_stack"), _stack, nulls=True)),
+        "seq": lambda: _ids(arg("seq")),
+        "process_group": lambda: clean_texts(_texts(arg("process_group"), _stack, nulls=True)),
     }
     columns = group_columns(group)
     return pl.DataFrame(

@@ -28,7 +28,11 @@ MAX_INT_DIGITS: Final = 4300
 #: may take at most this many bytes (whitespace aside).
 MAX_FIELDS_BYTES: Final = 64 << 20
 
-#: A gzip trace that expands more than ``GZIP_RATIO`` times its compressed size *and* past
-#: ``GZIP_FLOOR_BYTES`` is stopped as a compression bomb, unless ``--max-size`` says otherwise.
-GZIP_RATIO: Final = 200
-GZIP_FLOOR_BYTES: Final = 1 << 30
+#: A gzip trace whose text grows past ``GZIP_RATIO`` times the compressed bytes read so far is
+#: stopped as a compression bomb, at any size past ``GZIP_FLOOR_BYTES`` (below it the memory is
+#: nothing, and a small repetitive file is no bomb), unless ``--force``. Real traces never come
+#: near: the 22 gzip samples expand 1.2 to 30.3 times in all, and at most 44.0 times counted while
+#: they stream (a run of near-identical events early in the file: v100 resnet50); recompressed at
+#: gzip's highest level, at most 34.7 times in all. A gzip bomb reaches about 1000.
+GZIP_RATIO: Final = 100
+GZIP_FLOOR_BYTES: Final = 1 << 20

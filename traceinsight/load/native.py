@@ -53,9 +53,11 @@ from traceinsight.load.decode import (
     TraceDocument,
     check_start,
     document_from_value,
+    is_perfetto,
     json_error,
     not_a_trace,
     parse_json,
+    perfetto_trace,
 )
 from traceinsight.load.progress import ProgressCallback
 from traceinsight.load.reference import too_many_events
@@ -112,6 +114,12 @@ BLOCK_BYTES: Final = 16 << 20
 MAPPED_RUNS: Final = 2
 #: Threads scanning runs of events at once (when the layout lets runs be cut without scanning).
 SCAN_THREADS: Final = 2
+#: A scan stops after this many rows and the next resumes there, so that memory follows bytes
+#: whatever the events' size: a row costs ~260 bytes until its run's tables are built (its
+#: (kind, value) per field, copied once to Python), so a 32 MB run of real events (~100-350 bytes
+#: each, ~100k-300k rows) is about its own size, but a run of 24-byte events made 1.4M rows (360
+#: MB) and three runs in flight made the memory per JSON byte 4.6 (200 MB of ``{"ph": "i", ...}``).
+MAX_SCAN_ROWS: Final = 1 << 18
 
 
 class Unavailable(Exception):
@@ -263,6 +271,8 @@ def _memory_frame(
 _GROUP_COLUMNS: Final = {group: group_columns(group) for group in GROUPS}
 #: The scanner's field of each plain integer event column.
 _ID_FIELD: Final = {"parent_id": "python_parent_id"}
+#: Event columns read as text (a string or null): ``call_stack``, ``process_group``.
+_TEXT_FIELDS: Final = frozenset(f.name for f in schema.EVENT_FIELDS if f.kind == "text")
 
 
 def _group_frame(
@@ -291,8 +301,8 @@ def _group_frame(
             data[name] = taken("cat").texts(texts, "")
         elif name == "name":
             data[name] = taken("name").texts(texts, str)
-        elif name == "call_stack":
-            data[name] = taken("call_stack").texts(texts, None)
+        elif name in _TEXT_FIELDS:
+            data[name] = taken(name).texts(texts, None)
         elif name == "ts":
             data[name] = pl.Series(ts, dtype=pl.Int64)
         elif name == "dur":
@@ -315,7 +325,7 @@ def _group_frame(
 
 def block_tables(result: tuple[Any, ...]) -> ChunkTables:
     """One scan result → the loader's tables for its events (what the reference gives for them)."""
-    _resume, _state, _done, events, skipped, rows, columns, raw_strings, escaped, counts, cut = result
+    _resume, _state, _done, events, skipped, rows, columns, raw_strings, escaped, counts, cut, _full = result
     strings = _decode_strings(raw_strings, escaped)
     texts = pl.Series(strings, dtype=pl.String)
     lengths = None
@@ -560,6 +570,8 @@ def _mapped(
     assert _scan is not None
     view = memoryview(mapped)
     size = len(view)
+    if is_perfetto(view[:16]):  # before whitespace is skipped: its first byte is a newline
+        raise perfetto_trace(frame.path)
     lead = _first_text_byte(view)
     if lead >= size:
         raise empty_trace(frame.path)
@@ -604,20 +616,21 @@ def _mapped_in_turn(
     position, state = start, _START
 
     def submit() -> Future[Any]:
-        return pool.submit(_scan.scan, view[position : min(size, position + width)], 0, state, frame.depth)
+        text = view[position : min(size, position + width)]
+        return pool.submit(_scan.scan, text, 0, state, frame.depth, MAX_SCAN_ROWS)
 
     future = submit()
     while True:
         end = min(size, position + width)
         result = _result(future, frame, position, view[position:end])
-        resume, state, done = result[0], result[1], result[2]
+        resume, state, done, full = result[0], result[1], result[2], result[11]
         _drop_pages(mapped, position, position + resume)
         frame.file_bytes = position + resume
         if done:
             _finish_mapped(view, position + resume, frame)
             yield result
             return
-        if end >= size:
+        if end >= size and not full:
             raise _truncated(frame)
         width = BLOCK_BYTES * MAPPED_RUNS if resume else width * 2  # an event longer than the window
         position += resume
@@ -642,7 +655,13 @@ def _mapped_cut(
     def finish() -> tuple[Any, ...]:
         future, begin, end = inflight.popleft()
         result = _result(future, frame, begin, view[begin:end])
-        resume, state, done = result[0], result[1], result[2]
+        resume, state, done, full = result[0], result[1], result[2], result[11]
+        if full and not done and begin + resume < end:  # the run goes on where the scan stopped
+            _drop_pages(mapped, begin, begin + resume)
+            frame.file_bytes = begin = begin + resume
+            rest = pool.submit(_scan.scan, view[begin:end], 0, state, frame.depth, MAX_SCAN_ROWS)
+            inflight.appendleft((rest, begin, end))
+            return result
         _drop_pages(mapped, begin, end)
         frame.file_bytes = end
         if done:  # the rest of the file follows the array
@@ -666,7 +685,8 @@ def _mapped_cut(
         if end < size:
             end = cut + len(boundary) - 1  # at the "{"
         state = _START if position == start else _AFTER_COMMA
-        inflight.append((pool.submit(_scan.scan, view[position:end], 0, state, frame.depth), position, end))
+        scan = pool.submit(_scan.scan, view[position:end], 0, state, frame.depth, MAX_SCAN_ROWS)
+        inflight.append((scan, position, end))
         position = end
         while len(inflight) > workers or (inflight and position >= size):
             result = finish()
@@ -760,6 +780,8 @@ def _streamed(
     offset = 0  # text offset of head[0] (leading whitespace is dropped)
     found: int | None = None
     for block in blocks:
+        if not offset and not head and is_perfetto(block[:16]):  # before whitespace is skipped
+            raise perfetto_trace(frame.path)
         if not head:
             skipped = leading_whitespace(block)
             offset += skipped
@@ -793,16 +815,16 @@ def _streamed_in_turn(
     assert _scan is not None
     want = BLOCK_BYTES
     stream.fill(want)
-    future = pool.submit(_scan.scan, stream.buffer, 0, state, frame.depth)
+    future = pool.submit(_scan.scan, stream.buffer, 0, state, frame.depth, MAX_SCAN_ROWS)
     while True:
         result = _result(future, frame, stream.offset, stream.buffer)
-        resume, state, done = result[0], result[1], result[2]
+        resume, state, done, full = result[0], result[1], result[2], result[11]
         frame.file_bytes = stream.source.consumed
         if done:
             frame.tail = stream.tail(frame, [memoryview(stream.buffer)[resume:]])
             yield result
             return
-        if not stream.more:
+        if not stream.more and not full:
             raise _truncated(frame)
         if resume:
             stream.buffer = bytearray(memoryview(stream.buffer)[resume:])
@@ -811,7 +833,7 @@ def _streamed_in_turn(
         else:  # no element completed: an event longer than the buffer
             want = max(want, len(stream.buffer)) * 2
         stream.fill(want)
-        future = pool.submit(_scan.scan, stream.buffer, 0, state, frame.depth)
+        future = pool.submit(_scan.scan, stream.buffer, 0, state, frame.depth, MAX_SCAN_ROWS)
         yield result
 
 
@@ -827,8 +849,12 @@ def _streamed_cut(
     def finish() -> tuple[Any, ...]:
         future, run, base, final = inflight.popleft()
         result = _result(future, frame, base, run)
-        resume, state, done = result[0], result[1], result[2]
+        resume, state, done, full = result[0], result[1], result[2], result[11]
         frame.file_bytes = stream.source.consumed
+        if full and not done and resume < len(run):  # the run goes on where the scan stopped
+            rest = pool.submit(_scan.scan, run, resume, state, frame.depth, MAX_SCAN_ROWS)
+            inflight.appendleft((rest, run, base, final))
+            return result
         if done:  # the rest of the text follows the array
             for other, _, _, _ in inflight:
                 other.cancel()
@@ -844,7 +870,9 @@ def _streamed_cut(
     state = _START
     while (taken := stream.next_run(boundary, BLOCK_BYTES * MAPPED_RUNS)) is not None:
         run, base, final = taken
-        inflight.append((pool.submit(_scan.scan, run, 0, state, frame.depth), run, base, final))
+        inflight.append(
+            (pool.submit(_scan.scan, run, 0, state, frame.depth, MAX_SCAN_ROWS), run, base, final)
+        )
         state = _AFTER_COMMA
         while len(inflight) > workers or (inflight and final):
             result = finish()

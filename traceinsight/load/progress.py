@@ -26,6 +26,8 @@ def terminal_progress(description: str = "reading trace") -> Iterator[ProgressCa
     """A rich progress bar on stderr (bytes read, events decoded), or None when stderr is no TTY.
 
     The bar starts only once a load has run for :data:`SHOW_AFTER_S`, so small traces print nothing.
+    ``description`` names a file, a string from a stranger: it is shown as text (never rich markup)
+    with its control characters replaced, so it cannot drive the terminal.
     """
     if not sys.stderr.isatty():
         yield None
@@ -40,8 +42,11 @@ def terminal_progress(description: str = "reading trace") -> Iterator[ProgressCa
         TransferSpeedColumn,
     )
 
+    from traceinsight.load.text import printable
+
+    description = printable(description)
     progress = Progress(
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),
         BarColumn(),
         DownloadColumn(),
         TransferSpeedColumn(),

@@ -86,7 +86,7 @@ class _Columns:
 
     def frame(self) -> pl.DataFrame:
         frame = pl.DataFrame(self.columns, schema=self.schema, strict=False)
-        texts = [name for name in ("name", "call_stack") if name in self.schema]
+        texts = [name for name in ("name", "call_stack", "process_group") if name in self.schema]
         return frame.with_columns(clean_texts(frame.get_column(name)) for name in texts)
 
 
@@ -180,6 +180,8 @@ def build_tables(events: list[dict[str, Any]]) -> ChunkTables:
             g["correlation"].append(as_int(arg["correlation"]))
             g["external_id"].append(external)
             g["bytes"].append(as_int(arg["bytes"]))
+            g["seq"].append(as_int(arg["seq"]))
+            g["process_group"].append(arg["process_group"] if isinstance(arg["process_group"], str) else None)
         elif cat in taxonomy.RUNTIME_CATEGORIES:
             r["name"].append(name)
             r["pid"].append(as_int(pid))
@@ -211,6 +213,7 @@ def build_tables(events: list[dict[str, Any]]) -> ChunkTables:
             p["end"].append(end)
             p["python_id"].append(as_int(arg["python_id"]))
             p["parent_id"].append(as_int(arg["python_parent_id"]))
+            p["call_site"].append(as_int(arg["call_site"]))
         elif cat in taxonomy.GPU_ANNOTATION_CATEGORIES:
             ga["name"].append(name)
             ga["device"].append(as_int(pid))

@@ -47,7 +47,13 @@ EVENT_FIELDS: Final[tuple[EventField, ...]] = (
     EventField("bytes", "bytes", True, "id"),
     EventField("python_id", "Python id", True, "id"),
     EventField("python_parent_id", "Python parent id", True, "id"),
+    # ``traceinsight run``'s own frames: 1 named by the call's line, 0 by the function's first line.
+    EventField("call_site", "Call site", True, "id"),
     EventField("call_stack", "Call stack", True, "text"),  # 2020-21 traces
+    # A collective's sequence number in its process group and the group's name, on communication
+    # kernels since 2026 (kineto PRs 1296, 1483): what matches a collective across ranks.
+    EventField("seq", "Seq", True, "id"),
+    EventField("process_group", "Process Group Name", True, "text"),
     # The allocator's records (``profile_memory=True``); the totals since torch 1.10.
     EventField("device_type", "Device Type", True, "id", memory=True),
     EventField("device_id", "Device Id", True, "id", memory=True),
@@ -78,6 +84,9 @@ GPU_ACTIVITY: Final[pl.Schema] = pl.Schema(
         "correlation": pl.Int64,
         "external_id": pl.Int64,
         "bytes": pl.Int64,
+        # communication kernels: ``Seq`` and ``Process Group Name`` (null elsewhere and before 2026)
+        "seq": pl.Int64,
+        "process_group": pl.String,
     }
 )
 
@@ -114,6 +123,9 @@ PYTHON_FRAMES: Final[pl.Schema] = pl.Schema(
         **_TIMED,
         "python_id": pl.Int64,
         "parent_id": pl.Int64,
+        #: ``traceinsight run``'s frames: 1 when the name's line is a call's, 0 when it is the
+        #: function's first line; null in torch's own frames (see :mod:`traceinsight.analysis.sources`).
+        "call_site": pl.Int64,
     }
 )
 
@@ -201,6 +213,9 @@ EVENT_COLUMNS: Final[pl.Schema] = pl.Schema(
         "bytes": pl.Int64,
         "python_id": pl.Int64,
         "parent_id": pl.Int64,  # "Python parent id"
+        "call_site": pl.Int64,  # "Call site"
         "call_stack": pl.String,
+        "seq": pl.Int64,
+        "process_group": pl.String,
     }
 )

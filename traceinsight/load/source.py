@@ -50,29 +50,36 @@ def format_bytes(count: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class SizeLimit:
-    """How far a trace may expand when read.
+    """How far a trace may expand when read: memory is bounded by what the file is, never by what
+    it claims (a gzip trailer is never read).
 
-    ``max_bytes`` (``--max-size``): no trace may hold more JSON than this. Without it, a gzip
-    stream that expands more than :data:`~.limits.GZIP_RATIO` times its compressed size *and* past
-    :data:`~.limits.GZIP_FLOOR_BYTES` is stopped (a real trace compresses 10-30 times).
+    ``max_bytes`` (``--max-size``): no trace may hold more JSON than this. And unless ``force``
+    (``--force``), a gzip stream whose text grows past :data:`~.limits.GZIP_RATIO` times the
+    compressed bytes read so far is stopped, at any size past :data:`~.limits.GZIP_FLOOR_BYTES`
+    (real traces expand at most 44 times: see there).
     """
 
     max_bytes: int | None = None
+    force: bool = False
 
     def check(self, path: Path, produced: int, consumed: int, compressed: bool) -> None:
         """Raise :class:`TraceTooLarge` when ``produced`` bytes of JSON, read from ``consumed``
         bytes of the file, are past the limit."""
-        if self.max_bytes is not None:
-            if produced > self.max_bytes:
-                raise TraceTooLarge(
-                    f"cannot read trace {path}: it holds more than {format_bytes(self.max_bytes)} of JSON "
-                    "(--max-size); pass a larger --max-size to read it"
-                )
-        elif compressed and produced > GZIP_FLOOR_BYTES and produced > GZIP_RATIO * max(consumed, 1):
+        if self.max_bytes is not None and produced > self.max_bytes:
             raise TraceTooLarge(
-                f"cannot read trace {path}: the gzip data expands more than {GZIP_RATIO} times, past "
-                f"{format_bytes(GZIP_FLOOR_BYTES)} (a compression bomb?); if it is a real trace, pass "
-                "--max-size with its uncompressed size, e.g. --max-size 20GB"
+                f"cannot read trace {path}: it holds more than {format_bytes(self.max_bytes)} of JSON "
+                "(--max-size); pass a larger --max-size to read it"
+            )
+        if (
+            compressed
+            and not self.force
+            and produced > GZIP_FLOOR_BYTES
+            and produced > GZIP_RATIO * max(consumed, 1)
+        ):
+            raise TraceTooLarge(
+                f"cannot read trace {path}: the gzip data expands more than {GZIP_RATIO} times (real "
+                "traces expand at most about 45 times; a compression bomb?); if it is a real trace, "
+                "pass --force to read it"
             )
 
 

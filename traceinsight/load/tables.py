@@ -77,6 +77,12 @@ class TraceMeta:
     #: Set when ``traceinsight run`` wrote the trace: how it recorded it.
     recorded_by_run: RunProfile | None = None
 
+    @property
+    def foreign_accelerator(self) -> taxonomy.ForeignAccelerator | None:
+        """Activity of an accelerator traceinsight cannot read (MTIA, Gaudi, ...), from the
+        trace's categories (:func:`.taxonomy.foreign_accelerator`); None for CUDA/ROCm or CPU."""
+        return taxonomy.foreign_accelerator(self.categories)
+
 
 @dataclass(frozen=True, slots=True)
 class Trace:

@@ -11,6 +11,7 @@ import re
 import sys
 from collections.abc import Collection
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Final
 
 # --- categories (current name and the 2021 legacy name map to one table) -----------------------
@@ -30,6 +31,54 @@ ANNOTATION_CATEGORIES: Final[frozenset[str]] = frozenset({"user_annotation"})
 GPU_ANNOTATION_CATEGORIES: Final[frozenset[str]] = frozenset({"gpu_user_annotation"})
 PYTHON_CATEGORIES: Final[frozenset[str]] = frozenset({"python_function"})
 CUDA_SYNC_CATEGORIES: Final[frozenset[str]] = frozenset({"cuda_sync"})
+
+#: ``cat`` of activity on accelerators that are not CUDA or ROCm GPUs, which traceinsight cannot read
+#: (their device work is not kernels, copies or memsets), → the accelerator's name. Kineto writes
+#: MTIA's device work as ``mtia_ccp_events`` on "MTIA N" rows (pid = device) and its host calls as
+#: ``mtia_runtime``; Gaudi's as ``hpu_op``; Intel XPU's host calls as ``xpu_runtime``; a custom
+#: PrivateUse1 backend's as ``privateuse1_*``.
+UNREADABLE_ACCELERATOR_CATEGORIES: Final[dict[str, str]] = {
+    "mtia_ccp_events": "MTIA",
+    "mtia_runtime": "MTIA",
+    "mtia_insight": "MTIA",
+    "mtia_counters": "MTIA",
+    "mtia_workloadd": "MTIA",
+    "hpu_op": "HPU (Intel Gaudi)",
+    "xpu_runtime": "Intel XPU",
+    "xpu_driver": "Intel XPU",
+    "privateuse1_runtime": "a custom (PrivateUse1) accelerator",
+    "privateuse1_driver": "a custom (PrivateUse1) accelerator",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ForeignAccelerator:
+    """Activity of an accelerator traceinsight cannot read: its name and the events that show it."""
+
+    name: str
+    #: (category, events) of each of its categories in the trace, most events first.
+    categories: tuple[tuple[str, int], ...]
+
+    @property
+    def events(self) -> str:
+        """``1,313 mtia_ccp_events and 823 mtia_runtime events``."""
+        parts = [f"{count:,} {category}" for category, count in self.categories]
+        return (", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]) + " events"
+
+
+def foreign_accelerator(categories: Collection[tuple[str, int]]) -> ForeignAccelerator | None:
+    """The unreadable accelerator whose categories (:data:`UNREADABLE_ACCELERATOR_CATEGORIES`) hold
+    the most events among ``categories`` (``(cat, events)`` pairs), or None."""
+    found: dict[str, list[tuple[str, int]]] = {}
+    for category, count in categories:
+        name = UNREADABLE_ACCELERATOR_CATEGORIES.get(category)
+        if name is not None and count > 0:
+            found.setdefault(name, []).append((category, count))
+    if not found:
+        return None
+    name, seen = max(found.items(), key=lambda item: (sum(count for _, count in item[1]), item[0]))
+    return ForeignAccelerator(name, tuple(sorted(seen, key=lambda item: (-item[1], item[0]))))
+
 
 # --- annotations ---------------------------------------------------------------------------------
 
@@ -65,6 +114,30 @@ COMMUNICATION_OP_PATTERN: Final[str] = (
     r"|^vllm::all_|ProcessGroup"
 )
 
+#: Communication kernel name → the collective it runs, first match wins (NCCL/RCCL
+#: ``ncclKernel_AllReduce_RING_LL_Sum_float``, ``ncclDevKernel_AllGather_RING_LL``; vLLM's custom
+#: ``cross_device_reduce``). Kernels matching none are ``other``.
+COLLECTIVE_KINDS: Final[tuple[tuple[str, str], ...]] = (
+    (r"(?i)all_?reduce|cross_device_reduce", "all-reduce"),
+    (r"(?i)all_?gather", "all-gather"),
+    (r"(?i)reduce_?scatter", "reduce-scatter"),
+    (r"(?i)all_?to_?all", "all-to-all"),
+    (r"(?i)broadcast", "broadcast"),
+    (r"(?i)send|recv", "send/recv"),
+    (r"(?i)reduce", "reduce"),
+)
+#: Host ranges of the data-parallel wrappers: DDP's forward, FSDP (1: ``FullyShardedDataParallel.*``,
+#: 2: ``FSDP::*``). Regexes over annotation and operator names.
+DDP_RANGE_PATTERN: Final[str] = r"^DistributedDataParallel\."
+FSDP_RANGE_PATTERN: Final[str] = r"^(FullyShardedDataParallel\.|FSDP::)"
+#: Autograd's backward operators (``autograd::engine::evaluate_function: AddmmBackward0``).
+BACKWARD_OP_PREFIX: Final[str] = "autograd::engine::evaluate_function"
+#: Host operators that flatten tensors into one buffer and back (``broadcast_coalesced``: DDP's
+#: buffer broadcast at each forward, DataParallel's replication): host work for communication.
+COALESCING_OPS: Final[frozenset[str]] = frozenset(
+    {"aten::flatten_dense_tensors", "aten::unflatten_dense_tensors"}
+)
+
 # --- kernel families: precision ---------------------------------------------------------------
 
 #: GEMM and convolution kernels that run in plain fp32 on CUDA cores (no tensor cores): cuBLAS
@@ -85,6 +158,20 @@ TENSOR_CORE_KERNEL_PATTERN: Final[str] = (
 MULTI_TENSOR_KERNEL_PATTERN: Final[str] = (
     r"(?i)multi_tensor_apply|fused_adam|fusedadam|fused_sgd|FusedOptimizer"
 )
+
+# --- torch.compile ---------------------------------------------------------------------------------
+
+#: Kernels TorchInductor generates (``triton_poi_fused_add_0``, ``triton_red_*``, ``triton_per_*``,
+#: templates ``triton_tem_*``, foreach ``triton_for_*``; 2023 builds named them ``triton__0d1d2d``).
+#: Hand-written Triton kernels (vLLM's, Liger's) have other names: they are not a compiled model.
+INDUCTOR_KERNEL_PATTERN: Final[str] = r"^triton_(poi|red|per|tem|for)_|^triton__\d"
+#: Host ranges of compiled code: the autograd function of a compiled graph, dynamo's frame entry,
+#: the compiled graph's call. A regex over operator and annotation names.
+COMPILED_REGION_PATTERN: Final[str] = (
+    r"^(CompiledFunction|Torch-Compiled Region|## Call CompiledFxGraph|TorchDynamo Cache Lookup)"
+)
+#: Host calls that replay a captured CUDA/HIP graph (``mode="reduce-overhead"``, ``torch.cuda.graph``).
+GRAPH_LAUNCH_CALLS: Final[frozenset[str]] = frozenset({"cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch"})
 
 # --- syncs waiting to happen: ops that make the host wait when their tensors are on a GPU ----------
 
@@ -126,6 +213,85 @@ def optimizer_of_step(name: str) -> str | None:
         return None
     return name.removeprefix(OPTIMIZER_STEP_PREFIX).removesuffix(".step") or None
 
+
+class LineKind(StrEnum):
+    """What the line in a Python frame's name is (see :mod:`traceinsight.analysis.sources`)."""
+
+    CALL = "call"
+    """The line of the call the frame was making (``run``'s call sites, 2020-21 ``Call stack``)."""
+    DEF = "def"
+    """The function's first line: torch's tracer names the frames it sees entered so."""
+    RECORDING_START = "recording-start"
+    """The line the function was on when recording began (torch's frames already running then)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DesignedSync:
+    """Framework (or library) code a user calls that reads GPU values on the host by design: its
+    syncs are not the user's ``if`` or ``.item()``, and the fix is in how the user calls it."""
+
+    name: str
+    """What it is, as the report names it: ``torch.optim.LBFGS``."""
+    files: tuple[str, ...]
+    """Its frames' files, as the end of the path (``torch/optim/lbfgs.py``)."""
+    functions: frozenset[str] = frozenset()
+    """Only frames of these functions (empty: any function of ``files``)."""
+    annotations: tuple[str, ...] = ()
+    """Host ranges torch records around it (found without Python frames, as in ``run``'s traces)."""
+
+
+#: The framework code users meet that syncs by design (checked on torch 2.13's sources and on CPU
+#: traces of each: the ``aten::item`` / ``aten::is_nonzero`` ops sit under these frames).
+DESIGNED_SYNCS: Final[tuple[DesignedSync, ...]] = (
+    # Convergence tests (``if opt_cond``), ``float(loss)`` and the line search's comparisons.
+    DesignedSync("torch.optim.LBFGS", ("torch/optim/lbfgs.py",), annotations=("Optimizer.step#LBFGS.step",)),
+    # ``_maybe_opt_step``: ``sum(v.item() for v in found_inf_per_device)`` before each step.
+    DesignedSync("torch.amp.GradScaler", ("torch/amp/grad_scaler.py", "torch/cuda/amp/grad_scaler.py")),
+    # ``ReduceLROnPlateau.step(metrics)``: ``float(metrics)``.
+    DesignedSync("torch.optim.lr_scheduler.ReduceLROnPlateau", ("torch/optim/lr_scheduler.py",)),
+    # ``clip_grad_norm_(..., error_if_nonfinite=True)``: ``if total_norm.isnan() or ...isinf()``.
+    DesignedSync("torch.nn.utils.clip_grad_norm_", ("torch/nn/utils/clip_grad.py",)),
+    # ``validate_args``: ``if not valid.all(): raise`` when a distribution is made and in ``log_prob``.
+    DesignedSync(
+        "torch.distributions",
+        ("torch/distributions/distribution.py",),
+        functions=frozenset({"__init__", "_validate_sample"}),
+    ),
+    # The inference fast path: a padding mask made into nested tensors (``masked_select``, sizes
+    # read on the host) and ``_detect_is_causal_mask``'s ``bool((mask == causal).all())``.
+    DesignedSync("torch.nn.TransformerEncoder", ("torch/nn/modules/transformer.py",)),
+    # transformers' SDPA mask helpers: ``torch.all(mask == 1)`` on the host, to drop an all-ones
+    # mask so that SDPA can take its causal fast path (seen in h100_bert/qwen: BertModel, Qwen2Model).
+    DesignedSync(
+        "transformers attention-mask check",
+        ("transformers/modeling_attn_mask_utils.py", "transformers/masking_utils.py"),
+        functions=frozenset(
+            {
+                "_ignore_causal_mask_sdpa",
+                "_prepare_4d_attention_mask_for_sdpa",
+                "_prepare_4d_causal_attention_mask_for_sdpa",
+            }
+        ),
+    ),
+)
+
+
+def designed_sync(file: str, function: str) -> str | None:
+    """The :data:`DESIGNED_SYNCS` entry a frame belongs to (its ``name``), else None."""
+    normalised = file.replace("\\", "/")
+    for entry in DESIGNED_SYNCS:
+        if normalised.endswith(entry.files) and (not entry.functions or function in entry.functions):
+            # A path ending "xtorch/optim/lbfgs.py" is not torch's.
+            head = normalised[: -len(next(f for f in entry.files if normalised.endswith(f)))]
+            if not head or head.endswith("/"):
+                return entry.name
+    return None
+
+
+#: Host ranges that enclose a designed sync → its ``name``.
+DESIGNED_SYNC_ANNOTATIONS: Final[dict[str, str]] = {
+    annotation: entry.name for entry in DESIGNED_SYNCS for annotation in entry.annotations
+}
 
 #: ``python_function`` frames that mark a module's forward: ``nn.Module: BertModel_0``.
 MODULE_FRAME_PREFIX: Final[str] = "nn.Module: "
@@ -170,6 +336,44 @@ COPY_CALL_PREFIXES: Final[tuple[str, ...]] = ("cudaMemcpy", "hipMemcpy", "cuMemc
 #: Synchronous copy APIs: the host waits for the copy itself.
 SYNCHRONOUS_COPY_CALLS: Final[frozenset[str]] = frozenset(
     {"cudaMemcpy", "cudaMemcpy2D", "hipMemcpy", "hipMemcpyWithStream"}
+)
+
+
+def waits_inside_copy_call(copy_name: str) -> bool:
+    """Whether the host call of a copy named ``copy_name`` waits for the copy inside itself, even
+    an ``*Async`` one: a device-to-host copy into pageable memory (``.item()``, ``.cpu()``,
+    ``.tolist()`` into a fresh host tensor) is synchronous, so the call returns only after the GPU
+    has run everything queued before it on the stream and then the copy. (A copy from pageable
+    memory to the device returns once the data is staged; ROCm names every host side ``Host``,
+    so its copies do not tell.)"""
+    kind = parse_copy_name(copy_name)
+    return kind.direction == "DtoH" and kind.dst == "Pageable"
+
+
+# --- graph capture -----------------------------------------------------------------------------------
+
+#: Host calls that start and end capturing a stream into a CUDA/HIP graph: launches between them
+#: are recorded into the graph and do not run (no GPU activity follows them, by design).
+GRAPH_CAPTURE_BEGIN_PREFIXES: Final[tuple[str, ...]] = (
+    "cudaStreamBeginCapture",
+    "hipStreamBeginCapture",
+    "cuStreamBeginCapture",
+)
+GRAPH_CAPTURE_END_PREFIXES: Final[tuple[str, ...]] = (
+    "cudaStreamEndCapture",
+    "hipStreamEndCapture",
+    "cuStreamEndCapture",
+)
+#: Host calls that launch one kernel (each should be followed by GPU activity of its correlation).
+KERNEL_LAUNCH_CALLS: Final[tuple[str, ...]] = (
+    "cudaLaunchKernel",
+    "cudaLaunchKernelExC",
+    "cuLaunchKernel",
+    "cuLaunchKernelEx",
+    "hipLaunchKernel",
+    "hipExtLaunchKernel",
+    "hipModuleLaunchKernel",
+    "hipExtModuleLaunchKernel",
 )
 
 # --- memory ------------------------------------------------------------------------------------------

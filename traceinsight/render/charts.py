@@ -66,11 +66,13 @@ CAUSE_COLORS: Final[dict[str, str]] = {
     CauseKind.SYNC.value: "#D55E00",
     CauseKind.COPY.value: "#F0A0A0",
     CauseKind.COMMUNICATION.value: "#882255",
+    CauseKind.OTHER_GPU.value: "#AA4499",
     CauseKind.HOST_OP.value: "#CC79A7",
     CauseKind.LAUNCH.value: "#009E73",
     CauseKind.QUEUED.value: "#44AA99",
     CauseKind.UNTRACED.value: "#999933",
     CauseKind.UNKNOWN.value: "#7F7F7F",
+    CauseKind.CAPTURE.value: "#B0C4DE",
     CauseKind.OUTSIDE_STEADY.value: "#C8C8C8",
     CauseKind.BEFORE_FIRST.value: "#E4E4E4",
     CauseKind.AFTER_LAST.value: "#E4E4E4",
@@ -445,7 +447,7 @@ def idle_gaps_figure(gaps: Sequence[IdleGap], origin_ns: int, top: int = 15) -> 
 def _hotspot_label(hotspot: SyncHotspot) -> str:
     where = hotspot.source or "source not recorded"
     op = f" in {hotspot.op}" if hotspot.op else ""
-    return f"{_text(hotspot.call + op, 48)}\n{_text(where, 48)}"
+    return f"{_text(hotspot.call_text + op, 48)}\n{_text(where, 48)}"
 
 
 def sync_hotspots_figure(hotspots: Sequence[SyncHotspot], top: int = 10) -> Figure | None:

@@ -2,7 +2,8 @@
 
 Same words and order everywhere: what differs in the setup, the before/after table (step time, busy,
 idle by cause, syncs, copies, communication), findings fixed / new / still present, the kernels
-that changed most. Every string from a trace is shown as data (``rich.text.Text``, autoescaped HTML).
+that changed most. Every string from a trace or a stored result is shown as data (``rich.text.Text``
+in every terminal cell, never rich markup; autoescaped HTML).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import traceinsight
 from traceinsight.analysis.causes import cause_label
 from traceinsight.compare import Comparison
 from traceinsight.formatting import format_duration, short_kernel_name
+from traceinsight.load.text import printable
 from traceinsight.render import charts
 from traceinsight.render.terminal import KernelTable
 
@@ -30,7 +32,11 @@ def comparison_renderables(comparison: Comparison) -> list[RenderableType]:
     parts: list[RenderableType] = [
         Panel(
             Text.assemble(
-                ("before ", "bold"), comparison.before, "\n", ("after  ", "bold"), comparison.after
+                ("before ", "bold"),
+                printable(comparison.before),
+                "\n",
+                ("after  ", "bold"),
+                printable(comparison.after),
             ),
             title="traceinsight diff",
             title_align="left",
@@ -38,7 +44,7 @@ def comparison_renderables(comparison: Comparison) -> list[RenderableType]:
         )
     ]
     if comparison.notes:
-        body = Text("\n".join(f"• {note}" for note in comparison.notes))
+        body = Text("\n".join(f"• {printable(note)}" for note in comparison.notes))
         parts.append(Panel(body, title="not the same setup", title_align="left", border_style="yellow"))
     table = Table(title=f"Before and after ({comparison.basis})", title_justify="left", show_edge=False)
     table.add_column("")
@@ -46,7 +52,7 @@ def comparison_renderables(comparison: Comparison) -> list[RenderableType]:
         table.add_column(column, justify="right", no_wrap=True)
     for metric in comparison.shown:
         table.add_row(
-            metric.title,
+            Text(printable(metric.title)),
             metric.text(metric.before),
             metric.text(metric.after),
             metric.change_text(),
@@ -74,7 +80,7 @@ def comparison_renderables(comparison: Comparison) -> list[RenderableType]:
         ]
         listing.add_column("saving", justify="right", no_wrap=True, min_width=max(map(len, savings)))
         for change, saving in zip(changes, savings, strict=True):
-            listing.add_row(change.rule, Text(change.title), saving)
+            listing.add_row(Text(printable(change.rule)), Text(printable(change.title)), saving)
         parts.append(listing)
     if comparison.kernels:
         parts.append(

@@ -77,10 +77,15 @@ def _read_source(path: Path) -> str | None:
     return data.decode("utf-8", errors="replace")
 
 
-def source_excerpt(location: str, root: Path | None, context: int = EXCERPT_CONTEXT) -> SourceExcerpt | None:
+def source_excerpt(
+    location: str, root: Path | None, context: int = EXCERPT_CONTEXT, *, from_line: bool = False
+) -> SourceExcerpt | None:
     """The lines around ``file.py:line`` when that file may be read (see the module docstring),
     else None: no root, not a ``.py`` file inside it, too large, or the line past the end of the
-    file (it changed since the profile). Control characters in the lines are replaced."""
+    file (it changed since the profile). Control characters in the lines are replaced.
+
+    ``from_line``: the lines from ``line`` on (twice ``context`` after it, none before), for a
+    function's first line: what follows it is the function's body, where the call is."""
     if root is None:
         return None
     file_part, _, line_part = location.rpartition(":")
@@ -94,8 +99,8 @@ def source_excerpt(location: str, root: Path | None, context: int = EXCERPT_CONT
     lines = text.splitlines()
     if line < 1 or line > len(lines):
         return None
-    first = max(1, line - context)
-    last = min(len(lines), line + context)
+    first = line if from_line else max(1, line - context)
+    last = min(len(lines), line + (2 * context if from_line else context))
     shown = tuple(
         (number, printable(lines[number - 1].expandtabs(4).rstrip()[:MAX_LINE_CHARS]))
         for number in range(first, last + 1)

@@ -9,8 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from traceinsight.analysis.causes import BUSY_LABELS, CAUSE_LABELS, BusyClass
+from traceinsight.analysis.pace import PaceSetter
 from traceinsight.analysis.usage import Usage, total_usage
 from traceinsight.formatting import format_duration, format_share, format_size
+from traceinsight.load import TraceMeta
 from traceinsight.report import Report
 from traceinsight.rules.findings import Finding
 
@@ -21,6 +23,7 @@ __all__ = [
     "header_facts",
     "memory_rows",
     "no_findings_text",
+    "pace_fact",
     "saving_text",
     "steps_fact",
     "time_split",
@@ -79,6 +82,33 @@ def steps_fact(report: Report) -> str:
     return f"{count} ({kind}), {kept} steady (left out: step {left_out}){median}"
 
 
+def _no_gpus(meta: TraceMeta) -> str:
+    """The header's GPU line for a trace without GPU activity."""
+    foreign = meta.foreign_accelerator
+    if foreign is not None:
+        return f"none: the accelerator is {foreign.name}, which traceinsight cannot read ({foreign.events})"
+    return "none (no GPU activity in this trace)"
+
+
+def pace_fact(report: Report) -> str | None:
+    """Which side sets the step's pace, when one side's own time is clearly the longer (see
+    :mod:`traceinsight.analysis.pace`); None when neither does or there are no steps."""
+    analysis = report.analysis
+    pace, step = analysis.pace, analysis.steady.step_ns
+    if pace.setter is None or pace.host_ns is None or pace.gpu_ns is None or not step:
+        return None
+    host, gpu, each = format_duration(pace.host_ns), format_duration(pace.gpu_ns), format_duration(step)
+    if pace.setter is PaceSetter.GPU:
+        return (
+            f"the GPU sets it: its work takes {gpu} of each {each} step, the host's own {host} "
+            "(the host runs ahead, or waits for the GPU)"
+        )
+    return (
+        f"the host sets it: its own work takes {host} of each {each} step, the GPU's {gpu} "
+        "(the GPU waits for the host)"
+    )
+
+
 def header_facts(report: Report) -> list[tuple[str, str]]:
     """(label, value) pairs for the top of every output."""
     analysis = report.analysis
@@ -115,7 +145,7 @@ def header_facts(report: Report) -> list[tuple[str, str]]:
     facts.append(
         (
             "GPU" if len(gpus) == 1 else "GPUs",
-            "; ".join(gpus) if gpus else "none (no GPU activity in this trace)",
+            "; ".join(gpus) if gpus else _no_gpus(meta),
         )
     )
     if meta.world_size is not None or meta.backend is not None:
@@ -125,6 +155,9 @@ def header_facts(report: Report) -> list[tuple[str, str]]:
     else:
         facts.append(("Rank", "single process (no distributed info in the trace)"))
     facts.append(("Steps", steps_fact(report)))
+    pace = pace_fact(report)
+    if pace is not None:
+        facts.append(("Pace", pace))
     if analysis.devices:
         first = min(d.first_ns for d in analysis.devices)
         last = max(d.last_ns for d in analysis.devices)
@@ -195,6 +228,12 @@ def saving_text(finding: Finding) -> str:
 
 def no_findings_text(report: Report) -> str:
     """What to say when no finding is above the noise floor: where the idle went, never a bare "no"."""
+    foreign = report.analysis.meta.foreign_accelerator
+    if foreign is not None and not report.analysis.has_gpu:
+        return (
+            f"No findings: traceinsight cannot read {foreign.name} activity, so it has no accelerator "
+            "time to judge (see the warning at the top)."
+        )
     usage = total_usage(report.analysis.usage)
     window, total = usage.window_ns, usage.idle_ns
     if not window or total < 0.2 * window:

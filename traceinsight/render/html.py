@@ -33,10 +33,17 @@ import traceinsight
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.kernels import TopKernels
 from traceinsight.analysis.results import IdleGap
+from traceinsight.analysis.sources import CALL, DEF, RECORDING_START, Located
 from traceinsight.analysis.timeline import Timeline
 from traceinsight.cores import second_core
 from traceinsight.errors import TraceInsightError
-from traceinsight.formatting import format_duration, format_share, format_size, short_kernel_name
+from traceinsight.formatting import (
+    format_duration,
+    format_share,
+    format_size,
+    short_kernel_name,
+    source_label,
+)
 from traceinsight.render import charts
 from traceinsight.render.excerpts import SourceExcerpt, source_excerpt
 from traceinsight.render.facts import (
@@ -142,6 +149,10 @@ class FindingView:
     finding: Finding
     saving_share: float | None
     excerpt: SourceExcerpt | None
+    #: The source as the page names it (:func:`~traceinsight.formatting.source_label`).
+    source: str | None = None
+    #: What the source line is, when it is not the call's, and how to get the call's.
+    line_note: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +176,8 @@ class SourceTotal:
     label: str
     gaps: int
     idle_ns: int
+    #: ``source`` as the page names it (:func:`~traceinsight.formatting.source_label`).
+    shown: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,16 +212,54 @@ def _cause_totals(analysis: Analysis) -> list[CauseTotal]:
 
 def _source_totals(gaps: Sequence[IdleGap]) -> list[SourceTotal]:
     grouped: dict[tuple[str, str], list[int]] = defaultdict(list)
+    shown: dict[str, str] = {}
     for gap in gaps:
         if gap.source:
             grouped[(gap.source, gap.cause_kind)].append(gap.duration_ns)
+            shown.setdefault(gap.source, line_label(gap) or gap.source)
     return sorted(
         (
-            SourceTotal(source, kind, charts.cause_label(kind), len(lengths), sum(lengths))
+            SourceTotal(source, kind, charts.cause_label(kind), len(lengths), sum(lengths), shown[source])
             for (source, kind), lengths in grouped.items()
         ),
         key=lambda item: (-item.idle_ns, item.source, item.kind),
     )
+
+
+def line_label(item: Located) -> str | None:
+    """A result's source as the page names it (a line that is not the call's named as what it is)."""
+    if item.source is None:
+        return None
+    return source_label(item.source, item.source_kind, item.source_line_kind, item.source_function)
+
+
+def _line_note(finding: Finding) -> str | None:
+    """For a source line that is not the call's: what it is, and how to get the call's line."""
+    function, line_kind = finding.source_function, finding.source_line_kind
+    if finding.source is None or function is None or line_kind == CALL:
+        return None
+    if line_kind == DEF:
+        what = f"{finding.source} is where `{function}` is defined: torch's stack names a function by its `def` line"
+    elif line_kind == RECORDING_START:
+        what = (
+            f"{finding.source} is the line `{function}` was on when recording began: torch's stack keeps "
+            "that line for a function already running"
+        )
+    else:
+        what = f"this trace's frames do not say whether {finding.source} is the call's line or where `{function}` begins"
+    return (
+        f"{what}, not the line of the call. To name the call's own line, profile with "
+        f"traceinsight run (it records each call's line), or look in `{function}` for the call the title names."
+    )
+
+
+def _excerpt(finding: Finding, root: Path | None) -> SourceExcerpt | None:
+    """The code excerpt of a card: around a call's line; from a function's first line on (its body
+    holds the call); none for the line a running function was on when recording began (it is not
+    where the finding happens)."""
+    if finding.source is None or finding.minor or finding.source_line_kind == RECORDING_START:
+        return None
+    return source_excerpt(finding.source, root, from_line=finding.source_line_kind == DEF)
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,9 +440,9 @@ class HtmlRenderer:
                 rank=index + 1,
                 finding=finding,
                 saving_share=finding.saving_share,
-                excerpt=source_excerpt(finding.source, self.source_root)
-                if finding.source and not finding.minor
-                else None,
+                excerpt=_excerpt(finding, self.source_root),
+                source=line_label(finding),
+                line_note=_line_note(finding),
             )
             for index, finding in enumerate(report.findings)
         ]
@@ -471,9 +522,11 @@ class HtmlRenderer:
             "busy_color": _BUSY_COLORS,
             "minor": [view for view in findings if view.finding.minor],
             "saving_text": saving_text,
+            "line_label": line_label,
             "no_findings": no_findings_text(report),
             "analysis": analysis,
             "has_gpu": analysis.has_gpu,
+            "foreign_accelerator": analysis.meta.foreign_accelerator,
             "origin_ns": analysis.meta.origin_ns,
             "scores": scores,
             "overview": overview,

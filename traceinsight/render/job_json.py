@@ -42,6 +42,7 @@ def job_dict(job: JobReport) -> dict[str, Any]:
             "collectives": {
                 "from": job.collectives_from,
                 "matched": job.collectives_matched,
+                "matched_by_seq": job.collectives_matched_by_seq,
                 "kinds": dict(job.collective_kinds),
             },
         },
@@ -117,4 +118,4 @@ class JobJsonRenderer:
 
     def render(self, job: JobReport) -> str:
         """The job report as a JSON document."""
-        return json.dumps(job_dict(job), indent=2, ensure_ascii=False) + "\n"
+        return json.dumps(job_dict(job), indent=2, ensure_ascii=False, allow_nan=False) + "\n"

@@ -149,7 +149,14 @@ def job_headline(job: JobReport) -> str:
         parts.append(f"median step {format_duration(job.step_ns)}")
     where = {"gpu": "communication kernels", "host": "host c10d operators"}.get(job.collectives_from)
     if where is not None:
-        parts.append(f"{job.collectives_matched:,} collectives matched across ranks ({where})")
+        how = (
+            "by process group and sequence number"
+            if job.collectives_matched_by_seq == job.collectives_matched
+            else "by kind and order"
+            if not job.collectives_matched_by_seq
+            else f"{job.collectives_matched_by_seq:,} by process group and sequence number, the rest by order"
+        )
+        parts.append(f"{job.collectives_matched:,} collectives matched across ranks ({where}, {how})")
     return " · ".join(parts)
 
 
@@ -238,7 +245,7 @@ def print_job_summary(
             )
             console.print(Text(finding.title), style="dim", overflow="fold")
     for label, path in outputs or []:
-        console.print(Text.assemble(f"{label}: ", (printable(str(path)), "bold")))
+        console.print(Text.assemble(f"{printable(label)}: ", (printable(str(path)), "bold")))
 
 
 def render_job_markdown(job: JobReport) -> str:

@@ -11,6 +11,14 @@ idle split of ``devices`` and ``steps``, and per finding ``minor``, ``savings_pe
 saving, and ``cause_kind`` has the values of :class:`~traceinsight.analysis.causes.CauseKind`.
 Later additions within schema 2: ``kernels``, ``memory`` (per device: peaks in bytes, the device's
 total, ``series`` of ``[start_us, allocated, reserved]``; ``allocator_calls`` in the steady state);
+the ``cause_kind`` value ``other-gpu`` (a GPU waiting for another GPU of its process: a pipeline
+bubble) and the finding rule ``pipeline-bubble``;
+beside each ``source`` (idle gaps, sync hot spots, findings) ``source_line_kind`` (what the line is:
+``call``, the call's line; ``def``, the first line of ``source_function``, as torch's stack names
+it; ``recording-start``, the line ``source_function`` was on when recording began; null when the
+trace does not say) and ``source_function``; on sync hot spots and findings ``framework_call``
+(framework code the calls happen in that reads values on the host by design, such as
+``torch.optim.LBFGS``). ``source`` keeps its meaning: the frame's ``file:line``;
 ``latent_syncs`` (in a trace without GPU work: per line, the operators that would make the host
 wait for a GPU, and apart, with ``cpu_value`` set, the reads of values that stay on the CPU with a
 GPU too: ``data loading``, ``optimizer step counters``; empty with GPU work).
@@ -105,6 +113,7 @@ def report_dict(report: Report, *, gaps: bool = True) -> dict[str, Any]:
     meta = analysis.meta
     origin = meta.origin_ns
     steady = analysis.steady
+    pace = analysis.pace
     return {
         "schema": SCHEMA_VERSION,
         "tool": {"name": "traceinsight", "version": __version__},
@@ -145,8 +154,17 @@ def report_dict(report: Report, *, gaps: bool = True) -> dict[str, Any]:
         "steady_state": {
             "steps_from": steady.source,
             "step_time_us": None if steady.step_ns is None else _us(steady.step_ns),
+            "host_step_time_us": None if steady.host_step_ns is None else _us(steady.host_step_ns),
+            "pace": {
+                "set_by": None if pace.setter is None else pace.setter.value,
+                "host_us": None if pace.host_ns is None else _us(pace.host_ns),
+                "gpu_us": None if pace.gpu_ns is None else _us(pace.gpu_ns),
+            },
             "steady_steps": len(steady.steady_steps),
             "windows_us": [[_us(start - origin), _us(end - origin)] for start, end in steady.windows],
+            "gpu_windows_us": [
+                [_us(start - origin), _us(end - origin)] for start, end in steady.device_windows
+            ],
             "startup_end_us": None if steady.startup_end_ns is None else _us(steady.startup_end_ns - origin),
             "startup_evidence": steady.startup_evidence,
         },
@@ -174,6 +192,8 @@ def report_dict(report: Report, *, gaps: bool = True) -> dict[str, Any]:
                 "device": step.device,
                 "start_us": _us(step.start_ns - origin),
                 "span_us": _us(step.span_ns),
+                "host_start_us": _us(step.host_start_ns - origin),
+                "host_span_us": _us(step.host_end_ns - step.host_start_ns),
                 "busy_us": _us(step.busy_ns),
                 "idle_us": _us(step.idle_ns),
                 "copy_us": _us(step.copy_ns),
@@ -195,6 +215,8 @@ def report_dict(report: Report, *, gaps: bool = True) -> dict[str, Any]:
                 "cause": gap.cause,
                 "source": gap.source,
                 "source_kind": gap.source_kind,
+                "source_line_kind": gap.source_line_kind,
+                "source_function": gap.source_function,
             }
             for gap in (analysis.idle_gaps if gaps else ())
         ],
@@ -236,6 +258,10 @@ def report_dict(report: Report, *, gaps: bool = True) -> dict[str, Any]:
                 "source_kind": hotspot.source_kind,
                 "steady_count": hotspot.steady_count,
                 "idle_caused_us": _us(hotspot.idle_caused_ns),
+                "then_call": hotspot.then_call,
+                "source_line_kind": hotspot.source_line_kind,
+                "source_function": hotspot.source_function,
+                "framework_call": hotspot.framework_call,
             }
             for hotspot in analysis.sync_hotspots
         ],
@@ -252,6 +278,9 @@ def report_dict(report: Report, *, gaps: bool = True) -> dict[str, Any]:
                 "formatting": latent.formatting,
                 "cpu_value": latent.cpu_value,
                 "cpu_detail": latent.cpu_detail,
+                "source_line_kind": latent.source_line_kind,
+                "source_function": latent.source_function,
+                "framework_call": latent.framework_call,
             }
             for latent in analysis.latent_syncs
         ],
@@ -279,6 +308,9 @@ def report_dict(report: Report, *, gaps: bool = True) -> dict[str, Any]:
                 "saving_note": finding.saving_note,
                 "saving_known": finding.saving_known,
                 "source_kind": finding.source_kind,
+                "source_line_kind": finding.source_line_kind,
+                "source_function": finding.source_function,
+                "framework_call": finding.framework_call,
             }
             for finding in report.findings
         ],
@@ -322,10 +354,8 @@ def _scalar(value: object) -> str | None:
     if isinstance(value, int):
         return int.__repr__(value)
     if isinstance(value, float):
-        if value != value:
-            return "NaN"
-        if value in (float("inf"), float("-inf")):
-            return "Infinity" if value > 0 else "-Infinity"
+        if value - value != 0:  # NaN or an infinity: strict parsers refuse what json writes for them
+            raise ValueError(f"Out of range float values are not JSON compliant: {value!r}")
         return float.__repr__(value)
     if isinstance(value, str):
         return encode_basestring(value)
@@ -428,6 +458,8 @@ def _gap_rows(report: Report) -> str | None:
         "cause": _encoded([gap.cause for gap in gaps]),
         "source": _encoded([gap.source for gap in gaps]),
         "source_kind": _encoded([gap.source_kind for gap in gaps]),
+        "source_line_kind": _encoded([gap.source_line_kind for gap in gaps]),
+        "source_function": _encoded([gap.source_function for gap in gaps]),
     }
     if any(column.null_count() for column in columns.values()):  # a value _scalar does not write
         return None
@@ -446,7 +478,8 @@ class JsonRenderer:
     def render(self, report: Report) -> str:
         """The report as a JSON document (UTF-8, keys in contract order).
 
-        Byte for byte ``json.dumps(report_dict(report), indent=2, ensure_ascii=False)``; the idle
+        Byte for byte ``json.dumps(report_dict(report), indent=2, ensure_ascii=False)``, and as
+        strict (a NaN or an infinity is a bug, raised, never written as ``NaN``); the idle
         gaps (:func:`_gap_rows`) and the other long lists of flat objects (:func:`_flat_rows`) are
         written apart and put in place of a marker.
         """
@@ -461,7 +494,7 @@ class JsonRenderer:
             marker = f"traceinsight-{uuid.uuid4().hex}"
             document[key] = marker
             spliced[json.dumps(marker)] = text
-        out = json.dumps(document, indent=2, ensure_ascii=False)
+        out = json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False)
         for marker, text in spliced.items():
             out = out.replace(marker, text, 1)
         return out + "\n"

@@ -14,12 +14,12 @@ from typing import Final
 
 from traceinsight.analysis.usage import total_usage
 from traceinsight.compare import Comparison
-from traceinsight.formatting import format_duration, format_share
+from traceinsight.formatting import format_duration, format_share, source_label
 from traceinsight.render.facts import header_facts, no_findings_text, saving_text, time_split
 from traceinsight.render.scorecard import scorecard
 from traceinsight.report import Report
 
-__all__ = ["MAX_CHARS", "MarkdownRenderer", "render_comparison"]
+__all__ = ["MAX_CHARS", "MarkdownRenderer", "code_span", "render_comparison"]
 
 #: GitHub truncates comments past 65,536 characters; stay well below.
 MAX_CHARS: Final[int] = 60_000
@@ -40,6 +40,19 @@ def escape(text: object, limit: int = _MAX_TEXT) -> str:
     if len(value) > limit:
         value = value[: limit - 1] + "…"
     return _PUNCTUATION.sub(r"\\\1", value)
+
+
+def code_span(text: object, limit: int = 80) -> str:
+    """``text`` as an inline code span that nothing in it can close: one line, cut to ``limit``,
+    fenced by one more backtick than its longest run (padded where it starts or ends with one), so
+    a string from a stored result never becomes a link, an image or HTML."""
+    value = " ".join(str(text).split())
+    if len(value) > limit:
+        value = value[: limit - 1] + "…"
+    longest = max((len(run) for run in re.findall(r"`+", value)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if value.startswith("`") or value.endswith("`") else ""
+    return f"{fence}{pad}{value}{pad}{fence}"
 
 
 def _fence(code: str) -> str:
@@ -104,8 +117,10 @@ class MarkdownRenderer:
                 )
                 lines.append("")
                 if finding.source:
-                    kind = " (library code)" if finding.source_kind == "library" else ""
-                    lines.append(f"- source: {escape(finding.source)}{kind}")
+                    label = source_label(
+                        finding.source, finding.source_kind, finding.source_line_kind, finding.source_function
+                    )
+                    lines.append(f"- source: {escape(label)}")
                 lines.append(
                     f"- saves {escape(saving_text(finding))}"
                     + (f": {escape(finding.saving_note, 300)}" if finding.saving_note else "")
@@ -156,8 +171,10 @@ def render_comparison(comparison: Comparison) -> str:
                 format_duration(value * 1000) if value is not None else "—"
                 for value in (change.before_saving_us, change.after_saving_us)
             )
+            at = "in" if change.shown_site != change.site else "at"  # a function, not the call's line
             lines.append(
-                f"- `{change.rule}` at {escape(change.site) or 'the trace'}: {escape(change.title, 300)} (saving {saving})"
+                f"- {code_span(change.rule)} {at} {escape(change.shown_site) or 'the trace'}: "
+                f"{escape(change.title, 300)} (saving {saving})"
             )
         lines.append("")
     if comparison.kernels:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from traceinsight.analysis import Analysis
-from traceinsight.analysis.causes import cause_label
+from traceinsight.analysis.causes import CauseKind, cause_label
 from traceinsight.analysis.usage import total_usage
 from traceinsight.formatting import format_duration, format_share
 from traceinsight.report import Report
@@ -22,7 +22,14 @@ class Score:
 
 
 def no_gpu_statement(report: Report) -> str:
-    """Plain words for a trace without GPU activity: did the run have no GPU, or just not use it?"""
+    """Plain words for a trace without GPU activity: did the run use an accelerator this tool
+    cannot read, have no GPU, or just not use it?"""
+    foreign = report.analysis.meta.foreign_accelerator
+    if foreign is not None:
+        return (
+            f"No CUDA or ROCm GPU work: the accelerator here is {foreign.name}, whose activity "
+            "traceinsight cannot read. Only the host side is measured below."
+        )
     if report.analysis.meta.gpus_listed == 0:
         return (
             "This run had no GPU: the profiler saw no CUDA device, so only host (CPU) activity was "
@@ -50,6 +57,8 @@ def scorecard(report: Report) -> tuple[Score, ...]:
             "warn": "The GPU waits a noticeable part of the time.",
             "bad": "The GPU is idle most of the time: see the findings below.",
         }[level]
+        if usage.idle and usage.idle[0][0] is CauseKind.CAPTURE and usage.idle[0][1] >= 0.5 * window:
+            level, verdict = "info", "Idle by design while graphs are captured: see the warning at the top."
         scores.append(Score("GPU busy", format_share(share), f"Of {usage.of_what}. {verdict}", level))
         if usage.idle:
             top, top_ns = usage.idle[0]
@@ -87,7 +96,9 @@ def scorecard(report: Report) -> tuple[Score, ...]:
     would_wait = [sync for sync in analysis.latent_syncs if sync.cpu_value is None]
     latent = sum(sync.steady_count for sync in would_wait)
     cpu_reads = _cpu_reads(analysis)
-    if not analysis.has_gpu and latent and steady_steps:
+    if not analysis.has_gpu and analysis.meta.foreign_accelerator is not None:
+        pass  # the accelerator's own waits are not CUDA calls: none could be counted
+    elif not analysis.has_gpu and latent and steady_steps:
         scores.append(
             Score(
                 "Host syncs / step",
@@ -119,7 +130,7 @@ def scorecard(report: Report) -> tuple[Score, ...]:
             verdict = "Each sync stops the host from queueing ahead."
         scores.append(Score("Host syncs / step", f"{per_step:.3g}", verdict + cpu_reads, level))
     else:
-        sync_count = sum(call.count for call in analysis.syncs)
+        sync_count = sum(hotspot.count for hotspot in analysis.sync_hotspots)  # waits, a copy + sync once
         scores.append(
             Score(
                 "Host syncs",

@@ -19,8 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from traceinsight.analysis.causes import cause_label
-from traceinsight.analysis.sources import LIBRARY
-from traceinsight.formatting import format_duration, format_share, short_kernel_name
+from traceinsight.analysis.results import IdleGap, SyncHotspot
+from traceinsight.formatting import format_duration, format_share, short_kernel_name, source_label
 from traceinsight.load.text import printable
 from traceinsight.render.facts import (
     MEMORY_COLUMNS,
@@ -203,7 +203,15 @@ def renderables(report: Report, top: int = _TOP) -> list[RenderableType]:
     parts.extend(_time_split(report))
 
     if not analysis.has_gpu:
-        parts.append(Text("Host-side view (no GPU activity in this trace)", style="bold cyan"))
+        foreign = analysis.meta.foreign_accelerator
+        parts.append(
+            Text(
+                f"Host-side view (the {foreign.name} accelerator's activity is not read)"
+                if foreign is not None
+                else "Host-side view (no GPU activity in this trace)",
+                style="bold cyan",
+            )
+        )
     cards = [finding for finding in report.findings if not finding.minor]
     minor = [finding for finding in report.findings if finding.minor]
     if cards:
@@ -238,16 +246,16 @@ def renderables(report: Report, top: int = _TOP) -> list[RenderableType]:
                 format_duration(gap.duration_ns),
                 cause_label(gap.cause_kind),
                 _data(gap.cause),
-                _data(_source(gap.source, gap.source_kind)),
+                _data(_source(gap)),
             )
         parts.append(gaps)
     if analysis.sync_hotspots:
         hot = _detail_table("Sync hot spots", ("call", "op", "source", "count", "blocked", "GPU idle after"))
         for hotspot in analysis.sync_hotspots[:top]:
             hot.add_row(
-                _data(hotspot.call),
+                _data(hotspot.call_text),
                 _data(hotspot.op or ""),
-                _data(_source(hotspot.source, hotspot.source_kind)),
+                _data(_source(hotspot)),
                 str(hotspot.count),
                 format_duration(hotspot.blocked_ns),
                 format_duration(hotspot.idle_after_ns),
@@ -300,10 +308,11 @@ def renderables(report: Report, top: int = _TOP) -> list[RenderableType]:
     return parts
 
 
-def _source(source: str | None, kind: str | None) -> str:
-    if source is None:
+def _source(item: IdleGap | SyncHotspot) -> str:
+    """The source column: the line, named as what it is when it is not the call's."""
+    if item.source is None:
         return ""
-    return f"{source} (library)" if kind == LIBRARY else source
+    return source_label(item.source, item.source_kind, item.source_line_kind, item.source_function)
 
 
 class TerminalRenderer:
@@ -328,7 +337,7 @@ def print_summary(
     for part in renderables(report, top):
         console.print(part)
     for label, path in outputs or []:
-        console.print(Text.assemble(f"{label}: ", (printable(str(path)), "bold")))
+        console.print(Text.assemble(f"{printable(label)}: ", (printable(str(path)), "bold")))
 
 
 def _detail_table(title: str, columns: tuple[str, ...]) -> Table:

@@ -49,6 +49,7 @@ def evaluate(analysis: Analysis) -> tuple[Finding, ...]:
         launching,
         memory,
         optimizer,
+        pipeline,
         precision,
         syncs,
     )

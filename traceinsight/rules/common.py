@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.replay import Fix
 from traceinsight.analysis.results import SyncHotspot
-from traceinsight.analysis.sources import LIBRARY
+from traceinsight.analysis.sources import CALL, DEF, LIBRARY, RECORDING_START, Located
 from traceinsight.analysis.usage import Usage
-from traceinsight.formatting import format_duration, format_share
+from traceinsight.formatting import format_duration, format_share, source_label, source_place
 from traceinsight.load import RunProfile
 from traceinsight.rules.findings import Advice, Finding, Severity
 
@@ -41,9 +41,18 @@ def usage_amount(usage: Usage, ns: int) -> str:
     return f"{amount} ({format_share(usage.share(ns))} of {usage.of_what})"
 
 
-def reference(analysis: Analysis) -> tuple[int | None, int]:
-    """(median steady step or None, the time shares are taken of)."""
-    return analysis.steady.step_ns, analysis.reference_ns
+def measured_ns(analysis: Analysis) -> int:
+    """The time savings are measured on, all steady steps together: the replayed steady windows
+    (the later of the host's and the GPU's end of each, on the GPU without steps) where there is GPU
+    work to replay, else the steady steps' host windows summed, else the steady window."""
+    if analysis.replay.available:
+        replayed = analysis.replay.step_time_ns()
+        if replayed > 0:
+            return replayed
+    steps = analysis.steady.steady_steps
+    if steps:
+        return sum(step.duration_ns for step in steps)
+    return analysis.reference_ns
 
 
 def saving_of(analysis: Analysis, fix: Fix) -> Saving:
@@ -52,13 +61,38 @@ def saving_of(analysis: Analysis, fix: Fix) -> Saving:
     return saving_from_total(analysis, total)
 
 
-def saving_from_total(analysis: Analysis, total: int) -> Saving:
-    """A saving over the steady windows, expressed per step and as a share."""
-    step, base = reference(analysis)
+def saving_from_total(analysis: Analysis, total: int, window_ns: int | None = None) -> Saving:
+    """``total`` ns over the steady state as a saving: per steady step (the total divided by the
+    steps, never a total beside a median) and as a share of ``window_ns``, the time it was measured
+    on (by default :func:`measured_ns`; a device's :class:`Usage` window for idle by cause). A
+    saving is never more than the window it was measured on: the rules measure it so, and a total
+    above it is cut to it here."""
+    window = measured_ns(analysis) if window_ns is None else window_ns
+    total = max(0, min(total, window)) if window > 0 else max(0, total)
     steps = len(analysis.steady.steady_steps)
-    per_step = round(total / steps) if step is not None and steps else None
-    share_of = per_step if per_step is not None else total
-    return Saving(total, per_step, share_of / base if base else None)
+    per_step = round(total / steps) if steps else None
+    return Saving(total, per_step, total / window if window > 0 else None)
+
+
+def in_saving_unit(analysis: Analysis, ns: int) -> str:
+    """``ns`` of the steady state as the saving reads: ``1.2 ms per step (7% of the step)``, or
+    ``3.4 ms (2% of the time analyzed)`` without steps (for evidence beside a saving)."""
+    return saving_from_total(analysis, ns).words()
+
+
+def per_step(analysis: Analysis, ns: int) -> str:
+    """``ns`` of the steady state per steady step (``1.2 ms per step``), or in all without steps."""
+    steps = len(analysis.steady.steady_steps)
+    return f"{format_duration(round(ns / steps))} per step" if steps else format_duration(ns)
+
+
+def beyond(saving_ns: int, idle_ns: int) -> int | None:
+    """The part of a replayed saving beyond the idle a card shows beside it (the gap classification's
+    idle of its cause), when that part is a tenth of the saving or more; else None. The replay also
+    removes idle the classification gives to other causes: work the host, delayed by the fixed
+    wait, launched late later on."""
+    extra = saving_ns - idle_ns
+    return extra if extra > 0 and extra >= saving_ns / 10 else None
 
 
 def severity(analysis: Analysis, saving: Saving) -> str:
@@ -72,24 +106,80 @@ def severity(analysis: Analysis, saving: Saving) -> str:
     return Severity.LOW.value
 
 
-def where(source: str | None, source_kind: str | None) -> str | None:
-    """``train.py:52``, or ``vllm/x.py:88 (library code)``; None without a line."""
+def where(
+    source: str | None,
+    source_kind: str | None,
+    line_kind: str | None = CALL,
+    function: str | None = None,
+) -> str | None:
+    """ "train.py:52", "vllm/x.py:88 (library code)", or for a line that is not the call's,
+    "`log_metrics` (defined at train.py:4)" (:func:`~traceinsight.formatting.source_label`); None
+    without a line. Without ``line_kind`` the line is taken as the call's."""
     if source is None:
         return None
-    return f"{source} (library code)" if source_kind == LIBRARY else source
+    return source_label(source, source_kind, line_kind, function)
 
 
-def source_evidence(source: str | None, source_kind: str | None, run: RunProfile | None = None) -> str:
-    """The evidence line for the source; without one, how to get it (for a trace of
-    ``traceinsight run``, with run's own options)."""
+def place(item: Located) -> str | None:
+    """Where ``item`` happens, for a title: "at train.py:18", or "in `log_metrics` (defined at
+    train.py:4)" when the line is not the call's (never "at" a line that is not); None without a
+    line."""
+    if item.source is None:
+        return None
+    return source_place(item.source, item.source_kind, item.source_line_kind, item.source_function)
+
+
+def exact_line(function: str) -> str:
+    """How to get the call's own line, for a line in ``function`` that is not it."""
+    return (
+        "to name the call's own line, profile with `traceinsight run` (it records each call's line), "
+        f"or look in `{function}` for the call the title names"
+    )
+
+
+def source_evidence(
+    source: str | None,
+    source_kind: str | None,
+    line_kind: str | None = CALL,
+    function: str | None = None,
+    *,
+    run: RunProfile | None = None,
+) -> str:
+    """The evidence line for the source: the line, what kind of line it is when it is not the
+    call's, and how to get the call's line; without one, how to get it (for a trace of
+    ``traceinsight run``, with run's own options: ``run``)."""
     if source is None:
         return f"not recorded ({no_line_hint(run)})"
-    if source_kind == LIBRARY:
-        return (
-            f"{source}: library code, the innermost frame outside torch; if this package is yours, "
-            "pass --user-code PACKAGE"
+    library = (
+        "library code, the innermost frame outside torch; if this package is yours, pass --user-code PACKAGE"
+    )
+    if line_kind == CALL or function is None:
+        return f"{source}: {library}" if source_kind == LIBRARY else source
+    if line_kind == DEF:
+        what = (
+            f"in `{function}`, defined at {source}: torch's stack names a function by its `def` "
+            "line, not by the line of the call"
         )
-    return source
+    elif line_kind == RECORDING_START:
+        what = (
+            f"in `{function}`, on {source} when recording began: torch's stack keeps that line for a "
+            "function already running, not the line of the call"
+        )
+    else:
+        what = (
+            f"in `{function}`, {source}: this trace's frames do not say whether that is the call's "
+            "line or the function's first line"
+        )
+    return f"{what}{'; ' + library if source_kind == LIBRARY else ''}; {exact_line(function)}"
+
+
+def located_evidence(item: Located | None, run: RunProfile | None = None) -> str:
+    """:func:`source_evidence` for a result that names a source line (or for none)."""
+    if item is None:
+        return source_evidence(None, None, run=run)
+    return source_evidence(
+        item.source, item.source_kind, item.source_line_kind, item.source_function, run=run
+    )
 
 
 def no_line_hint(run: RunProfile | None) -> str:
@@ -120,10 +210,10 @@ def how_often(analysis: Analysis, count: int) -> str:
 
 
 def hotspot_place(hotspot: SyncHotspot) -> str:
-    """Where a sync hot spot happens, for a title: the line, else the operator."""
-    place = where(hotspot.source, hotspot.source_kind)
-    if place is not None:
-        return f"at {place}"
+    """Where a sync hot spot happens, for a title: the line (:func:`place`), else the operator."""
+    line = place(hotspot)
+    if line is not None:
+        return line
     if hotspot.op is not None:
         return f"in {hotspot.op}"
     return ""
@@ -151,8 +241,16 @@ def make_finding(
     source_kind: str | None = None,
     op: str | None = None,
     device: int | None = None,
+    located: Located | None = None,
+    framework_call: str | None = None,
 ) -> Finding:
-    """A finding whose severity and saving fields come from ``saving``."""
+    """A finding whose severity and saving fields come from ``saving``; its source fields from
+    ``located`` when given (else ``source``, ``source_kind``, taken as a call's line)."""
+    line_kind: str | None = CALL if source is not None else None
+    function = None
+    if located is not None:
+        source, source_kind = located.source, located.source_kind
+        line_kind, function = located.source_line_kind, located.source_function
     return Finding(
         rule=rule,
         severity=severity(analysis, saving),
@@ -168,4 +266,7 @@ def make_finding(
         saving_share=saving.share,
         source_kind=source_kind,
         saving_note=note,
+        source_line_kind=line_kind,
+        source_function=function,
+        framework_call=framework_call,
     )

@@ -63,6 +63,17 @@ class Finding:
     #: False when the trace cannot tell the saving (a sync waiting to happen on a GPU the run did
     #: not have): such a finding is never minor, and its saving is not shown as a number.
     saving_known: bool = True
+    #: What ``source``'s line is: ``call`` (the call's line), ``def`` (the first line of
+    #: ``source_function``: torch's stack names a function so), ``recording-start`` (the line
+    #: ``source_function`` was on when recording began), None when the trace does not say (see
+    #: :mod:`traceinsight.analysis.sources`).
+    source_line_kind: str | None = None
+    #: The function ``source`` is in (``log_metrics``), when frames name it.
+    source_function: str | None = None
+    #: Framework code the line calls that reads GPU values on the host by design
+    #: (``torch.optim.LBFGS``: :data:`traceinsight.load.taxonomy.DESIGNED_SYNCS`), when the calls
+    #: happen inside it.
+    framework_call: str | None = None
 
     def with_(self, **changes: object) -> Finding:
         """A copy with ``changes`` (``dataclasses.replace``)."""

@@ -1,4 +1,11 @@
-"""Where the GPU's idle time goes: ``dataloader-stall`` and ``low-gpu-utilization``.
+"""Where the GPU's idle time goes: ``dataloader-stall``, ``host-preprocessing`` and
+``low-gpu-utilization``.
+
+``host-preprocessing`` speaks for the idle at the start of every step, before the step's own first
+GPU work, while the host prepares it (decoding, resizing, augmenting a batch in operators or in
+Python the profiler does not record). A DataLoader wait there has a finding of its own; idle whose
+gap began with a sync that drained the queue counts too (the sync's card claims it as well: removing
+either shortens the step, and the replay gives each fix its own saving).
 
 ``low-gpu-utilization`` speaks for the idle no other finding explains (the host busy in operators,
 launching, work held by a dependency, nothing recorded), names its largest causes with their share
@@ -7,25 +14,32 @@ of the step, and advises on the largest. Its saving is that idle: an upper bound
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterator
 
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.causes import CAUSE_LABELS, CauseKind
+from traceinsight.analysis.idle_gaps import QUEUED_IN_GRAPH
 from traceinsight.analysis.replay import Fix
 from traceinsight.analysis.results import IdleGap
 from traceinsight.formatting import format_duration
+from traceinsight.load import taxonomy
 from traceinsight.rules import advice, rule
 from traceinsight.rules.common import (
+    beyond,
+    how_often,
+    located_evidence,
     make_finding,
+    per_step,
+    place,
     saving_from_total,
     saving_of,
-    source_evidence,
     usage_amount,
-    where,
 )
+from traceinsight.rules.communication import communication_advice
 from traceinsight.rules.findings import Advice, Finding
-from traceinsight.rules.launching import launch_idle
+from traceinsight.rules.launching import device_pattern, launch_idle, pattern_words, pauses_words
 
 #: Causes other findings explain (and fix), or that are not the loop's: low-gpu-utilization leaves
 #: their idle out of its saving.
@@ -34,25 +48,72 @@ _EXPLAINED = frozenset(
         CauseKind.DATALOADER,
         CauseKind.SYNC,
         CauseKind.COPY,
+        CauseKind.OTHER_GPU,
         CauseKind.OUTSIDE_STEADY,
         CauseKind.BEFORE_FIRST,
         CauseKind.AFTER_LAST,
+        CauseKind.CAPTURE,  # by design: the warning says so, and what to profile instead
     }
 )
 
 _ADVICE: dict[CauseKind, Advice] = {
     CauseKind.HOST_OP: advice.HOST_WORK,
-    CauseKind.LAUNCH: advice.LAUNCH_BOUND,
+    CauseKind.LAUNCH: advice.HOST_PAUSES,
     CauseKind.QUEUED: advice.DEPENDENCY,
     CauseKind.UNTRACED: advice.UNTRACED,
     CauseKind.UNKNOWN: advice.UNTRACED,
-    CauseKind.COMMUNICATION: advice.COMMUNICATION,
 }
 
 
+#: Idle before a step's own first GPU work that is the host preparing the step: not a DataLoader
+#: wait (its own finding), the host in a collective, nor the GPU waiting on itself.
+_PREPARING = frozenset(
+    {
+        CauseKind.HOST_OP,
+        CauseKind.LAUNCH,
+        CauseKind.UNTRACED,
+        CauseKind.UNKNOWN,
+        CauseKind.BEFORE_FIRST,
+        CauseKind.SYNC,
+        CauseKind.COPY,
+    }
+)
+
+
+def preprocessing_leads(analysis: Analysis, device: int) -> list[tuple[int, int, int]] | None:
+    """Per steady step on ``device``: (window start, its own first GPU work, GPU idle in between
+    while the host prepared the step); None unless every steady step (two or more) has one of at
+    least ``min_gap_us``."""
+    steps = [step for step in analysis.steps if step.device == device and step.steady]
+    leads = [
+        (
+            step.start_ns,
+            step.first_work_ns,
+            sum(ns for kind, ns in step.lead_by_cause_ns if CauseKind(kind) in _PREPARING),
+        )
+        for step in steps
+        if step.first_work_ns is not None
+    ]
+    floor = round(analysis.thresholds.min_gap_us * 1000)
+    if len(steps) < 2 or len(leads) < len(steps) or min(idle for *_, idle in leads) < floor:
+        return None
+    return leads
+
+
+def _preprocessing_share_met(analysis: Analysis, device: int) -> list[tuple[int, int, int]] | None:
+    """:func:`preprocessing_leads` when they reach ``host_preprocessing_share`` of the steady steps."""
+    leads = preprocessing_leads(analysis, device)
+    usage = analysis.device_usage(device)
+    if leads is None or usage is None or not usage.window_ns:
+        return None
+    if sum(idle for *_, idle in leads) < analysis.thresholds.host_preprocessing_share * usage.window_ns:
+        return None
+    return leads
+
+
 def _steady_gaps(analysis: Analysis, device: int, kind: CauseKind) -> list[IdleGap]:
-    """Reported gaps of one cause on one device that overlap the steady state."""
-    windows = analysis.steady.windows
+    """Reported gaps of one cause on one device that overlap the steady state (GPU's clock)."""
+    windows = analysis.steady.device_windows
     cause = kind.value
     return [
         gap
@@ -97,7 +158,7 @@ def _cpu_dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
     if not steps or not waits or waited < limits.dataloader_idle_share * window:
         return
     handover = round(limits.dataloader_handover_us * 1000)
-    saving = saving_from_total(analysis, sum(max(0, end - start - handover) for start, end in waits))
+    saving = saving_from_total(analysis, sum(max(0, end - start - handover) for start, end in waits), window)
     share = waited / window
     serial = any("_SingleProcessDataLoaderIter" in name for name in analysis.fix_inputs.dataloader_iterators)
     yield make_finding(
@@ -110,7 +171,7 @@ def _cpu_dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
         evidence=(
             (
                 "time in DataLoader __next__",
-                f"{format_duration(waited)} in {len(waits)} calls ({share:.0%} of the steps)",
+                f"{per_step(analysis, waited)} ({share:.0%} of the steps), {how_often(analysis, len(waits))}",
             ),
             ("steady steps", str(len(steps))),
             ("on a GPU", "the GPU would sit idle for all of it: nothing is queued while the batch is made"),
@@ -145,17 +206,22 @@ def dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
         longest = max(stalls, key=lambda gap: gap.duration_ns) if stalls else None
         iterator = longest.cause if longest else "DataLoader __next__"
         serial = "_SingleProcessDataLoaderIter" in iterator
-        source = longest.source if longest else None
-        source_kind = longest.source_kind if longest else None
-        place = where(source, source_kind)
-        per_step = saving_from_total(analysis, idle)
-        amount = per_step.words()
+        at = place(longest) if longest else None
+        amount = saving_from_total(analysis, idle, window).words()
+        note = f"replayed with each batch ready, handed over in {format_duration(handover)}"
+        extra = beyond(saving.total_ns, idle)
+        if extra is not None:
+            note += (
+                ". More than the GPU idle while the host waited: with the batch ready the host also "
+                "launches the step's work earlier, and later idle waiting for its launches goes too "
+                f"(the other {per_step(analysis, extra)})"
+            )
         yield make_finding(
             analysis,
             "dataloader-stall",
             saving,
             title=f"The GPU waits for the DataLoader {amount}"
-            + (f" at {place}" if place else "")
+            + (f" {at}" if at else "")
             + (": batches are loaded in the training process" if serial else ": its workers do not keep up"),
             evidence=(
                 ("GPU idle waiting for batches", amount),
@@ -164,22 +230,107 @@ def dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
                     f"{len(waits)} (longest gap {format_duration(longest.duration_ns) if longest else '—'})",
                 ),
                 ("iterator", iterator),
-                ("source", source_evidence(source, source_kind, analysis.meta.recorded_by_run)),
+                ("source", located_evidence(longest, analysis.meta.recorded_by_run)),
             ),
             advice=advice.WORKERS,
             why="The training loop asks for the next batch only after queuing the last step; while the "
             "batch is decoded and collated on the host nothing new reaches the GPU.",
-            source=source,
             device=device.device,
-            source_kind=source_kind,
-            note=f"replayed with each batch ready, handed over in {format_duration(handover)}",
+            located=longest,
+            note=note,
         )
 
 
-def _top_ops(gaps: list[IdleGap]) -> list[tuple[str, int]]:
+def _mostly_in_graphs(analysis: Analysis, device: int) -> bool:
+    """Whether most of the device's steady ``queued`` idle waited inside CUDA graph replays."""
+    gaps = _steady_gaps(analysis, device, CauseKind.QUEUED)
+    in_graphs = sum(gap.duration_ns for gap in gaps if gap.cause == QUEUED_IN_GRAPH)
+    return in_graphs * 2 > sum(gap.duration_ns for gap in gaps)
+
+
+def _host_work_advice(analysis: Analysis, ops: list[tuple[str, int]]) -> Advice:
+    """Advice for the host's own work in ``ops`` (largest first): DDP's buffer broadcast when the
+    host flattens tensors for it (DataParallel: move to DDP), DDP's forward work when the host is
+    in DDP's forward range itself, else move the work off the step."""
+    top = ops[0][0]
+    if top in taxonomy.COALESCING_OPS:
+        if analysis.multi_gpu_processes > 0:
+            return advice.DDP
+        if analysis.communication.ddp:
+            return advice.DDP_BUFFERS
+    if re.match(taxonomy.DDP_RANGE_PATTERN, top):
+        return advice.DDP_FORWARD
+    return advice.HOST_WORK
+
+
+@rule("host-preprocessing")
+def host_preprocessing(analysis: Analysis) -> Iterator[Finding]:
+    """Every steady step keeps the GPU idle before its own first work while the host prepares it:
+    per-step host preprocessing, at least ``host_preprocessing_share`` of the steps."""
+    limits = analysis.thresholds
+    for device in analysis.devices:
+        leads = _preprocessing_share_met(analysis, device.device)
+        if leads is None:
+            continue
+        total = sum(idle for *_, idle in leads)
+        handover = round(limits.dataloader_handover_us * 1000)
+        fix = Fix(
+            shorten=tuple(
+                (start, first, min(first - start, kept + handover))
+                for start, first, kept in analysis.step_leads.leads
+            )
+        )
+        amount = saving_from_total(analysis, total).words()
+        lengths = sorted(idle for *_, idle in leads)
+        found = analysis.step_leads
+        ops = found.ops
+        at = place(found)
+        evidence: list[tuple[str, str]] = [
+            ("GPU idle before each step's first work", amount),
+            (
+                "steps",
+                f"every one of the {len(leads)} steady steps "
+                + (
+                    f"({format_duration(lengths[0])} each)"
+                    if format_duration(lengths[0]) == format_duration(lengths[-1])
+                    else f"(from {format_duration(lengths[0])} to {format_duration(lengths[-1])})"
+                ),
+            ),
+            (
+                "the host was in",
+                "; ".join(f"{name} ({format_duration(round(ns / len(leads)))} per step)" for name, ns in ops)
+                if ops
+                else "no operator: Python the profiler did not record (decoding, augmenting a batch)",
+            ),
+            ("source", located_evidence(found, analysis.meta.recorded_by_run)),
+        ]
+        yield make_finding(
+            analysis,
+            "host-preprocessing",
+            saving_of(analysis, fix),
+            title=f"Per-step host preprocessing{f' {at}' if at else ''}: the GPU waits {amount} "
+            "while the host prepares each step before its first GPU work",
+            evidence=evidence,
+            advice=advice.PREPROCESSING,
+            why="Each step begins with work on the host (decoding, resizing, augmenting, collating a "
+            "batch) before it launches anything, and nothing is queued on the GPU meanwhile. Done "
+            "ahead by DataLoader workers while the GPU runs the step before, it costs the step only "
+            "the hand-over.",
+            device=device.device,
+            located=found,
+            note=f"replayed with each step's preparation done ahead, handed over in {format_duration(handover)}",
+        )
+
+
+def _top_ops(analysis: Analysis, gaps: list[IdleGap]) -> list[tuple[str, int]]:
+    """The three operators with the most idle in ``gaps``, counting only its part in the steady
+    state (a gap can begin before it)."""
     by_op: dict[str, int] = defaultdict(int)
     for gap in gaps:
-        by_op[gap.cause] += gap.duration_ns
+        by_op[gap.cause] += sum(
+            max(0, min(gap.end_ns, end) - max(gap.start_ns, start))
+            for start, end in analysis.steady.device_windows
+        )
     return sorted(by_op.items(), key=lambda item: (-item[1], item[0]))[:3]
 
 
@@ -198,9 +349,26 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
         window = usage.window_ns
         if window < limits.min_span_us * 1000 or usage.compute_ns >= limits.low_utilization * window:
             continue
-        explained = _EXPLAINED | ({CauseKind.LAUNCH} if launch_idle(analysis, usage) is not None else set())
-        unexplained = [(kind, ns) for kind, ns in usage.idle if kind not in explained]
+        # launch-bound speaks for the launch pattern's short gaps; the host's long pauses stay here.
+        claimed = {CauseKind.LAUNCH: launch_idle(analysis, usage) or 0}
+        unexplained = sorted(
+            (
+                (kind, ns - claimed.get(kind, 0))
+                for kind, ns in usage.idle
+                if kind not in _EXPLAINED and ns > claimed.get(kind, 0)
+            ),
+            key=lambda item: (-item[1], item[0].value),
+        )
         rest = sum(ns for _, ns in unexplained)
+        leads = _preprocessing_share_met(analysis, device.device)
+        if leads is not None:  # host-preprocessing explains the idle before each step's first work
+            rest -= sum(
+                ns
+                for step in analysis.steps
+                if step.device == device.device and step.steady
+                for kind, ns in step.lead_by_cause_ns
+                if CauseKind(kind) in _PREPARING and CauseKind(kind) not in _EXPLAINED
+            )
         if not unexplained or rest < 0.05 * window:
             continue  # other findings explain the idle
         top_kind = unexplained[0][0]
@@ -218,31 +386,48 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
             ("copies (not under compute)", usage_amount(usage, usage.copy_ns)),
         ]
         evidence += [(f"idle: {CAUSE_LABELS[kind]}", usage_amount(usage, ns)) for kind, ns in usage.idle]
-        source = source_kind = None
+        longest = None
+        fix_advice = _ADVICE.get(top_kind, advice.HOST_PAUSES)
+        if top_kind is CauseKind.QUEUED and _mostly_in_graphs(analysis, device.device):
+            fix_advice = advice.DEPENDENCY_IN_GRAPH
+        if top_kind is CauseKind.COMMUNICATION:
+            fix_advice = communication_advice(analysis, device.device)
         if top_kind is CauseKind.HOST_OP:
-            ops = _top_ops(_steady_gaps(analysis, device.device, CauseKind.HOST_OP))
+            ops = _top_ops(analysis, _steady_gaps(analysis, device.device, CauseKind.HOST_OP))
             if ops:
                 evidence.append(
-                    ("the host was in", "; ".join(f"{name} ({format_duration(ns)})" for name, ns in ops))
+                    ("the host was in", "; ".join(f"{name} ({per_step(analysis, ns)})" for name, ns in ops))
                 )
+                fix_advice = _host_work_advice(analysis, ops)
+        why = f"Most of the idle no other finding explains is {CAUSE_LABELS[top_kind]}"
+        pattern = device_pattern(analysis, device.device)
+        launch_left = dict(unexplained).get(CauseKind.LAUNCH, 0)
+        if pattern is not None and (top_kind is CauseKind.LAUNCH or launch_left >= 0.05 * window):
+            # Launch overhead is many short gaps; a few long ones are the host's own pauses.
+            pauses = claimed[CauseKind.LAUNCH] > 0 or pattern.long_ns > pattern.short_ns
+            if pauses and pattern.long_gaps:
+                evidence.append(("gaps between launches", pauses_words(pattern)))
+                if top_kind is CauseKind.LAUNCH:
+                    why = "Most of the idle no other finding explains is the host pausing between launches"
+            elif not pauses:
+                evidence.append(("gaps between launches", pattern_words(analysis, usage, pattern)))
+                if top_kind is CauseKind.LAUNCH:
+                    fix_advice = advice.launch_bound(analysis.launching.compiled)
         top_gaps = _steady_gaps(analysis, device.device, top_kind)
         if top_gaps:
             longest = max(top_gaps, key=lambda gap: gap.duration_ns)
-            source, source_kind = longest.source, longest.source_kind
             evidence.append(("longest such gap", f"{format_duration(longest.duration_ns)}: {longest.cause}"))
-            evidence.append(("source", source_evidence(source, source_kind, analysis.meta.recorded_by_run)))
-        saving = saving_from_total(analysis, rest)
+            evidence.append(("source", located_evidence(longest, analysis.meta.recorded_by_run)))
+        saving = saving_from_total(analysis, rest, window)
         yield make_finding(
             analysis,
             "low-gpu-utilization",
             saving,
             title=title,
             evidence=(evidence),
-            advice=_ADVICE.get(top_kind, advice.LAUNCH_BOUND),
-            why=f"Most of the idle no other finding explains is {CAUSE_LABELS[top_kind]}: each gap is a "
-            "moment the GPU had nothing to run.",
-            source=source,
+            advice=fix_advice,
+            why=f"{why}: each gap is a moment the GPU had nothing to run.",
             device=device.device,
-            source_kind=source_kind,
+            located=longest,
             note="an upper bound: the idle no other finding explains",
         )

@@ -9,7 +9,7 @@ from traceinsight.analysis.memory import AllocatorChurn, DeviceMemory
 from traceinsight.analysis.replay import Fix
 from traceinsight.formatting import format_duration, format_share, format_size
 from traceinsight.rules import advice, rule
-from traceinsight.rules.common import make_finding, saving_from_total, saving_of
+from traceinsight.rules.common import in_saving_unit, make_finding, per_step, saving_from_total, saving_of
 from traceinsight.rules.findings import Finding, Severity
 
 
@@ -70,7 +70,7 @@ def _churn(analysis: Analysis, churn: AllocatorChurn) -> Finding:
     )
     evidence = [
         ("allocator calls in the steady state", f"{churn.calls:,} ({names})"),
-        ("host time in them", format_duration(churn.call_ns)),
+        ("host time in them", in_saving_unit(analysis, churn.call_ns)),
     ]
     if churn.steady_steps:
         evidence.append(
@@ -84,7 +84,7 @@ def _churn(analysis: Analysis, churn: AllocatorChurn) -> Finding:
         "memory-pressure",
         saving,
         title=f"The allocator calls {' and '.join(name for name, _, _ in churn.by_name)} {place}: "
-        f"{churn.calls:,} calls, {format_duration(churn.call_ns)} of host time",
+        f"{churn.calls:,} calls, {per_step(analysis, churn.call_ns)} of host time",
         evidence=evidence,
         advice=advice.ALLOCATOR_CHURN,
         why="Each cudaMalloc/cudaFree is a slow driver call, and cudaFree waits for the whole GPU "

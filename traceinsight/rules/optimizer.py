@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from traceinsight.analysis import Analysis
+from traceinsight.analysis.replay import Fix
 from traceinsight.formatting import format_duration
 from traceinsight.rules import advice, rule
-from traceinsight.rules.common import make_finding, saving_from_total
+from traceinsight.rules.common import make_finding, saving_from_total, saving_of
 from traceinsight.rules.findings import Finding
 
 
@@ -24,8 +25,10 @@ def optimizer_not_fused(analysis: Analysis) -> Iterator[Finding]:
         and stats.kernels / stats.steps >= limits.optimizer_kernels_per_step
     ):
         per_step = stats.kernels / stats.steps
-        # Upper bound: the step's host time beyond its kernels' GPU time (a fused step is a few launches).
-        saving = saving_from_total(analysis, max(0, stats.step_ns - stats.kernel_ns))
+        # A fused step is a few launches: replayed with each step's host time cut to its kernels'
+        # GPU time (the host keeping pace with them), its launches spread over that.
+        fix = Fix(shorten=tuple((start, end, min(end - start, ns)) for start, end, ns in stats.ranges))
+        saving = saving_of(analysis, fix)
         yield make_finding(
             analysis,
             "optimizer-not-fused",
@@ -42,10 +45,11 @@ def optimizer_not_fused(analysis: Analysis) -> Iterator[Finding]:
                 ),
                 ("multi-tensor (foreach/fused) kernels", "none"),
             ),
-            advice=advice.FUSED_OPTIMIZER,
+            advice=advice.fused_optimizer(stats.optimizer),
             why="Each parameter's update is a few tiny kernels, each a launch: the host spends the "
             "step launching while the GPU has almost nothing to do.",
-            note="an upper bound: the optimizer step's host time beyond its kernels' GPU time",
+            note="replayed with each optimizer step's host time cut to its kernels' GPU time (a fused "
+            "step is a few launches: the host then keeps pace with them)",
         )
     if stats.zero_grads and stats.zeroing / stats.zero_grads >= limits.zero_grad_kernels:
         per_call = stats.zeroing / stats.zero_grads

@@ -8,10 +8,16 @@ from collections.abc import Iterator
 
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.replay import Fix
-from traceinsight.formatting import format_duration, format_share, short_kernel_name
+from traceinsight.formatting import format_share, short_kernel_name
 from traceinsight.rules import advice, rule
-from traceinsight.rules.common import make_finding, saving_of
+from traceinsight.rules.common import make_finding, per_step, saving_of
 from traceinsight.rules.findings import Finding
+
+
+def launches(analysis: Analysis, count: int) -> str:
+    """``4.8 launches per step`` where there are steps, else ``24 launches``."""
+    steps = len(analysis.steady.steady_steps)
+    return f"{count / steps:,.3g} launches per step" if steps else f"{count:,} launches"
 
 
 def _precision_findings(analysis: Analysis, rule_id: str, tf32: bool) -> Iterator[Finding]:
@@ -36,14 +42,15 @@ def _precision_findings(analysis: Analysis, rule_id: str, tf32: bool) -> Iterato
             evidence=(
                 (
                     "fp32 GEMM/convolution kernels",
-                    f"{format_duration(mix.fp32_matmul_ns)} of {format_duration(mix.kernel_ns)} ({format_share(share)})",
+                    f"{per_step(analysis, mix.fp32_matmul_ns)} of {per_step(analysis, mix.kernel_ns)} "
+                    f"({format_share(share)})",
                 ),
-                ("already on tensor cores", format_duration(mix.tensor_core_ns)),
+                ("already on tensor cores", per_step(analysis, mix.tensor_core_ns)),
                 ("compute capability", mix.compute_capability or "not recorded"),
                 *(
                     (
                         f"kernel {index}",
-                        f"{short_kernel_name(name, 80)}: {count:,} launches, {format_duration(ns)}",
+                        f"{short_kernel_name(name, 80)}: {launches(analysis, count)}, {per_step(analysis, ns)}",
                     )
                     for index, (name, count, ns) in enumerate(mix.top_fp32, 1)
                 ),

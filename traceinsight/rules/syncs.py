@@ -18,14 +18,17 @@ from traceinsight.analysis.results import SyncHotspot
 from traceinsight.load import taxonomy
 from traceinsight.rules import advice, rule
 from traceinsight.rules.common import (
+    beyond,
     hotspot_place,
     how_often,
+    in_saving_unit,
+    located_evidence,
     make_finding,
+    per_step,
+    place,
     repeats,
     saving_from_total,
     saving_of,
-    source_evidence,
-    where,
 )
 from traceinsight.rules.findings import Advice, Finding
 
@@ -45,7 +48,11 @@ def waits_for_h2d(hotspot: SyncHotspot) -> bool:
 
 
 def what_syncs(hotspot: SyncHotspot) -> tuple[str, Advice]:
-    """What in the user's code makes these calls, in plain words, and the advice for it."""
+    """What in the user's code makes these calls, in plain words, and the advice for it (framework
+    code that syncs by design first: its waits are not the user's ``if`` or ``.item()``)."""
+    if hotspot.framework_call in advice.DESIGNED_SYNC:
+        what, _, designed = advice.DESIGNED_SYNC[hotspot.framework_call]
+        return what, designed
     chain = hotspot.op_chain or ""
     direction = taxonomy.parse_copy_name(hotspot.copy).direction if hotspot.copy else None
     if "is_nonzero" in chain:
@@ -75,26 +82,23 @@ def _sync_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
         what, fix_advice = what_syncs(hotspot)
         often = how_often(analysis, hotspot.steady_count)
         evidence = [
-            ("call", hotspot.call),
+            ("call", hotspot.call_text),
             ("operator chain", hotspot.op_chain or "not recorded"),
             ("waits for", hotspot.copy or "everything queued on the GPU (no copy right before)"),
-            ("source", source_evidence(hotspot.source, hotspot.source_kind, analysis.meta.recorded_by_run)),
+            ("source", located_evidence(hotspot, analysis.meta.recorded_by_run)),
             (
                 "how often",
                 f"{often} ({hotspot.steady_count} in the steady state, {hotspot.count} in the trace)",
             ),
             # in the steady state and in the saving's unit: per step where there are steps
-            ("host blocked", saving_from_total(analysis, hotspot.steady_blocked_ns).words()),
-            ("GPU idle it caused", saving_from_total(analysis, hotspot.idle_caused_ns).words()),
+            ("host blocked", in_saving_unit(analysis, hotspot.steady_blocked_ns)),
+            ("GPU idle right after it", in_saving_unit(analysis, hotspot.idle_caused_ns)),
         ]
         if hotspot.module is not None:
             evidence.insert(0, ("inside the forward of", hotspot.module))
-        note = "replayed without the wait: the host runs ahead and the GPU keeps its queue"
-        if hotspot.idle_caused_ns and saving.total_ns < hotspot.idle_caused_ns / 4:
-            note = (
-                "small because the host is the bottleneck here: without the wait it would still "
-                "launch the next work late, so the GPU would idle anyway"
-            )
+        if hotspot.framework_call is not None:
+            evidence.insert(0, _inside(hotspot.framework_call))
+        copy_call = hotspot.copy is not None and hotspot.call.startswith(taxonomy.COPY_CALL_PREFIXES)
         yield make_finding(
             analysis,
             rule_id,
@@ -112,14 +116,57 @@ def _sync_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
             ),
             evidence=evidence,
             advice=advice.BRANCH if in_forward and fix_advice is advice.EXPLICIT_SYNC else fix_advice,
-            why=f"{hotspot.call} blocks the host until the GPU has finished everything queued, so "
-            "when it returns the GPU has nothing left to run and idles while the host prepares "
-            "and launches the next work.",
+            why=(
+                f"A copy into pageable host memory ({hotspot.call}) is synchronous: it blocks the host "
+                "until the GPU has finished everything queued before it and the copy itself"
+                if copy_call
+                else f"{hotspot.call} blocks the host until the GPU has finished everything queued"
+            )
+            + ", so when it returns the GPU has nothing left to run and idles while the host "
+            "prepares and launches the next work.",
             op=hotspot.op,
-            source=hotspot.source,
-            source_kind=hotspot.source_kind,
-            note=note,
+            located=hotspot,
+            framework_call=hotspot.framework_call,
+            note=wait_note(analysis, saving.total_ns, hotspot.idle_caused_ns, hotspot.steady_blocked_ns),
         )
+
+
+def wait_note(analysis: Analysis, saving_ns: int, idle_after_ns: int, blocked_ns: int = 0) -> str:
+    """What the replayed saving of removing a wait is, beside the GPU idle right after the wait
+    (the gap classification): the saving is the change in step time, which can be far less (the
+    host is the bottleneck) or more (the wait also held back launches the GPU later idled for)."""
+    note = "replayed without the wait: the host runs ahead and the GPU keeps its queue"
+    if idle_after_ns and saving_ns < idle_after_ns / 4:
+        return (
+            "small because the host is the bottleneck here: without the wait it would still "
+            "launch the next work late, so the GPU would idle anyway"
+        )
+    if blocked_ns > 4 * max(saving_ns, idle_after_ns):
+        return (
+            "replayed without the wait; far less than the host's blocked time because the GPU had "
+            "work queued through most of the waiting (running it, or held by another stream, an "
+            "event or communication): the host waited for that work, so removing the wait frees "
+            "the host, not the GPU"
+        )
+    extra = beyond(saving_ns, idle_after_ns)
+    if extra is not None:
+        return (
+            f"{note}. More than the GPU idle right after it: the wait also delayed all the host did "
+            f"next, and later the GPU sat idle waiting for the host's launches (the other "
+            f"{per_step(analysis, extra)})"
+        )
+    return note
+
+
+def _inside(framework_call: str) -> tuple[str, str]:
+    """The evidence row for calls made inside framework code that syncs by design."""
+    known = advice.DESIGNED_SYNC.get(framework_call)
+    why = f" ({known[1]})" if known else ""
+    return (
+        "inside",
+        f"{framework_call}, which reads values on the host by design{why}: the wait is its own, the "
+        "source line is where your code calls it",
+    )
 
 
 @rule("sync-in-loop")
@@ -166,8 +213,12 @@ _ON_THIS_RUN = (
 
 
 def latent_what(latent: LatentSync) -> tuple[str, Advice]:
-    """What the line does, in plain words, and the one fix: a tensor's formatting is that, whatever
-    operators it runs; otherwise each kind of read the line makes, the first one's advice."""
+    """What the line does, in plain words, and the one fix: framework code that syncs by design is
+    named (its fix is in how it is called); a tensor's formatting is that, whatever operators it
+    runs; otherwise each kind of read the line makes, the first one's advice."""
+    if latent.framework_call in advice.DESIGNED_SYNC:
+        what, _, designed_fix = advice.DESIGNED_SYNC[latent.framework_call]
+        return what, designed_fix
     if latent.formatting:
         return _FORMATTING, advice.ITEM
     names: list[str] = []
@@ -195,13 +246,13 @@ def _latent_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
             continue
         what, fix_advice = latent_what(latent)
         often = how_often(analysis, latent.steady_count)
-        place = where(latent.source, latent.source_kind)
+        at = place(latent)
         title = " ".join(
             part
             for part in (
                 what,
                 f"in {latent.module}'s forward" if latent.module else "",
-                f"at {place}" if place else "",
+                at or "",
                 "would make the host wait for the GPU",
                 often,
             )
@@ -209,7 +260,7 @@ def _latent_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
         )
         evidence = [
             ("operator chain", latent.op_chain or latent.op),
-            ("source", source_evidence(latent.source, latent.source_kind, run)),
+            ("source", located_evidence(latent, run)),
             (
                 "how often",
                 f"{often} ({latent.steady_count} in the steady state, {latent.count} in the trace)",
@@ -220,6 +271,8 @@ def _latent_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
             evidence.insert(1, ("operators at this line", ", ".join(latent.ops)))
         if latent.module:
             evidence.insert(0, ("inside the forward of", latent.module))
+        if latent.framework_call is not None:
+            evidence.insert(0, _inside(latent.framework_call))
         yield make_finding(
             analysis,
             rule_id,
@@ -230,8 +283,8 @@ def _latent_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
             why=f"{latent.op} needs the tensor's value on the host. On a GPU the host then waits for "
             "every queued kernel before it can go on, and the GPU idles while the host catches up.",
             note="cannot be measured without a GPU: profile it on one to see the saving",
-            source=latent.source,
-            source_kind=latent.source_kind,
+            located=latent,
+            framework_call=latent.framework_call,
             op=latent.op,
         ).with_(saving_known=False, severity=_latent_severity(analysis, latent))
 

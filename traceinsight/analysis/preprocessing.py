@@ -1,0 +1,138 @@
+"""The host's time at the start of each step, before it launched the step's first GPU work.
+
+Per steady step that launched GPU work: its host range's start, the first launch call of its work
+(the runtime call of the first correlation id some GPU activity carries), and the part of that
+stretch the host spent waiting (DataLoader ``__next__``, blocking calls) rather than working. The
+rest is the step's preparation on the host: decoding, resizing, augmenting, collating a batch. What
+it cost the GPU is in each step's ``lead_by_cause_ns`` (:func:`.gpu_time.step_times`); this module
+says what the host did meanwhile, for ``host-preprocessing``'s evidence and replay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+
+import polars as pl
+
+from traceinsight.analysis.intervals import meeting, merge_intervals, overlap_ns
+from traceinsight.analysis.launches import first_launch_calls
+from traceinsight.analysis.sources import source_at
+from traceinsight.analysis.steady import SteadyState
+from traceinsight.load import Trace
+
+__all__ = ["StepLeads", "step_leads"]
+
+
+@dataclass(frozen=True, slots=True)
+class StepLeads:
+    """The host's time in each steady step before it launched the step's first GPU work."""
+
+    #: Per steady step that launched GPU work: (host start, first launch, time in between the host
+    #: waited: DataLoader ``__next__`` and blocking calls, which their own fixes change), in ns.
+    leads: tuple[tuple[int, int, int], ...] = ()
+    #: Top-level operators the launching thread ran in those stretches: (name, ns), most first.
+    ops: tuple[tuple[str, int], ...] = ()
+    #: The line active in the middle of the longest stretch (see :func:`.sources.source_at`).
+    source: str | None = None
+    source_kind: str | None = None
+    #: What ``source``'s line is and the function it is in (see :data:`.sources.SOURCE_COLUMNS`).
+    source_line_kind: str | None = None
+    source_function: str | None = None
+
+
+def _top_level_ops(trace: Trace, ranges: pl.DataFrame, top: int) -> tuple[tuple[str, int], ...]:
+    """Operators on each range's thread not inside another operator there, by time inside the
+    ranges (``pid, tid, start, end``), most first."""
+    ops = meeting(trace.cpu_ops.select("pid", "tid", "ts", "end", "name"), "ts", "end", ranges)
+    if ops.is_empty():
+        return ()
+    outer = (
+        ops.sort("pid", "tid", "ts", pl.col("end"), descending=[False, False, False, True])
+        .with_columns(reach=pl.col("end").cum_max().shift(1).over("pid", "tid"))
+        .filter(pl.col("reach").is_null() | (pl.col("ts") >= pl.col("reach")))
+    )
+    timed = (
+        ranges.join_where(
+            outer.select(o_pid="pid", o_tid="tid", o_ts="ts", o_end="end", name="name"),
+            pl.col("o_ts") < pl.col("end"),
+            pl.col("o_end") > pl.col("start"),
+        )
+        .filter((pl.col("pid") == pl.col("o_pid")) & (pl.col("tid") == pl.col("o_tid")))
+        .group_by("name")
+        .agg(ns=overlap_ns("start", "end", "o_ts", "o_end").sum())
+        .filter(pl.col("ns") > 0)
+        .sort(["ns", "name"], descending=[True, False])
+        .head(top)
+    )
+    return tuple((str(name), int(ns)) for name, ns in timed.iter_rows())
+
+
+def step_leads(
+    trace: Trace,
+    steady: SteadyState,
+    calls: pl.DataFrame,
+    waits: tuple[tuple[int, int], ...],
+    user_code: Collection[str] = (),
+    top: int = 3,
+) -> StepLeads:
+    """Each steady step's stretch before its first launch, what the host waited and did in it.
+
+    ``calls`` are the blocking calls (``ts, end``), ``waits`` the DataLoader ``__next__`` ranges."""
+    steps = pl.DataFrame(
+        {
+            "start": [step.start_ns for step in steady.steady_steps],
+            "end": [step.end_ns for step in steady.steady_steps],
+        },
+        schema={"start": pl.Int64, "end": pl.Int64},
+    ).sort("start")
+    launches = first_launch_calls(trace, "pid", "tid", first="ts").select("first", "pid", "tid").sort("first")
+    if steps.is_empty() or launches.is_empty():
+        return StepLeads()
+    leads = (
+        steps.join_asof(launches, left_on="start", right_on="first", strategy="forward")
+        .filter(pl.col("first") < pl.col("end"))
+        .select("start", "first", "pid", "tid")
+    )
+    if leads.is_empty():
+        return StepLeads()
+    loader = pl.DataFrame(
+        {"ts": [start for start, _ in waits], "end": [end for _, end in waits]},
+        schema={"ts": pl.Int64, "end": pl.Int64},
+    )
+    waited = merge_intervals(
+        pl.concat([loader, calls.select("ts", "end")]).with_columns(one=pl.lit(0)), "one"
+    )
+    kept = (
+        leads.join_where(
+            waited.select(w_start="start", w_end="end"),
+            pl.col("w_start") < pl.col("first"),
+            pl.col("w_end") > pl.col("start"),
+        )
+        .group_by("start")
+        .agg(kept=overlap_ns("start", "first", "w_start", "w_end").sum())
+    )
+    table = leads.join(kept, on="start", how="left").with_columns(pl.col("kept").fill_null(0)).sort("start")
+    ranges = table.select("pid", "tid", "start", end="first")
+    longest = table.sort(pl.col("first") - pl.col("start"), descending=True).row(0, named=True)
+    point = pl.DataFrame(
+        {
+            "key": [0],
+            "pid": [longest["pid"]],
+            "tid": [longest["tid"]],
+            "t": [(longest["start"] + longest["first"]) // 2],
+        },
+        schema={"key": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "t": pl.Int64},
+    )
+    found = source_at(trace, point, user_code)
+    row = found.row(0, named=True) if found.height else {}
+    return StepLeads(
+        leads=tuple(
+            (int(a), int(b), int(c)) for a, b, c in table.select("start", "first", "kept").iter_rows()
+        ),
+        ops=_top_level_ops(trace, ranges, top),
+        source=row.get("source"),
+        source_kind=row.get("source_kind"),
+        source_line_kind=row.get("source_line_kind"),
+        source_function=row.get("source_function"),
+    )
