@@ -396,9 +396,7 @@ def test_printing_a_tensor_is_one_would_be_sync_at_its_line(tmp_path: Path) -> N
 def test_several_reads_at_one_line_are_one_card_naming_each(tmp_path: Path) -> None:
     events = _cpu_steps([("aten::is_nonzero", 500, 10), ("aten::masked_select", 600, 10)])
     latent = [f for f in found(tmp_path, events, deviceProperties=[]) if f.rule == "latent-sync"]
-    assert [_what(f.title) for f in latent] == [
-        "A Python `if` on a tensor and boolean-mask indexing"
-    ]
+    assert [_what(f.title) for f in latent] == ["A Python `if` on a tensor and boolean-mask indexing"]
     # outside a forward the trace cannot tell whether the value would be on the GPU: said so
     assert "the trace cannot tell" in dict(latent[0].evidence)["on this run"]
 
