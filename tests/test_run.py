@@ -788,3 +788,24 @@ def test_the_progress_display_opens_once_per_written_window(tmp_path: Path) -> N
     capture = recorder.finish()
     assert capture.steps_in_trace == 5 and capture.trace is not None
     assert len(opened) == 1
+
+
+def test_the_script_runs_under_no_frame_of_the_command_line_parser(tmp_path: Path) -> None:
+    """A script that walks its stack pays for every frame above it (torch.manual_seed formats the
+    stack once per call through torch.cuda._lazy_call; a Dataset reseeding per sample did it
+    thousands of times per batch). The script ran under typer's and click's 8 frames (19 in all
+    above and at its <module>, 2 with `python SCRIPT`): it now starts from the entry point."""
+    script = tmp_path / "stack.py"
+    script.write_text(
+        "import json, traceback\n"
+        "frames = [f.filename for f in traceback.extract_stack()]\n"
+        "open('frames.json', 'w').write(json.dumps(frames))\n"
+    )
+    ours = traceinsight_process(
+        "run", "--stacks", "none", str(script), cwd=tmp_path, record=tmp_path / "r.json"
+    )
+    assert ours.returncode == 0, ours.stderr
+    frames = json.loads((tmp_path / "frames.json").read_text(encoding="utf-8"))
+    assert frames[-1] == str(script)
+    assert [f for f in frames if "/typer/" in f or "/click/" in f] == []
+    assert len(frames) <= 10  # runpy 2 (python -m), our entry point 3, the runner 4, the script

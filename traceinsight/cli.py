@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -508,6 +508,17 @@ def diff(
     _gate(broken)
 
 
+def _deferred_runs() -> Callable[[], Callable[[], int] | None]:
+    """Where `run` leaves its script for :func:`main` to start (see
+    :func:`traceinsight.capture.command.defer_runs`); without torch's side, nothing."""
+    try:
+        from traceinsight.capture.command import defer_runs, take_deferred_run
+    except ImportError:
+        return lambda: None
+    defer_runs()
+    return take_deferred_run
+
+
 def _register_run() -> None:
     """`run` lives with capture, the only part of the package that imports torch (lazily)."""
     try:
@@ -554,6 +565,7 @@ def main() -> None:
     tables of a large trace takes a noticeable part of a second and changes nothing. `run` ends
     normally, so the user's script's exit handlers still run.
     """
+    deferred = _deferred_runs()
     try:
         app()
     except KeyboardInterrupt:  # while typer builds the command, before its own handler
@@ -563,11 +575,20 @@ def main() -> None:
             # Ctrl-C before a script ran, or during an analysis (outputs are written whole or not
             # at all); a script's own Ctrl-C is `run`'s, which dies by SIGINT as Python does.
             _exit_interrupted()
-        if not _analysis_done:
-            raise
-        code = exc.code
+        script = deferred() if exc.code in (0, None) else None
+        if script is None:
+            if not _analysis_done:
+                raise
+            code = exc.code
     else:
         code = 0
+        script = deferred()
+    if script is not None:  # `run`'s script, from here: not under typer's and click's frames
+        try:
+            status = script()
+        except KeyboardInterrupt:  # during the analysis that follows the script
+            _exit_interrupted()
+        raise SystemExit(status)
     if not isinstance(code, int):
         raise SystemExit(code)
     _flush_and_exit(code)
