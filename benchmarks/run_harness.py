@@ -36,7 +36,7 @@ work on the machine does not count), alone and under `run`. The trace's size: th
 its JSON (from `run`'s "trace written" line).
 
 Checked: the same exit status alone and under `run`; peak RSS under `run` ≤ 2 × alone + 1 GB
-(``lbfgs``: ≤ alone + 2 GiB, and no "disableProfiler called" nor "stopped early" in its output);
+(``lbfgs`` instead: ≤ alone + 2 GiB, and no "disableProfiler called" nor "stopped early" in its output);
 the DataLoader per recorded step under `run` (the trace's median) ≤ 1.5 × ``FETCH_MS`` alone
 (on 2 cores shared with other work, the same batches differed by up to 2 × between runs); no
 run killed or hung (``--timeout``); for the torchrun shapes, distinct per-rank files every time
@@ -324,7 +324,7 @@ def main() -> int:
                 problems.append(run.killed)
             if run.exit_status != alone.exit_status:
                 problems.append(f"exit status {run.exit_status} under run, {alone.exit_status} alone")
-            if run.peak_rss > 2 * alone.peak_rss + GB:
+            if shape.name != "lbfgs" and run.peak_rss > 2 * alone.peak_rss + GB:  # lbfgs: issue 30's bound
                 problems.append(
                     f"peak RSS {run.peak_rss / GB:.2f} GB > 2 x {alone.peak_rss / GB:.2f} GB + 1 GB"
                 )
