@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -178,18 +179,61 @@ def run_with_budget(tmp_path: Path, budget: str, growth: str) -> tuple[str, list
     return ours.stderr, [e["name"] for e in events if e["name"].startswith("ProfilerStep#")]
 
 
-def test_memory_budget_stops_an_active_window_and_writes_what_it_has(tmp_path: Path) -> None:
-    # 40 MB kept per step: with a 64 MB budget (x2.5 for the stop) the window cannot last 5 steps.
-    stderr, steps = run_with_budget(tmp_path, "64M", "grow=40")
-    assert "recording stopped early" in stderr and "--max-memory" in stderr
-    assert 1 <= len(steps) < 5, steps
+def test_memory_budget_ends_the_window_at_the_step_before_it_would_pass(tmp_path: Path) -> None:
+    """20 MB kept per step: one step costs 20 MB of RSS plus the stop's share of the 20 MB it holds
+    (under the 64 MB budget), two would pass it. The window ends at that boundary with complete
+    steps only (it was stopped inside a step, leaving "0 complete steps and part of the next")."""
+    stderr, steps = run_with_budget(tmp_path, "64M", "grow=20")
+    assert steps == ["ProfilerStep#3"], stderr
+    assert "recorded 1 step of the 5 asked for: one more would pass the memory budget (64 MiB" in stderr
+    assert "the trace holds 1 complete step of the 5 asked for: one more step would have passed" in stderr
+    assert "part of the next" not in stderr
     assert (tmp_path / "r.html").is_file()
 
 
 def test_memory_budget_drops_a_start_up_window_that_is_too_big(tmp_path: Path) -> None:
+    """Said when it happens (it was said at the end of the run, after the trace was written)."""
     stderr, steps = run_with_budget(tmp_path, "100M", "early=200")
-    assert "start-up recording (step 0) passed the memory budget (--max-memory) and was dropped" in stderr
+    lines = stderr.splitlines()
+    dropped = "start-up recording (step 0) passed the memory budget (--max-memory) and was dropped"
+    assert [n for n, line in enumerate(lines) if dropped in line] == [
+        next(n for n, line in enumerate(lines) if dropped in line)
+    ]
+    assert next(n for n, line in enumerate(lines) if dropped in line) < next(
+        n for n, line in enumerate(lines) if "recorded 5 steps" in line
+    )
     assert steps == [f"ProfilerStep#{n}" for n in range(3, 8)]
+
+
+def test_the_stop_of_a_window_that_ended_with_the_script_is_not_a_memory_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The script ends inside the window, and stopping the profiler costs more than the budget: the
+    guard once counted that against the window, stopped it a second time ("disableProfiler called
+    but no active profiling session") and said recording was stopped early. It is not watched."""
+    original = torch.profiler.profile.stop
+    calls: list[int] = []
+
+    def costly_stop(self: Any) -> None:
+        if self.step_num == 0:  # the start-up recording (no schedule), dropped at the first step
+            original(self)
+            return
+        calls.append(1)
+        held = bytearray(200 << 20)  # touched: resident
+        held[::4096] = b"\x01" * len(held[::4096])
+        time.sleep(0.4)  # the guard polls every 50 ms
+        original(self)
+        del held
+
+    monkeypatch.setattr(torch.profiler.profile, "stop", costly_stop)
+    monkeypatch.setenv("PROBE_RECORD", str(tmp_path / "record.json"))
+    result, trace, _, _ = run_cli(tmp_path, "--max-memory", "64M", str(SCRIPTS / "probe.py"), "steps=5")
+    assert result.exit_code == 0, result.stderr
+    assert calls == [1]  # the window stopped once
+    assert "memory budget" not in result.stderr and "stopped" not in result.stderr, result.stderr
+    assert "the trace holds 2 complete steps of the 5 asked for" in result.stderr
+    names = [e["name"] for e in events_of(trace) if e["name"].startswith("ProfilerStep#")]
+    assert names == ["ProfilerStep#3", "ProfilerStep#4", "ProfilerStep#5"]
 
 
 @pytest.mark.parametrize(
@@ -254,8 +298,10 @@ def test_export_escapes_bare_quotes_and_turns_user_ranges_into_frames(tmp_path: 
 # --- the script's own profiler ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", ["plain", "scheduled"])
+@pytest.mark.parametrize("kind", ["plain", "scheduled", "repeating"])
 def test_the_scripts_own_profiler_runs_and_run_reports_on_its_trace(kind: str, tmp_path: Path) -> None:
+    """With a repeating schedule the script's last file holds a window cut short when its profiler
+    stopped: the report is made from the last complete one (it was made from the last one)."""
     out = tmp_path / "own"
     out.mkdir()
     ours = traceinsight_process(
@@ -263,11 +309,18 @@ def test_the_scripts_own_profiler_runs_and_run_reports_on_its_trace(kind: str, t
     )
     assert ours.returncode == 0, ours.stderr  # was SIGSEGV (139)
     assert ours.stdout == "profiled itself\n"
-    own_traces = sorted(out.iterdir())
-    assert len(own_traces) == 1, own_traces
-    assert "stepped aside" in ours.stderr and str(own_traces[0]) in ours.stderr
+    own_traces = sorted(out.iterdir())  # tensorboard_trace_handler names them by time
+    steps = [
+        sum(1 for e in events_of(path) if e["name"].startswith("Optimizer.step#")) for path in own_traces
+    ]
+    if kind == "repeating":
+        assert steps == [2, 2, 1]  # two complete windows of 2 training steps, then one cut short
+    else:
+        assert len(own_traces) == 1, own_traces
+    chosen = own_traces[-2] if kind == "repeating" else own_traces[-1]
     findings = json.loads((tmp_path / "f.json").read_text())
-    assert findings["trace"]["path"] == str(own_traces[0])
+    assert tmp_path / findings["trace"]["path"] == chosen  # as typed: relative to the current folder
+    assert "stepped aside" in ours.stderr and str(chosen.relative_to(tmp_path)) in ours.stderr
     # Nothing of ours but the report and the JSON: no stray trace.
     ours_left = sorted(p.name for p in tmp_path.iterdir() if p.name != "own")
     assert [name for name in ours_left if name.endswith(".json.gz")] == []
@@ -383,11 +436,12 @@ def check_job(tmp_path: Path, job: subprocess.CompletedProcess[str]) -> None:
         matmuls.append(sum(1 for e in events if e.get("name") == "aten::mm" and e.get("cat") == "cpu_op"))
         findings = json.loads((tmp_path / f"j.rank{rank}.json").read_text())
         assert findings["trace"]["rank"] == rank
-        assert findings["trace"]["path"] == str(trace)
+        assert tmp_path / findings["trace"]["path"] == trace  # as typed: relative to the current folder
     assert matmuls[1] == matmuls[0] + 5  # rank 1's extra matmul in each of the 5 recorded steps
     summaries = (job.stdout + job.stderr).count("Scorecard")
     assert summaries == 1
     assert "ddp_two_ranks.rank1.pt.trace.json.gz" in job.stderr  # rank 0 lists every rank's files
+    assert "RuntimeWarning" not in job.stderr  # runpy's, when run runs torchrun as a module
 
 
 @pytest.mark.parametrize("form", ["torchrun-outside", "run-m-torch.distributed.run"])
@@ -412,7 +466,7 @@ def test_memory_budget_stopping_the_first_recorded_step_is_not_a_run_without_ste
         "--wait", "0", "--warmup", "0", str(SCRIPTS / "frames_and_memory.py"), "early=200", cwd=tmp_path,
     )  # fmt: skip
     assert ours.returncode == 0, ours.stderr
-    assert "recording stopped early" in ours.stderr
+    assert "recording stopped inside a step" in ours.stderr
     assert "the trace holds 0 complete steps and part of the next" in ours.stderr
     assert "was seen" not in ours.stderr and "whole run" not in ours.stderr
     run = json.loads((tmp_path / "r.json").read_text())["run"]

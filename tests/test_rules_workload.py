@@ -312,6 +312,170 @@ def test_no_latent_syncs_without_such_ops(tmp_path: Path) -> None:
     assert not {"latent-sync", "sync-in-forward"} & rules(found(tmp_path, events, deviceProperties=[]))
 
 
+def _steps_with(
+    extra: list[tuple[str, float, float]], ops: list[tuple[str, float, float]]
+) -> list[dict[str, Any]]:
+    """``_cpu_steps`` with annotations (name, start, duration) added to every step."""
+    events = _cpu_steps(ops)
+    for step in range(4):
+        start = step * 1000
+        for name, at, duration in extra:
+            if name.startswith("frame:"):
+                events.append(
+                    frame(name.removeprefix("frame:"), start + at, duration, python_id=step * 10 + 5)
+                )
+            else:
+                events.append(annotation(name, start + at, duration))
+    return events
+
+
+def _what(title: str) -> str:
+    """A latent-sync title's first words: what the line does (before "at train.py:52" or, for a
+    line torch's stack names by its function's first line, "in `train_step` (defined at …)")."""
+    return title.split(" at ")[0].split(" in `")[0]
+
+
+def _not_counted(result: Analysis) -> str:
+    return next(
+        s for s in scorecard(Report(result, evaluate(result))) if s.label.startswith("Host syncs")
+    ).verdict
+
+
+def test_adams_step_counters_and_the_data_pipeline_are_not_would_be_syncs(tmp_path: Path) -> None:
+    """Adam's `.item()` reads its CPU step counter; what the DataLoader's fetch reads is a CPU tensor
+    too: neither would wait for a GPU (both were cards at the optimizer.step() and for lines)."""
+    events = _steps_with(
+        [("Optimizer.step#Adam.step", 400, 200), ("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 10, 100)],
+        [("aten::item", 450, 10), ("aten::item", 470, 5), ("aten::is_nonzero", 20, 5), ("aten::item", 40, 5)],
+    )  # fmt: skip
+    result = analysis_of(tmp_path, events, deviceProperties=[])
+    assert not {"latent-sync", "sync-in-forward"} & {f.rule for f in evaluate(result)}
+    kept = {(sync.cpu_value, sync.cpu_detail): sync.count for sync in result.latent_syncs}
+    # counted here: per step, two reads inside Adam's step and two inside the fetch
+    assert kept == {
+        ("optimizer step counters", "Adam"): 4 * 2,
+        ("data loading", "the DataLoader's fetch"): 4 * 2,
+    }
+    assert "Not counted: 16 reads of CPU values (data loading, optimizer step counters)" in _not_counted(
+        result
+    )
+
+
+def test_reads_inside_other_optimizers_or_user_code_in_a_step_are_would_be_syncs(tmp_path: Path) -> None:
+    """LBFGS reads the loss and the gradients (GPU values on a GPU); a closure (the user's code,
+    called from the step) reads what the user's code computed: both stay would-be syncs."""
+    lbfgs = _steps_with([("Optimizer.step#LBFGS.step", 400, 200)], [("aten::is_nonzero", 450, 10)])
+    assert "latent-sync" in rules(found(tmp_path, lbfgs, deviceProperties=[]))
+    closure = _steps_with(
+        [("Optimizer.step#Adam.step", 400, 200), ("frame:train.py(60): closure", 420, 100)],
+        [("aten::item", 450, 10)],
+    )
+    (latent,) = [f for f in found(tmp_path, closure, deviceProperties=[]) if f.rule == "latent-sync"]
+    assert latent.source == "train.py:60"
+
+
+def test_printing_a_tensor_is_one_would_be_sync_at_its_line(tmp_path: Path) -> None:
+    """print(loss) formats the tensor: a boolean-mask selection, `if`s and `.item()`, in __repr__
+    with __format__ inside it: one card for the line, once per print (it was three cards)."""
+    events = _steps_with(
+        [("frame:torch/_tensor.py(568): __repr__", 400, 300), ("frame:torch/_tensor.py(1136): __format__", 600, 50)],
+        [("aten::masked_select", 410, 10), ("aten::is_nonzero", 450, 10), ("aten::is_nonzero", 470, 10),
+         ("aten::item", 610, 10)],
+    )  # fmt: skip
+    latent = [
+        f
+        for f in found(tmp_path, events, deviceProperties=[])
+        if f.rule in ("latent-sync", "sync-in-forward")
+    ]
+    assert [(f.source, _what(f.title)) for f in latent] == [
+        ("train.py:52", '`print(tensor)` or formatting a tensor (`str(t)`, `f"{t}"`)')
+    ]
+    assert "every step" in latent[0].title  # 4 prints in 4 steps, not 16 operators
+
+
+def test_several_reads_at_one_line_are_one_card_naming_each(tmp_path: Path) -> None:
+    events = _cpu_steps([("aten::is_nonzero", 500, 10), ("aten::masked_select", 600, 10)])
+    latent = [f for f in found(tmp_path, events, deviceProperties=[]) if f.rule == "latent-sync"]
+    assert [_what(f.title) for f in latent] == ["A Python `if` on a tensor and boolean-mask indexing"]
+    # outside a forward the trace cannot tell whether the value would be on the GPU: said so
+    assert "the trace cannot tell" in dict(latent[0].evidence)["on this run"]
+
+
+def test_would_be_syncs_rank_by_how_often_they_would_wait(tmp_path: Path) -> None:
+    """An `if` in a forward 8x per step ranks before one .item() per step (it ranked last)."""
+    events: list[dict[str, Any]] = []
+    for step in range(4):
+        start = step * 1000
+        events.append(annotation(f"ProfilerStep#{step}", start, 1000))
+        events.append(frame("train.py(52): train_step", start + 1, 990, python_id=step * 10 + 1))
+        events.append(frame("nn.Module: Router_0", start + 5, 400, python_id=step * 10 + 2))
+        events.append(frame("model.py(10): forward", start + 6, 390, python_id=step * 10 + 3))
+        events += [cpu_op("aten::is_nonzero", start + 10 + 40 * index, 5) for index in range(8)]
+        events.append(cpu_op("aten::item", start + 600, 5))
+    latent = [
+        f
+        for f in found(tmp_path, events, deviceProperties=[])
+        if f.rule in ("latent-sync", "sync-in-forward")
+    ]
+    assert [(f.rule, f.source, f.severity) for f in latent] == [
+        ("sync-in-forward", "model.py:10", "high"),
+        ("latent-sync", "train.py:52", "medium"),
+    ]
+
+
+def test_without_steps_the_scorecard_counts_the_would_be_syncs_the_findings_count(tmp_path: Path) -> None:
+    """No step markers: the scorecard said "Host syncs 0" beside a finding counting the calls."""
+    events = [frame("train.py(52): main", 0, 5000, python_id=1)]
+    events += [cpu_op("aten::item", 10 + 100 * index, 5) for index in range(12)]
+    result = analysis_of(tmp_path, events, deviceProperties=[])
+    score = next(s for s in scorecard(Report(result, evaluate(result))) if s.label.startswith("Host syncs"))
+    assert (score.label, score.value) == ("Host syncs", "12 on a GPU")
+
+
+def test_a_run_trace_without_steps_says_how_to_mark_them_not_with_stack(tmp_path: Path) -> None:
+    """A trace of `traceinsight run` that saw no step: the advice is run's traceinsight.step(), not
+    torch's with_stack=True nor --wait (options run does not have, or that cannot help)."""
+    events = [cpu_op("aten::item", 10 + 100 * index, 5) for index in range(12)]
+    record = {"stacks": "user", "stepMarks": "none"}
+    result = analysis_of(tmp_path, events, deviceProperties=[], traceinsight=record)
+    texts = [value for f in evaluate(result) for _, value in f.evidence] + [w.advice for w in result.warnings]
+    assert not [text for text in texts if "with_stack" in text or "--wait" in text], texts
+    assert any("traceinsight.step()" in text for text in texts)
+
+
+@pytest.mark.parametrize(("before_us", "warned"), [(500, True), (950, False)])
+def test_recorded_steps_slower_than_the_unrecorded_ones_are_said(
+    before_us: int, warned: bool, tmp_path: Path
+) -> None:
+    """`run` writes the median of the steps before recording; steps recorded more than 10% slower
+    get a warning saying by how much (here 1000 µs against 500 µs: 100% more)."""
+    record = {
+        "stacks": "user",
+        "stepMarks": "optimizer",
+        "unprofiledStepNs": before_us * 1000,
+        "unprofiledSteps": 2,
+    }
+    result = analysis_of(
+        tmp_path, _cpu_steps([("aten::addmm", 500, 10)]), deviceProperties=[], traceinsight=record
+    )
+    cost = [w for w in result.warnings if w.kind == "recording-cost"]
+    assert bool(cost) == warned
+    if warned:
+        assert "100% more than the 2 steps just before recording" in cost[0].message
+
+
+def test_a_cpu_dataloader_share_never_passes_the_step(tmp_path: Path) -> None:
+    """A fetch nested in another and one running past its step are counted once, inside the steps
+    (a card said 107% of the step)."""
+    events = _steps_with(
+        [("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 900),
+         ("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 100, 700)],
+        [("aten::addmm", 950, 10)],
+    )  # fmt: skip
+    stall = next(f for f in found(tmp_path, events, deviceProperties=[]) if f.rule == "dataloader-stall")
+    assert "(90% of the step)" in stall.title
+
+
 def test_latent_sync_on_the_cpu_sample_names_its_line() -> None:
     latent = next(
         f

@@ -82,6 +82,9 @@ class SourceRoot:
 
     folder: Path
     origin: str
+    shown: str | None = None
+    """How the terminal names ``folder`` (None: as it is): ``traceinsight run`` gives the script's
+    project as the user would type it, not as an absolute path."""
 
 
 def source_root(option: Path | None, config: ProjectConfig) -> SourceRoot | None:

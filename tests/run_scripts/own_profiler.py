@@ -1,5 +1,6 @@
 """Profiles itself: a plain ``with profile()`` (or ``scheduled`` as first argument: a scheduled one
-with tensorboard_trace_handler), then exports into the folder named by the second argument."""
+with tensorboard_trace_handler; ``repeating``: windows of 2 steps over 5 steps, so its last file
+holds a window cut short), then exports into the folder named by the second argument."""
 
 import os
 import sys
@@ -7,7 +8,8 @@ import sys
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
-scheduled = sys.argv[1] == "scheduled"
+scheduled = sys.argv[1] in ("scheduled", "repeating")
+repeating = sys.argv[1] == "repeating"
 out = sys.argv[2]
 model = torch.nn.Linear(8, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -24,9 +26,10 @@ for _ in range(2):
     train_step()
 if scheduled:
     handler = tensorboard_trace_handler(out)
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=0, active=2, repeat=1),
+    with profile(activities=[ProfilerActivity.CPU],
+                 schedule=schedule(wait=0, warmup=0, active=2, repeat=0 if repeating else 1),
                  on_trace_ready=handler) as prof:  # fmt: skip
-        for _ in range(4):
+        for _ in range(5 if repeating else 4):
             train_step()
             prof.step()
 else:

@@ -14,7 +14,7 @@ from traceinsight.analysis.capture import capture_windows, graph_capture, launch
 from traceinsight.analysis.shared import launch_calls
 from traceinsight.analysis.steady import SteadyState, Step
 from traceinsight.formatting import format_duration
-from traceinsight.load import Trace, taxonomy
+from traceinsight.load import RunProfile, Trace, taxonomy
 
 __all__ = ["TraceWarning", "trace_warnings"]
 
@@ -35,7 +35,14 @@ class TraceWarning:
     advice: str
 
 
-def _step_warnings(steady: SteadyState) -> list[TraceWarning]:
+#: For a trace of `traceinsight run` without steps: `--wait` cannot help, marking steps does.
+_MARK_STEPS_ADVICE = (
+    "call `traceinsight.step()` at the end of each iteration of your loop: `traceinsight run` then "
+    "records steps after the start-up, with your code's lines"
+)
+
+
+def _step_warnings(steady: SteadyState, run: RunProfile | None = None) -> list[TraceWarning]:
     warnings: list[TraceWarning] = []
     if steady.source == "none":
         if steady.startup_end_ns is not None:
@@ -44,7 +51,7 @@ def _step_warnings(steady: SteadyState) -> list[TraceWarning]:
                     "startup-captured",
                     f"Start-up was captured: {steady.startup_evidence}. Everything before it is left "
                     "out of the findings (shown as idle outside the steady state).",
-                    _WAIT_ADVICE,
+                    _WAIT_ADVICE if run is None else _MARK_STEPS_ADVICE,
                 )
             )
         warnings.append(
@@ -246,6 +253,34 @@ def _one_step_warning(steady: SteadyState) -> list[TraceWarning]:
     ]
 
 
+def _recording_warnings(trace: Trace, steady: SteadyState) -> list[TraceWarning]:
+    """A trace of `traceinsight run` whose recorded steps ran more than a tenth slower than the
+    same script's steps just before recording: what recording cost them is in the host times."""
+    run = trace.meta.recorded_by_run
+    if run is None or not run.unprofiled_step_ns or not steady.step_ns:
+        return []
+    before, recorded = run.unprofiled_step_ns, steady.step_ns
+    if recorded <= before * (1 + _RECORDING_COST_SHARE):
+        return []
+    frames = " and the frames of your code (--stacks user)" if run.stacks == "user" else ""
+    steps = run.unprofiled_steps or 0
+    return [
+        TraceWarning(
+            "recording-cost",
+            f"Recorded steps took {format_duration(recorded)} (median), {recorded / before - 1:.0%} more "
+            f"than the {steps} step{'s' if steps != 1 else ''} just before recording "
+            f"({format_duration(before)}): recording operators, shapes{frames} slowed the host, and "
+            "the host times here include that cost.",
+            "compare with `traceinsight run --stacks none` (no frames, no lines) to see the host "
+            "times with less of it; GPU kernel times are not affected",
+        )
+    ]
+
+
+#: Recorded steps this much slower than the unrecorded ones get a warning.
+_RECORDING_COST_SHARE = 0.10
+
+
 def _repeats_every_step(steps: tuple[Step, ...]) -> bool:
     """Every steady step (two or more) waits before its own first GPU work at least half as long as
     the one that waits longest: the host prepares each step (per-step host preprocessing, named by
@@ -315,7 +350,8 @@ def trace_warnings(
     return tuple(
         _accelerator_warnings(trace)
         + _load_warnings(trace)
-        + _step_warnings(steady)
+        + _step_warnings(steady, trace.meta.recorded_by_run)
+        + _recording_warnings(trace, steady)
         + _setup_warnings(trace, steady)
         + _gpu_warnings(trace, launches)
     )

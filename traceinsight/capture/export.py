@@ -15,6 +15,14 @@ way what ``traceinsight run`` must not leave behind:
   :data:`~.frames.SITE_MARK` ``+ name`` (a call site, named by the call's line); they are written
   as the ``python_function`` frames torch would have written, with ``"Call site": 0`` or ``1`` in
   their ``args`` (torch's own frames have none).
+- **the temporary file's path** torch writes as ``traceName`` (an absolute path, the user's folder
+  layout in a shared trace): the trace file's own name instead.
+- **what `run` knows of how it profiled** is added as a top-level ``"traceinsight"`` object
+  (:data:`RUN_RECORD_KEY`): ``stacks`` (``--stacks``), ``stepMarks`` (what ended steps:
+  ``optimizer``, ``explicit`` for ``traceinsight.step()``, ``backward``, or ``none``: the whole run
+  is one window) and ``unprofiledStepNs`` / ``unprofiledSteps`` (the median duration of the steps
+  that ran just before the window without being recorded, and how many), so that ``analyze`` says
+  the same of the file later, and what recording cost the steps can be told.
 
 The pass holds one event (a dozen lines) at a time, so memory does not grow with the trace.
 """
@@ -22,6 +30,7 @@ The pass holds one event (a dozen lines) at a time, so memory does not grow with
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import re
 import time
@@ -33,13 +42,20 @@ from typing import IO, Any
 from traceinsight.capture.frames import FRAME_MARK, SITE_MARK
 from traceinsight.load.repair import escaped_name
 
-__all__ = ["ExportResult", "write_trace"]
+__all__ = ["RUN_RECORD_KEY", "ExportResult", "write_trace"]
 
+RUN_RECORD_KEY = "traceinsight"
+"""Top-level key of what `traceinsight run` recorded about how it profiled."""
+
+#: torch writes ``],"traceName": "…" }`` on the line that closes the events.
+_TRACE_NAME = re.compile(rb'"traceName": "(?:[^"\\]|\\.)*"')
 _NAME_LINE = re.compile(rb'^(?P<head>\s*"name": ")(?P<text>.*)(?P<tail>",?\r?\n?)$', re.DOTALL)
 _MARKS = ((FRAME_MARK.encode(), b"0"), (SITE_MARK.encode(), b"1"))
 _ARGS_LINE = b'"args": {'
 _EVENT_START = b"  {"
 _COPY_CHUNK = 1 << 16
+#: Bytes of torch's export between two progress reports.
+_PROGRESS_BYTES = 4 << 20
 
 ProgressCallback = Callable[[int, int], None]
 """``progress(bytes_done, bytes_total)`` of the pass over torch's export."""
@@ -62,8 +78,15 @@ class ExportResult:
     """Time from the start of torch's export to the file being in place."""
 
 
-def write_trace(profiler: Any, destination: Path, progress: ProgressCallback | None = None) -> ExportResult:
-    """Export ``profiler``'s last window to ``destination`` (atomically); raise OSError on failure."""
+def write_trace(
+    profiler: Any,
+    destination: Path,
+    progress: ProgressCallback | None = None,
+    run_record: dict[str, Any] | None = None,
+) -> ExportResult:
+    """Export ``profiler``'s last window to ``destination`` (atomically); raise OSError on failure.
+
+    ``run_record``: written as the top-level :data:`RUN_RECORD_KEY` object."""
     started = time.perf_counter()
     folder = destination.parent
     raw_path = folder / f".{destination.name}.{os.getpid()}.torch.json"
@@ -72,7 +95,7 @@ def write_trace(profiler: Any, destination: Path, progress: ProgressCallback | N
         profiler.export_chrome_trace(str(raw_path))
         raw_bytes = raw_path.stat().st_size
         with raw_path.open("rb") as source, _open_output(partial, destination.name.endswith(".gz")) as out:
-            repaired, frames = _copy_fixed(source, out, raw_bytes, progress)
+            repaired, frames = _copy_fixed(source, out, raw_bytes, progress, run_record, destination.name)
         written = partial.stat().st_size
         os.replace(partial, destination)
     finally:
@@ -96,17 +119,32 @@ def _open_output(path: Path, compress: bool) -> IO[bytes]:
 
 
 def _copy_fixed(
-    source: IO[bytes], out: IO[bytes], total: int, progress: ProgressCallback | None
+    source: IO[bytes],
+    out: IO[bytes],
+    total: int,
+    progress: ProgressCallback | None,
+    run_record: dict[str, Any] | None = None,
+    trace_name: str | None = None,
 ) -> tuple[int, int]:
-    """Copy torch's export to ``out`` event by event; return (names repaired, user frames)."""
+    """Copy torch's export to ``out`` event by event; return (names repaired, user frames).
+    ``run_record`` goes in as the first key of the top-level object; ``trace_name`` replaces the
+    ``traceName`` torch wrote."""
     repaired = frames = 0
     done = 0
     next_report = 0
     event: list[bytes] = []
     pending: list[bytes] = []
+    record = (
+        None
+        if run_record is None
+        else f'  "{RUN_RECORD_KEY}": {json.dumps(run_record, sort_keys=True)},\n'.encode()
+    )
     for line in source:
         done += len(line)
-        if event:
+        if record is not None:  # the first line: torch's opens the top-level object alone
+            pending += [line, record] if line.strip() == b"{" else [line]
+            record = None
+        elif event:
             event.append(line)
             if line.startswith(b"  }"):
                 fixed, was_repaired, was_frame = _fix_event(event)
@@ -116,6 +154,9 @@ def _copy_fixed(
                 event = []
         elif line.startswith(_EVENT_START):
             event.append(line)
+        elif trace_name is not None and b'"traceName": ' in line:
+            named = b'"traceName": ' + json.dumps(trace_name).encode().replace(b"\\", b"\\\\")
+            pending.append(_TRACE_NAME.sub(named, line))
         else:
             pending.append(line)
         if len(pending) > 512:
@@ -123,7 +164,7 @@ def _copy_fixed(
             pending.clear()
         if progress is not None and done >= next_report:
             progress(done, total)
-            next_report = done + (4 << 20)
+            next_report = done + _PROGRESS_BYTES
     pending.extend(event)  # an unfinished last event (never from torch): copied as it is
     out.write(b"".join(pending))
     if progress is not None:

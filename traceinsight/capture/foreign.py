@@ -11,7 +11,9 @@ Every torch profiler goes through one of a few methods, wrapped here while the s
 scheduled or not, and ``torch.autograd.profiler.profile``), the legacy profiler's ``__enter__``,
 and ``emit_nvtx``/``emit_itt``. Exports are seen through ``export_chrome_trace`` of
 ``torch.profiler.profile`` and ``torch.autograd.profiler.profile`` (``tensorboard_trace_handler``
-calls the former).
+calls the former). An export made while a scheduled profiler stops (the script ended, or left the
+``with`` block, in the middle of a window) holds a partial window: it is noted as such, so that
+`run` reports on the last complete one.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ class ForeignProfilerWatch:
         """``file:line`` of the script's call that started its profiler (None: it never did)."""
         self.exported: list[Path] = []
         """Paths the script exported traces to, in order."""
+        self.partial: set[Path] = set()
+        """Those exported while a scheduled profiler stopped in the middle of a window."""
 
     @contextlib.contextmanager
     def ours(self) -> Iterator[None]:
@@ -97,8 +101,33 @@ class ForeignProfilerWatch:
             result = original(*args, **kwargs)
         path = kwargs.get("path", args[1] if len(args) > 1 else None)
         if isinstance(path, (str, os.PathLike)):
-            self.exported.append(Path(path).absolute())
+            exported = Path(path).absolute()
+            self.exported.append(exported)
+            if args and _stopping_mid_window(args[0]):
+                self.partial.add(exported)
         return result
+
+
+def _stopping_mid_window(profiler: Any) -> bool:
+    """True when ``profiler`` (a scheduled ``torch.profiler.profile``) exports from its ``stop()`` or
+    ``__exit__`` rather than from the ``step()`` that closes a window."""
+    from torch.profiler import ProfilerAction
+
+    schedule = getattr(profiler, "schedule", None)
+    if schedule is None or getattr(schedule, "__name__", "") == "_default_schedule_fn":
+        return False  # unscheduled: its one window ends at stop
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == "torch.profiler.profiler":
+            if frame.f_code.co_name == "step":
+                return False
+            if frame.f_code.co_name in ("stop", "__exit__"):
+                return getattr(profiler, "current_action", None) in (
+                    ProfilerAction.RECORD,
+                    ProfilerAction.RECORD_AND_SAVE,
+                )
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
 
 
 def _legacy_profile() -> Any:

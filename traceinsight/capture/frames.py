@@ -26,9 +26,21 @@ lasts until the frame's next call into torch (or its return), which also covers 
 does after the call returns (``if h.sum() > 0:`` reads the tensor in ``__bool__``, a call the
 profile hook never sees). Only calls into torch get one: a user loop calling builtins thousands
 of times per step costs nothing more. Module forwards get ``nn.Module: ClassName_N`` ranges, as
-torch's tracer writes them, so findings can name the module. The export marks each frame with its
-line's meaning (``"Call site": 1`` for a call site, ``0`` for a function's first line), so that
-``analyze`` never presents a function's first line as the line of a call.
+torch's tracer writes them, so findings can name the module; ``Tensor.__repr__`` and
+``Tensor.__format__`` get frames named as torch's tracer names them (``torch/_tensor.py(N):
+__repr__``), so the operators ``print(loss)`` or ``f"{loss:.3f}"`` run are known to be a
+tensor's formatting. The export marks each frame with its line's meaning (``"Call site": 1`` for
+a call site, ``0`` for a function's first line), so that ``analyze`` never presents a function's
+first line as the line of a call.
+
+What it costs, and where it does not trace. The profile function runs for every Python call and
+return on the thread, and while one is set CPython 3.11 runs all bytecode of the thread on its
+slower tracing path (a loop without calls: 1.9× slower). Python-heavy code pays for it: a Dataset
+doing torchvision-like work per sample ran 8-19× slower under it. So the DataLoader's ``__next__``
+(the whole fetch: sampler, Dataset, transforms, collate) runs with the profile function removed on
+its thread; the profiler still records its operators and the ``enumerate(DataLoader)#…`` range,
+and the ``for`` line gets its call-site range. What recording costs elsewhere is measured by the
+recorder on the steps themselves (:mod:`.recorder`).
 """
 
 from __future__ import annotations
@@ -66,7 +78,9 @@ class UserFrameTracer:
     def __init__(self, user_code: Collection[str]) -> None:
         self._user_code = tuple(user_code)
         self._names: dict[CodeType, str | None] = {}
-        self._prefixes = _path_prefixes()
+        # Computed at the first user frame, when the script runs: sys.path[0] is then the
+        # script's folder (a window recording from step 0 starts before that).
+        self._prefixes: list[str] | None = None
         self._not_user = _not_user_folders()
         self._open = threading.local()
         self._threads: list[list[_Open]] = []
@@ -80,6 +94,8 @@ class UserFrameTracer:
         self._module_calls = _module_call_codes()
         self._module_index: dict[int, str] = {}
         self._class_counts: dict[str, int] = {}
+        self._torch_frames = _torch_frame_names()
+        self._loader_patch: tuple[Any, Any] | None = None
 
     def start(self) -> None:
         """Start on this thread (opening the user frames now running) and on threads started later."""
@@ -87,6 +103,7 @@ class UserFrameTracer:
 
         self._record = _RecordFunctionFast
         self._running = True
+        self._pause_in_data_loading()
         self._saved_profile = sys.getprofile()
         self._saved_thread_profile = threading.getprofile()
         frame = sys._getframe(1)
@@ -108,6 +125,7 @@ class UserFrameTracer:
         self._running = False
         if self in _ACTIVE:
             _ACTIVE.remove(self)
+        self._resume_data_loading()
         sys.setprofile(self._saved_profile)
         threading.setprofile(self._saved_thread_profile)
         with self._lock:
@@ -143,6 +161,42 @@ class UserFrameTracer:
         elif event == "c_call" and self._running and self._name(frame.f_code) and _torch_function(arg):
             self._mark_line(frame)
 
+    def _pause_in_data_loading(self) -> None:
+        """While recording, the DataLoader's ``__next__`` runs without the profile function on its
+        thread: the ``for`` line gets its call-site range, the fetch is not traced."""
+        try:
+            from torch.utils.data.dataloader import _BaseDataLoaderIter
+        except ImportError:
+            return
+        original = _BaseDataLoaderIter.__dict__.get("__next__")
+        if original is None:
+            return
+        tracer = self
+
+        def __next__(iterator: Any) -> Any:
+            hook = tracer._on_event
+            if not tracer._running or sys.getprofile() != hook:
+                return original(iterator)
+            caller = sys._getframe(1)
+            if tracer._name(caller.f_code):
+                tracer._mark_line(caller)
+            sys.setprofile(None)
+            try:
+                return original(iterator)
+            finally:
+                if tracer._running:
+                    sys.setprofile(hook)
+
+        __next__.__qualname__ = getattr(original, "__qualname__", "__next__")
+        self._loader_patch = (_BaseDataLoaderIter, original)
+        setattr(_BaseDataLoaderIter, "__next__", __next__)  # noqa: B010 (a method is replaced)
+
+    def _resume_data_loading(self) -> None:
+        patch, self._loader_patch = self._loader_patch, None
+        if patch is not None:
+            owner, original = patch
+            setattr(owner, "__next__", original)  # noqa: B010
+
     def _name(self, code: CodeType) -> str | None:
         """The frame name of ``code`` when it is the user's (cached per code object), else None."""
         name = self._names.get(code, "")
@@ -167,7 +221,8 @@ class UserFrameTracer:
         self._stack().append((frame, record, kind, line))
 
     def _enter(self, frame: FrameType) -> None:
-        name = self._name(frame.f_code)
+        code = frame.f_code
+        name = self._name(code) or self._torch_frames.get(code)
         if name is not None:
             self._push(frame, name, "frame", 0)
 
@@ -211,9 +266,14 @@ class UserFrameTracer:
             return None
         if not is_user_file(path, self._user_code):
             return None
-        for prefix in self._prefixes:
-            if path.startswith(prefix):
-                path = path[len(prefix) :]
+        if self._prefixes is None:
+            self._prefixes = _path_prefixes()
+        # The script runs under its path as typed while sys.path[0] is its folder with symlinks
+        # resolved, as Python sets it: either may match.
+        for candidate in (path, os.path.realpath(path)):
+            prefix = next((prefix for prefix in self._prefixes if candidate.startswith(prefix)), None)
+            if prefix is not None:
+                path = candidate[len(prefix) :]
                 break
         return f"{FRAME_MARK}{path}({code.co_firstlineno}): {code.co_name}"
 
@@ -231,6 +291,26 @@ def _module_call_codes() -> frozenset[CodeType]:
     # One range per call: the outer method when both exist.
     wrapped = getattr(getattr(nn.Module, "_wrapped_call_impl", None), "__code__", None)
     return frozenset({wrapped} if isinstance(wrapped, CodeType) else codes)
+
+
+def _torch_frame_names() -> dict[CodeType, str]:
+    """torch's own functions that get a frame, named as torch's tracer names them: a tensor's
+    formatting (``print(loss)``, ``f"{loss:.3f}"``), so its operators are known to be that."""
+    import torch
+
+    names: dict[CodeType, str] = {}
+    prefixes = _path_prefixes()
+    for function in (torch.Tensor.__repr__, torch.Tensor.__format__):
+        code = getattr(function, "__code__", None)
+        if not isinstance(code, CodeType):
+            continue
+        path = code.co_filename
+        for prefix in prefixes:
+            if path.startswith(prefix):
+                path = path[len(prefix) :]
+                break
+        names[code] = f"{FRAME_MARK}{path}({code.co_firstlineno}): {code.co_name}"
+    return names
 
 
 def _torch_folder() -> str:

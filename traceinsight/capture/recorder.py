@@ -16,8 +16,16 @@ How the windows work. Steps are numbered from 0; step 0 is the start-up plus the
 - When the script ends in the middle of an active window, that partial window is exported only if
   no complete window was written before it.
 - The memory budget (:mod:`.memory`): when a window would cost more, the start-up recording is
-  dropped (profiling goes on at the first boundary), an active window is stopped and exported as
-  it is, and nothing more is recorded.
+  dropped (profiling goes on at the first boundary); an active window ends at the step boundary
+  where one more step would pass the budget (complete steps only), or, when a single step is too
+  big, is stopped in the middle and exported as it is; then nothing more is recorded. Profilers
+  stop with ``trace_only`` (no Python event objects: the export does not need them), and once a
+  window is written (or the start-up one dropped) its results are released and the freed heap is
+  given back to the system.
+- A profiler is never started inside the ``Optimizer.step#`` range of a step that another
+  profiler recorded: the range's end would reach the new profiler with the old one's (freed) event,
+  which corrupted the heap (``--warmup 0``: the start-up recording stops and step 1's starts at
+  the same boundary; 7 crashes in 10 runs). Such a move waits for ``optimizer.step()`` to return.
 - The script's own profiler: when the script starts a torch profiler of its own, the recorder
   steps aside (:mod:`.foreign`): it stops and drops what it is recording, records nothing more,
   and notes the traces the script exports.
@@ -33,7 +41,9 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -43,7 +53,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from traceinsight.capture.export import ExportResult, ProgressCallback, write_trace
 from traceinsight.capture.foreign import ForeignProfilerWatch
 from traceinsight.capture.frames import UserFrameTracer
-from traceinsight.capture.memory import DEFAULT_MAX_MEMORY, MemoryGuard
+from traceinsight.capture.memory import (
+    DEFAULT_MAX_MEMORY,
+    STOP_PER_HELD_BYTE,
+    STOP_PER_HELD_BYTE_WITH_EVENTS,
+    MemoryGuard,
+    release_freed_memory,
+)
+from traceinsight.capture.quiet import KinetoLinesDropped
 from traceinsight.capture.steps import StepMarker, activate_marker, deactivate_marker
 from traceinsight.errors import CaptureError
 
@@ -120,15 +137,20 @@ class CaptureResult:
     profiler_error: str | None = None
     """What torch.profiler raised, if it failed (profiling stopped there; the script went on)."""
     memory_stop: str | None = None
-    """What the memory budget stopped (``"start-up"`` or ``"window"``), if anything."""
+    """What the memory budget stopped, if anything: ``"start-up"`` (the start-up recording was
+    dropped), ``"boundary"`` (the window ended at a step boundary: one more step would have passed
+    the budget) or ``"window"`` (stopped inside a step)."""
     memory_estimate_bytes: int | None = None
-    """The estimated cost of the recording the budget stopped."""
+    """The estimated cost that made the budget stop a recording (with ``"boundary"``: after one
+    more step)."""
     peak_rss_bytes: int = 0
     """Highest RSS seen while recording, stopping and writing."""
     foreign_profiler_at: str | None = None
     """Where the script started a profiler of its own (``file:line``); the recorder stepped aside."""
     foreign_traces: tuple[Path, ...] = field(default_factory=tuple)
     """Traces the script exported itself, in the order written (those that exist)."""
+    foreign_partial: tuple[Path, ...] = field(default_factory=tuple)
+    """Those of :attr:`foreign_traces` exported when a scheduled profiler stopped mid-window."""
 
 
 @dataclass(slots=True)
@@ -192,11 +214,22 @@ class TraceRecorder:
         self._schedule: Callable[[int], Any] | None = None
         self._startup_profiler: TorchProfile | None = None
         self._scheduled_profiler: TorchProfile | None = None
-        self._hook_handle: RemovableHandle | None = None
-        self._marker = StepMarker(self._on_step_end)
+        self._hook_handles: list[RemovableHandle] = []
+        self._backward_patch: tuple[Any, Any] | None = None
+        self._restart_pending = False
+        self._marker = StepMarker(self._on_step_end, self._on_restart)
         self._frames: UserFrameTracer | None = None
-        self._guard = MemoryGuard(settings.max_memory_bytes, self._stop_for_memory)
+        self._guard = MemoryGuard(
+            settings.max_memory_bytes,
+            self._stop_for_memory,
+            STOP_PER_HELD_BYTE_WITH_EVENTS if settings.stacks == "all" else STOP_PER_HELD_BYTE,
+        )
+        self._memory_estimate: int | None = None
+        self._last_boundary_ns: int | None = None
+        self._unprofiled_ns: list[int] = []
+        self._window_baseline_ns: list[int] = []
         self._foreign = ForeignProfilerWatch(self._step_aside)
+        self._kineto_lines = KinetoLinesDropped()
         self._own_calls = 0
         self._discarding = False
         self._stopping = False
@@ -223,7 +256,10 @@ class TraceRecorder:
 
     def start(self) -> None:
         """Start profiling and listen for step boundaries (optimizer hook and :func:`step`)."""
-        from torch.optim.optimizer import register_optimizer_step_post_hook
+        from torch.optim.optimizer import (
+            register_optimizer_step_post_hook,
+            register_optimizer_step_pre_hook,
+        )
         from torch.profiler import schedule
 
         self._cuda = cuda_available()
@@ -236,7 +272,12 @@ class TraceRecorder:
                 active=self.settings.active,
                 repeat=self.settings.repeat,
             )
-        self._hook_handle = register_optimizer_step_post_hook(self._on_optimizer_step)
+        self._hook_handles = [
+            register_optimizer_step_pre_hook(self._before_optimizer_step),
+            register_optimizer_step_post_hook(self._on_optimizer_step),
+        ]
+        self._listen_to_backward()
+        self._kineto_lines.install()
         activate_marker(self._marker)
         try:
             with self._own():
@@ -254,6 +295,7 @@ class TraceRecorder:
             self._foreign.install()
         except BaseException:
             self._stop_listening()
+            self._kineto_lines.remove()
             raise
 
     def finish(self, *, discard: bool = False) -> CaptureResult:
@@ -269,27 +311,68 @@ class TraceRecorder:
         self._stopping = True
         self._discarding = discard
         self._stop_frames()
+        if not discard and self._will_write_at_stop():
+            self.events.say("the script ended; stopping the profiler and writing the trace…")
         self._stop_profilers()
+        self._kineto_lines.remove()
         self._guard.close()
         return self._result()
 
+    def _will_write_at_stop(self) -> bool:
+        """True when stopping now exports a window (the whole run, a window the budget ended, or
+        a first partial window)."""
+        if self._discarding:
+            return False
+        if self._startup_profiler is not None:
+            return True
+        profiler = self._scheduled_profiler
+        if profiler is None or not self._records(profiler.current_action):
+            return False
+        return not (self._stopping and self._trace_written)
+
     def _stop_profilers(self) -> None:
+        # Stopping is not recording: the guard must not count the stop's own growth as a window's.
+        self._guard.disarm()
+        writes = self._will_write_at_stop()
         for profiler in (self._startup_profiler, self._scheduled_profiler):
             if profiler is None:
                 continue
             try:
-                with self._own(), self._writing_window():
+                with self._own(), self._writing_window() if writes else contextlib.nullcontext():
                     profiler.stop()
             except Exception as error:  # keep what was written; say why the rest is missing
                 self._profiler_error = self._profiler_error or f"{type(error).__name__}: {error}"
+            _release_results(profiler)
         self._startup_profiler = self._scheduled_profiler = None
-        self._guard.disarm()
+        release_freed_memory()
 
     def _stop_listening(self) -> None:
         deactivate_marker()
-        if self._hook_handle is not None:
-            self._hook_handle.remove()
-            self._hook_handle = None
+        handles, self._hook_handles = self._hook_handles, []
+        for handle in handles:
+            handle.remove()
+        patch, self._backward_patch = self._backward_patch, None
+        if patch is not None:
+            module, original = patch
+            module.backward = original
+
+    def _listen_to_backward(self) -> None:
+        """Wrap ``torch.autograd.backward`` (what ``loss.backward()`` calls) to see loops without
+        optimizer steps (see :mod:`.steps`)."""
+        import torch.autograd
+
+        original = torch.autograd.backward
+        marker = self._marker
+
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            marker.backward_ended()
+            return result
+
+        backward.__doc__ = original.__doc__
+        backward.__wrapped__ = original  # type: ignore[attr-defined]
+        self._backward_patch = (torch.autograd, original)
+        torch.autograd.backward = backward
 
     def _result(self) -> CaptureResult:
         return CaptureResult(
@@ -303,10 +386,11 @@ class TraceRecorder:
             export_error=self._export_error,
             profiler_error=self._profiler_error,
             memory_stop=self._memory_stop,
-            memory_estimate_bytes=self._guard.tripped_at_bytes if self._memory_stop else None,
+            memory_estimate_bytes=self._memory_estimate if self._memory_stop else None,
             peak_rss_bytes=self._guard.peak_bytes,
             foreign_profiler_at=self._foreign.started_at,
             foreign_traces=tuple(path for path in self._foreign.exported if path.is_file()),
+            foreign_partial=tuple(sorted(self._foreign.partial)),
         )
 
     @contextlib.contextmanager
@@ -349,23 +433,55 @@ class TraceRecorder:
         }
         if scheduled:
             options["schedule"] = self._schedule
-        sync_events = _cuda_sync_events_config()
-        if sync_events is not None:
+        for config in _experimental_configs(trace_only=not options["with_stack"]):
             try:
-                return profile(**options, experimental_config=sync_events)
+                return profile(**options, experimental_config=config)
             except TypeError:
-                pass  # this torch's profiler does not take the option: profile without sync events
+                continue  # this torch's profiler does not take the option: try the next one
         return profile(**options)
+
+    def _before_optimizer_step(
+        self, optimizer: Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        self._marker.optimizer_step_started()
 
     def _on_optimizer_step(self, optimizer: Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self._marker.optimizer_stepped(id(optimizer))
+
+    def _on_restart(self) -> None:
+        """Steps were marked by backward() and an optimizer step came: the next boundary starts the
+        schedule over (what was recorded so far is dropped, unless a window was written)."""
+        self._restart_pending = True
 
     def _on_step_end(self) -> None:
         """One step just ended (called by the marker, in the owner process only).
 
         Runs inside the script's ``optimizer.step()``: a profiler failure must not stop the
-        training, so it is kept, profiling stops there, and the end of the run reports it.
+        training, so it is kept, profiling stops there, and the end of the run reports it. A move
+        that starts a profiler while another one recorded this step waits for ``optimizer.step()``
+        to return (see the module doc).
         """
+        if self._profiler_error is not None or self._done:
+            return
+        self._note_step_time()
+        if self._starts_after_a_stop():
+            frame = _optimizer_step_frame()
+            if frame is not None:
+                _after_return(frame, self._move_schedule)
+                return
+        self._move_schedule()
+
+    def _note_step_time(self) -> None:
+        """Keep the durations of the steps that ran unprofiled before a window (the start-up step
+        excluded), to compare the recorded steps with."""
+        now = time.perf_counter_ns()
+        last, self._last_boundary_ns = self._last_boundary_ns, now
+        profiler = self._scheduled_profiler
+        if last is None or profiler is None or self._records(profiler.current_action):
+            return
+        self._unprofiled_ns = [*self._unprofiled_ns[-(_BASELINE_STEPS - 1) :], now - last]
+
+    def _move_schedule(self) -> None:
         if self._profiler_error is not None or self._done:
             return
         try:
@@ -374,9 +490,27 @@ class TraceRecorder:
         except Exception as error:
             self._profiler_error = f"{type(error).__name__}: {error}"
 
+    def _starts_after_a_stop(self) -> bool:
+        """True when this boundary stops a recording profiler and starts one for the next step."""
+        from torch.profiler import ProfilerAction
+
+        profiler = self._scheduled_profiler
+        if self._schedule is None:
+            return False
+        if self._restart_pending:
+            return True
+        if profiler is None:
+            return self._startup_profiler is not None and self._records(self._schedule(1))
+        return profiler.current_action == ProfilerAction.RECORD_AND_SAVE and self._records(
+            self._schedule(profiler.step_num + 1)
+        )
+
     def _advance_schedule(self) -> None:
         from torch.profiler import ProfilerAction
 
+        if self._restart_pending:
+            self._restart_pending = False
+            self._drop_scheduled()
         if self._scheduled_profiler is None:
             # First boundary: the start-up recording is not needed any more.
             self._drop_startup()
@@ -389,17 +523,52 @@ class TraceRecorder:
         action = self._scheduled_profiler.current_action
         if self._records(action):
             self._steps_in_window += 1
+        if action == ProfilerAction.RECORD:
+            estimate = self._guard.next_step_would_pass(self._steps_in_window)
+            if estimate is not None:
+                self._end_window_for_memory("boundary", estimate)
+                return
         if action == ProfilerAction.RECORD_AND_SAVE:
             # This step closes the window: the profiler stops and exports inside step().
             self._stop_frames()
             self._guard.disarm()
             steps = self._steps_in_window
             self.events.say(f"recorded {steps} step{'' if steps == 1 else 's'}; writing the trace…")
-        with warnings.catch_warnings(), self._writing_window():
-            # Said when a second cycle starts; keeping only the last window is what we want.
-            warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
-            self._scheduled_profiler.step()
+            with warnings.catch_warnings(), self._writing_window():
+                # Said when a second cycle starts; keeping only the last window is what we want.
+                warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
+                self._scheduled_profiler.step()
+            self._release_written()
+        else:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
+                self._scheduled_profiler.step()
         self._window_may_have_started()
+
+    def _drop_scheduled(self) -> None:
+        """Stop the scheduled profiler without writing what it records (a restart)."""
+        profiler, self._scheduled_profiler = self._scheduled_profiler, None
+        self._stop_frames()
+        self._guard.disarm()
+        self._steps_in_window = 0
+        self._unprofiled_ns = []
+        self._last_boundary_ns = None
+        if profiler is None:
+            return
+        self._discarding = True
+        try:
+            profiler.stop()
+        finally:
+            self._discarding = False
+            _release_results(profiler)
+            release_freed_memory()
+
+    def _release_written(self) -> None:
+        """After a window was written inside step(): drop its results, give the heap back."""
+        profiler = self._scheduled_profiler
+        if profiler is not None and not self._records(profiler.current_action):
+            _release_results(profiler)
+        release_freed_memory()
 
     def _window_may_have_started(self) -> None:
         """After a schedule move: when the profiler now records, start the user frames and the watch."""
@@ -409,7 +578,9 @@ class TraceRecorder:
         if self.settings.stacks == "user" and self._frames is None:
             self._frames = UserFrameTracer(self.settings.user_code)
             self._frames.start()
-        self._guard.arm()
+        if not self._guard.armed:  # from the window's start: what the whole window holds
+            self._window_baseline_ns, self._unprofiled_ns = self._unprofiled_ns, []
+            self._guard.arm()
 
     def _stop_frames(self) -> None:
         frames, self._frames = self._frames, None
@@ -426,26 +597,56 @@ class TraceRecorder:
             startup.stop()
         finally:
             self._discarding = False
+            _release_results(startup)
+            del startup
+            release_freed_memory()
 
     def _stop_for_memory(self) -> None:
-        """The budget is about to be passed (called on the main thread by the guard)."""
+        """The budget is about to be passed inside a step (called on the main thread by the guard)."""
         if self._startup_profiler is not None:
             self._memory_stop = "start-up"
+            self._memory_estimate = self._guard.tripped_at_bytes
             with self._own():
                 self._drop_startup()
+            self.events.say(_START_UP_DROPPED)
             return
-        if self._scheduled_profiler is None:
+        if self._scheduled_profiler is None or self._done:
             return
-        self._memory_stop = "window"
+        self._end_window_for_memory("window", self._guard.tripped_at_bytes)
+
+    def _end_window_for_memory(self, where: str, estimate: int | None) -> None:
+        """End the active window now, write it, and record nothing more."""
+        self._memory_stop = where
+        self._memory_estimate = estimate
         self._done = True
         self._stop_listening()
         self._stop_frames()
-        self.events.say(
-            f"recording stopped early: it would pass the memory budget "
-            f"({_gib(self.settings.max_memory_bytes)}, --max-memory); writing what was recorded…"
-        )
+        budget = _gib(self.settings.max_memory_bytes)
+        if where == "boundary":
+            steps = self._steps_in_window
+            self.events.say(
+                f"recorded {steps} step{'' if steps == 1 else 's'} of the {self.settings.active} asked "
+                f"for: one more would pass the memory budget ({budget}, --max-memory); writing the trace…"
+            )
+        else:
+            self.events.say(
+                f"recording stopped inside a step: it would pass the memory budget ({budget}, "
+                "--max-memory); writing what was recorded…"
+            )
         self._stopping = True
         self._stop_profilers()
+
+    def _run_record(self) -> dict[str, Any]:
+        """What the trace says of how it was recorded (:data:`.export.RUN_RECORD_KEY`)."""
+        record: dict[str, Any] = {
+            "stacks": self.settings.stacks,
+            "stepMarks": self._marker.source if self._scheduled_profiler is not None else "none",
+        }
+        baseline = sorted(self._window_baseline_ns)
+        if baseline:
+            record["unprofiledSteps"] = len(baseline)
+            record["unprofiledStepNs"] = baseline[len(baseline) // 2]
+        return record
 
     def _step_aside(self) -> None:
         """The script starts a profiler of its own: stop and drop ours, record nothing more."""
@@ -473,7 +674,7 @@ class TraceRecorder:
         steps_in_window = self._steps_in_window
         self._steps_in_window = 0
         try:
-            self._export = write_trace(profiler, self.trace_path, self._progress)
+            self._export = write_trace(profiler, self.trace_path, self._progress, self._run_record())
         except OSError as error:
             self._export_error = f"{error.strerror or error}"
             return
@@ -482,15 +683,77 @@ class TraceRecorder:
         self.events.written(self._export)
 
 
+#: Unprofiled steps kept to compare the recorded ones with (the last ones before the window).
+_BASELINE_STEPS = 8
+
+
 def _gib(size: int) -> str:
-    return f"{size / (1 << 30):.1f} GiB"
+    """``2.0 GiB``, or ``150 MiB`` under a GiB."""
+    return f"{size / (1 << 30):.1f} GiB" if size >= 1 << 30 else f"{size / (1 << 20):.0f} MiB"
 
 
-def _cuda_sync_events_config() -> Any:
-    """The experimental config that records CUDA sync events, or None if this torch has none."""
+_START_UP_DROPPED = (
+    "the start-up recording (step 0) passed the memory budget (--max-memory) and was dropped; "
+    "profiling goes on from the first step"
+)
+
+
+def _experimental_configs(*, trace_only: bool) -> Iterator[Any]:
+    """Experimental configs to try, best first: CUDA sync events (recorded when a GPU is there) and
+    ``trace_only`` (torch builds no Python event objects at the stop; the export does not need them,
+    and the stop took 0.33 × what was recorded instead of 0.7 ×), then each alone for older torch."""
     try:
         from torch._C._profiler import _ExperimentalConfig
+    except (ImportError, AttributeError):
+        return
+    tries: list[dict[str, Any]] = [{"enable_cuda_sync_events": True}]
+    if trace_only:
+        tries.insert(0, {"enable_cuda_sync_events": True, "trace_only": True})
+    for options in tries:
+        try:
+            yield _ExperimentalConfig(**options)
+        except TypeError:
+            continue
 
-        return _ExperimentalConfig(enable_cuda_sync_events=True)
-    except (ImportError, AttributeError, TypeError):
-        return None
+
+def _release_results(profiler: Any) -> None:
+    """Drop what a stopped ``torch.profiler.profile`` keeps of its last window (its results hold
+    every event until the next window replaces them)."""
+    inner = getattr(profiler, "profiler", None)
+    if inner is not None and hasattr(inner, "kineto_results"):
+        with contextlib.suppress(Exception):
+            inner.kineto_results = None
+
+
+def _optimizer_step_frame() -> Any:
+    """The frame of torch's ``Optimizer.step`` wrapper running now (the one that opened the
+    ``Optimizer.step#`` range), or None when the step did not come from there."""
+    code = _step_wrapper_code()
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is code:
+            return frame
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
+
+
+def _step_wrapper_code() -> Any:
+    from torch.optim import Optimizer
+
+    wrapper = Optimizer.profile_hook_step(lambda *args, **kwargs: None)
+    return getattr(wrapper, "__code__", None)
+
+
+def _after_return(frame: Any, action: Callable[[], None]) -> None:
+    """Run ``action`` when ``frame`` returns, from a profile function (this thread's function, if
+    any, goes on receiving every event and is put back first)."""
+    previous = sys.getprofile()
+
+    def watch(event_frame: Any, event: Any, arg: object) -> None:
+        if previous is not None:
+            previous(event_frame, event, arg)
+        if event == "return" and event_frame is frame:
+            sys.setprofile(previous)
+            action()
+
+    sys.setprofile(watch)

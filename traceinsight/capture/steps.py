@@ -6,7 +6,12 @@
   :meth:`StepMarker.optimizer_stepped`); with several optimizers, :class:`OptimizerCycle` turns
   their calls into one boundary per iteration;
 - the public API, :func:`step` and :func:`profile_step`, for loops without ``torch.optim``. Once a
-  script uses it, optimizer steps no longer mark anything, so a step is never counted twice.
+  script uses it, optimizer steps no longer mark anything, so a step is never counted twice;
+- in a loop that neither calls ``optimizer.step()`` nor :func:`step` (manual SGD, a language model
+  updating its weights by hand), the end of every ``backward()`` from the second one on
+  (:data:`BACKWARDS_BEFORE_MARKING`), outside an optimizer's step (an LBFGS closure's backward is
+  not an iteration). When an optimizer step comes after all (gradient accumulation: several
+  backwards per step), steps are counted again from it, by the optimizer (``restart``).
 
 Nothing here imports torch: the API is a no-op when the script is not run by `traceinsight run`.
 """
@@ -17,7 +22,10 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-__all__ = ["OptimizerCycle", "StepMarker", "profile_step", "step"]
+__all__ = ["BACKWARDS_BEFORE_MARKING", "OptimizerCycle", "StepMarker", "profile_step", "step"]
+
+BACKWARDS_BEFORE_MARKING = 2
+"""``backward()`` calls without an optimizer step before backward calls mark steps."""
 
 
 class OptimizerCycle:
@@ -56,19 +64,60 @@ class StepMarker:
     the marker but its calls are ignored (the pid differs).
     """
 
-    def __init__(self, end_step: Callable[[], None]) -> None:
+    def __init__(self, end_step: Callable[[], None], restart: Callable[[], None] | None = None) -> None:
         self._end_step = end_step
+        self._restart = restart
         self._owner_pid = os.getpid()
         self._cycle = OptimizerCycle()
         self._explicit = False
+        self._optimizer_seen = False
+        self._in_optimizer_step = False
+        self._backwards = 0
+        self._by_backward = False
         self.steps_ended = 0
         """How many steps have ended so far (the number of boundaries reported)."""
+
+    @property
+    def source(self) -> str:
+        """What marks steps: ``explicit`` (:func:`step`), ``optimizer``, ``backward``, or ``none`` yet."""
+        if self._explicit:
+            return "explicit"
+        if self._by_backward:
+            return "backward"
+        return "optimizer" if self.steps_ended else "none"
+
+    def optimizer_step_started(self) -> None:
+        """Called before every ``optimizer.step()``: backward calls inside it are not iterations."""
+        if os.getpid() == self._owner_pid:
+            self._optimizer_seen = True
+            self._in_optimizer_step = True
 
     def optimizer_stepped(self, optimizer_id: int) -> None:
         """Called after every ``optimizer.step()``; ends a step when the iteration's cycle closes."""
         if os.getpid() != self._owner_pid or self._explicit:
             return
+        self._in_optimizer_step = False
+        self._optimizer_seen = True
+        if self._by_backward:
+            # Steps were marked by backward() until now: count again, by the optimizer.
+            self._by_backward = False
+            self._cycle = OptimizerCycle()
+            self.steps_ended = 0
+            if self._restart is not None:
+                self._restart()
         if self._cycle.ends_step(optimizer_id):
+            self._report_step_end()
+
+    def backward_ended(self) -> None:
+        """Called after every ``torch.autograd.backward`` (``loss.backward()``): in a loop without
+        optimizer steps or explicit marks, ends a step from the second call on."""
+        if os.getpid() != self._owner_pid or self._explicit or self._optimizer_seen:
+            return
+        if self._in_optimizer_step:
+            return
+        self._backwards += 1
+        if self._backwards >= BACKWARDS_BEFORE_MARKING:
+            self._by_backward = True
             self._report_step_end()
 
     def explicit_step(self) -> None:

@@ -147,6 +147,8 @@ def main() -> None:
     (:func:`traceinsight.process.flush_and_exit`); `run` ends normally, so the user's script's exit
     handlers still run.
     """
+    run.defer_runs()  # `run`'s script starts from here, not under typer's and click's frames
+    script = None
     try:
         app()
     except KeyboardInterrupt:  # while typer builds the command, before its own handler
@@ -156,11 +158,20 @@ def main() -> None:
             # Ctrl-C before a script ran, or during an analysis (outputs are written whole or not
             # at all); a script's own Ctrl-C is `run`'s, which dies by SIGINT as Python does.
             _exit_interrupted()
-        if not ends_at_once():
-            raise
-        code = exc.code
+        script = run.take_deferred_run() if exc.code in (0, None) else None
+        if script is None:
+            if not ends_at_once():
+                raise
+            code = exc.code
     else:
         code = 0
+        script = run.take_deferred_run()
+    if script is not None:
+        try:
+            status = script()
+        except KeyboardInterrupt:  # during the analysis that follows the script
+            _exit_interrupted()
+        raise SystemExit(status)
     if not isinstance(code, int):
         raise SystemExit(code)
     flush_and_exit(code)

@@ -200,6 +200,8 @@ def analyze_and_write(
         result, planned, source_root=None if source_root is None else source_root.folder
     )
     if planned.page is not None and source_root is not None:
-        written.append((f"code excerpts ({source_root.origin})", source_root.folder))
+        written.append(
+            (f"code excerpts ({source_root.origin})", Path(source_root.shown or source_root.folder))
+        )
     show(result, written, console=console, to_stderr=to_stdout, top=top)
     return result

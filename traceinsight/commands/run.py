@@ -22,7 +22,8 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -58,7 +59,14 @@ from traceinsight.capture.script import (
 from traceinsight.commands.outputs import Kind, Output, check_outputs
 from traceinsight.errors import CaptureError, ConfigError, OutputError, TraceInsightError
 
-__all__ = ["RUN_CONTEXT_SETTINGS", "OutputPaths", "profile_and_report", "run"]
+__all__ = [
+    "RUN_CONTEXT_SETTINGS",
+    "OutputPaths",
+    "defer_runs",
+    "profile_and_report",
+    "run",
+    "take_deferred_run",
+]
 
 RUN_CONTEXT_SETTINGS: dict[str, Any] = {
     "allow_extra_args": True,
@@ -182,8 +190,12 @@ def run(
         typer.Option(
             "--stacks",
             metavar="user|all|none",
-            help="Python frames recorded in active steps: your own code only (user), every frame "
-            "(all: much larger traces), or none.",
+            help="Python frames recorded in active steps. user: your own code's frames and the lines "
+            "of its calls into torch, so findings name your lines; it makes Python-heavy code in "
+            "your loop run slower while recording (a profile function runs on every Python call; "
+            "the DataLoader's fetch is not traced), and the report says when recorded steps ran "
+            "over 10% slower. all: torch's own tracer, every frame (much larger traces, a slower "
+            "stop). none: no frames and no source lines.",
         ),
     ] = "user",
     user_code: Annotated[
@@ -201,8 +213,11 @@ def run(
         typer.Option(
             "--max-memory",
             metavar="SIZE",
-            help="Memory one recording may cost, stopping it included (e.g. 2G, 512M). Past it "
-            "recording stops early and what was recorded is written.",
+            help="Memory one recording may add to the process (e.g. 2G, 512M): what the profiler "
+            "holds while it records, and what stopping it then builds, counted from the RSS "
+            "growth of the recorded window. When one more step would pass it, recording ends at "
+            "that step boundary (a single step bigger than the budget is stopped inside it) and "
+            "what was recorded is written; the memory is given back after the write.",
         ),
     ] = "2G",
     module: Annotated[
@@ -218,8 +233,12 @@ def run(
 ) -> None:
     """Run a training script under the profiler, as `python SCRIPT ARGS` would, then report on it.
 
+    Options go before SCRIPT: every word after SCRIPT is the script's own, even one that looks like
+    an option of ours (traceinsight run --active 3 train.py --lr 0.1).
+
     Steps are marked without changing the script: every optimizer.step() of a torch.optim optimizer
-    ends one (call traceinsight.step() in loops without one). The trace and the report are written
+    ends one; in a loop without one, every loss.backward() does (or call traceinsight.step() at the
+    end of each iteration). The trace and the report are written
     even if the script fails or is interrupted; the exit status is the script's own. Under torchrun
     every rank writes its own files; `traceinsight run -m torch.distributed.run ...` (or `run
     torchrun ...`) profiles the workers.
@@ -260,15 +279,48 @@ def run(
             settings = dataclasses.replace(settings, record_startup=False)
         paths = _output_paths(target, trace, output, json_out, rank, force=force, markdown=markdown,
                               write_html=not no_html)  # fmt: skip
-        status = profile_and_report(target, settings, paths, console, rank=rank, project=project)
     except TraceInsightError as error:
-        # The same one line the CLI prints for every command's errors; never a traceback.
-        from traceinsight.load.text import printable
+        raise typer.Exit(_said(error)) from None
 
-        sys.stderr.write(f"traceinsight: error: {printable(str(error))}\n")
-        raise typer.Exit(error.exit_code) from None
+    def go() -> int:
+        try:
+            return profile_and_report(target, settings, paths, console, rank=rank, project=project)
+        except TraceInsightError as error:
+            return _said(error)
+
+    if _DEFERRED is not None:
+        _DEFERRED.append(go)  # run by the entry point once the CLI's frames are gone
+        return
+    status = go()
     if status != 0:
         raise typer.Exit(status)
+
+
+_DEFERRED: list[Callable[[], int]] | None = None
+"""Set by :func:`defer_runs`: the script run `run` has set up, for the entry point to start."""
+
+
+def defer_runs() -> None:
+    """Make `run` leave its script for :func:`take_deferred_run` instead of running it in the
+    command: the script then runs from the entry point, not under typer's and click's dozen frames.
+    A script that walks its stack pays for every frame above it (``traceback.format_stack``, which
+    ``torch.manual_seed`` calls once per call through ``torch.cuda._lazy_call`` on a machine whose
+    CUDA is not initialised: 0.04 ms alone, 0.27 ms 17 frames deeper, per call)."""
+    global _DEFERRED
+    _DEFERRED = []
+
+
+def take_deferred_run() -> Callable[[], int] | None:
+    """The script run the last `run` command left (see :func:`defer_runs`), once."""
+    return _DEFERRED.pop() if _DEFERRED else None
+
+
+def _said(error: TraceInsightError) -> int:
+    """The one line the CLI prints for every command's errors (never a traceback); its status."""
+    from traceinsight.load.text import printable
+
+    sys.stderr.write(f"traceinsight: error: {printable(str(error))}\n")
+    return error.exit_code
 
 
 def profile_and_report(
@@ -315,9 +367,9 @@ def profile_and_report(
 
     trace = _trace_to_report(capture, say)
     if trace is None:
-        if capture.memory_stop == "start-up" and capture.steps_run:
-            say(_START_UP_DROPPED)
-        say.error(_no_trace_reason(target, capture, settings))
+        reason, failed = _no_trace_reason(target, capture, settings)
+        # A failure of ours is an error; a run too short for the schedule is not (exit status 0).
+        (say.error if failed else say)(reason)
         return exit_like_python(outcome)
     _say_window_notes(say, capture, settings)
     context = _run_context(target, started, elapsed, outcome, capture, trace)
@@ -354,10 +406,26 @@ class _Speaker:
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[ProgressCallback | None]:
-        """A live ``writing the trace (X MB): N %`` line on a terminal; nothing elsewhere."""
+        """The progress of stopping the profiler and writing the trace: a live line on a terminal;
+        elsewhere (a log) a line when it starts and one every few seconds while the file is written."""
         console = self._console
-        if console is None or not console.is_terminal:
+        if console is None:
             yield None
+            return
+        if not console.is_terminal:
+            started = time.monotonic()
+            last = [started]
+
+            def logged(done: int, total: int) -> None:
+                now = time.monotonic()
+                if now - last[0] >= _LOG_PROGRESS_SECONDS and done < total:
+                    last[0] = now
+                    self(
+                        f"writing the trace: {done / 1e6:.0f} of {total / 1e6:.0f} MB "
+                        f"({100 * done // max(total, 1)} %, {now - started:.0f} s)"
+                    )
+
+            yield logged
             return
         with console.status(self._prefix + "stopping the profiler…", spinner="dots") as status:
 
@@ -368,79 +436,95 @@ class _Speaker:
             yield progress
 
 
+#: Seconds between two progress lines of a trace being written, in a log.
+_LOG_PROGRESS_SECONDS = 5.0
+
+
 def _trace_to_report(capture: CaptureResult, say: _Speaker) -> Path | None:
-    """The trace the report is made from: ours, or the one the script exported with its own profiler."""
+    """The trace the report is made from: ours, or the last complete one the script exported with
+    its own profiler (its last file holds a partial window when it stopped mid-window)."""
     if capture.foreign_profiler_at is not None:
         if capture.foreign_traces:
             if capture.trace is not None:
                 capture.trace.unlink(missing_ok=True)  # the script's own trace is the one to read
-            chosen = capture.foreign_traces[-1]
-            say(
+            complete = [path for path in capture.foreign_traces if path not in capture.foreign_partial]
+            chosen = complete[-1] if complete else capture.foreign_traces[-1]
+            said = (
                 f"the script started its own torch profiler ({capture.foreign_profiler_at}): "
-                f"traceinsight stepped aside and reports on the trace the script exported: {chosen}"
+                f"traceinsight stepped aside and reports on the trace the script exported: {_shown(chosen)}"
             )
+            last = capture.foreign_traces[-1]
+            if chosen != last:
+                said += f" (its last one, {_shown(last)}, holds a window cut short when its profiler stopped)"
+            elif not complete:
+                said += " (a window cut short when its profiler stopped)"
+            say(said)
             return chosen
         if capture.trace is None:
             return None
     return capture.trace
 
 
-def _no_trace_reason(target: ScriptTarget, capture: CaptureResult, settings: ProfileSettings) -> str:
-    """Why nothing could be reported, as one sentence with the next step."""
+def _no_trace_reason(
+    target: ScriptTarget, capture: CaptureResult, settings: ProfileSettings
+) -> tuple[str, bool]:
+    """Why nothing could be reported, as one sentence with the next step, and whether it is a
+    failure (of writing or of the profiler) rather than a run that recorded nothing."""
     if capture.foreign_profiler_at is not None:
         return (
             f"the script started its own torch profiler ({capture.foreign_profiler_at}), so traceinsight "
             "stepped aside and recorded nothing; no trace exported by the script was found: analyze "
             "the script's own trace with traceinsight analyze PATH"
-        )
+        ), False
     if capture.export_error is not None:
         return (
             f"cannot write trace: {capture.export_error}; check the folder's free space and "
             "permissions, or pass another --trace"
-        )
+        ), True
     if capture.profiler_error is not None:
-        return f"no trace for {target.name}: torch.profiler failed ({capture.profiler_error})"
+        return f"no trace for {target.name}: torch.profiler failed ({capture.profiler_error})", True
     if capture.memory_stop == "start-up" and capture.steps_run == 0:
         return (
             f"no trace for {target.name}: the start-up recording passed the memory budget "
-            f"({settings.max_memory_bytes / (1 << 30):.1f} GiB) and was dropped, and no step was "
+            f"({_size(settings.max_memory_bytes)}) and was dropped, and no step was "
             "marked; raise --max-memory or mark steps with traceinsight.step()"
-        )
+        ), False
     steps = capture.steps_run
     return (
         f"no trace for {target.name}: the script ran {steps} step{'' if steps == 1 else 's'} but "
         f"recording starts after {settings.first_active_step} (--wait {settings.wait} + "
         f"--warmup {settings.warmup}); lower --wait/--warmup or let the script run more steps"
-    )
-
-
-_START_UP_DROPPED = (
-    "the start-up recording (step 0) passed the memory budget (--max-memory) and was dropped; "
-    "profiling went on from the first step"
-)
+    ), False
 
 
 def _say_window_notes(say: _Speaker, capture: CaptureResult, settings: ProfileSettings) -> None:
-    """Tell what the trace covers when it is not the full active window."""
+    """Tell what the trace covers when it is not the full active window (the start-up recording
+    dropped for memory was said when it happened)."""
     if capture.foreign_profiler_at is not None:
         return
-    if capture.memory_stop == "window":
-        estimate = capture.memory_estimate_bytes or 0
+    budget = _size(settings.max_memory_bytes)
+    estimate = _size(capture.memory_estimate_bytes or 0)
+    complete = f"{capture.steps_in_trace} complete step{'' if capture.steps_in_trace == 1 else 's'}"
+    if capture.memory_stop == "boundary":
         say(
-            f"recording was stopped early at an estimated {estimate / (1 << 30):.1f} GiB (budget "
-            f"{settings.max_memory_bytes / (1 << 30):.1f} GiB, --max-memory): the trace holds "
-            f"{capture.steps_in_trace} complete step{'' if capture.steps_in_trace == 1 else 's'} and "
-            "part of the next; lower --active or raise --max-memory"
+            f"the trace holds {complete} of the {settings.active} asked for: one more step would have "
+            f"passed the memory budget (an estimated {estimate} with stopping the profiler, budget "
+            f"{budget}, --max-memory); raise --max-memory to record more"
         )
-    elif capture.memory_stop == "start-up":
-        say(_START_UP_DROPPED)
+        return
+    if capture.memory_stop == "window":
+        say(
+            f"recording was stopped inside a step at an estimated {estimate} with stopping the "
+            f"profiler (budget {budget}, --max-memory): the trace holds {complete} and part of the "
+            "next; raise --max-memory, or mark shorter steps with traceinsight.step()"
+        )
+        return
     if capture.whole_run:
         say(
             "no optimizer.step() or traceinsight.step() was seen: the trace covers the whole run "
-            "as one step, without Python frames"
+            "as one step, without Python frames; call traceinsight.step() at the end of each "
+            "iteration of your loop to profile steps"
         )
-    elif capture.memory_stop == "window":
-        return
     elif capture.steps_in_trace == 0:
         say(
             f"the script ended after {capture.steps_run} steps, during the first recorded one: "
@@ -450,9 +534,13 @@ def _say_window_notes(say: _Speaker, capture: CaptureResult, settings: ProfileSe
     elif capture.steps_in_trace < settings.active:
         say(
             f"the script ended during the active window: the trace holds "
-            f"{capture.steps_in_trace} complete step{'' if capture.steps_in_trace == 1 else 's'} "
-            f"of the {settings.active} asked for"
+            f"{complete} of the {settings.active} asked for"
         )
+
+
+def _size(size: int) -> str:
+    """``2.0 GiB``, or ``150 MiB`` under a GiB."""
+    return f"{size / (1 << 30):.1f} GiB" if size >= 1 << 30 else f"{size / (1 << 20):.0f} MiB"
 
 
 def _run_context(
@@ -505,18 +593,24 @@ def _analyze(
     try:
         with libraries_loading():
             from traceinsight.commands.analyze import analyze_and_write
+        # Paths as the user would type them (relative inside the current folder): the report is
+        # shared, the user's folder layout need not be.
         analyze_and_write(
-            trace,
+            _shown(trace),
             Wanted(
                 html=_shown(paths.report),
-                json=paths.json_out,
-                markdown=paths.markdown,
+                json=paths.json_out if paths.json_out in (None, "-") else str(_shown(Path(paths.json_out))),
+                markdown=paths.markdown
+                if paths.markdown in (None, "-")
+                else str(_shown(Path(paths.markdown))),
                 write_html=paths.write_html,
                 force=paths.force,
             ),
             Reading(user_code=settings.user_code),
             console=console,
-            source_root=None if project is None else SourceRoot(project, "the script's project folder"),
+            source_root=None
+            if project is None
+            else SourceRoot(project, "the script's project folder", shown=_typed_folder(project)),
             run=context,
         )
     except TraceInsightError as error:
@@ -554,6 +648,19 @@ def _shown(path: Path) -> Path:
         return path.relative_to(Path.cwd())
     except ValueError:
         return path
+
+
+def _typed_folder(folder: Path) -> str:
+    """``folder`` as the user would type it from the current folder (``.``, ``src``, ``../b``) when
+    the two share a folder below the root; else as it is (the user's folder layout stays out of a
+    log shared with the report)."""
+    here = Path.cwd()
+    try:
+        if os.path.commonpath([here, folder]) != os.path.sep:
+            return os.path.relpath(folder, here)
+    except ValueError:  # another drive
+        pass
+    return str(folder)
 
 
 def _quiet_console() -> Console:
@@ -676,7 +783,13 @@ def _launch_workers(script: str, module: bool, words: tuple[str, ...], our_optio
         "traceinsight: profiling the workers of this torchrun job (not the launcher); "
         "each rank writes its own files, rank 0 prints the summary\n"
     )
-    return exit_like_python(run_target(target))
+    with warnings.catch_warnings():
+        # runpy's "found in sys.modules … prior to execution": torch.distributed.run was imported
+        # to recognise the launcher; running it as __main__ is what torchrun itself does.
+        warnings.filterwarnings(
+            "ignore", message=".*found in sys.modules after import of package", category=RuntimeWarning
+        )
+        return exit_like_python(run_target(target))
 
 
 def _check_writable(path: Path, option: str) -> None:

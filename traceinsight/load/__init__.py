@@ -22,11 +22,12 @@ if TYPE_CHECKING:
     from traceinsight.load.progress import ProgressCallback
     from traceinsight.load.reference import load_trace_reference
     from traceinsight.load.source import SizeLimit
-    from traceinsight.load.tables import Device, Trace, TraceMeta
+    from traceinsight.load.tables import Device, RunProfile, Trace, TraceMeta
 
 __all__ = [
     "Device",
     "ProgressCallback",
+    "RunProfile",
     "SizeLimit",
     "Trace",
     "TraceMeta",
@@ -42,6 +43,7 @@ __all__ = [
 _HOMES: Final = {
     "Device": "tables",
     "ProgressCallback": "progress",
+    "RunProfile": "tables",
     "SizeLimit": "source",
     "Trace": "tables",
     "TraceMeta": "tables",

@@ -39,6 +39,15 @@ class DistributedInfo(msgspec.Struct, gc=False):
     backend: Scalar = None
 
 
+class RunRecord(msgspec.Struct, gc=False):
+    """``traceinsight``: how ``traceinsight run`` recorded the trace (absent from other traces)."""
+
+    stacks: Scalar = None
+    stepMarks: Scalar = None
+    unprofiledStepNs: Scalar = None
+    unprofiledSteps: Scalar = None
+
+
 class TraceDocument(msgspec.Struct, gc=False):
     """The top-level object of a trace (traces before Dec 2020 are a bare event array)."""
 
@@ -51,6 +60,7 @@ class TraceDocument(msgspec.Struct, gc=False):
     cuda_driver_version: Scalar = None
     hip_runtime_version: Scalar = None
     with_stack: Scalar = None
+    traceinsight: RunRecord | None = None
     #: Set by the decoder (never read from the file): the top level was a bare event array.
     bare_array: bool = msgspec.field(default=False, name="traceinsight:bare_array")
 
@@ -181,6 +191,7 @@ def document_from_value(value: dict[str, Any]) -> TraceDocument:
     """The :class:`TraceDocument` of a parsed top-level object."""
     devices = value.get("deviceProperties")
     dist = value.get("distributedInfo")
+    run = value.get("traceinsight")
     return TraceDocument(
         deviceProperties=[
             DeviceProperties(**{k: scalar(d.get(k)) for k in DeviceProperties.__struct_fields__})
@@ -203,4 +214,7 @@ def document_from_value(value: dict[str, Any]) -> TraceDocument:
         cuda_driver_version=scalar(value.get("cuda_driver_version")),
         hip_runtime_version=scalar(value.get("hip_runtime_version")),
         with_stack=scalar(value.get("with_stack")),
+        traceinsight=RunRecord(**{k: scalar(run.get(k)) for k in RunRecord.__struct_fields__})
+        if isinstance(run, dict)
+        else None,
     )

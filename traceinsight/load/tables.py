@@ -33,6 +33,22 @@ class Device:
 
 
 @dataclass(frozen=True, slots=True)
+class RunProfile:
+    """How ``traceinsight run`` recorded a trace (its top-level ``traceinsight`` object)."""
+
+    stacks: str | None
+    """``--stacks``: ``user`` (its own frame tracer), ``all`` (torch's) or ``none``."""
+    step_marks: str | None
+    """What ended steps: ``optimizer``, ``explicit`` (``traceinsight.step()``), ``backward``, or
+    ``none`` (no step was marked: the whole run is one window)."""
+    unprofiled_step_ns: int | None
+    """The median duration of the steps that ran just before the recorded window, unrecorded (to
+    tell what recording cost the recorded steps); None when no such step ran."""
+    unprofiled_steps: int | None
+    """How many steps that median is of."""
+
+
+@dataclass(frozen=True, slots=True)
 class TraceMeta:
     """Facts about the trace as a whole."""
 
@@ -58,6 +74,8 @@ class TraceMeta:
     #: ``dropped-time`` (events dropped for impossible times), ``repaired-name`` (torch's malformed
     #: ``python_function`` names repaired or dropped). Empty for a clean file.
     load_notes: tuple[tuple[str, int], ...] = field(default_factory=tuple)
+    #: Set when ``traceinsight run`` wrote the trace: how it recorded it.
+    recorded_by_run: RunProfile | None = None
 
     @property
     def foreign_accelerator(self) -> taxonomy.ForeignAccelerator | None:
@@ -293,5 +311,18 @@ def trace_for(path: Path, document: TraceDocument, part: ChunkTables) -> Trace:
         gpus_listed=None if document.deviceProperties is None else len(document.deviceProperties),
         categories=tuple(sorted(part.categories.items(), key=lambda item: -item[1])),
         load_notes=(("dropped-time", part.dropped_time),) if part.dropped_time else (),
+        recorded_by_run=_run_profile(document),
     )
     return Trace(meta=meta, **part.tables)
+
+
+def _run_profile(document: TraceDocument) -> RunProfile | None:
+    record = document.traceinsight
+    if record is None:
+        return None
+    return RunProfile(
+        stacks=_text(record.stacks),
+        step_marks=_text(record.stepMarks),
+        unprofiled_step_ns=as_int(record.unprofiledStepNs),
+        unprofiled_steps=as_int(record.unprofiledSteps),
+    )

@@ -193,6 +193,26 @@ LATENT_SYNC_OPS: Final[frozenset[str]] = frozenset(
     }
 )
 
+#: torch.optim optimizers whose own ``.item()`` calls read their step counters, which stay CPU
+#: tensors whatever the parameters' device unless ``capturable``/``fused`` (and then no ``.item()`` is
+#: called): ``state["step"] = torch.tensor(0.0)`` in torch 2.x's Adam, AdamW, Adamax, Adagrad,
+#: NAdam, RAdam and Adafactor. Not ASGD (its counters live on the parameters' device), nor LBFGS
+#: (its ``.item()`` and ``if`` read the loss and the gradients: real syncs on a GPU).
+CPU_STEP_COUNTER_OPTIMIZERS: Final[frozenset[str]] = frozenset(
+    {"Adam", "AdamW", "Adamax", "Adagrad", "NAdam", "RAdam", "Adafactor"}
+)
+
+#: A tensor's formatting, as torch's tracer and `run`'s name its frames: ``print(loss)``,
+#: ``str(loss)`` (``__repr__``) and ``f"{loss:.3f}"`` (``__format__``).
+TENSOR_FORMAT_FRAME_PATTERN: Final[str] = r"_tensor\.py\(\d+\): __(?:repr|format)__$"
+
+
+def optimizer_of_step(name: str) -> str | None:
+    """``Optimizer.step#AdamW.step`` → ``AdamW`` (None for other names)."""
+    if not name.startswith(OPTIMIZER_STEP_PREFIX):
+        return None
+    return name.removeprefix(OPTIMIZER_STEP_PREFIX).removesuffix(".step") or None
+
 
 class LineKind(StrEnum):
     """What the line in a Python frame's name is (see :mod:`traceinsight.analysis.sources`)."""

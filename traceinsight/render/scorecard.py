@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from traceinsight.analysis import Analysis
 from traceinsight.analysis.causes import CauseKind, cause_label
 from traceinsight.analysis.usage import total_usage
 from traceinsight.formatting import format_duration, format_share
@@ -99,7 +100,9 @@ def scorecard(report: Report) -> tuple[Score, ...]:
                 )
     steady_steps = len(analysis.steady.steady_steps)
     steady_syncs = sum(hotspot.steady_count for hotspot in analysis.sync_hotspots)
-    latent = sum(sync.steady_count for sync in analysis.latent_syncs)
+    would_wait = [sync for sync in analysis.latent_syncs if sync.cpu_value is None]
+    latent = sum(sync.steady_count for sync in would_wait)
+    cpu_reads = _cpu_reads(analysis)
     if not analysis.has_gpu and analysis.meta.foreign_accelerator is not None:
         pass  # the accelerator's own waits are not CUDA calls: none could be counted
     elif not analysis.has_gpu and latent and steady_steps:
@@ -109,11 +112,27 @@ def scorecard(report: Report) -> tuple[Score, ...]:
                 f"{latent / steady_steps:.3g} on a GPU",
                 (
                     "Not measured (GPU activity was not recorded), but these operators make the host "
-                    "wait on a GPU: see the findings."
+                    f"wait on a GPU: see the findings.{cpu_reads}"
                     if analysis.meta.gpus_unprofiled
                     else "None on this run (no GPU), but these operators would make the host wait on "
-                    "one: see the findings."
+                    f"one: see the findings.{cpu_reads}"
                 ),
+                "warn",
+            )
+        )
+    elif not analysis.has_gpu and would_wait and not steady_steps:
+        total = sum(sync.count for sync in would_wait)
+        absent = (
+            "Not measured (GPU activity was not recorded)"
+            if analysis.meta.gpus_unprofiled
+            else "None on this run (no GPU)"
+        )
+        scores.append(
+            Score(
+                "Host syncs",
+                f"{total} on a GPU",
+                f"No step markers: counted over the whole trace. {absent}, but these operators "
+                f"would make the host wait on one: see the findings.{cpu_reads}",
                 "warn",
             )
         )
@@ -126,7 +145,7 @@ def scorecard(report: Report) -> tuple[Score, ...]:
         else:
             level = "warn" if per_step <= 2 else "bad"
             verdict = "Each sync stops the host from queueing ahead."
-        scores.append(Score("Host syncs / step", f"{per_step:.3g}", verdict, level))
+        scores.append(Score("Host syncs / step", f"{per_step:.3g}", verdict + cpu_reads, level))
     else:
         sync_count = sum(hotspot.count for hotspot in analysis.sync_hotspots)  # waits, a copy + sync once
         scores.append(
@@ -147,3 +166,16 @@ def scorecard(report: Report) -> tuple[Score, ...]:
             )
         )
     return tuple(scores)
+
+
+def _cpu_reads(analysis: Analysis) -> str:
+    """`` N reads of CPU values …`` when a run without a GPU read CPU values (not syncs on a GPU)."""
+    kept = [sync for sync in analysis.latent_syncs if sync.cpu_value is not None]
+    if not kept:
+        return ""
+    count = sum(sync.count for sync in kept)
+    kinds = sorted({sync.cpu_value for sync in kept if sync.cpu_value})
+    return (
+        f" Not counted: {count} read{'s' if count != 1 else ''} of CPU values ({', '.join(kinds)}), "
+        "which stay on the CPU with a GPU too."
+    )

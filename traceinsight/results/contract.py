@@ -267,6 +267,25 @@ def result_of(report: Report) -> t.Result:
             )
             for hotspot in analysis.sync_hotspots
         ),
+        latent_syncs=tuple(
+            t.LatentSync(
+                op=latent.op,
+                ops=latent.ops,
+                op_chain=latent.op_chain,
+                source=latent.source,
+                source_kind=latent.source_kind,
+                module=latent.module,
+                count=latent.count,
+                steady_count=latent.steady_count,
+                formatting=latent.formatting,
+                cpu_value=latent.cpu_value,
+                cpu_detail=latent.cpu_detail,
+                source_line_kind=latent.source_line_kind,
+                source_function=latent.source_function,
+                framework_call=latent.framework_call,
+            )
+            for latent in analysis.latent_syncs
+        ),
         findings=_findings(report),
         kernels=tuple(
             t.Kernel(

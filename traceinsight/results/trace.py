@@ -52,6 +52,7 @@ __all__ = [
     "HostOp",
     "IdleGap",
     "Kernel",
+    "LatentSync",
     "Memory",
     "MemoryDevice",
     "MemorySample",
@@ -290,6 +291,29 @@ class SyncHotspot:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LatentSync:
+    """In a trace without GPU work, what one line runs that would make the host wait for a GPU,
+    or, with ``cpu_value`` set, a read of a value that stays on the CPU with a GPU too (see
+    :class:`traceinsight.analysis.latent.LatentSync`)."""
+
+    op: str
+    ops: tuple[str, ...] = ()
+    op_chain: str | None = None
+    source: str | None = None
+    source_kind: str | None = None
+    module: str | None = None
+    count: int = field(default=0, metadata=_COUNT)
+    steady_count: int = field(default=0, metadata=_COUNT)
+    formatting: bool = False
+    #: ``data loading`` or ``optimizer step counters`` for a read of a CPU value; None otherwise.
+    cpu_value: str | None = None
+    cpu_detail: str | None = None
+    source_line_kind: str | None = None
+    source_function: str | None = None
+    framework_call: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Advice:
     """What to change, with a before/after snippet."""
 
@@ -443,6 +467,8 @@ class Result:
     overlap: dict[str, float | None] = field(default_factory=dict, metadata=_SHARE)
     syncs: tuple[SyncCall, ...] = ()
     sync_hotspots: tuple[SyncHotspot, ...] = ()
+    #: Empty in a trace with GPU work.
+    latent_syncs: tuple[LatentSync, ...] = ()
     findings: tuple[Finding, ...] = ()
     kernels: tuple[Kernel, ...] = ()
     host: Host

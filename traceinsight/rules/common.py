@@ -11,6 +11,7 @@ from traceinsight.analysis.results import SyncHotspot
 from traceinsight.analysis.sources import CALL, DEF, LIBRARY, RECORDING_START, Located
 from traceinsight.analysis.usage import Usage
 from traceinsight.formatting import format_duration, format_share, source_label, source_place
+from traceinsight.load import RunProfile
 from traceinsight.rules.findings import Advice, Finding, Severity
 
 
@@ -141,11 +142,14 @@ def source_evidence(
     source_kind: str | None,
     line_kind: str | None = CALL,
     function: str | None = None,
+    *,
+    run: RunProfile | None = None,
 ) -> str:
     """The evidence line for the source: the line, what kind of line it is when it is not the
-    call's, and how to get the call's line."""
+    call's, and how to get the call's line; without one, how to get it (for a trace of
+    ``traceinsight run``, with run's own options: ``run``)."""
     if source is None:
-        return "not recorded (profile with with_stack=True to name the line)"
+        return f"not recorded ({no_line_hint(run)})"
     library = (
         "library code, the innermost frame outside torch; if this package is yours, pass --user-code PACKAGE"
     )
@@ -169,9 +173,27 @@ def source_evidence(
     return f"{what}{'; ' + library if source_kind == LIBRARY else ''}; {exact_line(function)}"
 
 
-def located_evidence(item: Located) -> str:
-    """:func:`source_evidence` for a result that names a source line."""
-    return source_evidence(item.source, item.source_kind, item.source_line_kind, item.source_function)
+def located_evidence(item: Located | None, run: RunProfile | None = None) -> str:
+    """:func:`source_evidence` for a result that names a source line (or for none)."""
+    if item is None:
+        return source_evidence(None, None, run=run)
+    return source_evidence(
+        item.source, item.source_kind, item.source_line_kind, item.source_function, run=run
+    )
+
+
+def no_line_hint(run: RunProfile | None) -> str:
+    """How to get the source line of a finding that has none."""
+    if run is None:
+        return "profile with with_stack=True to name the line"
+    if run.step_marks == "none":
+        return (
+            "no step was marked, so the run was recorded without Python frames; call "
+            "traceinsight.step() at the end of each iteration of your loop"
+        )
+    if run.stacks == "none":
+        return "recorded with --stacks none; run with --stacks user to name the line"
+    return "no frame of your code was running around it"
 
 
 def how_often(analysis: Analysis, count: int) -> str:

@@ -30,7 +30,6 @@ from traceinsight.rules.common import (
     per_step,
     place,
     saving_of,
-    source_evidence,
 )
 from traceinsight.rules.findings import Finding
 from traceinsight.rules.registry import rule
@@ -171,7 +170,7 @@ def pageable_memcpy(analysis: Analysis) -> Iterator[Finding]:
             ("host blocked in the copy calls", in_saving_unit(analysis, call_ns)),
             *_wait_lines(analysis, hotspots),
             ("GPU idle right after the waits", _idle_caused(analysis, hotspots)),
-            ("source", located_evidence(top) if top else source_evidence(None, None)),
+            ("source", located_evidence(top, analysis.meta.recorded_by_run)),
         ]
         yield make_finding(
             analysis,
@@ -234,7 +233,7 @@ def blocking_h2d(analysis: Analysis) -> Iterator[Finding]:
                     "copy time not under compute",
                     f"{in_saving_unit(analysis, exposed)}, {1 - ratio:.0%} of it",
                 ),
-                ("source", located_evidence(top) if top else source_evidence(None, None)),
+                ("source", located_evidence(top, analysis.meta.recorded_by_run)),
             ]
         )
         yield make_finding(

@@ -35,7 +35,6 @@ from traceinsight.rules.common import (
     place,
     saving_from_total,
     saving_of,
-    source_evidence,
     usage_amount,
 )
 from traceinsight.rules.communication import communication_advice
@@ -126,6 +125,24 @@ def _steady_gaps(analysis: Analysis, device: int, kind: CauseKind) -> list[IdleG
     ]
 
 
+def _within(
+    spans: tuple[tuple[int, int], ...], windows: tuple[tuple[int, int], ...]
+) -> list[tuple[int, int]]:
+    """``spans`` merged where they overlap and cut to ``windows`` (both ``[start, end)``)."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return [
+        (max(start, w_start), min(end, w_end))
+        for start, end in merged
+        for w_start, w_end in windows
+        if start < w_end and end > w_start
+    ]
+
+
 def _cpu_dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
     """Without GPU work: steady steps that spend ``dataloader_idle_share`` or more in ``__next__``.
 
@@ -133,8 +150,10 @@ def _cpu_dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
     back; on a GPU the same wait would leave the GPU idle.
     """
     limits = analysis.thresholds
-    waits = analysis.fix_inputs.dataloader_waits
     steps = analysis.steady.steady_steps
+    # Clipped to the steady steps and merged: a wait running past its step's end, or nested in
+    # another, is counted once and only inside the steps (a card once said 107% of the step).
+    waits = _within(analysis.fix_inputs.dataloader_waits, tuple((s.start_ns, s.end_ns) for s in steps))
     window = sum(step.duration_ns for step in steps)
     waited = sum(end - start for start, end in waits)
     if not steps or not waits or waited < limits.dataloader_idle_share * window:
@@ -210,7 +229,7 @@ def dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
                     f"{len(waits)} (longest gap {format_duration(longest.duration_ns) if longest else '—'})",
                 ),
                 ("iterator", iterator),
-                ("source", located_evidence(longest) if longest else source_evidence(None, None)),
+                ("source", located_evidence(longest, analysis.meta.recorded_by_run)),
             ),
             advice=advice.WORKERS,
             why="The training loop asks for the next batch only after queuing the last step; while the "
@@ -282,7 +301,7 @@ def host_preprocessing(analysis: Analysis) -> Iterator[Finding]:
                 if ops
                 else "no operator: Python the profiler did not record (decoding, augmenting a batch)",
             ),
-            ("source", located_evidence(found)),
+            ("source", located_evidence(found, analysis.meta.recorded_by_run)),
         ]
         yield make_finding(
             analysis,
@@ -396,7 +415,7 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
         if top_gaps:
             longest = max(top_gaps, key=lambda gap: gap.duration_ns)
             evidence.append(("longest such gap", f"{format_duration(longest.duration_ns)}: {longest.cause}"))
-            evidence.append(("source", located_evidence(longest)))
+            evidence.append(("source", located_evidence(longest, analysis.meta.recorded_by_run)))
         saving = saving_from_total(analysis, rest, window)
         yield make_finding(
             analysis,

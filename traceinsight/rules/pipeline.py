@@ -61,7 +61,12 @@ def pipeline_bubble(analysis: Analysis) -> Iterator[Finding]:
         ]
         if longest is not None:
             evidence.append(("longest such gap", f"{format_duration(longest.duration_ns)}: {longest.cause}"))
-            evidence.append(("source", source_evidence(longest.source, longest.source_kind)))
+            evidence.append(
+                (
+                    "source",
+                    source_evidence(longest.source, longest.source_kind, run=analysis.meta.recorded_by_run),
+                )
+            )
         data_parallel = analysis.communication.data_parallel
         if data_parallel:
             title = f"GPU {usage.device} waits for {other} {amount} (nn.DataParallel): its replicas wait for one another"

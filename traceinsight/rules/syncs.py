@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from traceinsight.analysis import Analysis
+from traceinsight.analysis.latent import LatentSync
 from traceinsight.analysis.replay import Fix
 from traceinsight.analysis.results import SyncHotspot
 from traceinsight.load import taxonomy
@@ -84,7 +85,7 @@ def _sync_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
             ("call", hotspot.call_text),
             ("operator chain", hotspot.op_chain or "not recorded"),
             ("waits for", hotspot.copy or "everything queued on the GPU (no copy right before)"),
-            ("source", located_evidence(hotspot)),
+            ("source", located_evidence(hotspot, analysis.meta.recorded_by_run)),
             (
                 "how often",
                 f"{often} ({hotspot.steady_count} in the steady state, {hotspot.count} in the trace)",
@@ -200,15 +201,48 @@ _LATENT_WHAT: dict[str, tuple[str, Advice]] = {
     "aten::repeat_interleave": ("`repeat_interleave` with tensor repeats", advice.DATA_DEPENDENT),
     "aten::tolist": ("`.tolist()`", advice.TO_HOST),
 }
+_FORMATTING = '`print(tensor)` or formatting a tensor (`str(t)`, `f"{t}"`)'
+_ON_THIS_RUN_IN_FORWARD = "no GPU, so it did not wait; on a GPU it reads a GPU value and waits for the queue"
+#: Outside a forward the trace cannot tell where the value would live: said, not guessed.
+_ON_THIS_RUN = (
+    "no GPU, so it did not wait; on a GPU it waits for the queue if the value is there (computed by "
+    "the model, or moved with .to(device)): the trace cannot tell; a value the data pipeline made on "
+    "the CPU would not wait"
+)
+
+
+def latent_what(latent: LatentSync) -> tuple[str, Advice]:
+    """What the line does, in plain words, and the one fix: framework code that syncs by design is
+    named (its fix is in how it is called); a tensor's formatting is that, whatever operators it
+    runs; otherwise each kind of read the line makes, the first one's advice."""
+    if latent.framework_call in advice.DESIGNED_SYNC:
+        what, _, designed_fix = advice.DESIGNED_SYNC[latent.framework_call]
+        return what, designed_fix
+    if latent.formatting:
+        return _FORMATTING, advice.ITEM
+    names: list[str] = []
+    fixes: list[Advice] = []
+    for op in latent.ops or (latent.op,):
+        what, fix = _LATENT_WHAT.get(op, (f"`{op}`", advice.TO_HOST))
+        if what not in names:
+            names.append(what)
+            fixes.append(fix)
+    words = (
+        names[0]
+        if len(names) == 1
+        else ", ".join(names[:-1]) + " and " + names[-1][0].lower() + names[-1][1:]
+    )
+    return words, fixes[0]
 
 
 def _latent_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
+    run = analysis.meta.recorded_by_run
     for latent in analysis.latent_syncs:
+        if latent.cpu_value is not None:
+            continue  # reads a CPU value whatever the device: no wait on a GPU
         if (latent.module is not None) != in_forward or not repeats(analysis, latent.steady_count):
             continue
-        what, fix_advice = _LATENT_WHAT.get(latent.op, (f"`{latent.op}`", advice.TO_HOST))
-        if latent.framework_call in advice.DESIGNED_SYNC:
-            what, _, fix_advice = advice.DESIGNED_SYNC[latent.framework_call]
+        what, fix_advice = latent_what(latent)
         often = how_often(analysis, latent.steady_count)
         at = place(latent)
         listed = analysis.meta.gpus_unprofiled
@@ -225,7 +259,7 @@ def _latent_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
         )
         evidence = [
             ("operator chain", latent.op_chain or latent.op),
-            ("source", located_evidence(latent)),
+            ("source", located_evidence(latent, run)),
             (
                 "how often",
                 f"{often} ({latent.steady_count} in the steady state, {latent.count} in the trace)",
@@ -235,9 +269,13 @@ def _latent_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
                 f"GPU activity was not recorded ({listed} listed), so whether it waited cannot be seen; "
                 "on a GPU it reads a GPU value and waits for the queue"
                 if listed
-                else "no GPU, so it did not wait; on a GPU it reads a GPU value and waits for the queue",
+                else _ON_THIS_RUN_IN_FORWARD
+                if latent.module
+                else _ON_THIS_RUN,
             ),
         ]
+        if len(latent.ops) > 1:
+            evidence.insert(1, ("operators at this line", ", ".join(latent.ops)))
         if latent.module:
             evidence.insert(0, ("inside the forward of", latent.module))
         if latent.framework_call is not None:
@@ -259,4 +297,16 @@ def _latent_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
             located=latent,
             framework_call=latent.framework_call,
             op=latent.op,
-        ).with_(saving_known=False, severity="medium")
+        ).with_(saving_known=False, severity=_latent_severity(analysis, latent))
+
+
+#: Would-be waits per step from which a latent sync ranks as high (its saving cannot be measured,
+#: so findings of unknown saving rank by how often they would wait: one in each of 30 layers'
+#: forward before one `.item()` per step).
+_LATENT_HIGH_PER_STEP = 4
+
+
+def _latent_severity(analysis: Analysis, latent: LatentSync) -> str:
+    steps = len(analysis.steady.steady_steps)
+    per_step = latent.steady_count / steps if steps else 0
+    return "high" if per_step >= _LATENT_HIGH_PER_STEP else "medium"
