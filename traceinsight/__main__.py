@@ -12,12 +12,13 @@ from __future__ import annotations
 import os
 import sys
 
-from traceinsight.process import collector_paused
-
 
 def main() -> None:
     """Import the commands and run them."""
     try:
+        # inside: process.py's own imports (concurrent.futures, logging) are part of the start-up
+        from traceinsight.process import collector_paused
+
         with collector_paused():
             from traceinsight.commands import main as commands_main
     except KeyboardInterrupt:
