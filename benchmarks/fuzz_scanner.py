@@ -65,6 +65,8 @@ SANITIZE = [
     "-O1",
 ]
 #: How long one corpus case may take through the CLI (sanitized: the slowest takes about 10 s).
+#: Most blocks one input is read in by the mutation loop (see ``Fuzzer.check``).
+MAX_BLOCKS = 2_000
 CLI_SECONDS = 300
 #: The command as ``python -m traceinsight`` runs it, with every thread's stack printed on SIGUSR1,
 #: so that a case that hangs says where.
@@ -296,7 +298,11 @@ class Fuzzer:
         gzipped = self.rng.random() < 0.3
         path = self.work / ("input.json.gz" if gzipped else "input.json")
         path.write_bytes(gzip.compress(data, compresslevel=1) if gzipped else data)
-        native.BLOCK_BYTES = self.rng.choice([1, 7, 64, 200, 4096, 65536, 1 << 20, 16 << 20])
+        # Each block costs about 2 ms (more under the sanitizers): a repetitive mutant a megabyte
+        # long read 1 byte at a time held CI for 12 minutes on one input. Blocks small enough to
+        # split every token, but never more than MAX_BLOCKS of them.
+        sizes = [1, 7, 64, 200, 4096, 65536, 1 << 20, 16 << 20]
+        native.BLOCK_BYTES = self.rng.choice([size for size in sizes if len(data) <= size * MAX_BLOCKS])
         native.SCAN_THREADS = self.rng.choice([1, 2])
         self.counts["inputs"] += 1
         outcome: Any
