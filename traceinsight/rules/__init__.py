@@ -22,8 +22,8 @@ def is_minor(analysis: Analysis, finding: Finding) -> bool:
     return share < limits.minor_share and finding.savings_ns < limits.minor_total_us * 1000
 
 
-def evaluate(analysis: Analysis) -> tuple[Finding, ...]:
-    """Run every registered rule; cards by largest saving first, then the minor findings."""
+def builtin_rules() -> dict[str, Rule]:
+    """The registry, with the built-in rules' modules imported (they register as they load)."""
     from traceinsight.rules import (  # noqa: F401  (registers the built-in rules)
         communication,
         copies,
@@ -36,13 +36,28 @@ def evaluate(analysis: Analysis) -> tuple[Finding, ...]:
         syncs,
     )
 
+    return REGISTRY
+
+
+def evaluate(analysis: Analysis) -> tuple[Finding, ...]:
+    """Run every registered rule; cards by largest saving first, then the minor findings."""
     findings = [
         finding.with_(minor=is_minor(analysis, finding))
-        for function in REGISTRY.values()
+        for function in builtin_rules().values()
         for finding in function(analysis)
     ]
     order = {severity: index for index, severity in enumerate(SEVERITIES)}
     return tuple(sorted(findings, key=lambda f: (f.minor, -f.savings_ns, order[f.severity], f.rule, f.title)))
 
 
-__all__ = ["REGISTRY", "Advice", "Finding", "Rule", "Severity", "evaluate", "is_minor", "rule"]
+__all__ = [
+    "REGISTRY",
+    "Advice",
+    "Finding",
+    "Rule",
+    "Severity",
+    "builtin_rules",
+    "evaluate",
+    "is_minor",
+    "rule",
+]

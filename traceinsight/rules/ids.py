@@ -19,20 +19,9 @@ __all__ = ["check_budget", "check_rule_ids", "rule_ids"]
 
 def rule_ids() -> tuple[str, ...]:
     """Every registered rule id, in registration order."""
-    from traceinsight.rules import (  # noqa: F401  (registers the built-in rules)
-        REGISTRY,
-        communication,
-        copies,
-        idle,
-        launching,
-        memory,
-        optimizer,
-        pipeline,
-        precision,
-        syncs,
-    )
+    from traceinsight.rules import builtin_rules
 
-    return tuple(REGISTRY)
+    return tuple(builtin_rules())
 
 
 def check_rule_ids(ids: Iterable[str], where: str) -> tuple[str, ...]:
