@@ -7,6 +7,9 @@ to 4 decimals, bandwidths to 3), so that a result read back from its JSON equals
 
 from __future__ import annotations
 
+from dataclasses import fields
+from typing import Any, TypeVar
+
 from traceinsight.analysis.usage import Usage, total_usage
 from traceinsight.results import trace as t
 from traceinsight.results.codec import us
@@ -14,6 +17,15 @@ from traceinsight.results.report import Report
 from traceinsight.rules.findings import Severity
 
 __all__ = ["result_of", "utilization_of"]
+
+
+_Entry = TypeVar("_Entry")
+
+
+def _mirrored(entry: type[_Entry], source: Any) -> _Entry:
+    """``entry`` made from the fields of ``source`` that it shares by name (an analysis result
+    whose contract entry keeps every field as it is)."""
+    return entry(**{item.name: getattr(source, item.name) for item in fields(entry)})  # type: ignore[arg-type]
 
 
 def _share(value: float | None) -> float | None:
@@ -267,25 +279,7 @@ def result_of(report: Report) -> t.Result:
             )
             for hotspot in analysis.sync_hotspots
         ),
-        latent_syncs=tuple(
-            t.LatentSync(
-                op=latent.op,
-                ops=latent.ops,
-                op_chain=latent.op_chain,
-                source=latent.source,
-                source_kind=latent.source_kind,
-                module=latent.module,
-                count=latent.count,
-                steady_count=latent.steady_count,
-                formatting=latent.formatting,
-                cpu_value=latent.cpu_value,
-                cpu_detail=latent.cpu_detail,
-                source_line_kind=latent.source_line_kind,
-                source_function=latent.source_function,
-                framework_call=latent.framework_call,
-            )
-            for latent in analysis.latent_syncs
-        ),
+        latent_syncs=tuple(_mirrored(t.LatentSync, latent) for latent in analysis.latent_syncs),
         findings=_findings(report),
         kernels=tuple(
             t.Kernel(
