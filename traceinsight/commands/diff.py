@@ -8,10 +8,12 @@ gate read.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 
@@ -21,11 +23,13 @@ from traceinsight.process import libraries_loading, quiet_blas, work_done
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from traceinsight.commands.job import JobFiles
     from traceinsight.commands.options import Reading, Wanted
     from traceinsight.load.progress import ProgressCallback
-    from traceinsight.results import Comparison, Result
+    from traceinsight.results import Comparison, JobResult, Result
+    from traceinsight.results.job_comparison import JobComparison
 
-__all__ = ["diff", "diff_and_write", "side_of"]
+__all__ = ["Side", "diff", "diff_and_write", "side_of", "sort_side"]
 
 
 def diff(
@@ -35,7 +39,8 @@ def diff(
             metavar="BEFORE",
             show_default=False,
             readable=False,
-            help="The baseline: a trace (.json/.json.gz) or a result of analyze --json.",
+            help="The baseline: a trace (.json/.json.gz) or a result of analyze --json; or a job: its "
+            "result of analyze --json, a folder or a quoted pattern of its rank traces.",
         ),
     ],
     after: Annotated[
@@ -44,7 +49,7 @@ def diff(
             metavar="AFTER",
             show_default=False,
             readable=False,
-            help="The change to judge: a trace or a result of analyze --json.",
+            help="The change to judge: the same kind as BEFORE (a trace or its result, or a job).",
         ),
     ],
     output: Annotated[
@@ -61,7 +66,10 @@ def diff(
     markdown: options.MarkdownOption = None,
     no_html: options.NoHtmlOption = False,
     top: Annotated[
-        int, typer.Option("--top", metavar="N", min=1, help="Kernels listed whose time changed most.")
+        int,
+        typer.Option(
+            "--top", metavar="N", min=1, help="Kernels listed whose time changed most (two jobs: ranks)."
+        ),
     ] = 10,
     min_gap_us: options.MinGapOption = options.DEFAULTS.min_gap_us,
     low_utilization: options.LowUseOption = options.DEFAULTS.low_utilization,
@@ -86,14 +94,18 @@ def diff(
     """Compare two runs: step time, GPU busy and idle by cause, syncs, copies, communication,
     findings fixed / new / still there, and the kernels that changed most.
 
-    A stored result (analyze --json) works as a baseline without its trace. The gate options hold
-    AFTER to the budgets, and --max-regression its step time to BEFORE's.
+    Two jobs (results, folders or patterns of rank traces) compare as a whole, rank by rank, and by
+    their stragglers gone / new / still there. A stored result (analyze --json) works as a baseline
+    without its traces. The gate options hold AFTER to the budgets (a job: every rank), and
+    --max-regression its (median) step time to BEFORE's.
     """
     quiet_blas()
     with libraries_loading():
         from traceinsight.commands.common import gate
         from traceinsight.load.progress import terminal_progress
-        from traceinsight.results.gate import broken_diff
+        from traceinsight.results import JobResult, Result
+        from traceinsight.results.gate import broken_diff, broken_job_diff
+        from traceinsight.results.job_comparison import JobComparison
 
     read = options.settings(
         output=output, json_out=json_out, markdown=markdown, no_html=no_html, force=force, user_code=user_code,
@@ -110,14 +122,21 @@ def diff(
         top=top,
     )
     work_done()
-    status = gate(broken_diff(comparison, after_result, read.budgets)) if not read.budgets.empty else 0
+    status = 0
+    if not read.budgets.empty:
+        if isinstance(comparison, JobComparison):
+            assert isinstance(after_result, JobResult)
+            status = gate(broken_job_diff(comparison, after_result, read.budgets))
+        else:
+            assert isinstance(after_result, Result)
+            status = gate(broken_diff(comparison, after_result, read.budgets))
     if status:
         raise typer.Exit(status)
 
 
 def side_of(path: Path, reading: Reading, progress: ProgressCallback | None = None) -> Result:
-    """One side of a diff: the result stored in ``path`` when it is one (``analyze --json``), else
-    the trace analyzed as ``analyze`` does."""
+    """One side of a diff of two traces: the result stored in ``path`` when it is one
+    (``analyze --json``), else the trace analyzed as ``analyze`` does."""
     from traceinsight.commands.common import read_trace
     from traceinsight.results import Result
     from traceinsight.results.stored import read_stored_result
@@ -126,6 +145,99 @@ def side_of(path: Path, reading: Reading, progress: ProgressCallback | None = No
     if stored is not None:
         return stored
     return read_trace(path, reading, progress=progress)
+
+
+@dataclass(frozen=True, slots=True)
+class Side:
+    """One side of a diff, sorted before anything slow is done (:func:`sort_side`): a stored
+    result (a trace's or a job's), a job's traces to analyze (a folder, a pattern), or a trace."""
+
+    path: Path
+    stored: Result | JobResult | None = None
+    files: JobFiles | None = None
+
+    @property
+    def is_job(self) -> bool:
+        """A job's result, or a job's traces."""
+        from traceinsight.results import JobResult
+
+        return self.files is not None or isinstance(self.stored, JobResult)
+
+    @property
+    def words(self) -> str:
+        """What the side is, for the line that refuses a job beside a trace."""
+        if self.files is not None:
+            return f"a job ({len(self.files.discovery.files)} traces)"
+        if self.stored is not None:
+            return "a job's result" if self.is_job else "a trace's result"
+        return "one trace"
+
+    @property
+    def inputs(self) -> list[Path]:
+        """The files no output may replace."""
+        return [self.path] if self.files is None else [self.path, *self.files.paths]
+
+    @property
+    def label(self) -> str:
+        """The side's name in every output: the file's, the folder's, or the pattern as given."""
+        from traceinsight.job.discover import is_job
+        from traceinsight.load.text import printable
+
+        if self.files is not None and not self.path.is_dir() and is_job([self.path]):
+            return printable(str(self.path))  # a pattern: its name alone says too little
+        return printable(self.path.resolve().name if self.path.is_dir() else self.path.name) or "job"
+
+    @property
+    def stem(self) -> str:
+        """The side's name in the default page's file name (no pattern characters)."""
+        from traceinsight.commands.common import stem
+
+        if self.files is None or self.path.is_dir():
+            return stem(self.path.resolve() if self.path.is_dir() else self.path) or "job"
+        fixed = [part for part in self.path.parts[:-1] if not _GLOB.search(part)]
+        return fixed[-1] if fixed and fixed[-1] not in (".", "/") else "job"
+
+
+_GLOB: Final = re.compile(r"[*?\[]")
+
+
+def sort_side(path: Path, reading: Reading) -> Side:
+    """What ``path`` is (see :class:`Side`): a folder or a pattern is a job, its traces found and
+    sorted now (:func:`~traceinsight.commands.job.job_files`); a file is a stored result when its
+    first bytes say so, else a trace."""
+    from traceinsight.commands.job import job_files
+    from traceinsight.job.discover import is_job
+    from traceinsight.results.stored import read_stored_side
+
+    if is_job([path]):
+        return Side(path, files=job_files([path]))
+    return Side(path, stored=read_stored_side(path, reading.limit))
+
+
+def _check_same_kind(before: Side, after: Side) -> None:
+    """A job is compared with a job, a trace with a trace: anything else is one line."""
+    from traceinsight.errors import TraceFormatError
+    from traceinsight.load.text import printable
+
+    if before.is_job == after.is_job:
+        return
+    raise TraceFormatError(
+        f"cannot compare {printable(str(before.path))} with {printable(str(after.path))}: BEFORE is "
+        f"{before.words} and AFTER {after.words}; give two jobs (results of analyze --json of a job, "
+        "folders or patterns of rank traces) or two traces (a rank's trace on each side)"
+    )
+
+
+def _job_of(side: Side, reading: Reading, force: bool) -> JobResult:
+    """The job's result of a job side: stored, or its ranks analyzed as ``analyze`` does."""
+    from traceinsight.commands.job import run_job
+    from traceinsight.results import JobResult
+    from traceinsight.results.job import job_result_of
+
+    if isinstance(side.stored, JobResult):
+        return side.stored
+    assert side.files is not None
+    return job_result_of(run_job(side.files, reading, force=force))
 
 
 def diff_and_write(
@@ -137,26 +249,48 @@ def diff_and_write(
     progress: Callable[[Path], AbstractContextManager[ProgressCallback | None]] | None = None,
     console: Console | None = None,
     top: int = 10,
-) -> tuple[Comparison, Result]:
-    """Compare ``before`` with ``after`` (each a trace or a stored result, :func:`side_of`); write
+) -> tuple[Comparison | JobComparison, Result | JobResult]:
+    """Compare ``before`` with ``after``: two traces or their stored results (:func:`side_of`), or
+    two jobs, each a job's stored result, a folder or a pattern of rank traces (analyzed as
+    ``analyze`` analyzes a job); a job beside a trace is refused before anything is analyzed. Write
     the outputs ``wanted`` asks for (the page by default, ``./<before>-vs-<after>.html``); print the
     summary. Returns the comparison and the after side's result (for the gate). ``progress(path)``
-    opens the load's progress display for each trace read; ``top`` kernels are listed."""
-    from traceinsight.commands.common import plan, show, stem, write
-    from traceinsight.load.text import printable
+    opens the load's progress display for each trace read; ``top`` kernels are listed (a job's:
+    ``top`` ranks in the summary)."""
+    from traceinsight.commands.common import plan, show, write
     from traceinsight.results import compare
+    from traceinsight.results.job_comparison import compare_jobs
 
+    sides = [sort_side(path, reading) for path in (before, after)]
+    _check_same_kind(*sides)
     planned = plan(
         wanted,
-        Path.cwd() / f"{stem(before)}-vs-{stem(after)}.html",
-        inputs=[before, after],
+        Path.cwd() / f"{sides[0].stem}-vs-{sides[1].stem}.html",
+        inputs=[path for side in sides for path in side.inputs],
         inputs_are="one of the runs compared",
     )
-    sides = []
-    for path in (before, after):
-        with progress(path) if progress is not None else nullcontext() as callback:
-            sides.append(side_of(path, reading, callback))
-    comparison = compare(sides[0], sides[1], printable(before.name), printable(after.name), top=top)
+    comparison: Comparison | JobComparison
+    if sides[0].is_job:
+        jobs = [_job_of(side, reading, wanted.force) for side in sides]
+        comparison = compare_jobs(jobs[0], jobs[1], sides[0].label, sides[1].label)
+        after_result: Result | JobResult = jobs[1]
+    else:
+        results = []
+        for side in sides:
+            with progress(side.path) if progress is not None else nullcontext() as callback:
+                results.append(_trace_of(side, reading, callback))
+        comparison = compare(results[0], results[1], sides[0].label, sides[1].label, top=top)
+        after_result = results[1]
     written, to_stdout = write(comparison, planned, page_label="page")
-    show(comparison, written, console=console, to_stderr=to_stdout)
-    return comparison, sides[1]
+    show(comparison, written, console=console, to_stderr=to_stdout, top=top if sides[0].is_job else None)
+    return comparison, after_result
+
+
+def _trace_of(side: Side, reading: Reading, progress: ProgressCallback | None) -> Result:
+    """A trace side's result: stored, or the trace analyzed."""
+    from traceinsight.commands.common import read_trace
+    from traceinsight.results import Result
+
+    if isinstance(side.stored, Result):
+        return side.stored
+    return read_trace(side.path, reading, progress=progress)

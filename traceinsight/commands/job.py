@@ -26,14 +26,15 @@ from traceinsight.commands.options import Reading, Wanted
 from traceinsight.commands.outputs import Kind, Output, check_outputs, publish, stage
 from traceinsight.config import SourceRoot
 from traceinsight.errors import OutputError
-from traceinsight.job import discover_ranks
+from traceinsight.job import RankReports, discover_ranks
+from traceinsight.job.discover import Discovery
 from traceinsight.job.execute import analyze_job, rank_progress
 from traceinsight.job.triage import triage
 from traceinsight.render.html import HtmlRenderer
 from traceinsight.results import JobResult, Result
-from traceinsight.results.job import RankResult, job_result_of
+from traceinsight.results.job import JobReport, RankResult, job_result_of
 
-__all__ = ["JobOptions", "analyze_job_and_write", "stage_rank_reports"]
+__all__ = ["JobFiles", "JobOptions", "analyze_job_and_write", "job_files", "run_job", "stage_rank_reports"]
 
 #: The names of the files ``--per-rank`` writes.
 _PER_RANK_NAME: Final = re.compile(r"rank-\d+\.(?:json|html)")
@@ -76,6 +77,57 @@ def stage_rank_reports(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class JobFiles:
+    """A job's traces, found and sorted before any rank is analyzed (:func:`job_files`)."""
+
+    discovery: Discovery
+    #: The process whose profiler cycles the files are (None: they are ranks; see :mod:`~traceinsight.job.triage`).
+    cycles_of: str | None
+
+    @property
+    def paths(self) -> list[Path]:
+        """The traces' paths (the inputs no output may replace)."""
+        return [file.path for file in self.discovery.files]
+
+
+def job_files(arguments: Sequence[Path], *, follow_symlinks: bool = False) -> JobFiles:
+    """The job's traces among ``arguments`` (traces, folders, patterns): what is not a trace (a job's
+    own result, a config) skipped with a note, before any rank is analyzed."""
+    discovery = discover_ranks(list(arguments), follow_symlinks=follow_symlinks)
+    sorted_out = triage(discovery.files)
+    discovery = dataclasses.replace(
+        discovery, files=sorted_out.files, notes=(*discovery.notes, *sorted_out.notes)
+    )
+    return JobFiles(discovery, sorted_out.cycles_of)
+
+
+def run_job(
+    found: JobFiles,
+    reading: Reading,
+    *,
+    force: bool = False,
+    each: RankReports | None = None,
+    dask: str | None = None,
+    workers: int | None = None,
+) -> JobReport:
+    """Analyze and combine the job's ranks as ``analyze`` does, the ranks' progress bar on stderr
+    (see :func:`~traceinsight.job.execute.analyze_job`)."""
+    with rank_progress(len(found.discovery.files)) as progress:
+        return analyze_job(
+            found.discovery,
+            thresholds=reading.thresholds,
+            user_code=reading.user_code,
+            max_bytes=reading.limit.max_bytes,
+            force=force,
+            each=each,
+            dask=dask,
+            workers=workers,
+            progress=progress,
+            cycles_of=found.cycles_of,
+        )
+
+
 def analyze_job_and_write(
     arguments: list[Path],
     wanted: Wanted,
@@ -95,13 +147,8 @@ def analyze_job_and_write(
     they are put in place only once the job's own checks have passed (nothing is written for a job
     that fails), and go through the same output checks as every other file.
     """
-    discovery = discover_ranks(arguments, follow_symlinks=job.follow_symlinks)
-    # what is not a trace (a job's own result, a config) is skipped, before any rank is analyzed
-    sorted_out = triage(discovery.files)
-    discovery = dataclasses.replace(
-        discovery, files=sorted_out.files, notes=(*discovery.notes, *sorted_out.notes)
-    )
-    inputs = [file.path for file in discovery.files]
+    found = job_files(arguments, follow_symlinks=job.follow_symlinks)
+    inputs = found.paths
     planned = plan(wanted, default_page(arguments), inputs=inputs, inputs_are="a trace of the job")
     per_rank = job.per_rank
     if per_rank is not None:
@@ -112,19 +159,7 @@ def analyze_job_and_write(
         root = None if source_root is None else str(source_root.folder.resolve())
         each = functools.partial(stage_rank_reports, str(staging), root)
     try:
-        with rank_progress(len(discovery.files)) as progress:
-            combined = analyze_job(
-                discovery,
-                thresholds=reading.thresholds,
-                user_code=reading.user_code,
-                max_bytes=reading.limit.max_bytes,
-                force=wanted.force,
-                each=each,
-                dask=job.dask,
-                workers=job.workers,
-                progress=progress,
-                cycles_of=sorted_out.cycles_of,
-            )
+        combined = run_job(found, reading, force=wanted.force, each=each, dask=job.dask, workers=job.workers)
         result = job_result_of(combined)
         written, to_stdout = _write(result, planned, per_rank, combined.ranks, inputs)
     finally:

@@ -1,11 +1,12 @@
 """The renderers: one shape for every output, ``render(result) -> str``.
 
-Four renderers, one per format, each taking any of the three results (pyinstrument's
+Four renderers, one per format, each taking any of the four results (pyinstrument's
 ``Renderer.render(session)`` is the model): :class:`~.terminal.TerminalRenderer`,
 :class:`~.json_report.JsonRenderer`, :class:`~.markdown.MarkdownRenderer`,
 :class:`~.html.HtmlRenderer`. The JSON is the result's own (``to_json``); the summary, the page and
 the Markdown of a trace or a job are drawn from the analysis a live result carries
-(:attr:`~traceinsight.results.trace.Result.report`); a comparison carries all it shows.
+(:attr:`~traceinsight.results.trace.Result.report`); a comparison (of two traces or two jobs)
+carries all it shows.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ from __future__ import annotations
 from typing import Protocol, TypeAlias
 
 from traceinsight.errors import TraceInsightError
-from traceinsight.results import Comparison, JobReport, JobResult, Report, Result
+from traceinsight.results import Comparison, JobComparison, JobReport, JobResult, Report, Result
 
 __all__ = ["AnyResult", "NotLive", "Renderer", "live_job", "live_report"]
 
 #: What a renderer renders.
-AnyResult: TypeAlias = Result | JobResult | Comparison
+AnyResult: TypeAlias = Result | JobResult | Comparison | JobComparison
 
 
 class Renderer(Protocol):

@@ -37,11 +37,12 @@ from traceinsight.render.facts import (
     saving_text,
     time_split,
 )
+from traceinsight.render.job_diff import job_comparison_page
 from traceinsight.render.job_html import job_page
 from traceinsight.render.scorecard import Score, scorecard
 from traceinsight.render.svg import Canvas
 from traceinsight.render.templates import environment, prepare, templates_dir
-from traceinsight.results import Comparison, JobResult, Report
+from traceinsight.results import Comparison, JobComparison, JobResult, Report
 from traceinsight.results import trace as contract
 from traceinsight.rules.findings import Finding
 from traceinsight.version import __version__
@@ -322,6 +323,8 @@ class HtmlRenderer:
         """The whole page as one string (deterministic for the same result and source files)."""
         if isinstance(result, Comparison):
             return comparison_page(result)
+        if isinstance(result, JobComparison):
+            return job_comparison_page(result)
         if isinstance(result, JobResult):
             return job_page(live_job(result, "the page"))
         report = live_report(result, "the page")

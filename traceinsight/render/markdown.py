@@ -17,6 +17,16 @@ from traceinsight.analysis.usage import total_usage
 from traceinsight.formatting import format_count, format_duration, format_share, source_label
 from traceinsight.render import AnyResult, live_job, live_report
 from traceinsight.render.facts import header_facts, no_findings_text, saving_text, time_split
+from traceinsight.render.job_diff import (
+    FINDING_STATUSES,
+    STRAGGLER_STATUSES,
+    finding_saving,
+    straggler_line,
+)
+from traceinsight.render.job_diff import (
+    RANK_COLUMNS as DIFF_RANK_COLUMNS,
+)
+from traceinsight.render.job_diff import rank_cells as diff_rank_cells
 from traceinsight.render.job_text import (
     RANK_COLUMNS,
     job_headline,
@@ -26,7 +36,7 @@ from traceinsight.render.job_text import (
     straggler_lines,
 )
 from traceinsight.render.scorecard import scorecard
-from traceinsight.results import Comparison, JobReport, JobResult, Report
+from traceinsight.results import Comparison, JobComparison, JobReport, JobResult, Report
 
 __all__ = ["MAX_CHARS", "MarkdownRenderer", "code_span", "escape"]
 
@@ -86,6 +96,8 @@ class MarkdownRenderer:
         """The summary of a trace, a job or a comparison."""
         if isinstance(result, Comparison):
             return _comparison(result)
+        if isinstance(result, JobComparison):
+            return _job_comparison(result)
         if isinstance(result, JobResult):
             return _job(live_job(result, "the Markdown summary"))
         return _trace(live_report(result, "the Markdown summary"))
@@ -210,6 +222,51 @@ def _comparison(comparison: Comparison) -> str:
                 for change in comparison.kernels
             ],
         )
+    return _bounded("\n".join(lines) + "\n")
+
+
+def _job_comparison(comparison: JobComparison) -> str:
+    """The diff of two jobs as Markdown: notes, the job before and after, stragglers, the ranks
+    that changed most, findings fixed / new / still present."""
+    lines = [
+        f"## traceinsight diff of two jobs: {escape(comparison.before)} → {escape(comparison.after)}",
+        "",
+    ]
+    lines += [f"> ⚠️ Not the same setup: {escape(note, 300)}" for note in comparison.notes]
+    if comparison.notes:
+        lines.append("")
+    lines += _table(
+        ("the job (per step)", "before", "after", "change"),
+        [(escape(m.title), m.text(m.before), m.text(m.after), m.change_text()) for m in comparison.shown],
+    )
+    lines.append("")
+    for status, (title, _) in STRAGGLER_STATUSES.items():
+        moved = [change for change in comparison.stragglers if change.status == status]
+        if moved:
+            lines += [f"### {title} ({len(moved)})", ""]
+            lines += [f"- {escape(straggler_line(change), 300)}" for change in moved[:MARKDOWN_RANKS]]
+            lines.append("")
+    ranks = comparison.changed_ranks
+    lines += [
+        f"### Ranks (before → after, per steady step; {min(len(ranks), MARKDOWN_RANKS)} of {len(ranks)})",
+        "",
+    ]
+    lines += _table(
+        ("rank", *(name for _, name in DIFF_RANK_COLUMNS), "step change"),
+        [tuple(escape(cell, 120) for cell in diff_rank_cells(change)) for change in ranks[:MARKDOWN_RANKS]],
+    )
+    lines.append("")
+    for status, (title, _) in FINDING_STATUSES.items():
+        changes = [change for change in comparison.findings if change.status == status]
+        if not changes:
+            continue
+        lines += [f"### {title} ({len(changes)}; saving per step, the median rank's)", ""]
+        for change in changes[:20]:
+            minor = " (minor)" if change.minor else ""
+            lines.append(
+                f"- {code_span(change.rule)}: {escape(change.title, 300)}{minor} (saving {finding_saving(change)})"
+            )
+        lines.append("")
     return _bounded("\n".join(lines) + "\n")
 
 

@@ -17,7 +17,7 @@ from markupsafe import Markup
 from traceinsight.render.facts import saving_text
 from traceinsight.render.scorecard import scorecard
 from traceinsight.render.templates import environment
-from traceinsight.results import Comparison, JobResult, Result
+from traceinsight.results import Comparison, JobComparison, JobResult, Result
 from traceinsight.results import trace as contract
 from traceinsight.results.shown import html_of
 
@@ -92,3 +92,14 @@ def job_html(job: JobResult) -> str:
     if job.report is None:
         return _view(heading=heading, note="a stored job result: its tables are in frames")
     return _view(heading=heading, sections=_content("job.html", job_values(job.report)))
+
+
+@html_of.register
+def job_comparison_html(comparison: JobComparison) -> str:
+    """The page of two jobs compared: setup notes, the job, stragglers, ranks, findings."""
+    from traceinsight.render.job_diff import page_values as job_comparison_values
+
+    return _view(
+        heading=f"{comparison.before} → {comparison.after}",
+        sections=_content("job_diff.html", job_comparison_values(comparison)),
+    )

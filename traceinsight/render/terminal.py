@@ -35,10 +35,11 @@ from traceinsight.render.facts import (
     saving_text,
     time_split,
 )
+from traceinsight.render.job_diff import job_comparison_renderables
 from traceinsight.render.job_text import job_renderables
 from traceinsight.render.scorecard import scorecard
 from traceinsight.render.tables import DataTable, KernelTable, data
-from traceinsight.results import Comparison, JobResult, Report
+from traceinsight.results import Comparison, JobComparison, JobResult, Report
 from traceinsight.rules.findings import Finding
 
 
@@ -302,6 +303,8 @@ class TerminalRenderer:
         """Everything the summary prints, in order."""
         if isinstance(result, Comparison):
             return comparison_renderables(result)
+        if isinstance(result, JobComparison):
+            return job_comparison_renderables(result, top=self.top or _TOP_RANKS)
         if isinstance(result, JobResult):
             return job_renderables(live_job(result, "the summary"), top=self.top or _TOP_RANKS)
         return trace_renderables(live_report(result, "the summary"), self.top or _TOP)

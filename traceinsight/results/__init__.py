@@ -3,7 +3,8 @@
 - :class:`~.trace.Result`: one trace (``analyze TRACE``), made from an analysis
   (:func:`result_for`) or read back from its JSON;
 - :class:`~.job.JobResult`: a distributed job (``analyze FOLDER``);
-- :class:`~.comparison.Comparison`: two results compared (``diff``).
+- :class:`~.comparison.Comparison`: two results compared (``diff``);
+- :class:`~.job_comparison.JobComparison`: two jobs compared (``diff`` of two jobs).
 
 Each has ``to_json()`` (exactly what ``--json`` writes) and ``from_json(text)`` (what ``diff`` and
 the gate read: typed objects, never string keys), one schema version for the three
@@ -18,6 +19,7 @@ from traceinsight.load import Trace
 from traceinsight.results.comparison import Comparison, compare
 from traceinsight.results.contract import result_of
 from traceinsight.results.job import JobReport, JobResult
+from traceinsight.results.job_comparison import JobComparison, compare_jobs
 from traceinsight.results.report import Report, RunContext, report_for
 from traceinsight.results.trace import SCHEMA_VERSION, Finding, Result
 from traceinsight.thresholds import Thresholds
@@ -26,12 +28,14 @@ __all__ = [
     "SCHEMA_VERSION",
     "Comparison",
     "Finding",
+    "JobComparison",
     "JobReport",
     "JobResult",
     "Report",
     "Result",
     "RunContext",
     "compare",
+    "compare_jobs",
     "report_for",
     "result_for",
     "result_of",

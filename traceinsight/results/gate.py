@@ -15,14 +15,24 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from traceinsight.errors import ConfigError
-from traceinsight.results.comparison import Comparison, syncs_per_step
+from traceinsight.results.comparison import Comparison, Metric, syncs_per_step
 from traceinsight.results.contract import utilization_of
-from traceinsight.results.job import RankResult
+from traceinsight.results.job import JobResult, RankResult
+from traceinsight.results.job_comparison import JobComparison
 from traceinsight.results.trace import Result, Utilization
 from traceinsight.rules.findings import SEVERITIES
 from traceinsight.rules.ids import check_budget, check_rule_ids
 
-__all__ = ["EXIT_BROKEN", "Budgets", "broken", "broken_diff", "broken_ranks", "budgets_from_table"]
+__all__ = [
+    "EXIT_BROKEN",
+    "Budgets",
+    "broken",
+    "broken_diff",
+    "broken_job",
+    "broken_job_diff",
+    "broken_ranks",
+    "budgets_from_table",
+]
 
 #: The exit status of a broken gate (bad input stays 2, internal errors 3).
 EXIT_BROKEN = 1
@@ -164,10 +174,54 @@ def broken_diff(comparison: Comparison, after: Result, budgets: Budgets) -> list
     """The after side's budgets, and the step time's growth against ``--max-regression``."""
     lines = broken(after, budgets)
     if budgets.max_regression is not None:
-        step = comparison.metric("step_time")
-        if step.relative is not None and step.relative * 100 > budgets.max_regression:
-            lines.append(
-                f"the {step.label} grew {step.relative * 100:.1f}% ({step.before:,.1f} µs → {step.after:,.1f} µs), "
-                f"over --max-regression {budgets.max_regression:g}%"
-            )
+        lines += _regression(comparison.metric("step_time"), budgets.max_regression)
+    return lines
+
+
+def _regression(step: Metric, most: float) -> list[str]:
+    """The step time's growth over ``most`` percent, as a line (none when within it)."""
+    if step.relative is None or step.relative * 100 <= most:
+        return []
+    return [
+        f"the {step.label} grew {step.relative * 100:.1f}% ({step.before:,.1f} µs → {step.after:,.1f} µs), "
+        f"over --max-regression {most:g}%"
+    ]
+
+
+def broken_job(result: JobResult, budgets: Budgets) -> list[str]:
+    """A job's gate on its result: every rank held to the budgets as ``analyze`` holds it
+    (:func:`broken_ranks`) when the ranks were analyzed here. A stored job's result keeps each
+    rank's utilization and syncs per step, but of its findings only each rule's ranks, worst
+    severity and whether it was minor on every rank: those are judged once per rule, the line
+    naming the ranks."""
+    unit = "cycle" if result.job.read_as == "cycles" else "rank"
+    if result.report is not None:
+        return broken_ranks(result.report.ranks, budgets, unit)
+    on_findings = Budgets(fail_on=budgets.fail_on, fail_on_rules=budgets.fail_on_rules)
+    on_figures = replace(budgets, fail_on=None, fail_on_rules=())
+    lines: list[str] = []
+    for entry in result.findings:
+        ranks = f"{unit}{'s' if len(entry.ranks) > 1 else ''} {', '.join(map(str, entry.ranks))}"
+        lines += [f"{ranks}: {line}" for line in _broken((entry,), _UNMEASURED, None, on_findings)]
+    for rank in result.ranks:
+        lines += [
+            f"{unit} {rank.rank}: {line}"
+            for line in _broken((), rank.utilization, rank.syncs_per_step, on_figures)
+        ]
+    return lines
+
+
+#: No figures to judge (a stored job's findings are judged apart from its ranks' figures).
+_UNMEASURED = Utilization(
+    of=None, window_ns=None, busy_share=None, compute_share=None, communication_share=None,
+    copy_share=None, idle_share=None,
+)  # fmt: skip
+
+
+def broken_job_diff(comparison: JobComparison, after: JobResult, budgets: Budgets) -> list[str]:
+    """The after job's budgets (:func:`broken_job`), and its median step time's growth against
+    ``--max-regression``."""
+    lines = broken_job(after, budgets)
+    if budgets.max_regression is not None:
+        lines += _regression(comparison.metric("step_time"), budgets.max_regression)
     return lines

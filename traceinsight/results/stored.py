@@ -7,7 +7,10 @@ A baseline result comes from a teammate, a CI artifact, a bug report. It is read
   :data:`MAX_RESULT_BYTES` (or ``--max-size``) read, never more;
 - **the text** (:func:`from_text`): strict JSON under the limits of :func:`.codec.parse`, then
   every field of its type and range (:class:`.codec.Reader`), into the result type its ``kind``
-  says: :class:`~.trace.Result`, :class:`~.job.JobResult` or :class:`~.comparison.Comparison`.
+  says: :class:`~.trace.Result`, :class:`~.job.JobResult`, :class:`~.comparison.Comparison` or
+  :class:`~.job_comparison.JobComparison`. The kind is read first (``tool.kind`` ``diff``; then the
+  top-level ``kind``: ``job``, ``job-diff``), then the schema that kind had: a job's result is never
+  judged by a trace's old schema.
 
 Anything else is one line and exit 2 (:class:`~traceinsight.errors.TraceFormatError`) naming the
 file and the field. A file is taken for a stored result when its first bytes say so (an object
@@ -22,16 +25,18 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from traceinsight.errors import TraceFormatError
 from traceinsight.load.source import SizeLimit, TraceTooLarge, format_bytes, open_trace
+from traceinsight.load.text import printable
 from traceinsight.results.codec import Reader, parse, read_as
 
 if TYPE_CHECKING:
     from traceinsight.results.comparison import Comparison
     from traceinsight.results.job import JobResult
+    from traceinsight.results.job_comparison import JobComparison
     from traceinsight.results.trace import Result
 
-__all__ = ["MAX_RESULT_BYTES", "from_text", "kind_of", "read_stored_result"]
+__all__ = ["MAX_RESULT_BYTES", "from_text", "kind_of", "read_stored_result", "read_stored_side"]
 
-_R = TypeVar("_R", "Result", "JobResult", "Comparison")
+_R = TypeVar("_R", "Result", "JobResult", "Comparison", "JobComparison")
 
 #: A stored result larger than this is refused (unless ``--max-size`` says more): the largest
 #: result of the sample traces is 0.55 MB, and every list in a result is bounded.
@@ -43,17 +48,21 @@ _KINDS: Final = {
     "trace": "a trace's result",
     "job": "a job's result",
     "diff": "the output of traceinsight diff",
+    "job-diff": "the output of traceinsight diff of two jobs",
 }
 
 
 def kind_of(document: Any, reader: Reader) -> str:
-    """``trace``, ``job`` or ``diff``: which result ``document`` is (after the checks every kind
-    shares: an object written by traceinsight, in a schema this version reads)."""
+    """``trace``, ``job``, ``diff`` or ``job-diff``: which result ``document`` is (after the checks
+    every kind shares: an object written by traceinsight, in a schema this version reads)."""
     top = reader.object(document, "the result")
     tool = reader.object(top.get("tool"), "tool")
     if tool.get("name") != "traceinsight":
         reader.fail("tool.name", tool.get("name"), '"traceinsight"')
-    kind = "diff" if tool.get("kind") == "diff" else "job" if top.get("kind") == "job" else "trace"
+    if tool.get("kind") == "diff":
+        kind = "job-diff" if top.get("kind") == "job-diff" else "diff"
+    else:
+        kind = "job" if top.get("kind") == "job" else "trace"
     schema = top.get("schema")
     if kind == "trace" and isinstance(schema, int) and not isinstance(schema, bool) and 0 <= schema < 2:
         raise TraceFormatError(
@@ -82,9 +91,28 @@ def from_text(
 def read_stored_result(path: Path, cls: type[Result], limit: SizeLimit | None = None) -> Result | None:
     """The trace's result (of type ``cls``) stored in ``path`` when it is one (see the module doc),
     else None (a trace). ``limit.max_bytes`` (``--max-size``) replaces :data:`MAX_RESULT_BYTES`
-    when given. For ``diff``, which compares one trace's results: a job's result or a diff's output
-    is refused, in its words.
+    when given. For a diff of one trace's results: a job's result or a diff's output is refused,
+    in its words.
     """
+    stored = read_stored_side(path, limit)
+    if stored is None or isinstance(stored, cls):
+        return stored
+    raise TraceFormatError(
+        f"cannot compare {path}: it is a job's result (several ranks); a trace compares with a trace: give "
+        "a rank's trace or its result of traceinsight analyze --json, or two jobs"
+    )
+
+
+def read_stored_side(path: Path, limit: SizeLimit | None = None) -> Result | JobResult | None:
+    """One side of ``diff`` stored in ``path``: a trace's result or a job's, read by its kind (see
+    the module doc); None when the file is not a stored result (a trace). ``limit.max_bytes``
+    (``--max-size``) replaces :data:`MAX_RESULT_BYTES` when given. A diff's output is refused, and
+    so is a job's result written before job results held their savings per step (what a job diff
+    compares), each in its words.
+    """
+    from traceinsight.results.job import JobResult
+    from traceinsight.results.trace import Result
+
     given = limit if limit is not None else SizeLimit()
     most = given.max_bytes if given.max_bytes is not None else MAX_RESULT_BYTES
     with open_trace(path, SizeLimit(given.max_bytes)) as source:
@@ -102,17 +130,41 @@ def read_stored_result(path: Path, cls: type[Result], limit: SizeLimit | None = 
     reader = Reader(prefix, _HINT)
     document = parse(data, reader.refused)
     kind = kind_of(document, reader)
-    if kind == "diff":
+    if kind in ("diff", "job-diff"):
         raise TraceFormatError(
-            f"{prefix}: it is the output of traceinsight diff; give a trace or a result of traceinsight "
+            f"{prefix}: it is {_KINDS[kind]}; give a trace, a job's traces, or a result of traceinsight "
             "analyze --json"
         )
     if kind == "job":
-        raise TraceFormatError(
-            f"{prefix}: it is a job's result (several ranks); diff compares one trace's results: give a "
-            "rank's trace or its result of traceinsight analyze --json"
-        )
-    return read_as(cls, document, reader)
+        _check_job_era(document, prefix)
+        return read_as(JobResult, document, reader)
+    return read_as(Result, document, reader)
+
+
+def _check_job_era(document: dict[str, Any], prefix: str) -> None:
+    """A job's result from before job results held savings per step (``job.read_as`` and the
+    findings' ``savings_per_step_us`` came together) cannot be compared: one line saying so."""
+    job = document.get("job")
+    findings = document.get("findings")
+    current = (
+        isinstance(job, dict)
+        and "read_as" in job
+        and isinstance(findings, list)
+        and all(isinstance(entry, dict) and "savings_per_step_us" in entry for entry in findings)
+    )
+    if current:
+        return
+    tool = document.get("tool") or {}
+    version = tool.get("version") if isinstance(tool, dict) else None
+    written = (
+        f"traceinsight {printable(version)[:40]}" if isinstance(version, str) else "an older traceinsight"
+    )
+    schema = document.get("schema")
+    raise TraceFormatError(
+        f"{prefix}: it is a job's result written by {written} (job schema {schema!s:.10}), before job "
+        "results held their savings per step, which a job diff compares; analyze the job's traces again "
+        "(traceinsight analyze FOLDER --json job.json)"
+    )
 
 
 def _too_large(path: Path, most: int) -> TraceTooLarge:
