@@ -142,12 +142,16 @@ def read_stored_side(path: Path, limit: SizeLimit | None = None) -> Result | Job
 
 
 def _check_job_era(document: dict[str, Any], prefix: str) -> None:
-    """A job's result from before job results held savings per step (``job.read_as`` and the
-    findings' ``savings_per_step_us`` came together) cannot be compared: one line saying so."""
+    """A job's result from before job results held savings per step (job schema 1, or schema 2
+    without ``job.read_as`` and the findings' ``savings_per_step_us``, which came together) cannot
+    be compared: one line saying so."""
     job = document.get("job")
     findings = document.get("findings")
+    schema = document.get("schema")
     current = (
-        isinstance(job, dict)
+        isinstance(schema, int)
+        and schema >= 2  # a job's schema was 1 before the kinds shared one version
+        and isinstance(job, dict)
         and "read_as" in job
         and isinstance(findings, list)
         and all(isinstance(entry, dict) and "savings_per_step_us" in entry for entry in findings)
