@@ -207,11 +207,12 @@ def sort_side(path: Path, reading: Reading) -> Side:
     first bytes say so, else a trace."""
     from traceinsight.commands.job import job_files
     from traceinsight.job.discover import is_job
-    from traceinsight.results.stored import read_stored_side
+    from traceinsight.results import JobResult, Result
+    from traceinsight.results.stored import read_stored
 
     if is_job([path]):
         return Side(path, files=job_files([path]))
-    return Side(path, stored=read_stored_side(path, reading.limit))
+    return Side(path, stored=read_stored(path, (Result, JobResult), reading.limit))
 
 
 def _check_same_kind(before: Side, after: Side) -> None:

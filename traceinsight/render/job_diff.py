@@ -65,7 +65,7 @@ def _short(metric: Metric, value: float | None) -> str:
     if value is None:
         return "—"
     if metric.unit == "us":
-        return f"{value / 1000:,.1f}"
+        return f"{value / 1000:,.1f}".replace("-", "−")  # a minus sign, as every change is written
     if metric.unit == "share":
         return format_share(value)
     return f"{value:.1f}"

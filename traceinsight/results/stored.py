@@ -20,6 +20,7 @@ whose ``tool`` is ``traceinsight``); anything else is left to the trace loader.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from traceinsight.results.job_comparison import JobComparison
     from traceinsight.results.trace import Result
 
-__all__ = ["MAX_RESULT_BYTES", "from_text", "kind_of", "read_stored_result", "read_stored_side"]
+__all__ = ["MAX_RESULT_BYTES", "from_text", "kind_of", "read_stored", "read_stored_result"]
 
 _R = TypeVar("_R", "Result", "JobResult", "Comparison", "JobComparison")
 
@@ -94,25 +95,20 @@ def read_stored_result(path: Path, cls: type[Result], limit: SizeLimit | None = 
     when given. For a diff of one trace's results: a job's result or a diff's output is refused,
     in its words.
     """
-    stored = read_stored_side(path, limit)
-    if stored is None or isinstance(stored, cls):
-        return stored
-    raise TraceFormatError(
-        f"cannot compare {path}: it is a job's result (several ranks); a trace compares with a trace: give "
-        "a rank's trace or its result of traceinsight analyze --json, or two jobs"
-    )
+    stored = read_stored(path, (cls,), limit)
+    assert stored is None or isinstance(stored, cls)
+    return stored
 
 
-def read_stored_side(path: Path, limit: SizeLimit | None = None) -> Result | JobResult | None:
-    """One side of ``diff`` stored in ``path``: a trace's result or a job's, read by its kind (see
-    the module doc); None when the file is not a stored result (a trace). ``limit.max_bytes``
-    (``--max-size``) replaces :data:`MAX_RESULT_BYTES` when given. A diff's output is refused, and
-    so is a job's result written before job results held their savings per step (what a job diff
-    compares), each in its words.
+def read_stored(
+    path: Path, classes: Sequence[type[Result] | type[JobResult]], limit: SizeLimit | None = None
+) -> Result | JobResult | None:
+    """One side of ``diff`` stored in ``path``: the result of whichever of ``classes`` its kind
+    says (see the module doc); None when the file is not a stored result (a trace).
+    ``limit.max_bytes`` (``--max-size``) replaces :data:`MAX_RESULT_BYTES` when given. A diff's
+    output is refused, a kind not among ``classes`` too, and so is a job's result written before
+    job results held their savings per step (what a job diff compares), each in its words.
     """
-    from traceinsight.results.job import JobResult
-    from traceinsight.results.trace import Result
-
     given = limit if limit is not None else SizeLimit()
     most = given.max_bytes if given.max_bytes is not None else MAX_RESULT_BYTES
     with open_trace(path, SizeLimit(given.max_bytes)) as source:
@@ -135,10 +131,17 @@ def read_stored_side(path: Path, limit: SizeLimit | None = None) -> Result | Job
             f"{prefix}: it is {_KINDS[kind]}; give a trace, a job's traces, or a result of traceinsight "
             "analyze --json"
         )
+    cls = next((cls for cls in classes if kind == cls.KIND), None)
+    if cls is None:
+        raise TraceFormatError(
+            f"{prefix}: it is {_KINDS[kind]}; a trace compares with a trace: give a rank's trace or its "
+            "result of traceinsight analyze --json, or two jobs"
+            if kind == "job"
+            else f"{prefix}: it is {_KINDS[kind]}, not {_KINDS[classes[0].KIND]}"
+        )
     if kind == "job":
         _check_job_era(document, prefix)
-        return read_as(JobResult, document, reader)
-    return read_as(Result, document, reader)
+    return read_as(cls, document, reader)
 
 
 def _check_job_era(document: dict[str, Any], prefix: str) -> None:
