@@ -7,9 +7,10 @@ only what the job's JSON holds, so a stored baseline gives the same comparison a
 
 The job view's unit throughout: a rank's figures are per steady step (in all for a rank without
 steps), in microseconds as the JSON writes them (:func:`.codec.us`). The whole job is its median
-rank, as the job view measures it (the job's median step, each figure's lower middle over the
-ranks: :func:`statistics.median_low`), beside the slowest rank's step and the collective waits
-summed over the ranks (what a straggler costs the others). Ranks are matched by rank number; a
+step (the job view's: the lower middle of the ranks' steps) and its slowest rank's, the ranks'
+mean of every other figure (so that they add up: busy and idle shares, compute, communication,
+idle by cause), the latest rank's lateness, and the collective waits summed over the ranks (what
+a straggler costs the others). Ranks are matched by rank number; a
 rank on one side only is listed as such. Stragglers are matched by rank, findings by rule id (a
 job reports each rule once), with the saving per step of the median rank it fired on and the sum
 over those ranks. :class:`JobComparison` is itself a result: ``diff --json`` writes its
@@ -145,7 +146,7 @@ class JobComparison:
     notes: tuple[str, ...]
     #: The job as a whole (see the module doc).
     metrics: tuple[Metric, ...]
-    #: Idle per step by cause, the median over ranks of each cause's.
+    #: Idle per step by cause, the mean over the ranks.
     idle: tuple[Metric, ...] = field(metadata={"key": "idle_by_cause"})
     #: Every rank of either job, by rank number.
     ranks: tuple[RankChange, ...]
@@ -237,12 +238,18 @@ def _middle(values: Sequence[float | None]) -> float | None:
     return median_low(known) if known else None
 
 
+def _mean(values: Sequence[float | None], digits: int = 3) -> float | None:
+    """The mean of the values there are, rounded as the JSON writes them (None when none is)."""
+    known = [value for value in values if value is not None]
+    return round(sum(known) / len(known), digits) if known else None
+
+
 def _job_figures(job: JobResult) -> dict[str, float | None]:
     """The job's figures by metric key (see the module doc)."""
     figures = [_rank_figures(rank) for rank in job.ranks]
 
-    def middle(key: str) -> float | None:
-        return _middle([each[key] for each in figures])
+    def mean(key: str, digits: int = 3) -> float | None:
+        return _mean([each[key] for each in figures], digits)
 
     steps = [each["step_time"] for each in figures if each["step_time"] is not None]
     lateness = [each["late_median"] for each in figures if each["late_median"] is not None]
@@ -251,13 +258,13 @@ def _job_figures(job: JobResult) -> dict[str, float | None]:
         "ranks": float(len(job.ranks)),
         "step_time": us(job.job.step_time_ns) if job.job.step_time_ns is not None else None,
         "slowest_step": max(steps) if steps else None,
-        "busy_share": middle("busy_share"),
-        "idle_share": middle("idle_share"),
-        "compute": middle("compute"),
-        "communication": middle("communication"),
-        "communication_exposed": middle("communication_exposed"),
-        "idle": middle("idle"),
-        "syncs_per_step": middle("syncs_per_step"),
+        "busy_share": mean("busy_share", 4),
+        "idle_share": mean("idle_share", 4),
+        "compute": mean("compute"),
+        "communication": mean("communication"),
+        "communication_exposed": mean("communication_exposed"),
+        "idle": mean("idle"),
+        "syncs_per_step": mean("syncs_per_step", 4),
         "late_latest": max(lateness) if lateness else None,
         "waited_all_ranks": round(sum(waits), 3) if waits else None,
         "stragglers": float(len(job.stragglers)),
@@ -269,13 +276,13 @@ _JOB_METRICS: tuple[tuple[str, str, str], ...] = (
     ("ranks", "ranks", "count"),
     ("step_time", "median step time", "us"),
     ("slowest_step", "slowest rank's step time", "us"),
-    ("busy_share", "GPU busy (median rank)", "share"),
-    ("idle_share", "GPU idle (median rank)", "share"),
-    ("compute", "compute (median rank)", "us"),
-    ("communication", "communication (median rank)", "us"),
-    ("communication_exposed", "communication exposed (median rank)", "us"),
-    ("idle", "GPU idle time (median rank)", "us"),
-    ("syncs_per_step", "host syncs per step (median rank)", "count"),
+    ("busy_share", "GPU busy (mean rank)", "share"),
+    ("idle_share", "GPU idle (mean rank)", "share"),
+    ("compute", "compute (mean rank)", "us"),
+    ("communication", "communication (mean rank)", "us"),
+    ("communication_exposed", "communication exposed (mean rank)", "us"),
+    ("idle", "GPU idle time (mean rank)", "us"),
+    ("syncs_per_step", "host syncs per step (mean rank)", "count"),
     ("late_latest", "latest rank's lateness in collectives (median)", "us"),
     ("waited_all_ranks", "waited in collectives, summed over ranks", "us"),
     ("stragglers", "stragglers", "count"),
@@ -289,13 +296,13 @@ def _metrics(
 
 
 def _idle_by_cause(before: JobResult, after: JobResult) -> tuple[Metric, ...]:
-    """Idle per step by cause: the lower middle over each job's ranks (0 where a rank has none);
-    causes whose middle is 0 on both sides are left out."""
+    """Idle per step by cause: the mean over each job's ranks (0 where a rank has none), so that
+    the causes add up to the idle time beside them; causes 0 on both sides are left out."""
 
     def by_cause(job: JobResult) -> dict[str, float]:
         causes = dict.fromkeys(cause for rank in job.ranks for cause in rank.per_step.idle_by_cause_ns)
         return {
-            cause: float(median_low([us(rank.per_step.idle_by_cause_ns.get(cause, 0)) for rank in job.ranks]))
+            cause: _mean([us(rank.per_step.idle_by_cause_ns.get(cause, 0)) for rank in job.ranks]) or 0.0
             for cause in causes
         }
 
