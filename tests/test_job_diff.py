@@ -404,3 +404,22 @@ def test_max_syncs_per_step_on_the_after_job_names_the_rank(jobs: dict[str, Path
     gate = _gate(stderr)
     assert code == 1 and len(gate) == 1, stderr
     assert gate[0].startswith(f"traceinsight: gate: rank {AFTER.item_rank}: 1 host syncs per step")
+
+
+# --- the Python API --------------------------------------------------------------------------------
+
+
+def test_the_api_compares_two_jobs_as_the_command_does(jobs: dict[str, Path], tmp_path: Path) -> None:
+    import traceinsight
+    from traceinsight.errors import TraceInsightError
+    from traceinsight.results import JobComparison, JobResult
+
+    command = diff_json(tmp_path, jobs["A.json"], jobs["B"])
+    stored = JobResult.from_json(jobs["A.json"].read_text())
+    for before in (str(jobs["A.json"]), stored):
+        comparison = traceinsight.diff(before, str(jobs["B"]))
+        assert isinstance(comparison, JobComparison)
+        assert _figures(json.loads(comparison.to_json())) == _figures(command)
+        assert "Stragglers gone" in (comparison._repr_html_() or "")
+    with pytest.raises(TraceInsightError, match="one is a job and the other one trace"):
+        traceinsight.diff(str(jobs["A"]), str(SAMPLES / "two_ranks" / "rank-0.json.gz"))

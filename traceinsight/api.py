@@ -3,7 +3,8 @@
 ``traceinsight.analyze(trace)`` gives the :class:`~traceinsight.results.trace.Result` that
 ``traceinsight analyze --json`` writes (a folder, a list or a pattern: a distributed job's
 :class:`~traceinsight.results.job.JobResult`); ``traceinsight.diff(before, after)`` the
-:class:`~traceinsight.results.comparison.Comparison` of ``traceinsight diff``;
+:class:`~traceinsight.results.comparison.Comparison` of ``traceinsight diff`` (of two jobs: a
+:class:`~traceinsight.results.job_comparison.JobComparison`);
 ``traceinsight.load(trace)`` the typed polars tables every analysis reads. Each result has
 ``to_json()`` and ``from_json(text)``, its tables as polars DataFrames (``frames``), and shows its
 scorecard and finding cards in a notebook; a trace's result draws the page's charts
@@ -13,7 +14,6 @@ scorecard and finding cards in a notebook; a trace's result draws the page's cha
 from __future__ import annotations
 
 import dataclasses
-import glob
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,13 +22,23 @@ from typing import Any
 from traceinsight.errors import ConfigError, TraceInsightError
 from traceinsight.job import discover_ranks, is_job
 from traceinsight.job.execute import analyze_job
+from traceinsight.job.triage import triage
 from traceinsight.load import SizeLimit, Trace, load_trace
 from traceinsight.load.text import printable
 from traceinsight.process import give_back_freed_memory
 from traceinsight.render import figures, notebook  # noqa: F401 (register what results show in a notebook)
-from traceinsight.results import Comparison, JobResult, Result, compare, report_for, result_of
+from traceinsight.results import (
+    Comparison,
+    JobComparison,
+    JobResult,
+    Result,
+    compare,
+    compare_jobs,
+    report_for,
+    result_of,
+)
 from traceinsight.results.job import job_result_of
-from traceinsight.results.stored import read_stored_result
+from traceinsight.results.stored import read_stored
 from traceinsight.thresholds import Thresholds
 
 __all__ = ["analyze", "diff", "load"]
@@ -92,17 +102,25 @@ def analyze(
     return result_of(dataclasses.replace(report, source_root=root))
 
 
-def _side(side: Result | TracePath, user_code: tuple[str, ...], thresholds: Thresholds) -> Result:
-    """One side of a diff: a result, a stored result (``analyze --json``), or a trace analyzed."""
-    if isinstance(side, Result):
+def _side(
+    side: Result | JobResult | TracePath, user_code: tuple[str, ...], thresholds: Thresholds
+) -> Result | JobResult:
+    """One side of a diff: a result, a stored result (``analyze --json``, a trace's or a job's), a
+    job's traces (a folder, a pattern) analyzed, or a trace analyzed."""
+    if isinstance(side, (Result, JobResult)):
         return side
     path = Path(side)
-    if path.is_dir() or glob.has_magic(str(path)):
-        raise TraceInsightError(
-            f"cannot compare {path}: it is a job (several traces); diff compares one trace's results: "
-            "give a rank's trace or its result"
+    if is_job([path]):
+        discovery = discover_ranks([path])
+        sorted_out = triage(discovery.files)
+        discovery = dataclasses.replace(
+            discovery, files=sorted_out.files, notes=(*discovery.notes, *sorted_out.notes)
         )
-    stored = read_stored_result(path, Result)
+        combined = analyze_job(
+            discovery, thresholds=thresholds, user_code=user_code, cycles_of=sorted_out.cycles_of
+        )
+        return job_result_of(combined)
+    stored = read_stored(path, (Result, JobResult))
     if stored is not None:
         return stored
     loaded = load_trace(path)
@@ -110,23 +128,38 @@ def _side(side: Result | TracePath, user_code: tuple[str, ...], thresholds: Thre
     return result_of(report_for(loaded, thresholds, user_code))
 
 
+def _name(side: Result | JobResult | TracePath) -> str:
+    if isinstance(side, Result):
+        return side.trace.name
+    if isinstance(side, JobResult):
+        return f"job of {side.job.ranks} ranks"
+    return printable(Path(side).name)
+
+
 def diff(
-    before: Result | TracePath,
-    after: Result | TracePath,
+    before: Result | JobResult | TracePath,
+    after: Result | JobResult | TracePath,
     *,
     top: int = 10,
     user_code: Sequence[str] = (),
     **thresholds: Any,
-) -> Comparison:
+) -> Comparison | JobComparison:
     """Compare two runs as ``traceinsight diff`` does: step time, GPU busy and idle by cause, syncs,
     copies, communication, findings fixed / new / still there, the ``top`` kernels that changed
     most. Each side is a :class:`~traceinsight.results.trace.Result`, a trace, or a result
-    ``analyze --json`` wrote (read under the checks of a stored result)."""
+    ``analyze --json`` wrote (read under the checks of a stored result). Two jobs (each a
+    :class:`~traceinsight.results.job.JobResult`, a job's stored result, a folder or a pattern of
+    rank traces) give a :class:`~traceinsight.results.job_comparison.JobComparison`; a job beside a
+    trace is refused."""
     limits = _thresholds(thresholds)
     code = tuple(user_code)
     sides = [_side(side, code, limits) for side in (before, after)]
-    names = [
-        side.trace.name if isinstance(side, Result) else printable(Path(side).name)
-        for side in (before, after)
-    ]
-    return compare(sides[0], sides[1], names[0], names[1], top=top)
+    names = [_name(side) for side in (before, after)]
+    if isinstance(sides[0], JobResult) and isinstance(sides[1], JobResult):
+        return compare_jobs(sides[0], sides[1], names[0], names[1])
+    if isinstance(sides[0], Result) and isinstance(sides[1], Result):
+        return compare(sides[0], sides[1], names[0], names[1], top=top)
+    raise TraceInsightError(
+        f"cannot compare {names[0]} with {names[1]}: one is a job and the other one trace; give two jobs "
+        "or two traces (a rank's trace on each side)"
+    )
