@@ -108,7 +108,11 @@ def finding_saving(change: JobFindingChange) -> str:
 
 
 def _metric_table(comparison: JobComparison) -> Table:
-    table = Table(title="The job before and after (per step)", title_justify="left", show_edge=False)
+    table = Table(
+        title="The job before and after (per step; the mean rank unless named)",
+        title_justify="left",
+        show_edge=False,
+    )
     table.add_column("")
     for column in ("before", "after", "change"):
         table.add_column(column, justify="right", no_wrap=True)

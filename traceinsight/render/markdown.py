@@ -236,7 +236,7 @@ def _job_comparison(comparison: JobComparison) -> str:
     if comparison.notes:
         lines.append("")
     lines += _table(
-        ("the job (per step)", "before", "after", "change"),
+        ("the job (per step; the mean rank unless named)", "before", "after", "change"),
         [(escape(m.title), m.text(m.before), m.text(m.after), m.change_text()) for m in comparison.shown],
     )
     lines.append("")
