@@ -423,3 +423,23 @@ def test_the_api_compares_two_jobs_as_the_command_does(jobs: dict[str, Path], tm
         assert "Stragglers gone" in (comparison._repr_html_() or "")
     with pytest.raises(TraceInsightError, match="one is a job and the other one trace"):
         traceinsight.diff(str(jobs["A"]), str(SAMPLES / "two_ranks" / "rank-0.json.gz"))
+
+
+def test_strings_of_a_stored_job_result_stay_data_in_every_output(
+    jobs: dict[str, Path], tmp_path: Path
+) -> None:
+    document = json.loads(jobs["B.json"].read_text())
+    payload = "[link=https://evil.example]x[/link] <script>alert(1)</script> `](https://e.x)"
+    for finding in document["findings"]:
+        finding["title"] = payload
+    hostile = tmp_path / "hostile.json"
+    hostile.write_text(json.dumps(document))
+    page, markdown = tmp_path / "h.html", tmp_path / "h.md"
+    code, stdout, stderr = invoke(
+        "diff", str(jobs["A.json"]), str(hostile), "-o", str(page), "--markdown", str(markdown)
+    )
+    assert code == 0, stderr
+    assert "[link=https://evil.example]x[/link]" in stdout.replace("\n", "")  # shown, not rich markup
+    assert "<script>" not in page.read_text() and "&lt;script&gt;" in page.read_text()
+    text = markdown.read_text()
+    assert "<script>" not in text and "](https://e.x)" not in text
