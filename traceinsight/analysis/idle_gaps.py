@@ -101,21 +101,31 @@ def _main_thread(trace: Trace) -> tuple[int | None, int | None]:
 def _launchers(trace: Trace) -> pl.DataFrame:
     """For each GPU activity start (device, ts): the thread that launched it, when its call ended,
     and whether the call replayed a CUDA/HIP graph (``in_graph``)."""
+    # The call's name is reduced to ``in_graph`` before the join, and the first call of a start is
+    # its lowest id within the group (not a sort of the whole joined table): on a 0.5 GB DDP trace
+    # the join carried 213,000 names, and the sort was most of this step's time.
+    first = pl.col("correlation").arg_min()
     return (
         trace.gpu.select("device", "ts", "correlation")
         .join(
-            trace.runtime.select("correlation", "pid", "tid", "name", l_ts="ts", l_end="end"),
+            trace.runtime.select(
+                "correlation",
+                "pid",
+                "tid",
+                l_ts="ts",
+                l_end="end",
+                in_graph=pl.col("name").is_in(list(taxonomy.GRAPH_LAUNCH_CALLS)),
+            ),
             on="correlation",
             how="inner",
         )
-        .sort("correlation")
         .group_by("device", "ts")
         .agg(
-            pl.col("pid").first(),
-            pl.col("tid").first(),
+            pl.col("pid").get(first),
+            pl.col("tid").get(first),
             pl.col("l_ts").min(),
             pl.col("l_end").min(),
-            in_graph=pl.col("name").first().is_in(list(taxonomy.GRAPH_LAUNCH_CALLS)),
+            pl.col("in_graph").get(first),
         )
     )
 
@@ -522,7 +532,7 @@ def classify_gaps(
         ),
         calls,
     )
-    table = table.join(other, on="gap", how="left")
+    table = table.join(other, on="gap", how="left", maintain_order="left")
     bubble = (
         pl.col("long")
         & (pl.col("other_busy") >= pl.col("duration") * limits.cause_coverage).fill_null(False)
@@ -572,9 +582,11 @@ def classify_gaps(
     )
     sync_sources = calls.select(sync_key="key", **{f"sync_{name}": name for name in line_columns})
     use_sync = pl.col("sync_source").is_not_null()
+    # The joins keep the table's device/start order (each gap's start is unique on its device), so
+    # the table is not sorted again (0.07 s of CPU on a 0.5 GB DDP trace).
     return (
-        table.join(sources, on="gap", how="left")
-        .join(sync_sources, on="sync_key", how="left")
+        table.join(sources, on="gap", how="left", maintain_order="left")
+        .join(sync_sources, on="sync_key", how="left", maintain_order="left")
         .with_columns(
             other_device=pl.when(pl.col("cause_kind") == CauseKind.OTHER_GPU.value).then(
                 pl.col("other_device")
@@ -584,7 +596,6 @@ def classify_gaps(
                 for name in line_columns
             },
         )
-        .sort("device", "start")
         .select(list(GAP_SCHEMA))
         .cast(GAP_SCHEMA)
     )
