@@ -228,15 +228,15 @@ def analyze(
 
 
 class _SteadyOnly(NamedTuple):
-    """The analyses that need no more than the trace and its steady state."""
+    """The analyses that need no more than the trace and its steady state, run beside (the
+    optimizer's and the collectives' statistics, which need no more either, run on the main thread
+    meanwhile: it finished its own work first, about 0.3 s before these on a 0.5 GB DDP trace)."""
 
     warnings: tuple[TraceWarning, ...]
-    optimizer: OptimizerStats
     kernels: TopKernels
     precision: tuple[PrecisionMix, ...]
     latent_syncs: tuple[LatentSync, ...]
     memory: MemoryUsage
-    communication: CommunicationStats
 
 
 def _steady_only(
@@ -244,12 +244,10 @@ def _steady_only(
 ) -> _SteadyOnly:
     return _SteadyOnly(
         warnings=trace_warnings(trace, steady, common.launch_calls),
-        optimizer=optimizer_stats(trace, steady),
         kernels=top_kernels(trace, top=50),
         precision=precision_mix(trace, steady, classes=common.gpu),
         latent_syncs=latent_syncs(trace, steady, user_code),
         memory=memory_usage(trace, steady, limits.memory_series_points),
-        communication=communication_stats(trace, steady, common.gpu),
     )
 
 
@@ -267,6 +265,8 @@ def _analyze(
     iterations = iteration_count(trace)
     gaps = idle_gaps.all_gaps(busy)
     launched = syncs.launch_devices(trace)
+    optimizer = optimizer_stats(trace, steady)
+    communication = communication_stats(trace, steady, common.gpu)
     # What runs beside ends here, before the gaps are classified: the classification and the copy
     # groups make the analysis's memory peak, and nothing may add to it.
     host_ops, steady_only = host_later(), steady_later()
@@ -307,11 +307,11 @@ def _analyze(
         usage=gpu_time.steady_usage(devices, steps, busy, kernels, compute, classified, steady),
         precision=steady_only.precision,
         launching=launching_later(),
-        optimizer=steady_only.optimizer,
+        optimizer=optimizer,
         latent_syncs=steady_only.latent_syncs,
         memory=steady_only.memory,
         multi_gpu_processes=launched.group_by("pid").len().filter(pl.col("len") > 1).height,
-        communication=steady_only.communication,
+        communication=communication,
         pace=step_pace(steady, steps, calls, limits.pace_difference),
         step_leads=leads,
         every_gap=classified if every_gap else None,
