@@ -10,15 +10,18 @@ the Markdown of a trace or a job are drawn from the analysis a live result carri
 
 from __future__ import annotations
 
-from typing import Protocol, TypeAlias
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from traceinsight.errors import TraceInsightError
-from traceinsight.results import Comparison, JobReport, JobResult, Report, Result
+from traceinsight.results import Report, Result
+
+if TYPE_CHECKING:  # a job's and a diff's types are made when first used (traceinsight.results)
+    from traceinsight.results import Comparison, JobReport, JobResult
 
 __all__ = ["AnyResult", "NotLive", "Renderer", "live_job", "live_report"]
 
 #: What a renderer renders.
-AnyResult: TypeAlias = Result | JobResult | Comparison
+AnyResult: TypeAlias = "Result | JobResult | Comparison"
 
 
 class Renderer(Protocol):

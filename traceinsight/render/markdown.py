@@ -11,22 +11,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from traceinsight.analysis.usage import total_usage
 from traceinsight.formatting import format_count, format_duration, format_share, source_label
 from traceinsight.render import AnyResult, live_job, live_report
 from traceinsight.render.facts import header_facts, no_findings_text, saving_text, time_split
-from traceinsight.render.job_text import (
-    RANK_COLUMNS,
-    job_headline,
-    job_saving,
-    rank_cells,
-    ranks_in_order,
-    straggler_lines,
-)
 from traceinsight.render.scorecard import scorecard
-from traceinsight.results import Comparison, JobReport, JobResult, Report
+from traceinsight.results import Report, Result
+
+if TYPE_CHECKING:  # a job's and a diff's types are made when first used (traceinsight.results)
+    from traceinsight.results import Comparison, JobReport
 
 __all__ = ["MAX_CHARS", "MarkdownRenderer", "code_span", "escape"]
 
@@ -84,10 +79,13 @@ class MarkdownRenderer:
 
     def render(self, result: AnyResult) -> str:
         """The summary of a trace, a job or a comparison."""
-        if isinstance(result, Comparison):
-            return _comparison(result)
-        if isinstance(result, JobResult):
-            return _job(live_job(result, "the Markdown summary"))
+        if not isinstance(result, Result):  # a diff's or a job's: their types load when first used
+            from traceinsight.results import Comparison, JobResult
+
+            if isinstance(result, Comparison):
+                return _comparison(result)
+            if isinstance(result, JobResult):
+                return _job(live_job(result, "the Markdown summary"))
         return _trace(live_report(result, "the Markdown summary"))
 
 
@@ -215,6 +213,15 @@ def _comparison(comparison: Comparison) -> str:
 
 def _job(job: JobReport) -> str:
     """The job as GitHub Markdown, bounded like the one-trace summary (:data:`~.markdown.MAX_CHARS`)."""
+    from traceinsight.render.job_text import (
+        RANK_COLUMNS,
+        job_headline,
+        job_saving,
+        rank_cells,
+        ranks_in_order,
+        straggler_lines,
+    )
+
     lines = [f"## traceinsight job: {escape(job_headline(job), 300)}", ""]
     lines += [f"> **warning:** {escape(warning, 400)}" for warning in job.warnings]
     lines.append("")

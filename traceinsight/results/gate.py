@@ -12,15 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from traceinsight.errors import ConfigError
-from traceinsight.results.comparison import Comparison, syncs_per_step
 from traceinsight.results.contract import utilization_of
-from traceinsight.results.job import RankResult
 from traceinsight.results.trace import Result, Utilization
 from traceinsight.rules.findings import SEVERITIES
 from traceinsight.rules.ids import check_budget, check_rule_ids
+
+if TYPE_CHECKING:
+    from traceinsight.results.comparison import Comparison
+    from traceinsight.results.job import RankResult
 
 __all__ = ["EXIT_BROKEN", "Budgets", "broken", "broken_diff", "broken_ranks", "budgets_from_table"]
 
@@ -111,6 +113,8 @@ class _Judged(Protocol):
 
 def broken(result: Result, budgets: Budgets) -> list[str]:
     """One line per budget the result breaks (empty: the gate passes)."""
+    from traceinsight.results.comparison import syncs_per_step  # a diff's module, loaded when a gate is set
+
     return _broken(result.findings, result.utilization, syncs_per_step(result), budgets)
 
 
