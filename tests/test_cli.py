@@ -413,3 +413,87 @@ def test_columns_says_how_wide(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert code == 0 and max(len(line) for line in stdout.splitlines()) <= 100
     rows = _kernel_rows(stdout)
     assert len(rows) == 2 and len(set(rows)) == 2
+
+
+# --- option values read without pydantic (traceinsight.commands.coercion) ----------------------------
+
+#: Raw values a command line (or a default) gives an option, read by both paths below.
+RAW_VALUES: tuple[object, ...] = (
+    None, "", "0", "1", "5", "05", "-1", "+2", " 5", "1_0", "0.5", "1.", ".5", "1e3", "inf", "nan", "abc",
+    "2.5", "99999999999999999999", 0, 3, 2.5, True, False, (), ("a", "b"), ("1", "2"), "x.json", "a\0b",
+)  # fmt: skip
+
+
+def _outcome(coerce: object, value: object, param: object) -> tuple[str, object]:
+    try:
+        return "value", coerce(value, param=param, ctx=None)  # type: ignore[operator]
+    except Exception as exc:  # typer's BadParameter, or whatever else it raises
+        return type(exc).__name__, str(exc)
+
+
+def test_every_option_reads_its_values_as_typers_own_coercion(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each option of each command reads a value to exactly what typer's pydantic validator gives
+    (or fails with its message), for plain values and odd ones, paths that exist or not."""
+    coercion = pytest.importorskip("typer._coercion")
+    import typer.main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.json").write_text("{}")
+    (tmp_path / "folder").mkdir()
+    group = typer.main.get_command(app)
+    commands = [group, *group.commands.values()]  # type: ignore[attr-defined]
+    params = [param for command in commands for param in command.params]
+    assert len(params) > 40
+    extra: tuple[object, ...] = ("folder", str(tmp_path / "x.json"), Path("x.json"), ("x.json", "folder"))
+    checked = 0
+    for param in params:
+        quick = param._runtime_param
+        assert quick is not None and type(quick).__name__ == "_Quick", param.name
+        typers = coercion.build_runtime_param(param.type_descriptor)
+        for value in (*RAW_VALUES, *extra):
+            assert _outcome(quick.coerce, value, param) == _outcome(typers.coerce, value, param), (
+                param.name,
+                value,
+            )
+            checked += 1
+    assert checked > 1000
+
+
+#: What one trace's ``analyze`` never needs: typer's pydantic validators (~0.15 s), a job's and a
+#: diff's types and drawing (~0.07 s), the pure-Python loader (the C scanner reads the samples),
+#: the Markdown renderer (no --markdown), `run`'s recorder and what it loads (~0.015 s).
+NOT_FOR_ONE_TRACE = (
+    "pydantic",
+    "traceinsight.results.job",
+    "traceinsight.results.comparison",
+    "traceinsight.job",
+    "traceinsight.commands.job",
+    "traceinsight.render.diff",
+    "traceinsight.render.job_text",
+    "traceinsight.render.job_html",
+    "traceinsight.load.fallback",
+    "traceinsight.render.markdown",
+    "traceinsight.capture.recorder",
+    "traceinsight.capture.export",
+    "traceinsight.capture.script",
+    "traceinsight.capture.distributed",
+)
+
+
+def test_one_traces_analyze_loads_nothing_it_does_not_use(tmp_path: Path) -> None:
+    """A small trace's job is mostly start-up: one trace's analyze, through the command, loads no
+    module it does not use (and polars, which it does)."""
+    done = subprocess.run(
+        [sys.executable, "-c",
+         "import sys\n"
+         "from typer.testing import CliRunner\n"
+         "from traceinsight.commands import app\n"
+         f"result = CliRunner().invoke(app, ['analyze', {str(SAMPLES / 'a100_triton.json.gz')!r}, '--top', '3', "
+         f"'--min-gap-us', '10', '--json', {str(tmp_path / 'r.json')!r}, '-o', {str(tmp_path / 'r.html')!r}])\n"
+         f"print(result.exit_code, 'polars' in sys.modules, *[name for name in {NOT_FOR_ONE_TRACE!r} if name in sys.modules])\n"],
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+        timeout=300, check=False,
+    )  # fmt: skip
+    assert done.stdout.split() == ["0", "True"], done.stderr[-2000:]

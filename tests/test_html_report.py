@@ -635,3 +635,86 @@ def test_a_failed_script_is_said_first(tmp_path: Path) -> None:
 
     text = TerminalRenderer(width=100).render(result_of(report))
     assert text.index("The script failed") < text.index("Scorecard")
+
+
+# --- compiled templates kept beside the code (traceinsight.render.templates) ------------------------
+
+
+def _environment(folder: Path, pages: dict[str, str], *, always: bool = True) -> Any:
+    """A jinja2 environment over ``pages`` with the package's cache of compiled templates in ``folder``."""
+    import jinja2
+
+    from traceinsight.render.templates import _CompiledBeside
+
+    cache = _CompiledBeside(folder)
+    cache.always = always
+    return jinja2.Environment(loader=jinja2.DictLoader(pages), autoescape=True, bytecode_cache=cache)
+
+
+def _compiles(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    import jinja2
+
+    compiled: list[str] = []
+    original = jinja2.Environment.compile
+
+    def counting(self: Any, source: Any, name: Any = None, *args: Any, **kwargs: Any) -> Any:
+        compiled.append(name)
+        return original(self, source, name, *args, **kwargs)
+
+    monkeypatch.setattr(jinja2.Environment, "compile", counting)
+    return compiled
+
+
+def test_a_compiled_template_is_read_back_and_compiled_again_when_it_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compiled = _compiles(monkeypatch)
+    assert _environment(tmp_path, {"a.html": "<b>{{ x }}</b>"}).get_template("a.html").render(x="<1>") == (
+        "<b>&lt;1&gt;</b>"
+    )
+    assert compiled == ["a.html"] and len(list(tmp_path.iterdir())) == 1
+    again = _environment(tmp_path, {"a.html": "<b>{{ x }}</b>"}).get_template("a.html").render(x="<1>")
+    assert again == "<b>&lt;1&gt;</b>" and compiled == ["a.html"]  # read back, not compiled
+    changed = _environment(tmp_path, {"a.html": "<i>{{ x }}</i>"}).get_template("a.html").render(x="<1>")
+    assert changed == "<i>&lt;1&gt;</i>" and compiled == ["a.html", "a.html"]
+
+
+def test_a_damaged_or_unwritable_cache_is_no_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    compiled = _compiles(monkeypatch)
+    _environment(tmp_path, {"a.html": "{{ x }}"}).get_template("a.html")
+    (kept,) = tmp_path.iterdir()
+    kept.write_bytes(kept.read_bytes()[:40] + b"\x00garbage")
+    assert _environment(tmp_path, {"a.html": "{{ x }}"}).get_template("a.html").render(x=1) == "1"
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    assert _environment(blocked, {"a.html": "{{ x }}"}).get_template("a.html").render(x=2) == "2"
+    assert compiled == ["a.html"] * 3
+
+
+def test_no_compiled_template_is_written_under_dont_write_bytecode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    _environment(tmp_path, {"a.html": "{{ x }}"}, always=False).get_template("a.html")
+    assert list(tmp_path.iterdir()) == []
+    _environment(tmp_path, {"a.html": "{{ x }}"}, always=True).get_template("a.html")  # precompile's way
+    assert len(list(tmp_path.iterdir())) == 1
+
+
+def test_the_page_from_compiled_templates_is_the_page(gp100: Page, tmp_path: Path) -> None:
+    import jinja2
+
+    from traceinsight.render import templates
+
+    renderer = HtmlRenderer(None)
+    context = renderer.context(gp100.report)
+    pages = []
+    for _ in range(2):  # compiled and kept, then read back
+        made = templates.environment.__wrapped__()
+        cache = templates._CompiledBeside(tmp_path)
+        cache.always = True
+        made.bytecode_cache = cache
+        pages.append(made.get_template("report.html").render(context))
+    assert len(list(tmp_path.iterdir())) >= 5  # the page, its base, macros, cards and style
+    assert pages[0] == pages[1] == renderer.render(result_of(gp100.report))
+    assert isinstance(templates.environment().bytecode_cache, jinja2.FileSystemBytecodeCache)

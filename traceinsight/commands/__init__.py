@@ -24,6 +24,7 @@ from typing import Annotated, Any, Final, NoReturn, ParamSpec
 import typer
 
 from traceinsight.commands import analyze, diff, run
+from traceinsight.commands.coercion import QuickCommand, QuickGroup
 from traceinsight.commands.options import EXIT_CODES
 from traceinsight.errors import TraceInsightError
 from traceinsight.process import ends_at_once, flush_and_exit
@@ -93,6 +94,7 @@ def _line(command: Callable[..., None], arguments: dict[str, Any]) -> str:
 
 app = typer.Typer(
     name="traceinsight",
+    cls=QuickGroup,
     help="Why does my GPU sit idle? Reads torch.profiler traces and names the line to fix.",
     no_args_is_help=True,
     add_completion=False,
@@ -116,9 +118,9 @@ def _root(
     """Why does my GPU sit idle? Reads torch.profiler traces and names the line to fix."""
 
 
-app.command(epilog=EXIT_CODES)(_one_line_errors(analyze.analyze))
-app.command(epilog=EXIT_CODES)(_one_line_errors(diff.diff))
-app.command("run", context_settings=run.RUN_CONTEXT_SETTINGS)(_one_line_errors(run.run))
+app.command(epilog=EXIT_CODES, cls=QuickCommand)(_one_line_errors(analyze.analyze))
+app.command(epilog=EXIT_CODES, cls=QuickCommand)(_one_line_errors(diff.diff))
+app.command("run", context_settings=run.RUN_CONTEXT_SETTINGS, cls=QuickCommand)(_one_line_errors(run.run))
 
 
 def _exit_interrupted() -> NoReturn:

@@ -27,7 +27,6 @@ from traceinsight.load.text import printable
 from traceinsight.process import give_back_freed_memory, prepare_beside
 from traceinsight.render import AnyResult
 from traceinsight.render.html import HtmlRenderer
-from traceinsight.render.markdown import MarkdownRenderer
 from traceinsight.render.terminal import TerminalConsole, TerminalRenderer, reader_gone
 from traceinsight.results import Result, RunContext, result_for
 from traceinsight.results.gate import EXIT_BROKEN
@@ -150,7 +149,7 @@ def write(
             (
                 "Markdown",
                 planned.destination("--markdown", wanted.markdown),
-                lambda: MarkdownRenderer().render(result),
+                lambda: _markdown(result),
             ),
             (
                 page_label,
@@ -160,6 +159,13 @@ def write(
         ],
         force=wanted.force,
     )
+
+
+def _markdown(result: AnyResult) -> str:
+    """The Markdown summary (its renderer loaded only when ``--markdown`` asks for it)."""
+    from traceinsight.render.markdown import MarkdownRenderer
+
+    return MarkdownRenderer().render(result)
 
 
 def show(

@@ -26,38 +26,20 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 
-from traceinsight.capture.distributed import (
-    RankInfo,
-    job_stamp,
-    launcher_module,
-    rank_info,
-    rank_path,
-    worker_launch_args,
-)
-from traceinsight.capture.export import ExportResult, ProgressCallback
-from traceinsight.capture.memory import parse_size
-from traceinsight.capture.recorder import (
-    CaptureResult,
-    ProfileSettings,
-    RecorderEvents,
-    TraceRecorder,
-    require_torch,
-)
-from traceinsight.capture.script import (
-    ScriptOutcome,
-    ScriptTarget,
-    exit_like_python,
-    module_target,
-    run_target,
-    script_target,
-)
+from traceinsight.capture.settings import ProfileSettings
 from traceinsight.commands.outputs import Kind, Output, check_outputs
 from traceinsight.errors import CaptureError, ConfigError, OutputError, TraceInsightError
+
+if TYPE_CHECKING:  # the recorder and what it loads are imported when a script is run, not to parse options
+    from traceinsight.capture.distributed import RankInfo
+    from traceinsight.capture.export import ExportResult, ProgressCallback
+    from traceinsight.capture.recorder import CaptureResult
+    from traceinsight.capture.script import ScriptOutcome, ScriptTarget
 
 __all__ = [
     "RUN_CONTEXT_SETTINGS",
@@ -243,6 +225,10 @@ def run(
     every rank writes its own files; `traceinsight run -m torch.distributed.run ...` (or `run
     torchrun ...`) profiles the workers.
     """
+    from traceinsight.capture.distributed import launcher_module, rank_info
+    from traceinsight.capture.memory import parse_size
+    from traceinsight.capture.recorder import require_torch
+    from traceinsight.capture.script import module_target, script_target
     from traceinsight.render.terminal import TerminalConsole
 
     console = TerminalConsole(stderr=True)  # 120 columns in a CI log, like analyze's
@@ -337,6 +323,9 @@ def profile_and_report(
     What went wrong with the trace or the report is said on stderr; it never changes the status.
     For Ctrl-C, this process dies by SIGINT after writing, as Python does.
     """
+    from traceinsight.capture.recorder import RecorderEvents, TraceRecorder
+    from traceinsight.capture.script import exit_like_python, run_target
+
     speaks = rank is None or rank.rank == 0
     say = _Speaker(console if speaks else None, rank)
     recorder = TraceRecorder(
@@ -628,6 +617,8 @@ def _analyze(
 def _say_job_files(say: _Speaker, paths: OutputPaths, rank: RankInfo) -> None:
     """Rank 0 says how to make the job report once every rank has written its trace (ranks end at
     their own pace, so rank 0 does not wait for them)."""
+    from traceinsight.capture.distributed import rank_path
+
     traces = " ".join(str(rank_path(_rank_zero_name(paths.trace), r)) for r in range(rank.world_size))
     say(
         f"this job has {rank.world_size} ranks, each with its own trace and report in "
@@ -705,6 +696,8 @@ def _output_paths(
     """The outputs' absolute paths, per rank under torchrun; fails now if one cannot be written, or
     would replace the script or a file that is not ours (:func:`traceinsight.commands.outputs.check_outputs`;
     a trace reached through a symlink is written over the file it names, the link kept)."""
+    from traceinsight.capture.distributed import job_stamp, rank_path
+
     if rank is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         trace_path = trace if trace is not None else Path(f"{target.stem}.{stamp}.pt.trace.json.gz")
@@ -776,6 +769,9 @@ def _forwarded_options(ctx: typer.Context) -> list[str]:
 
 def _launch_workers(script: str, module: bool, words: tuple[str, ...], our_options: list[str]) -> int:
     """Run torchrun unprofiled, its workers under ``traceinsight run``; return its exit status."""
+    from traceinsight.capture.distributed import worker_launch_args
+    from traceinsight.capture.script import ScriptTarget, exit_like_python, run_target
+
     launcher_args = worker_launch_args(words, our_options)
     name = "torch.distributed.run" if module or not os.path.isfile(script) else script
     target = ScriptTarget(name=name, args=tuple(launcher_args), is_module=name == "torch.distributed.run")

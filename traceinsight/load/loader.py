@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Final
 
 from traceinsight.errors import TraceFormatError, TraceInsightError
-from traceinsight.load import fallback, native
+from traceinsight.load import native
 from traceinsight.load.decode import TraceDocument
 from traceinsight.load.progress import ProgressCallback
 from traceinsight.load.repair import MendedText, mends_line_at
@@ -44,7 +44,10 @@ def choose_loader() -> Loader:
 
 def load_pure(source: TraceFile, progress: ProgressCallback | None) -> tuple[TraceDocument, ChunkTables]:
     """The pure-Python loader: the whole text (gzip streamed in under the size limit) decoded by
-    msgspec (:func:`.fallback.load_fallback`)."""
+    msgspec (:func:`.fallback.load_fallback`), imported when first needed (the scanner reads nearly
+    every file)."""
+    from traceinsight.load import fallback
+
     if progress is not None:
         progress(0, source.size, 0)
     document, part = fallback.load_fallback(source)

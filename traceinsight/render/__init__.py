@@ -11,15 +11,18 @@ carries all it shows.
 
 from __future__ import annotations
 
-from typing import Protocol, TypeAlias
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from traceinsight.errors import TraceInsightError
-from traceinsight.results import Comparison, JobComparison, JobReport, JobResult, Report, Result
+from traceinsight.results import Report, Result
+
+if TYPE_CHECKING:  # a job's and a diff's types are made when first used (traceinsight.results)
+    from traceinsight.results import Comparison, JobComparison, JobReport, JobResult
 
 __all__ = ["AnyResult", "NotLive", "Renderer", "live_job", "live_report"]
 
 #: What a renderer renders.
-AnyResult: TypeAlias = Result | JobResult | Comparison | JobComparison
+AnyResult: TypeAlias = "Result | JobResult | Comparison | JobComparison"
 
 
 class Renderer(Protocol):

@@ -26,7 +26,6 @@ from traceinsight.formatting import (
     source_label,
 )
 from traceinsight.render import AnyResult, charts, live_job, live_report
-from traceinsight.render.diff import comparison_page
 from traceinsight.render.excerpts import SourceExcerpt, source_excerpt
 from traceinsight.render.facts import (
     MEMORY_COLUMNS,
@@ -37,12 +36,10 @@ from traceinsight.render.facts import (
     saving_text,
     time_split,
 )
-from traceinsight.render.job_diff import job_comparison_page
-from traceinsight.render.job_html import job_page
 from traceinsight.render.scorecard import Score, scorecard
 from traceinsight.render.svg import Canvas
 from traceinsight.render.templates import environment, prepare, templates_dir
-from traceinsight.results import Comparison, JobComparison, JobResult, Report
+from traceinsight.results import Report, Result
 from traceinsight.results import trace as contract
 from traceinsight.rules.findings import Finding
 from traceinsight.version import __version__
@@ -321,12 +318,18 @@ class HtmlRenderer:
 
     def render(self, result: AnyResult) -> str:
         """The whole page as one string (deterministic for the same result and source files)."""
-        if isinstance(result, Comparison):
-            return comparison_page(result)
-        if isinstance(result, JobComparison):
-            return job_comparison_page(result)
-        if isinstance(result, JobResult):
-            return job_page(live_job(result, "the page"))
+        if not isinstance(result, Result):  # a diff's or a job's: their drawing loads when first used
+            from traceinsight.render.diff import comparison_page
+            from traceinsight.render.job_diff import job_comparison_page
+            from traceinsight.render.job_html import job_page
+            from traceinsight.results import Comparison, JobComparison, JobResult
+
+            if isinstance(result, Comparison):
+                return comparison_page(result)
+            if isinstance(result, JobComparison):
+                return job_comparison_page(result)
+            if isinstance(result, JobResult):
+                return job_page(live_job(result, "the page"))
         report = live_report(result, "the page")
         return self._environment.get_template("report.html").render(self.context(report))
 

@@ -11,32 +11,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from traceinsight.analysis.usage import total_usage
 from traceinsight.formatting import format_count, format_duration, format_share, source_label
 from traceinsight.render import AnyResult, live_job, live_report
 from traceinsight.render.facts import header_facts, no_findings_text, saving_text, time_split
-from traceinsight.render.job_diff import (
-    FINDING_STATUSES,
-    STRAGGLER_STATUSES,
-    finding_saving,
-    straggler_line,
-)
-from traceinsight.render.job_diff import (
-    RANK_COLUMNS as DIFF_RANK_COLUMNS,
-)
-from traceinsight.render.job_diff import rank_cells as diff_rank_cells
-from traceinsight.render.job_text import (
-    RANK_COLUMNS,
-    job_headline,
-    job_saving,
-    rank_cells,
-    ranks_in_order,
-    straggler_lines,
-)
 from traceinsight.render.scorecard import scorecard
-from traceinsight.results import Comparison, JobComparison, JobReport, JobResult, Report
+from traceinsight.results import Report, Result
+
+if TYPE_CHECKING:  # a job's and a diff's types are made when first used (traceinsight.results)
+    from traceinsight.results import Comparison, JobComparison, JobReport
 
 __all__ = ["MAX_CHARS", "MarkdownRenderer", "code_span", "escape"]
 
@@ -94,12 +79,15 @@ class MarkdownRenderer:
 
     def render(self, result: AnyResult) -> str:
         """The summary of a trace, a job or a comparison."""
-        if isinstance(result, Comparison):
-            return _comparison(result)
-        if isinstance(result, JobComparison):
-            return _job_comparison(result)
-        if isinstance(result, JobResult):
-            return _job(live_job(result, "the Markdown summary"))
+        if not isinstance(result, Result):  # a diff's or a job's: their types load when first used
+            from traceinsight.results import Comparison, JobComparison, JobResult
+
+            if isinstance(result, Comparison):
+                return _comparison(result)
+            if isinstance(result, JobComparison):
+                return _job_comparison(result)
+            if isinstance(result, JobResult):
+                return _job(live_job(result, "the Markdown summary"))
         return _trace(live_report(result, "the Markdown summary"))
 
 
@@ -228,6 +216,19 @@ def _comparison(comparison: Comparison) -> str:
 def _job_comparison(comparison: JobComparison) -> str:
     """The diff of two jobs as Markdown: notes, the job before and after, stragglers, the ranks
     that changed most, findings fixed / new / still present."""
+    from traceinsight.render.job_diff import (
+        FINDING_STATUSES,
+        STRAGGLER_STATUSES,
+        finding_saving,
+        straggler_line,
+    )
+    from traceinsight.render.job_diff import (
+        RANK_COLUMNS as DIFF_RANK_COLUMNS,
+    )
+    from traceinsight.render.job_diff import (
+        rank_cells as diff_rank_cells,
+    )
+
     lines = [
         f"## traceinsight diff of two jobs: {escape(comparison.before)} → {escape(comparison.after)}",
         "",
@@ -272,6 +273,15 @@ def _job_comparison(comparison: JobComparison) -> str:
 
 def _job(job: JobReport) -> str:
     """The job as GitHub Markdown, bounded like the one-trace summary (:data:`~.markdown.MAX_CHARS`)."""
+    from traceinsight.render.job_text import (
+        RANK_COLUMNS,
+        job_headline,
+        job_saving,
+        rank_cells,
+        ranks_in_order,
+        straggler_lines,
+    )
+
     lines = [f"## traceinsight job: {escape(job_headline(job), 300)}", ""]
     lines += [f"> **warning:** {escape(warning, 400)}" for warning in job.warnings]
     lines.append("")

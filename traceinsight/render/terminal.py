@@ -25,7 +25,6 @@ from traceinsight.analysis.results import IdleGap, SyncHotspot
 from traceinsight.formatting import format_duration, format_share, source_label
 from traceinsight.load.text import printable
 from traceinsight.render import AnyResult, live_job, live_report
-from traceinsight.render.diff import comparison_renderables
 from traceinsight.render.facts import (
     MEMORY_COLUMNS,
     allocator_fact,
@@ -35,11 +34,9 @@ from traceinsight.render.facts import (
     saving_text,
     time_split,
 )
-from traceinsight.render.job_diff import job_comparison_renderables
-from traceinsight.render.job_text import job_renderables
 from traceinsight.render.scorecard import scorecard
 from traceinsight.render.tables import DataTable, KernelTable, data
-from traceinsight.results import Comparison, JobComparison, JobResult, Report
+from traceinsight.results import Report, Result
 from traceinsight.rules.findings import Finding
 
 
@@ -301,12 +298,18 @@ class TerminalRenderer:
 
     def renderables(self, result: AnyResult) -> list[RenderableType]:
         """Everything the summary prints, in order."""
-        if isinstance(result, Comparison):
-            return comparison_renderables(result)
-        if isinstance(result, JobComparison):
-            return job_comparison_renderables(result, top=self.top or _TOP_RANKS)
-        if isinstance(result, JobResult):
-            return job_renderables(live_job(result, "the summary"), top=self.top or _TOP_RANKS)
+        if not isinstance(result, Result):  # a diff's or a job's: their drawing loads when first used
+            from traceinsight.render.diff import comparison_renderables
+            from traceinsight.render.job_diff import job_comparison_renderables
+            from traceinsight.render.job_text import job_renderables
+            from traceinsight.results import Comparison, JobComparison, JobResult
+
+            if isinstance(result, Comparison):
+                return comparison_renderables(result)
+            if isinstance(result, JobComparison):
+                return job_comparison_renderables(result, top=self.top or _TOP_RANKS)
+            if isinstance(result, JobResult):
+                return job_renderables(live_job(result, "the summary"), top=self.top or _TOP_RANKS)
         return trace_renderables(live_report(result, "the summary"), self.top or _TOP)
 
     def render(self, result: AnyResult) -> str:

@@ -12,16 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from traceinsight.errors import ConfigError
-from traceinsight.results.comparison import Comparison, Metric, syncs_per_step
 from traceinsight.results.contract import utilization_of
-from traceinsight.results.job import JobResult, RankResult
-from traceinsight.results.job_comparison import JobComparison
 from traceinsight.results.trace import Result, Utilization
 from traceinsight.rules.findings import SEVERITIES
 from traceinsight.rules.ids import check_budget, check_rule_ids
+
+if TYPE_CHECKING:
+    from traceinsight.results.comparison import Comparison, Metric
+    from traceinsight.results.job import JobResult, RankResult
+    from traceinsight.results.job_comparison import JobComparison
 
 __all__ = [
     "EXIT_BROKEN",
@@ -121,6 +123,8 @@ class _Judged(Protocol):
 
 def broken(result: Result, budgets: Budgets) -> list[str]:
     """One line per budget the result breaks (empty: the gate passes)."""
+    from traceinsight.results.comparison import syncs_per_step  # a diff's module, loaded when a gate is set
+
     return _broken(result.findings, result.utilization, syncs_per_step(result), budgets)
 
 

@@ -1,0 +1,45 @@
+"""What a recording records and when (:class:`ProfileSettings`): what `run`'s options read, apart
+from the recorder (:mod:`.recorder`) and what it loads, so that the command's options are made
+without them (~15-20 ms of every command's start)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from traceinsight.capture.memory import DEFAULT_MAX_MEMORY
+
+__all__ = ["ProfileSettings", "Stacks"]
+
+Stacks = Literal["user", "all", "none"]
+"""Which Python frames an active window records (``--stacks``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileSettings:
+    """What to record and when; the schedule counts steps as :mod:`traceinsight.capture.recorder` says."""
+
+    wait: int = 1
+    """Steps skipped at the start (step 0 holds the start-up)."""
+    warmup: int = 2
+    """Steps profiled but thrown away, so that the profiler's own start-up cost is not measured."""
+    active: int = 5
+    """Steps recorded into the trace."""
+    repeat: int = 1
+    """How many wait/warm-up/active cycles to run (0: until the script ends); the last one is kept."""
+    profile_memory: bool = False
+    """Record allocator events (``[memory]`` instant events)."""
+    stacks: Stacks = "user"
+    """Python frames of active windows: the user's code only, all, or none."""
+    user_code: tuple[str, ...] = ()
+    """Packages whose frames count as the user's (``--user-code``)."""
+    max_memory_bytes: int = DEFAULT_MAX_MEMORY
+    """Budget of one recording, the cost of stopping it included (``--max-memory``)."""
+    record_startup: bool = True
+    """Record from the start (the start-up window). False under torchrun: a gloo process group and
+    DDP built while a profiler records deadlock at exit (see :mod:`.distributed`)."""
+
+    @property
+    def first_active_step(self) -> int:
+        """Index of the first recorded step."""
+        return self.wait + self.warmup
