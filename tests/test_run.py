@@ -673,19 +673,44 @@ def script_line(script: str, text: str) -> int:
 
 def test_adam_and_a_dataset_that_reads_values_give_no_would_be_sync(tmp_path: Path) -> None:
     """Adam's step counters and what a Dataset reads (FakeData's .item(), Normalize's if) stay on the
-    CPU with a GPU too: no card (they were cards at the optimizer.step() and for lines), and the
-    reads are kept apart in the JSON, all of them."""
+    CPU with a GPU too: no card (they were cards at the optimizer.step() and for lines). Adam's reads
+    are kept apart in the JSON, all of them; the Dataset's are not recorded (the fetch is recorded
+    as its range, test below)."""
     run, document = run_script(tmp_path, "adam_with_dataset.py")
     assert not [f for f in document["findings"] if f["rule"] in ("latent-sync", "sync-in-forward")]
     events = run.events()
     reads = outermost_reads(events)
     loading = run.annotations("enumerate(DataLoader)#")
     adam = run.annotations("Optimizer.step#Adam.step")
-    in_loading = [read for read in reads if inside_any(read, loading)]
     in_adam = [read for read in reads if inside_any(read, adam)]
-    assert in_loading and in_adam and len(in_loading) + len(in_adam) == len(reads)
+    assert loading and in_adam and len(in_adam) == len(reads)
     kept = {(latent["cpu_value"], latent["count"]) for latent in document["latent_syncs"]}
-    assert kept == {("data loading", len(in_loading)), ("optimizer step counters", len(in_adam))}
+    assert kept == {("optimizer step counters", len(in_adam))}
+
+
+def test_the_dataloader_fetch_records_its_range_without_its_operators(tmp_path: Path) -> None:
+    """Each batch's fetch is its enumerate(DataLoader) range alone: the Dataset's operators (hundreds
+    per batch with torchvision-like transforms, each recorded with its shapes) made the fetch
+    1.3-1.7x as slow under `run` as alone. The trace says so; the step's operators are all there;
+    torch's warning about the toggle is not printed."""
+    ours = traceinsight_process(
+        "run", "--trace", "run.pt.trace.json.gz", "--no-html", str(SCRIPTS / "adam_with_dataset.py"),
+        cwd=tmp_path, record=tmp_path / "unused.json",
+    )  # fmt: skip
+    assert ours.returncode == 0, ours.stderr
+    run = RunResult(0, ours.stdout, ours.stderr, tmp_path / "run.pt.trace.json.gz", tmp_path / "unused")
+    events = run.events()
+    fetches = [e for e in run.annotations("enumerate(DataLoader)#") if e["name"].endswith("__next__")]
+    steps = run.annotations("ProfilerStep#")
+    assert len(fetches) == len(steps) == 5
+    ops = [e for e in events if e.get("cat") == "cpu_op"]
+    assert not [op for op in ops if inside_any(op, fetches)]
+    # the step's own work: the model's matmul, the loss, Adam's update, in every step
+    for name in ("aten::addmm", "aten::nll_loss_forward", "aten::addcmul_"):
+        assert sum(1 for op in ops if op["name"] == name and inside_any(op, steps)) >= len(steps), name
+    with gzip.open(run.trace, "rt", encoding="utf-8") as stream:
+        assert json.load(stream)["traceinsight"]["loaderFetch"] == "range only"
+    assert "Toggling" not in ours.stderr and "done" in ours.stdout
 
 
 def test_the_dataloader_fetch_is_not_traced_but_its_for_line_is(tmp_path: Path) -> None:

@@ -38,8 +38,8 @@ return on the thread, and while one is set CPython 3.11 runs all bytecode of the
 slower tracing path (a loop without calls: 1.9× slower). Python-heavy code pays for it: a Dataset
 doing torchvision-like work per sample ran 8-19× slower under it. So the DataLoader's ``__next__``
 (the whole fetch: sampler, Dataset, transforms, collate) runs with the profile function removed on
-its thread; the profiler still records its operators and the ``enumerate(DataLoader)#…`` range,
-and the ``for`` line gets its call-site range. What recording costs elsewhere is measured by the
+its thread; the profiler still records the ``enumerate(DataLoader)#…`` range (its operators are
+not collected either: :mod:`.fetch`), and the ``for`` line gets its call-site range. What recording costs elsewhere is measured by the
 recorder on the steps themselves (:mod:`.recorder`).
 """
 
