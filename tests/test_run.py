@@ -868,3 +868,30 @@ def test_the_script_runs_under_no_frame_of_the_command_line_parser(tmp_path: Pat
     assert frames[-1] == str(script)
     assert [f for f in frames if "/typer/" in f or "/click/" in f] == []
     assert len(frames) <= 10  # runpy 2 (python -m), our entry point 3, the runner 4, the script
+
+
+def test_the_code_excerpts_line_shows_no_absolute_path_when_the_project_is_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The current folder and the script's project share nothing below the root: the line named
+    the project by its absolute path (the machine's layout, in a log shared with the report). It is
+    now named as the script's path was typed when that is relative, else by its name alone."""
+    if os.path.commonpath([tmp_path.resolve(), REPO]) != os.sep:
+        pytest.skip("the temporary folder lies inside the repository's folders")
+    monkeypatch.chdir(tmp_path)
+    typed = os.path.relpath(SCRIPTS / "manual_sgd.py", tmp_path)
+    expected = {str(SCRIPTS / "manual_sgd.py"): REPO.name, typed: os.path.relpath(REPO, tmp_path)}
+    for script, shown in expected.items():
+        run = run_in_process(tmp_path, script)
+        assert run.exit_code == 0, run.stderr
+        (line,) = [line for line in run.stderr.splitlines() if "code excerpts" in line]
+        assert line.split("): ", 1)[1].strip() == shown
+
+
+def test_the_start_up_advice_names_the_script_that_ran(tmp_path: Path) -> None:
+    """One recorded step: the warning's advice said `traceinsight run --wait 2 train.py` whatever the
+    script was; it names the script as typed."""
+    _, document = run_script(tmp_path, "manual_sgd.py", "--active", "1")
+    advice = [warning["advice"] for warning in document["warnings"] if warning["kind"] == "one-step"]
+    assert advice and f"`traceinsight run --wait 2 {SCRIPTS / 'manual_sgd.py'}`" in advice[0]
+    assert "train.py" not in json.dumps(document["warnings"])

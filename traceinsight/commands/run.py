@@ -373,7 +373,7 @@ def profile_and_report(
         return exit_like_python(outcome)
     _say_window_notes(say, capture, settings)
     context = _run_context(target, started, elapsed, outcome, capture, trace)
-    _analyze(trace, paths, settings, project, context, console if speaks else _quiet_console(), say)
+    _analyze(trace, paths, settings, project, target, context, console if speaks else _quiet_console(), say)
     if rank is not None and rank.rank == 0:
         _say_job_files(say, paths, rank)
     return exit_like_python(outcome)
@@ -573,6 +573,7 @@ def _run_context(
         exit_status=outcome.exit_status,
         failure=outcome.failure,
         steps_recorded=None if (capture.whole_run or not ours) else capture.steps_in_trace,
+        script_is_module=target.is_module,
     )
 
 
@@ -581,6 +582,7 @@ def _analyze(
     paths: OutputPaths,
     settings: ProfileSettings,
     project: Path | None,
+    target: ScriptTarget,
     context: Any,
     console: Console,
     say: _Speaker,
@@ -610,7 +612,7 @@ def _analyze(
             console=console,
             source_root=None
             if project is None
-            else SourceRoot(project, "the script's project folder", shown=_typed_folder(project)),
+            else SourceRoot(project, "the script's project folder", shown=_typed_folder(project, target)),
             run=context,
         )
     except TraceInsightError as error:
@@ -650,17 +652,23 @@ def _shown(path: Path) -> Path:
         return path
 
 
-def _typed_folder(folder: Path) -> str:
+def _typed_folder(folder: Path, target: ScriptTarget) -> str:
     """``folder`` as the user would type it from the current folder (``.``, ``src``, ``../b``) when
-    the two share a folder below the root; else as it is (the user's folder layout stays out of a
-    log shared with the report)."""
+    the two share a folder below the root; else reached from the script's path as typed
+    (``../lib/train.py``: ``../lib/..``), when that is relative; else its name alone. Never an
+    absolute path: the user's folder layout stays out of a log shared with the report."""
     here = Path.cwd()
     try:
         if os.path.commonpath([here, folder]) != os.path.sep:
             return os.path.relpath(folder, here)
     except ValueError:  # another drive
         pass
-    return str(folder)
+    if not target.is_module and not os.path.isabs(target.name):
+        real = Path(os.path.realpath(target.name)).parent
+        if folder == real or folder in real.parents:
+            up = len(real.relative_to(folder).parts)
+            return os.path.normpath(os.path.join(os.path.dirname(target.name), *[os.pardir] * up))
+    return folder.name or str(folder)
 
 
 def _quiet_console() -> Console:
