@@ -39,10 +39,9 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["LOADER_FETCH_RANGE_ONLY", "FetchOpsPaused"]
+from traceinsight.load.taxonomy import LOADER_FETCH_RANGE_ONLY
 
-LOADER_FETCH_RANGE_ONLY = "range only"
-"""The trace record's ``loaderFetch`` when the fetch was recorded as its range alone."""
+__all__ = ["LOADER_FETCH_RANGE_ONLY", "FetchOpsPaused"]
 
 #: What torch logs on each toggle (dropped from the stderr copied back).
 _TOGGLE_WARNING = b"Toggling CPU activity with GPU activity on"
