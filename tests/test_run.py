@@ -895,3 +895,27 @@ def test_the_start_up_advice_names_the_script_that_ran(tmp_path: Path) -> None:
     advice = [warning["advice"] for warning in document["warnings"] if warning["kind"] == "one-step"]
     assert advice and f"`traceinsight run --wait 2 {SCRIPTS / 'manual_sgd.py'}`" in advice[0]
     assert "train.py" not in json.dumps(document["warnings"])
+
+
+def test_the_script_runs_under_four_frames_of_python_m_traceinsight(tmp_path: Path) -> None:
+    """Code that formats its stack pays per frame above the script (`torch.manual_seed` does, per
+    call, without CUDA): under `python -m traceinsight run` only runpy's two frames and
+    traceinsight/__main__.py's two are left above it (9 before: the set-up and the tear-down ran
+    as nested calls around it)."""
+    script = tmp_path / "stack.py"
+    script.write_text(
+        "import traceback\n"
+        "for frame in traceback.extract_stack()[:-1]:\n"
+        "    print('FRAME', frame.name, frame.filename)\n"
+        "print('DONE')\n"
+    )
+    alone = plain_python(str(script), cwd=tmp_path, record=tmp_path / "unused.json")
+    ours = traceinsight_process("run", str(script), cwd=tmp_path, record=tmp_path / "unused.json")
+    assert alone.returncode == ours.returncode == 0, ours.stderr
+    frames = [line.split(" ", 2)[1:] for line in ours.stdout.splitlines() if line.startswith("FRAME")]
+    assert [line for line in alone.stdout.splitlines() if line.startswith("FRAME")] == []
+    assert len(frames) == 4, frames
+    assert [name for name, file in frames if file == str(REPO / "traceinsight" / "__main__.py")] == [
+        "<module>",
+        "main",
+    ]

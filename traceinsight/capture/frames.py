@@ -56,7 +56,7 @@ from traceinsight.load.taxonomy import is_user_file
 
 __all__ = ["FRAME_MARK", "SITE_MARK", "UserFrameTracer"]
 
-_RUNNERS = ("traceinsight.capture.script", "runpy")
+_RUNNERS = ("traceinsight.capture.script", "traceinsight.commands", "traceinsight.__main__", "runpy")
 
 FRAME_MARK = "traceinsight.frame: "
 """Prefix of the record-function names that stand for user frames until the export renames them."""

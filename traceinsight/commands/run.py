@@ -23,7 +23,7 @@ import shlex
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -50,10 +50,14 @@ from traceinsight.capture.recorder import (
 )
 from traceinsight.capture.script import (
     ScriptOutcome,
+    ScriptSteps,
     ScriptTarget,
+    StagedRun,
+    drive,
     exit_like_python,
     module_target,
     run_target,
+    run_target_steps,
     script_target,
 )
 from traceinsight.commands.outputs import Kind, Output, check_outputs
@@ -64,6 +68,7 @@ __all__ = [
     "OutputPaths",
     "defer_runs",
     "profile_and_report",
+    "profile_and_report_steps",
     "run",
     "take_deferred_run",
 ]
@@ -282,36 +287,42 @@ def run(
     except TraceInsightError as error:
         raise typer.Exit(_said(error)) from None
 
-    def go() -> int:
+    def go() -> ScriptSteps[int]:
         try:
-            return profile_and_report(target, settings, paths, console, rank=rank, project=project)
+            return (
+                yield from profile_and_report_steps(
+                    target, settings, paths, console, rank=rank, project=project
+                )
+            )
         except TraceInsightError as error:
             return _said(error)
 
     if _DEFERRED is not None:
-        _DEFERRED.append(go)  # run by the entry point once the CLI's frames are gone
+        _DEFERRED.append(StagedRun(go()))  # run by the entry point once the CLI's frames are gone
         return
-    status = go()
+    status = drive(go())
     if status != 0:
         raise typer.Exit(status)
 
 
-_DEFERRED: list[Callable[[], int]] | None = None
+_DEFERRED: list[StagedRun[int]] | None = None
 """Set by :func:`defer_runs`: the script run `run` has set up, for the entry point to start."""
 
 
 def defer_runs() -> None:
     """Make `run` leave its script for :func:`take_deferred_run` instead of running it in the
-    command: the script then runs from the entry point, not under typer's and click's dozen frames.
-    A script that walks its stack pays for every frame above it (``traceback.format_stack``, which
+    command: the entry point then runs the script in its own frame, not under typer's and click's
+    dozen frames nor ours (:class:`~traceinsight.capture.script.StagedRun`). A script that walks
+    its stack pays for every frame above it (``traceback.format_stack``, which
     ``torch.manual_seed`` calls once per call through ``torch.cuda._lazy_call`` on a machine whose
     CUDA is not initialised: 0.04 ms alone, 0.27 ms 17 frames deeper, per call)."""
     global _DEFERRED
     _DEFERRED = []
 
 
-def take_deferred_run() -> Callable[[], int] | None:
-    """The script run the last `run` command left (see :func:`defer_runs`), once."""
+def take_deferred_run() -> StagedRun[int] | None:
+    """The script run the last `run` command left (see :func:`defer_runs`), once: its status
+    comes from ``finish`` after the caller ran what ``start`` gave."""
     return _DEFERRED.pop() if _DEFERRED else None
 
 
@@ -337,6 +348,19 @@ def profile_and_report(
     What went wrong with the trace or the report is said on stderr; it never changes the status.
     For Ctrl-C, this process dies by SIGINT after writing, as Python does.
     """
+    return drive(profile_and_report_steps(target, settings, paths, console, rank=rank, project=project))
+
+
+def profile_and_report_steps(
+    target: ScriptTarget,
+    settings: ProfileSettings,
+    paths: OutputPaths,
+    console: Console,
+    *,
+    rank: RankInfo | None = None,
+    project: Path | None = None,
+) -> ScriptSteps[int]:
+    """:func:`profile_and_report` in stages (the script runs in the frame that drives them)."""
     speaks = rank is None or rank.rank == 0
     say = _Speaker(console if speaks else None, rank)
     recorder = TraceRecorder(
@@ -350,7 +374,7 @@ def profile_and_report(
         say("no CUDA device: profiling CPU activity only")
     try:
         with _stdout_to_stderr(paths.to_stdout):
-            outcome = run_target(target)
+            outcome = yield from run_target_steps(target)
     except BaseException:
         recorder.finish(discard=True)
         raise
