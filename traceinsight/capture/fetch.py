@@ -9,7 +9,9 @@ loop waited for it: the ``enumerate(DataLoader)#…__next__`` range, which torch
 ``__next__`` around the fetch.
 
 How. The fetch proper is the iterator's ``_next_data`` (sampler, Dataset, transforms, collate, pin
-memory; with workers, the wait on their queue), called inside that range. While a window records
+memory; with workers, the wait on their queue), called inside that range. It runs without the
+frame tracer's profile function (on any thread; :mod:`.frames`), one wrapper for both (every
+frame above a Dataset costs one that formats its stack). While a window records
 and the profiler is on in this thread, ``_next_data`` runs with CPU operator collection switched off
 (``torch.profiler``'s ``toggle_collection_dynamic``: the profiler's record-function callback is
 removed from this thread and pushed back after), so the range and everything outside the fetch
@@ -51,8 +53,9 @@ class FetchOpsPaused:
     """Patches the DataLoader iterators' ``_next_data`` to run without CPU operator collection while
     ``recording()`` is true (see the module doc)."""
 
-    def __init__(self, recording: Callable[[], bool]) -> None:
+    def __init__(self, recording: Callable[[], bool], tracing: Callable[[object], bool]) -> None:
         self._recording = recording
+        self._tracing = tracing
         self._patched: list[tuple[type, Any]] = []
         self._owner_pid = os.getpid()
         self._owner_thread = threading.get_ident()
@@ -103,18 +106,28 @@ class FetchOpsPaused:
         pauser = self
 
         def _next_data(iterator: Any) -> Any:
-            if not pauser._may_pause():
+            if os.getpid() != pauser._owner_pid:
                 return original(iterator)
-            pauser._depth += 1
+            hook = sys.getprofile()
+            traced = hook is not None and pauser._tracing(hook)
+            if traced:
+                sys.setprofile(None)  # the frame tracer's function: not inside the fetch (frames.py)
             try:
-                if pauser._depth == 1 and pauser._pause():
-                    try:
-                        return original(iterator)
-                    finally:
-                        pauser.resume()
-                return original(iterator)
+                if not pauser._may_pause():
+                    return original(iterator)
+                pauser._depth += 1
+                try:
+                    if pauser._depth == 1 and pauser._pause():
+                        try:
+                            return original(iterator)
+                        finally:
+                            pauser.resume()
+                    return original(iterator)
+                finally:
+                    pauser._depth -= 1
             finally:
-                pauser._depth -= 1
+                if traced and pauser._tracing(hook):
+                    sys.setprofile(hook)
 
         _next_data.__qualname__ = getattr(original, "__qualname__", "_next_data")
         _next_data.__doc__ = getattr(original, "__doc__", None)

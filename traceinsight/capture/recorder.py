@@ -233,7 +233,7 @@ class TraceRecorder:
         self._unprofiled_ns: list[int] = []
         self._window_baseline_ns: list[int] = []
         self._foreign = ForeignProfilerWatch(self._step_aside)
-        self._fetch = FetchOpsPaused(self._records_now)
+        self._fetch = FetchOpsPaused(self._records_now, self._traces_with)
         self._kineto_lines = KinetoLinesDropped()
         self._own_calls = 0
         self._discarding = False
@@ -671,6 +671,11 @@ class TraceRecorder:
             self._stop_profilers()
         finally:
             self._discarding = False
+
+    def _traces_with(self, hook: object) -> bool:
+        """True when ``hook`` is the profile function of the frame tracer now tracing."""
+        frames = self._frames
+        return frames is not None and frames.is_hook(hook)
 
     def _records_now(self) -> bool:
         """True while a window of ours records (the start-up one or an active scheduled one)."""
