@@ -29,8 +29,8 @@ report gives it (``steady_state.step_time_us`` of ``--json``). The DataLoader pe
 script's ``FETCH_MS`` line (the median wait for a batch in the loop, at the loop indices 3-7 that
 `run` records by default; a batch made between two training steps took 1.5-1.65 × one made in a
 loop of batches alone, measured, so the loader timed on its own after training, ``LOADER_MS``, is
-no baseline); under `run`: the time per step the report's ``dataloader-stall`` card gives (a mean
-over the steady steps) and the median of ``enumerate(DataLoader)#…__next__`` per recorded step,
+no baseline); under `run`: the time per step the report's ``dataloader-stall`` card gives (the
+median steady step's) and the median of ``enumerate(DataLoader)#…__next__`` per recorded step,
 read from the trace; and the fetch's CPU time in the loop (``FETCH_CPU_MS``, this thread's: other
 work on the machine does not count), alone and under `run`. The trace's size: the gzip file and
 its JSON (from `run`'s "trace written" line).
@@ -126,13 +126,13 @@ class Measured:
         return statistics.median(per_step) / 1000 if per_step else None
 
     def report_loader_ms(self) -> float | None:
-        """The DataLoader time per step the report's ``dataloader-stall`` card gives (a mean)."""
+        """The DataLoader time per step the report's ``dataloader-stall`` card gives (the median step's)."""
         document = self._document()
         findings = document.get("findings", []) if document else []
         for finding in findings if isinstance(findings, list) else []:
             if finding.get("rule") == "dataloader-stall":
                 said = str(finding.get("evidence", {}).get("time in DataLoader __next__", ""))
-                found = re.match(r"([\d.]+) ms per step", said)
+                found = re.match(r"(?:median )?([\d.]+) ms per step", said)
                 return float(found[1]) if found else None
         return None
 
@@ -373,7 +373,7 @@ def main() -> int:
         print(
             "| shape | wall alone / run (s) | step alone / recorded under run (ms) | max RSS alone / run (GB) "
             "| trace (MB gzip / MB JSON) | DataLoader per step (ms): alone in the loop / under run: "
-            "the report's card (mean), the trace (median) (the fetch's CPU time alone / under run) |"
+            "the report's card, the trace (medians) (the fetch's CPU time alone / under run) |"
         )
         print("|---|---|---|---|---|---|")
         for row in measured:

@@ -527,3 +527,30 @@ def test_recsys_blocking_copies_to_the_host_are_waits_with_their_real_blocked_ti
     # the GPU waited on its own dependencies meanwhile: the replay gives back far less than that
     assert card.savings_ns < steady * 1000 / 4
     assert card.saving_note is not None and "frees the host, not the GPU" in card.saving_note
+
+
+def test_each_read_counts_once_even_when_item_and_its_scalar_read_share_one_span() -> None:
+    """no_distributed_info: 5 `.item()` in its one step, each with its `_local_scalar_dense` inside;
+    one pair has the same start and duration (within the µs), so each held the other and both were
+    dropped: the card said 4. The read inside `Optimizer.step#FusedAdam.step` counts: a fused
+    optimizer keeps its step counter on the device (only Adam, AdamW … keep it on the CPU)."""
+    name = "no_distributed_info.json.gz"
+    reads = [
+        (index, e)
+        for index, e in enumerate(events(name))
+        if e.get("cat") == "cpu_op" and e.get("name") in ("aten::item", "aten::_local_scalar_dense")
+    ]
+    outermost = []
+    for _, read in sorted(reads, key=lambda pair: (pair[1]["ts"], -pair[1]["dur"], pair[0])):
+        end = read["ts"] + read["dur"]
+        if not any(
+            o["tid"] == read["tid"] and o["ts"] <= read["ts"] and end <= o["ts"] + o["dur"] for o in outermost
+        ):
+            outermost.append(read)
+    fused = [e for e in events(name) if e.get("name") == "Optimizer.step#FusedAdam.step"]
+    in_fused = [r for r in outermost if any(f["ts"] <= r["ts"] <= f["ts"] + f["dur"] for f in fused)]
+    assert len(outermost) == 5 and len(in_fused) == 1
+    syncs = report(name).analysis.latent_syncs
+    assert [(s.op, s.count, s.cpu_value) for s in syncs] == [("aten::item", len(outermost), None)]
+    (card,) = [f for f in report(name).findings if f.rule == "latent-sync"]
+    assert card.title.startswith("`.item()` would make the host wait for the GPU 5× per step")

@@ -14,20 +14,37 @@ import sys
 
 
 def main() -> None:
-    """Import the commands and run them."""
+    """Import the commands and run them (`run`'s script in this frame)."""
     try:
         # inside: process.py's own imports (concurrent.futures, logging) are part of the start-up
         from traceinsight.process import collector_paused
 
         with collector_paused():
-            from traceinsight.commands import main as commands_main
+            from traceinsight.commands import begin_script, end_script, start_main
     except KeyboardInterrupt:
         sys.stderr.write("traceinsight: interrupted (Ctrl-C) while starting; nothing was run or written\n")
         sys.stderr.flush()
         # Not SystemExit: an import cut short by the interrupt can leave the interpreter to end
         # itself by SIGINT on the way out (seen 1 run in 12). Nothing ran, so nothing to tear down.
         os._exit(130)
-    commands_main()
+    staged = start_main()  # any other command than `run` ends the process in there
+    ready = begin_script(staged)
+    outcome = None
+    if ready is not None:
+        from traceinsight.capture.script import ScriptOutcome, outcome_of
+
+        # `run`'s script runs in this frame: every frame above it costs a script that walks its
+        # stack (see traceinsight.capture.script); its errors end it as Python would.
+        try:
+            if ready.code is not None:
+                exec(ready.code, ready.namespace)
+            elif ready.call is not None:
+                ready.call()
+        except BaseException as error:
+            outcome = outcome_of(error)
+        else:
+            outcome = ScriptOutcome(exit_status=0)
+    end_script(staged, outcome)
 
 
 if __name__ == "__main__":

@@ -99,7 +99,17 @@ def latent_syncs(
             pl.col("o_end") >= pl.col("end"),
             pl.col("o_key") != pl.col("key"),
         )
-        .filter((pl.col("pid") == pl.col("o_pid")) & (pl.col("tid") == pl.col("o_tid")))
+        .filter(
+            (pl.col("pid") == pl.col("o_pid"))
+            & (pl.col("tid") == pl.col("o_tid"))
+            # two reads over the same span (``aten::item`` and its ``_local_scalar_dense`` within
+            # the same µs) each hold the other: the earlier in the file is the outer one
+            & (
+                (pl.col("o_ts") < pl.col("ts"))
+                | (pl.col("o_end") > pl.col("end"))
+                | (pl.col("o_key") < pl.col("key"))
+            )
+        )
         .select("key")
         .unique()
     )

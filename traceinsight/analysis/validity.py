@@ -16,12 +16,15 @@ from traceinsight.analysis.steady import SteadyState, Step
 from traceinsight.formatting import format_duration
 from traceinsight.load import RunProfile, Trace, taxonomy
 
-__all__ = ["TraceWarning", "trace_warnings"]
+__all__ = ["WAIT_COMMAND", "TraceWarning", "trace_warnings"]
 
 #: Float timestamps of adjacent GPU events overlap by a few ns; more than this is a recording issue.
 _OVERLAP_TOLERANCE_NS = 1_000
+#: The command the start-up advice gives, for a script it does not know (a report of
+#: ``traceinsight run`` names the script it ran instead: :func:`traceinsight.results.report_for`).
+WAIT_COMMAND = "traceinsight run --wait 2 train.py"
 _WAIT_ADVICE = (
-    "profile after the first steps: `traceinsight run --wait 2 train.py`, or "
+    f"profile after the first steps: `{WAIT_COMMAND}`, or "
     "`torch.profiler.schedule(wait=1, warmup=1, active=3)` with `prof.step()` each iteration"
 )
 

@@ -21,7 +21,9 @@ way what ``traceinsight run`` must not leave behind:
   (:data:`RUN_RECORD_KEY`): ``stacks`` (``--stacks``), ``stepMarks`` (what ended steps:
   ``optimizer``, ``explicit`` for ``traceinsight.step()``, ``backward``, or ``none``: the whole run
   is one window) and ``unprofiledStepNs`` / ``unprofiledSteps`` (the median duration of the steps
-  that ran just before the window without being recorded, and how many), so that ``analyze`` says
+  that ran just before the window without being recorded, and how many) and ``loaderFetch``
+  (``"range only"`` when the DataLoader's fetch was recorded as its range, without its operators:
+  :mod:`.fetch`), so that ``analyze`` says
   the same of the file later, and what recording cost the steps can be told.
 
 The pass holds one event (a dozen lines) at a time, so memory does not grow with the trace.

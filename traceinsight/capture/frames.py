@@ -38,8 +38,8 @@ return on the thread, and while one is set CPython 3.11 runs all bytecode of the
 slower tracing path (a loop without calls: 1.9× slower). Python-heavy code pays for it: a Dataset
 doing torchvision-like work per sample ran 8-19× slower under it. So the DataLoader's ``__next__``
 (the whole fetch: sampler, Dataset, transforms, collate) runs with the profile function removed on
-its thread; the profiler still records its operators and the ``enumerate(DataLoader)#…`` range,
-and the ``for`` line gets its call-site range. What recording costs elsewhere is measured by the
+its thread; the profiler still records the ``enumerate(DataLoader)#…`` range (its operators are
+not collected either: :mod:`.fetch`), and the ``for`` line gets its call-site range. What recording costs elsewhere is measured by the
 recorder on the steps themselves (:mod:`.recorder`).
 """
 
@@ -56,7 +56,7 @@ from traceinsight.load.taxonomy import is_user_file
 
 __all__ = ["FRAME_MARK", "SITE_MARK", "UserFrameTracer"]
 
-_RUNNERS = ("traceinsight.capture.script", "runpy")
+_RUNNERS = ("traceinsight.capture.script", "traceinsight.commands", "traceinsight.__main__", "runpy")
 
 FRAME_MARK = "traceinsight.frame: "
 """Prefix of the record-function names that stand for user frames until the export renames them."""
@@ -95,7 +95,6 @@ class UserFrameTracer:
         self._module_index: dict[int, str] = {}
         self._class_counts: dict[str, int] = {}
         self._torch_frames = _torch_frame_names()
-        self._loader_patch: tuple[Any, Any] | None = None
 
     def start(self) -> None:
         """Start on this thread (opening the user frames now running) and on threads started later."""
@@ -103,7 +102,6 @@ class UserFrameTracer:
 
         self._record = _RecordFunctionFast
         self._running = True
-        self._pause_in_data_loading()
         self._saved_profile = sys.getprofile()
         self._saved_thread_profile = threading.getprofile()
         frame = sys._getframe(1)
@@ -125,7 +123,6 @@ class UserFrameTracer:
         self._running = False
         if self in _ACTIVE:
             _ACTIVE.remove(self)
-        self._resume_data_loading()
         sys.setprofile(self._saved_profile)
         threading.setprofile(self._saved_thread_profile)
         with self._lock:
@@ -161,41 +158,10 @@ class UserFrameTracer:
         elif event == "c_call" and self._running and self._name(frame.f_code) and _torch_function(arg):
             self._mark_line(frame)
 
-    def _pause_in_data_loading(self) -> None:
-        """While recording, the DataLoader's ``__next__`` runs without the profile function on its
-        thread: the ``for`` line gets its call-site range, the fetch is not traced."""
-        try:
-            from torch.utils.data.dataloader import _BaseDataLoaderIter
-        except ImportError:
-            return
-        original = _BaseDataLoaderIter.__dict__.get("__next__")
-        if original is None:
-            return
-        tracer = self
-
-        def __next__(iterator: Any) -> Any:
-            hook = tracer._on_event
-            if not tracer._running or sys.getprofile() != hook:
-                return original(iterator)
-            caller = sys._getframe(1)
-            if tracer._name(caller.f_code):
-                tracer._mark_line(caller)
-            sys.setprofile(None)
-            try:
-                return original(iterator)
-            finally:
-                if tracer._running:
-                    sys.setprofile(hook)
-
-        __next__.__qualname__ = getattr(original, "__qualname__", "__next__")
-        self._loader_patch = (_BaseDataLoaderIter, original)
-        setattr(_BaseDataLoaderIter, "__next__", __next__)  # noqa: B010 (a method is replaced)
-
-    def _resume_data_loading(self) -> None:
-        patch, self._loader_patch = self._loader_patch, None
-        if patch is not None:
-            owner, original = patch
-            setattr(owner, "__next__", original)  # noqa: B010
+    def is_hook(self, hook: object) -> bool:
+        """True when ``hook`` is this tracer's profile function and it still traces (the DataLoader's
+        fetch runs without it: :mod:`.fetch`)."""
+        return self._running and hook == self._on_event
 
     def _name(self, code: CodeType) -> str | None:
         """The frame name of ``code`` when it is the user's (cached per code object), else None."""

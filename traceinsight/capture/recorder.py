@@ -26,6 +26,9 @@ How the windows work. Steps are numbered from 0; step 0 is the start-up plus the
   profiler recorded: the range's end would reach the new profiler with the old one's (freed) event,
   which corrupted the heap (``--warmup 0``: the start-up recording stops and step 1's starts at
   the same boundary; 7 crashes in 10 runs). Such a move waits for ``optimizer.step()`` to return.
+- The DataLoader's fetch records as its ``enumerate(DataLoader)#…`` range alone while a window
+  records (:mod:`.fetch`): its operators are not collected, and the trace's ``traceinsight``
+  record says so (``"loaderFetch": "range only"``).
 - The script's own profiler: when the script starts a torch profiler of its own, the recorder
   steps aside (:mod:`.foreign`): it stops and drops what it is recording, records nothing more,
   and notes the traces the script exports.
@@ -51,6 +54,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from traceinsight.capture.export import ExportResult, ProgressCallback, write_trace
+from traceinsight.capture.fetch import LOADER_FETCH_RANGE_ONLY, FetchOpsPaused
 from traceinsight.capture.foreign import ForeignProfilerWatch
 from traceinsight.capture.frames import UserFrameTracer
 from traceinsight.capture.memory import (
@@ -196,6 +200,7 @@ class TraceRecorder:
         self._unprofiled_ns: list[int] = []
         self._window_baseline_ns: list[int] = []
         self._foreign = ForeignProfilerWatch(self._step_aside)
+        self._fetch = FetchOpsPaused(self._records_now, self._traces_with)
         self._kineto_lines = KinetoLinesDropped()
         self._own_calls = 0
         self._discarding = False
@@ -245,6 +250,7 @@ class TraceRecorder:
         ]
         self._listen_to_backward()
         self._kineto_lines.install()
+        self._fetch.install()
         activate_marker(self._marker)
         try:
             with self._own():
@@ -263,6 +269,7 @@ class TraceRecorder:
         except BaseException:
             self._stop_listening()
             self._kineto_lines.remove()
+            self._fetch.remove()
             raise
 
     def finish(self, *, discard: bool = False) -> CaptureResult:
@@ -281,6 +288,7 @@ class TraceRecorder:
         if not discard and self._will_write_at_stop():
             self.events.say("the script ended; stopping the profiler and writing the trace…")
         self._stop_profilers()
+        self._fetch.remove()
         self._kineto_lines.remove()
         self._guard.close()
         return self._result()
@@ -362,7 +370,9 @@ class TraceRecorder:
 
     @contextlib.contextmanager
     def _own(self) -> Iterator[None]:
-        """Marks our own calls into torch.profiler (the foreign-profiler watch ignores them)."""
+        """Marks our own calls into torch.profiler (the foreign-profiler watch ignores them); a
+        DataLoader fetch's paused collection is switched back on first (:mod:`.fetch`)."""
+        self._fetch.resume()
         self._own_calls += 1
         try:
             with self._foreign.ours(), self._guard.deferred():
@@ -547,6 +557,7 @@ class TraceRecorder:
             self._frames.start()
         if not self._guard.armed:  # from the window's start: what the whole window holds
             self._window_baseline_ns, self._unprofiled_ns = self._unprofiled_ns, []
+            self._fetch.used = False
             self._guard.arm()
 
     def _stop_frames(self) -> None:
@@ -609,6 +620,8 @@ class TraceRecorder:
             "stacks": self.settings.stacks,
             "stepMarks": self._marker.source if self._scheduled_profiler is not None else "none",
         }
+        if self._fetch.used:
+            record["loaderFetch"] = LOADER_FETCH_RANGE_ONLY
         baseline = sorted(self._window_baseline_ns)
         if baseline:
             record["unprofiledSteps"] = len(baseline)
@@ -625,6 +638,20 @@ class TraceRecorder:
             self._stop_profilers()
         finally:
             self._discarding = False
+
+    def _traces_with(self, hook: object) -> bool:
+        """True when ``hook`` is the profile function of the frame tracer now tracing."""
+        frames = self._frames
+        return frames is not None and frames.is_hook(hook)
+
+    def _records_now(self) -> bool:
+        """True while a window of ours records (the start-up one or an active scheduled one)."""
+        if self._done or self._stopping or self._profiler_error is not None:
+            return False
+        if self._startup_profiler is not None:
+            return True
+        profiler = self._scheduled_profiler
+        return profiler is not None and self._records(profiler.current_action)
 
     @staticmethod
     def _records(action: Any) -> bool:

@@ -15,6 +15,15 @@ What "exactly" means, checked against CPython 3.10+:
 A script file is compiled and executed directly (not with ``runpy.run_path``, which would set
 ``sys.argv[0]`` to the path it is given and so could not keep both ``argv[0]`` as typed and
 ``__file__`` absolute); a module goes through ``runpy.run_module``, as ``python -m`` does.
+
+Frames above the script. A script that walks its stack pays for every frame above it:
+``traceback.format_stack``, which ``torch.manual_seed`` calls once per call on a machine whose
+CUDA is not initialised (a Dataset reseeding per sample: 64 calls per batch), formats each one
+(in 3.11 with the caret anchors of its line, parsed). So the run is set up in stages
+(:class:`StagedRun`): generators prepare the script and hand it over (:class:`ScriptCode`), the
+entry point runs it in its own frame (``exec``), and the generators, suspended meanwhile (so not
+on the stack), are resumed with how it ended (:func:`outcome_of`) to restore what they changed.
+:func:`run_target` and :func:`drive` do all of it in one call, one frame deeper.
 """
 
 from __future__ import annotations
@@ -28,19 +37,28 @@ import runpy
 import signal
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Any, Generic, TypeVar
 
 from traceinsight.errors import CaptureError
 
 __all__ = [
+    "ScriptCode",
     "ScriptOutcome",
+    "ScriptSteps",
     "ScriptTarget",
+    "StagedRun",
+    "drive",
+    "execute",
     "exit_like_python",
     "module_target",
+    "outcome_of",
     "run_target",
+    "run_target_steps",
     "script_target",
 ]
 
@@ -119,41 +137,112 @@ def module_target(module: str, args: tuple[str, ...]) -> ScriptTarget:
     return ScriptTarget(name=module, args=args, is_module=True)
 
 
+@dataclass(frozen=True, slots=True)
+class ScriptCode:
+    """The script, ready to run: ``exec(code, namespace)`` for a file (nothing of ours between the
+    runner's frame and the script's), or ``call()`` for a module (through runpy, as ``python -m``)."""
+
+    code: types.CodeType | None = None
+    namespace: dict[str, Any] | None = None
+    call: Callable[[], object] | None = None
+
+
+_Result = TypeVar("_Result")
+
+ScriptSteps = Generator[ScriptCode, ScriptOutcome, _Result]
+"""Stages of a run: yields the script once, is sent how it ended, returns its result."""
+
+
+class StagedRun(Generic[_Result]):
+    """Runs :data:`ScriptSteps` with the script in the caller's frame (see the module doc):
+    ``ready = staged.start()``; the caller runs ``ready`` (:func:`execute`, or ``exec`` inline) and
+    makes its :class:`ScriptOutcome` (:func:`outcome_of`); ``staged.finish(outcome)``."""
+
+    def __init__(self, steps: ScriptSteps[_Result]) -> None:
+        self._steps = steps
+        self._ended: tuple[_Result] | None = None
+
+    def start(self) -> ScriptCode | None:
+        """Prepare the script; None when the stages ended without running it (then :meth:`finish`
+        gives their result whatever it is passed)."""
+        try:
+            return next(self._steps)
+        except StopIteration as done:
+            self._ended = (done.value,)
+            return None
+
+    def finish(self, outcome: ScriptOutcome | None) -> _Result:
+        """Resume the stages with how the script ended; their result."""
+        if self._ended is not None:
+            return self._ended[0]
+        try:
+            self._steps.send(outcome if outcome is not None else ScriptOutcome(exit_status=0))
+        except StopIteration as done:
+            result: _Result = done.value
+            return result
+        self._steps.close()
+        raise RuntimeError("the run's stages asked to run the script twice")
+
+
+def execute(ready: ScriptCode) -> ScriptOutcome:
+    """Run the prepared script here; how it ended (never raises for its errors)."""
+    try:
+        if ready.code is not None:
+            exec(ready.code, ready.namespace)
+        elif ready.call is not None:
+            ready.call()
+    except BaseException as error:
+        return outcome_of(error)
+    return ScriptOutcome(exit_status=0)
+
+
+def drive(steps: ScriptSteps[_Result]) -> _Result:
+    """Run the stages and the script in one call (the script one frame deeper than the caller)."""
+    staged = StagedRun(steps)
+    ready = staged.start()
+    return staged.finish(None if ready is None else execute(ready))
+
+
+def outcome_of(error: BaseException) -> ScriptOutcome:
+    """How the script ended when it raised ``error``; its traceback (or ``sys.exit`` message) is
+    printed here, as Python would."""
+    if isinstance(error, SystemExit):
+        status = _system_exit_status(error)
+        return ScriptOutcome(
+            exit_status=status,
+            failure=_failure_line(error) if status else None,
+            parser_exit=_raised_by_parser(error),
+        )
+    _show_traceback(error)
+    if isinstance(error, KeyboardInterrupt):
+        return ScriptOutcome(exit_status=SIGINT_EXIT_STATUS, interrupted=True, failure=_failure_line(error))
+    return ScriptOutcome(exit_status=1, failure=_failure_line(error))
+
+
 def run_target(target: ScriptTarget) -> ScriptOutcome:
     """Run the script or module as ``__main__`` and return how it ended; never raises for its errors.
 
     The script's traceback (or ``sys.exit`` message) is printed here, when it ends, as Python would.
     """
+    return drive(run_target_steps(target))
+
+
+def run_target_steps(target: ScriptTarget) -> ScriptSteps[ScriptOutcome]:
+    """:func:`run_target` in stages: set ``sys.argv``, ``sys.path`` and ``__main__`` up, hand the
+    script over, restore them (and the current folder); returns how it ended."""
     saved_argv = sys.argv[:]
     saved_path = sys.path[:]
     saved_folder = os.getcwd()
     try:
-        try:
-            if target.is_module:
-                sys.argv[:] = ["-m", *target.args]  # run_module replaces argv[0] with the module's file
-                with _script_folder_first(os.getcwd()):
-                    runpy.run_module(target.name, run_name="__main__", alter_sys=True)
-            else:
-                sys.argv[:] = [target.name, *target.args]
-                script_folder = os.path.dirname(os.path.realpath(target.name))
-                with _script_folder_first(script_folder):
-                    _run_script_file(os.path.abspath(target.name))
-        except SystemExit as exit_request:
-            status = _system_exit_status(exit_request)
-            return ScriptOutcome(
-                exit_status=status,
-                failure=_failure_line(exit_request) if status else None,
-                parser_exit=_raised_by_parser(exit_request),
-            )
-        except KeyboardInterrupt as interrupt:
-            _show_traceback(interrupt)
-            return ScriptOutcome(
-                exit_status=SIGINT_EXIT_STATUS, interrupted=True, failure=_failure_line(interrupt)
-            )
-        except BaseException as error:
-            _show_traceback(error)
-            return ScriptOutcome(exit_status=1, failure=_failure_line(error))
-        return ScriptOutcome(exit_status=0)
+        if target.is_module:
+            sys.argv[:] = ["-m", *target.args]  # run_module replaces argv[0] with the module's file
+            with _script_folder_first(os.getcwd()):
+                run = partial(runpy.run_module, target.name, run_name="__main__", alter_sys=True)
+                return (yield ScriptCode(call=run))
+        sys.argv[:] = [target.name, *target.args]
+        script_folder = os.path.dirname(os.path.realpath(target.name))
+        with _script_folder_first(script_folder):
+            return (yield from _script_file_steps(os.path.abspath(target.name)))
     finally:
         sys.argv[:] = saved_argv
         sys.path[:] = saved_path
@@ -175,10 +264,9 @@ def exit_like_python(outcome: ScriptOutcome) -> int:
     return outcome.exit_status
 
 
-def _run_script_file(absolute_path: str) -> None:
-    """Compile and execute the file as a fresh ``__main__`` module, as ``python FILE`` does."""
-    with open(absolute_path, "rb") as source_file:  # bytes: compile() honours the coding cookie
-        source = source_file.read()
+def _script_file_steps(absolute_path: str) -> ScriptSteps[ScriptOutcome]:
+    """Compile the file and hand it over to run as a fresh ``__main__`` module, as ``python FILE``
+    does; how it ended (a file that cannot be read or compiled ends it as Python would)."""
     main_module = types.ModuleType("__main__")
     main_module.__file__ = absolute_path
     main_module.__loader__ = importlib.machinery.SourceFileLoader("__main__", absolute_path)
@@ -189,8 +277,13 @@ def _run_script_file(absolute_path: str) -> None:
     # while gloo threads may still be finishing work, deadlocked DDP jobs (see distributed.py).
     _SCRIPT_MODULES.append(main_module)
     try:
-        code = compile(source, absolute_path, "exec", dont_inherit=True)
-        exec(code, main_module.__dict__)
+        try:
+            with open(absolute_path, "rb") as source_file:  # bytes: compile() honours the coding cookie
+                source = source_file.read()
+            code = compile(source, absolute_path, "exec", dont_inherit=True)
+        except BaseException as error:
+            return outcome_of(error)
+        return (yield ScriptCode(code=code, namespace=main_module.__dict__))
     finally:
         sys.modules["__main__"] = saved_main
 
@@ -224,12 +317,21 @@ def _system_exit_status(exit_request: SystemExit) -> int:
 def _show_traceback(error: BaseException) -> None:
     """Print the script's traceback as Python would: via ``sys.excepthook``, without our frames."""
     traceback = error.__traceback__
-    while traceback is not None and traceback.tb_frame.f_globals.get("__name__") in (__name__, "runpy"):
+    while traceback is not None and _ours(traceback.tb_frame):
         traceback = traceback.tb_next
     error.__traceback__ = traceback
     _flush_standard_streams()
     sys.excepthook(type(error), error, traceback)
     _flush_standard_streams()
+
+
+_PACKAGE_FOLDER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
+
+
+def _ours(frame: types.FrameType) -> bool:
+    """True for a frame of this tool (the runner's: ``traceinsight/__main__.py`` runs as
+    ``__main__`` under ``python -m``, so its file tells) or of runpy."""
+    return frame.f_globals.get("__name__") == "runpy" or frame.f_code.co_filename.startswith(_PACKAGE_FOLDER)
 
 
 _PARSER_MODULES = ("argparse", "optparse", "getopt", "click")

@@ -19,7 +19,7 @@ import shlex
 import sys
 from collections.abc import Callable
 from contextlib import suppress
-from typing import Annotated, Any, Final, NoReturn, ParamSpec
+from typing import TYPE_CHECKING, Annotated, Any, Final, NoReturn, ParamSpec
 
 import typer
 
@@ -29,6 +29,9 @@ from traceinsight.commands.options import EXIT_CODES
 from traceinsight.errors import TraceInsightError
 from traceinsight.process import ends_at_once, flush_and_exit
 from traceinsight.version import __version__
+
+if TYPE_CHECKING:
+    from traceinsight.capture.script import ScriptCode, ScriptOutcome, StagedRun
 
 __all__ = ["app", "fail", "main"]
 
@@ -143,13 +146,24 @@ def _interrupted(exit: BaseException) -> bool:
 
 
 def main() -> None:
-    """Console-script entry point.
+    """Run the command line (``traceinsight.__main__.main`` does the same with `run`'s script in
+    its own frame; here it runs one frame deeper, in :func:`~traceinsight.capture.script.execute`).
 
     After `analyze` or `diff` (every output written and flushed) the process ends at once
     (:func:`traceinsight.process.flush_and_exit`); `run` ends normally, so the user's script's exit
     handlers still run.
     """
-    run.defer_runs()  # `run`'s script starts from here, not under typer's and click's frames
+    from traceinsight.capture.script import execute
+
+    staged = start_main()
+    ready = begin_script(staged)
+    end_script(staged, None if ready is None else execute(ready))
+
+
+def start_main() -> StagedRun[int]:
+    """Run the command line up to `run`'s script: its staged run (see
+    :func:`traceinsight.commands.run.defer_runs`); any other command ends the process here."""
+    run.defer_runs()  # `run`'s script starts from the entry point, not under typer's and click's frames
     script = None
     try:
         app()
@@ -169,11 +183,24 @@ def main() -> None:
         code = 0
         script = run.take_deferred_run()
     if script is not None:
-        try:
-            status = script()
-        except KeyboardInterrupt:  # during the analysis that follows the script
-            _exit_interrupted()
-        raise SystemExit(status)
+        return script
     if not isinstance(code, int):
         raise SystemExit(code)
     flush_and_exit(code)
+
+
+def begin_script(staged: StagedRun[int]) -> ScriptCode | None:
+    """Set `run`'s script up (the profiler starts); None when it will not run."""
+    try:
+        return staged.start()
+    except KeyboardInterrupt:
+        _exit_interrupted()
+
+
+def end_script(staged: StagedRun[int], outcome: ScriptOutcome | None) -> NoReturn:
+    """After `run`'s script: write the trace and the report, exit with the script's status."""
+    try:
+        status = staged.finish(outcome)
+    except KeyboardInterrupt:  # during the analysis that follows the script
+        _exit_interrupted()
+    raise SystemExit(status)

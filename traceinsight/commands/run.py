@@ -23,7 +23,7 @@ import shlex
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -39,13 +39,14 @@ if TYPE_CHECKING:  # the recorder and what it loads are imported when a script i
     from traceinsight.capture.distributed import RankInfo
     from traceinsight.capture.export import ExportResult, ProgressCallback
     from traceinsight.capture.recorder import CaptureResult
-    from traceinsight.capture.script import ScriptOutcome, ScriptTarget
+    from traceinsight.capture.script import ScriptOutcome, ScriptSteps, ScriptTarget, StagedRun
 
 __all__ = [
     "RUN_CONTEXT_SETTINGS",
     "OutputPaths",
     "defer_runs",
     "profile_and_report",
+    "profile_and_report_steps",
     "run",
     "take_deferred_run",
 ]
@@ -228,7 +229,7 @@ def run(
     from traceinsight.capture.distributed import launcher_module, rank_info
     from traceinsight.capture.memory import parse_size
     from traceinsight.capture.recorder import require_torch
-    from traceinsight.capture.script import module_target, script_target
+    from traceinsight.capture.script import StagedRun, drive, module_target, script_target
     from traceinsight.render.terminal import TerminalConsole
 
     console = TerminalConsole(stderr=True)  # 120 columns in a CI log, like analyze's
@@ -268,36 +269,42 @@ def run(
     except TraceInsightError as error:
         raise typer.Exit(_said(error)) from None
 
-    def go() -> int:
+    def go() -> ScriptSteps[int]:
         try:
-            return profile_and_report(target, settings, paths, console, rank=rank, project=project)
+            return (
+                yield from profile_and_report_steps(
+                    target, settings, paths, console, rank=rank, project=project
+                )
+            )
         except TraceInsightError as error:
             return _said(error)
 
     if _DEFERRED is not None:
-        _DEFERRED.append(go)  # run by the entry point once the CLI's frames are gone
+        _DEFERRED.append(StagedRun(go()))  # run by the entry point once the CLI's frames are gone
         return
-    status = go()
+    status = drive(go())
     if status != 0:
         raise typer.Exit(status)
 
 
-_DEFERRED: list[Callable[[], int]] | None = None
+_DEFERRED: list[StagedRun[int]] | None = None
 """Set by :func:`defer_runs`: the script run `run` has set up, for the entry point to start."""
 
 
 def defer_runs() -> None:
     """Make `run` leave its script for :func:`take_deferred_run` instead of running it in the
-    command: the script then runs from the entry point, not under typer's and click's dozen frames.
-    A script that walks its stack pays for every frame above it (``traceback.format_stack``, which
+    command: the entry point then runs the script in its own frame, not under typer's and click's
+    dozen frames nor ours (:class:`~traceinsight.capture.script.StagedRun`). A script that walks
+    its stack pays for every frame above it (``traceback.format_stack``, which
     ``torch.manual_seed`` calls once per call through ``torch.cuda._lazy_call`` on a machine whose
     CUDA is not initialised: 0.04 ms alone, 0.27 ms 17 frames deeper, per call)."""
     global _DEFERRED
     _DEFERRED = []
 
 
-def take_deferred_run() -> Callable[[], int] | None:
-    """The script run the last `run` command left (see :func:`defer_runs`), once."""
+def take_deferred_run() -> StagedRun[int] | None:
+    """The script run the last `run` command left (see :func:`defer_runs`), once: its status
+    comes from ``finish`` after the caller ran what ``start`` gave."""
     return _DEFERRED.pop() if _DEFERRED else None
 
 
@@ -323,8 +330,23 @@ def profile_and_report(
     What went wrong with the trace or the report is said on stderr; it never changes the status.
     For Ctrl-C, this process dies by SIGINT after writing, as Python does.
     """
+    from traceinsight.capture.script import drive
+
+    return drive(profile_and_report_steps(target, settings, paths, console, rank=rank, project=project))
+
+
+def profile_and_report_steps(
+    target: ScriptTarget,
+    settings: ProfileSettings,
+    paths: OutputPaths,
+    console: Console,
+    *,
+    rank: RankInfo | None = None,
+    project: Path | None = None,
+) -> ScriptSteps[int]:
+    """:func:`profile_and_report` in stages (the script runs in the frame that drives them)."""
     from traceinsight.capture.recorder import RecorderEvents, TraceRecorder
-    from traceinsight.capture.script import exit_like_python, run_target
+    from traceinsight.capture.script import exit_like_python, run_target_steps
 
     speaks = rank is None or rank.rank == 0
     say = _Speaker(console if speaks else None, rank)
@@ -339,7 +361,7 @@ def profile_and_report(
         say("no CUDA device: profiling CPU activity only")
     try:
         with _stdout_to_stderr(paths.to_stdout):
-            outcome = run_target(target)
+            outcome = yield from run_target_steps(target)
     except BaseException:
         recorder.finish(discard=True)
         raise
@@ -362,7 +384,7 @@ def profile_and_report(
         return exit_like_python(outcome)
     _say_window_notes(say, capture, settings)
     context = _run_context(target, started, elapsed, outcome, capture, trace)
-    _analyze(trace, paths, settings, project, context, console if speaks else _quiet_console(), say)
+    _analyze(trace, paths, settings, project, target, context, console if speaks else _quiet_console(), say)
     if rank is not None and rank.rank == 0:
         _say_job_files(say, paths, rank)
     return exit_like_python(outcome)
@@ -562,6 +584,7 @@ def _run_context(
         exit_status=outcome.exit_status,
         failure=outcome.failure,
         steps_recorded=None if (capture.whole_run or not ours) else capture.steps_in_trace,
+        script_is_module=target.is_module,
     )
 
 
@@ -570,6 +593,7 @@ def _analyze(
     paths: OutputPaths,
     settings: ProfileSettings,
     project: Path | None,
+    target: ScriptTarget,
     context: Any,
     console: Console,
     say: _Speaker,
@@ -599,7 +623,7 @@ def _analyze(
             console=console,
             source_root=None
             if project is None
-            else SourceRoot(project, "the script's project folder", shown=_typed_folder(project)),
+            else SourceRoot(project, "the script's project folder", shown=_typed_folder(project, target)),
             run=context,
         )
     except TraceInsightError as error:
@@ -641,17 +665,23 @@ def _shown(path: Path) -> Path:
         return path
 
 
-def _typed_folder(folder: Path) -> str:
+def _typed_folder(folder: Path, target: ScriptTarget) -> str:
     """``folder`` as the user would type it from the current folder (``.``, ``src``, ``../b``) when
-    the two share a folder below the root; else as it is (the user's folder layout stays out of a
-    log shared with the report)."""
+    the two share a folder below the root; else reached from the script's path as typed
+    (``../lib/train.py``: ``../lib/..``), when that is relative; else its name alone. Never an
+    absolute path: the user's folder layout stays out of a log shared with the report."""
     here = Path.cwd()
     try:
         if os.path.commonpath([here, folder]) != os.path.sep:
             return os.path.relpath(folder, here)
     except ValueError:  # another drive
         pass
-    return str(folder)
+    if not target.is_module and not os.path.isabs(target.name):
+        real = Path(os.path.realpath(target.name)).parent
+        if folder == real or folder in real.parents:
+            up = len(real.relative_to(folder).parts)
+            return os.path.normpath(os.path.join(os.path.dirname(target.name), *[os.pardir] * up))
+    return folder.name or str(folder)
 
 
 def _quiet_console() -> Console:

@@ -46,6 +46,7 @@ class RunRecord(msgspec.Struct, gc=False):
     stepMarks: Scalar = None
     unprofiledStepNs: Scalar = None
     unprofiledSteps: Scalar = None
+    loaderFetch: Scalar = None
 
 
 class TraceDocument(msgspec.Struct, gc=False):

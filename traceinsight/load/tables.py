@@ -46,6 +46,10 @@ class RunProfile:
     tell what recording cost the recorded steps); None when no such step ran."""
     unprofiled_steps: int | None
     """How many steps that median is of."""
+    loader_fetch: str | None = None
+    """``range only`` (:data:`~traceinsight.load.taxonomy.LOADER_FETCH_RANGE_ONLY`) when each
+    DataLoader fetch was recorded as its range, without the operators inside it; None when they
+    were recorded (traces before it, other profilers)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,4 +329,5 @@ def _run_profile(document: TraceDocument) -> RunProfile | None:
         step_marks=_text(record.stepMarks),
         unprofiled_step_ns=as_int(record.unprofiledStepNs),
         unprofiled_steps=as_int(record.unprofiledSteps),
+        loader_fetch=_text(record.loaderFetch),
     )

@@ -202,6 +202,11 @@ CPU_STEP_COUNTER_OPTIMIZERS: Final[frozenset[str]] = frozenset(
     {"Adam", "AdamW", "Adamax", "Adagrad", "NAdam", "RAdam", "Adafactor"}
 )
 
+#: The ``loaderFetch`` of a `traceinsight run` trace's ``traceinsight`` record when the
+#: DataLoader's fetch was recorded as its ``enumerate(DataLoader)#…`` range alone, without the
+#: operators the Dataset ran (:mod:`traceinsight.capture.fetch`).
+LOADER_FETCH_RANGE_ONLY: Final[str] = "range only"
+
 #: A tensor's formatting, as torch's tracer and `run`'s name its frames: ``print(loss)``,
 #: ``str(loss)`` (``__repr__``) and ``f"{loss:.3f}"`` (``__format__``).
 TENSOR_FORMAT_FRAME_PATTERN: Final[str] = r"_tensor\.py\(\d+\): __(?:repr|format)__$"

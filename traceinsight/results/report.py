@@ -6,11 +6,14 @@ the page, the Markdown and the charts are drawn from it, the JSON from the resul
 
 from __future__ import annotations
 
+import dataclasses
+import shlex
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
 from traceinsight.analysis import Analysis, analyze
+from traceinsight.analysis.validity import WAIT_COMMAND
 from traceinsight.load import Trace
 from traceinsight.rules import evaluate
 from traceinsight.rules.findings import Finding
@@ -36,6 +39,8 @@ class RunContext:
     """How the script failed, one line (``ValueError: bad shape at train.py:47``), or None."""
     steps_recorded: int | None = None
     """Complete steps in the trace (None: the whole run as one window)."""
+    script_is_module: bool = False
+    """True when :attr:`script` is a module name (``traceinsight run -m``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,4 +72,17 @@ def report_for(
     """Analyze a loaded trace and evaluate the rules on it (``every_gap``: keep the table of every
     idle gap, :attr:`~traceinsight.analysis.Analysis.every_gap`)."""
     analysis = analyze(trace, thresholds, user_code, every_gap=every_gap)
-    return Report(analysis=analysis, findings=evaluate(analysis), run=run)
+    return Report(analysis=_script_named(analysis, run), findings=evaluate(analysis), run=run)
+
+
+def _script_named(analysis: Analysis, run: RunContext | None) -> Analysis:
+    """A run's report names the script it ran in the warnings' advice, not ``train.py``."""
+    if run is None or not any(WAIT_COMMAND in warning.advice for warning in analysis.warnings):
+        return analysis
+    script = shlex.join(["-m", run.script] if run.script_is_module else [run.script])
+    command = WAIT_COMMAND.removesuffix("train.py") + script
+    warnings = tuple(
+        dataclasses.replace(warning, advice=warning.advice.replace(WAIT_COMMAND, command))
+        for warning in analysis.warnings
+    )
+    return dataclasses.replace(analysis, warnings=warnings)

@@ -15,6 +15,7 @@ of the step, and advises on the largest. Its saving is that idle: an upper bound
 from __future__ import annotations
 
 import re
+import statistics
 from collections import defaultdict
 from collections.abc import Iterator
 
@@ -25,6 +26,7 @@ from traceinsight.analysis.replay import Fix
 from traceinsight.analysis.results import IdleGap
 from traceinsight.formatting import format_duration
 from traceinsight.load import taxonomy
+from traceinsight.load.taxonomy import LOADER_FETCH_RANGE_ONLY
 from traceinsight.rules import advice
 from traceinsight.rules.common import (
     beyond,
@@ -147,7 +149,9 @@ def _cpu_dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
     """Without GPU work: steady steps that spend ``dataloader_idle_share`` or more in ``__next__``.
 
     The host is the whole step there, so each wait minus the hand-over is what loading ahead gives
-    back; on a GPU the same wait would leave the GPU idle.
+    back; on a GPU the same wait would leave the GPU idle. The step's figure is the median step's
+    (one slow batch does not pull it up), and so is the saving: the median step's saving times the
+    steps, never more than the waits of all steps free.
     """
     limits = analysis.thresholds
     steps = analysis.steady.steady_steps
@@ -159,19 +163,28 @@ def _cpu_dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
     if not steps or not waits or waited < limits.dataloader_idle_share * window:
         return
     handover = round(limits.dataloader_handover_us * 1000)
-    saving = saving_from_total(analysis, sum(max(0, end - start - handover) for start, end in waits), window)
-    share = waited / window
+    per_step_waits = [
+        [end - start for start, end in waits if step.start_ns <= start < step.end_ns] for step in steps
+    ]
+    median_wait = round(statistics.median(sum(step) for step in per_step_waits))
+    median_saving = statistics.median(
+        sum(max(0, wait - handover) for wait in step) for step in per_step_waits
+    )
+    freed = sum(max(0, end - start - handover) for start, end in waits)
+    saving = saving_from_total(analysis, min(round(median_saving * len(steps)), freed), window)
+    share = median_wait / statistics.median(step.duration_ns for step in steps)
     serial = any("_SingleProcessDataLoaderIter" in name for name in analysis.fix_inputs.dataloader_iterators)
     yield make_finding(
         analysis,
         saving,
-        title=f"Each step waits {format_duration(round(waited / len(steps)))} for the DataLoader "
+        title=f"Each step waits {format_duration(median_wait)} for the DataLoader "
         f"({share:.0%} of the step): "
         + ("batches are loaded in the training process" if serial else "its workers do not keep up"),
         evidence=(
             (
                 "time in DataLoader __next__",
-                f"{per_step(analysis, waited)} ({share:.0%} of the steps), {how_often(analysis, len(waits))}",
+                f"median {format_duration(median_wait)} per step (mean {format_duration(round(waited / len(steps)))}, "
+                f"{waited / window:.0%} of the steps), {how_often(analysis, len(waits))}",
             ),
             ("steady steps", str(len(steps))),
             ("on a GPU", "the GPU would sit idle for all of it: nothing is queued while the batch is made"),
@@ -179,7 +192,19 @@ def _cpu_dataloader_stall(analysis: Analysis) -> Iterator[Finding]:
         advice=advice.WORKERS,
         why="The loop asks for the next batch only when it needs it; while the batch is decoded and "
         "collated in the training process, the step makes no progress.",
-        note=f"each batch ready, handed over in {format_duration(handover)}",
+        note=f"each batch ready, handed over in {format_duration(handover)}; counted on the median step"
+        + _fetch_note(analysis),
+    )
+
+
+def _fetch_note(analysis: Analysis) -> str:
+    """What `run` did not record inside the fetch, when it says so (the trace's ``loaderFetch``)."""
+    run = analysis.meta.recorded_by_run
+    if run is None or run.loader_fetch != LOADER_FETCH_RANGE_ONLY:
+        return ""
+    return (
+        ". `traceinsight run` recorded each fetch as its range alone, without the operators the "
+        "Dataset ran (recording them slowed the fetch)"
     )
 
 
