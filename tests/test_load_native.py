@@ -21,7 +21,8 @@ import pytest
 from tracebuild import assert_same_trace
 
 from traceinsight.errors import TraceFormatError
-from traceinsight.load import Trace, limits, load_trace, load_trace_reference, native
+from traceinsight.load import Trace, limits, load_trace, load_trace_reference, native, schema
+from traceinsight.load import tables as load_tables
 from traceinsight.load.source import open_trace
 from traceinsight.load.tables import trace_for
 
@@ -72,6 +73,21 @@ def test_tiny_blocks_split_events_anywhere(
         path.write_bytes(text[: cut + 1] + b"]}")
     monkeypatch.setattr(native, "BLOCK_BYTES", block)
     assert_same_trace(_native(path), load_trace_reference(path))
+
+
+@needs_native
+def test_small_blocks_still_give_one_chunk_per_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each table is one contiguous chunk however many blocks it was read in: polars' sorts by several
+    columns grow with the number of chunks, which grows with the file (issue 34: 60 chunks at 2 GB);
+    blocks without events (which share one empty table dict) leave that dict whole."""
+    path = SAMPLES / "v100_ddp_ns_timestamps.pt.trace.json.gz"
+    monkeypatch.setattr(native, "BLOCK_BYTES", 1 << 16)  # ~300 blocks
+    trace = _native(path)
+    tables = {name: getattr(trace, name) for name in ("gpu", "runtime", "cpu_ops", "annotations")}
+    assert min(table.height for table in tables.values()) > 20  # rows from many blocks
+    assert {name: table.n_chunks() for name, table in tables.items()} == dict.fromkeys(tables, 1)
+    assert set(load_tables._EMPTY_TABLES) == set(schema.TABLES)
+    assert all(table.is_empty() for table in load_tables._EMPTY_TABLES.values())
 
 
 # ----------------------------------------------------------------------------- random traces --
