@@ -8,19 +8,24 @@ off there (:mod:`.frames`). What the training step's findings need from the fetc
 loop waited for it: the ``enumerate(DataLoader)#…__next__`` range, which torch opens in
 ``__next__`` around the fetch.
 
-How. The fetch proper is the iterator's ``_next_data`` (sampler, Dataset, transforms, collate, pin
-memory; with workers, the wait on their queue), called inside that range. It runs without the
-frame tracer's profile function (on any thread; :mod:`.frames`), one wrapper for both (every
-frame above a Dataset costs one that formats its stack). While a window records
-and the profiler is on in this thread, ``_next_data`` runs with CPU operator collection switched off
-(``torch.profiler``'s ``toggle_collection_dynamic``: the profiler's record-function callback is
-removed from this thread and pushed back after), so the range and everything outside the fetch
-are recorded as before. GPU activity (CUPTI) is never switched off. Only the thread that
-started the profiler toggles (the callback is per thread), only the outermost fetch (a Dataset
-that iterates a DataLoader of its own), and only in the process that started it (not in forked
-workers). Any call of the recorder into the profiler (a step boundary, a stop for the memory
-budget) first switches collection back on (:meth:`FetchOpsPaused.resume`): it then stays on for the
-rest of that fetch.
+How. The fetch proper (sampler, Dataset, transforms, collate, pin memory; with workers, the wait on
+their queue) runs inside that range, which ``__next__`` opens with
+``torch.autograd.profiler.record_function``. Each DataLoader iterator class gets a ``__next__`` of
+the same code that reads that name as a ``record_function`` of ours (:func:`_next_seeing`): right
+after the range opens it removes the frame tracer's profile function (on any thread; :mod:`.frames`)
+and, while a window records and the profiler is on in this thread, switches CPU operator
+collection off (``torch.profiler``'s ``toggle_collection_dynamic``: the profiler's record-function
+callback is removed from this thread and pushed back after); right before the range closes it puts
+both back. So the range and everything outside the fetch are recorded as before, and no frame of
+ours is on the stack while the Dataset runs: a wrapper around ``_next_data`` was one more frame
+under every sample, and a Dataset that formats its stack (``torch.manual_seed`` does, per call,
+without CUDA) paid 4-5 % of its fetch per frame (measured in one process, conditions interleaved).
+``record_function`` itself stays torch's everywhere else. GPU activity (CUPTI) is never switched
+off. Only the thread that started the profiler toggles (the callback is per thread), only the
+outermost fetch (a Dataset that iterates a DataLoader of its own), and only in the process that
+started it (not in forked workers). Any call of the recorder into the profiler (a step boundary, a
+stop for the memory budget) first switches collection back on (:meth:`FetchOpsPaused.resume`): it
+then stays on for the rest of that fetch.
 
 torch 2.13 logs a warning on each toggle ("Toggling CPU activity with GPU activity on …", printed
 whatever activities are on: its test is ``!CUDA || !XPU``); it goes to descriptor 2 from C++, so
@@ -39,19 +44,24 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
+from types import FunctionType
 from typing import Any
 
 from traceinsight.load.taxonomy import LOADER_FETCH_RANGE_ONLY
 
 __all__ = ["LOADER_FETCH_RANGE_ONLY", "FetchOpsPaused"]
 
+#: How the DataLoader's ``__next__`` names its range (``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__``).
+LOADER_RANGE_PREFIX = "enumerate(DataLoader)#"
+
 #: What torch logs on each toggle (dropped from the stderr copied back).
 _TOGGLE_WARNING = b"Toggling CPU activity with GPU activity on"
 
 
 class FetchOpsPaused:
-    """Patches the DataLoader iterators' ``_next_data`` to run without CPU operator collection while
-    ``recording()`` is true (see the module doc)."""
+    """Pauses CPU operator collection and the frame tracer inside each DataLoader fetch while
+    ``recording()`` is true, from the fetch's own ``enumerate(DataLoader)#…`` range (see the module
+    doc)."""
 
     def __init__(self, recording: Callable[[], bool], tracing: Callable[[object], bool]) -> None:
         self._recording = recording
@@ -69,7 +79,8 @@ class FetchOpsPaused:
         """True once a fetch ran with collection paused (the trace then says so)."""
 
     def install(self) -> None:
-        """Wrap ``_next_data`` of every DataLoader iterator class torch defines (and those derived)."""
+        """Give each DataLoader iterator class a ``__next__`` of the same code that opens its range
+        with a ``record_function`` of ours (see :func:`_next_seeing`)."""
         try:
             from torch._C._autograd import _profiler_enabled, _toggle_collection_dynamic
             from torch.profiler import ProfilerActivity
@@ -81,17 +92,18 @@ class FetchOpsPaused:
         self._cpu = {ProfilerActivity.CPU}
         self._owner_thread = threading.get_ident()
         for kind in _subclasses(_BaseDataLoaderIter):
-            original = kind.__dict__.get("_next_data")
-            if callable(original):
+            original = kind.__dict__.get("__next__")
+            replaced = _next_seeing(original, self) if isinstance(original, FunctionType) else None
+            if replaced is not None:
                 self._patched.append((kind, original))
-                setattr(kind, "_next_data", self._wrapped(original))  # noqa: B010 (a method is replaced)
+                setattr(kind, "__next__", replaced)  # noqa: B010 (a method is replaced)
 
     def remove(self) -> None:
         """Put the original methods back (collection is on again: :meth:`resume`)."""
         self.resume()
         while self._patched:
             kind, original = self._patched.pop()
-            setattr(kind, "_next_data", original)  # noqa: B010
+            setattr(kind, "__next__", original)  # noqa: B010
         log, self._log = self._log, None
         if log is not None:
             os.close(log)
@@ -102,36 +114,28 @@ class FetchOpsPaused:
             self._paused = False
             self._switch(True)
 
-    def _wrapped(self, original: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        pauser = self
+    def entered(self) -> tuple[object, bool]:
+        """A fetch's range was opened: the frame tracer's function off (returned, to put back), and
+        collection paused when this is the outermost fetch of the recording thread."""
+        hook = sys.getprofile()
+        traced = hook is not None and self._tracing(hook)
+        if traced:
+            sys.setprofile(None)  # the frame tracer's function: not inside the fetch (frames.py)
+        counted = self._may_pause()
+        if counted:
+            self._depth += 1
+            if self._depth == 1:
+                self._pause()
+        return (hook if traced else None), counted
 
-        def _next_data(iterator: Any) -> Any:
-            if os.getpid() != pauser._owner_pid:
-                return original(iterator)
-            hook = sys.getprofile()
-            traced = hook is not None and pauser._tracing(hook)
-            if traced:
-                sys.setprofile(None)  # the frame tracer's function: not inside the fetch (frames.py)
-            try:
-                if not pauser._may_pause():
-                    return original(iterator)
-                pauser._depth += 1
-                try:
-                    if pauser._depth == 1 and pauser._pause():
-                        try:
-                            return original(iterator)
-                        finally:
-                            pauser.resume()
-                    return original(iterator)
-                finally:
-                    pauser._depth -= 1
-            finally:
-                if traced and pauser._tracing(hook):
-                    sys.setprofile(hook)
-
-        _next_data.__qualname__ = getattr(original, "__qualname__", "_next_data")
-        _next_data.__doc__ = getattr(original, "__doc__", None)
-        return _next_data
+    def leaving(self, hook: object, counted: bool) -> None:
+        """The fetch's range is about to close: collection and the frame tracer back as they were."""
+        if counted:
+            self._depth -= 1
+            if self._depth == 0:
+                self.resume()
+        if hook is not None and self._tracing(hook):
+            sys.setprofile(hook)  # type: ignore[arg-type]
 
     def _may_pause(self) -> bool:
         return (
@@ -184,6 +188,62 @@ class FetchOpsPaused:
                 _copy_back(log)
         finally:
             os.close(saved)
+
+
+def _next_seeing(original: FunctionType, pauser: FetchOpsPaused) -> FunctionType | None:
+    """torch's ``__next__`` (the same code) reading ``torch.autograd.profiler.record_function`` as
+    a class of ours, which pauses inside the ``enumerate(DataLoader)#…`` range it opens (after the
+    range opens, before it closes: the range and what is around it are recorded as before). Not a
+    wrapper: no frame of ours is on the stack while the fetch runs (a Dataset that formats its stack,
+    as ``torch.manual_seed`` does per call, pays for each one), and ``record_function`` stays torch's
+    everywhere else (TorchScript compiles it). None when ``__next__`` does not read it so."""
+    torch = original.__globals__.get("torch")
+    opener = getattr(getattr(getattr(torch, "autograd", None), "profiler", None), "record_function", None)
+    if torch is None or not isinstance(opener, type) or "torch" not in original.__code__.co_names:
+        return None
+
+    class record_function(opener):  # type: ignore[valid-type,misc]
+        __doc__ = opener.__doc__
+
+        def __enter__(self) -> Any:
+            entered = super().__enter__()
+            name = getattr(self, "name", None)
+            if isinstance(name, str) and name.startswith(LOADER_RANGE_PREFIX):
+                self._traceinsight_fetch = pauser.entered()
+            return entered
+
+        def __exit__(self, *exc_info: object) -> Any:
+            fetch = self.__dict__.pop("_traceinsight_fetch", None)
+            if fetch is not None:
+                pauser.leaving(*fetch)
+            return super().__exit__(*exc_info)
+
+    profiler = _Overlay(torch.autograd.profiler, record_function=record_function)
+    seen = _Overlay(torch, autograd=_Overlay(torch.autograd, profiler=profiler))
+    replaced = FunctionType(
+        original.__code__,
+        {**original.__globals__, "torch": seen},
+        original.__name__,
+        original.__defaults__,
+        original.__closure__,
+    )
+    replaced.__kwdefaults__ = original.__kwdefaults__
+    replaced.__qualname__ = original.__qualname__
+    replaced.__doc__ = original.__doc__
+    replaced.__module__ = original.__module__
+    replaced.__dict__.update(original.__dict__)
+    return replaced
+
+
+class _Overlay:
+    """A module as one function sees it: some attributes replaced, the rest read from the module."""
+
+    def __init__(self, base: object, **replaced: object) -> None:
+        self.__dict__.update(replaced)
+        self._overlay_base = base
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._overlay_base, name)
 
 
 def _unnamed_file() -> int:
