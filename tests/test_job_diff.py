@@ -243,6 +243,26 @@ def test_two_folders_compare_as_their_stored_results(jobs: dict[str, Path], tmp_
     assert _figures(diff_json(tmp_path, jobs["A.json"], jobs["B"])) == _figures(stored)
 
 
+def test_what_a_job_folder_holds_that_is_not_a_trace_is_skipped_and_said(
+    jobs: dict[str, Path], tmp_path: Path
+) -> None:
+    """A folder beside its own job.json and a config.json (issue 33 item 2) compares as the folder
+    alone, and diff says what it skipped, as analyze does (it used to skip them silently)."""
+    kept = tmp_path / "A"
+    kept.mkdir()
+    for trace in jobs["A"].glob("rank-*.json"):
+        (kept / trace.name).write_bytes(trace.read_bytes())
+    (kept / "job.json").write_bytes(jobs["A.json"].read_bytes())
+    (kept / "config.json").write_text('{"lr": 0.1, "batch_size": 64}')
+    out = tmp_path / "diff.json"
+    code, _, stderr = invoke("diff", str(kept), str(jobs["B"]), "--no-html", "--json", str(out))
+    assert code == 0, stderr
+    said = [line for line in stderr.splitlines() if "skipped what is not a trace" in line]
+    assert len(said) == 1 and said[0].startswith("! BEFORE (A): ")
+    assert "job.json" in said[0] and "config.json" in said[0]
+    assert _figures(json.loads(out.read_text())) == _figures(diff_json(tmp_path, jobs["A"], jobs["B"]))
+
+
 def test_two_patterns_compare_as_their_folders(jobs: dict[str, Path], tmp_path: Path) -> None:
     before, after = str(jobs["A"] / "rank-*.json"), str(jobs["B"] / "rank-*.json")
     patterns = diff_json(tmp_path, before, after)

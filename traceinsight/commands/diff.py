@@ -272,6 +272,7 @@ def diff_and_write(
     )
     comparison: Comparison | JobComparison
     if sides[0].is_job:
+        _say_skipped(sides, console)
         jobs = [_job_of(side, reading, wanted.force) for side in sides]
         comparison = compare_jobs(jobs[0], jobs[1], sides[0].label, sides[1].label)
         after_result: Result | JobResult = jobs[1]
@@ -285,6 +286,19 @@ def diff_and_write(
     written, to_stdout = write(comparison, planned, page_label="page")
     show(comparison, written, console=console, to_stderr=to_stdout, top=top if sides[0].is_job else None)
     return comparison, after_result
+
+
+def _say_skipped(sides: list[Side], console: Console | None) -> None:
+    """What a job side's folder or pattern held that is not a trace (a job's own result, a config),
+    said on stderr before its ranks are analyzed, as ``analyze`` says it."""
+    from rich.console import Console
+
+    from traceinsight.load.text import printable
+
+    err = Console(stderr=True, highlight=False) if console is None or not console.stderr else console
+    for name, side in zip(("BEFORE", "AFTER"), sides, strict=True):
+        for note in side.files.discovery.notes if side.files is not None else ():
+            err.print(f"! {name} ({printable(side.label)}): {printable(note)}", markup=False, soft_wrap=True)
 
 
 def _trace_of(side: Side, reading: Reading, progress: ProgressCallback | None) -> Result:
