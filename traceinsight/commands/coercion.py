@@ -148,29 +148,25 @@ def _quick_options(params: list[Any]) -> None:
             param._runtime_param = _Quick(param.type_descriptor, build)
 
 
-class QuickCommand(TyperCommand):
+class _QuickOptions:
+    """Options read as :func:`quick_value` says (mixed into typer's command and group classes)."""
+
+    params: list[Any]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _quick_options(self.params)
+
+    def get_help_option(self, ctx: Any) -> Any:
+        """``--help``, made when first asked for, read the same way."""
+        option = super().get_help_option(ctx)  # type: ignore[misc]
+        _quick_options([option])
+        return option
+
+
+class QuickCommand(_QuickOptions, TyperCommand):
     """A typer command whose options read their values as :func:`quick_value` says."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        _quick_options(self.params)
 
-    def get_help_option(self, ctx: Any) -> Any:
-        """``--help``, made when first asked for, read the same way."""
-        option = super().get_help_option(ctx)
-        _quick_options([option])
-        return option
-
-
-class QuickGroup(TyperGroup):
+class QuickGroup(_QuickOptions, TyperGroup):
     """The typer group of the commands, its own options (``--version``) read the same way."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        _quick_options(self.params)
-
-    def get_help_option(self, ctx: Any) -> Any:
-        """``--help``, made when first asked for, read the same way."""
-        option = super().get_help_option(ctx)
-        _quick_options([option])
-        return option
