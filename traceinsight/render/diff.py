@@ -9,6 +9,7 @@ in every terminal cell, never rich markup; autoescaped HTML).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from markupsafe import Markup
@@ -26,30 +27,33 @@ from traceinsight.render.templates import environment
 from traceinsight.results import Comparison
 from traceinsight.version import __version__
 
-__all__ = ["comparison_page", "comparison_renderables", "page_values"]
+__all__ = ["comparison_page", "comparison_renderables", "diff_header", "page_values"]
 
 _STATUS = {"fixed": ("Fixed", "green"), "new": ("New", "red"), "still": ("Still present", "yellow")}
 
 
-def comparison_renderables(comparison: Comparison) -> list[RenderableType]:
-    """Everything ``diff`` prints, in order."""
+def diff_header(title: str, before: str, after: str, notes: Sequence[str]) -> list[RenderableType]:
+    """What a diff prints first (a trace's and a job's alike): the two sides named, then the notes
+    on what differs in their setup (none when the same)."""
     parts: list[RenderableType] = [
         Panel(
             Text.assemble(
-                ("before ", "bold"),
-                printable(comparison.before),
-                "\n",
-                ("after  ", "bold"),
-                printable(comparison.after),
+                ("before ", "bold"), printable(before), "\n", ("after  ", "bold"), printable(after)
             ),
-            title="traceinsight diff",
+            title=title,
             title_align="left",
             border_style="blue",
         )
     ]
-    if comparison.notes:
-        body = Text("\n".join(f"• {printable(note)}" for note in comparison.notes))
+    if notes:
+        body = Text("\n".join(f"• {printable(note)}" for note in notes))
         parts.append(Panel(body, title="not the same setup", title_align="left", border_style="yellow"))
+    return parts
+
+
+def comparison_renderables(comparison: Comparison) -> list[RenderableType]:
+    """Everything ``diff`` prints, in order."""
+    parts = diff_header("traceinsight diff", comparison.before, comparison.after, comparison.notes)
     table = Table(title=f"Before and after ({comparison.basis})", title_justify="left", show_edge=False)
     table.add_column("")
     for column in ("before", "after", "change"):

@@ -15,12 +15,12 @@ from typing import Any, Final
 
 from rich import box
 from rich.console import RenderableType
-from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
 from traceinsight.formatting import format_duration, format_share
 from traceinsight.load.text import printable
+from traceinsight.render.diff import diff_header
 from traceinsight.render.templates import environment
 from traceinsight.results.comparison import Metric
 from traceinsight.results.job_comparison import JobComparison, JobFindingChange, RankChange, StragglerChange
@@ -149,23 +149,7 @@ def _rank_table(rows: list[RankChange], total: int) -> Table:
 
 def job_comparison_renderables(comparison: JobComparison, top: int = 10) -> list[RenderableType]:
     """Everything ``diff`` prints for two jobs, in order (``top`` ranks in the rank table)."""
-    parts: list[RenderableType] = [
-        Panel(
-            Text.assemble(
-                ("before ", "bold"),
-                printable(comparison.before),
-                "\n",
-                ("after  ", "bold"),
-                printable(comparison.after),
-            ),
-            title="traceinsight diff · two jobs",
-            title_align="left",
-            border_style="blue",
-        )
-    ]
-    if comparison.notes:
-        body = Text("\n".join(f"• {printable(note)}" for note in comparison.notes))
-        parts.append(Panel(body, title="not the same setup", title_align="left", border_style="yellow"))
+    parts = diff_header("traceinsight diff · two jobs", comparison.before, comparison.after, comparison.notes)
     parts.append(_metric_table(comparison))
     for status, (title, style) in STRAGGLER_STATUSES.items():
         moved = [change for change in comparison.stragglers if change.status == status]
