@@ -76,3 +76,18 @@ def test_analysis_never_imports_torch() -> None:
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_importing_the_package_loads_only_its_version() -> None:
+    """Under `python -m traceinsight` the package's __init__ runs before the command can take Ctrl-C
+    as one line: it loads none of its own modules but the version, and not typing (the public names,
+    step and profile_step included, load on first use)."""
+    code = (
+        "import sys; before = set(sys.modules); import traceinsight; "
+        "print(sorted(name for name in set(sys.modules) - before if name != '__future__')); "
+        "print(traceinsight.step.__module__, traceinsight.profile_step.__module__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    loaded, modules = out.splitlines()
+    assert loaded == str(["traceinsight", "traceinsight.version"])
+    assert modules == "traceinsight.capture.steps traceinsight.capture.steps"

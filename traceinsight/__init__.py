@@ -16,14 +16,16 @@ mark steps for ``traceinsight run`` (no torch needed; no-ops outside it).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
-from traceinsight.capture import profile_step, step
 from traceinsight.version import __version__
 
+# Not `from typing import TYPE_CHECKING`: under `python -m traceinsight` this module runs before
+# the command can take Ctrl-C as one line (traceinsight.__main__), so it imports next to nothing.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from traceinsight.api import analyze, diff, load
+    from traceinsight.capture import profile_step, step
     from traceinsight.results import Comparison, Finding, JobResult, Result
 
 __all__ = [
@@ -40,15 +42,19 @@ __all__ = [
 ]
 
 #: The API's names, imported on first use (see the module doc).
-_LAZY = {"analyze", "diff", "load", "Comparison", "Finding", "JobResult", "Result"}
+_LAZY = {"analyze", "diff", "load", "Comparison", "Finding", "JobResult", "Result", "profile_step", "step"}
 
 if not TYPE_CHECKING:  # the type checker reads the imports above
 
     def __getattr__(name: str) -> Any:
         if name not in _LAZY:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        import importlib
+
         if name == "load":  # the package of that name, callable (see traceinsight.load)
             return importlib.import_module("traceinsight.load")
+        if name in ("profile_step", "step"):
+            return getattr(importlib.import_module("traceinsight.capture"), name)
         from traceinsight import api, results
 
         return getattr(api, name) if name in api.__all__ else getattr(results, name)

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+
+TYPE_CHECKING = False  # not typing's: nothing slow before _begin() can take Ctrl-C as one line
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def main() -> None:
