@@ -31,7 +31,7 @@ from typer.testing import CliRunner  # noqa: E402
 
 from traceinsight.capture.distributed import launcher_module, rank_path, worker_launch_args  # noqa: E402
 from traceinsight.capture.export import _copy_fixed  # noqa: E402
-from traceinsight.capture.frames import FRAME_MARK  # noqa: E402
+from traceinsight.capture.frames import FRAME_MARK, SITE_MARK  # noqa: E402
 from traceinsight.capture.memory import parse_size  # noqa: E402
 from traceinsight.commands import app  # noqa: E402
 
@@ -293,6 +293,99 @@ def test_export_escapes_bare_quotes_and_turns_user_ranges_into_frames(tmp_path: 
         ("user_annotation", "C:\\dir\\"),  # backslashes as older kinetos leave them on Linux
         ("user_annotation", "ProfilerStep#3"),
     ]
+
+
+def test_export_reads_the_layout_of_torch_2_1_to_2_12(tmp_path: Path) -> None:
+    """The kineto of torch 2.1-2.12 writes several keys per line (``"ph": "X", "cat": "…", "name":
+    "…", "pid": …``) and opens the file with a blank line: the frames stayed ``traceinsight.frame:``
+    operators (no source line in any finding), the run's record was left out and the instant events'
+    names swallowed their ``ph`` (seen on an H200 with torch 2.11). Each event below is written as
+    that kineto writes it (libkineto/src/output_json.cpp)."""
+    kineto = (
+        '\n  {\n    "schemaVersion": 1,\n    "deviceProperties": [\n    ],\n'
+        '  "displayTimeUnit": "ms",\n  "baseTimeNanoseconds": 1,\n  "traceEvents": [\n'
+        '  {\n    "name": "process_name", "ph": "M", "ts": 1.000, "pid": 1, "tid": 0,\n'
+        '    "args": {\n      "name": "python"\n    }\n  },\n'
+        '  {\n    "ph": "X", "cat": "cpu_op", "name": "'
+        + FRAME_MARK
+        + 'train.py(3): step", "pid": 1, "tid": 1,\n'
+        '    "ts": 1.000, "dur": 5.000,\n    "args": {\n      "External id": 7\n    }\n  },\n'
+        '  {\n    "ph": "X", "cat": "user_annotation", "name": "'
+        + SITE_MARK
+        + 'train.py(9): step", "pid": 1, '
+        '"tid": 1,\n    "ts": 2.000, "dur": 1.000\n  },\n'
+        '  {\n    "ph": "X", "cat": "python_function", "name": "a.py(1):     """", "pid": 1, "tid": 1,\n'
+        '    "ts": 1.000, "dur": 2.000\n  },\n'
+        '  {\n    "ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "say "hi"",\n    "pid": 1, "tid": 1,\n'
+        '    "ts": 3.000,\n    "args": {\n      \n    }\n  },\n'
+        '  {\n    "ph": "f", "id": 1, "pid": 1, "tid": 1, "ts": 2.000,\n    "cat": "fwdbwd", "name": "fwdbwd", '
+        '"bp": "e"\n  },\n'
+        '  {\n    "name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g",\n'
+        '    "pid": "Traces", "tid": "Trace PyTorch Profiler", "ts": 0.500\n  },\n'
+        '  {\n    "name": "Record Window End", "ph": "i", "s": "g",\n    "pid": "", "tid": "", "ts": 9.000\n  }\n'
+        '  ],\n  "traceName": "/tmp/raw.json"\n}'
+    ).encode()
+    out = tmp_path / "out.json"
+    with (tmp_path / "raw.json").open("w+b") as reading, out.open("wb") as writing:
+        reading.write(kineto)
+        reading.seek(0)
+        repaired, frames = _copy_fixed(reading, writing, len(kineto), None, {"stacks": "user"}, "out.json")
+    assert (repaired, frames) == (2, 2)
+    document = json.loads(out.read_text())
+    assert document["traceinsight"] == {"stacks": "user"} and document["traceName"] == "out.json"
+    got = [
+        (e["ph"], e.get("cat"), e["name"], e.get("s"), e.get("args", {}).get("Call site"))
+        for e in document["traceEvents"]
+    ]
+    assert got == [
+        ("M", None, "process_name", None, None),
+        ("X", "python_function", "train.py(3): step", None, 0),
+        ("X", "python_function", "train.py(9): step", None, 1),
+        ("X", "python_function", 'a.py(1):     """', None, None),
+        ("i", "cpu_instant_event", 'say "hi"', "t", None),
+        ("f", "fwdbwd", "fwdbwd", None, None),
+        ("i", None, "Iteration Start: PyTorch Profiler", "g", None),
+        ("i", None, "Record Window End", "g", None),
+    ]
+    assert document["traceEvents"][0]["args"] == {"name": "python"}
+    assert document["traceEvents"][1]["args"] == {"Call site": 0, "External id": 7}
+
+
+def test_the_export_of_a_real_torch_2_11_gpu_run_makes_its_frames_and_leaves_the_rest(tmp_path: Path) -> None:
+    """torch 2.11's export of `run examples/item_every_step.py` on an H200 (tests/data/README.md):
+    every ``traceinsight.frame:``/``site:`` range becomes a frame, every other event is left as it
+    was, and the sync's hot spot names the example's ``loss.item()`` line (it named the script's
+    ``<module>`` range, with no source)."""
+    from traceinsight.analysis import analyze
+    from traceinsight.load import load_trace
+
+    raw = gzip.decompress(
+        (REPO / "tests" / "data" / "torch2.11_h200_item_every_step.raw.json.gz").read_bytes()
+    )
+    before = json.loads(raw)["traceEvents"]
+    marked = {i for i, e in enumerate(before) if str(e.get("name", "")).startswith((FRAME_MARK, SITE_MARK))}
+    assert marked and all(before[i]["cat"] == "cpu_op" for i in marked)  # as torch 2.11 writes them
+    out = tmp_path / "item_every_step.pt.trace.json"
+    with (tmp_path / "raw.json").open("w+b") as reading, out.open("wb") as writing:
+        reading.write(raw)
+        reading.seek(0)
+        repaired, frames = _copy_fixed(reading, writing, len(raw), None, {"stacks": "user"}, out.name)
+    assert (repaired, frames) == (0, len(marked))
+    after = json.loads(out.read_text())["traceEvents"]
+    assert len(after) == len(before)
+    for index, (was, now) in enumerate(zip(before, after, strict=True)):
+        if index in marked:
+            flag = int(was["name"].startswith(SITE_MARK))
+            was = {**was, "cat": "python_function", "name": was["name"].partition(": ")[2],
+                   "args": {"Call site": flag, **was["args"]}}  # fmt: skip
+        assert now == was
+    line = next(
+        number
+        for number, text in enumerate((REPO / "examples" / "item_every_step.py").read_text().splitlines(), 1)
+        if "loss.item()" in text and not text.lstrip().startswith(("#", '"', "`"))
+    )
+    hotspot = next(h for h in analyze(load_trace(out)).sync_hotspots if h.call == "cudaStreamSynchronize")
+    assert (hotspot.op, hotspot.source) == ("aten::item", f"item_every_step.py:{line}")
 
 
 # --- the script's own profiler ---------------------------------------------------------------------

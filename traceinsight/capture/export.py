@@ -1,8 +1,10 @@
 """Write a finished window as the trace file: torch's export, then one streaming pass of ours.
 
-torch (libkineto) writes the Chrome trace as JSON text with one key per line. That text is read
-back line by line and copied to the trace file (gzip when its name ends in ``.gz``), fixing on the
-way what ``traceinsight run`` must not leave behind:
+torch (libkineto) writes the Chrome trace as JSON text, one event over a few lines, in one of two
+layouts: one key per line (torch 2.13), or several keys per line (``"ph": "X", "cat": "…",
+"name": "…", "pid": …`` in the kineto of torch 2.1-2.12, whose file opens with a blank line and
+an indented ``{``). That text is read back line by line and copied to the trace file (gzip when
+its name ends in ``.gz``), fixing on the way what ``traceinsight run`` must not leave behind:
 
 - **torch's unescaped names.** libkineto writes names as they are, removing only newlines (the
   one in torch 2.13 also turns backslashes into ``/``; some older ones only on Windows): a frame
@@ -51,7 +53,16 @@ RUN_RECORD_KEY = "traceinsight"
 
 #: torch writes ``],"traceName": "…" }`` on the line that closes the events.
 _TRACE_NAME = re.compile(rb'"traceName": "(?:[^"\\]|\\.)*"')
-_NAME_LINE = re.compile(rb'^(?P<head>\s*"name": ")(?P<text>.*)(?P<tail>",?\r?\n?)$', re.DOTALL)
+#: Where an event's name starts: its line's first key, or after another key on the line.
+_NAME_KEY = re.compile(rb'(?:^\s*|, )"name": "')
+#: What follows a name on its line in the older layout (``"name": "…", "pid": 1, "tid": 1,``);
+#: a name at the end of its line ends at the line's last quote.
+_NEXT_KEY = re.compile(rb'", "(?:pid|ph|bp)": ')
+_LINE_END = re.compile(rb'",?\r?\n?$')
+#: ``"ph"`` alone on its line: the event is in the one-key-per-line layout.
+_LONE_PH = re.compile(rb'^\s*"ph": "[^"]*",?\s*$')
+_CATEGORY = re.compile(rb'"cat": "[^"]*"')
+_FRAME_CATEGORY = b'"cat": "python_function"'
 _MARKS = ((FRAME_MARK.encode(), b"0"), (SITE_MARK.encode(), b"1"))
 _ARGS_LINE = b'"args": {'
 _EVENT_START = b"  {"
@@ -143,10 +154,13 @@ def _copy_fixed(
     )
     for line in source:
         done += len(line)
-        if record is not None:  # the first line: torch's opens the top-level object alone
+        if record is not None and line.strip() in (b"{", b""):
+            # torch opens the top-level object alone on a line (torch 2.1-2.12: after a blank one)
             pending += [line, record] if line.strip() == b"{" else [line]
-            record = None
-        elif event:
+            record = record if line.strip() == b"" else None
+            continue
+        record = None
+        if event:
             event.append(line)
             if line.startswith(b"  }"):
                 fixed, was_repaired, was_frame = _fix_event(event)
@@ -176,30 +190,48 @@ def _copy_fixed(
 
 def _fix_event(lines: list[bytes]) -> tuple[list[bytes], int, int]:
     """One event's lines with its name escaped and a user-frame range turned into a frame."""
-    repaired = frame = 0
+    one_key_per_line = any(_LONE_PH.match(line) for line in lines)
     for index, line in enumerate(lines):
-        if not line.lstrip().startswith(b'"name": "'):
+        if line.lstrip().startswith(b'"args"'):
+            break  # the event's own name comes before its args (a metadata event's args hold a name)
+        key = _NAME_KEY.search(line)
+        if key is None:
             continue
-        match = _NAME_LINE.match(line)
-        if match is None:
+        start = key.end()
+        ends = [] if one_key_per_line else list(_NEXT_KEY.finditer(line, start))
+        end = ends[-1].start() if ends else _line_end(line, start)
+        if end is None:
             break
-        text = match["text"]
-        call_site = next((flag for mark, flag in _MARKS if text.startswith(mark)), None)
-        if call_site is not None:
-            text = text.partition(b": ")[2]
-            frame = 1
-            lines = [
-                b'    "cat": "python_function",\n' if other.lstrip().startswith(b'"cat": ') else other
-                for other in lines
-            ]
-        escaped = escaped_name(text)
-        if escaped != text:
-            repaired = 1
-        lines[index] = match["head"] + escaped + match["tail"]
-        if call_site is not None:
-            lines = _with_call_site(lines, call_site)
-        break
-    return lines, repaired, frame
+        return _fixed(lines, index, start, end)
+    return lines, 0, 0
+
+
+def _line_end(line: bytes, start: int) -> int | None:
+    """Where a name that ends its line ends (its closing quote), None if the line does not end so."""
+    found = _LINE_END.search(line, start)
+    return None if found is None else found.start()
+
+
+def _fixed(lines: list[bytes], index: int, start: int, end: int) -> tuple[list[bytes], int, int]:
+    """``lines`` with the name at ``lines[index][start:end]`` escaped and, if it is one of our user
+    ranges, the event made a frame: category ``python_function``, ``"Call site"`` in its args."""
+    line = lines[index]
+    text = line[start:end]
+    call_site = next((flag for mark, flag in _MARKS if text.startswith(mark)), None)
+    if call_site is not None:
+        text = text.partition(b": ")[2]
+    escaped = escaped_name(text)
+    lines = [*lines]
+    lines[index] = line[:start] + escaped + line[end:]
+    if call_site is None:
+        return lines, int(escaped != text), 0
+    for before, other in enumerate(lines[: index + 1]):  # the category comes before the name
+        head = other[:start] if before == index else other
+        category = _CATEGORY.search(head)
+        if category is not None:
+            lines[before] = other[: category.start()] + _FRAME_CATEGORY + other[category.end() :]
+            break
+    return _with_call_site(lines, call_site), int(escaped != text), 1
 
 
 def _with_call_site(lines: list[bytes], flag: bytes) -> list[bytes]:
