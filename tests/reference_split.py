@@ -101,7 +101,8 @@ def step_windows(events: list[dict[str, Any]], ns: Callable[[Any], int] | None =
     Host ranges: ``ProfilerStep#N`` (the first of each N), else the windows between the ends of
     consecutive ``Optimizer.step#`` ranges of the most frequent name. Each GPU activity belongs to
     the range holding the first runtime call of its correlation; done = max(host end, the end of the
-    work it launched, the end of its ``gpu_user_annotation`` ProfilerStep range, the previous done).
+    work it launched, the end of its ``gpu_user_annotation`` ProfilerStep range up to where work a
+    later step launched on that device starts, the previous done).
     ``ns`` turns a µs value into ns (default: rounded, exact for integer µs).
     """
     ns = ns or _ns
@@ -109,7 +110,7 @@ def step_windows(events: list[dict[str, Any]], ns: Callable[[Any], int] | None =
     optimizer: list[tuple[str, int]] = []
     drawn: dict[tuple[int, int], int] = {}  # (step, device) → end
     first_launch: dict[int, int] = {}
-    gpu: list[tuple[int, int | None, int]] = []  # end, correlation, device
+    gpu: list[tuple[int, int | None, int, int]] = []  # end, correlation, device, start
     for e in events:
         if e.get("ph") != "X" or "dur" not in e:
             continue
@@ -126,7 +127,7 @@ def step_windows(events: list[dict[str, Any]], ns: Callable[[Any], int] | None =
         elif cat in RUNTIME and args.get("correlation") is not None:
             first_launch.setdefault(args["correlation"], ts)
         elif cat in GPU_KINDS:
-            gpu.append((end, args.get("correlation"), int(args.get("device", e.get("pid")))))
+            gpu.append((end, args.get("correlation"), int(args.get("device", e.get("pid"))), ts))
     if profiler:
         ranges = [(step, *profiler[step]) for step in sorted(profiler, key=lambda s: (profiler[s], s))]
     else:
@@ -139,20 +140,23 @@ def step_windows(events: list[dict[str, Any]], ns: Callable[[Any], int] | None =
         ends = sorted(end for name, end in optimizer if name == chosen)
         ranges = [(index, a, b) for index, (a, b) in enumerate(itertools.pairwise(ends)) if b > a]
     gpu_end: dict[int, int] = {}
-    for end, corr, _ in gpu:
+    first_start: dict[tuple[int, int], int] = {}  # (step, device) → start of the first work it launched
+    for end, corr, device, ts in gpu:
         launched = first_launch.get(corr) if corr is not None else None
         if launched is None:
             continue
         for step, start, stop in ranges:
             if start <= launched < stop:
                 gpu_end[step] = max(gpu_end.get(step, end), end)
+                first_start[step, device] = min(first_start.get((step, device), ts), ts)
     if profiler:
         last: dict[int, int] = {}  # a range drawn past its device's last activity ends with it
-        for end, _, device in gpu:
+        for end, _, device, _ in gpu:
             last[device] = max(last.get(device, end), end)
         for (step, device), end in drawn.items():
             if device in last:
-                end = min(end, last[device])
+                later = [ts for (other, on), ts in first_start.items() if on == device and other > step]
+                end = min(end, last[device], *later)
                 gpu_end[step] = max(gpu_end.get(step, end), end)
     result = []
     previous: int | None = None

@@ -350,6 +350,31 @@ def test_a_gpu_profiler_step_range_ends_its_step(tmp_path: Path) -> None:
     assert result.steady.step_ns == 3_000_000
 
 
+def test_a_gpu_profiler_step_range_drawn_over_later_steps_work_does_not_end_them(tmp_path: Path) -> None:
+    """The kineto of torch 2.11 drew ProfilerStep#3 on the GPU row over the work of steps 3-6 (an
+    H200, tests/data/torch2.11_h200_item_every_step.raw.json.gz): steps 4-6 came out 0 long and the
+    median step 0. A drawn range ends its step only up to where a later step's own work starts."""
+    events: list[dict[str, Any]] = []
+    own_ends = []
+    for step in range(4):
+        t = step * 1_000.0
+        events.append(annotation(f"ProfilerStep#{step}", t, 1_000))
+        events += launch(t + 10, t + 20, 300)  # each step's own kernel, launched in its range
+        own_ends.append(round((t + 20 + 300) * 1000))
+    events.append(
+        {"ph": "X", "cat": "gpu_user_annotation", "name": "ProfilerStep#0", "pid": 0, "tid": 7,
+         "ts": 19.0, "dur": 3_000.0, "args": {}}
+    )  # fmt: skip
+    result = analysis_of(tmp_path, events)
+    host_ends = [(step + 1) * 1_000_000 for step in range(4)]
+    # each step is done when its host range ends (its own kernel ended before), step 0 where the
+    # range drawn for it meets step 1's kernel (1,020 µs: what it may cover is step 0's)
+    expected = [max(a, b) for a, b in zip(own_ends, host_ends, strict=True)]
+    expected[0] = (1_000 + 20) * 1000
+    assert [step.done_ns for step in result.steady.steps] == expected
+    assert result.steady.step_ns == 1_000_000  # the median of 1.02, 0.98, 1, 1 ms (was 0: three steps 0 long)
+
+
 # --- one steady step ------------------------------------------------------------------------------
 
 

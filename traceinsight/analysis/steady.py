@@ -209,16 +209,24 @@ def _gpu_ends(trace: Trace, source: str, windows: pl.DataFrame, launches: pl.Dat
     """Per step: GPU activities launched in its host range, the first's start, the last's end.
 
     See :func:`owned_work`; a ``ProfilerStep#N`` ``gpu_user_annotation`` on a GPU row (Kineto draws
-    it over the work launched in the step) counts to step N's end too."""
-    owned = (
-        owned_work(trace, windows, launches)
-        .group_by("step")
-        .agg(count=pl.len(), gpu_start=pl.col("ts").min(), gpu_end=pl.col("end").max())
+    it over the work launched in the step) counts to step N's end too, but never past the start of
+    work a later step launched on that device: the kineto of torch 2.11 drew one step's range over
+    the work of the next three (an H200, 20 small kernels a step), which made those steps zero long."""
+    work = owned_work(trace, windows, launches)
+    owned = work.group_by("step").agg(
+        count=pl.len(), gpu_start=pl.col("ts").min(), gpu_end=pl.col("end").max()
     )
     ends: _Owned = {step: (count, first, last) for step, count, first, last in owned.iter_rows()}
     if source == "ProfilerStep" and trace.gpu_annotations.height:
         # Never past the device's last activity: float times put a range's end a ns beyond it.
         last = trace.gpu.group_by("device").agg(last=pl.col("end").max())
+        # Per device and step: where the work of the steps after it starts (null: none after).
+        later = (
+            work.group_by("device", "step")
+            .agg(first=pl.col("ts").min())
+            .sort("device", "step", descending=[False, True])
+            .select("device", "step", later=pl.col("first").cum_min().shift(1).over("device"))
+        )
         drawn = (
             trace.gpu_annotations.select(
                 "device",
@@ -226,7 +234,8 @@ def _gpu_ends(trace: Trace, source: str, windows: pl.DataFrame, launches: pl.Dat
                 end="end",
             )
             .join(last, on="device", how="inner")
-            .select("step", end=pl.min_horizontal("end", "last"))
+            .join(later, on=["device", "step"], how="left")
+            .select("step", end=pl.min_horizontal("end", "last", "later"))
             .drop_nulls()
             .group_by("step")
             .agg(pl.col("end").max())
