@@ -316,8 +316,36 @@ def test_every_sample_analyzes(path: Path) -> None:
     assert all(f.savings_ns >= 0 for f in findings)
 
 
+#: `traceinsight run examples/SCRIPT` on an H200 (torch 2.11): the line that makes the host wait, the op.
+RUN_ON_H200 = {
+    "h200_run_item_every_step.pt.trace.json.gz": ("item_every_step.py", "loss.item()", "aten::item"),
+    "h200_run_tensor_branch.pt.trace.json.gz": ("tensor_branch.py", "if h.sum() > 0", "aten::is_nonzero"),
+    "h200_run_serial_dataloader.pt.trace.json.gz": ("serial_dataloader.py", "images.to(device)", "aten::to"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RUN_ON_H200))
+def test_a_run_on_a_gpu_names_the_examples_own_line_of_each_wait(name: str) -> None:
+    """The blocking syncs of `run` on a GPU are tied to the example's line that causes them (with
+    torch 2.11 they were tied to the script's ``<module>`` range, with no line), once per
+    ``cudaStreamSynchronize`` the trace holds."""
+    script, code, op = RUN_ON_H200[name]
+    text = (Path(__file__).resolve().parent.parent / "examples" / script).read_text().splitlines()
+    line = next(n for n, words in enumerate(text, 1) if code in words and not words.lstrip().startswith('"'))
+    waits = sum(
+        1 for e in events(name) if e.get("cat") == "cuda_runtime" and e["name"] == "cudaStreamSynchronize"
+    )
+    hotspot = next(h for h in report(name).analysis.sync_hotspots if h.call == "cudaStreamSynchronize")
+    assert (hotspot.op, hotspot.source, hotspot.count) == (op, f"{script}:{line}", waits)
+
+
 @pytest.mark.parametrize(
-    "name", ["v100_resnet50_workers0.pt.trace.json.gz", "v100_ddp_ns_timestamps.pt.trace.json.gz"]
+    "name",
+    [
+        "v100_resnet50_workers0.pt.trace.json.gz",
+        "v100_ddp_ns_timestamps.pt.trace.json.gz",
+        *sorted(RUN_ON_H200),  # ProfilerStep ranges drawn on the GPU row over later steps' work
+    ],
 )
 def test_per_step_busy_matches_a_plain_clipped_union(name: str) -> None:
     """Each step's GPU figures are over its window on the GPU's clock: from the step before's done
