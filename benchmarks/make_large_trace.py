@@ -2,7 +2,10 @@
 
 Each copy of the sample's events is shifted in time past the end of the previous copy (plus a 1 ms
 gap) and has every id offset so that ids stay unique across copies: ``External id``/``external id``,
-``correlation``, flow ``id``, ``Python id``/``Python parent id``. The top-level object (device
+``correlation``, flow ``id``, ``Python id``/``Python parent id``; its ``ProfilerStep#N`` ranges (host
+and GPU rows) are numbered on from the copy before, so a long trace holds as many steps as a run
+that long would (every copy repeating ``ProfilerStep#101``-``#105`` left the analysis five steps,
+all in the first copy, and the rest outside every step). The top-level object (device
 properties, distributed info, base time, logs) is written once, in the sample's key order, and the
 events in Kineto's own layout (each event starts on a line ``  {``), so the result looks like what
 torch.profiler writes for a longer run.
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -44,6 +48,13 @@ SHAPES = {
 }
 
 _ID_ARGS = ("External id", "external id", "correlation", "Python id", "Python parent id")
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+def _step_numbers(events: list[dict[str, Any]]) -> tuple[int, int] | None:
+    """(first, last) ``ProfilerStep#N`` number of the sample, None without steps."""
+    numbers = [int(m[1]) for e in events if (m := _STEP.match(str(e.get("name", ""))))]
+    return (min(numbers), max(numbers)) if numbers else None
 
 
 def _load(source: Path) -> Any:
@@ -81,10 +92,15 @@ def _span_and_max_id(events: list[dict[str, Any]]) -> tuple[float, float, int]:
     return first, last, top
 
 
-def _shifted(event: dict[str, Any], dt: float, id_offset: int, float_time: bool) -> dict[str, Any]:
+def _shifted(
+    event: dict[str, Any], dt: float, id_offset: int, float_time: bool, step_offset: int = 0
+) -> dict[str, Any]:
     if not id_offset:
         return event
     out = dict(event)
+    step = _STEP.match(str(out.get("name", ""))) if step_offset else None
+    if step is not None:
+        out["name"] = f"ProfilerStep#{int(step[1]) + step_offset}"
     ts = out.get("ts")
     if isinstance(ts, int | float) and not isinstance(ts, bool):
         # Float-time traces keep a nanosecond fraction: round to it as Kineto does.
@@ -116,6 +132,8 @@ def make_trace(source: Path, size_bytes: int, target: Path) -> Path:
     float_time = any(type(e.get("ts")) is float for e in events[:1000])
     period = (last - first) + 1000.0  # µs: one copy, then a 1 ms gap
     id_step = 10 ** len(str(top + 1))  # ids read as copy * 10^k + original
+    steps = _step_numbers(events)
+    steps_per_copy = 0 if steps is None else steps[1] - steps[0] + 1
     target.parent.mkdir(parents=True, exist_ok=True)
     temporary = target.with_suffix(target.suffix + ".tmp")
     written = 0
@@ -134,7 +152,8 @@ def make_trace(source: Path, size_bytes: int, target: Path) -> Path:
             dt = copy * period
             for event in events:
                 # Metadata rows (ph "M") name processes and threads again; repeating them is harmless.
-                written += out.write(separator + _event_text(_shifted(event, dt, copy * id_step, float_time)))
+                shifted = _shifted(event, dt, copy * id_step, float_time, copy * steps_per_copy)
+                written += out.write(separator + _event_text(shifted))
                 separator = ",\n"
                 if written + len(tail) >= size_bytes:
                     break
