@@ -42,6 +42,18 @@ TOP_CARDS: dict[str, tuple[str | None, str]] = {
         "sync-in-loop",
         "the profiling harness's own torch.cuda.synchronize(), low: the only repeating wait",
     ),
+    "h200_run_item_every_step.pt.trace.json.gz": (
+        "launch-bound",
+        "a tiny MLP on an H200: 20 short gaps, 57% of a 3.8 ms step; its .item() blocks 11 µs a step (low)",
+    ),
+    "h200_run_serial_dataloader.pt.trace.json.gz": (
+        "dataloader-stall",
+        "num_workers=0: the GPU waits 15.4 ms of a 22.4 ms step for the DataLoader, at the loop's line",
+    ),
+    "h200_run_tensor_branch.pt.trace.json.gz": (
+        "launch-bound",
+        "eager small blocks: 54 short gaps, 67% of a 6.8 ms step; the if-syncs block 35 µs a step (low)",
+    ),
     "huge_integer_arg.pt.trace.json.gz": (None, "an edge case of the format"),
     "legacy_category_names.json.gz": ("low-gpu-utilization", "98% host launching, no steps"),
     "mi250_rocm_toy.json.gz": (
