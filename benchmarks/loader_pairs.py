@@ -27,11 +27,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from run_harness import GB, Measured, _env, _fresh, measure, shapes  # noqa: E402
+from run_harness import GB, Measured, _env, _fresh, measure, shapes
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--only", nargs="*", default=["stack-walk", "mnist"])
     parser.add_argument("--python", default=sys.executable, help="the Python with torch")
@@ -56,9 +58,15 @@ def main() -> int:
                                      12 * GB, args.timeout)  # fmt: skip
             alone, run = got["alone"], got["run"]
             fetch, cpu_alone = alone.line_value("FETCH_MS"), alone.line_value("FETCH_CPU_MS")
-            trace, card, cpu_run = run.loader_ms_per_step(), run.report_loader_ms(), run.line_value("FETCH_CPU_MS")
+            trace, card, cpu_run = (
+                run.loader_ms_per_step(),
+                run.report_loader_ms(),
+                run.line_value("FETCH_CPU_MS"),
+            )
             if fetch is None or trace is None or cpu_alone is None or cpu_run is None:
-                print(f"| {pair + 1} | {order[0]} first | no figure: exit {alone.exit_status} / {run.exit_status} |")
+                print(
+                    f"| {pair + 1} | {order[0]} first | no figure: exit {alone.exit_status} / {run.exit_status} |"
+                )
                 print("\n".join(run.output.splitlines()[-15:]))
                 failed += 1
                 continue

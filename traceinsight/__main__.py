@@ -41,8 +41,9 @@ def _begin() -> tuple[Any, Any]:
     which ends the process in there)."""
     try:
         # inside: process.py's own imports (concurrent.futures, logging) are part of the start-up
-        from traceinsight.process import collector_paused
+        from traceinsight.process import collector_paused, dataclass_code_kept
 
+        dataclass_code_kept()
         with collector_paused():
             from traceinsight.commands import begin_script, start_main
     except KeyboardInterrupt:
