@@ -91,3 +91,34 @@ def test_importing_the_package_loads_only_its_version() -> None:
     loaded, modules = out.splitlines()
     assert loaded == str(["traceinsight", "traceinsight.version"])
     assert modules == "traceinsight.capture.steps traceinsight.capture.steps"
+
+
+def test_ci_checks_the_dependency_floors_that_pyproject_declares() -> None:
+    """`.ci/run` runs ``benchmarks/floors.py check``, and what it installs is exactly the ``>=``
+    version of each runtime dependency whose marker holds here, read from pyproject.toml by a plain
+    split of each requirement string (no version written a second time anywhere)."""
+    import importlib.util
+    import re
+
+    from packaging.markers import Marker
+
+    expected = {}
+    for line in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]:
+        requirement, _, marker = line.partition(";")
+        if marker and not Marker(marker).evaluate():
+            continue
+        name = re.match(r"[A-Za-z0-9_.-]+", requirement)
+        floor = re.search(r">=\s*([0-9][^,\s]*)", requirement)
+        assert name and floor, f"{line!r}: a runtime dependency needs a '>=' floor"
+        expected[name.group()] = floor.group(1)
+    assert {"polars", "typer", "rich", "jinja2", "msgspec", "numpy"} <= expected.keys()
+
+    spec = importlib.util.spec_from_file_location("floors", ROOT / "benchmarks" / "floors.py")
+    assert spec and spec.loader
+    floors = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(floors)
+    assert floors.declared_floors() == expected
+
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "python benchmarks/floors.py check" in [line.strip() for line in ci.splitlines()]
+    assert not re.search(r"\b(polars|typer|rich|jinja2|msgspec|numpy|isal)==", ci)

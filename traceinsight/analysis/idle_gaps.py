@@ -290,7 +290,10 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
     innermost_op = named(
         touching.select("gap", "start", "end", "h_ts", "h_end", "h_row", "kind", "covered")
         .filter((pl.col("kind") == "op") & covers)
-        .sort("h_ts", "covered", descending=[True, True])  # the innermost op that still covers the gap
+        # The innermost op that still covers the gap; between ops that start and end together (aten::to
+        # and the aten::_to_copy it calls) the later row, the callee (a parent is recorded first). The
+        # row breaks the tie: without it the sort may order them either way from one run to the next.
+        .sort("h_ts", "covered", "h_row", descending=[True, True, True])
         .group_by("gap")
         .agg(op_row=pl.col("h_row").first(), op_ts=pl.col("h_ts").first(), op_end=pl.col("h_end").first()),
         "op_row",
