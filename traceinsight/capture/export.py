@@ -53,17 +53,17 @@ RUN_RECORD_KEY = "traceinsight"
 
 #: torch writes ``],"traceName": "…" }`` on the line that closes the events.
 _TRACE_NAME = re.compile(rb'"traceName": "(?:[^"\\]|\\.)*"')
-#: Where an event's name starts: its line's first key, or after another key on the line.
-_NAME_KEY = re.compile(rb'(?:^\s*|, )"name": "')
-#: What follows a name on its line in the older layout (``"name": "…", "pid": 1, "tid": 1,``);
-#: a name at the end of its line ends at the line's last quote.
-_NEXT_KEY = re.compile(rb'", "(?:pid|ph|bp)": ')
-_LINE_END = re.compile(rb'",?\r?\n?$')
-#: ``"ph"`` alone on its line: the event is in the one-key-per-line layout.
-_LONE_PH = re.compile(rb'^\s*"ph": "[^"]*",?\s*$')
+#: An event's name: its line's first key, or after another key on the line.
+_NAME_KEY = b'"name": "'
+#: What follows a name on its line in the older layout (``"name": "…", "pid": 1, "tid": 1,``),
+#: the last of them on the line; a name at the end of its line ends at the line's last quote.
+_NEXT_KEYS = (b'", "pid": ', b'", "ph": ', b'", "bp": ')
+_COMMA, _QUOTE = ord(","), ord('"')
 _CATEGORY = re.compile(rb'"cat": "[^"]*"')
 _FRAME_CATEGORY = b'"cat": "python_function"'
 _MARKS = ((FRAME_MARK.encode(), b"0"), (SITE_MARK.encode(), b"1"))
+_MARK_STEM = b"traceinsight."  # what both marks start with
+assert all(mark.startswith(_MARK_STEM) for mark, _ in _MARKS)
 _ARGS_LINE = b'"args": {'
 _EVENT_START = b"  {"
 _COPY_CHUNK = 1 << 16
@@ -190,26 +190,34 @@ def _copy_fixed(
 
 def _fix_event(lines: list[bytes]) -> tuple[list[bytes], int, int]:
     """One event's lines with its name escaped and a user-frame range turned into a frame."""
-    one_key_per_line = any(_LONE_PH.match(line) for line in lines)
-    for index, line in enumerate(lines):
+    if len(lines) > 1 and b', "' not in lines[1]:  # one key per line (torch 2.13): "ph" alone first
+        for index, line in enumerate(lines):
+            if line.lstrip().startswith(_NAME_KEY):
+                start = line.index(_NAME_KEY) + len(_NAME_KEY)
+                end = _line_end(line, start)
+                return (lines, 0, 0) if end is None else _fixed(lines, index, start, end)
+        return lines, 0, 0
+    for index, line in enumerate(lines):  # several keys per line (torch 2.1-2.12)
         if line.lstrip().startswith(b'"args"'):
             break  # the event's own name comes before its args (a metadata event's args hold a name)
-        key = _NAME_KEY.search(line)
-        if key is None:
-            continue
-        start = key.end()
-        ends = [] if one_key_per_line else list(_NEXT_KEY.finditer(line, start))
-        end = ends[-1].start() if ends else _line_end(line, start)
-        if end is None:
-            break
-        return _fixed(lines, index, start, end)
+        key = line.find(_NAME_KEY)
+        if key < 0 or (line[:key].strip() and not line[:key].endswith(b", ")):
+            continue  # no name key here (a key's value or a name that holds the words)
+        start = key + len(_NAME_KEY)
+        end = line.rfind(_NEXT_KEYS[0], start)  # an operator or kernel: its pid follows
+        if end < 0:
+            end = max(line.rfind(_NEXT_KEYS[1], start), line.rfind(_NEXT_KEYS[2], start))
+        end = end if end >= 0 else _line_end(line, start)
+        return (lines, 0, 0) if end is None else _fixed(lines, index, start, end)
     return lines, 0, 0
 
 
 def _line_end(line: bytes, start: int) -> int | None:
     """Where a name that ends its line ends (its closing quote), None if the line does not end so."""
-    found = _LINE_END.search(line, start)
-    return None if found is None else found.start()
+    end = len(line.rstrip(b"\r\n"))
+    if end > start and line[end - 1] == _COMMA:
+        end -= 1
+    return end - 1 if end > start and line[end - 1] == _QUOTE else None
 
 
 def _fixed(lines: list[bytes], index: int, start: int, end: int) -> tuple[list[bytes], int, int]:
@@ -217,14 +225,20 @@ def _fixed(lines: list[bytes], index: int, start: int, end: int) -> tuple[list[b
     ranges, the event made a frame: category ``python_function``, ``"Call site"`` in its args."""
     line = lines[index]
     text = line[start:end]
-    call_site = next((flag for mark, flag in _MARKS if text.startswith(mark)), None)
+    call_site = (
+        next((flag for mark, flag in _MARKS if text.startswith(mark)), None)
+        if text.startswith(_MARK_STEM)
+        else None
+    )
     if call_site is not None:
         text = text.partition(b": ")[2]
     escaped = escaped_name(text)
+    if call_site is None and escaped == text:
+        return lines, 0, 0
     lines = [*lines]
     lines[index] = line[:start] + escaped + line[end:]
     if call_site is None:
-        return lines, int(escaped != text), 0
+        return lines, 1, 0
     for before, other in enumerate(lines[: index + 1]):  # the category comes before the name
         head = other[:start] if before == index else other
         category = _CATEGORY.search(head)
