@@ -128,3 +128,33 @@ def test_runs_script_compiles_its_own_dataclasses(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "exec left: False" in out.stdout
+
+
+def test_past_its_limit_the_file_keeps_only_what_a_run_used(tmp_path: Path) -> None:
+    """Texts of older releases pile up after upgrades: past the limit a run writes only the texts it
+    used, so the file stays small and what is in use stays kept."""
+    import importlib.util
+    import marshal
+
+    from traceinsight import process
+
+    cache = tmp_path / "methods.marshal"
+    stale = {
+        f"def __create_fn__():\n def f{i}(): pass\n return f{i}": compile("pass", "<string>", "exec")
+        for i in range(60)
+    }
+    cache.write_bytes(process._MAGIC + marshal.dumps(stale))
+    assert process._MAGIC.startswith(importlib.util.MAGIC_NUMBER)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    program = PROGRAM.replace(
+        "process.dataclass_code_kept(", "process._DataclassCode.limit = 20; process.dataclass_code_kept("
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", program, str(cache)], env=env, capture_output=True, text=True, check=True
+    )
+    added = json.loads(out.stdout)["added"]
+    kept = marshal.loads(cache.read_bytes()[len(process._MAGIC) :])
+    assert not set(kept) & set(stale)
+    assert len(kept) == added  # this run's texts, all new to the file
+    assert _define(cache)["added"] == 0

@@ -136,13 +136,15 @@ class _DataclassCode:
     a missing, damaged or other Python's file is compiled again. What ``exec`` runs is the same.
     """
 
-    #: Texts kept at most (the package's and its libraries' classes are ~800).
-    limit: Final = 20_000
+    #: Texts kept at most (the package's and its libraries' classes are ~900): past it (texts of
+    #: older releases, after upgrades), only those this run used are written.
+    limit: Final = 5_000
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.codes: dict[str, CodeType] = {}
         self.added = 0
+        self.used: set[str] = set()
         self.always = False
         with suppress(Exception):  # missing, unreadable, damaged, another Python's: compiled again
             raw = path.read_bytes()
@@ -160,10 +162,9 @@ class _DataclassCode:
         if isinstance(source, str):
             code = self.codes.get(source)
             if code is None:
-                code = compile(source, "<string>", "exec", dont_inherit=True)
-                if len(self.codes) < self.limit:
-                    self.codes[source] = code
-                    self.added += 1
+                code = self.codes[source] = compile(source, "<string>", "exec", dont_inherit=True)
+                self.added += 1
+            self.used.add(source)
             source = code
         builtins.exec(source, *args, **kwargs)
 
@@ -174,7 +175,10 @@ class _DataclassCode:
         partial = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
         with suppress(Exception):  # a read-only install: compiled in each run, as before
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            partial.write_bytes(_MAGIC + marshal.dumps(self.codes))
+            codes = self.codes
+            if len(codes) > self.limit:
+                codes = {text: code for text, code in codes.items() if text in self.used}
+            partial.write_bytes(_MAGIC + marshal.dumps(codes))
             os.chmod(partial, (os.stat(__file__).st_mode & 0o777) | 0o200)
             os.replace(partial, self.path)
             self.added = 0
