@@ -231,16 +231,16 @@ def dataclass_code_released() -> None:
 def precompile_dataclasses() -> None:
     """Compile the methods of every dataclass the package defines into the file beside its code,
     even under ``PYTHONDONTWRITEBYTECODE`` (as ``compileall`` does): what an install's first run
-    leaves. Imports every module of the package but `run`'s capture (which would import torch)."""
+    leaves. Imports every module of the package by name (as :func:`prepare_beside` imports the one
+    it is given), but `run`'s capture (which would import torch)."""
     import pkgutil
 
     dataclass_code_kept()
     assert _Kept.code is not None
     _Kept.code.always = True
-    import traceinsight
-
-    for module in pkgutil.walk_packages(traceinsight.__path__, "traceinsight."):
-        if not module.name.startswith(("traceinsight.capture", "traceinsight.__main__")):
+    package = __name__.rpartition(".")[0]
+    for module in pkgutil.walk_packages([str(Path(__file__).resolve().parent)], f"{package}."):
+        if not module.name.startswith((f"{package}.capture", f"{package}.__main__")):
             with suppress(Exception):
                 importlib.import_module(module.name)
     dataclass_code_released()
