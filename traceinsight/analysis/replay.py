@@ -56,6 +56,9 @@ __all__ = ["LAUNCH_QUEUE", "Fix", "Replay", "prepare_replay"]
 LAUNCH_QUEUE = 1024
 #: A stream's frontier before any work (far in the past, safe to add durations to).
 _NEVER = np.iinfo(np.int64).min // 4
+#: Batches of at most this many activities on a stream are replayed in a loop, longer ones with
+#: :func:`_scan` (the same ends: one recurrence, two ways of computing it).
+_SHORT_BATCH = 16
 #: Launch latency assumed when no launch was waited for (ns).
 _DEFAULT_LATENCY_NS = 10_000
 #: What a launch call costs the host when the trace has none to measure (ns).
@@ -190,12 +193,7 @@ def _simulate(window: _Window, fix: Fix) -> int:
         advance = advance - (duration - shortened)  # it ends that much earlier after the frontier
         duration = shortened
     if fix.durations:
-        new_duration = dict(fix.durations)
-        retimed = np.fromiter(
-            (new_duration.get(int(c), int(d)) for c, d in zip(window.correlation, duration, strict=True)),
-            dtype=np.int64,
-            count=duration.size,
-        )
+        retimed = _retimed(window.correlation, duration, dict(fix.durations))
         advance = advance - (duration - retimed)
         duration = retimed
     if fix.side_stream:
@@ -207,36 +205,56 @@ def _simulate(window: _Window, fix: Fix) -> int:
     starts = np.zeros(count, dtype=np.int64)
     ends = np.zeros(count, dtype=np.int64)
     kept = _kept_ranges(window, fix)
-    anchors = _anchors(window, kept)
+    anchors = [*_anchors(window, kept), (window.end - window.start, "end", 0, 0, 0)]
     launch = _compressed(window.launch, kept)
+    queued = launch + window.latency
+    # Where each anchor's batch of launches ends: the launches before its point (all at the end).
+    points = np.fromiter((anchor[0] for anchor in anchors[:-1]), dtype=np.int64, count=len(anchors) - 1)
+    uptos = [*np.searchsorted(window.launch, points, side="left").tolist(), count]
+    # Each stream's work in launch order, and how much of it each batch ends with.
+    lanes = []
+    for stream in np.unique(streams).tolist():
+        mine = np.flatnonzero(streams == stream)
+        lanes.append(
+            (stream, mine, queued[mine], duration[mine], advance[mine], np.searchsorted(mine, uptos).tolist())
+        )
+    done_to = [0] * len(lanes)  # how much of each stream's work has been replayed
     shift = 0
     processed = 0
     skipped = dict(zip(window.call_key.tolist(), window.call_skipped, strict=True))
     floors = dict(zip(window.call_key.tolist(), window.call_floor.tolist(), strict=False))
-    for point, kind, value, extra, recorded_end in [*anchors, (window.end - window.start, "end", 0, 0, 0)]:
-        upto = int(np.searchsorted(window.launch, point, side="left")) if kind != "end" else count
+    for number, (point, kind, value, extra, recorded_end) in enumerate(anchors):
+        upto = uptos[number]
         if upto > processed:
-            batch = slice(processed, upto)
-            queued_at = launch[batch] + shift + window.latency[batch]
-            batch_streams = streams[batch]
-            for stream in np.unique(batch_streams):
-                mine = np.flatnonzero(batch_streams == stream) + processed
-                result, frontier = _scan(
-                    queued_at[mine - processed],
-                    duration[mine],
-                    advance[mine],
-                    stream_end.get(int(stream), _NEVER),
-                )
-                ends[mine] = result
-                starts[mine] = result - duration[mine]
-                stream_end[int(stream)] = frontier
+            for lane, (stream, mine, queued_at, length, ahead, cuts) in enumerate(lanes):
+                low, high = done_to[lane], cuts[number]
+                if high == low:
+                    continue
+                frontier = stream_end.get(stream, _NEVER)
+                if high - low <= _SHORT_BATCH:  # numpy's cost per call is more than a loop's here
+                    for at in range(low, high):
+                        end = max(queued_at.item(at) + shift + length.item(at), frontier + ahead.item(at))
+                        ends[mine[at]] = end
+                        starts[mine[at]] = end - length.item(at)
+                        frontier = max(frontier, end)
+                else:
+                    result, frontier = _scan(
+                        queued_at[low:high] + shift, length[low:high], ahead[low:high], frontier
+                    )
+                    ends[mine[low:high]] = result
+                    starts[mine[low:high]] = result - length[low:high]
+                stream_end[stream] = frontier
+                done_to[lane] = high
             # The launch queue: launch i cannot return before work i - LAUNCH_QUEUE has started.
-            index = np.arange(processed, upto)
-            behind = index - LAUNCH_QUEUE
-            held = behind >= 0
-            if held.any():
-                late_by = starts[behind[held]] - (launch[index[held]] + shift)
+            first_held = max(processed, LAUNCH_QUEUE)
+            if upto - first_held > _SHORT_BATCH:
+                late_by = starts[first_held - LAUNCH_QUEUE : upto - LAUNCH_QUEUE] - (
+                    launch[first_held:upto] + shift
+                )
                 shift += max(0, int(late_by.max()))
+            elif upto > first_held:
+                late = max(starts.item(at - LAUNCH_QUEUE) - launch.item(at) for at in range(first_held, upto))
+                shift += max(0, late - shift)
             processed = upto
         if kind == "call":
             call_start = point + shift
@@ -255,6 +273,28 @@ def _simulate(window: _Window, fix: Fix) -> int:
         return _gpu_time(window.gpu_from, window.carry, int(ends.max()) if count else None, first)
     host_end = window.end - window.start + shift
     return max(host_end, int(ends.max()) if count else 0, window.begin) - window.begin
+
+
+def _retimed(correlation: np.ndarray, duration: np.ndarray, new_duration: dict[int, int]) -> np.ndarray:
+    """``duration`` with the work whose correlation ``new_duration`` names taking its new time."""
+    keys = np.fromiter(new_duration, dtype=np.int64, count=len(new_duration))
+    order = np.argsort(keys)
+    keys = keys[order]
+    values = np.fromiter(new_duration.values(), dtype=np.int64, count=len(new_duration))[order]
+    at = np.minimum(np.searchsorted(keys, correlation), keys.size - 1)
+    return np.where(keys[at] == correlation, values[at], duration)
+
+
+def _covering(kept: list[tuple[int, int, int]], times: np.ndarray) -> np.ndarray:
+    """For each time, the index of the kept range holding it (``start <= time < end``), else -1.
+    The ranges are in time order and do not overlap, so only the last one starting at or before a
+    time can hold it."""
+    if not kept:
+        return np.full(times.size, -1, dtype=np.int64)
+    bounds = np.asarray(kept, dtype=np.int64)
+    at = np.searchsorted(bounds[:, 0], times, side="right") - 1
+    inside = (at >= 0) & (times < bounds[np.maximum(at, 0), 1])
+    return np.where(inside, at, -1)
 
 
 def _gpu_time(gpu_from: int, carry: dict[int, int], last_end: int | None, first_start: int | None) -> int:
@@ -293,16 +333,14 @@ def _compressed(launch: np.ndarray, kept: list[tuple[int, int, int]]) -> np.ndar
     The ``shorten`` anchor at a range's start moves everything after it earlier by the time
     removed; a launch at ``start + x`` inside the range then lands at ``start + x * length /
     (end - start)`` (a copy call's own launch, at its start, stays at its start), not before it."""
-    if not kept:
+    at = _covering(kept, launch)
+    inside = at >= 0
+    if not inside.any():
         return launch
+    start, end, length = np.asarray(kept, dtype=np.int64)[at[inside]].T
     adjusted = launch.copy()
-    for start, end, length in kept:
-        inside = (launch >= start) & (launch < end)
-        if inside.any() and end > start:
-            removed = end - start - length
-            adjusted[inside] += np.round(removed * (1 - (launch[inside] - start) / (end - start))).astype(
-                np.int64
-            )
+    removed = end - start - length
+    adjusted[inside] += np.round(removed * (1 - (launch[inside] - start) / (end - start))).astype(np.int64)
     return adjusted
 
 
@@ -311,14 +349,17 @@ def _anchors(window: _Window, kept: list[tuple[int, int, int]]) -> list[_Anchor]
     recorded end) and shortened ranges (``shorten``: the time removed). Calls inside a shortened
     range go with it."""
     shortened: list[_Anchor] = [(start, "shorten", end - start - length, 0, 0) for start, end, length in kept]
-    covered = [(start, end) for start, end, _ in kept]
-    calls: list[_Anchor] = []
-    for key, start, end, overhead in zip(
-        window.call_key, window.call_start, window.call_end, window.call_overhead, strict=True
-    ):
-        if any(low <= start < high for low, high in covered):
-            continue
-        calls.append((int(start), "call", int(key), int(overhead), int(end)))
+    outside = _covering(kept, window.call_start) < 0
+    calls: list[_Anchor] = [
+        (start, "call", key, overhead, end)
+        for key, start, end, overhead in zip(
+            window.call_key[outside].tolist(),
+            window.call_start[outside].tolist(),
+            window.call_end[outside].tolist(),
+            window.call_overhead[outside].tolist(),
+            strict=True,
+        )
+    ]
     return sorted(shortened + calls, key=lambda anchor: (anchor[0], anchor[1]))
 
 
