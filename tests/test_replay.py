@@ -10,8 +10,9 @@ import pytest
 from loops import Loop, item_loop
 from tracebuild import SAMPLES, kernel, read_events, runtime, sample_report, write_trace
 
+import traceinsight.analysis.replay as replay_module
 from traceinsight.analysis import Analysis, analyze
-from traceinsight.analysis.replay import LAUNCH_QUEUE, Fix, _scan, _simulate, _Window
+from traceinsight.analysis.replay import LAUNCH_QUEUE, Fix, _compressed, _scan, _simulate, _Window
 from traceinsight.analysis.shared import launch_calls
 from traceinsight.load import load_trace
 from traceinsight.rules import evaluate
@@ -324,3 +325,60 @@ def test_the_replay_times_the_steps_the_step_time_is_over(tmp_path: Path) -> Non
     assert analysis.replay.recorded_ns == steady_time
     assert analysis.replay.step_time_ns() == pytest.approx(steady_time, rel=0.01)
     assert analysis.steady.window_ns == steady_time
+
+
+# --- two ways of computing one replay -----------------------------------------------------------
+
+
+def _random_fix(window: _Window, rng: random.Random) -> Fix:
+    keys, correlations = window.call_key.tolist(), window.correlation.tolist()
+    length = max(1, window.end - window.start)
+    return Fix(
+        remove_calls=frozenset(rng.sample(keys, min(len(keys), rng.randint(0, 5)))),
+        shorten=tuple(
+            (window.start + at, window.start + at + rng.randint(0, length // 4), rng.randint(0, length // 8))
+            for at in rng.sample(range(length), 3)
+        ),
+        side_stream=frozenset(rng.sample(correlations, min(len(correlations), 3))),
+        durations=tuple(
+            (c, rng.randint(0, 10_000)) for c in rng.sample(correlations, min(len(correlations), 4))
+        ),
+        faster=frozenset(rng.sample(correlations, min(len(correlations), 10))),
+        speedup=rng.choice([1.0, 2.0, 3.3]),
+    )
+
+
+@pytest.mark.parametrize("name", ["a100_recsys_rank0.json.gz", "gp100_mlp_pageable_sync.json.gz"])
+def test_short_batches_by_loop_equal_every_batch_by_scan(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stream's short batches are replayed in a loop, longer ones with ``_scan``: all one way or
+    all the other, every window gives the same time, with the rules' fixes and random ones."""
+    windows = _analysis(name).replay.windows
+    rng = random.Random(7)
+    fixes = [Fix(), *(_random_fix(window, rng) for window in windows for _ in range(4))]
+    times = {}
+    for short in (0, 10**9):
+        monkeypatch.setattr(replay_module, "_SHORT_BATCH", short)
+        times[short] = [_simulate(window, fix) for window in windows for fix in fixes]
+    assert times[0] == times[10**9]
+    assert len(set(times[0])) > 1  # the fixes changed something
+
+
+def test_launches_inside_a_shortened_range_spread_over_its_new_length() -> None:
+    """``_compressed`` against the rule written out per range: a launch at ``start + x`` of a range
+    cut from ``end - start`` to ``length`` moves earlier by ``removed * (1 - x / (end - start))``."""
+    rng = random.Random(3)
+    launch = np.sort(np.array([rng.randint(0, 100_000) for _ in range(500)], dtype=np.int64))
+    kept, at = [], 0
+    while at < 100_000:
+        start = at + rng.randint(0, 5_000)
+        end = start + rng.randint(0, 8_000)
+        kept.append((start, end, rng.randint(0, end - start)))
+        at = end
+    expected = []
+    for time in launch.tolist():
+        moved = time
+        for start, end, length in kept:
+            if start <= time < end:
+                moved = time + round((end - start - length) * (1 - (time - start) / (end - start)))
+        expected.append(moved)
+    assert _compressed(launch, kept).tolist() == expected
