@@ -30,7 +30,7 @@ from traceinsight.analysis.results import (
     SyncCall,
     SyncHotspot,
 )
-from traceinsight.analysis.shared import Shared, shared_tables
+from traceinsight.analysis.shared import Shared, launch_call_median, shared_tables
 from traceinsight.analysis.steady import SteadyState, iteration_count, steady_state
 from traceinsight.analysis.timeline import Timeline, timeline
 from traceinsight.analysis.usage import Usage
@@ -188,7 +188,7 @@ def _fix_inputs(trace: Trace, steady: SteadyState, kernels: pl.DataFrame) -> Fix
         .agg(overlapped=overlap_ns("copy_ts", "copy_end", "k_start", "k_end").sum())
     )
     copy_calls = copy_calls.join(under, on="copy", how="left").sort("copy")
-    launch = trace.runtime.filter(pl.col("name").str.contains("LaunchKernel")).get_column("dur").median()
+    launch = launch_call_median(trace)
     return FixInputs(
         dataloader_waits=tuple(waits.select("ts", "end").iter_rows()),
         dataloader_iterators=tuple(sorted(waits.get_column("name").unique().to_list())),
@@ -205,7 +205,7 @@ def _fix_inputs(trace: Trace, steady: SteadyState, kernels: pl.DataFrame) -> Fix
             )
             for row in copy_calls.iter_rows(named=True)
         ),
-        launch_cost_ns=int(launch) if isinstance(launch, (int, float)) else 5_000,
+        launch_cost_ns=int(launch) if launch is not None else 5_000,
         pinned_h2d_gb_per_s=copies.pinned_h2d_rate(trace),
     )
 

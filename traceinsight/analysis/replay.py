@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from traceinsight.analysis.shared import launch_calls
+from traceinsight.analysis.shared import launch_call_median, launch_calls
 from traceinsight.analysis.steady import SteadyState
 from traceinsight.load import Trace
 
@@ -384,8 +384,8 @@ def prepare_replay(
             observed_latency=(pl.col("ts") - pl.col("l_ts")).clip(lower_bound=0),
         )
     )
-    launch_cost = trace.runtime.filter(pl.col("name").str.contains("LaunchKernel")).get_column("dur").median()
-    launch_cost_ns = int(launch_cost) if isinstance(launch_cost, (int, float)) else _DEFAULT_LAUNCH_COST_NS
+    launch_cost = launch_call_median(trace)
+    launch_cost_ns = int(launch_cost) if launch_cost is not None else _DEFAULT_LAUNCH_COST_NS
     typical = work.filter(~pl.col("queued") & ~pl.col("fixed")).get_column("observed_latency").median()
     latency_ns = int(typical) if isinstance(typical, (int, float)) else _DEFAULT_LATENCY_NS
     work = work.with_columns(
