@@ -281,7 +281,7 @@ def _analyze(
         timeline, trace, max_blocks=2000, busy=busy, launched=launched, steady=steady, classes=common.gpu
     )
     devices = gpu_time.device_times(trace, busy, kernels, compute, classified, steady)
-    steps = gpu_time.step_times(trace, busy, kernels, compute, classified, steady, common.launch_calls)
+    steps = gpu_time.step_times(trace, busy, kernels, compute, classified, steady)
     fixes = _fix_inputs(trace, steady, kernels)
     leads = step_leads(trace, steady, calls, fixes.dataloader_waits, user_code, launches=common.launch_calls)
     return Analysis(

@@ -24,7 +24,7 @@ from traceinsight.analysis.causes import CauseKind
 from traceinsight.analysis.intervals import merge_intervals, overlap_ns
 from traceinsight.analysis.results import DeviceTime, StepTime
 from traceinsight.analysis.shared import gpu_classes
-from traceinsight.analysis.steady import SteadyState, owned_work
+from traceinsight.analysis.steady import SteadyState
 from traceinsight.analysis.usage import Usage
 from traceinsight.load import Trace
 
@@ -163,22 +163,6 @@ def idle_split(gaps: pl.DataFrame, steady: SteadyState) -> dict[int, tuple[tuple
     return {device: _ranked(causes) for device, causes in by_device.items()}
 
 
-def _first_own_work(
-    trace: Trace, steady: SteadyState, launches: pl.DataFrame | None
-) -> dict[tuple[int, int], int]:
-    """(step, device) → start of the first GPU work the step launched on the device."""
-    ranges = pl.DataFrame(
-        {
-            "step": [step.step for step in steady.steps],
-            "start": [step.start_ns for step in steady.steps],
-            "end": [step.end_ns for step in steady.steps],
-        },
-        schema={"step": pl.Int64, "start": pl.Int64, "end": pl.Int64},
-    )
-    first = owned_work(trace, ranges, launches).group_by("step", "device").agg(pl.col("ts").min())
-    return {(step, device): ts for step, device, ts in first.iter_rows()}
-
-
 def _idle_by_cause(
     grid: pl.DataFrame, gaps: pl.DataFrame, extent: dict[int, tuple[int, int]]
 ) -> dict[tuple[int, int], dict[str, int]]:
@@ -216,11 +200,10 @@ def step_times(
     compute: pl.DataFrame,
     gaps: pl.DataFrame,
     steady: SteadyState,
-    launches: pl.DataFrame | None = None,
 ) -> tuple[StepTime, ...]:
     """GPU time inside each step's device window, per device: busy by class and idle by cause, and
-    the idle before the step's own first GPU work (module doc). ``launches`` is
-    :func:`~traceinsight.analysis.shared.launch_calls` when the caller has it."""
+    the idle before the step's own first GPU work (module doc; the first work is
+    :attr:`~traceinsight.analysis.steady.SteadyState.first_work`)."""
     if not steady.steps or busy.is_empty():
         return ()
     windows = pl.DataFrame(
@@ -249,7 +232,7 @@ def step_times(
     }
     causes = _idle_by_cause(grid, gaps, extent)
     # The lead: from the window's start to the step's own first work on the device.
-    first_own = _first_own_work(trace, steady, launches)
+    first_own = steady.first_work
     leads = pl.DataFrame(
         [
             (step, device, start, min(end, first_own[(step, device)]))

@@ -37,8 +37,10 @@ least ``first_call_min_us``) before the operator settled: cuDNN autotune, lazy i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from statistics import median
+from types import MappingProxyType
 from typing import Any
 
 import polars as pl
@@ -113,6 +115,11 @@ class SteadyState:
     #: The same runs on the GPU's clock: from the first step's begin to the last step's done.
     #: GPU busy and idle time is judged in these. Empty: the same as ``windows`` (no steps).
     gpu_windows: tuple[tuple[int, int], ...] = ()
+    #: (step, device) → start of the first GPU activity the step launched on the device (the host
+    #: range holds its launch call; see :func:`owned_work`). Empty without steps.
+    first_work: Mapping[tuple[int, int], int] = field(
+        default_factory=lambda: MappingProxyType({}), compare=False, repr=False
+    )
 
     @property
     def steady_steps(self) -> tuple[Step, ...]:
@@ -205,8 +212,15 @@ def owned_work(trace: Trace, ranges: pl.DataFrame, launches: pl.DataFrame | None
 _Owned = dict[int, tuple[int, int | None, int | None]]
 
 
-def _gpu_ends(trace: Trace, source: str, windows: pl.DataFrame, launches: pl.DataFrame | None) -> _Owned:
-    """Per step: GPU activities launched in its host range, the first's start, the last's end.
+#: (step, device) → start of the first GPU activity the step launched on the device.
+_FirstWork = dict[tuple[int, int], int]
+
+
+def _gpu_ends(
+    trace: Trace, source: str, windows: pl.DataFrame, launches: pl.DataFrame | None
+) -> tuple[_Owned, _FirstWork]:
+    """Per step: GPU activities launched in its host range, the first's start, the last's end; and
+    per step and device, the first's start.
 
     See :func:`owned_work`; a ``ProfilerStep#N`` ``gpu_user_annotation`` on a GPU row (Kineto draws
     it over the work launched in the step) counts to step N's end too, but never past the start of
@@ -217,15 +231,14 @@ def _gpu_ends(trace: Trace, source: str, windows: pl.DataFrame, launches: pl.Dat
         count=pl.len(), gpu_start=pl.col("ts").min(), gpu_end=pl.col("end").max()
     )
     ends: _Owned = {step: (count, first, last) for step, count, first, last in owned.iter_rows()}
+    firsts = work.group_by("device", "step").agg(first=pl.col("ts").min())
+    first_work = {(step, device): first for device, step, first in firsts.iter_rows()}
     if source == "ProfilerStep" and trace.gpu_annotations.height:
         # Never past the device's last activity: float times put a range's end a ns beyond it.
         last = trace.gpu.group_by("device").agg(last=pl.col("end").max())
         # Per device and step: where the work of the steps after it starts (null: none after).
-        later = (
-            work.group_by("device", "step")
-            .agg(first=pl.col("ts").min())
-            .sort("device", "step", descending=[False, True])
-            .select("device", "step", later=pl.col("first").cum_min().shift(1).over("device"))
+        later = firsts.sort("device", "step", descending=[False, True]).select(
+            "device", "step", later=pl.col("first").cum_min().shift(1).over("device")
         )
         drawn = (
             trace.gpu_annotations.select(
@@ -243,7 +256,7 @@ def _gpu_ends(trace: Trace, source: str, windows: pl.DataFrame, launches: pl.Dat
         for step, end in drawn.iter_rows():
             count, first, gpu_end = ends.get(step, (0, None, None))
             ends[step] = (count, first, end if gpu_end is None else max(gpu_end, end))
-    return ends
+    return ends, first_work
 
 
 def _done_times(rows: list[dict[str, Any]], ends: _Owned) -> list[tuple[int, int]]:
@@ -262,9 +275,9 @@ def _done_times(rows: list[dict[str, Any]], ends: _Owned) -> list[tuple[int, int
 
 def _judge_steps(
     trace: Trace, source: str, windows: pl.DataFrame, limits: Thresholds, launches: pl.DataFrame | None
-) -> tuple[Step, ...]:
+) -> tuple[tuple[Step, ...], _FirstWork]:
     rows = list(windows.sort("start", "step").iter_rows(named=True))
-    ends = _gpu_ends(trace, source, windows, launches) if trace.has_gpu_activity else {}
+    ends, first_work = _gpu_ends(trace, source, windows, launches) if trace.has_gpu_activity else ({}, {})
     times = _done_times(rows, ends)
     length_of = {row["step"]: done - begin for row, (begin, done) in zip(rows, times, strict=True)}
     reasons: dict[int, str] = {}
@@ -293,7 +306,7 @@ def _judge_steps(
                 )
     if rows and len(reasons) == len(rows):
         reasons.clear()  # nothing would be left: judge the steps as they are
-    return tuple(
+    steps = tuple(
         Step(
             row["step"],
             row["start"],
@@ -307,6 +320,7 @@ def _judge_steps(
         )
         for row, (begin, done) in zip(rows, times, strict=True)
     )
+    return steps, first_work
 
 
 def _runs(steps: tuple[Step, ...], device: bool = False) -> tuple[tuple[int, int], ...]:
@@ -390,9 +404,13 @@ def steady_state(
     limits = limits or Thresholds()
     source, windows = step_windows(trace)
     if source != "none":
-        steps = _judge_steps(trace, source, windows, limits, launches)
+        steps, first_work = _judge_steps(trace, source, windows, limits, launches)
         return SteadyState(
-            source=source, steps=steps, windows=_runs(steps), gpu_windows=_runs(steps, device=True)
+            source=source,
+            steps=steps,
+            windows=_runs(steps),
+            gpu_windows=_runs(steps, device=True),
+            first_work=MappingProxyType(first_work),
         )
     extent = _trace_extent(trace)
     if extent is None:
