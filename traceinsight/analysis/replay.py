@@ -482,27 +482,37 @@ def _recorded_waits(
             ordered.get_column("launch").to_numpy() - start,
             np.maximum.accumulate(ordered.get_column("end").to_numpy() - start),
         )
-    streams = set(frontiers) | set(carry)
-    overheads: list[int] = []
-    skipped: list[frozenset[int]] = []
-    for call_ts, call_end in calls.select(pl.col("ts") - start, pl.col("end") - start).iter_rows():
-        at_call: dict[int, int] = {}
-        for stream in streams:
-            value = carry.get(stream)
-            if stream in frontiers:
-                launches, running = frontiers[stream]
-                upto = int(np.searchsorted(launches, call_ts, side="left"))
-                if upto:
-                    value = max(
-                        value if value is not None else int(running[upto - 1]), int(running[upto - 1])
-                    )
-            if value is not None:
-                at_call[stream] = value
-        ignored = frozenset(stream for stream, end in at_call.items() if end > call_end)
-        waited = max((end for stream, end in at_call.items() if stream not in ignored), default=call_ts)
-        overheads.append(min(max(0, call_end - max(call_ts, waited)), call_end - call_ts))
-        skipped.append(ignored)
-    return overheads, tuple(skipped)
+    streams = sorted(set(frontiers) | set(carry))
+    call_ts = calls.get_column("ts").to_numpy() - start
+    call_end = calls.get_column("end").to_numpy() - start
+    # Per stream (rows) and call (columns): the stream's frontier at the call, where it has one.
+    at_call = np.zeros((len(streams), call_ts.size), dtype=np.int64)
+    known = np.zeros((len(streams), call_ts.size), dtype=bool)
+    for row, stream in enumerate(streams):
+        before = carry.get(stream)
+        if stream in frontiers:
+            launches, running = frontiers[stream]
+            upto = np.searchsorted(launches, call_ts, side="left")
+            reached = running[np.maximum(upto - 1, 0)]
+            if before is None:
+                at_call[row], known[row] = reached, upto > 0
+            else:
+                at_call[row], known[row] = np.where(upto > 0, np.maximum(reached, before), before), True
+        elif before is not None:
+            at_call[row], known[row] = before, True
+    ignored = known & (at_call > call_end)
+    waited_for = known & ~ignored
+    lowest = np.iinfo(np.int64).min
+    waited = np.where(
+        waited_for.any(axis=0), np.where(waited_for, at_call, lowest).max(axis=0, initial=lowest), call_ts
+    )
+    overheads = np.minimum(np.maximum(0, call_end - np.maximum(call_ts, waited)), call_end - call_ts)
+    skipped: list[frozenset[int]] = [frozenset()] * call_ts.size
+    sets: dict[tuple[int, ...], frozenset[int]] = {}
+    for call in np.flatnonzero(ignored.any(axis=0)).tolist():
+        rows = tuple(np.flatnonzero(ignored[:, call]).tolist())
+        skipped[call] = sets.setdefault(rows, frozenset(streams[row] for row in rows))
+    return overheads.tolist(), tuple(skipped)
 
 
 def _recorded_ends(work: pl.DataFrame, window: _Window) -> np.ndarray:
