@@ -347,3 +347,43 @@ def test_a_wait_inside_a_graph_replay_is_named_and_advised_as_such(tmp_path: Pat
     assert {g.cause for g in waits} == {QUEUED_IN_GRAPH}
     low = next(f for f in evaluate(result) if f.rule == "low-gpu-utilization")
     assert low.advice is advice.DEPENDENCY_IN_GRAPH
+
+
+@pytest.mark.parametrize("overlapping", [False, True])
+def test_idle_split_inside_windows_equals_the_overlaps_summed(overlapping: bool) -> None:
+    """A gap's time inside the steady windows is its overlap with each window, summed: found by a
+    search over disjoint windows, by a join where they overlap."""
+    import random
+
+    import polars as pl
+
+    from traceinsight.analysis.gpu_time import idle_split
+    from traceinsight.analysis.steady import SteadyState
+
+    rng = random.Random(5 + overlapping)
+    windows, at = [], 0
+    for _ in range(30):
+        start = at + rng.randint(-40 if overlapping else 0, 50)
+        windows.append((start, start + rng.randint(0, 80)))
+        at = windows[-1][1]
+    gaps = []
+    for _ in range(400):
+        start = rng.randint(-50, at + 50)
+        gaps.append((rng.randint(0, 1), start, start + rng.randint(1, 120), rng.choice(["launch", "queued"])))
+    table = pl.DataFrame(
+        gaps,
+        schema={"device": pl.Int64, "start": pl.Int64, "end": pl.Int64, "cause_kind": pl.String},
+        orient="row",
+    ).with_columns(duration=pl.col("end") - pl.col("start"))
+    steady = SteadyState(source="none", steps=(), windows=tuple(windows))
+    expected: dict[int, dict[str, int]] = {}
+    for device, start, end, kind in gaps:
+        inside = sum(max(0, min(end, w_end) - max(start, w_start)) for w_start, w_end in windows)
+        causes = expected.setdefault(device, {})
+        causes[kind] = causes.get(kind, 0) + inside
+        causes[CauseKind.OUTSIDE_STEADY.value] = (
+            causes.get(CauseKind.OUTSIDE_STEADY.value, 0) + end - start - inside
+        )
+    assert {device: dict(causes) for device, causes in idle_split(table, steady).items()} == {
+        device: {kind: ns for kind, ns in causes.items() if ns > 0} for device, causes in expected.items()
+    }
