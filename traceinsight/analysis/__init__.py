@@ -30,7 +30,7 @@ from traceinsight.analysis.results import (
     SyncCall,
     SyncHotspot,
 )
-from traceinsight.analysis.shared import Shared, launch_call_median, shared_tables
+from traceinsight.analysis.shared import DEFAULT_LAUNCH_COST_NS, Shared, launch_cost_ns, shared_tables
 from traceinsight.analysis.steady import SteadyState, iteration_count, steady_state
 from traceinsight.analysis.timeline import Timeline, timeline
 from traceinsight.analysis.usage import Usage
@@ -54,7 +54,7 @@ class FixInputs:
     #: Host-to-device copies issued in the steady state, in the order of their host calls.
     h2d_copies: tuple[H2DCopy, ...] = ()
     #: Median duration of a kernel launch call: what a non-blocking copy call costs (ns).
-    launch_cost_ns: int = 5_000
+    launch_cost_ns: int = DEFAULT_LAUNCH_COST_NS
     #: The trace's own pinned host-to-device copies' rate (bytes per ns = GB/s; None without such
     #: copies large enough to measure: :func:`traceinsight.analysis.copies.pinned_h2d_rate`).
     pinned_h2d_gb_per_s: float | None = None
@@ -128,8 +128,11 @@ class Analysis:
         return next((usage for usage in self.usage if usage.device == device), None)
 
 
-def _fix_inputs(trace: Trace, steady: SteadyState, kernels: pl.DataFrame) -> FixInputs:
-    """The host ranges inside the steady windows that the replayed fixes change."""
+def _fix_inputs(
+    trace: Trace, steady: SteadyState, kernels: pl.DataFrame, launch_cost: int | None = None
+) -> FixInputs:
+    """The host ranges inside the steady windows that the replayed fixes change (``launch_cost``:
+    :func:`~traceinsight.analysis.shared.launch_cost_ns`, when the caller has it)."""
     if not steady.windows:
         return FixInputs()
     inside = pl.any_horizontal(
@@ -188,7 +191,6 @@ def _fix_inputs(trace: Trace, steady: SteadyState, kernels: pl.DataFrame) -> Fix
         .agg(overlapped=overlap_ns("copy_ts", "copy_end", "k_start", "k_end").sum())
     )
     copy_calls = copy_calls.join(under, on="copy", how="left").sort("copy")
-    launch = launch_call_median(trace)
     return FixInputs(
         dataloader_waits=tuple(waits.select("ts", "end").iter_rows()),
         dataloader_iterators=tuple(sorted(waits.get_column("name").unique().to_list())),
@@ -205,7 +207,7 @@ def _fix_inputs(trace: Trace, steady: SteadyState, kernels: pl.DataFrame) -> Fix
             )
             for row in copy_calls.iter_rows(named=True)
         ),
-        launch_cost_ns=int(launch) if launch is not None else 5_000,
+        launch_cost_ns=launch_cost_ns(trace) if launch_cost is None else launch_cost,
         pinned_h2d_gb_per_s=copies.pinned_h2d_rate(trace),
     )
 
@@ -275,14 +277,16 @@ def _analyze(
     copy_groups = copies.copy_groups(trace, calls, kernels, limits)
     # Past the memory peak: the analyses that remain run half beside, half here (on a 0.5 GB DDP
     # trace each half is about 0.4 s of CPU that polars keeps on little more than one core).
-    replay_later = beside.start(prepare_replay, trace, calls, steady, common.launch_calls)
+    replay_later = beside.start(
+        prepare_replay, trace, calls, steady, common.launch_calls, common.launch_cost_ns
+    )
     launching_later = beside.start(launch_stats, trace, steady, classified, limits)
     timeline_later = beside.start(
         timeline, trace, max_blocks=2000, busy=busy, launched=launched, steady=steady, classes=common.gpu
     )
     devices = gpu_time.device_times(trace, busy, kernels, compute, classified, steady)
     steps = gpu_time.step_times(trace, busy, kernels, compute, classified, steady)
-    fixes = _fix_inputs(trace, steady, kernels)
+    fixes = _fix_inputs(trace, steady, kernels, common.launch_cost_ns)
     leads = step_leads(trace, steady, calls, fixes.dataloader_waits, user_code, launches=common.launch_calls)
     return Analysis(
         meta=trace.meta,

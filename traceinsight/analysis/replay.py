@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from traceinsight.analysis.shared import launch_call_median, launch_calls
+from traceinsight.analysis.shared import launch_calls, launch_cost_ns
 from traceinsight.analysis.steady import SteadyState
 from traceinsight.load import Trace
 
@@ -61,8 +61,6 @@ _NEVER = np.iinfo(np.int64).min // 4
 _SHORT_BATCH = 16
 #: Launch latency assumed when no launch was waited for (ns).
 _DEFAULT_LATENCY_NS = 10_000
-#: What a launch call costs the host when the trace has none to measure (ns).
-_DEFAULT_LAUNCH_COST_NS = 5_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,7 +362,11 @@ def _anchors(window: _Window, kept: list[tuple[int, int, int]]) -> list[_Anchor]
 
 
 def prepare_replay(
-    trace: Trace, calls: pl.DataFrame, steady: SteadyState, launches: pl.DataFrame | None = None
+    trace: Trace,
+    calls: pl.DataFrame,
+    steady: SteadyState,
+    launches: pl.DataFrame | None = None,
+    launch_cost: int | None = None,
 ) -> Replay:
     """Collect the steady-state windows' GPU work and blocking calls into arrays for replaying
     (``launches``: :func:`~traceinsight.analysis.shared.launch_calls`, when the caller has it)."""
@@ -384,8 +386,7 @@ def prepare_replay(
             observed_latency=(pl.col("ts") - pl.col("l_ts")).clip(lower_bound=0),
         )
     )
-    launch_cost = launch_call_median(trace)
-    launch_cost_ns = int(launch_cost) if launch_cost is not None else _DEFAULT_LAUNCH_COST_NS
+    launch_cost = launch_cost_ns(trace) if launch_cost is None else launch_cost
     typical = work.filter(~pl.col("queued") & ~pl.col("fixed")).get_column("observed_latency").median()
     latency_ns = int(typical) if isinstance(typical, (int, float)) else _DEFAULT_LATENCY_NS
     work = work.with_columns(
@@ -446,7 +447,7 @@ def prepare_replay(
                 gpu_from=None if first_work is None else max(0, first_work - start),
                 call_floor=window_calls.select(
                     pl.when(pl.col("kind") == "copy")
-                    .then(pl.col("dur").clip(upper_bound=launch_cost_ns))
+                    .then(pl.col("dur").clip(upper_bound=launch_cost))
                     .otherwise(0)
                 )
                 .to_series()

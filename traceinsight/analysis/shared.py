@@ -1,5 +1,5 @@
 """What several analyses read, computed once per trace: the GPU work's launching calls and the
-classes of its kernel names.
+classes of its kernel names, and what a launch call costs.
 
 Each analysis that needs one of these takes it as an optional argument and computes it itself
 when called alone, so every analysis stays a pure function of the trace; :func:`shared_tables` makes them
@@ -18,7 +18,14 @@ import polars as pl
 
 from traceinsight.load import Trace, taxonomy
 
-__all__ = ["Shared", "gpu_classes", "launch_call_median", "launch_calls", "shared_tables"]
+__all__ = [
+    "DEFAULT_LAUNCH_COST_NS",
+    "Shared",
+    "gpu_classes",
+    "launch_calls",
+    "launch_cost_ns",
+    "shared_tables",
+]
 
 #: Below this many GPU rows the name patterns run on each row (one polars operation); above it on
 #: each distinct name, then mapped to the rows (kernel names repeat: hundreds of distinct names
@@ -34,6 +41,8 @@ class Shared:
     launch_calls: pl.DataFrame
     #: :func:`gpu_classes`.
     gpu: pl.DataFrame
+    #: :func:`launch_cost_ns`.
+    launch_cost_ns: int
 
 
 def launch_calls(trace: Trace) -> pl.DataFrame:
@@ -50,14 +59,19 @@ def launch_calls(trace: Trace) -> pl.DataFrame:
     )
 
 
-def launch_call_median(trace: Trace) -> float | None:
-    """The median duration of the kernel launch calls (``*LaunchKernel*``) in ns; None without any.
-    One column is filtered, not the runtime table (on a 0.5 GB DDP trace a filtered copy of the
-    table, names and all, was the largest memory step of the replay's preparation)."""
+#: What a kernel launch call costs the host when the trace has none to measure (ns).
+DEFAULT_LAUNCH_COST_NS: Final = 5_000
+
+
+def launch_cost_ns(trace: Trace) -> int:
+    """The median duration of the kernel launch calls (``*LaunchKernel*``) in ns, else
+    :data:`DEFAULT_LAUNCH_COST_NS`. One column is filtered, not the runtime table (on a 0.5 GB DDP
+    trace a filtered copy of the table, names and all, was the largest memory step of the replay's
+    preparation)."""
     median = trace.runtime.select(
         pl.col("dur").filter(pl.col("name").str.contains("LaunchKernel")).median()
     ).item()
-    return float(median) if isinstance(median, (int, float)) else None
+    return int(median) if isinstance(median, (int, float)) else DEFAULT_LAUNCH_COST_NS
 
 
 def _name_matches(names: pl.Series, patterns: dict[str, str]) -> pl.DataFrame:
@@ -94,4 +108,6 @@ def gpu_classes(trace: Trace) -> pl.DataFrame:
 
 def shared_tables(trace: Trace) -> Shared:
     """Everything in :class:`Shared`, for one trace."""
-    return Shared(launch_calls=launch_calls(trace), gpu=gpu_classes(trace))
+    return Shared(
+        launch_calls=launch_calls(trace), gpu=gpu_classes(trace), launch_cost_ns=launch_cost_ns(trace)
+    )
