@@ -42,12 +42,33 @@ def _inside(launches: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
     """Launch calls whose start falls inside one of ``ranges`` on the same thread."""
     if ranges.is_empty() or launches.is_empty():
         return launches.clear()
-    return (
-        launches.join_where(
-            ranges.select(r_pid="pid", r_tid="tid", r_ts="ts", r_end="end"),
-            pl.col("ts") >= pl.col("r_ts"),
-            pl.col("ts") < pl.col("r_end"),
+    bounds = ranges.select(r_pid="pid", r_tid="tid", r_ts="ts", r_end="end")
+    held = bounds.drop_nulls().filter(pl.col("r_end") > pl.col("r_ts")).sort("r_pid", "r_tid", "r_ts")
+    overlapping = held.select(
+        (pl.col("r_ts") < pl.col("r_end").shift(1)).over("r_pid", "r_tid").fill_null(False).any()
+    ).item()
+    if not overlapping:
+        # Ranges that do not overlap on a thread: the one that can hold a call is the last to start
+        # at or before it (one search per call, not a join of every call with every range).
+        return (
+            launches.drop_nulls(["pid", "tid", "ts"])
+            .sort("ts")
+            .join_asof(
+                held.sort("r_ts"),
+                left_on="ts",
+                right_on="r_ts",
+                by_left=["pid", "tid"],
+                by_right=["r_pid", "r_tid"],
+                strategy="backward",
+                check_sortedness=False,
+            )
+            .filter(pl.col("ts") < pl.col("r_end"))
+            .with_columns(r_pid="pid", r_tid="tid")
+            .select(*launches.columns, "r_pid", "r_tid", "r_ts", "r_end")
+            .unique("correlation")
         )
+    return (
+        launches.join_where(bounds, pl.col("ts") >= pl.col("r_ts"), pl.col("ts") < pl.col("r_end"))
         .filter((pl.col("pid") == pl.col("r_pid")) & (pl.col("tid") == pl.col("r_tid")))
         .unique("correlation")
     )
