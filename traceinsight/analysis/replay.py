@@ -406,7 +406,7 @@ def prepare_replay(
         .fill_null(True)
         .cum_sum()
         .cast(pl.Int64),
-    )
+    ).select("launch", "latency", "dur", "advance", "stream_id", "correlation", "ts", "end", "pid", "tid")
     launching = work.drop_nulls("pid").select("pid", "tid").unique()
     first = work.get_column("ts").min()
     # Without steps the window is measured on the GPU, from its first work (see the module doc).
