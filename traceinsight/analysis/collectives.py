@@ -74,7 +74,8 @@ _SPANNING_SHARE = 0.2
 def _data_parallel(trace: Trace) -> bool:
     """Whether a process drives several GPUs with one thread per GPU (see :class:`CommunicationStats`)."""
     launched = (
-        trace.gpu.filter(pl.col("kind") == "kernel")
+        trace.gpu.select("kind", "correlation", "device")
+        .filter(pl.col("kind") == "kernel")
         .select("correlation", "device")
         .join(trace.runtime.select("correlation", "pid", "tid"), on="correlation", how="inner")
         .group_by("pid", "tid", "device")

@@ -32,12 +32,16 @@ from traceinsight.load import Trace
 
 def busy_intervals(trace: Trace) -> pl.DataFrame:
     """Union of kernel, copy and memset intervals per device → ``device, start, end``."""
-    return merge_intervals(trace.gpu.filter(pl.col("device").is_not_null()), by="device")
+    return merge_intervals(
+        trace.gpu.select("device", "ts", "end").filter(pl.col("device").is_not_null()), by="device"
+    )
 
 
 def kernel_intervals(trace: Trace) -> pl.DataFrame:
     """Union of kernel intervals only, per device → ``device, start, end`` (compute and communication)."""
-    return merge_intervals(trace.gpu.filter(pl.col("kind") == "kernel"), by="device")
+    return merge_intervals(
+        trace.gpu.select("kind", "device", "ts", "end").filter(pl.col("kind") == "kernel"), by="device"
+    )
 
 
 def compute_intervals(trace: Trace, classes: pl.DataFrame | None = None) -> pl.DataFrame:

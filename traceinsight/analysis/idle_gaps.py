@@ -464,7 +464,8 @@ def _other_gpu_busy(trace: Trace, gaps: pl.DataFrame, calls: pl.DataFrame) -> pl
     if gaps.is_empty() or trace.gpu.get_column("device").n_unique() < 2:  # one GPU: no other to wait for
         return pl.DataFrame(schema=_OTHER_SCHEMA)
     process_devices = (
-        trace.gpu.filter(pl.col("kind") == "kernel")
+        trace.gpu.select("kind", "correlation", "device")
+        .filter(pl.col("kind") == "kernel")
         .select("correlation", "device")
         .join(trace.runtime.select("correlation", "pid"), on="correlation", how="inner")
         .select("pid", "device")
@@ -478,7 +479,9 @@ def _other_gpu_busy(trace: Trace, gaps: pl.DataFrame, calls: pl.DataFrame) -> pl
         process_devices.rename({"device": "other_device"}), on="pid", how="inner"
     ).filter(pl.col("other_device") != pl.col("device"))
     busy = merge_intervals(
-        trace.gpu.filter(pl.col("device").is_in(others.get_column("other_device").unique().implode())),
+        trace.gpu.select("device", "ts", "end").filter(
+            pl.col("device").is_in(others.get_column("other_device").unique().implode())
+        ),
         by="device",
     )
     busy = meeting(busy.rename({"start": "ts"}), "ts", "end", others.select("start", "end"))

@@ -43,7 +43,9 @@ class TopKernels:
 
 def top_kernels(trace: Trace, top: int = 20) -> TopKernels:
     """Kernels grouped by device and name, ranked by summed duration (ties by name)."""
-    kernels = trace.gpu.filter((pl.col("kind") == "kernel") & pl.col("device").is_not_null())
+    kernels = trace.gpu.select("kind", "device", "name", "dur").filter(
+        (pl.col("kind") == "kernel") & pl.col("device").is_not_null()
+    )
     if kernels.is_empty():
         return TopKernels((), 0, 0, ())
     grouped = kernels.group_by("device", "name").agg(

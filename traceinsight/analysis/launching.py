@@ -111,8 +111,10 @@ class LaunchStats:
 
 def compile_state(trace: Trace) -> CompileState:
     """Compiled kernels, compiled regions and graph replays in the whole trace (see :class:`CompileState`)."""
-    kernels = trace.gpu.filter(pl.col("kind") == "kernel").select(
-        "correlation", inductor=pl.col("name").str.contains(taxonomy.INDUCTOR_KERNEL_PATTERN)
+    kernels = (
+        trace.gpu.select("kind", "correlation", "name")
+        .filter(pl.col("kind") == "kernel")
+        .select("correlation", inductor=pl.col("name").str.contains(taxonomy.INDUCTOR_KERNEL_PATTERN))
     )
     regions = pl.concat(
         [
@@ -189,7 +191,7 @@ def launch_patterns(
         long_ns=pl.col("ns").filter(~short).sum(),
         longest_gap_ns=pl.col("duration").max(),
     )
-    kernels = trace.gpu.filter(pl.col("kind") == "kernel")
+    kernels = trace.gpu.select("kind", "device", "ts", "dur").filter(pl.col("kind") == "kernel")
     kernels = kernels.filter(within(kernels.get_column("ts"), device_windows))
     by_kernels = kernels.group_by("device").agg(kernels=pl.len(), median_kernel_ns=pl.col("dur").median())
     table = (
@@ -220,8 +222,8 @@ def launch_stats(
     """Kernel and launch-call durations in the steady state, and the innermost operator the
     launching thread was in during each ``host-bound`` gap of at least ``min_gap`` (the gaps table
     has a source for exactly those)."""
-    kernels = trace.gpu.filter(pl.col("kind") == "kernel")
-    launches = trace.runtime.filter(pl.col("name").is_in(_KERNEL_LAUNCHES))
+    kernels = trace.gpu.select("kind", "ts", "dur").filter(pl.col("kind") == "kernel")
+    launches = trace.runtime.select("name", "ts", "dur").filter(pl.col("name").is_in(_KERNEL_LAUNCHES))
     if steady.windows:  # kernels on the GPU's clock, launch calls on the host's
         kernels = kernels.filter(within(kernels.get_column("ts"), steady.device_windows))
         launches = launches.filter(within(launches.get_column("ts"), steady.windows))

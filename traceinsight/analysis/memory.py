@@ -188,7 +188,7 @@ def busy_windows(trace: Trace, windows: tuple[tuple[int, int], ...]) -> tuple[tu
     """``windows`` cut to when the GPU has work to do: from the later of a window's start and the
     GPU's first work in the trace to the end of the last GPU work that started before the window
     ended (a window the GPU never works in is dropped). A trace without GPU work keeps them."""
-    gpu = trace.gpu.filter(pl.col("device").is_not_null())
+    gpu = trace.gpu.select("device", "ts", "end").filter(pl.col("device").is_not_null())
     if gpu.is_empty():
         return windows
     first = int(gpu.get_column("ts").min())  # type: ignore[arg-type]

@@ -374,8 +374,8 @@ def prepare_replay(
         return Replay(steps=max(len(steady.steady_steps), 1))
     launches = launch_calls(trace) if launches is None else launches
     work = (
-        trace.gpu.filter(pl.col("device").is_not_null())
-        .select("device", "stream", "ts", "dur", "end", "correlation")
+        trace.gpu.select("device", "stream", "ts", "dur", "end", "correlation")
+        .filter(pl.col("device").is_not_null())
         .join(launches, on="correlation", how="left")
         .with_columns(pl.col("stream").fill_null(-1))
         .sort("device", "stream", "ts", "end")

@@ -165,7 +165,9 @@ def _gpu_warnings(trace: Trace, first_calls: pl.DataFrame | None) -> list[TraceW
                 "nothing to do; to see per-kernel launches, profile once without graphs",
             )
         )
-    activities = trace.gpu.filter(pl.col("device").is_not_null())
+    activities = trace.gpu.select("device", "stream", "ts", "end", "correlation").filter(
+        pl.col("device").is_not_null()
+    )
     if activities.height:
         overlapping = (
             activities.sort("device", "stream", "ts")
