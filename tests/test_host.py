@@ -170,6 +170,25 @@ def test_the_c_walk_gives_the_polars_rows_on_overlaps_that_do_not_nest(seed: int
 @pytest.mark.skipif(
     host._nesting is None and not os.environ.get("CI"), reason="the C walk was not built here"
 )
+@pytest.mark.parametrize("seed", range(20))
+def test_the_c_walk_gives_the_polars_rows_with_threads_missing_a_pid_or_tid(seed: int) -> None:
+    """A null pid or tid (a damaged trace): ordered first, and each such row its own thread in both
+    forms; and the ids a null could be taken for (0, Int64's least value)."""
+    assert host._nesting is not None, "CI is set but traceinsight.analysis._nesting was not built"
+    rng = random.Random(seed)
+    ids = [None, 0, 1, -(2**63)]
+    rows = []
+    for _ in range(rng.randint(1, 300)):
+        ts = rng.randint(0, 40)
+        rows.append((rng.choice(ids), rng.choice(ids), ts, ts + rng.choice([0, 1, 5, rng.randint(0, 40)]),
+                     rng.choice(["a", "b"])))  # fmt: skip
+    ops = _ops_frame(rows)  # type: ignore[arg-type]
+    assert sorted(self_times(ops).rows()) == sorted(self_times(ops, native=False).rows())
+
+
+@pytest.mark.skipif(
+    host._nesting is None and not os.environ.get("CI"), reason="the C walk was not built here"
+)
 @pytest.mark.parametrize(
     "name",
     [

@@ -134,24 +134,33 @@ def _walked(timed: pl.DataFrame) -> pl.DataFrame:
     """:func:`self_times` by the C walk (``timed``: operators with a start and an end), in the rows'
     own order: only the walk's order is sorted out (a permutation, not a sorted copy of the rows),
     the integer columns are gathered into it one by one, and the results put back."""
-    new_thread = (
-        (pl.col("pid") != pl.col("pid").shift(1)) | (pl.col("tid") != pl.col("tid").shift(1))
-    ).fill_null(True)
-    walk_order = timed.select(
-        pl.arg_sort_by(
-            ["pid", "tid", "ts", "end"], descending=[False, False, False, True], maintain_order=True
-        )
-    ).to_series()
-    threads = (
-        timed.select(pl.col("pid", "tid").gather(walk_order))
-        .select(thread=new_thread.cum_sum().cast(pl.Int64))
-        .get_column("thread")
-    )
-    arrays = [np.ascontiguousarray(threads.to_numpy(), dtype=np.int64)]
-    arrays += [np.ascontiguousarray(timed.get_column(name).gather(walk_order).to_numpy(), dtype=np.int64)
-               for name in ("ts", "end", "dur")]  # fmt: skip
-    positions = walk_order.to_numpy()
-    del walk_order, threads
+    # The order and the threads by numpy, whose arrays go back to the system when freed (polars'
+    # sort keys stayed in its allocator: this step's peak on a 0.5 GB DDP trace was +90 MB, now
+    # +45 MB). A stable sort by thread (a null pid or tid first), then start, then end descending
+    # (``~end``), as polars' ``arg_sort_by(..., maintain_order=True)`` orders them.
+    keys = []
+    known = []
+    for name in ("pid", "tid"):
+        column = timed.get_column(name)
+        known.append(column.is_not_null().to_numpy())
+        keys += [known[-1], column.fill_null(0).to_numpy()]
+    ts, end = timed.get_column("ts").to_numpy(), timed.get_column("end").to_numpy()
+    positions = np.lexsort((np.invert(end), ts, *reversed(keys)))
+    del keys
+    # A thread starts where pid or tid changes, and at every row where either is null (as polars'
+    # ``(pid != pid.shift()) | (tid != tid.shift())``, its nulls taken as a change).
+    pid, tid = (timed.get_column(name).fill_null(0).to_numpy()[positions] for name in ("pid", "tid"))
+    whole = (known[0] & known[1])[positions]
+    new_thread = np.ones(len(positions), dtype=bool)
+    new_thread[1:] = (pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1]) | ~whole[1:] | ~whole[:-1]
+    del pid, tid, whole, known
+    arrays = [np.cumsum(new_thread, dtype=np.int64)]
+    del new_thread
+    arrays += [
+        np.ascontiguousarray(ts[positions], dtype=np.int64),
+        np.ascontiguousarray(end[positions], dtype=np.int64),
+    ]
+    arrays.append(np.ascontiguousarray(timed.get_column("dur").to_numpy()[positions], dtype=np.int64))
     parent = np.empty(len(positions), dtype=np.int64)
     own = np.empty(len(positions), dtype=np.int64)
     _nesting.self_times(*arrays, parent, own)
