@@ -10,7 +10,7 @@ import polars as pl
 
 from traceinsight.analysis import copies, gpu_time, host, idle_gaps, syncs
 from traceinsight.analysis.collectives import CommunicationStats, communication_stats
-from traceinsight.analysis.intervals import overlap_ns
+from traceinsight.analysis.intervals import overlap_ns, within
 from traceinsight.analysis.kernels import TopKernels, top_kernels
 from traceinsight.analysis.latent import LatentSync, latent_syncs
 from traceinsight.analysis.launching import LaunchStats, launch_stats
@@ -139,7 +139,8 @@ def _fix_inputs(
         (pl.col("ts") >= start) & (pl.col("ts") < end) for start, end in steady.windows
     )
     launching = (
-        trace.runtime.join(trace.gpu.select("correlation").unique(), on="correlation", how="semi")
+        trace.runtime.select("correlation", "pid", "tid")
+        .join(trace.gpu.select("correlation").unique(), on="correlation", how="semi")
         .select("pid", "tid")
         .unique()
     )
@@ -172,8 +173,9 @@ def _fix_inputs(
         copy_ts="ts",
         copy_end="end",
     )
+    calls = trace.runtime.select("ts", "end", "correlation")
     copy_calls = (
-        trace.runtime.filter(inside)
+        calls.filter(within(calls.get_column("ts"), steady.windows))
         .join(h2d, on="correlation", how="inner")
         .sort("ts", "correlation")
         .unique("correlation", keep="first", maintain_order=True)
