@@ -40,7 +40,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from statistics import median
-from types import MappingProxyType
 from typing import Any
 
 import polars as pl
@@ -117,9 +116,7 @@ class SteadyState:
     gpu_windows: tuple[tuple[int, int], ...] = ()
     #: (step, device) → start of the first GPU activity the step launched on the device (the host
     #: range holds its launch call; see :func:`owned_work`). Empty without steps.
-    first_work: Mapping[tuple[int, int], int] = field(
-        default_factory=lambda: MappingProxyType({}), compare=False, repr=False
-    )
+    first_work: Mapping[tuple[int, int], int] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def steady_steps(self) -> tuple[Step, ...]:
@@ -410,7 +407,7 @@ def steady_state(
             steps=steps,
             windows=_runs(steps),
             gpu_windows=_runs(steps, device=True),
-            first_work=MappingProxyType(first_work),
+            first_work=first_work,
         )
     extent = _trace_extent(trace)
     if extent is None:
