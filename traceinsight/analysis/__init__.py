@@ -135,9 +135,6 @@ def _fix_inputs(
     :func:`~traceinsight.analysis.shared.launch_cost_ns`, when the caller has it)."""
     if not steady.windows:
         return FixInputs()
-    inside = pl.any_horizontal(
-        (pl.col("ts") >= start) & (pl.col("ts") < end) for start, end in steady.windows
-    )
     launching = (
         trace.runtime.select("correlation", "pid", "tid")
         .join(trace.gpu.select("correlation").unique(), on="correlation", how="semi")
@@ -153,10 +150,11 @@ def _fix_inputs(
         if launching.is_empty():
             launching = trace.annotations.select("pid", "tid")
         launching = launching.unique()
+    ranges = trace.annotations
     waits = (
-        trace.annotations.filter(
-            inside
-            & pl.col("name").str.starts_with(taxonomy.DATALOADER_PREFIX)
+        ranges.filter(within(ranges.get_column("ts"), steady.windows))
+        .filter(
+            pl.col("name").str.starts_with(taxonomy.DATALOADER_PREFIX)
             & pl.col("name").str.ends_with("__next__")
         )
         .join(launching, on=["pid", "tid"], how="semi")
