@@ -705,3 +705,47 @@ def test_more_events_than_the_limit_are_refused(tmp_path: Path, monkeypatch: pyt
             load_trace(path)
     with pytest.raises(TraceFormatError, match="more than 3 events"):
         load_trace_reference(path)
+
+
+@needs_native
+def test_the_scanned_columns_are_handed_over_without_a_copy_and_outlive_the_result() -> None:
+    """The scanner's columns reach Python as read-only buffers of its own memory, one per field's
+    values and kinds, the phases, then the instant fields' over the ``i`` rows; an array made from
+    one keeps it alive once the scan's result is gone. Values checked against the events as
+    written (ints as ints, strings as indexes into the result's strings)."""
+    import gc
+
+    import numpy as np
+
+    events: list[dict[str, object]] = [
+        {"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 1, "tid": 7, "ts": 1000 + 10 * i, "dur": 5 + i}
+        for i in range(40)
+    ]
+    events.insert(3, {"ph": "i", "name": "[memory]", "pid": 1, "tid": 7, "ts": 1005, "args": {"Bytes": 8}})
+    events.insert(9, {"ph": "f", "id": 1, "pid": 1, "tid": 7, "ts": 1006})  # no row
+    text = json.dumps(events).encode()
+    result = native._scan.scan(text, 1, 0, 1, 0)  # type: ignore[union-attr]
+    rows, columns, strings = result[5], result[6], result[7]
+    row_fields, side_fields = native._ROW_FIELDS, native._INSTANT_FIELDS
+    width, side = len(row_fields), len(side_fields)
+    rowed = [e for e in events if e["ph"] in ("X", "i")]
+    assert rows == len(rowed) == 41
+    assert len(columns) == 2 * width + 1 + 2 * side
+    lengths = [len(memoryview(block)) for block in columns]
+    assert lengths == [rows * 8] * width + [rows] * width + [rows] + [8] * side + [1] * side
+    with pytest.raises(TypeError):
+        memoryview(columns[0])[0] = 1  # read-only, like the bytes it replaces
+    keys = [f.key for f in schema.EVENT_FIELDS if not f.memory]
+    ts = np.frombuffer(columns[keys.index("ts")], dtype=np.int64)
+    name_values = np.frombuffer(columns[keys.index("name")], dtype=np.int64)
+    name_kinds = np.frombuffer(columns[width + keys.index("name")], dtype=np.uint8)
+    phases = np.frombuffer(columns[2 * width], dtype=np.uint8)
+    names = [strings[i].decode() for i in name_values]
+    del result, columns, strings
+    gc.collect()
+    filler = [bytes(64) for _ in range(10_000)]  # reuse whatever the scan freed
+    assert ts.tolist() == [e["ts"] for e in rowed]
+    assert names == [e["name"] for e in rowed]
+    assert set(name_kinds.tolist()) == {3}  # strings
+    assert phases.tolist() == [1 if e["ph"] == "X" else 2 for e in rowed]
+    del filler

@@ -22,6 +22,10 @@
  * ``Invalid(kind, offset)``. Strings longer than ``cut`` bytes are returned as a prefix with their
  * full length in characters (the loader cuts long strings anyway), so a huge name costs no copy.
  *
+ * The columns reach Python as they were filled, without a copy: one buffer (a ``Block``, which owns
+ * its memory and frees it when the last view of it goes) per field's values (int64) and kinds
+ * (uint8), the X/i phases, then the same for the ROLE_INSTANT fields over their own rows.
+ *
  * Scanning runs without the GIL; Python objects are made only for the distinct strings.
  */
 #define PY_SSIZE_T_CLEAN
@@ -49,6 +53,46 @@ enum { KEY_OTHER = -1, KEY_PH = -2, KEY_ARGS = -3 };
 enum { OK = 0, NEED_MORE = 1, BAD = 2, NOMEM = 3, DEEP = 4, LONG_STRING = 5, LONG_NUMBER = 6 };
 
 static PyObject *Invalid;
+
+/* A column handed to Python: read-only bytes that this object owns (malloc'd by the scan). */
+typedef struct {
+    PyObject_HEAD void *data;
+    Py_ssize_t len;
+} Block;
+
+static void block_dealloc(Block *b) {
+    free(b->data);
+    Py_TYPE(b)->tp_free((PyObject *)b);
+}
+
+static int block_getbuffer(Block *b, Py_buffer *view, int flags) {
+    return PyBuffer_FillInfo(view, (PyObject *)b, b->data, b->len, 1, flags);
+}
+
+static PyBufferProcs block_buffer = {(getbufferproc)block_getbuffer, NULL};
+
+static PyTypeObject BlockType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "traceinsight.load._scan.Block",
+    .tp_basicsize = sizeof(Block),
+    .tp_dealloc = (destructor)block_dealloc,
+    .tp_as_buffer = &block_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A scanned column (read-only bytes, shared without a copy).",
+};
+
+/* ``columns`` + a Block taking over ``*data`` (``len`` > 0 bytes used; the rest of its allocation
+ * given back): 0, or 1 on failure. ``*data`` is NULL after, so the scan's cleanup skips it. */
+static int hand_over(PyObject *columns, void **data, Py_ssize_t len) {
+    Block *b = PyObject_New(Block, &BlockType);
+    if (!b) return 1;
+    void *kept = realloc(*data, (size_t)len);
+    b->data = kept ? kept : *data; /* could not shrink: kept whole */
+    b->len = len;
+    *data = NULL;
+    int fail = PyList_Append(columns, (PyObject *)b) < 0;
+    Py_DECREF(b);
+    return fail;
+}
 
 typedef struct {
     char *key;
@@ -287,7 +331,11 @@ static Py_ssize_t intern(Out *o, const char *p, Py_ssize_t n, int escaped) {
 static const unsigned char WHITESPACE[256] = {[' '] = 1, ['\n'] = 1, ['\r'] = 1, ['\t'] = 1};
 
 static inline void skip_ws(Lex *L) {
-    while (cur < end_ && WHITESPACE[(unsigned char)*cur]) cur++;
+    /* in locals: a byte read through a char pointer may alias L->cur, so cur++ would be a store
+     * per byte */
+    const char *p = cur, *e = end_;
+    while (p < e && WHITESPACE[(unsigned char)*p]) p++;
+    cur = p;
 }
 
 /* One UTF-8 sequence starting at a byte >= 0x80 (cur points at it); strict like Python's codec. */
@@ -1177,7 +1225,8 @@ static void raise_outcome(int r, Py_ssize_t offset) {
 }
 
 /* scan(buffer, start, state, depth[, max_rows]) -> (resume, state, done, events, skipped, rows,
- * columns, strings, escaped, cat_counts, cut, full): cat_counts are (first-seen order, string index or
+ * columns, strings, escaped, cat_counts, cut, full): columns is a list of Blocks (see the top; empty
+ * without rows); cat_counts are (first-seen order, string index or
  * -1 for a non-string cat, events); cut are (string index, full length in characters) of long
  * strings; full is 1 when the scan stopped at max_rows rows (resume is then after an event). */
 static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
@@ -1209,32 +1258,18 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
     {
         PyObject *strings = PyList_New(o.n_entries), *escaped = PyList_New(0), *counts = PyList_New(0),
                  *cut = PyList_New(0);
-        Py_ssize_t n_main = n_fields - n_instant;
-        PyObject *columns =
-            PyBytes_FromStringAndSize(NULL, o.rows * (n_main * 9 + 1) + o.side_rows * n_instant * 9);
+        /* values per field, then kinds, then the rows' phases; then the same for the ROLE_INSTANT
+         * fields over their own rows (none without "i" rows: those columns were never made) */
+        PyObject *columns = PyList_New(0);
         int fail = !strings || !escaped || !counts || !cut || !columns;
-        if (!fail) {
-            char *dst = PyBytes_AS_STRING(columns);
-            /* values (int64 × rows) per field, then kinds, then the rows' phases; then the same
-             * for the ROLE_INSTANT fields over their own rows */
-            for (int side = 0; side < 2; side++) {
-                Py_ssize_t rows = side ? o.side_rows : o.rows;
-                if (!rows) continue; /* the side columns are never allocated without "i" rows */
-                for (int i = 0; i < n_fields; i++)
-                    if (is_instant[i] == side) {
-                        memcpy(dst, o.values[i], (size_t)rows * 8);
-                        dst += rows * 8;
-                    }
-                for (int i = 0; i < n_fields; i++)
-                    if (is_instant[i] == side) {
-                        memcpy(dst, o.kinds[i], (size_t)rows);
-                        dst += rows;
-                    }
-                if (!side) {
-                    memcpy(dst, o.phases, (size_t)rows);
-                    dst += rows;
-                }
-            }
+        for (int side = 0; side < 2 && !fail && o.rows; side++) {
+            Py_ssize_t rows = side ? o.side_rows : o.rows;
+            if (!rows) continue;
+            for (int i = 0; i < n_fields && !fail; i++)
+                if (is_instant[i] == side) fail = hand_over(columns, (void **)&o.values[i], rows * 8);
+            for (int i = 0; i < n_fields && !fail; i++)
+                if (is_instant[i] == side) fail = hand_over(columns, (void **)&o.kinds[i], rows);
+            if (!side && !fail) fail = hand_over(columns, (void **)&o.phases, rows);
         }
         for (Py_ssize_t i = 0; i < o.n_entries && !fail; i++) {
             Entry *e = &o.entries[i];
@@ -1433,6 +1468,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_scan", "Native scan
                                     methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__scan(void) {
+    if (PyType_Ready(&BlockType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     Invalid = PyErr_NewException("traceinsight.load._scan.Invalid", PyExc_ValueError, NULL);

@@ -107,6 +107,8 @@ _NONE, _INT, _FLOAT, _STR, _NS, _BIG = 0, 1, 2, 3, 4, 5
 #: The scanner's row phases (its last column): an X event, else a ``"ph": "i"`` one.
 _PHASE_X: Final = 1
 _NO_MEMORY: Final = pl.DataFrame(schema=schema.MEMORY_EVENTS)
+_NO_INTS: Final = np.empty(0, dtype=np.int64)
+_NO_KINDS: Final = np.empty(0, dtype=np.uint8)
 _START, _AFTER_EVENT, _AFTER_COMMA = 0, 1, 2
 #: Bytes of the file read per block: the scanner's unit of work.
 BLOCK_BYTES: Final = 16 << 20
@@ -115,10 +117,11 @@ MAPPED_RUNS: Final = 2
 #: Threads scanning runs of events at once (when the layout lets runs be cut without scanning).
 SCAN_THREADS: Final = 2
 #: A scan stops after this many rows and the next resumes there, so that memory follows bytes
-#: whatever the events' size: a row costs ~260 bytes until its run's tables are built (its
-#: (kind, value) per field, copied once to Python), so a 32 MB run of real events (~100-350 bytes
-#: each, ~100k-300k rows) is about its own size, but a run of 24-byte events made 1.4M rows (360
-#: MB) and three runs in flight made the memory per JSON byte 4.6 (200 MB of ``{"ph": "i", ...}``).
+#: whatever the events' size: a row costs 163 bytes until its run's tables are built (its (kind,
+#: value) per field and its phase, the scanner's columns, handed to Python without a copy; 260 when
+#: they were copied), so a 32 MB run of real events (~100-350 bytes each, ~100k-300k rows) is about
+#: its own size, but a run of 24-byte events made 1.4M rows (360 MB then) and three runs in flight
+#: made the memory per JSON byte 4.6 (200 MB of ``{"ph": "i", ...}``).
 MAX_SCAN_ROWS: Final = 1 << 18
 
 
@@ -341,16 +344,16 @@ def block_tables(result: tuple[Any, ...]) -> ChunkTables:
         categories[key] = categories.get(key, 0) + count
     if not rows:  # no complete event, or none of phase X or i: nothing for the tables
         return empty_chunk(events, categories, skipped)
-    buffer = np.frombuffer(columns, dtype=np.uint8)
-    width = len(_ROW_FIELDS)
-    values = buffer[: rows * 8 * width].view(np.int64).reshape(width, rows)
-    kinds = buffer[rows * 8 * width : rows * 9 * width].reshape(width, rows)
-    phases = buffer[rows * 9 * width : rows * (9 * width + 1)]
-    is_x = phases == _PHASE_X
+    # The scanner's own memory, not copied: each field's values, then kinds, then the phases; then
+    # the instant fields' (over the "i" rows only; none without such rows).
+    width, side = len(_ROW_FIELDS), len(_INSTANT_FIELDS)
+    values = [np.frombuffer(block, dtype=np.int64) for block in columns[:width]]
+    kinds = [np.frombuffer(block, dtype=np.uint8) for block in columns[width : 2 * width]]
+    is_x = np.frombuffer(columns[2 * width], dtype=np.uint8) == _PHASE_X
     instants = np.flatnonzero(~is_x)  # the rows of the instant fields' columns, in order
-    side, at = len(_INSTANT_FIELDS), rows * (9 * width + 1)
-    side_values = buffer[at : at + len(instants) * 8 * side].view(np.int64).reshape(side, len(instants))
-    side_kinds = buffer[at + len(instants) * 8 * side :].reshape(side, len(instants))
+    rest = columns[2 * width + 1 :]
+    side_values = [np.frombuffer(block, dtype=np.int64) for block in rest[:side]] or [_NO_INTS] * side
+    side_kinds = [np.frombuffer(block, dtype=np.uint8) for block in rest[side:]] or [_NO_KINDS] * side
     # Strings as the loader sees them (cleaned) for names; as written for ids ("stream 7").
     column = {name: _Column(kinds[i], values[i], cleaned) for i, name in enumerate(_ROW_FIELDS)}
     instant_column = {
