@@ -21,7 +21,7 @@ import pytest
 from tracebuild import assert_same_trace
 
 from traceinsight.errors import TraceFormatError
-from traceinsight.load import Trace, limits, load_trace, load_trace_reference, native, schema
+from traceinsight.load import Trace, limits, load_trace, load_trace_reference, native, scanner, schema
 from traceinsight.load import tables as load_tables
 from traceinsight.load.source import open_trace
 from traceinsight.load.tables import trace_for
@@ -646,8 +646,8 @@ def test_a_missing_comma_is_refused_at_every_window_boundary(
 def small_limits() -> Iterator[None]:
     """The scanner configured with tiny limits (depth 4, strings of 40 bytes, 30-digit ints)."""
     assert native._scan is not None
-    fields = native.SCANNER_FIELDS
-    native._scan.configure(fields, (4, 40, native._CUT_BYTES, native._CUT_PREFIX, 30))
+    fields = scanner.SCANNER_FIELDS
+    native._scan.configure(fields, (4, 40, scanner.CUT_BYTES, scanner.CUT_PREFIX, 30))
     try:
         yield
     finally:
@@ -656,8 +656,8 @@ def small_limits() -> Iterator[None]:
             (
                 limits.MAX_DEPTH,
                 limits.MAX_STRING_BYTES,
-                native._CUT_BYTES,
-                native._CUT_PREFIX,
+                scanner.CUT_BYTES,
+                scanner.CUT_PREFIX,
                 limits.MAX_INT_DIGITS,
             ),
         )

@@ -8,6 +8,8 @@ file alone.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
 
     from traceinsight.commands.options import Reading, Wanted
     from traceinsight.config import SourceRoot
+    from traceinsight.load.head_start import HeadStart
     from traceinsight.load.progress import ProgressCallback
     from traceinsight.results import Result, RunContext
 
@@ -124,53 +127,72 @@ def analyze(
     full result and a short summary. The gate options turn findings and budgets into exit status 1.
     """
     quiet_blas()
-    with libraries_loading():
-        from traceinsight.commands.common import gate
-        from traceinsight.load.progress import terminal_progress
-        from traceinsight.results.gate import broken
-
-    read = options.settings(
-        output=output, json_out=json_out, markdown=markdown, no_html=no_html, force=force, user_code=user_code,
-        max_size=max_size, min_gap_us=min_gap_us, low_utilization=low_utilization, fail_on=fail_on,
-        fail_on_rules=fail_on_rule, max_idle=max_idle, max_syncs_per_step=max_syncs_per_step,
-    )  # fmt: skip
-    if _job(traces):
+    with _head_start(traces) as head_start:  # a large trace's scan begun while the libraries load
         with libraries_loading():
-            from traceinsight.commands.job import JobOptions, analyze_job_and_write
-            from traceinsight.results.gate import broken_ranks
-        job = JobOptions(
-            per_rank=per_rank, dask=dask or None, workers=workers, follow_symlinks=follow_symlinks
-        )
-        job_result = analyze_job_and_write(
-            traces,
-            read.wanted,
-            read.reading,
-            job,
-            source_root=read.source_root(source_root),
-            top=max(top, 10),
-        )
+            from traceinsight.commands.common import gate
+            from traceinsight.load.progress import terminal_progress
+            from traceinsight.results.gate import broken
+
+        read = options.settings(
+            output=output, json_out=json_out, markdown=markdown, no_html=no_html, force=force, user_code=user_code,
+            max_size=max_size, min_gap_us=min_gap_us, low_utilization=low_utilization, fail_on=fail_on,
+            fail_on_rules=fail_on_rule, max_idle=max_idle, max_syncs_per_step=max_syncs_per_step,
+        )  # fmt: skip
+        if _job(traces):
+            with libraries_loading():
+                from traceinsight.commands.job import JobOptions, analyze_job_and_write
+                from traceinsight.results.gate import broken_ranks
+            job = JobOptions(
+                per_rank=per_rank, dask=dask or None, workers=workers, follow_symlinks=follow_symlinks
+            )
+            job_result = analyze_job_and_write(
+                traces,
+                read.wanted,
+                read.reading,
+                job,
+                source_root=read.source_root(source_root),
+                top=max(top, 10),
+            )
+            work_done()
+            combined = job_result.report
+            if not read.budgets.empty and combined is not None:
+                unit = "rank" if combined.cycles_of is None else "cycle"
+                status = gate(broken_ranks(combined.ranks, read.budgets, unit))
+                if status:
+                    raise typer.Exit(status)
+            return
+        trace = traces[0]
+        with collector_paused(), terminal_progress(f"reading {trace.name}") as progress:
+            result = analyze_and_write(
+                trace,
+                read.wanted,
+                read.reading,
+                source_root=read.source_root(source_root),
+                progress=progress,
+                top=top,
+                head_start=head_start,
+            )
         work_done()
-        combined = job_result.report
-        if not read.budgets.empty and combined is not None:
-            unit = "rank" if combined.cycles_of is None else "cycle"
-            status = gate(broken_ranks(combined.ranks, read.budgets, unit))
-            if status:
-                raise typer.Exit(status)
+        status = gate(broken(result, read.budgets)) if not read.budgets.empty else 0
+        if status:
+            raise typer.Exit(status)
+
+
+@contextmanager
+def _head_start(traces: list[Path]) -> Iterator[HeadStart | None]:
+    """:func:`traceinsight.load.head_start.begin` for one trace file (it needs neither polars nor
+    numpy), closed at the end whatever happens (the load closes it too)."""
+    if len(traces) != 1:
+        yield None
         return
-    trace = traces[0]
-    with collector_paused(), terminal_progress(f"reading {trace.name}") as progress:
-        result = analyze_and_write(
-            trace,
-            read.wanted,
-            read.reading,
-            source_root=read.source_root(source_root),
-            progress=progress,
-            top=top,
-        )
-    work_done()
-    status = gate(broken(result, read.budgets)) if not read.budgets.empty else 0
-    if status:
-        raise typer.Exit(status)
+    from traceinsight.load.head_start import begin
+
+    head_start = begin(traces[0])
+    try:
+        yield head_start
+    finally:
+        if head_start is not None:
+            head_start.close()
 
 
 def _job(traces: list[Path]) -> bool:
@@ -193,6 +215,7 @@ def analyze_and_write(
     console: Console | None = None,
     progress: ProgressCallback | None = None,
     top: int = 5,
+    head_start: HeadStart | None = None,
 ) -> Result:
     """Analyze ``trace``; write the outputs ``wanted`` asks for (the page by default, as
     ``./<trace name>.html``); print the terminal summary. Returns the result.
@@ -201,12 +224,15 @@ def analyze_and_write(
     the page's code excerpts may be read from, and where that choice came from (None: no excerpts,
     only paths and line numbers). ``run`` carries what ``traceinsight run`` knows of the script's
     run. ``progress`` is told how the load advances; the slower steps after it show a spinner when
-    stderr is a terminal. ``top`` is how many rows the terminal tables show.
+    stderr is a terminal. ``top`` is how many rows the terminal tables show. ``head_start``: scans
+    of ``trace`` begun before (:mod:`traceinsight.load.head_start`).
     """
     from traceinsight.commands.common import plan, read_trace, show, stem, write
 
     planned = plan(wanted, Path.cwd() / f"{stem(trace)}.html", inputs=[trace])
-    result = read_trace(trace, reading, progress=progress, run=run, page=planned.page is not None)
+    result = read_trace(
+        trace, reading, progress=progress, run=run, page=planned.page is not None, head_start=head_start
+    )
     written, to_stdout = write(
         result, planned, source_root=None if source_root is None else source_root.folder
     )

@@ -22,6 +22,7 @@ from rich.text import Text
 from traceinsight.commands.options import Reading, Wanted
 from traceinsight.commands.outputs import Kind, Output, check_outputs, write_output
 from traceinsight.load import load_trace
+from traceinsight.load.head_start import HeadStart
 from traceinsight.load.progress import ProgressCallback
 from traceinsight.load.text import printable
 from traceinsight.process import give_back_freed_memory, prepare_beside
@@ -87,11 +88,13 @@ def read_trace(
     progress: ProgressCallback | None = None,
     run: RunContext | None = None,
     page: bool = False,
+    head_start: HeadStart | None = None,
 ) -> Result:
-    """Load ``trace`` and analyze it as every command does: the heap the loader freed is given
-    back, and with ``page`` the page's renderer is prepared beside the analysis."""
+    """Load ``trace`` (taking the scans of its ``head_start``) and analyze it as every command
+    does: the heap the loader freed is given back, and with ``page`` the page's renderer is
+    prepared beside the analysis."""
     with timed("load"):
-        loaded = load_trace(trace, progress=progress, limit=reading.limit)
+        loaded = load_trace(trace, progress=progress, limit=reading.limit, head_start=head_start)
         give_back_freed_memory()
     if page:
         prepare_beside(PAGE_RENDERER)

@@ -7,12 +7,14 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Final
 
 from traceinsight.errors import TraceFormatError, TraceInsightError
 from traceinsight.load import native
 from traceinsight.load.decode import TraceDocument
+from traceinsight.load.head_start import HeadStart
 from traceinsight.load.progress import ProgressCallback
 from traceinsight.load.repair import MendedText, mends_line_at
 from traceinsight.load.source import SizeLimit, TraceFile, open_trace
@@ -84,7 +86,11 @@ def _load_mended(
 
 
 def load_trace(
-    path: Path, progress: ProgressCallback | None = None, *, limit: SizeLimit | None = None
+    path: Path,
+    progress: ProgressCallback | None = None,
+    *,
+    limit: SizeLimit | None = None,
+    head_start: HeadStart | None = None,
 ) -> Trace:
     """Read a ``.json`` or ``.json.gz`` trace (object or bare array) into tables.
 
@@ -94,13 +100,29 @@ def load_trace(
 
     Raises a :class:`~traceinsight.errors.TraceInsightError` subclass with a one-line message for
     any file that cannot be read, is not a trace, or is past a limit.
+
+    ``head_start``: scans of ``path`` begun before (:func:`.head_start.begin`), which the scanner
+    takes where they are the ones it would make; closed here whatever happens.
     """
+    try:
+        return _load_trace(path, progress, limit, head_start)
+    finally:
+        if head_start is not None:
+            head_start.close()
+
+
+def _load_trace(
+    path: Path, progress: ProgressCallback | None, limit: SizeLimit | None, head_start: HeadStart | None
+) -> Trace:
     loader = choose_loader()
+    first = loader
+    if head_start is not None and loader is native.load_native:
+        first = partial(native.load_native, head=head_start)
     repaired = 0
     with open_trace(path, limit) as source:
         try:
             try:
-                document, part = loader(source, progress)
+                document, part = first(source, progress)
             except native.Unavailable:
                 source.rewind()
                 document, part = load_pure(source, progress)

@@ -59,8 +59,19 @@ from traceinsight.load.decode import (
     parse_json,
     perfetto_trace,
 )
+from traceinsight.load.head_start import HeadStart
 from traceinsight.load.progress import ProgressCallback
 from traceinsight.load.reference import too_many_events
+from traceinsight.load.scanner import AFTER_COMMA as _AFTER_COMMA
+from traceinsight.load.scanner import (
+    BLOCK_BYTES,
+    MAPPED_RUNS,
+    MAX_SCAN_ROWS,
+    cut_end,
+    line_boundary,
+)
+from traceinsight.load.scanner import C_SCANNER as _scan
+from traceinsight.load.scanner import START as _START
 from traceinsight.load.source import TraceFile, empty_trace, format_bytes, is_blank, leading_whitespace
 from traceinsight.load.tables import (
     GROUP_OF_CATEGORY,
@@ -74,11 +85,6 @@ from traceinsight.load.tables import (
 )
 from traceinsight.load.text import clean_texts, without_lone_surrogates
 
-try:
-    from traceinsight.load import _scan  # type: ignore[attr-defined]
-except ImportError:  # built without a C compiler: the pure-Python path does all the loading
-    _scan = None
-
 AVAILABLE: Final = _scan is not None
 
 #: Field order of the scanner's columns: the schema's list, handed to the scanner at import.
@@ -87,21 +93,6 @@ FIELDS: Final = tuple(f.name for f in schema.EVENT_FIELDS)
 #: fields: the scanner gives them one row per ``i`` row, so X rows carry none of them).
 _ROW_FIELDS: Final = tuple(f.name for f in schema.EVENT_FIELDS if not f.memory)
 _INSTANT_FIELDS: Final = tuple(f.name for f in schema.EVENT_FIELDS if f.memory)
-_ROLE: Final = {"category": 2, "time": 1}
-_INSTANT_ROLE: Final = 3
-#: What the scanner is configured with: (JSON key, in args, role) per field of the schema.
-SCANNER_FIELDS: Final = tuple(
-    (f.key, f.in_args, _INSTANT_ROLE if f.memory else _ROLE.get(f.kind, 0)) for f in schema.EVENT_FIELDS
-)
-#: Strings longer than this many bytes reach Python as a prefix of ``_CUT_PREFIX`` bytes with their
-#: full length; :func:`.text.clean_texts` keeps far fewer characters of them anyway.
-_CUT_BYTES: Final = 1 << 16
-_CUT_PREFIX: Final = 1 << 14
-if _scan is not None:
-    _scan.configure(
-        SCANNER_FIELDS,
-        (limits.MAX_DEPTH, limits.MAX_STRING_BYTES, _CUT_BYTES, _CUT_PREFIX, limits.MAX_INT_DIGITS),
-    )
 
 _NONE, _INT, _FLOAT, _STR, _NS, _BIG = 0, 1, 2, 3, 4, 5
 #: The scanner's row phases (its last column): an X event, else a ``"ph": "i"`` one.
@@ -109,20 +100,8 @@ _PHASE_X: Final = 1
 _NO_MEMORY: Final = pl.DataFrame(schema=schema.MEMORY_EVENTS)
 _NO_INTS: Final = np.empty(0, dtype=np.int64)
 _NO_KINDS: Final = np.empty(0, dtype=np.uint8)
-_START, _AFTER_EVENT, _AFTER_COMMA = 0, 1, 2
-#: Bytes of the file read per block: the scanner's unit of work.
-BLOCK_BYTES: Final = 16 << 20
-#: A mapped file's runs are views, not copies: twice as long, which halves the per-run overhead.
-MAPPED_RUNS: Final = 2
 #: Threads scanning runs of events at once (when the layout lets runs be cut without scanning).
 SCAN_THREADS: Final = 2
-#: A scan stops after this many rows and the next resumes there, so that memory follows bytes
-#: whatever the events' size: a row costs 163 bytes until its run's tables are built (its (kind,
-#: value) per field and its phase, the scanner's columns, handed to Python without a copy; 260 when
-#: they were copied), so a 32 MB run of real events (~100-350 bytes each, ~100k-300k rows) is about
-#: its own size, but a run of 24-byte events made 1.4M rows (360 MB then) and three runs in flight
-#: made the memory per JSON byte 4.6 (200 MB of ``{"ph": "i", ...}``).
-MAX_SCAN_ROWS: Final = 1 << 18
 
 
 class Unavailable(Exception):
@@ -560,7 +539,7 @@ class _Mismatch(Exception):
 
 
 def _mapped(
-    mapped: mmap.mmap, frame: _Frame, pool: ThreadPoolExecutor, workers: int
+    mapped: mmap.mmap, frame: _Frame, pool: ThreadPoolExecutor, workers: int, head: HeadStart | None
 ) -> Iterator[tuple[Any, ...]]:
     """Scan results of an uncompressed file mapped in memory: runs are views of the mapping (no
     copies), and each run's pages are dropped from this process once scanned, so the file never
@@ -569,7 +548,8 @@ def _mapped(
     When each event starts its own line, runs are cut at :func:`line_boundary` and scanned
     ``workers`` at a time; each but the last must end just after a comma (checked in order),
     else the cut was not between events and :class:`_Mismatch` says so. Otherwise each scan
-    resumes where the previous one stopped."""
+    resumes where the previous one stopped. The scans of a ``head`` start are taken where they
+    are the ones due (:meth:`.head_start.HeadStart.take`)."""
     assert _scan is not None
     view = memoryview(mapped)
     size = len(view)
@@ -585,9 +565,11 @@ def _mapped(
     frame.found(bytes(view[lead:start]))
     boundary = (line_boundary(bytes(view[start : start + 4096])) or None) if workers > 1 else None
     if boundary is None:
+        if head is not None:
+            head.close()
         yield from _mapped_in_turn(view, mapped, start, frame, pool)
     else:
-        yield from _mapped_cut(view, mapped, start, boundary, frame, pool, workers)
+        yield from _mapped_cut(view, mapped, start, boundary, frame, pool, workers, head)
 
 
 def _first_text_byte(view: memoryview) -> int:
@@ -649,8 +631,10 @@ def _mapped_cut(
     frame: _Frame,
     pool: ThreadPoolExecutor,
     workers: int,
+    head: HeadStart | None,
 ) -> Iterator[tuple[Any, ...]]:
-    """Runs cut at ``boundary``, scanned ``workers`` at a time (see :func:`_mapped`)."""
+    """Runs cut at ``boundary`` (:func:`.scanner.cut_end`), scanned ``workers`` at a time (see
+    :func:`_mapped`)."""
     assert _scan is not None
     size = len(view)
     inflight: deque[tuple[Future[Any], int, int]] = deque()
@@ -680,15 +664,11 @@ def _mapped_cut(
 
     position = start
     while position < size:
-        end = min(size, position + BLOCK_BYTES * MAPPED_RUNS)
-        cut, searched = -1, position + 1
-        while end < size and (cut := mapped.rfind(boundary, searched, end)) < 0:
-            searched = max(searched, end - len(boundary) + 1)  # a long event: each byte searched once
-            end = min(size, end + BLOCK_BYTES * MAPPED_RUNS)
-        if end < size:
-            end = cut + len(boundary) - 1  # at the "{"
+        end = cut_end(mapped, position, BLOCK_BYTES * MAPPED_RUNS, boundary)
         state = _START if position == start else _AFTER_COMMA
-        scan = pool.submit(_scan.scan, view[position:end], 0, state, frame.depth, MAX_SCAN_ROWS)
+        scan = None if head is None else head.take(position, end, state, frame.depth, MAX_SCAN_ROWS)
+        if scan is None:
+            scan = pool.submit(_scan.scan, view[position:end], 0, state, frame.depth, MAX_SCAN_ROWS)
         inflight.append((scan, position, end))
         position = end
         while len(inflight) > workers or (inflight and position >= size):
@@ -697,21 +677,6 @@ def _mapped_cut(
             if result[2]:
                 return
     raise _truncated(frame)
-
-
-def line_boundary(rest: bytes) -> bytes | None:
-    """``\\n`` + indentation + ``{`` of the first event in ``rest`` (the bytes after the events
-    array's ``[``), when it starts its own line as Kineto writes every event; None for any other
-    layout. A raw newline cannot be inside a JSON string, so that pattern is always structure."""
-    body = rest.lstrip()
-    if not body:
-        return None
-    offset = len(rest) - len(body)
-    line = rest.rfind(b"\n", 0, offset)
-    indent = rest[line + 1 : offset]
-    if body[:1] != b"{" or line < 0 or indent.strip(b" \t"):
-        return None
-    return b"\n" + indent + b"{"
 
 
 class _Stream:
@@ -949,20 +914,35 @@ def _close_quietly(mapped: mmap.mmap) -> None:
         mapped.close()
 
 
-def load_native(source: TraceFile, progress: ProgressCallback | None) -> tuple[TraceDocument, ChunkTables]:
-    """Load an opened trace with the scanner (see the module docstring); :class:`Unavailable`
-    when the file is left to the pure-Python path."""
+def load_native(
+    source: TraceFile, progress: ProgressCallback | None, head: HeadStart | None = None
+) -> tuple[TraceDocument, ChunkTables]:
+    """Load an opened trace with the scanner (see the module docstring), taking the scans of a
+    ``head`` start where they are the ones due (:mod:`.head_start`); :class:`Unavailable` when
+    the file is left to the pure-Python path."""
     if _scan is None:
         raise Unavailable("the native scanner was not built")
     try:
-        return _load(source, progress, SCAN_THREADS)
+        return _load(source, progress, SCAN_THREADS, head)
     except _Mismatch:
         source.rewind()
-        return _load(source, progress, 1)
+        return _load(source, progress, 1, None)
+
+
+def _adopted(head: HeadStart, source: TraceFile) -> mmap.mmap | None:
+    """The head start's mapping when ``source`` is the plain file it mapped (else it is closed)."""
+    try:
+        fd = -1 if source.compressed else source.stream.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a mended text): no descriptor
+        fd = -1
+    if fd < 0:
+        head.close()
+        return None
+    return head.adopt(fd)
 
 
 def _load(
-    source: TraceFile, progress: ProgressCallback | None, workers: int
+    source: TraceFile, progress: ProgressCallback | None, workers: int, head: HeadStart | None
 ) -> tuple[TraceDocument, ChunkTables]:
     frame = _Frame(source.path, source.compressed)
     total = source.size
@@ -970,10 +950,14 @@ def _load(
         pool = stack.enter_context(
             ThreadPoolExecutor(max_workers=workers, thread_name_prefix="traceinsight-scan")
         )
-        mapped = source.mapped()
+        mapped = None if head is None else _adopted(head, source)
+        if mapped is None:
+            mapped = source.mapped()
         if mapped is not None:
             stack.callback(_close_quietly, mapped)
-            results = _mapped(mapped, frame, pool, workers)
+            if head is not None:  # first: what it did not hand over is dropped before the map goes
+                stack.callback(head.close)
+            results = _mapped(mapped, frame, pool, workers, head)
         else:
             blocks = stack.enter_context(_read_ahead(source.blocks(BLOCK_BYTES)))
             results = _streamed(source, blocks, frame, pool, workers)

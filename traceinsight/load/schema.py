@@ -1,4 +1,5 @@
-"""The loader's schema, declared once: the event fields it reads, and its tables' columns.
+"""The loader's schema, declared once: the event fields it reads (:mod:`.fields`, which needs no
+polars), and its tables' columns.
 
 Every time is an integer number of nanoseconds on the trace's own clock (``ts`` × 1000, rounded
 once at load); ``end = ts + dur``. ids that a trace may omit are nullable ``Int64``.
@@ -6,61 +7,11 @@ once at load); ``end = ts + dur``. ids that a trace may omit are nullable ``Int6
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final
 
 import polars as pl
 
-
-@dataclass(frozen=True, slots=True)
-class EventField:
-    """One field of a trace event that the tables read."""
-
-    name: str
-    """The field's name in the loader (a column of the tables, or the source of one)."""
-    key: str
-    """Its JSON key."""
-    in_args: bool
-    """Whether it sits in the event's ``args`` object."""
-    kind: Literal["category", "name", "text", "id", "time"]
-    """How a value is read: ``category`` a string or "" (routes the event to its table), ``name``
-    a string or the value's ``str``, ``text`` a string or null, ``id`` :func:`.coerce.as_int`,
-    ``time`` µs to ns by :func:`.coerce.as_ns`."""
-    memory: bool = False
-    """Read only from ``[memory]`` instant events (:data:`MEMORY_EVENTS`), never from X events."""
-
-
-#: The fields every loader reads (the C scanner is configured with this list at import, and the
-#: msgspec structs of the pure-Python loader are made from it).
-EVENT_FIELDS: Final[tuple[EventField, ...]] = (
-    EventField("cat", "cat", False, "category"),
-    EventField("name", "name", False, "name"),
-    EventField("pid", "pid", False, "id"),
-    EventField("tid", "tid", False, "id"),
-    EventField("ts", "ts", False, "time"),
-    EventField("dur", "dur", False, "time"),
-    EventField("external_id", "External id", True, "id"),
-    EventField("external_id_legacy", "external id", True, "id"),  # 2021 traces
-    EventField("correlation", "correlation", True, "id"),
-    EventField("device", "device", True, "id"),
-    EventField("stream", "stream", True, "id"),
-    EventField("bytes", "bytes", True, "id"),
-    EventField("python_id", "Python id", True, "id"),
-    EventField("python_parent_id", "Python parent id", True, "id"),
-    # ``traceinsight run``'s own frames: 1 named by the call's line, 0 by the function's first line.
-    EventField("call_site", "Call site", True, "id"),
-    EventField("call_stack", "Call stack", True, "text"),  # 2020-21 traces
-    # A collective's sequence number in its process group and the group's name, on communication
-    # kernels since 2026 (kineto PRs 1296, 1483): what matches a collective across ranks.
-    EventField("seq", "Seq", True, "id"),
-    EventField("process_group", "Process Group Name", True, "text"),
-    # The allocator's records (``profile_memory=True``); the totals since torch 1.10.
-    EventField("device_type", "Device Type", True, "id", memory=True),
-    EventField("device_id", "Device Id", True, "id", memory=True),
-    EventField("alloc_bytes", "Bytes", True, "id", memory=True),
-    EventField("total_allocated", "Total Allocated", True, "id", memory=True),
-    EventField("total_reserved", "Total Reserved", True, "id", memory=True),
-)
+from traceinsight.load.fields import EVENT_FIELDS as EVENT_FIELDS  # the fields, declared there
 
 #: The phase and name of the instant events :data:`MEMORY_EVENTS` holds (2021 traces give them no
 #: ``cat``; later ones ``cpu_instant_event``, which ``[OutOfMemory]`` shares).
