@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import os
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from tracebuild import assert_same_trace
 from typer.testing import CliRunner
 
 from traceinsight.errors import TraceFormatError
-from traceinsight.load import head_start, load_trace, load_trace_reference, native
+from traceinsight.load import head_start, load_trace, load_trace_reference, native, scanner
 from traceinsight.load.head_start import HeadStart, begin
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
@@ -186,3 +187,30 @@ def test_analyze_scans_ahead_and_writes_the_same_result(tmp_path: Path, small_ru
     assert plain.exit_code == 0, plain.output
     assert small_runs.taken == head_start.RUNS  # none more
     assert (tmp_path / "early.json").read_text() == (tmp_path / "plain.json").read_text()
+
+
+class _SlowScanner:
+    """The C scanner, each scan of the head start's made 0.1 s longer: its later scans are still
+    queued when the loader has taken them all."""
+
+    def __init__(self, scanner: Any) -> None:
+        self._scanner = scanner
+        self.events_start = scanner.events_start
+
+    def scan(self, *args: Any) -> Any:
+        time.sleep(0.1)
+        return self._scanner.scan(*args)
+
+
+def test_scans_taken_before_they_ran_are_not_dropped(
+    tmp_path: Path, small_runs: Taken, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the loader has taken every scan, the head start lets go of the rest of itself: the
+    scans it handed over must run all the same (a cancelled one was a CancelledError)."""
+    monkeypatch.setattr(head_start, "C_SCANNER", _SlowScanner(scanner.C_SCANNER))
+    path = _plain(tmp_path, "h100_bert_small_stacks.json.gz")
+    started = begin(path)
+    assert started is not None
+    loaded = load_trace(path, head_start=started)
+    assert small_runs.taken == head_start.RUNS
+    assert_same_trace(loaded, load_trace_reference(path))

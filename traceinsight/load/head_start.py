@@ -101,11 +101,12 @@ class HeadStart:
         return None
 
     def close(self) -> None:
-        """Drop the scans not taken (a running one is let finish) and the mapping if not adopted."""
+        """Drop the scans not taken (a running one is let finish; those taken run all the same)
+        and the mapping if not adopted."""
         for run in self._runs:
             run.future.cancel()
         self._runs.clear()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown(wait=False)
         if self._mapped is not None:
             mapped, self._mapped = self._mapped, None
             _close_quietly(mapped)

@@ -10,9 +10,11 @@ every run but the last must then end just after a comma, else the cut was not be
 the load starts again with one scan after another, each resuming where (and in the state in
 which) the previous stopped, which is what other layouts get. A scan that completes no element
 (an event longer than the window) is retried on a window twice as long, so a huge event costs
-linear time. A gunzipped stream is cut as a mapped file is (runs are the stream's buffer, handed
-over, not copied): with ISA-L's inflater the gunzip thread takes about a sixth of a core, which
-leaves the scans room for a second thread. 5 paired whole-process runs at 0.5 GB gzip, against
+linear time. ``analyze`` may have begun the first runs' scans while its libraries loaded
+(:mod:`.head_start`): the loader takes those that are exactly the scans it would make. A
+gunzipped stream is cut as a mapped file is (runs are the stream's buffer, handed over, not
+copied): with ISA-L's inflater the gunzip thread takes about a sixth of a core, which leaves the
+scans room for a second thread. 5 paired whole-process runs at 0.5 GB gzip, against
 one scan after another: wall 0.93x, maximum RSS 0.90-0.92x (DDP, LLM decode); with the inflater,
 against the previous release: 0.83-0.95x on three shapes, 1.02x on ResNet-50, whose load is
 bound by building the tables.
