@@ -214,3 +214,24 @@ def test_scans_taken_before_they_ran_are_not_dropped(
     loaded = load_trace(path, head_start=started)
     assert small_runs.taken == head_start.RUNS
     assert_same_trace(loaded, load_trace_reference(path))
+
+
+def test_a_cut_that_was_not_between_events_is_read_again_without_it(
+    tmp_path: Path, small_runs: Taken
+) -> None:
+    """Events one after another on a line, each holding a list whose item starts a line indented
+    like an event: the cuts fall inside events, the loader finds out from the first runs (the
+    head start's) and reads the file again one scan after another, the tables the reference's."""
+    events = [
+        f'{{"ph": "X", "cat": "kernel", "name": "k{i % 7}", "pid": 1, "tid": 1, "ts": {1000 + 10 * i}, '
+        f'"dur": 2, "args": {{"list": [\n  {{"x": 1}}], "External id": {i}}}}}'
+        for i in range(3000)
+    ]
+    path = tmp_path / "trace.json"
+    path.write_text('{"traceEvents": [\n  ' + ", ".join(events) + "\n]}")
+    assert path.stat().st_size > 4 * RUN_BYTES
+    started = begin(path)
+    assert started is not None
+    loaded = load_trace(path, head_start=started)
+    assert small_runs.taken >= 1
+    assert_same_trace(loaded, load_trace_reference(path))
