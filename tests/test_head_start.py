@@ -217,7 +217,7 @@ def test_scans_taken_before_they_ran_are_not_dropped(
 
 
 def test_a_cut_that_was_not_between_events_is_read_again_without_it(
-    tmp_path: Path, small_runs: Taken
+    tmp_path: Path, small_runs: Taken, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Events one after another on a line, each holding a list whose item starts a line indented
     like an event: the cuts fall inside events, the loader finds out from the first runs (the
@@ -232,6 +232,15 @@ def test_a_cut_that_was_not_between_events_is_read_again_without_it(
     assert path.stat().st_size > 4 * RUN_BYTES
     started = begin(path)
     assert started is not None
+    loads: list[tuple[int, bool]] = []
+    load = native._load
+
+    def spy(source: Any, progress: Any, workers: int, head: HeadStart | None) -> Any:
+        loads.append((workers, head is not None))
+        return load(source, progress, workers, head)
+
+    monkeypatch.setattr(native, "_load", spy)
     loaded = load_trace(path, head_start=started)
     assert small_runs.taken >= 1
+    assert loads == [(native.SCAN_THREADS, True), (1, False)]  # cut, then one scan after another
     assert_same_trace(loaded, load_trace_reference(path))
