@@ -5,7 +5,8 @@ library, collect garbage, give memory back, end). The module imports nothing of 
 every layer may use it: the analysis (:class:`Beside`), the job's workers
 (:func:`give_back_freed_memory`, :func:`threads_per_worker`), the commands (the rest). The chart
 child that draws half of a page's charts in a forked process lives with the page
-(:mod:`traceinsight.render.html`).
+(:mod:`traceinsight.render.html`), and the scanner's head start, which scans a large trace's first
+runs while ``analyze`` loads its libraries, with the loader (:mod:`traceinsight.load.head_start`).
 
 The figures are medians of paired runs on the 0.5 GB benchmark traces on a 2-core machine
 (``benchmarks/bench_analyze.py``), unless a line says otherwise.
