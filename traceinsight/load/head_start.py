@@ -47,9 +47,9 @@ __all__ = ["MIN_BYTES", "RUNS", "HeadStart", "begin"]
 #: Smaller files are not started early: their whole scan is a few tens of milliseconds.
 MIN_BYTES: Final = 8 << 20
 #: Runs scanned ahead (32 MB each): what one thread scans while the libraries load (~0.1 s each),
-#: and no more than the loader keeps in flight itself (its two threads' and the next one), so the
-#: memory of the load is bounded as before. With 4, a 0.5 GB DDP trace peaked at up to 1.03x the
-#: file (5 runs) against 0.90-0.94x.
+#: and no more than the loader keeps in flight itself (its two threads' and the next one). With 4,
+#: one of 5 jobs on the 0.5 GB DDP trace peaked at 1.08x the file (the others 0.94-0.97x); with 3,
+#: 0.94-1.02x over 8 jobs (median 0.96x), against 0.94-0.99x without a head start.
 RUNS: Final = 3
 #: Bytes searched for the start of the events array (the loader searches further; this does not).
 _HEAD_BYTES: Final = 1 << 20
