@@ -20,7 +20,6 @@ drops what was not taken.
 
 from __future__ import annotations
 
-import contextlib
 import mmap
 import os
 import stat
@@ -37,7 +36,9 @@ from traceinsight.load.scanner import (
     MAPPED_RUNS,
     MAX_SCAN_ROWS,
     START,
+    close_quietly,
     cut_end,
+    is_bare,
     line_boundary,
 )
 from traceinsight.load.source import GZIP_MAGIC, leading_whitespace
@@ -92,7 +93,7 @@ class HeadStart:
         if not same:
             self.close()
             if mapped is not None:
-                _close_quietly(mapped)
+                close_quietly(mapped)
             return None
         return mapped
 
@@ -113,13 +114,7 @@ class HeadStart:
         self._pool.shutdown(wait=False)
         if self._mapped is not None:
             mapped, self._mapped = self._mapped, None
-            _close_quietly(mapped)
-
-
-def _close_quietly(mapped: mmap.mmap) -> None:
-    # A running scan still holds a view: the collector closes the map once it is done.
-    with contextlib.suppress(BufferError):
-        mapped.close()
+            close_quietly(mapped)
 
 
 def begin(path: Path) -> HeadStart | None:
@@ -145,7 +140,7 @@ def begin(path: Path) -> HeadStart | None:
     except Exception:  # whatever it is, the loader meets it and words it
         started = None
     if started is None:
-        _close_quietly(mapped)
+        close_quietly(mapped)
     return started
 
 
@@ -158,8 +153,7 @@ def _started(mapped: mmap.mmap, identity: tuple[int, int, int, int]) -> HeadStar
     if status != 0:
         return None
     start = lead + offset
-    head = bytes(view[lead:start]).removeprefix(b"\xef\xbb\xbf")
-    depth = 1 if head[leading_whitespace(head) :].startswith(b"[") else 2
+    depth = 1 if is_bare(bytes(view[lead:start])) else 2
     boundary = line_boundary(bytes(view[start : start + 4096]))
     if boundary is None:
         return None

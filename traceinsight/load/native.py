@@ -69,7 +69,9 @@ from traceinsight.load.scanner import (
     BLOCK_BYTES,
     MAPPED_RUNS,
     MAX_SCAN_ROWS,
+    close_quietly,
     cut_end,
+    is_bare,
     line_boundary,
 )
 from traceinsight.load.scanner import C_SCANNER as _scan
@@ -419,8 +421,7 @@ class _Frame:
 
     def found(self, head: bytes) -> None:
         self.head = head
-        body = head.removeprefix(b"\xef\xbb\xbf")
-        self.bare = body[leading_whitespace(body) :].startswith(b"[")
+        self.bare = is_bare(head)
         self.depth = 1 if self.bare else 2
 
     def invalid(self, exc: Exception, base: int, text: bytes | bytearray | memoryview) -> TraceFormatError:
@@ -910,12 +911,6 @@ def _read_ahead(source: Iterator[bytes], depth: int = 2) -> Iterator[Iterator[by
             producer.join(timeout=0.05)
 
 
-def _close_quietly(mapped: mmap.mmap) -> None:
-    # A view may still be alive somewhere (a cancelled scan): the collector closes the map then.
-    with contextlib.suppress(BufferError):
-        mapped.close()
-
-
 def load_native(
     source: TraceFile, progress: ProgressCallback | None, head: HeadStart | None = None
 ) -> tuple[TraceDocument, ChunkTables]:
@@ -956,7 +951,7 @@ def _load(
         if mapped is None:
             mapped = source.mapped()
         if mapped is not None:
-            stack.callback(_close_quietly, mapped)
+            stack.callback(close_quietly, mapped)
             if head is not None:  # first: what it did not hand over is dropped before the map goes
                 stack.callback(head.close)
             results = _mapped(mapped, frame, pool, workers, head)

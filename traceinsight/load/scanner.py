@@ -4,11 +4,13 @@ so that a command can start scanning before they load (:mod:`.head_start`)."""
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 from typing import Any, Final
 
 from traceinsight.load import limits
 from traceinsight.load.fields import EVENT_FIELDS
+from traceinsight.load.source import leading_whitespace
 
 #: The C module (None where it was not built: the pure-Python path then does all the loading).
 C_SCANNER: Any
@@ -28,7 +30,9 @@ __all__ = [
     "MAX_SCAN_ROWS",
     "SCANNER_FIELDS",
     "START",
+    "close_quietly",
     "cut_end",
+    "is_bare",
     "line_boundary",
 ]
 
@@ -91,3 +95,17 @@ def cut_end(mapped: mmap.mmap, position: int, width: int, boundary: bytes) -> in
     if end < size:
         end = cut + len(boundary) - 1  # at the "{"
     return end
+
+
+def is_bare(head: bytes) -> bool:
+    """Whether the text before the events array (``head``, from its first non-space byte) opens a
+    bare array rather than an object: the array then sits at nesting 1, else 2."""
+    body = head.removeprefix(b"\xef\xbb\xbf")
+    return body[leading_whitespace(body) :].startswith(b"[")
+
+
+def close_quietly(mapped: mmap.mmap) -> None:
+    """Close a mapping; if a view is still alive somewhere (a scan still running or cancelled),
+    the collector closes it once that view goes."""
+    with contextlib.suppress(BufferError):
+        mapped.close()
