@@ -1,10 +1,11 @@
-"""Build hook: compile the optional C modules: the loader's scanner (``traceinsight/load/_scan.c``)
-and the host analysis's nesting walk (``traceinsight/analysis/_nesting.c``).
+"""Build hook: compile the optional C modules: the loader's scanner (``traceinsight/load/_scan.c``),
+the host analysis's nesting walk (``traceinsight/analysis/_nesting.c``) and the replay's walk
+(``traceinsight/analysis/_replay.c``).
 
-The scanner makes loading several times faster, the walk the self times of host operators;
-without a C compiler (or with ``TRACEINSIGHT_PURE=1``) the package builds as pure Python, loads
-with msgspec and walks with polars instead, with the same results. An editable install compiles
-the modules in place, beside their sources.
+The scanner makes loading several times faster, the walks the self times of host operators and
+the replay of the rules' fixes; without a C compiler (or with ``TRACEINSIGHT_PURE=1``) the package
+builds as pure Python, loads with msgspec and walks with polars and Python instead, with the same
+results. An editable install compiles the modules in place, beside their sources.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 MODULES = (
     ("traceinsight.load._scan", "traceinsight/load/_scan.c"),
     ("traceinsight.analysis._nesting", "traceinsight/analysis/_nesting.c"),
+    ("traceinsight.analysis._replay", "traceinsight/analysis/_replay.c"),
 )
 
 

@@ -1,8 +1,8 @@
 """Fuzz the C scanner under AddressSanitizer and UndefinedBehaviorSanitizer, for a bounded time.
 
-Builds ``traceinsight/load/_scan.c`` with ``-fsanitize=address,undefined`` (every report fatal)
-into a scratch copy of the package, then runs this script again in a child process with the
-sanitizer runtime preloaded, which:
+Builds ``traceinsight/load/_scan.c`` (and the analyses' C walks) with
+``-fsanitize=address,undefined`` (every report fatal) into a scratch copy of the package, then runs
+this script again in a child process with the sanitizer runtime preloaded, which:
 
 1. mutates seeds (every sample trace, cut to its first events and written in two layouts, and the
    small cases of the hostile corpus of ``tests/test_hostile.py``): bit flips, interesting bytes,
@@ -84,8 +84,8 @@ SANITIZER_ENV = {
 
 
 def build_sanitized(scratch: Path) -> Path:
-    """A copy of the package (and its templates) whose C modules (the scanner, and the nesting walk
-    the reports use) are built with the sanitizers; the scanner's path."""
+    """A copy of the package (and its templates) whose C modules (the scanner, and the nesting and
+    replay walks the reports use) are built with the sanitizers; the scanner's path."""
     shutil.copytree(
         ROOT / "traceinsight", scratch / "traceinsight", ignore=shutil.ignore_patterns("*.so", "__pycache__")
     )
@@ -94,7 +94,7 @@ def build_sanitized(scratch: Path) -> Path:
     include = sysconfig.get_paths()["include"]
     command = [compiler, *SANITIZE, "-std=c11", "-Wall", "-shared", "-fPIC", f"-I{include}"]
     built = []
-    for module in ("load/_scan", "analysis/_nesting"):
+    for module in ("load/_scan", "analysis/_nesting", "analysis/_replay"):
         target = scratch / "traceinsight" / f"{module}{sysconfig.get_config_var('EXT_SUFFIX')}"
         subprocess.run([*command, str(ROOT / "traceinsight" / f"{module}.c"), "-o", str(target)], check=True)
         built.append(target)
@@ -180,6 +180,11 @@ def child(scratch: Path, seconds: float, seed: int, artifacts: Path) -> int:
         and "_nesting" in host._nesting.__file__
         and str(scratch) in host._nesting.__file__
     ), "the sanitized nesting walk is not the one loaded"
+    from traceinsight.analysis import replay
+
+    assert replay._replay is not None and str(scratch) in replay._replay.__file__, (
+        "the sanitized replay walk is not the one loaded"
+    )
     native._scan = ExactBuffers(native._scan)
     sys.path.insert(0, str(ROOT / "tests"))
     fuzz = Fuzzer(random.Random(seed), scratch / "work", artifacts)

@@ -13,6 +13,8 @@ from pathlib import Path
 import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The optional C modules (hatch_build.py's MODULES), as their files in a wheel begin.
+C_MODULES = ("traceinsight/load/_scan.", "traceinsight/analysis/_nesting.", "traceinsight/analysis/_replay.")
 
 
 def test_distribution_name_and_optional_torch() -> None:
@@ -50,7 +52,7 @@ def test_built_wheel_contains_the_templates_and_py_typed(tmp_path: Path) -> None
     assert "traceinsight/py.typed" in names
     assert not any(name.startswith(("tests/", "sample_traces/")) for name in names)
     if _have_compiler() or os.environ.get("CI"):
-        for module in ("traceinsight/load/_scan.", "traceinsight/analysis/_nesting."):
+        for module in C_MODULES:
             built = [name for name in names if name.startswith(module) and not name.endswith(".c")]
             assert len(built) == 1, f"{module}c was not compiled into the wheel"
         assert "-none-any" not in wheel.name  # a binary wheel is tagged for its platform
@@ -62,11 +64,7 @@ def test_pure_build_is_a_universal_wheel_without_the_scanner(tmp_path: Path) -> 
     wheel = _build_wheel(tmp_path, TRACEINSIGHT_PURE="1")
     assert wheel.name.endswith("-py3-none-any.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert not any(
-        name.startswith(("traceinsight/load/_scan.", "traceinsight/analysis/_nesting."))
-        and not name.endswith(".c")
-        for name in names
-    )
+    assert not any(name.startswith(C_MODULES) and not name.endswith(".c") for name in names)
     assert "traceinsight/templates/report.html" in names
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
@@ -80,7 +81,12 @@ def test_scan_equals_the_plain_recurrence(seed: int) -> None:
     assert frontier == expected_frontier
 
 
-def test_a_launch_waits_for_room_in_the_launch_queue() -> None:
+@pytest.mark.parametrize("walk", ["c", "python"])
+def test_a_launch_waits_for_room_in_the_launch_queue(walk: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if walk == "python":
+        monkeypatch.setattr(replay_module, "_replay", None)
+    elif replay_module._replay is None and not os.environ.get("CI"):
+        pytest.skip("the C walk was not built here")
     count = LAUNCH_QUEUE + 100
     window = _Window(
         start=0,
@@ -356,11 +362,80 @@ def test_short_batches_by_loop_equal_every_batch_by_scan(name: str, monkeypatch:
     rng = random.Random(7)
     fixes = [Fix(), *(_random_fix(window, rng) for window in windows for _ in range(4))]
     times = {}
+    monkeypatch.setattr(replay_module, "_replay", None)  # the Python walk, whose batches these are
     for short in (0, 10**9):
         monkeypatch.setattr(replay_module, "_SHORT_BATCH", short)
         times[short] = [_simulate(window, fix) for window in windows for fix in fixes]
     assert times[0] == times[10**9]
     assert len(set(times[0])) > 1  # the fixes changed something
+
+
+needs_c_walk = pytest.mark.skipif(
+    replay_module._replay is None and not os.environ.get("CI"), reason="the C walk was not built here"
+)
+
+
+@needs_c_walk
+@pytest.mark.parametrize(
+    "name", ["a100_recsys_rank0.json.gz", "gp100_mlp_pageable_sync.json.gz", "h100_bert_small_stacks.json.gz"]
+)
+def test_the_walk_in_c_equals_the_walk_in_python(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The C walk (:mod:`traceinsight.analysis._replay`) gives every window the time the Python walk
+    gives it, with the rules' fixes and random ones (calls removed, ranges shortened, copies moved
+    to a side stream, work retimed or made faster)."""
+    assert replay_module._replay is not None, "CI is set but traceinsight.analysis._replay was not built"
+    analysis = _analysis(name)
+    windows = analysis.replay.windows
+    rng = random.Random(11)
+    fixes = [Fix(), *(_random_fix(window, rng) for window in windows for _ in range(6))]
+    native = [_simulate(window, fix) for window in windows for fix in fixes]
+    monkeypatch.setattr(replay_module, "_replay", None)
+    assert [_simulate(window, fix) for window in windows for fix in fixes] == native
+    assert len(set(native)) > 1  # the fixes changed something
+
+
+@needs_c_walk
+def test_the_walk_in_c_checks_every_index() -> None:
+    """Arrays that do not fit together are a ValueError, never a read or write outside them."""
+    assert replay_module._replay is not None
+    walk = replay_module._replay.walk
+
+    def arrays(**change: np.ndarray) -> list[np.ndarray]:
+        int64 = lambda *values: np.array(values, dtype=np.int64)  # noqa: E731
+        given = {
+            "order": int64(0, 1), "lane_start": int64(0, 2), "lane_slot": int64(0), "queued": int64(0, 5),
+            "length": int64(3, 3), "ahead": int64(3, 3), "launch": int64(0, 5), "uptos": int64(2),
+            "cuts": int64(2), "point": int64(10), "kind": int64(2), "value": int64(0), "extra": int64(0),
+            "recorded_end": int64(0), "removed": int64(0), "floor": int64(0),
+            "skipped": np.zeros(1, dtype=np.uint8), "frontier": int64(0), "present": np.zeros(1, dtype=np.uint8),
+            "starts": int64(0, 0), "ends": int64(0, 0),
+        }  # fmt: skip
+        given.update(change)
+        return list(given.values())
+
+    good = arrays()
+    assert walk(*good, 1024) == 0
+    assert good[-1].tolist() == [3, 8] and good[-2].tolist() == [
+        0,
+        5,
+    ]  # ends, starts: each queued + its length
+    bad = {
+        "order": np.array([0, 2], dtype=np.int64),  # a row past the work
+        "lane_slot": np.array([1], dtype=np.int64),  # a slot past the slots
+        "lane_start": np.array([0, 3], dtype=np.int64),  # a lane past the work
+        "cuts": np.array([3], dtype=np.int64),  # more of a lane's work than it has
+        "uptos": np.array([3], dtype=np.int64),  # more launches than the work
+        "skipped": np.zeros(2, dtype=np.uint8),  # flags for slots that are not there
+        "ends": np.zeros(1, dtype=np.int64),  # too short to be written
+        "queued": np.zeros(2, dtype=np.int32),  # not int64
+    }
+    for name, value in bad.items():
+        with pytest.raises(ValueError):
+            walk(*arrays(**{name: value}), 1024)
+    readonly = np.zeros(2, dtype=np.int64)
+    readonly.setflags(write=False)
+    with pytest.raises((ValueError, BufferError, TypeError)):
+        walk(*arrays(ends=readonly), 1024)
 
 
 def test_launches_inside_a_shortened_range_spread_over_its_new_length() -> None:

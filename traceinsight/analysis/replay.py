@@ -33,6 +33,11 @@ steady-state steps, one as recorded and one with the fix applied, in one model:
   memory, the final synchronize) is no part of it, so a fix that only shortens it saves nothing. A
   saving is the baseline replay minus the fixed replay; it is never more than the baseline.
 
+The walk over a window's host points runs in C when the package was built with a compiler
+(:mod:`._replay`): a window of 10^5 launches has thousands of host points, each a short batch of
+work per stream, and the rules replay it once per fix. Without it, :func:`_walk` does the same in
+Python (a loop for short batches, numpy for long ones), with the same ends and starts.
+
 Cross-stream dependencies are not modelled beyond the gaps kept above. The GPU work itself is
 unchanged unless the fix says so: kernels ``faster`` by a factor, or copies given a new duration
 (``durations``: a pageable copy at pinned speed).
@@ -49,6 +54,11 @@ import polars as pl
 from traceinsight.analysis.shared import launch_calls, launch_cost_ns
 from traceinsight.analysis.steady import SteadyState
 from traceinsight.load import Trace
+
+try:
+    from traceinsight.analysis import _replay  # type: ignore[attr-defined]
+except ImportError:  # built without a C compiler
+    _replay = None
 
 __all__ = ["LAUNCH_QUEUE", "Fix", "Replay", "prepare_replay"]
 
@@ -213,18 +223,65 @@ def _simulate(window: _Window, fix: Fix) -> int:
     lanes = []
     for stream in np.unique(streams).tolist():
         mine = np.flatnonzero(streams == stream)
-        lanes.append(
-            (stream, mine, queued[mine], duration[mine], advance[mine], np.searchsorted(mine, uptos).tolist())
-        )
+        lanes.append((stream, mine, np.searchsorted(mine, uptos)))
+    work = _Work(queued, duration, advance, launch, starts, ends)
+    skipped = dict(zip(window.call_key.tolist(), window.call_skipped, strict=True))
+    floors = dict(zip(window.call_key.tolist(), window.call_floor.tolist(), strict=False))
+    walk = _walk if _replay is None else _walk_native
+    shift = walk(anchors, uptos, lanes, work, stream_end, fix, skipped, floors)
+    if window.gpu_from is not None:
+        first = int(starts.min()) if count else None
+        return _gpu_time(window.gpu_from, window.carry, int(ends.max()) if count else None, first)
+    host_end = window.end - window.start + shift
+    return max(host_end, int(ends.max()) if count else 0, window.begin) - window.begin
+
+
+#: The C walk's code of each kind of host point (the window's end: 2).
+_KIND_CODES = {"call": 0, "shorten": 1}
+#: A stream's work for the walk: its stream, its rows in launch order, and how many of them come
+#: before each host point's batch ends.
+_Lane = tuple[int, np.ndarray, np.ndarray]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Work:
+    """A window's GPU work as replayed, per row in launch order (int64 arrays)."""
+
+    #: When it is queued (its launch, moved by the fix, plus the launch latency), its duration and
+    #: how far it moves its stream's frontier (see ``_scan``), and its launch.
+    queued: np.ndarray
+    duration: np.ndarray
+    advance: np.ndarray
+    launch: np.ndarray
+    #: Filled by the walk: when it starts and ends in the replay.
+    starts: np.ndarray
+    ends: np.ndarray
+
+
+def _walk(
+    anchors: list[_Anchor],
+    uptos: list[int],
+    lanes: list[_Lane],
+    work: _Work,
+    stream_end: dict[int, int],
+    fix: Fix,
+    skipped: dict[int, frozenset[int]],
+    floors: dict[int, int],
+) -> int:
+    """Replay the work between the host points (``anchors``, the window's end last), filling
+    ``work.starts`` and ``work.ends`` and moving ``stream_end``; returns the host's shift at the end."""
+    launch, starts, ends = work.launch, work.starts, work.ends
+    streams = [
+        (stream, mine, work.queued[mine], work.duration[mine], work.advance[mine], cuts.tolist())
+        for stream, mine, cuts in lanes
+    ]
     done_to = [0] * len(lanes)  # how much of each stream's work has been replayed
     shift = 0
     processed = 0
-    skipped = dict(zip(window.call_key.tolist(), window.call_skipped, strict=True))
-    floors = dict(zip(window.call_key.tolist(), window.call_floor.tolist(), strict=False))
     for number, (point, kind, value, extra, recorded_end) in enumerate(anchors):
         upto = uptos[number]
         if upto > processed:
-            for lane, (stream, mine, queued_at, length, ahead, cuts) in enumerate(lanes):
+            for lane, (stream, mine, queued_at, length, ahead, cuts) in enumerate(streams):
                 low, high = done_to[lane], cuts[number]
                 if high == low:
                     continue
@@ -266,11 +323,65 @@ def _simulate(window: _Window, fix: Fix) -> int:
             shift = returned - recorded_end
         elif kind == "shorten":
             shift -= value
-    if window.gpu_from is not None:
-        first = int(starts.min()) if count else None
-        return _gpu_time(window.gpu_from, window.carry, int(ends.max()) if count else None, first)
-    host_end = window.end - window.start + shift
-    return max(host_end, int(ends.max()) if count else 0, window.begin) - window.begin
+    return shift
+
+
+def _walk_native(
+    anchors: list[_Anchor],
+    uptos: list[int],
+    lanes: list[_Lane],
+    work: _Work,
+    stream_end: dict[int, int],
+    fix: Fix,
+    skipped: dict[int, frozenset[int]],
+    floors: dict[int, int],
+) -> int:
+    """:func:`_walk` in C (:mod:`._replay`): the same ends, starts and shift."""
+    slots = list(stream_end)
+    slots += [stream for stream, _, _ in lanes if stream not in stream_end]
+    slot_of = {stream: slot for slot, stream in enumerate(slots)}
+    frontier = np.array([stream_end.get(stream, _NEVER) for stream in slots], dtype=np.int64)
+    present = np.array([stream in stream_end for stream in slots], dtype=np.uint8)
+    sizes = [mine.size for _, mine, _ in lanes]
+    order = np.concatenate([mine for _, mine, _ in lanes]) if lanes else np.zeros(0, dtype=np.int64)
+    lane_start = np.concatenate(([0], np.cumsum(sizes, dtype=np.int64))).astype(np.int64)
+    lane_slot = np.array([slot_of[stream] for stream, _, _ in lanes], dtype=np.int64)
+    cuts = (
+        np.concatenate([cut for _, _, cut in lanes]).astype(np.int64)
+        if lanes
+        else np.zeros(0, dtype=np.int64)
+    )
+    # Per host point: its kind, the time a range removes, whether the fix removes a call's wait
+    # and what such a call takes, and the slots a call that stays did not wait for (one row of
+    # flags per set of streams: calls share a few).
+    point, names, keys, extra, recorded_end = zip(*anchors, strict=True)
+    kind, value, removed, floor, flags = [], [], [], [], []
+    no_wait = bytes(len(slots))
+    rows: dict[frozenset[int], bytes] = {}
+    for name, key in zip(names, keys, strict=True):
+        kind.append(_KIND_CODES.get(name, 2))
+        value.append(key if name == "shorten" else 0)
+        gone = name == "call" and key in fix.remove_calls
+        removed.append(gone)
+        floor.append(floors.get(key, 0) if gone else 0)
+        if name == "call" and not gone:
+            ignore = skipped[key]
+            row = rows.get(ignore)
+            if row is None:
+                row = rows[ignore] = bytes(stream in ignore for stream in slots)
+            flags.append(row)
+        else:
+            flags.append(no_wait)
+    int64 = np.int64
+    shift: int = _replay.walk(
+        order, lane_start, lane_slot, work.queued, work.duration, work.advance, work.launch,
+        np.asarray(uptos, dtype=int64), cuts, np.array(point, dtype=int64), np.array(kind, dtype=int64),
+        np.array(value, dtype=int64), np.array(extra, dtype=int64), np.array(recorded_end, dtype=int64),
+        np.array(removed, dtype=int64), np.array(floor, dtype=int64),
+        np.frombuffer(b"".join(flags), dtype=np.uint8), frontier, present, work.starts, work.ends, LAUNCH_QUEUE,
+    )  # fmt: skip
+    stream_end.update((stream, int(frontier[slot])) for slot, stream in enumerate(slots) if present[slot])
+    return shift
 
 
 def _retimed(correlation: np.ndarray, duration: np.ndarray, new_duration: dict[int, int]) -> np.ndarray:
