@@ -227,7 +227,10 @@ def _simulate(window: _Window, fix: Fix) -> int:
     work = _Work(queued, duration, advance, launch, starts, ends)
     skipped = dict(zip(window.call_key.tolist(), window.call_skipped, strict=True))
     floors = dict(zip(window.call_key.tolist(), window.call_floor.tolist(), strict=False))
-    walk = _walk if _replay is None else _walk_native
+    native = _replay is not None and all(
+        column.dtype == np.int64 for column in (queued, duration, advance, launch)
+    )  # the C walk reads int64 only
+    walk = _walk_native if native else _walk
     shift = walk(anchors, uptos, lanes, work, stream_end, fix, skipped, floors)
     if window.gpu_from is not None:
         first = int(starts.min()) if count else None
