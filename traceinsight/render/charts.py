@@ -10,6 +10,7 @@ to show); the page turns it into an ``<svg>`` element with its id and accessible
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -237,7 +238,7 @@ def idle_gaps_chart(gaps: Sequence[IdleGap], origin_ns: int, top: int = 15) -> C
     """The ``top`` longest idle gaps as bars coloured by cause, labelled with when they started."""
     if not gaps:
         return None
-    shown = sorted(gaps, key=lambda g: (-g.duration_ns, g.device, g.start_ns))[:top]
+    shown = heapq.nsmallest(top, gaps, key=lambda g: (-g.duration_ns, g.device, g.start_ns))  # sorted()[:top]
     multi_device = len({gap.device for gap in gaps}) > 1
     per_unit, unit = _unit(shown[0].duration_ns)
     bars = [
