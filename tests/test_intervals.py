@@ -7,15 +7,28 @@ import random
 import polars as pl
 import pytest
 
-from traceinsight.analysis.intervals import meeting, merge_intervals
+import traceinsight.analysis.intervals as intervals_module
+from traceinsight.analysis.intervals import meeting, merge_intervals, within
+
+#: Each search both ways: numpy's (Int64 columns without nulls) and polars' (the rest).
+BOTH_WAYS = pytest.mark.parametrize("numpy", [True, False], ids=["numpy", "polars"])
+
+
+def _one_way(numpy: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not numpy:
+        monkeypatch.setattr(intervals_module, "_plain", lambda *columns: False)
 
 
 def _frame(rows: list[tuple[int, int]], a: str, b: str) -> pl.DataFrame:
     return pl.DataFrame(rows, schema={a: pl.Int64, b: pl.Int64}, orient="row")
 
 
+@BOTH_WAYS
 @pytest.mark.parametrize("seed", range(200))
-def test_meeting_keeps_exactly_the_rows_an_inequality_join_would_match(seed: int) -> None:
+def test_meeting_keeps_exactly_the_rows_an_inequality_join_would_match(
+    seed: int, numpy: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _one_way(numpy, monkeypatch)
     rng = random.Random(seed)
     starts = [rng.randrange(0, 1000) for _ in range(rng.randrange(0, 6))]
     reversed_ok = rng.random() < 0.3
@@ -33,6 +46,28 @@ def test_meeting_keeps_exactly_the_rows_an_inequality_join_would_match(seed: int
         assert set(matched) <= set(kept)  # reversed windows: a superset, narrowed by the join
     else:
         assert kept == matched
+
+
+@BOTH_WAYS
+@pytest.mark.parametrize("seed", range(100))
+def test_within_is_inside_one_window(seed: int, numpy: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each time against disjoint sorted ``[start, end)`` windows, brute force."""
+    _one_way(numpy, monkeypatch)
+    rng = random.Random(seed)
+    windows, at = [], rng.randrange(-50, 50)
+    for _ in range(rng.randrange(0, 6)):
+        start = at + rng.randrange(0, 30)
+        windows.append((start, start + rng.randrange(0, 40)))
+        at = windows[-1][1]
+    times = [rng.randrange(-60, 300) for _ in range(rng.randrange(0, 50))]
+    inside = within(pl.Series("t", times, dtype=pl.Int64), tuple(windows))
+    assert inside.dtype == pl.Boolean
+    assert inside.to_list() == [any(s <= t < e for s, e in windows) for t in times]
+
+
+def test_within_a_time_that_is_null_is_in_no_window() -> None:
+    inside = within(pl.Series("t", [5, None, 25], dtype=pl.Int64), ((0, 10), (20, 30)))
+    assert inside.to_list() == [True, False, True]
 
 
 def _plain_union(spans: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:

@@ -1,7 +1,13 @@
-"""Interval arithmetic on polars frames: unions and overlaps, no Python loops over events."""
+"""Interval arithmetic on polars frames: unions and overlaps, no Python loops over events.
+
+:func:`meeting` and :func:`within` search a few windows for many times: on integer columns without
+nulls numpy does that search (a dozen polars operations cost ~0.3 ms each on a small trace's
+frames, where numpy's cost ~10 µs), with the same rows as the polars expressions kept for the rest.
+"""
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 
@@ -64,6 +70,18 @@ def meeting(frame: pl.DataFrame, ts: str, end: str, windows: pl.DataFrame) -> pl
     """
     if frame.is_empty() or windows.is_empty():
         return frame.clear()
+    columns = (
+        windows.get_column("start"),
+        windows.get_column("end"),
+        frame.get_column(ts),
+        frame.get_column(end),
+    )
+    if _plain(*columns):
+        starts, ends, times, lasts = (column.to_numpy() for column in columns)
+        opening, closing = _blocks(np.minimum(starts, ends), np.maximum(starts, ends))
+        at = np.searchsorted(closing, times, side="right")
+        hit = (at < closing.size) & (opening[np.minimum(at, closing.size - 1)] <= lasts)
+        return frame.filter(pl.Series(hit, dtype=pl.Boolean))
     blocks = merge_intervals(
         windows.select(
             one=pl.lit(0), ts=pl.min_horizontal("start", "end"), end=pl.max_horizontal("start", "end")
@@ -81,8 +99,31 @@ def within(times: pl.Series, windows: tuple[tuple[int, int], ...]) -> pl.Series:
     """For each time, whether it falls in one of ``windows`` (disjoint ``[start, end)``, sorted)."""
     if not windows:
         return pl.Series(times.name, [False] * times.len(), dtype=pl.Boolean)
+    if _plain(times):
+        bounds = np.array(windows, dtype=np.int64).reshape(-1, 2)
+        values = times.to_numpy()
+        at = np.searchsorted(bounds[:, 0], values, side="right") - 1
+        inside = (at >= 0) & (values < bounds[np.maximum(at, 0), 1])
+        return pl.Series("", inside, dtype=pl.Boolean)  # unnamed, as the search below gives it
     starts = pl.Series([start for start, _ in windows], dtype=pl.Int64)
     ends = pl.Series([end for _, end in windows], dtype=pl.Int64)
     index = starts.search_sorted(times, side="right").cast(pl.Int64) - 1
     ahead = index >= 0
     return (ahead & (times < ends.gather(index.clip(lower_bound=0)))).fill_null(False)
+
+
+def _plain(*columns: pl.Series) -> bool:
+    """Whether every column is Int64 without nulls (numpy then reads each without a copy)."""
+    return all(column.dtype == pl.Int64 and not column.null_count() for column in columns)
+
+
+def _blocks(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of ``[start, end]`` intervals (every end at or after its start) as disjoint
+    blocks in order: their starts and ends, as :func:`merge_intervals` finds them."""
+    order = np.argsort(starts, kind="stable")
+    starts, reach = starts[order], np.maximum.accumulate(ends[order])
+    opens = np.ones(starts.size, dtype=bool)
+    opens[1:] = starts[1:] > reach[:-1]
+    closes = np.ones(starts.size, dtype=bool)
+    closes[:-1] = opens[1:]
+    return starts[opens], reach[closes]
