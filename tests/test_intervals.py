@@ -65,6 +65,19 @@ def test_within_is_inside_one_window(seed: int, numpy: bool, monkeypatch: pytest
     assert inside.to_list() == [any(s <= t < e for s, e in windows) for t in times]
 
 
+@pytest.mark.parametrize("seed", range(50))
+def test_within_unsorted_windows_give_what_they_gave(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows out of order (which the callers never pass) are searched by polars, as before."""
+    rng = random.Random(seed)
+    windows = tuple(
+        (s, s + rng.randrange(0, 30)) for s in (rng.randrange(0, 200) for _ in range(rng.randrange(2, 7)))
+    )
+    times = pl.Series("t", [rng.randrange(-10, 250) for _ in range(40)], dtype=pl.Int64)
+    given = within(times, windows).to_list()
+    monkeypatch.setattr(intervals_module, "_plain", lambda *columns: False)
+    assert within(times, windows).to_list() == given
+
+
 def test_within_a_time_that_is_null_is_in_no_window() -> None:
     inside = within(pl.Series("t", [5, None, 25], dtype=pl.Int64), ((0, 10), (20, 30)))
     assert inside.to_list() == [True, False, True]

@@ -99,8 +99,8 @@ def within(times: pl.Series, windows: tuple[tuple[int, int], ...]) -> pl.Series:
     """For each time, whether it falls in one of ``windows`` (disjoint ``[start, end)``, sorted)."""
     if not windows:
         return pl.Series(times.name, [False] * times.len(), dtype=pl.Boolean)
-    if _plain(times):
-        bounds = np.array(windows, dtype=np.int64).reshape(-1, 2)
+    bounds = np.array(windows, dtype=np.int64).reshape(-1, 2)
+    if _plain(times) and bool(np.all(bounds[1:, 0] >= bounds[:-1, 0])):  # unsorted: polars' search
         values = times.to_numpy()
         at = np.searchsorted(bounds[:, 0], values, side="right") - 1
         inside = (at >= 0) & (values < bounds[np.maximum(at, 0), 1])
