@@ -156,6 +156,49 @@ def test_markdown_to_stdout_is_only_markdown(loops: dict[str, Path]) -> None:
     assert "Scorecard" in stderr and "Scorecard" not in stdout.split("\n", 1)[0]
 
 
+@pytest.mark.parametrize("command", ["analyze", "diff", "job"])
+def test_the_page_to_stdout_is_the_page_a_file_gets(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``-o -`` writes the page to stdout, byte for byte the page ``-o FILE`` writes (the summary
+    goes to stderr), and no file named ``-``."""
+    subjects = {
+        "analyze": ["analyze", str(WORKERS0)],
+        "diff": ["diff", str(WORKERS0), str(WORKERS4)],
+        "job": ["analyze", str(SAMPLES / "two_ranks")],
+    }[command]
+    monkeypatch.chdir(tmp_path)
+    code, stdout, stderr = invoke(*subjects, "-o", "-")
+    assert code == 0, stderr
+    assert list(tmp_path.iterdir()) == []
+    page = tmp_path / "page.html"
+    code, _, _ = invoke(*subjects, "-o", str(page))
+    assert code == 0
+    assert stdout == page.read_text(encoding="utf-8")
+    summary = "traceinsight job: 2 ranks" if command == "job" else "╭─ traceinsight"
+    assert stdout.startswith("<!DOCTYPE html>") and summary not in stdout
+    assert summary in stderr
+
+
+@pytest.mark.parametrize(
+    ("words", "phrase"),
+    [
+        (["-o", "-", "--json", "-"], "-o - and --json - both ask for stdout"),
+        (["-o", "-", "--markdown", "-"], "-o - and --markdown - both ask for stdout"),
+        (["-o", "-", "--json", "-", "--markdown", "-"], "-o -, --json - and --markdown - all ask for stdout"),
+    ],
+)
+def test_the_page_cannot_share_stdout(
+    words: list[str], phrase: str, loops: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, stdout, stderr = invoke("analyze", str(loops["synced"]), *words)
+    assert code == 2 and stdout == "" and stderr.count("\n") == 1 and phrase in stderr
+    assert list(tmp_path.iterdir()) == []
+    code, _, stderr = invoke("analyze", str(loops["synced"]), *words, "--no-html")  # no page: -o - is moot
+    assert code == (0 if len(words) == 4 else 2), stderr
+
+
 def test_json_and_markdown_cannot_both_take_stdout(loops: dict[str, Path]) -> None:
     code, stdout, stderr = invoke(
         "analyze", str(loops["synced"]), "--no-html", "--json", "-", "--markdown", "-"

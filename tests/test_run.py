@@ -393,6 +393,20 @@ def test_output_folder_that_does_not_exist_fails_before_the_script_runs(
     assert not probe_record.exists()
 
 
+@pytest.mark.parametrize(("words", "option"), [(["-o", "-"], "-o -"), (["--trace", "-"], "--trace -")])
+def test_stdout_for_the_report_or_the_trace_fails_before_the_script_runs(
+    words: list[str], option: str, tmp_path: Path, probe_record: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`run` writes its trace and report to files (stdout is the script's): ``-`` is refused in one
+    line, and no file named ``-`` is left."""
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["run", *words, str(PROBE), "steps=10"])
+    assert result.exit_code == 2
+    assert error_line(result.stderr).startswith(f"traceinsight: error: {option}: ")
+    assert not probe_record.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_analysis_failure_keeps_the_trace_and_prints_its_path(
     tmp_path: Path, probe_record: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

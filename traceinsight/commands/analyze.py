@@ -47,9 +47,9 @@ def analyze(
         typer.Option(
             "-o",
             "--output",
-            metavar="PATH",
+            metavar="PATH|-",
             show_default=False,
-            help="Where to write the HTML report [default: ./<trace name>.html].",
+            help="Where to write the HTML report ('-': stdout) [default: ./<trace name>.html].",
         ),
     ] = None,
     json_out: options.JsonOption = None,

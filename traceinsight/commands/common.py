@@ -19,7 +19,7 @@ from typing import Final
 from rich.console import Console
 from rich.text import Text
 
-from traceinsight.commands.options import Reading, Wanted
+from traceinsight.commands.options import STDOUT, Reading, Wanted
 from traceinsight.commands.outputs import Kind, Output, check_outputs, write_output
 from traceinsight.load import load_trace
 from traceinsight.load.head_start import HeadStart
@@ -105,15 +105,15 @@ def read_trace(
 class Planned:
     """The files a command will write, checked before its work (:func:`plan`)."""
 
-    def __init__(self, wanted: Wanted, page: Path | None, outputs: list[Output]) -> None:
+    def __init__(self, wanted: Wanted, page: Path | str | None, outputs: list[Output]) -> None:
         self.wanted = wanted
         self.page = page
         self.outputs = outputs
 
     def destination(self, option: str, value: str | Path | None) -> Output | str | None:
         """Where one output goes: its planned file, ``"-"`` (stdout), or None (not written)."""
-        if value is None or value == "-":
-            return None if value is None else "-"
+        if value is None or value == STDOUT:
+            return None if value is None else STDOUT
         return next(target for target in self.outputs if target.option == option)
 
 
@@ -127,12 +127,12 @@ def plan(
     """The files ``wanted`` asks for, checked now (:func:`~.outputs.check_outputs`): none may be an
     input, a file that is not ours (without ``--force``), or another output."""
     page = wanted.page(default_page)
-    outputs = [Output("-o/--output", page, Kind.HTML)] if page is not None else []
+    outputs = [Output("-o/--output", page, Kind.HTML)] if isinstance(page, Path) else []
     for option, value, kind in (
         ("--json", wanted.json, Kind.JSON),
         ("--markdown", wanted.markdown, Kind.MARKDOWN),
     ):
-        if value is not None and value != "-":
+        if value is not None and value != STDOUT:
             outputs.append(Output(option, Path(value), kind))
     check_outputs(outputs, inputs=inputs, inputs_are=inputs_are, force=wanted.force)
     return Planned(wanted, page, outputs)

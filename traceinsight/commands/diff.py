@@ -57,9 +57,9 @@ def diff(
         typer.Option(
             "-o",
             "--output",
-            metavar="PATH",
+            metavar="PATH|-",
             show_default=False,
-            help="Where to write the HTML page [default: ./<before>-vs-<after>.html].",
+            help="Where to write the HTML page ('-': stdout) [default: ./<before>-vs-<after>.html].",
         ),
     ] = None,
     json_out: options.JsonOption = None,

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXIT_CODES",
+    "STDOUT",
     "FailOnOption",
     "FailOnRuleOption",
     "ForceOption",
@@ -53,6 +54,9 @@ EXIT_CODES: Final = """\b
 Exit status: 0 done; 1 a gate was broken (one line per broken budget on stderr);
 2 bad input (an unreadable or invalid trace, a bad option or project setting);
 3 an internal error (please report it)."""
+
+#: An output given as this goes to stdout (``-o -``, ``--json -``, ``--markdown -``).
+STDOUT: Final = "-"
 
 JsonOption = Annotated[
     str | None,
@@ -133,7 +137,8 @@ def parse_size(text: str) -> int:
 class Wanted:
     """The outputs a command was asked for."""
 
-    #: The page's path (None: the command's default name); not written unless ``write_html``.
+    #: ``-o``: the page's path, ``-`` for stdout, None for the command's default name; not
+    #: written unless ``write_html``.
     html: Path | None = None
     #: ``--json``: a path, ``-`` for stdout, or None.
     json: str | None = None
@@ -143,9 +148,14 @@ class Wanted:
     #: ``--force``: an output may replace a file that is not ours.
     force: bool = False
 
-    def page(self, default: Path) -> Path | None:
-        """Where the page goes (``default`` unless ``-o`` said), or None when it is not written."""
-        return (self.html if self.html is not None else default) if self.write_html else None
+    def page(self, default: Path) -> Path | str | None:
+        """Where the page goes: ``default`` unless ``-o`` said, :data:`STDOUT` for ``-o -``, or
+        None when it is not written."""
+        if not self.write_html:
+            return None
+        if self.html is None:
+            return default
+        return STDOUT if str(self.html) == STDOUT else self.html
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +183,25 @@ class Settings:
         return resolve_source_root(given, self.config)
 
 
+def _one_on_stdout(*, page: Path | None, json_out: str | None, markdown: str | None) -> None:
+    """At most one of the outputs may be ``-`` (stdout): two documents there could not be told apart."""
+    asked = [
+        f"{option} -"
+        for option, value in (
+            ("-o", None if page is None else str(page)),
+            ("--json", json_out),
+            ("--markdown", markdown),
+        )
+        if value == STDOUT
+    ]
+    if len(asked) == 2:
+        raise ConfigError(f"{asked[0]} and {asked[1]} both ask for stdout; write one of them to a file")
+    if len(asked) > 2:
+        raise ConfigError(
+            f"{', '.join(asked[:-1])} and {asked[-1]} all ask for stdout; write all but one to files"
+        )
+
+
 def settings(
     *,
     output: Path | None,
@@ -198,8 +227,7 @@ def settings(
     config = read_config()
     if fail_on is not None and fail_on not in SEVERITIES:
         raise ConfigError(f"--fail-on {fail_on!r}: give one of {', '.join(SEVERITIES)}")
-    if json_out == "-" and markdown == "-":
-        raise ConfigError("--json - and --markdown - both ask for stdout; write one of them to a file")
+    _one_on_stdout(page=None if no_html else output, json_out=json_out, markdown=markdown)
     given = Budgets(
         fail_on=fail_on,
         fail_on_rules=check_rule_ids(fail_on_rules or (), "--fail-on-rule"),

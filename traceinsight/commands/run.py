@@ -728,6 +728,15 @@ def _output_paths(
     a trace reached through a symlink is written over the file it names, the link kept)."""
     from traceinsight.capture.distributed import job_stamp, rank_path
 
+    if trace is not None and str(trace) == "-":
+        raise OutputError(
+            "--trace -: run writes the trace to a file and reads it back for the report; give a path"
+        )
+    if write_html and output is not None and str(output) == "-":
+        raise OutputError(
+            "-o -: run writes its report to a file (stdout is the script's); give a path, "
+            "or write the page of a saved trace to stdout with traceinsight analyze TRACE -o -"
+        )
     if rank is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         trace_path = trace if trace is not None else Path(f"{target.stem}.{stamp}.pt.trace.json.gz")
