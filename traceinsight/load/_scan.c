@@ -1457,10 +1457,169 @@ static PyObject *configure(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* --- Mapped files cut short while they are read ------------------------------------------------
+ *
+ * A file mapped read-only that another process truncates (a training run that writes its trace
+ * again while it is analyzed) makes every read of a page past the new end a SIGBUS, which ends the
+ * process without a word. guard(buffer) registers a mapping's address range: a SIGBUS inside a
+ * registered range has that page replaced by a page of zeros and counted, so the read goes on (the
+ * scanner then meets a NUL byte, which is never valid JSON) and the loader, asking faults(buffer),
+ * says in one line that the file changed while it was read. A SIGBUS anywhere else goes to the
+ * handler that was there before (by default the process ends, as it did). unguard(slot) forgets a
+ * range once its mapping is closed (slot(buffer) finds it). Registering is done with the GIL; the handler only reads the
+ * table (a slot's start is published last and withdrawn first). Elsewhere than POSIX nothing is
+ * registered. */
+#if defined(__unix__) || defined(__APPLE__)
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#define HAVE_GUARDS 1
+#ifndef MAP_ANONYMOUS
+#define MAP_ANONYMOUS MAP_ANON
+#endif
+
+#define MAX_GUARDS 64
+typedef struct {
+    uintptr_t start, end;
+    long refs, faults;
+} Guard;
+static Guard guards[MAX_GUARDS];
+static struct sigaction previous_bus;
+static int bus_handler = 0;
+static uintptr_t page_bytes = 4096;
+
+static void on_bus(int sig, siginfo_t *info, void *context) {
+    uintptr_t at = (uintptr_t)info->si_addr;
+    for (int i = 0; i < MAX_GUARDS; i++) {
+        uintptr_t start = __atomic_load_n(&guards[i].start, __ATOMIC_ACQUIRE);
+        if (start && start <= at && at < __atomic_load_n(&guards[i].end, __ATOMIC_ACQUIRE)) {
+            void *page = (void *)(at - at % page_bytes);
+            if (mmap(page, page_bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED) {
+                __atomic_add_fetch(&guards[i].faults, 1, __ATOMIC_RELAXED);
+                return;
+            }
+            break;
+        }
+    }
+    /* Not a page of a guarded mapping: as before this handler was set. */
+    if (previous_bus.sa_flags & SA_SIGINFO) {
+        if (previous_bus.sa_sigaction) {
+            previous_bus.sa_sigaction(sig, info, context);
+            return;
+        }
+    } else if (previous_bus.sa_handler != SIG_DFL && previous_bus.sa_handler != SIG_IGN) {
+        previous_bus.sa_handler(sig);
+        return;
+    }
+    struct sigaction fallback;
+    memset(&fallback, 0, sizeof fallback);
+    fallback.sa_handler = SIG_DFL;
+    sigemptyset(&fallback.sa_mask);
+    sigaction(SIGBUS, &fallback, NULL); /* the fault repeats on return and ends the process */
+}
+
+static int install_bus_handler(void) {
+    if (bus_handler) return 0;
+    long size = sysconf(_SC_PAGESIZE);
+    if (size > 0) page_bytes = (uintptr_t)size;
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_sigaction = on_bus;
+    action.sa_flags = SA_SIGINFO;
+    sigemptyset(&action.sa_mask);
+    if (sigaction(SIGBUS, &action, &previous_bus) != 0) return -1;
+    bus_handler = 1;
+    return 0;
+}
+
+/* The slot of the range [start, end), or -1. */
+static int guard_slot(uintptr_t start, uintptr_t end) {
+    for (int i = 0; i < MAX_GUARDS; i++)
+        if (guards[i].refs > 0 && guards[i].start == start && guards[i].end == end) return i;
+    return -1;
+}
+#endif
+
+/* The address range of a buffer (a mapping), through the buffer protocol, released at once. */
+static int buffer_range(PyObject *object, uintptr_t *start, uintptr_t *end) {
+    Py_buffer buf;
+    if (PyObject_GetBuffer(object, &buf, PyBUF_SIMPLE) < 0) return -1;
+    *start = (uintptr_t)buf.buf;
+    *end = *start + (uintptr_t)buf.len;
+    PyBuffer_Release(&buf);
+    return 0;
+}
+
+/* guard(buffer) -> slot: see above; -1 where nothing can be guarded (an empty buffer, a full
+ * table, no SIGBUS handler could be set, not POSIX). Guarding a range again shares its slot. */
+static PyObject *guard(PyObject *Py_UNUSED(self), PyObject *object) {
+    uintptr_t start, end;
+    if (buffer_range(object, &start, &end) < 0) return NULL;
+#ifdef HAVE_GUARDS
+    if (start == 0 || end <= start || install_bus_handler() < 0) return PyLong_FromLong(-1);
+    int slot = guard_slot(start, end);
+    if (slot >= 0) {
+        guards[slot].refs++;
+        return PyLong_FromLong(slot);
+    }
+    for (int i = 0; i < MAX_GUARDS; i++) {
+        if (guards[i].refs == 0) {
+            guards[i].refs = 1;
+            guards[i].faults = 0;
+            __atomic_store_n(&guards[i].end, end, __ATOMIC_RELEASE);
+            __atomic_store_n(&guards[i].start, start, __ATOMIC_RELEASE);
+            return PyLong_FromLong(i);
+        }
+    }
+#endif
+    return PyLong_FromLong(-1);
+}
+
+/* slot(buffer) -> the slot of the buffer's guarded range, or -1. */
+static PyObject *slot_of(PyObject *Py_UNUSED(self), PyObject *object) {
+    uintptr_t start, end;
+    if (buffer_range(object, &start, &end) < 0) return NULL;
+#ifdef HAVE_GUARDS
+    return PyLong_FromLong(guard_slot(start, end));
+#else
+    return PyLong_FromLong(-1);
+#endif
+}
+
+/* unguard(slot): one registration of the slot fewer; at none, its range is forgotten. */
+static PyObject *unguard(PyObject *Py_UNUSED(self), PyObject *arg) {
+    long slot = PyLong_AsLong(arg);
+    if (slot == -1 && PyErr_Occurred()) return NULL;
+#ifdef HAVE_GUARDS
+    if (slot >= 0 && slot < MAX_GUARDS && guards[slot].refs > 0 && --guards[slot].refs == 0) {
+        __atomic_store_n(&guards[slot].start, (uintptr_t)0, __ATOMIC_RELEASE);
+        __atomic_store_n(&guards[slot].end, (uintptr_t)0, __ATOMIC_RELEASE);
+    }
+#endif
+    Py_RETURN_NONE;
+}
+
+/* faults(buffer) -> pages of the buffer's guarded range that were replaced by zeros (0 when the
+ * range is not guarded). */
+static PyObject *faults(PyObject *Py_UNUSED(self), PyObject *object) {
+    uintptr_t start, end;
+    if (buffer_range(object, &start, &end) < 0) return NULL;
+    long count = 0;
+#ifdef HAVE_GUARDS
+    int slot = guard_slot(start, end);
+    if (slot >= 0) count = __atomic_load_n(&guards[slot].faults, __ATOMIC_RELAXED);
+#endif
+    return PyLong_FromLong(count);
+}
+
 static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS, "Set the fields and limits (once, before scanning)."},
     {"scan", scan, METH_VARARGS, "Scan complete events of a traceEvents array (see the module)."},
     {"events_start", events_start, METH_VARARGS, "Where the traceEvents array starts."},
+    {"guard", guard, METH_O, "Guard a mapping's pages against the file being cut short (see above)."},
+    {"slot", slot_of, METH_O, "The slot of a guarded mapping, or -1."},
+    {"unguard", unguard, METH_O, "Forget a guarded range (its slot)."},
+    {"faults", faults, METH_O, "Pages of a guarded mapping replaced by zeros."},
     {NULL, NULL, 0, NULL},
 };
 

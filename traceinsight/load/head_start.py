@@ -38,6 +38,7 @@ from traceinsight.load.scanner import (
     START,
     close_quietly,
     cut_end,
+    guard,
     is_bare,
     line_boundary,
 )
@@ -131,6 +132,7 @@ def begin(path: Path) -> HeadStart | None:
             if not stat.S_ISREG(info.st_mode) or info.st_size < MIN_BYTES:
                 return None
             mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+            guard(mapped)  # its pages read as zeros if the file is cut short meanwhile
         finally:
             os.close(fd)
     except (OSError, ValueError):

@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import json
 import mmap
+import os
 import queue
 import threading
 from collections import deque
@@ -48,7 +49,7 @@ from typing import Any, Final
 import numpy as np
 import polars as pl
 
-from traceinsight.errors import TraceFormatError
+from traceinsight.errors import TraceFormatError, TraceInsightError
 from traceinsight.load import limits, schema
 from traceinsight.load.coerce import INT64_NS_LIMIT, as_int, as_ns, float_column_to_ns
 from traceinsight.load.decode import (
@@ -71,6 +72,8 @@ from traceinsight.load.scanner import (
     MAX_SCAN_ROWS,
     close_quietly,
     cut_end,
+    cut_short,
+    guard,
     is_bare,
     line_boundary,
 )
@@ -938,6 +941,23 @@ def _adopted(head: HeadStart, source: TraceFile) -> mmap.mmap | None:
     return head.adopt(fd)
 
 
+def changed_while_read(path: Path) -> TraceFormatError:
+    """The one line for a trace that another process cut short or wrote again while it was read."""
+    return TraceFormatError(
+        f"cannot read trace {path}: the file changed while it was read (another process cut it short "
+        "or wrote it again); read it again once it is written"
+    )
+
+
+def _stamp(source: TraceFile) -> tuple[int, int] | None:
+    """The open file's size and modification time, None when it has no descriptor."""
+    try:
+        info = os.fstat(source.stream.fileno())
+    except (AttributeError, OSError, ValueError):
+        return None
+    return info.st_size, info.st_mtime_ns
+
+
 def _load(
     source: TraceFile, progress: ProgressCallback | None, workers: int, head: HeadStart | None
 ) -> tuple[TraceDocument, ChunkTables]:
@@ -950,6 +970,9 @@ def _load(
         mapped = None if head is None else _adopted(head, source)
         if mapped is None:
             mapped = source.mapped()
+            if mapped is not None:
+                guard(mapped)
+        stamp = _stamp(source)
         if mapped is not None:
             stack.callback(close_quietly, mapped)
             if head is not None:  # first: what it did not hand over is dropped before the map goes
@@ -958,10 +981,18 @@ def _load(
         else:
             blocks = stack.enter_context(_read_ahead(source.blocks(BLOCK_BYTES)))
             results = _streamed(source, blocks, frame, pool, workers)
-        for result in results:
-            frame.add(result)
-            if progress is not None:
-                progress(min(frame.file_bytes, total - 1), total, frame.events)
+        try:
+            for result in results:
+                frame.add(result)
+                if progress is not None:
+                    progress(min(frame.file_bytes, total - 1), total, frame.events)
+        except (TraceInsightError, _Mismatch):
+            # What was read may be zeros (a mapped page past a new end) or a mix of two files.
+            if (mapped is not None and cut_short(mapped)) or _stamp(source) != stamp:
+                raise changed_while_read(frame.path) from None
+            raise
+        if (mapped is not None and cut_short(mapped)) or _stamp(source) != stamp:
+            raise changed_while_read(frame.path)
     document = frame.document()
     merged = merge(frame.parts)
     if merged.skipped and not merged.event_count:

@@ -32,6 +32,8 @@ __all__ = [
     "START",
     "close_quietly",
     "cut_end",
+    "cut_short",
+    "guard",
     "is_bare",
     "line_boundary",
 ]
@@ -104,8 +106,26 @@ def is_bare(head: bytes) -> bool:
     return body[leading_whitespace(body) :].startswith(b"[")
 
 
+def guard(mapped: mmap.mmap) -> None:
+    """Guard ``mapped`` against its file being cut short while it is read: a page past the new end
+    reads as zeros instead of ending the process with SIGBUS (:func:`cut_short` tells), until
+    :func:`close_quietly` closes it. Nothing without the C scanner (nothing is mapped then)."""
+    if C_SCANNER is not None and not mapped.closed:
+        C_SCANNER.guard(mapped)
+
+
+def cut_short(mapped: mmap.mmap) -> bool:
+    """Whether pages of ``mapped`` (guarded: :func:`guard`) were past its file's end when they were
+    read, the file truncated by another process meanwhile: zeros were read in their place."""
+    return C_SCANNER is not None and not mapped.closed and C_SCANNER.faults(mapped) > 0
+
+
 def close_quietly(mapped: mmap.mmap) -> None:
-    """Close a mapping; if a view is still alive somewhere (a scan still running or cancelled),
-    the collector closes it once that view goes."""
+    """Close a mapping and forget its guard (:func:`guard`); if a view is still alive somewhere (a
+    scan still running or cancelled), the collector closes it once that view goes, and it stays
+    guarded."""
+    slot = -1 if C_SCANNER is None or mapped.closed else C_SCANNER.slot(mapped)
     with contextlib.suppress(BufferError):
         mapped.close()
+        if slot >= 0:
+            C_SCANNER.unguard(slot)
