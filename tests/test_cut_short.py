@@ -228,3 +228,87 @@ def test_a_head_start_scanning_a_trace_cut_short_reads_zeros(tmp_path: Path) -> 
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["3", "json", "True"]
+
+
+def test_failed_loads_leave_no_guard_behind(tmp_path: Path) -> None:
+    """Loads that fail keep their mapping alive in the error's traceback for a while; 80 of them
+    (more than the 64 ranges guarded at once), on files of different sizes, then a trace cut short
+    while it is read: still the one line, not a SIGBUS; and the same file written whole again
+    loads (a notebook's retry)."""
+    path = _many_runs(tmp_path)
+    whole = path.read_bytes()
+    result = _child(
+        """
+        import mmap, os, sys
+        from pathlib import Path
+        from traceinsight.errors import TraceFormatError
+        from traceinsight.load import native
+        from traceinsight.load.loader import load_trace
+        path, folder = Path(sys.argv[1]), Path(sys.argv[2])
+        failed = 0
+        for n in range(80):
+            bad = folder / f"bad{n}.json"
+            bad.write_bytes(b'{"traceEvents": [' + b" " * (4096 * (n + 1)) + b"{oops")
+            try:
+                load_trace(bad)
+            except TraceFormatError:
+                failed += 1
+        native.BLOCK_BYTES = 1 << 16
+        drop, calls = native._drop_pages, []
+        def drop_then_cut(mapped, begin, end):
+            calls.append(end)
+            if len(calls) == 1:
+                os.truncate(path, end - end % mmap.PAGESIZE + mmap.PAGESIZE)
+            drop(mapped, begin, end)
+        native._drop_pages = drop_then_cut
+        whole = path.read_bytes()
+        try:
+            load_trace(path)
+        except TraceFormatError as error:
+            print(failed, "changed" if "changed while it was read" in str(error) else str(error))
+        native._drop_pages = drop
+        path.write_bytes(whole)
+        print(load_trace(path).gpu.height)
+        """,
+        str(path),
+        str(tmp_path),
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "80 changed"
+    assert int(lines[1]) == whole.count(b'"cat": "kernel"')
+
+
+@pytest.mark.parametrize("order", ["enabled after", "disabled after"])
+def test_the_guard_holds_whatever_faulthandler_did_in_between(order: str, tmp_path: Path) -> None:
+    """faulthandler enabled after a first guard (its handler on top of ours), or enabled before
+    and disabled after (the default handler put back): the next guard puts ours back on top."""
+    page = mmap.PAGESIZE
+    for name in ("first", "second"):
+        (tmp_path / name).write_bytes(b"c" * (3 * page))
+    result = _child(
+        """
+        import faulthandler, mmap, os, sys
+        from traceinsight.load.scanner import guard
+        order, folder = sys.argv[1], sys.argv[2]
+        def mapped(name):
+            with open(os.path.join(folder, name), "rb") as f:
+                return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        if order == "disabled after":
+            faulthandler.enable()
+        first = mapped("first")
+        guard(first)
+        if order == "enabled after":
+            faulthandler.enable()
+        else:
+            faulthandler.disable()
+        second = mapped("second")
+        guard(second)
+        os.truncate(os.path.join(folder, "second"), 10)
+        print(second[2 * mmap.PAGESIZE], flush=True)
+        """,
+        order,
+        str(tmp_path),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "0\n"

@@ -1461,15 +1461,19 @@ static PyObject *configure(PyObject *Py_UNUSED(self), PyObject *args) {
  *
  * A file mapped read-only that another process truncates (a training run that writes its trace
  * again while it is analyzed) makes every read of a page past the new end a SIGBUS, which ends the
- * process without a word. guard(buffer) registers a mapping's address range: a SIGBUS inside a
- * registered range has that page replaced by a page of zeros and counted, so the read goes on (the
- * scanner then meets a NUL byte, which is never valid JSON) and the loader, asking faults(buffer),
- * says in one line that the file changed while it was read. A SIGBUS anywhere else goes to the
- * handler that was there before (by default the process ends, as it did). unguard(slot) forgets a
- * range once its mapping is closed (slot(buffer) finds it). Registering is done with the GIL; the handler only reads the
- * table (a slot's start is published last and withdrawn first). Elsewhere than POSIX nothing is
- * registered. */
+ * process without a word. guard(buffer) registers a mapping's address range (one guard per
+ * mapping): a SIGBUS the kernel raises for an address inside a registered range has that page
+ * replaced by a page of zeros and counted, so the read goes on (the scanner then meets a NUL byte,
+ * which is never valid JSON) and the loader, asking faults(buffer), says in one line that the file
+ * could not be read whole. Any other SIGBUS puts back the handler that was there before and lets
+ * it have the signal (by default the process ends, as it did). unguard(token) forgets a range once
+ * its mapping is gone (slot(buffer) finds its token); a new mapping over a range still registered proves
+ * that range's mapping gone, and takes its slot. Each guard() puts the handler back on top if
+ * something replaced it since (faulthandler enabled or disabled meanwhile). Registering is done
+ * with the GIL; the handler only reads the table (a slot's start is published last and withdrawn
+ * first). Elsewhere than POSIX nothing is registered. */
 #if defined(__unix__) || defined(__APPLE__)
+#include <errno.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -1481,45 +1485,45 @@ static PyObject *configure(PyObject *Py_UNUSED(self), PyObject *args) {
 #define MAX_GUARDS 64
 typedef struct {
     uintptr_t start, end;
-    long refs, faults;
+    long faults, token;
 } Guard;
 static Guard guards[MAX_GUARDS];
+/* Each guard's token: its slot plus MAX_GUARDS times a count of guards made, so that a late
+ * unguard of a mapping long gone never forgets the slot's next range. */
+static long guards_made = 0;
 static struct sigaction previous_bus;
-static int bus_handler = 0;
 static uintptr_t page_bytes = 4096;
 
 static void on_bus(int sig, siginfo_t *info, void *context) {
+    (void)context;
+    int saved = errno;
     uintptr_t at = (uintptr_t)info->si_addr;
-    for (int i = 0; i < MAX_GUARDS; i++) {
-        uintptr_t start = __atomic_load_n(&guards[i].start, __ATOMIC_ACQUIRE);
-        if (start && start <= at && at < __atomic_load_n(&guards[i].end, __ATOMIC_ACQUIRE)) {
-            void *page = (void *)(at - at % page_bytes);
-            if (mmap(page, page_bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED) {
-                __atomic_add_fetch(&guards[i].faults, 1, __ATOMIC_RELAXED);
-                return;
+    if (info->si_code > 0) { /* raised by the kernel for an access, not sent by a process */
+        for (int i = 0; i < MAX_GUARDS; i++) {
+            uintptr_t start = __atomic_load_n(&guards[i].start, __ATOMIC_ACQUIRE);
+            if (start && start <= at && at < __atomic_load_n(&guards[i].end, __ATOMIC_ACQUIRE)) {
+                void *page = (void *)(at - at % page_bytes);
+                if (mmap(page, page_bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED) {
+                    __atomic_add_fetch(&guards[i].faults, 1, __ATOMIC_RELAXED);
+                    errno = saved;
+                    return;
+                }
+                break;
             }
-            break;
         }
     }
-    /* Not a page of a guarded mapping: as before this handler was set. */
-    if (previous_bus.sa_flags & SA_SIGINFO) {
-        if (previous_bus.sa_sigaction) {
-            previous_bus.sa_sigaction(sig, info, context);
-            return;
-        }
-    } else if (previous_bus.sa_handler != SIG_DFL && previous_bus.sa_handler != SIG_IGN) {
-        previous_bus.sa_handler(sig);
-        return;
-    }
-    struct sigaction fallback;
-    memset(&fallback, 0, sizeof fallback);
-    fallback.sa_handler = SIG_DFL;
-    sigemptyset(&fallback.sa_mask);
-    sigaction(SIGBUS, &fallback, NULL); /* the fault repeats on return and ends the process */
+    /* Not a page of a guarded mapping: the handler from before gets it. A fault repeats on return
+     * and reaches it; a signal sent by a process is sent again (blocked until this returns). */
+    sigaction(SIGBUS, &previous_bus, NULL);
+    if (info->si_code <= 0) raise(sig);
+    errno = saved;
 }
 
+/* Put on_bus on top of whatever handles SIGBUS now (remembered for the signals not ours). */
 static int install_bus_handler(void) {
-    if (bus_handler) return 0;
+    struct sigaction current;
+    if (sigaction(SIGBUS, NULL, &current) != 0) return -1;
+    if ((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == on_bus) return 0;
     long size = sysconf(_SC_PAGESIZE);
     if (size > 0) page_bytes = (uintptr_t)size;
     struct sigaction action;
@@ -1527,16 +1531,20 @@ static int install_bus_handler(void) {
     action.sa_sigaction = on_bus;
     action.sa_flags = SA_SIGINFO;
     sigemptyset(&action.sa_mask);
-    if (sigaction(SIGBUS, &action, &previous_bus) != 0) return -1;
-    bus_handler = 1;
-    return 0;
+    previous_bus = current;
+    return sigaction(SIGBUS, &action, NULL);
 }
 
 /* The slot of the range [start, end), or -1. */
 static int guard_slot(uintptr_t start, uintptr_t end) {
     for (int i = 0; i < MAX_GUARDS; i++)
-        if (guards[i].refs > 0 && guards[i].start == start && guards[i].end == end) return i;
+        if (guards[i].start == start && guards[i].end == end && start) return i;
     return -1;
+}
+
+static void forget(int slot) {
+    __atomic_store_n(&guards[slot].start, (uintptr_t)0, __ATOMIC_RELEASE);
+    __atomic_store_n(&guards[slot].end, (uintptr_t)0, __ATOMIC_RELEASE);
 }
 #endif
 
@@ -1550,51 +1558,49 @@ static int buffer_range(PyObject *object, uintptr_t *start, uintptr_t *end) {
     return 0;
 }
 
-/* guard(buffer) -> slot: see above; -1 where nothing can be guarded (an empty buffer, a full
- * table, no SIGBUS handler could be set, not POSIX). Guarding a range again shares its slot. */
+/* guard(buffer) -> token: see above; -1 where nothing can be guarded (an empty buffer, a full
+ * table, no SIGBUS handler could be set, not POSIX). */
 static PyObject *guard(PyObject *Py_UNUSED(self), PyObject *object) {
     uintptr_t start, end;
     if (buffer_range(object, &start, &end) < 0) return NULL;
 #ifdef HAVE_GUARDS
     if (start == 0 || end <= start || install_bus_handler() < 0) return PyLong_FromLong(-1);
-    int slot = guard_slot(start, end);
-    if (slot >= 0) {
-        guards[slot].refs++;
-        return PyLong_FromLong(slot);
-    }
+    int free_slot = -1;
     for (int i = 0; i < MAX_GUARDS; i++) {
-        if (guards[i].refs == 0) {
-            guards[i].refs = 1;
-            guards[i].faults = 0;
-            __atomic_store_n(&guards[i].end, end, __ATOMIC_RELEASE);
-            __atomic_store_n(&guards[i].start, start, __ATOMIC_RELEASE);
-            return PyLong_FromLong(i);
-        }
+        uintptr_t s = guards[i].start;
+        if (s && s < end && start < guards[i].end) forget(i); /* its mapping is gone: this one is there */
+        if (!guards[i].start && free_slot < 0) free_slot = i;
+    }
+    if (free_slot >= 0) {
+        guards[free_slot].faults = 0;
+        guards[free_slot].token = free_slot + MAX_GUARDS * (++guards_made % (LONG_MAX / (2 * MAX_GUARDS)));
+        __atomic_store_n(&guards[free_slot].end, end, __ATOMIC_RELEASE);
+        __atomic_store_n(&guards[free_slot].start, start, __ATOMIC_RELEASE);
+        return PyLong_FromLong(guards[free_slot].token);
     }
 #endif
     return PyLong_FromLong(-1);
 }
 
-/* slot(buffer) -> the slot of the buffer's guarded range, or -1. */
+/* slot(buffer) -> the token of the buffer's guarded range, or -1. */
 static PyObject *slot_of(PyObject *Py_UNUSED(self), PyObject *object) {
     uintptr_t start, end;
     if (buffer_range(object, &start, &end) < 0) return NULL;
 #ifdef HAVE_GUARDS
-    return PyLong_FromLong(guard_slot(start, end));
+    int slot = guard_slot(start, end);
+    return PyLong_FromLong(slot < 0 ? -1 : guards[slot].token);
 #else
     return PyLong_FromLong(-1);
 #endif
 }
 
-/* unguard(slot): one registration of the slot fewer; at none, its range is forgotten. */
+/* unguard(token): the range it was given for forgotten (nothing if its slot holds another now). */
 static PyObject *unguard(PyObject *Py_UNUSED(self), PyObject *arg) {
-    long slot = PyLong_AsLong(arg);
-    if (slot == -1 && PyErr_Occurred()) return NULL;
+    long token = PyLong_AsLong(arg);
+    if (token == -1 && PyErr_Occurred()) return NULL;
 #ifdef HAVE_GUARDS
-    if (slot >= 0 && slot < MAX_GUARDS && guards[slot].refs > 0 && --guards[slot].refs == 0) {
-        __atomic_store_n(&guards[slot].start, (uintptr_t)0, __ATOMIC_RELEASE);
-        __atomic_store_n(&guards[slot].end, (uintptr_t)0, __ATOMIC_RELEASE);
-    }
+    if (token >= 0 && guards[token % MAX_GUARDS].start && guards[token % MAX_GUARDS].token == token)
+        forget((int)(token % MAX_GUARDS));
 #endif
     Py_RETURN_NONE;
 }

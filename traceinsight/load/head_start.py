@@ -132,10 +132,12 @@ def begin(path: Path) -> HeadStart | None:
             if not stat.S_ISREG(info.st_mode) or info.st_size < MIN_BYTES:
                 return None
             mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-            guard(mapped)  # its pages read as zeros if the file is cut short meanwhile
         finally:
             os.close(fd)
     except (OSError, ValueError):
+        return None
+    if not guard(mapped):  # its pages must read as zeros if the file is cut short meanwhile
+        close_quietly(mapped)
         return None
     try:
         started = _started(mapped, _identity(info))

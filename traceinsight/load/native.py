@@ -941,12 +941,22 @@ def _adopted(head: HeadStart, source: TraceFile) -> mmap.mmap | None:
     return head.adopt(fd)
 
 
-def changed_while_read(path: Path) -> TraceFormatError:
-    """The one line for a trace that another process cut short or wrote again while it was read."""
-    return TraceFormatError(
-        f"cannot read trace {path}: the file changed while it was read (another process cut it short "
-        "or wrote it again); read it again once it is written"
-    )
+def _check_whole(
+    path: Path, source: TraceFile, stamp: tuple[int, int] | None, mapped: mmap.mmap | None
+) -> None:
+    """One line when what was read is not the file as it was: another process cut it short or
+    wrote it again meanwhile (its size or time changed), or pages of its mapping could not be read
+    (:func:`.scanner.cut_short`: zeros were read instead)."""
+    if _stamp(source) != stamp:
+        raise TraceFormatError(
+            f"cannot read trace {path}: the file changed while it was read (another process cut it "
+            "short or wrote it again); read it again once it is written"
+        ) from None
+    if mapped is not None and cut_short(mapped):
+        raise TraceFormatError(
+            f"cannot read trace {path}: part of the file could not be read (cut short while it was "
+            "read, or a read error of the disk); check the file and read it again"
+        ) from None
 
 
 def _stamp(source: TraceFile) -> tuple[int, int] | None:
@@ -964,17 +974,19 @@ def _load(
     frame = _Frame(source.path, source.compressed)
     total = source.size
     with contextlib.ExitStack() as stack:
-        pool = stack.enter_context(
-            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="traceinsight-scan")
-        )
         mapped = None if head is None else _adopted(head, source)
         if mapped is None:
             mapped = source.mapped()
-            if mapped is not None:
-                guard(mapped)
+            if mapped is not None and not guard(mapped):  # read, not mapped, where it cannot be guarded
+                close_quietly(mapped)
+                mapped = None
         stamp = _stamp(source)
-        if mapped is not None:
+        if mapped is not None:  # closed last: after the scans still running have ended
             stack.callback(close_quietly, mapped)
+        pool = stack.enter_context(
+            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="traceinsight-scan")
+        )
+        if mapped is not None:
             if head is not None:  # first: what it did not hand over is dropped before the map goes
                 stack.callback(head.close)
             results = _mapped(mapped, frame, pool, workers, head)
@@ -988,11 +1000,9 @@ def _load(
                     progress(min(frame.file_bytes, total - 1), total, frame.events)
         except (TraceInsightError, _Mismatch):
             # What was read may be zeros (a mapped page past a new end) or a mix of two files.
-            if (mapped is not None and cut_short(mapped)) or _stamp(source) != stamp:
-                raise changed_while_read(frame.path) from None
+            _check_whole(frame.path, source, stamp, mapped)
             raise
-        if (mapped is not None and cut_short(mapped)) or _stamp(source) != stamp:
-            raise changed_while_read(frame.path)
+        _check_whole(frame.path, source, stamp, mapped)
     document = frame.document()
     merged = merge(frame.parts)
     if merged.skipped and not merged.event_count:

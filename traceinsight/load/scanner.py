@@ -4,8 +4,8 @@ so that a command can start scanning before they load (:mod:`.head_start`)."""
 
 from __future__ import annotations
 
-import contextlib
 import mmap
+import weakref
 from typing import Any, Final
 
 from traceinsight.load import limits
@@ -106,26 +106,31 @@ def is_bare(head: bytes) -> bool:
     return body[leading_whitespace(body) :].startswith(b"[")
 
 
-def guard(mapped: mmap.mmap) -> None:
+def guard(mapped: mmap.mmap) -> bool:
     """Guard ``mapped`` against its file being cut short while it is read: a page past the new end
     reads as zeros instead of ending the process with SIGBUS (:func:`cut_short` tells), until
-    :func:`close_quietly` closes it. Nothing without the C scanner (nothing is mapped then)."""
-    if C_SCANNER is not None and not mapped.closed:
-        C_SCANNER.guard(mapped)
+    :func:`close_quietly` closes it. False when it cannot be guarded (no C scanner, no POSIX
+    signals, or 64 mappings guarded at once): the caller reads the file another way."""
+    return C_SCANNER is not None and not mapped.closed and C_SCANNER.guard(mapped) >= 0
 
 
 def cut_short(mapped: mmap.mmap) -> bool:
-    """Whether pages of ``mapped`` (guarded: :func:`guard`) were past its file's end when they were
-    read, the file truncated by another process meanwhile: zeros were read in their place."""
+    """Whether pages of ``mapped`` (guarded: :func:`guard`) could not be read when they were: past
+    its file's end, the file truncated by another process meanwhile (or a read error of the disk).
+    Zeros were read in their place."""
     return C_SCANNER is not None and not mapped.closed and C_SCANNER.faults(mapped) > 0
 
 
 def close_quietly(mapped: mmap.mmap) -> None:
-    """Close a mapping and forget its guard (:func:`guard`); if a view is still alive somewhere (a
-    scan still running or cancelled), the collector closes it once that view goes, and it stays
-    guarded."""
-    slot = -1 if C_SCANNER is None or mapped.closed else C_SCANNER.slot(mapped)
-    with contextlib.suppress(BufferError):
+    """Close a mapping and forget its guard (:func:`guard`). If a view is still alive somewhere (a
+    scan still running or cancelled, an error's traceback), the collector closes the mapping once
+    the last view goes, and its guard is forgotten then."""
+    token = -1 if C_SCANNER is None or mapped.closed else C_SCANNER.slot(mapped)
+    try:
         mapped.close()
-        if slot >= 0:
-            C_SCANNER.unguard(slot)
+    except BufferError:
+        if token >= 0:
+            weakref.finalize(mapped, C_SCANNER.unguard, token)
+        return
+    if token >= 0:
+        C_SCANNER.unguard(token)
