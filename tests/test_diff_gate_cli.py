@@ -180,6 +180,18 @@ def test_the_page_to_stdout_is_the_page_a_file_gets(
     assert summary in stderr
 
 
+def test_a_page_named_dash_is_written_as_dot_slash_dash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``-o ./-`` is a file named ``-`` (as ``--json ./-`` is), not stdout."""
+    monkeypatch.chdir(tmp_path)
+    code, stdout, stderr = invoke("analyze", str(WORKERS0), "-o", "./-")
+    assert code == 0, stderr
+    assert "<html" not in stdout and (tmp_path / "-").read_text(encoding="utf-8").startswith(
+        "<!DOCTYPE html>"
+    )
+
+
 @pytest.mark.parametrize(
     ("words", "phrase"),
     [

@@ -43,7 +43,7 @@ def analyze(
         ),
     ],
     output: Annotated[
-        Path | None,
+        str | None,  # as typed: "-" is stdout, "./-" a file named "-"
         typer.Option(
             "-o",
             "--output",

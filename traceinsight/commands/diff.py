@@ -53,7 +53,7 @@ def diff(
         ),
     ],
     output: Annotated[
-        Path | None,
+        str | None,  # as typed: "-" is stdout, "./-" a file named "-"
         typer.Option(
             "-o",
             "--output",

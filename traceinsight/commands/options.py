@@ -137,9 +137,9 @@ def parse_size(text: str) -> int:
 class Wanted:
     """The outputs a command was asked for."""
 
-    #: ``-o``: the page's path, ``-`` for stdout, None for the command's default name; not
-    #: written unless ``write_html``.
-    html: Path | None = None
+    #: ``-o``: the page's path, :data:`STDOUT` (``-o -``), None for the command's default name;
+    #: not written unless ``write_html``.
+    html: Path | str | None = None
     #: ``--json``: a path, ``-`` for stdout, or None.
     json: str | None = None
     #: ``--markdown``: a path, ``-`` for stdout, or None.
@@ -155,7 +155,7 @@ class Wanted:
             return None
         if self.html is None:
             return default
-        return STDOUT if str(self.html) == STDOUT else self.html
+        return STDOUT if self.html == STDOUT else Path(self.html)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,17 +183,10 @@ class Settings:
         return resolve_source_root(given, self.config)
 
 
-def _one_on_stdout(*, page: Path | None, json_out: str | None, markdown: str | None) -> None:
+def _one_on_stdout(*, page: str | None, json_out: str | None, markdown: str | None) -> None:
     """At most one of the outputs may be ``-`` (stdout): two documents there could not be told apart."""
-    asked = [
-        f"{option} -"
-        for option, value in (
-            ("-o", None if page is None else str(page)),
-            ("--json", json_out),
-            ("--markdown", markdown),
-        )
-        if value == STDOUT
-    ]
+    given = (("-o", page), ("--json", json_out), ("--markdown", markdown))
+    asked = [f"{option} -" for option, value in given if value == STDOUT]
     if len(asked) == 2:
         raise ConfigError(f"{asked[0]} and {asked[1]} both ask for stdout; write one of them to a file")
     if len(asked) > 2:
@@ -204,7 +197,7 @@ def _one_on_stdout(*, page: Path | None, json_out: str | None, markdown: str | N
 
 def settings(
     *,
-    output: Path | None,
+    output: str | None,
     json_out: str | None,
     markdown: str | None,
     no_html: bool,
