@@ -180,6 +180,14 @@ def test_the_page_to_stdout_is_the_page_a_file_gets(
     assert summary in stderr
 
 
+def test_per_rank_reports_are_never_sent_to_stdout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--per-rank -`` is one line and status 2; no folder named ``-`` is made."""
+    monkeypatch.chdir(tmp_path)
+    code, stdout, stderr = invoke("analyze", str(SAMPLES / "two_ranks"), "--per-rank", "-", "--no-html")
+    assert code == 2 and stdout == "" and stderr.count("\n") == 1 and "--per-rank -: " in stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_page_named_dash_is_written_as_dot_slash_dash(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -197,6 +197,8 @@ def _write(
 def _check_per_rank_folder(folder: Path, inputs: list[Path]) -> None:
     """``--per-rank`` names a folder (made when missing), and no trace of the job there could be
     replaced by a rank's report."""
+    if str(folder) == "-":  # what is stdout for the other outputs: never a folder made by that name
+        raise OutputError("--per-rank -: each rank's reports go to a folder, not stdout; name a folder")
     if not folder.is_dir():
         try:
             folder.mkdir(parents=True, exist_ok=True)
