@@ -22,7 +22,7 @@ from typing import Final
 from rich.console import Console
 
 from traceinsight.commands.common import Planned, plan, show, write
-from traceinsight.commands.options import Reading, Wanted
+from traceinsight.commands.options import STDOUT, Reading, Wanted
 from traceinsight.commands.outputs import Kind, Output, check_outputs, publish, stage
 from traceinsight.config import SourceRoot
 from traceinsight.errors import OutputError
@@ -197,7 +197,7 @@ def _write(
 def _check_per_rank_folder(folder: Path, inputs: list[Path]) -> None:
     """``--per-rank`` names a folder (made when missing), and no trace of the job there could be
     replaced by a rank's report."""
-    if str(folder) == "-":  # what is stdout for the other outputs: never a folder made by that name
+    if str(folder) == STDOUT:  # what is stdout for the other outputs: never a folder made by that name
         raise OutputError("--per-rank -: each rank's reports go to a folder, not stdout; name a folder")
     if not folder.is_dir():
         try:

@@ -43,6 +43,7 @@ __all__ = [
     "Settings",
     "UserCodeOption",
     "Wanted",
+    "one_on_stdout",
     "parse_size",
     "settings",
 ]
@@ -183,7 +184,7 @@ class Settings:
         return resolve_source_root(given, self.config)
 
 
-def _one_on_stdout(*, page: str | None, json_out: str | None, markdown: str | None) -> None:
+def one_on_stdout(*, page: str | None, json_out: str | None, markdown: str | None) -> None:
     """At most one of the outputs may be ``-`` (stdout): two documents there could not be told apart."""
     given = (("-o", page), ("--json", json_out), ("--markdown", markdown))
     asked = [f"{option} -" for option, value in given if value == STDOUT]
@@ -220,7 +221,7 @@ def settings(
     config = read_config()
     if fail_on is not None and fail_on not in SEVERITIES:
         raise ConfigError(f"--fail-on {fail_on!r}: give one of {', '.join(SEVERITIES)}")
-    _one_on_stdout(page=None if no_html else output, json_out=json_out, markdown=markdown)
+    one_on_stdout(page=None if no_html else output, json_out=json_out, markdown=markdown)
     given = Budgets(
         fail_on=fail_on,
         fail_on_rules=check_rule_ids(fail_on_rules or (), "--fail-on-rule"),

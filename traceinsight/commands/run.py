@@ -32,6 +32,7 @@ import typer
 from rich.console import Console
 
 from traceinsight.capture.settings import ProfileSettings
+from traceinsight.commands.options import STDOUT, one_on_stdout
 from traceinsight.commands.outputs import Kind, Output, check_outputs
 from traceinsight.errors import CaptureError, ConfigError, OutputError, TraceInsightError
 
@@ -728,15 +729,16 @@ def _output_paths(
     a trace reached through a symlink is written over the file it names, the link kept)."""
     from traceinsight.capture.distributed import job_stamp, rank_path
 
-    if trace is not None and str(trace) == "-":
+    if trace is not None and str(trace) == STDOUT:
         raise OutputError(
             "--trace -: run writes the trace to a file and reads it back for the report; give a path"
         )
-    if write_html and output is not None and str(output) == "-":
+    if write_html and output is not None and str(output) == STDOUT:
         raise OutputError(
             "-o -: run writes its report to a file (stdout is the script's); give a path, "
             "or write the page of a saved trace to stdout with traceinsight analyze TRACE -o -"
         )
+    one_on_stdout(page=None, json_out=json_out, markdown=markdown)
     if rank is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         trace_path = trace if trace is not None else Path(f"{target.stem}.{stamp}.pt.trace.json.gz")
@@ -755,8 +757,6 @@ def _output_paths(
         )
         json_path = str(rank_path(Path(json_out), rank.rank)) if json_out not in (None, "-") else json_out
         markdown_path = str(rank_path(Path(markdown), rank.rank)) if markdown not in (None, "-") else markdown
-    if json_path == "-" and markdown_path == "-":
-        raise OutputError("--json - and --markdown - both ask for stdout; write one of them to a file")
     _check_writable(trace_path, "--trace")
     if write_html:
         _check_writable(report_path, "-o/--output")
