@@ -8,8 +8,10 @@ to 4 decimals, bandwidths to 3), so that a result read back from its JSON equals
 from __future__ import annotations
 
 from dataclasses import fields
+from operator import attrgetter, sub
 from typing import Any, TypeVar
 
+from traceinsight.analysis.results import from_columns
 from traceinsight.analysis.usage import Usage, total_usage
 from traceinsight.results import trace as t
 from traceinsight.results.codec import us
@@ -91,22 +93,28 @@ def _memory(report: Report) -> t.Memory:
 
 
 def _gaps(report: Report) -> tuple[t.IdleGap, ...]:
-    """Every reported gap, its start from the trace's earliest event. Column by column and
-    positionally: an LLM decode trace reports tens of thousands."""
+    """Every reported gap, its start from the trace's earliest event. Column by column
+    (:func:`~traceinsight.analysis.results.from_columns`): an LLM decode trace reports tens of
+    thousands."""
     gaps = report.analysis.idle_gaps
     origin = report.analysis.meta.origin_ns
+
+    def column(name: str) -> list[Any]:
+        return list(map(attrgetter(name), gaps))
+
+    starts, ends = column("start_ns"), column("end_ns")
     columns = (
-        [gap.device for gap in gaps],
-        [gap.start_ns - origin for gap in gaps],
-        [gap.end_ns - gap.start_ns for gap in gaps],
-        [gap.cause_kind for gap in gaps],
-        [gap.cause for gap in gaps],
-        [gap.source for gap in gaps],
-        [gap.source_kind for gap in gaps],
-        [gap.source_line_kind for gap in gaps],
-        [gap.source_function for gap in gaps],
+        column("device"),
+        [start - origin for start in starts],
+        list(map(sub, ends, starts)),
+        column("cause_kind"),
+        column("cause"),
+        column("source"),
+        column("source_kind"),
+        column("source_line_kind"),
+        column("source_function"),
     )
-    return tuple(t.IdleGap(*row) for row in zip(*columns, strict=True))
+    return from_columns(t.IdleGap, columns)
 
 
 def _findings(report: Report) -> tuple[t.Finding, ...]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import uuid
 from json.encoder import encode_basestring
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Final
 
 import polars as pl
@@ -128,7 +129,7 @@ def _gap_rows(gaps: tuple[IdleGap, ...]) -> str | None:
     columns: dict[str, pl.Series] = {}
     for name in gaps[0].__dataclass_fields__:  # the gaps' JSON keys, in order
         key = name[:-3] + "_us" if name.endswith("_ns") else name
-        values = [getattr(gap, name) for gap in gaps]
+        values = list(map(attrgetter(name), gaps))
         if name.endswith("_ns"):
             if max(map(abs, values)) >= _EXACT_NS:
                 return None

@@ -1,0 +1,125 @@
+"""Frozen results made a column at a time (:func:`traceinsight.analysis.results.from_columns`) are
+the results their constructor makes, row by row; the reported gaps of a real trace are its
+classified gaps as the constructor makes them."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from dataclasses import dataclass
+
+import pytest
+from tracebuild import SAMPLES
+
+from traceinsight.analysis import analyze
+from traceinsight.analysis.results import IdleGap, from_columns
+from traceinsight.load import load_trace
+from traceinsight.results import trace as t
+from traceinsight.thresholds import Thresholds
+
+
+@dataclass(frozen=True, slots=True)
+class _Sample:
+    count: int
+    name: str
+    note: str | None = None
+    share: float = 0.5
+
+
+def _columns(rows: int, seed: int) -> list[list[object]]:
+    pick = random.Random(seed)
+    return [
+        [pick.randrange(-(10**12), 10**12) for _ in range(rows)],
+        [pick.choice(["launch", "sync", "dataloader", ""]) for _ in range(rows)],
+        [pick.choice([None, "train.py:12", "model.py:7"]) for _ in range(rows)],
+        [pick.random() for _ in range(rows)],
+    ]
+
+
+@pytest.mark.parametrize("rows", [0, 1, 7, 1000])
+def test_records_made_by_column_equal_the_constructors(rows: int) -> None:
+    columns = _columns(rows, seed=rows)
+    made = from_columns(_Sample, columns)
+    expected = tuple(_Sample(*row) for row in zip(*columns, strict=True))
+    assert type(made) is tuple and len(made) == rows
+    assert made == expected
+    assert [hash(record) for record in made] == [hash(record) for record in expected]
+    assert [repr(record) for record in made] == [repr(record) for record in expected]
+    for record in made[:3]:
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            record.count = 1  # type: ignore[misc]
+
+
+def test_records_by_column_refuse_what_the_constructor_would_not_make_alike() -> None:
+    columns = _columns(3, seed=1)
+    with pytest.raises(TypeError, match="one column per field"):
+        from_columns(_Sample, columns[:3])  # a default left out: the constructor would fill it
+    with pytest.raises(ValueError, match="different lengths"):
+        from_columns(_Sample, [*columns[:3], columns[3][:2]])
+
+    @dataclass(frozen=True, slots=True)
+    class Checked:
+        count: int
+
+        def __post_init__(self) -> None:
+            if self.count < 0:
+                raise ValueError("negative")
+
+    with pytest.raises(TypeError, match="__post_init__"):
+        from_columns(Checked, [[-1]])
+
+    @dataclass(frozen=True)
+    class Unslotted:
+        count: int
+
+    with pytest.raises(TypeError, match="slotted"):
+        from_columns(Unslotted, [[1]])
+
+
+def test_the_reported_gaps_are_the_long_classified_gaps_longest_first() -> None:
+    # An LLM decode trace: hundreds of reported gaps among thousands of shorter ones.
+    trace = load_trace(SAMPLES / "b200_eager_stacks.json.gz")
+    analysis = analyze(trace, every_gap=True)
+    assert analysis.every_gap is not None
+    min_ns = round(Thresholds().min_gap_us * 1000)
+    rows = [row for row in analysis.every_gap.iter_rows(named=True) if row["duration"] >= min_ns]
+    rows.sort(key=lambda row: (-row["duration"], row["device"], row["start"]))
+    expected = tuple(
+        IdleGap(
+            device=row["device"],
+            start_ns=row["start"],
+            end_ns=row["end"],
+            cause_kind=row["cause_kind"],
+            cause=row["cause"],
+            source=row["source"],
+            pid=row["pid"],
+            tid=row["tid"],
+            source_kind=row["source_kind"],
+            sync_key=row["sync_key"],
+            other_device=row["other_device"],
+            source_line_kind=row["source_line_kind"],
+            source_function=row["source_function"],
+        )
+        for row in rows
+    )
+    assert len(expected) > 500
+    assert analysis.idle_gaps == expected
+    # The result's gaps (start from the trace's first event, a duration) from the same rows.
+    from traceinsight.results import result_for
+
+    result = result_for(trace, Thresholds())
+    origin = analysis.meta.origin_ns
+    assert result.idle_gaps == tuple(
+        t.IdleGap(
+            device=gap.device,
+            start_ns=gap.start_ns - origin,
+            duration_ns=gap.end_ns - gap.start_ns,
+            cause_kind=gap.cause_kind,
+            cause=gap.cause,
+            source=gap.source,
+            source_kind=gap.source_kind,
+            source_line_kind=gap.source_line_kind,
+            source_function=gap.source_function,
+        )
+        for gap in expected
+    )
