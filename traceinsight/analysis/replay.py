@@ -527,8 +527,12 @@ def prepare_replay(
     first_work = int(first) if steady.source == "none" and isinstance(first, int) else None
     windows = []
     for (start, end), (begin, _) in zip(steady.windows, steady.device_windows, strict=True):
-        mine = work.filter((pl.col("launch") >= start) & (pl.col("launch") < end)).sort(
-            "launch", "correlation"
+        # Only the columns the window's arrays and its recorded waits read: a filter and a sort
+        # each copy every column they keep.
+        mine = (
+            work.select("launch", "latency", "dur", "advance", "stream_id", "correlation", "end")
+            .filter((pl.col("launch") >= start) & (pl.col("launch") < end))
+            .sort("launch", "correlation")
         )
         before = work.filter((pl.col("launch") < start) & (pl.col("end") > start))
         carry = {
@@ -591,7 +595,8 @@ def _recorded_waits(
     streams it waited for.
     """
     frontiers: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    for (stream,), group in work.group_by(["stream_id"]):
+    # Three columns grouped, not the window's all: each group is a copy of the columns it holds.
+    for (stream,), group in work.select("stream_id", "launch", "end").group_by(["stream_id"]):
         ordered = group.sort("launch")
         frontiers[int(stream)] = (
             ordered.get_column("launch").to_numpy() - start,
@@ -632,7 +637,9 @@ def _recorded_waits(
 
 def _recorded_ends(work: pl.DataFrame, window: _Window) -> np.ndarray:
     """Recorded end times (relative to the window) of the work launched in ``window``."""
-    mine = work.filter((pl.col("launch") >= window.start) & (pl.col("launch") < window.end))
+    mine = work.select("launch", "end").filter(
+        (pl.col("launch") >= window.start) & (pl.col("launch") < window.end)
+    )
     return mine.get_column("end").to_numpy() - window.start
 
 
