@@ -16,7 +16,7 @@ BOTH_WAYS = pytest.mark.parametrize("numpy", [True, False], ids=["numpy", "polar
 
 def _one_way(numpy: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     if not numpy:
-        monkeypatch.setattr(intervals_module, "_plain", lambda *columns: False)
+        monkeypatch.setattr(intervals_module, "plain_ints", lambda *columns: False)
 
 
 def _frame(rows: list[tuple[int, int]], a: str, b: str) -> pl.DataFrame:
@@ -74,7 +74,7 @@ def test_within_unsorted_windows_give_what_they_gave(seed: int, monkeypatch: pyt
     )
     times = pl.Series("t", [rng.randrange(-10, 250) for _ in range(40)], dtype=pl.Int64)
     given = within(times, windows).to_list()
-    monkeypatch.setattr(intervals_module, "_plain", lambda *columns: False)
+    monkeypatch.setattr(intervals_module, "plain_ints", lambda *columns: False)
     assert within(times, windows).to_list() == given
 
 
@@ -112,3 +112,83 @@ def test_merged_blocks_equal_a_plain_union(seed: int) -> None:
     frame = pl.DataFrame(spans, schema={"device": pl.Int64, "ts": pl.Int64, "end": pl.Int64}, orient="row")
     merged = merge_intervals(frame, "device")
     assert list(merged.iter_rows()) == _plain_union(spans)
+
+
+def _window_sums(
+    blocks: list[tuple[int, int, int]], windows: list[tuple[int, int, int, int]]
+) -> dict[tuple[int, int], int]:
+    """Per (step, device) window: the blocks' time inside it, by brute force over every pair; a
+    window meets a block that starts before it ends and ends after it starts (its time clipped at 0)."""
+    found: dict[tuple[int, int], int] = {}
+    for step, device, start, end in windows:
+        met = [(s, e) for d, s, e in blocks if d == device and s < end and e > start]
+        if met:
+            found[(step, device)] = sum(max(0, min(e, end) - max(s, start)) for s, e in met)
+    return found
+
+
+def _random_case(seed: int) -> tuple[pl.DataFrame, list[tuple[int, int, int, int]]]:
+    pick = random.Random(seed)
+    raw = [
+        (pick.randrange(3), start, start + pick.randint(0, 80))
+        for start in (pick.randint(0, 1000) for _ in range(pick.randint(0, 40)))
+    ]
+    blocks = merge_intervals(
+        pl.DataFrame(raw, schema={"device": pl.Int64, "ts": pl.Int64, "end": pl.Int64}, orient="row"),
+        "device",
+    )
+    windows = [
+        (step, device, start, start + pick.randint(-30, 400))  # some end before they begin
+        for step in range(pick.randint(1, 6))
+        for start in [pick.randint(-50, 1100)]
+        for device in range(4)  # device 3 has no blocks
+    ]
+    return blocks, windows
+
+
+def _grid(windows: list[tuple[int, int, int, int]]) -> pl.DataFrame:
+    schema = {"step": pl.Int64, "device": pl.Int64, "start": pl.Int64, "end": pl.Int64}
+    return pl.DataFrame(windows, schema=schema, orient="row")
+
+
+@pytest.mark.parametrize("seed", range(150))
+def test_the_steps_blocks_time_without_a_join_is_every_pairs_overlap(seed: int) -> None:
+    from traceinsight.analysis.gpu_time import _inside_blocks
+
+    blocks, windows = _random_case(seed)
+    expected = _window_sums([tuple(row) for row in blocks.iter_rows()], windows)
+    assert _inside_blocks(blocks, _grid(windows)) == expected
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_the_steps_idle_by_cause_without_a_join_is_every_pairs_overlap(seed: int) -> None:
+    from traceinsight.analysis.gpu_time import _gaps_inside
+
+    blocks, windows = _random_case(seed)
+    pick = random.Random(seed)
+    gaps = blocks.with_columns(
+        cause_kind=pl.Series([pick.choice(["sync", "launch", "dataloader"]) for _ in range(blocks.height)])
+    )
+    expected = {
+        (step, device, kind): ns
+        for kind in ("sync", "launch", "dataloader")
+        for (step, device), ns in _window_sums(
+            [(d, s, e) for d, s, e, k in gaps.iter_rows() if k == kind], windows
+        ).items()
+    }
+    assert _gaps_inside(_grid(windows), gaps) == expected
+
+
+def test_blocks_that_overlap_or_hold_nulls_are_left_to_the_join() -> None:
+    from traceinsight.analysis.gpu_time import _gaps_inside, _inside_blocks
+
+    windows = [(0, 0, 0, 100)]
+    overlapping = pl.DataFrame({"device": [0, 0], "start": [0, 5], "end": [10, 20]})
+    assert _inside_blocks(overlapping, _grid(windows)) is None
+    with_null = pl.DataFrame({"device": [0, None], "start": [0, 30], "end": [10, 40]})
+    assert _inside_blocks(with_null, _grid(windows)) is None
+    # Gaps of one cause that overlap: the join's sums, each pair's overlap counted.
+    gaps = overlapping.with_columns(cause_kind=pl.lit("sync"))
+    assert _gaps_inside(_grid(windows), gaps) == {(0, 0, "sync"): 25}
+    untyped = gaps.with_columns(cause_kind=pl.Series([None, "sync"], dtype=pl.String))
+    assert _gaps_inside(_grid(windows), untyped) == {(0, 0, None): 10, (0, 0, "sync"): 15}

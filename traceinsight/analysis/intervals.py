@@ -76,7 +76,7 @@ def meeting(frame: pl.DataFrame, ts: str, end: str, windows: pl.DataFrame) -> pl
         frame.get_column(ts),
         frame.get_column(end),
     )
-    if _plain(*columns):
+    if plain_ints(*columns):
         starts, ends, times, lasts = (column.to_numpy() for column in columns)
         opening, closing = _blocks(np.minimum(starts, ends), np.maximum(starts, ends))
         at = np.searchsorted(closing, times, side="right")
@@ -100,7 +100,7 @@ def within(times: pl.Series, windows: tuple[tuple[int, int], ...]) -> pl.Series:
     if not windows:
         return pl.Series(times.name, [False] * times.len(), dtype=pl.Boolean)
     bounds = np.array(windows, dtype=np.int64).reshape(-1, 2)
-    if _plain(times) and bool(np.all(bounds[1:, 0] >= bounds[:-1, 0])):  # unsorted: polars' search
+    if plain_ints(times) and bool(np.all(bounds[1:, 0] >= bounds[:-1, 0])):  # unsorted: polars' search
         values = times.to_numpy()
         at = np.searchsorted(bounds[:, 0], values, side="right") - 1
         inside = (at >= 0) & (values < bounds[np.maximum(at, 0), 1])
@@ -112,7 +112,7 @@ def within(times: pl.Series, windows: tuple[tuple[int, int], ...]) -> pl.Series:
     return (ahead & (times < ends.gather(index.clip(lower_bound=0)))).fill_null(False)
 
 
-def _plain(*columns: pl.Series) -> bool:
+def plain_ints(*columns: pl.Series) -> bool:
     """Whether every column is Int64 without nulls (numpy then reads each without a copy)."""
     return all(column.dtype == pl.Int64 and not column.null_count() for column in columns)
 
