@@ -80,7 +80,8 @@ def meeting(frame: pl.DataFrame, ts: str, end: str, windows: pl.DataFrame) -> pl
         starts, ends, times, lasts = (column.to_numpy() for column in columns)
         opening, closing = _blocks(np.minimum(starts, ends), np.maximum(starts, ends))
         at = np.searchsorted(closing, times, side="right")
-        hit = (at < closing.size) & (opening[np.minimum(at, closing.size - 1)] <= lasts)
+        hit = at < closing.size
+        hit &= np.take(opening, at, mode="clip") <= lasts  # a gather clipped in place of a copy
         return frame.filter(pl.Series(hit, dtype=pl.Boolean))
     blocks = merge_intervals(
         windows.select(
@@ -103,7 +104,8 @@ def within(times: pl.Series, windows: tuple[tuple[int, int], ...]) -> pl.Series:
     if plain_ints(times) and bool(np.all(bounds[1:, 0] >= bounds[:-1, 0])):  # unsorted: polars' search
         values = times.to_numpy()
         at = np.searchsorted(bounds[:, 0], values, side="right") - 1
-        inside = (at >= 0) & (values < bounds[np.maximum(at, 0), 1])
+        inside = at >= 0
+        inside &= values < np.take(bounds[:, 1], at, mode="clip")
         return pl.Series("", inside, dtype=pl.Boolean)  # unnamed, as the search below gives it
     starts = pl.Series([start for start, _ in windows], dtype=pl.Int64)
     ends = pl.Series([end for _, end in windows], dtype=pl.Int64)
