@@ -122,8 +122,9 @@ def _window_sums(
     found: dict[tuple[int, int], int] = {}
     for step, device, start, end in windows:
         met = [(s, e) for d, s, e in blocks if d == device and s < end and e > start]
-        if met:
-            found[(step, device)] = sum(max(0, min(e, end) - max(s, start)) for s, e in met)
+        if met:  # a window given twice counts twice, as the join's rows do
+            overlap = sum(max(0, min(e, end) - max(s, start)) for s, e in met)
+            found[(step, device)] = found.get((step, device), 0) + overlap
     return found
 
 
@@ -160,10 +161,41 @@ def test_the_steps_blocks_time_without_a_join_is_every_pairs_overlap(seed: int) 
     assert _inside_blocks(blocks, _grid(windows)) == expected
 
 
+def test_blocks_on_a_windows_edges_count_as_the_join_counts_them() -> None:
+    from traceinsight.analysis.gpu_time import _inside_blocks
+
+    # Touching blocks, a zero-length one between them, blocks ending exactly where a window
+    # begins or beginning exactly where one ends, a zero-length window, one given twice.
+    blocks = [(0, 0, 10), (0, 10, 10), (0, 10, 20), (0, 30, 40), (1, 5, 5)]
+    windows = [
+        (0, 0, 10, 30),
+        (1, 0, 0, 10),
+        (2, 0, 20, 30),
+        (3, 0, 15, 15),
+        (4, 0, 40, 50),
+        (5, 1, 0, 10),
+        (6, 0, 5, 35),
+        (6, 0, 5, 35),
+    ]
+    frame = pl.DataFrame(
+        blocks, schema={"device": pl.Int64, "start": pl.Int64, "end": pl.Int64}, orient="row"
+    )
+    expected = _window_sums(blocks, windows)
+    assert expected == {(0, 0): 10, (1, 0): 10, (3, 0): 0, (5, 1): 0, (6, 0): 40}
+    assert _inside_blocks(frame, _grid(windows)) == expected
+
+
 @pytest.mark.parametrize("seed", range(100))
-def test_the_steps_idle_by_cause_without_a_join_is_every_pairs_overlap(seed: int) -> None:
+def test_the_steps_idle_by_cause_without_a_join_is_every_pairs_overlap(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import traceinsight.analysis.gpu_time as gpu_time
     from traceinsight.analysis.gpu_time import _gaps_inside
 
+    def no_join(*arguments: object) -> None:
+        raise AssertionError("disjoint gaps of one cause went to the join")
+
+    monkeypatch.setattr(gpu_time, "_gaps_joined", no_join)
     blocks, windows = _random_case(seed)
     pick = random.Random(seed)
     gaps = blocks.with_columns(

@@ -75,6 +75,30 @@ def test_records_by_column_refuse_what_the_constructor_would_not_make_alike() ->
     with pytest.raises(TypeError, match="slotted"):
         from_columns(Unslotted, [[1]])
 
+    @dataclass(frozen=True, slots=True)
+    class Derived:
+        count: int
+        total: int = dataclasses.field(init=False, default=0)
+
+    with pytest.raises(TypeError, match="positional"):
+        from_columns(Derived, [[1], [2]])  # the constructor takes no total
+
+    @dataclass(frozen=True, slots=True, kw_only=True)
+    class Named:
+        count: int
+
+    with pytest.raises(TypeError, match="positional"):
+        from_columns(Named, [[1]])  # Named(1) is refused
+
+
+def test_records_of_a_subclass_fill_the_base_classs_slots_too() -> None:
+    @dataclass(frozen=True, slots=True)
+    class Longer(_Sample):
+        extra: int = 0
+
+    columns = [*_columns(5, seed=3), list(range(5))]
+    assert from_columns(Longer, columns) == tuple(Longer(*row) for row in zip(*columns, strict=True))
+
 
 def test_the_reported_gaps_are_the_long_classified_gaps_longest_first() -> None:
     # An LLM decode trace: hundreds of reported gaps among thousands of shorter ones.

@@ -81,8 +81,10 @@ def _inside_blocks(intervals: pl.DataFrame, grid: pl.DataFrame) -> dict[tuple[in
     a device's blocks in start order end in order too, so the blocks meeting a window are a run
     found by two binary searches, and its length is a difference of prefix sums less what sticks
     out at either edge. The join kept a row per block and window (+25 MiB of the step times' memory
-    on a 0.5 GB DDP trace). None where a column is not Int64 without nulls or the blocks are not
-    disjoint (the join counts those); a window without blocks in it has no entry, as in the join's."""
+    on a 0.5 GB DDP trace). Blocks may touch (a zero-length kernel between two gaps of one cause
+    does that) but not overlap. None where a column is not Int64 without nulls, the blocks overlap,
+    or the times span 2**62 ns or more (the differences could overflow): the join counts those. A
+    window without blocks in it has no entry, and a window given twice sums, as in the join's."""
     columns = (
         *(intervals.get_column(name) for name in ("device", "start", "end")),
         *(grid.get_column(name) for name in ("step", "device", "start", "end")),
@@ -92,10 +94,14 @@ def _inside_blocks(intervals: pl.DataFrame, grid: pl.DataFrame) -> dict[tuple[in
     devices, starts, ends, steps, window_devices, window_starts, window_ends = (
         column.to_numpy() for column in columns
     )
-    order = np.lexsort((starts, devices))
+    if devices.size and window_devices.size:
+        times = (starts, ends, window_starts, window_ends)
+        if max(int(t.max()) for t in times) - min(int(t.min()) for t in times) >= 2**62:
+            return None
+    order = np.lexsort((ends, starts, devices))  # by start, and a zero-length block first
     devices, starts, ends = devices[order], starts[order], ends[order]
     same_device = devices[1:] == devices[:-1]
-    if bool(np.any(ends < starts)) or bool(np.any(same_device & (starts[1:] <= ends[:-1]))):
+    if bool(np.any(ends < starts)) or bool(np.any(same_device & (starts[1:] < ends[:-1]))):
         return None
     prefix = np.concatenate(([0], np.cumsum(ends - starts)))
     found: dict[tuple[int, int], int] = {}
@@ -116,7 +122,7 @@ def _inside_blocks(intervals: pl.DataFrame, grid: pl.DataFrame) -> dict[tuple[in
         # A window that ends before it begins meets a block over both its edges: no time inside.
         inside = np.where(end > begin, inside, 0)
         for step, ns in zip(steps[rows].tolist(), inside.tolist(), strict=True):
-            found[(step, device)] = ns
+            found[(step, device)] = found.get((step, device), 0) + ns
     return found
 
 

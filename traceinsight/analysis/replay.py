@@ -528,11 +528,12 @@ def prepare_replay(
     windows = []
     for (start, end), (begin, _) in zip(steady.windows, steady.device_windows, strict=True):
         # Only the columns the window's arrays and its recorded waits read: a filter and a sort
-        # each copy every column they keep.
+        # each copy every column they keep. A graph replay's kernels tie on launch and
+        # correlation: a stable sort keeps them in the work's order (device, stream, start).
         mine = (
             work.select("launch", "latency", "dur", "advance", "stream_id", "correlation", "end")
             .filter((pl.col("launch") >= start) & (pl.col("launch") < end))
-            .sort("launch", "correlation")
+            .sort("launch", "correlation", maintain_order=True)
         )
         before = work.filter((pl.col("launch") < start) & (pl.col("end") > start))
         carry = {
