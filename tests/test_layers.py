@@ -90,7 +90,7 @@ def _imports(module: str, path: Path) -> Iterator[tuple[str, int, bool]]:
 
 
 #: The ground floor's modules: one room.
-GROUND = {"errors", "thresholds", "formatting", "cores", "process", "version", "config"}
+GROUND = {"errors", "thresholds", "formatting", "cores", "process", "version", "config", "compat"}
 
 
 def _room(module: str) -> str:

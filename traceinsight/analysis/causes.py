@@ -6,8 +6,9 @@ Every analysis, rule and renderer takes these from here; the string values are t
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Final
+
+from traceinsight.compat import StrEnum
 
 
 class CauseKind(StrEnum):

@@ -18,7 +18,6 @@ GPU work) leaves the GPU setting the pace; a DataLoader the host waits for, the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from statistics import median
 
 import polars as pl
@@ -27,6 +26,7 @@ from traceinsight.analysis.causes import CauseKind
 from traceinsight.analysis.intervals import merge_intervals, overlap_ns
 from traceinsight.analysis.results import StepTime
 from traceinsight.analysis.steady import SteadyState
+from traceinsight.compat import StrEnum
 
 __all__ = ["Pace", "PaceSetter", "step_pace"]
 

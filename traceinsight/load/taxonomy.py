@@ -11,8 +11,9 @@ import re
 import sys
 from collections.abc import Collection
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Final
+
+from traceinsight.compat import StrEnum
 
 # --- categories (current name and the 2021 legacy name map to one table) -----------------------
 

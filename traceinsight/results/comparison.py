@@ -43,7 +43,7 @@ _SIGN = re.compile(r"(?<![\w.])-(?=[\d.])")
 class Metric:
     """One figure before and after. ``unit``: ``us`` (per step, or in all), ``share`` (0-1) or ``count``."""
 
-    JSON_KEYS: ClassVar = (
+    JSON_KEYS: ClassVar[tuple[str | tuple[str, str], ...]] = (
         "key",
         "label",
         "unit",

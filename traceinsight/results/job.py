@@ -312,7 +312,7 @@ class Rank:
 class StragglerEntry:
     """A rank that holds the others back, and why (see :class:`Straggler`)."""
 
-    JSON_KEYS: ClassVar = (
+    JSON_KEYS: ClassVar[tuple[str, ...]] = (
         "rank", "reasons", "cause", "cause_words", "cause_excess_per_step_ns", "others_waited_ns", "top_finding",
     )  # fmt: skip
     rank: int
@@ -332,7 +332,7 @@ class StragglerEntry:
 class JobFindingEntry:
     """One rule's findings over the ranks (see :class:`JobFinding`)."""
 
-    JSON_KEYS: ClassVar = (
+    JSON_KEYS: ClassVar[tuple[str, ...]] = (
         "rule",
         "severity",
         "title",

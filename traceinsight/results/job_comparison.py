@@ -71,7 +71,7 @@ class RankChange:
 class StragglerChange:
     """A rank named a straggler on either side."""
 
-    JSON_KEYS: ClassVar = (
+    JSON_KEYS: ClassVar[tuple[str, ...]] = (
         "status", "rank", "before_cause", "after_cause", "before_cause_words", "after_cause_words",
         "before_cause_excess_per_step_us", "after_cause_excess_per_step_us", "before_others_waited_us",
         "after_others_waited_us", "reasons",

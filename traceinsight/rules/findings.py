@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from enum import StrEnum
+
+from traceinsight.compat import StrEnum
 
 __all__ = ["SEVERITIES", "Advice", "Finding", "Severity"]
 
