@@ -12,9 +12,17 @@ summary, the exit status) must be byte for byte the same, and the CLI's tests
 (:data:`CLI_TESTS`: help, exit statuses, a cut pipe) must pass at the floors; the exit status is
 1 otherwise. A dependency without a ``>=`` floor is refused: nothing could check it.
 
+``python`` does the same for ``requires-python``'s floor: it finds that Python (``python3.10`` on
+the path, or a pyenv version of it), installs the package from this checkout into a fresh venv of
+it (the scanner compiled for it, the newest releases pip finds for it), writes every sample's
+outputs there and here, and compares them (3.10 lacks ``enum.StrEnum``, which the package
+imported unguarded until ``traceinsight.compat``: every ``analyze`` on 3.10 failed, and nothing
+ran it there). A machine without that Python gets a line saying so and status 0.
+
 ``pins`` prints the floors as ``name==version`` lines. Usage::
 
     python benchmarks/floors.py check       # what CI runs (about 1.5 minutes on 2 cores)
+    python benchmarks/floors.py python      # CI too (about 1.5 minutes)
     python benchmarks/floors.py pins
 
 The optional extras (``run``'s torch, ``dask``) are not installed: ``analyze`` of the samples
@@ -24,7 +32,9 @@ never loads them.
 from __future__ import annotations
 
 import argparse
+import glob
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,6 +43,7 @@ from pathlib import Path
 
 import tomllib
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -124,16 +135,81 @@ def check() -> int:
     return compared.returncode or tested.returncode
 
 
+def python_floor() -> str:
+    """The lowest Python ``requires-python`` allows, as ``3.10``."""
+    required = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    lower = [spec.version for spec in SpecifierSet(required) if spec.operator == ">="]
+    if len(lower) != 1:
+        raise SystemExit(f"pyproject.toml: requires-python {required!r} has no single '>=' floor")
+    return ".".join(lower[0].split(".")[:2])
+
+
+def _interpreter(version: str) -> str | None:
+    """A Python ``version`` that runs: on the path, else a pyenv version of it."""
+    candidates = [shutil.which(f"python{version}")]
+    root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    candidates += sorted(glob.glob(os.path.join(root, "versions", f"{version}.*", "bin", f"python{version}")))
+    probe = "import sys; print('%d.%d' % sys.version_info[:2])"
+    for candidate in filter(None, candidates):
+        done = subprocess.run([candidate, "-c", probe], capture_output=True, text=True)
+        if done.returncode == 0 and done.stdout.strip() == version:
+            return candidate
+    return None
+
+
+def check_python() -> int:
+    """Install the package on ``requires-python``'s floor; its outputs must equal this Python's."""
+    version = python_floor()
+    interpreter = _interpreter(version)
+    if interpreter is None:
+        print(f"floors: no Python {version} on this machine: the package was not checked on it")
+        return 0
+    began = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="python-floor-") as scratch:
+        venv = Path(scratch) / "venv"
+        subprocess.run([interpreter, "-m", "venv", str(venv)], check=True)
+        python = str(venv / "bin" / "python")
+        subprocess.run(
+            [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", str(ROOT)], check=True
+        )
+        print(
+            f"floors: installed the package on Python {version} ({time.monotonic() - began:.0f} s)",
+            flush=True,
+        )
+        outputs = {side: Path(scratch) / side for side in ("floor", "here")}
+        environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+        writers = [
+            subprocess.Popen(
+                [executable, str(SAME_OUTPUT), "write", str(outputs[side])],
+                env=environment if side == "floor" else None,
+                stdout=subprocess.DEVNULL,
+            )
+            for side, executable in (("floor", python), ("here", sys.executable))
+        ]
+        if any(writer.wait() for writer in writers):
+            print("floors: same_output.py write failed")
+            return 1
+        compared = subprocess.run(
+            [sys.executable, str(SAME_OUTPUT), "compare", str(outputs["here"]), str(outputs["floor"])]
+        )
+    verdict = "the same outputs" if compared.returncode == 0 else "DIFFERENT outputs"
+    print(f"floors: {verdict} on Python {version} and this Python ({time.monotonic() - began:.0f} s)")
+    return compared.returncode
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("check", help="install the floors; the samples' outputs must not change")
+    commands.add_parser("python", help="install on requires-python's floor; the outputs must not change")
     commands.add_parser("pins", help="print the declared floors as name==version")
     options = parser.parse_args()
     if options.command == "pins":
         print("\n".join(f"{name}=={version}" for name, version in declared_floors().items()))
+    elif options.command == "python":
+        sys.exit(check_python())
     else:
         sys.exit(check())
 
