@@ -91,6 +91,15 @@ def test_records_by_column_refuse_what_the_constructor_would_not_make_alike() ->
         from_columns(Named, [[1]])  # Named(1) is refused
 
 
+def test_records_of_an_unslotted_subclass_of_a_slotted_class_are_refused() -> None:
+    @dataclass(frozen=True)
+    class Loose(_Sample):
+        extra: int = 0
+
+    with pytest.raises(TypeError, match="slotted"):
+        from_columns(Loose, [*_columns(2, seed=4), [1, 2]])
+
+
 def test_records_of_a_subclass_fill_the_base_classs_slots_too() -> None:
     @dataclass(frozen=True, slots=True)
     class Longer(_Sample):

@@ -28,7 +28,7 @@ def from_columns(cls: type[_Record], columns: Sequence[Sequence[Any]]) -> tuple[
     if (
         len(columns) != len(names)
         or hasattr(cls, "__post_init__")
-        or not hasattr(cls, "__slots__")
+        or "__slots__" not in vars(cls)  # its own slots: a subclass without them has a __dict__
         or not positional
     ):
         raise TypeError(
