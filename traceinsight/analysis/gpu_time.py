@@ -313,14 +313,15 @@ def step_times(
     keys = ["step", "device"]
 
     def inside(intervals: pl.DataFrame) -> dict[tuple[int, int], int]:
-        table = _clipped(intervals, grid, keys)
-        return {(step, device): ns for step, device, ns in table.iter_rows()}
+        """Without a join where the intervals are disjoint blocks (busy, kernels, compute), by
+        the join where they overlap (copies)."""
+        found = _inside_blocks(intervals, grid)
+        if found is None:
+            table = _clipped(intervals, grid, keys)
+            found = {(step, device): ns for step, device, ns in table.iter_rows()}
+        return found
 
-    def inside_blocks(blocks: pl.DataFrame) -> dict[tuple[int, int], int]:
-        found = _inside_blocks(blocks, grid)
-        return inside(blocks) if found is None else found
-
-    busy_in, kernel_in, compute_in = inside_blocks(busy), inside_blocks(kernels), inside_blocks(compute)
+    busy_in, kernel_in, compute_in = inside(busy), inside(kernels), inside(compute)
     copies = trace.gpu.filter(pl.col("kind") == "memcpy").select("device", start="ts", end="end")
     copy_in = inside(copies)  # summed copy durations clipped to the window (copies may overlap)
     extent = {
