@@ -107,23 +107,14 @@ def check() -> int:
             print(f"floors: the floor environment imports {wrong}, not the floors {floors}")
             return 1
         print(f"floors: installed {' '.join(pins)} ({time.monotonic() - began:.0f} s)", flush=True)
-        # The two sides at once: each is one process at a time, and CI has two cores.
-        outputs = {side: Path(scratch) / side for side in ("floors", "newest")}
-        writers = [
-            subprocess.Popen(
-                [sys.executable, str(SAME_OUTPUT), "write", str(outputs[side])],
-                env=_environment(extra),
-                stdout=subprocess.DEVNULL,
-            )
-            for side, extra in (("floors", folder), ("newest", None))
-        ]
-        if any(writer.wait() for writer in writers):
-            print("floors: same_output.py write failed")
-            return 1
-        compared = subprocess.run(
-            [sys.executable, str(SAME_OUTPUT), "compare", str(outputs["newest"]), str(outputs["floors"])]
+        compared = _same_outputs(
+            Path(scratch),
+            reference=(sys.executable, _environment(None)),
+            checked=(sys.executable, _environment(folder)),
         )
-        verdict = "the same outputs" if compared.returncode == 0 else "DIFFERENT outputs"
+        if compared is None:
+            return 1
+        verdict = "the same outputs" if compared == 0 else "DIFFERENT outputs"
         print(f"floors: {verdict} at the floors and the newest releases ({time.monotonic() - began:.0f} s)")
         tested = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *CLI_TESTS],
@@ -132,7 +123,32 @@ def check() -> int:
         )
         verdict = "pass" if tested.returncode == 0 else "FAIL"
         print(f"floors: the CLI's tests {verdict} at the floors ({time.monotonic() - began:.0f} s)")
-    return compared.returncode or tested.returncode
+    return compared or tested.returncode
+
+
+def _same_outputs(
+    scratch: Path, *, reference: tuple[str, dict[str, str] | None], checked: tuple[str, dict[str, str] | None]
+) -> int | None:
+    """Every sample's outputs written by ``reference`` and by ``checked`` (each an interpreter and
+    its environment), the two at once (each is one process at a time, and CI has two cores), then
+    compared (``same_output.py compare`` lists what differs): its exit status; None when a write
+    failed (said in a line)."""
+    outputs = {side: scratch / side for side in ("reference", "checked")}
+    writers = [
+        subprocess.Popen(
+            [executable, str(SAME_OUTPUT), "write", str(outputs[side])],
+            env=environment,
+            stdout=subprocess.DEVNULL,
+        )
+        for side, (executable, environment) in (("reference", reference), ("checked", checked))
+    ]
+    if any(writer.wait() for writer in writers):
+        print("floors: same_output.py write failed")
+        return None
+    compared = subprocess.run(
+        [sys.executable, str(SAME_OUTPUT), "compare", str(outputs["reference"]), str(outputs["checked"])]
+    )
+    return compared.returncode
 
 
 def python_floor() -> str:
@@ -176,25 +192,15 @@ def check_python() -> int:
             f"floors: installed the package on Python {version} ({time.monotonic() - began:.0f} s)",
             flush=True,
         )
-        outputs = {side: Path(scratch) / side for side in ("floor", "here")}
         environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-        writers = [
-            subprocess.Popen(
-                [executable, str(SAME_OUTPUT), "write", str(outputs[side])],
-                env=environment if side == "floor" else None,
-                stdout=subprocess.DEVNULL,
-            )
-            for side, executable in (("floor", python), ("here", sys.executable))
-        ]
-        if any(writer.wait() for writer in writers):
-            print("floors: same_output.py write failed")
-            return 1
-        compared = subprocess.run(
-            [sys.executable, str(SAME_OUTPUT), "compare", str(outputs["here"]), str(outputs["floor"])]
+        compared = _same_outputs(
+            Path(scratch), reference=(sys.executable, None), checked=(python, environment)
         )
-    verdict = "the same outputs" if compared.returncode == 0 else "DIFFERENT outputs"
+    if compared is None:
+        return 1
+    verdict = "the same outputs" if compared == 0 else "DIFFERENT outputs"
     print(f"floors: {verdict} on Python {version} and this Python ({time.monotonic() - began:.0f} s)")
-    return compared.returncode
+    return compared
 
 
 def main() -> None:
