@@ -230,7 +230,7 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
 
     def named(chosen: pl.DataFrame, row: str, name: str) -> pl.DataFrame:
         """``chosen`` with the name of the event at its ``row`` as ``name``, in place of ``row``."""
-        return chosen.with_columns(names.gather(chosen.get_column(row)).alias(name)).drop(row)
+        return chosen.select(pl.exclude(row), names.gather(chosen.get_column(row)).alias(name))
 
     touching = (
         late.select("gap", "pid", "tid", "start", "end", "l_ts", "l_end")
@@ -247,20 +247,26 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         .filter("same_thread")
     )  # fmt: skip
     covers = pl.col("covered") >= (pl.col("end") - pl.col("start")) * limits.cause_coverage
+    # Each table below is one query (``lazy`` … ``collect``), and the last joins them in one:
+    # on a small trace every eager step costs a query's fixed price (about 0.1-0.2 ms).
     capturing = (
-        touching.filter(pl.col("kind") == "capture")
+        touching.lazy()
+        .filter(pl.col("kind") == "capture")
         .group_by("gap")
         .agg(capture_covered=pl.col("covered").sum())
     )
     dataloader = named(
-        touching.filter(pl.col("kind") == "dataloader")
+        touching.lazy()
+        .filter(pl.col("kind") == "dataloader")
         .group_by("gap")
-        .agg(dl_covered=pl.col("covered").sum(), dl_row=pl.col("h_row").first()),
+        .agg(dl_covered=pl.col("covered").sum(), dl_row=pl.col("h_row").first())
+        .collect(engine="in-memory"),
         "dl_row",
         "dl_name",
     )
     drained = (
-        touching.filter(
+        touching.lazy()
+        .filter(
             (pl.col("kind") == "sync")
             & (pl.col("h_end") >= pl.col("start") - slack)
             & (pl.col("h_end") <= pl.col("start") + slack)
@@ -273,47 +279,54 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
     # A runtime call (not the launch ending the gap) the host sat in for most of the gap: a slow
     # call (a first launch loading its module), named in the host-bound cause's words.
     in_runtime = named(
-        touching.filter((pl.col("kind") == "runtime") & covers)
+        touching.lazy()
+        .filter((pl.col("kind") == "runtime") & covers)
         .sort("covered", descending=True)
         .group_by("gap")
-        .agg(runtime_row=pl.col("h_row").first(), runtime_ns=pl.col("covered").first()),
+        .agg(runtime_row=pl.col("h_row").first(), runtime_ns=pl.col("covered").first())
+        .collect(engine="in-memory"),
         "runtime_row",
         "runtime_call",
-    ).with_columns(slow_launch=pl.col("runtime_call").is_in(list(taxonomy.KERNEL_LAUNCH_CALLS)))
+    )
     in_copy = named(
-        touching.filter((pl.col("kind") == "copy") & covers)
+        touching.lazy()
+        .filter((pl.col("kind") == "copy") & covers)
         .group_by("gap")
-        .agg(copy_row=pl.col("h_row").first()),
+        .agg(copy_row=pl.col("h_row").first())
+        .collect(engine="in-memory"),
         "copy_row",
         "copy_call",
     )
     innermost_op = named(
-        touching.select("gap", "start", "end", "h_ts", "h_end", "h_row", "kind", "covered")
+        touching.lazy()
+        .select("gap", "start", "end", "h_ts", "h_end", "h_row", "kind", "covered")
         .filter((pl.col("kind") == "op") & covers)
         # The innermost op that still covers the gap; between ops that start and end together (aten::to
         # and the aten::_to_copy it calls) the later row, the callee (a parent is recorded first). The
         # row breaks the tie: without it the sort may order them either way from one run to the next.
         .sort("h_ts", "covered", "h_row", descending=[True, True, True])
         .group_by("gap")
-        .agg(op_row=pl.col("h_row").first(), op_ts=pl.col("h_ts").first(), op_end=pl.col("h_end").first()),
+        .agg(op_row=pl.col("h_row").first(), op_ts=pl.col("h_ts").first(), op_end=pl.col("h_end").first())
+        .collect(engine="in-memory"),
         "op_row",
         "op_name",
     )
     ending_launch = (pl.col("kind") == "runtime") & (pl.col("h_ts") >= pl.col("l_ts")).fill_null(False)
     recorded = (
-        touching.select("gap", "l_ts", "h_ts", "kind", "covered")
+        touching.lazy()
+        .select("gap", "l_ts", "h_ts", "kind", "covered")
         .filter((pl.col("covered") > 0) & ~pl.col("kind").is_in(["dataloader", "capture"]) & ~ending_launch)
         .group_by("gap")
         .agg(activity=pl.len())
     )
-    sync_facts = calls.select(
+    sync_facts = calls.lazy().select(
         sync_key="key",
         sync_call="call",
         sync_op="op",
         waited_copy="copy",
         sync_is_copy=pl.col("kind") == "copy",
     )
-    blocked_facts = calls.select(blocked_key="key", blocked_call="call", blocked_op="op")
+    blocked_facts = calls.lazy().select(blocked_key="key", blocked_call="call", blocked_op="op")
     # Waiting for another GPU: blocked in syncs, then the work queued behind the other GPU's.
     queued_ns = pl.col("end") - pl.col("l_end").clip(pl.col("start"), pl.col("end")).fill_null(pl.col("end"))
     other_gpu = pl.col("other_busy").fill_null(0) >= pl.col("duration") * limits.cause_coverage
@@ -366,7 +379,8 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         .otherwise(pl.col("sync_call"))
     )
     return (
-        late.select(
+        late.lazy()
+        .select(
             "gap",
             "start",
             "end",
@@ -379,14 +393,15 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
             "blocked_key",
         )
         .join(capturing, on="gap", how="left")
-        .join(dataloader, on="gap", how="left")
+        .join(dataloader.lazy(), on="gap", how="left")
         .join(drained, on="gap", how="left")
         .join(blocked_facts, on="blocked_key", how="left")
-        .join(in_copy, on="gap", how="left")
-        .join(in_runtime, on="gap", how="left")
-        .join(innermost_op, on="gap", how="left")
+        .join(in_copy.lazy(), on="gap", how="left")
+        .join(in_runtime.lazy(), on="gap", how="left")
+        .join(innermost_op.lazy(), on="gap", how="left")
         .join(recorded, on="gap", how="left")
         .join(sync_facts, on="sync_key", how="left")
+        .with_columns(slow_launch=pl.col("runtime_call").is_in(list(taxonomy.KERNEL_LAUNCH_CALLS)))
         .with_columns(cause_kind=kind)
         .with_columns(
             sync_key=pl.when(pl.col("cause_kind").is_in([CauseKind.SYNC.value, CauseKind.COPY.value]))
@@ -441,6 +456,7 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
             .otherwise(pl.lit("the host was launching work or running Python between launches")),
         )
         .select("gap", "cause_kind", "cause", "sync_key")
+        .collect(engine="in-memory")
     )
 
 
@@ -537,9 +553,13 @@ def classify_gaps(
     min_ns = round(limits.min_gap_us * 1000)
     main_pid, main_tid = _main_thread(trace)
     table = (
-        gaps.join(_launchers(trace), left_on=["device", "end"], right_on=["device", "ts"], how="left")
+        gaps.lazy()
+        .join(_launchers(trace).lazy(), left_on=["device", "end"], right_on=["device", "ts"], how="left")
         .join(
-            _launched_before_record(trace), left_on=["device", "end"], right_on=["device", "ts"], how="left"
+            _launched_before_record(trace).lazy(),
+            left_on=["device", "end"],
+            right_on=["device", "ts"],
+            how="left",
         )
         .with_columns(
             early=(pl.col("pid").is_null() & (pl.col("recorded_from") <= pl.col("start"))).fill_null(False)
@@ -555,6 +575,7 @@ def classify_gaps(
         .sort("device", "start")
         .with_row_index("gap")
         .with_columns(pl.col("gap").cast(pl.Int64))
+        .collect(engine="in-memory")
     )
     other = _other_gpu_busy(
         trace,
@@ -616,8 +637,9 @@ def classify_gaps(
     # The joins keep the table's device/start order (each gap's start is unique on its device), so
     # the table is not sorted again (0.07 s of CPU on a 0.5 GB DDP trace).
     return (
-        table.join(sources, on="gap", how="left", maintain_order="left")
-        .join(sync_sources, on="sync_key", how="left", maintain_order="left")
+        table.lazy()
+        .join(sources.lazy(), on="gap", how="left", maintain_order="left")
+        .join(sync_sources.lazy(), on="sync_key", how="left", maintain_order="left")
         .with_columns(
             other_device=pl.when(pl.col("cause_kind") == CauseKind.OTHER_GPU.value).then(
                 pl.col("other_device")
@@ -629,6 +651,7 @@ def classify_gaps(
         )
         .select(list(GAP_SCHEMA))
         .cast(GAP_SCHEMA)
+        .collect(engine="in-memory")
     )
 
 

@@ -21,8 +21,8 @@ def merge_intervals(frame: pl.DataFrame, by: str) -> pl.DataFrame:
     """
     if frame.is_empty():
         return pl.DataFrame(schema={by: frame.schema[by], "start": pl.Int64, "end": pl.Int64})
-    ordered = frame.select(by, "ts", "end").sort(by, "ts")
-    if any(ordered.get_column(name).null_count() for name in (by, "ts", "end")):
+    ordered = frame.lazy().select(by, "ts", "end").sort(by, "ts")
+    if any(frame.get_column(name).null_count() for name in (by, "ts", "end")):
         running_end = pl.col("end").cum_max().shift(1).over(by)
         blocks = ordered.with_columns(
             block=(running_end.is_null() | (pl.col("ts") > running_end)).cum_sum().over(by)
@@ -32,6 +32,7 @@ def merge_intervals(frame: pl.DataFrame, by: str) -> pl.DataFrame:
             .agg(start=pl.col("ts").min(), end=pl.col("end").max())
             .drop("block")
             .sort(by, "start")
+            .collect(engine="in-memory")
         )
     reach = pl.col("end").cum_max().over(by)
     opens = (pl.col(by) != pl.col(by).shift(1)).fill_null(True) | (pl.col("ts") > reach.shift(1))
@@ -40,17 +41,20 @@ def merge_intervals(frame: pl.DataFrame, by: str) -> pl.DataFrame:
         .with_columns(start=pl.when("opens").then(pl.col("ts")).forward_fill())
         .filter(pl.col("opens").shift(-1).fill_null(True))
         .select(by, "start", end="reach")
+        .collect(engine="in-memory")
     )
 
 
 def gaps_between(merged: pl.DataFrame, by: str) -> pl.DataFrame:
     """The idle stretches between consecutive merged blocks → ``by, start, end, duration``."""
     return (
-        merged.sort(by, "start")
+        merged.lazy()
+        .sort(by, "start")
         .with_columns(next_start=pl.col("start").shift(-1).over(by))
         .filter(pl.col("next_start").is_not_null() & (pl.col("next_start") > pl.col("end")))
         .select(by, start=pl.col("end"), end=pl.col("next_start"))
         .with_columns(duration=pl.col("end") - pl.col("start"))
+        .collect(engine="in-memory")
     )
 
 
