@@ -156,11 +156,13 @@ def recording_start_frames(trace: Trace) -> pl.DataFrame:
         .fill_null(False)
     )
     return (
-        candidates.select("pid", "tid", "ts", "python_id", "parent_id", "name")
+        candidates.lazy()
+        .select("pid", "tid", "ts", "python_id", "parent_id", "name")
         .sort("pid", "tid", "ts", "python_id")
         .with_columns(chain=linked.cast(pl.Int8).cum_min().over("pid", "tid"))
         .filter(pl.col("chain") == 1)
         .select("pid", "tid", "python_id")
+        .collect(engine="in-memory")
     )
 
 
@@ -249,7 +251,7 @@ def source_at(trace: Trace, points: pl.DataFrame, user_code: Collection[str] = (
     kind = pl.when(pl.col("rank") == _USER_RANK).then(pl.lit(USER)).otherwise(pl.lit(LIBRARY))
     if trace.python.height or trace.annotations.height:
         located = _frame_locations(trace.python.get_column("name"), user_code)
-        at_start = recording_start_frames(trace).with_columns(at_start=pl.lit(True))
+        at_start = recording_start_frames(trace).lazy().with_columns(at_start=pl.lit(True))
         # Only the columns used are joined, filtered and sorted: each of those copies what it keeps,
         # and an LLM decode trace has a million frames (tens of MB at the analysis's memory peak).
         # The frames meeting a point are found first (a binary search per frame), and only those
@@ -262,7 +264,8 @@ def source_at(trace: Trace, points: pl.DataFrame, user_code: Collection[str] = (
                 "end",
                 instants,
             )
-            .join(located, on="name", how="inner", maintain_order="left")
+            .lazy()
+            .join(located.lazy(), on="name", how="inner", maintain_order="left")
             .join(at_start, on=["pid", "tid", "python_id"], how="left", maintain_order="left")
             .with_columns(pl.col("at_start").fill_null(False))
             .select(
@@ -276,15 +279,21 @@ def source_at(trace: Trace, points: pl.DataFrame, user_code: Collection[str] = (
                 framework_call="framework_call",
                 line_kind=_line_kind(),
             )
+            .collect(engine="in-memory")
         )
         designed = _designed_ranges(trace, instants)
         if designed.height:
             frames = pl.concat([frames, designed])
         if frames.height:
+            # One query a table (``lazy`` … ``collect``), not one a step: each costs about 0.1-0.2 ms
+            # on a small trace, whatever its size.
             met = (
-                points.join_where(frames, pl.col("t") >= pl.col("f_ts"), pl.col("t") <= pl.col("f_end"))
+                points.lazy()
+                .join_where(frames.lazy(), pl.col("t") >= pl.col("f_ts"), pl.col("t") <= pl.col("f_end"))
                 .filter((pl.col("pid") == pl.col("pid_right")) & (pl.col("tid") == pl.col("tid_right")))
                 .select("key", "rank", "f_ts", "source", "function", "framework_call", "line_kind")
+                .collect(engine="in-memory")
+                .lazy()
             )
             lines = (
                 met.filter(pl.col("rank") > _DESIGNED_RANK)
@@ -297,6 +306,8 @@ def source_at(trace: Trace, points: pl.DataFrame, user_code: Collection[str] = (
                     pl.col("line_kind").last(),
                     line_from=pl.col("f_ts").last(),
                 )
+                .collect(engine="in-memory")
+                .lazy()
             )
             below = (
                 met.filter(pl.col("rank") == _DESIGNED_RANK)
@@ -317,6 +328,7 @@ def source_at(trace: Trace, points: pl.DataFrame, user_code: Collection[str] = (
                     framework_call="framework_call",
                 )
                 .cast(SOURCE_COLUMNS)
+                .collect(engine="in-memory")
             )
     if found.filter(pl.col("source").is_not_null()).height < points.height:
         stacks = pl.concat(
@@ -335,8 +347,9 @@ def source_at(trace: Trace, points: pl.DataFrame, user_code: Collection[str] = (
         if stacks.height:
             missing = points.join(found.filter(pl.col("source").is_not_null()), on="key", how="anti")
             by_stack = (
-                missing.join_where(
-                    stacks.rename({"ts": "s_ts", "end": "s_end"}),
+                missing.lazy()
+                .join_where(
+                    stacks.lazy().rename({"ts": "s_ts", "end": "s_end"}),
                     pl.col("t") >= pl.col("s_ts"),
                     pl.col("t") <= pl.col("s_end"),
                 )
@@ -344,6 +357,7 @@ def source_at(trace: Trace, points: pl.DataFrame, user_code: Collection[str] = (
                 .sort("s_ts")
                 .group_by("key")
                 .agg(pl.col("call_stack").last())
+                .collect(engine="in-memory")
             )
             if by_stack.height:
                 entries = {
@@ -361,8 +375,9 @@ def source_at(trace: Trace, points: pl.DataFrame, user_code: Collection[str] = (
                     orient="row",
                 )
                 by_stack = (
-                    by_stack.join(stack_lines, on="call_stack", how="inner")
-                    .join(found.select("key", "framework_call"), on="key", how="left")
+                    by_stack.lazy()
+                    .join(stack_lines.lazy(), on="call_stack", how="inner")
+                    .join(found.lazy().select("key", "framework_call"), on="key", how="left")
                     .select(
                         "key",
                         "source",
@@ -372,6 +387,7 @@ def source_at(trace: Trace, points: pl.DataFrame, user_code: Collection[str] = (
                         framework_call="framework_call",
                     )
                     .cast(SOURCE_COLUMNS)
+                    .collect(engine="in-memory")
                 )
                 found = pl.concat([found.join(by_stack, on="key", how="anti"), by_stack])
     return found
