@@ -25,18 +25,24 @@ def launch_devices(trace: Trace) -> pl.DataFrame:
 
 def _copy_calls(trace: Trace) -> pl.DataFrame:
     """Host calls that start a copy → ``pid, tid, correlation, c_end, copy`` (the copy's name)."""
-    copies = trace.gpu.filter(pl.col("kind") == "memcpy").select("correlation", copy="name")
+    copies = trace.gpu.lazy().filter(pl.col("kind") == "memcpy").select("correlation", copy="name")
+    runtime = trace.runtime.lazy()
     return (
-        trace.runtime.filter(pl.col("name").str.starts_with(taxonomy.COPY_CALL_PREFIXES[0]))
-        .select("pid", "tid", "correlation", c_end="end")
-        .vstack(
-            trace.runtime.filter(
-                pl.any_horizontal(pl.col("name").str.starts_with(p) for p in taxonomy.COPY_CALL_PREFIXES[1:])
-            ).select("pid", "tid", "correlation", c_end="end")
+        pl.concat(
+            [
+                runtime.filter(pl.col("name").str.starts_with(taxonomy.COPY_CALL_PREFIXES[0])),
+                runtime.filter(
+                    pl.any_horizontal(
+                        pl.col("name").str.starts_with(p) for p in taxonomy.COPY_CALL_PREFIXES[1:]
+                    )
+                ),
+            ]
         )
+        .select("pid", "tid", "correlation", c_end="end")
         .join(copies, on="correlation", how="inner")
         .drop_nulls(["pid", "tid"])
         .sort("c_end")
+        .collect(engine="in-memory")
     )
 
 
@@ -50,18 +56,26 @@ def _copy_before(calls: pl.DataFrame, launches: pl.DataFrame, window_ns: int) ->
     """
     schema = pl.Schema({"key": pl.Int64, "copy": pl.String, "copy_correlation": pl.Int64})
     own = (
-        calls.select("key", "correlation")
-        .join(launches.select("correlation", "copy").unique("correlation"), on="correlation", how="inner")
+        calls.lazy()
+        .select("key", "correlation")
+        .join(
+            launches.lazy().select("correlation", "copy").unique("correlation"), on="correlation", how="inner"
+        )
         .select("key", own="copy", own_correlation="correlation")
     )
     if launches.is_empty():
-        return own.select("key", copy="own", copy_correlation="own_correlation").cast(schema)
+        return (
+            own.select("key", copy="own", copy_correlation="own_correlation")
+            .cast(schema)
+            .collect(engine="in-memory")
+        )
     before = (
-        calls.select("key", "pid", "tid", "ts")
+        calls.lazy()
+        .select("key", "pid", "tid", "ts")
         .drop_nulls(["pid", "tid"])
         .sort("ts")
         .join_asof(
-            launches.select("pid", "tid", "c_end", "copy", copy_correlation="correlation"),
+            launches.lazy().select("pid", "tid", "c_end", "copy", copy_correlation="correlation"),
             left_on="ts",
             right_on="c_end",
             by=["pid", "tid"],
@@ -82,6 +96,7 @@ def _copy_before(calls: pl.DataFrame, launches: pl.DataFrame, window_ns: int) ->
         )
         .drop_nulls("copy")
         .cast(schema)
+        .collect(engine="in-memory")
     )
 
 
@@ -109,27 +124,32 @@ def blocking_calls(
         name for name in launches.get_column("copy").unique() if taxonomy.waits_inside_copy_call(name)
     ]
     waiting_copies = launches.filter(pl.col("copy").is_in(waiting_names)).select("correlation")
+    # Each table one query (``lazy`` … ``collect``), not one a step: on a small trace each query
+    # costs about 0.1-0.2 ms, whatever its size.
+    runtime = trace.runtime.lazy()
     calls = (
         pl.concat(
             [
-                trace.runtime.filter(pl.col("name").is_in(list(taxonomy.BLOCKING_CALLS))).with_columns(
+                runtime.filter(pl.col("name").is_in(list(taxonomy.BLOCKING_CALLS))).with_columns(
                     kind=pl.lit("sync")
                 ),
-                trace.runtime.filter(~pl.col("name").is_in(list(taxonomy.BLOCKING_CALLS)))
-                .join(waiting_copies, on="correlation", how="semi")
+                runtime.filter(~pl.col("name").is_in(list(taxonomy.BLOCKING_CALLS)))
+                .join(waiting_copies.lazy(), on="correlation", how="semi")
                 .with_columns(kind=pl.lit("copy")),
             ]
         )
         .sort("ts", "correlation")
         .with_row_index("key")
         .with_columns(pl.col("key").cast(pl.Int64))
+        .collect(engine="in-memory")
     )
     points = calls.select("key", "pid", "tid", t="ts")
     ops = enclosing_ops(trace, points)
     sources = source_at(trace, points, user_code)
-    wanted = calls.filter(pl.col("external_id") != pl.col("correlation")).select("key", "external_id")
+    wanted = calls.lazy().filter(pl.col("external_id") != pl.col("correlation")).select("key", "external_id")
     by_external = wanted.join(
-        trace.cpu_ops.select("external_id", ext_op="name")
+        trace.cpu_ops.lazy()
+        .select("external_id", ext_op="name")
         .join(wanted.select("external_id"), on="external_id", how="semi")
         .unique("external_id", keep="first", maintain_order=True),
         on="external_id",
@@ -137,14 +157,17 @@ def blocking_calls(
     ).select("key", "ext_op")
     copies = _copy_before(calls, launches, copy_window_ns)
     # a sync right after a copy call that itself waited: the pair is one wait, the copy call's
-    copy_waits = calls.filter(pl.col("kind") == "copy").select(
-        "pid", copy_correlation="correlation", copy_key="key"
+    copy_waits = (
+        calls.lazy()
+        .filter(pl.col("kind") == "copy")
+        .select("pid", copy_correlation="correlation", copy_key="key")
     )
     return (
-        calls.select(
+        calls.lazy()
+        .select(
             "key", "kind", "correlation", call="name", pid="pid", tid="tid", ts="ts", end="end", dur="dur"
         )
-        .join(ops, on="key", how="left")
+        .join(ops.lazy(), on="key", how="left")
         .join(by_external, on="key", how="left")
         .with_columns(
             op=pl.coalesce("op", "ext_op"),
@@ -152,9 +175,9 @@ def blocking_calls(
             op_chain=pl.coalesce("op_chain", "ext_op"),
         )
         .drop("ext_op")
-        .join(sources, on="key", how="left")
-        .join(module_at(trace, points), on="key", how="left")
-        .join(copies, on="key", how="left")
+        .join(sources.lazy(), on="key", how="left")
+        .join(module_at(trace, points).lazy(), on="key", how="left")
+        .join(copies.lazy(), on="key", how="left")
         .join(copy_waits, on=["pid", "copy_correlation"], how="left", nulls_equal=False)
         .with_columns(
             wait=pl.when(pl.col("kind") == "sync")
@@ -163,6 +186,7 @@ def blocking_calls(
         )
         .drop("copy_correlation", "copy_key")
         .sort("key")
+        .collect(engine="in-memory")
     )
 
 
