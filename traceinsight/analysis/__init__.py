@@ -135,11 +135,15 @@ def _fix_inputs(
     :func:`~traceinsight.analysis.shared.launch_cost_ns`, when the caller has it)."""
     if not steady.windows:
         return FixInputs()
+    # Each table one query (``lazy`` … ``collect``), not one a step: on a small trace each query
+    # costs about 0.1-0.2 ms, whatever its size.
     launching = (
-        trace.runtime.select("correlation", "pid", "tid")
-        .join(trace.gpu.select("correlation").unique(), on="correlation", how="semi")
+        trace.runtime.lazy()
+        .select("correlation", "pid", "tid")
+        .join(trace.gpu.lazy().select("correlation").unique(), on="correlation", how="semi")
         .select("pid", "tid")
         .unique()
+        .collect(engine="in-memory")
     )
     if launching.is_empty():
         # No GPU work: the threads that run the steps are the ones that matter (all, if unmarked).
@@ -153,36 +157,43 @@ def _fix_inputs(
     ranges = trace.annotations
     waits = (
         ranges.filter(within(ranges.get_column("ts"), steady.windows))
+        .lazy()
         .filter(
             pl.col("name").str.starts_with(taxonomy.DATALOADER_PREFIX)
             & pl.col("name").str.ends_with("__next__")
         )
-        .join(launching, on=["pid", "tid"], how="semi")
+        .join(launching.lazy(), on=["pid", "tid"], how="semi")
         .sort("ts")
+        .collect(engine="in-memory")
     )
-    h2d = trace.gpu.filter(
-        (pl.col("kind") == "memcpy") & pl.col("name").str.starts_with("Memcpy HtoD")
-    ).select(
-        "correlation",
-        copy_name="name",
-        copy_device="device",
-        copy_bytes="bytes",
-        copy_dur="dur",
-        copy_ts="ts",
-        copy_end="end",
+    h2d = (
+        trace.gpu.lazy()
+        .filter((pl.col("kind") == "memcpy") & pl.col("name").str.starts_with("Memcpy HtoD"))
+        .select(
+            "correlation",
+            copy_name="name",
+            copy_device="device",
+            copy_bytes="bytes",
+            copy_dur="dur",
+            copy_ts="ts",
+            copy_end="end",
+        )
     )
     calls = trace.runtime.select("ts", "end", "correlation")
     copy_calls = (
         calls.filter(within(calls.get_column("ts"), steady.windows))
+        .lazy()
         .join(h2d, on="correlation", how="inner")
         .sort("ts", "correlation")
         .unique("correlation", keep="first", maintain_order=True)
         .with_row_index("copy")
+        .collect(engine="in-memory")
     )
     under = (
-        copy_calls.select("copy", "copy_device", "copy_ts", "copy_end")
+        copy_calls.lazy()
+        .select("copy", "copy_device", "copy_ts", "copy_end")
         .join_where(
-            kernels.select(k_device="device", k_start="start", k_end="end"),
+            kernels.lazy().select(k_device="device", k_start="start", k_end="end"),
             pl.col("k_start") < pl.col("copy_end"),
             pl.col("k_end") > pl.col("copy_ts"),
         )
@@ -190,7 +201,7 @@ def _fix_inputs(
         .group_by("copy")
         .agg(overlapped=overlap_ns("copy_ts", "copy_end", "k_start", "k_end").sum())
     )
-    copy_calls = copy_calls.join(under, on="copy", how="left").sort("copy")
+    copy_calls = copy_calls.lazy().join(under, on="copy", how="left").sort("copy").collect(engine="in-memory")
     return FixInputs(
         dataloader_waits=tuple(waits.select("ts", "end").iter_rows()),
         dataloader_iterators=tuple(sorted(waits.get_column("name").unique().to_list())),

@@ -26,9 +26,12 @@ def copy_groups(
     copies = trace.gpu.filter(pl.col("kind") == "memcpy").with_row_index("copy")
     if copies.is_empty():
         return ()
-    kernel_blocks = kernels.select(k_device="device", k_start="start", k_end="end")
+    # Each table one query (``lazy`` … ``collect``), not one a step: on a small trace each query
+    # costs about 0.1-0.2 ms, whatever its size.
+    kernel_blocks = kernels.lazy().select(k_device="device", k_start="start", k_end="end")
     overlapped = (
-        copies.select("copy", "device", "ts", "end")
+        copies.lazy()
+        .select("copy", "device", "ts", "end")
         .join_where(kernel_blocks, pl.col("k_start") < pl.col("end"), pl.col("k_end") > pl.col("ts"))
         .filter(pl.col("device") == pl.col("k_device"))
         .group_by("copy")
@@ -36,33 +39,41 @@ def copy_groups(
     )
     window = round(thresholds.copy_sync_window_us * 1000)
     host_calls = (
-        copies.select("copy", "correlation")
+        copies.lazy()
+        .select("copy", "correlation")
         .join(
-            trace.runtime.select("correlation", "pid", "tid", call="name", call_end="end"),
+            trace.runtime.lazy().select("correlation", "pid", "tid", call="name", call_end="end"),
             on="correlation",
             how="inner",
         )
         .drop_nulls(["pid", "tid"])
         .sort("call_end")
+        .collect(engine="in-memory")
     )
     sync_starts = (
-        calls.filter(pl.col("kind") == "sync")
+        calls.lazy()
+        .filter(pl.col("kind") == "sync")
         .select("pid", "tid", sync_ts="ts")
         .drop_nulls(["pid", "tid"])
         .sort("sync_ts")
+        .collect(engine="in-memory")
     )
     if host_calls.height and sync_starts.height:
-        followed = host_calls.join_asof(
-            sync_starts,
-            left_on="call_end",
-            right_on="sync_ts",
-            by=["pid", "tid"],
-            strategy="forward",
-            tolerance=window,
-            check_sortedness=False,  # sorted by call_end above; polars cannot check with `by`
-        ).select("copy", "call", followed=pl.col("sync_ts").is_not_null())
+        followed = (
+            host_calls.lazy()
+            .join_asof(
+                sync_starts.lazy(),
+                left_on="call_end",
+                right_on="sync_ts",
+                by=["pid", "tid"],
+                strategy="forward",
+                tolerance=window,
+                check_sortedness=False,  # sorted by call_end above; polars cannot check with `by`
+            )
+            .select("copy", "call", followed=pl.col("sync_ts").is_not_null())
+        )
     else:
-        followed = host_calls.select("copy", "call", followed=pl.lit(False))
+        followed = host_calls.lazy().select("copy", "call", followed=pl.lit(False))
     names = copies.get_column("name").unique().to_list()
     kinds = {name: taxonomy.parse_copy_name(name) for name in names}
     parts = pl.DataFrame(
@@ -75,9 +86,10 @@ def copy_groups(
         schema={"name": pl.String, "direction": pl.String, "src": pl.String, "dst": pl.String},
     )
     table = (
-        copies.join(overlapped, on="copy", how="left")
+        copies.lazy()
+        .join(overlapped, on="copy", how="left")
         .join(followed, on="copy", how="left")
-        .join(parts, on="name", how="left")
+        .join(parts.lazy(), on="name", how="left")
         .with_columns(
             overlapped=pl.col("overlapped").fill_null(0),
             blocked=(
@@ -96,6 +108,7 @@ def copy_groups(
             blocked=pl.col("blocked").sum(),
         )
         .sort(["duration", "device", "name"], descending=[True, False, False])
+        .collect(engine="in-memory")
     )
     return tuple(
         CopyGroup(
