@@ -42,8 +42,15 @@ def _inside(launches: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
     """Launch calls whose start falls inside one of ``ranges`` on the same thread."""
     if ranges.is_empty() or launches.is_empty():
         return launches.clear()
-    bounds = ranges.select(r_pid="pid", r_tid="tid", r_ts="ts", r_end="end")
-    held = bounds.drop_nulls().filter(pl.col("r_end") > pl.col("r_ts")).sort("r_pid", "r_tid", "r_ts")
+    # Each table one query (``lazy`` … ``collect``), not one a step: on a small trace each query
+    # costs about 0.1-0.2 ms, whatever its size.
+    bounds = ranges.lazy().select(r_pid="pid", r_tid="tid", r_ts="ts", r_end="end")
+    held = (
+        bounds.drop_nulls()
+        .filter(pl.col("r_end") > pl.col("r_ts"))
+        .sort("r_pid", "r_tid", "r_ts")
+        .collect(engine="in-memory")
+    )
     overlapping = held.select(
         (pl.col("r_ts") < pl.col("r_end").shift(1)).over("r_pid", "r_tid").fill_null(False).any()
     ).item()
@@ -51,10 +58,11 @@ def _inside(launches: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
         # Ranges that do not overlap on a thread: the one that can hold a call is the last to start
         # at or before it (one search per call, not a join of every call with every range).
         return (
-            launches.drop_nulls(["pid", "tid", "ts"])
+            launches.lazy()
+            .drop_nulls(["pid", "tid", "ts"])
             .sort("ts")
             .join_asof(
-                held.sort("r_ts"),
+                held.lazy().sort("r_ts"),
                 left_on="ts",
                 right_on="r_ts",
                 by_left=["pid", "tid"],
@@ -66,11 +74,14 @@ def _inside(launches: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
             .with_columns(r_pid="pid", r_tid="tid")
             .select(*launches.columns, "r_pid", "r_tid", "r_ts", "r_end")
             .unique("correlation")
+            .collect(engine="in-memory")
         )
     return (
-        launches.join_where(bounds, pl.col("ts") >= pl.col("r_ts"), pl.col("ts") < pl.col("r_end"))
+        launches.lazy()
+        .join_where(bounds, pl.col("ts") >= pl.col("r_ts"), pl.col("ts") < pl.col("r_end"))
         .filter((pl.col("pid") == pl.col("r_pid")) & (pl.col("tid") == pl.col("r_tid")))
         .unique("correlation")
+        .collect(engine="in-memory")
     )
 
 

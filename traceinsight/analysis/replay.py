@@ -487,10 +487,13 @@ def prepare_replay(
     if not steady.windows or trace.gpu.is_empty():
         return Replay(steps=max(len(steady.steady_steps), 1))
     launches = launch_calls(trace) if launches is None else launches
+    # Each table one query (``lazy`` … ``collect``), not one a step: on a small trace each query
+    # costs about 0.1-0.2 ms, whatever its size.
     work = (
-        trace.gpu.select("device", "stream", "ts", "dur", "end", "correlation")
+        trace.gpu.lazy()
+        .select("device", "stream", "ts", "dur", "end", "correlation")
         .filter(pl.col("device").is_not_null())
-        .join(launches, on="correlation", how="left")
+        .join(launches.lazy(), on="correlation", how="left")
         .with_columns(pl.col("stream").fill_null(-1))
         .sort("device", "stream", "ts", "end")
         .with_columns(prev_end=pl.col("end").cum_max().shift(1).over("device", "stream"))
@@ -499,6 +502,7 @@ def prepare_replay(
             queued=(pl.col("l_end") <= pl.col("prev_end")).fill_null(False),
             observed_latency=(pl.col("ts") - pl.col("l_ts")).clip(lower_bound=0),
         )
+        .collect(engine="in-memory")
     )
     launch_cost = launch_cost_ns(trace) if launch_cost is None else launch_cost
     typical = work.filter(~pl.col("queued") & ~pl.col("fixed")).get_column("observed_latency").median()
@@ -531,19 +535,26 @@ def prepare_replay(
         # each copy every column they keep. A graph replay's kernels tie on launch and
         # correlation: a stable sort keeps them in the work's order (device, stream, start).
         mine = (
-            work.select("launch", "latency", "dur", "advance", "stream_id", "correlation", "end")
+            work.lazy()
+            .select("launch", "latency", "dur", "advance", "stream_id", "correlation", "end")
             .filter((pl.col("launch") >= start) & (pl.col("launch") < end))
             .sort("launch", "correlation", maintain_order=True)
+            .collect(engine="in-memory")
         )
-        before = work.filter((pl.col("launch") < start) & (pl.col("end") > start))
-        carry = {
-            int(stream): int(last) - start
-            for stream, last in before.group_by("stream_id").agg(pl.col("end").max()).iter_rows()
-        }
+        before = (
+            work.lazy()
+            .filter((pl.col("launch") < start) & (pl.col("end") > start))
+            .group_by("stream_id")
+            .agg(pl.col("end").max())
+            .collect(engine="in-memory")
+        )
+        carry = {int(stream): int(last) - start for stream, last in before.iter_rows()}
         window_calls = (
-            calls.filter((pl.col("ts") >= start) & (pl.col("ts") < end))
-            .join(launching, on=["pid", "tid"], how="semi")
+            calls.lazy()
+            .filter((pl.col("ts") >= start) & (pl.col("ts") < end))
+            .join(launching.lazy(), on=["pid", "tid"], how="semi")
             .sort("ts")
+            .collect(engine="in-memory")
         )
         overheads, skipped = _recorded_waits(mine, carry, window_calls, start)
         windows.append(
