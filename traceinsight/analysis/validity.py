@@ -170,9 +170,11 @@ def _gpu_warnings(trace: Trace, first_calls: pl.DataFrame | None) -> list[TraceW
     )
     if activities.height:
         overlapping = (
-            activities.sort("device", "stream", "ts")
+            activities.lazy()
+            .sort("device", "stream", "ts")
             .with_columns(prev_end=pl.col("end").cum_max().shift(1).over("device", "stream"))
             .filter(pl.col("ts") < pl.col("prev_end") - _OVERLAP_TOLERANCE_NS)
+            .collect(engine="in-memory")  # one query, not one a step (0.1-0.2 ms each on a small trace)
             .height
         )
         if overlapping:
@@ -186,12 +188,19 @@ def _gpu_warnings(trace: Trace, first_calls: pl.DataFrame | None) -> list[TraceW
                     "re-record the trace; if it repeats, report it to PyTorch with the torch and driver versions",
                 )
             )
-        launched = activities.select("ts", "correlation").join(
-            (launch_calls(trace) if first_calls is None else first_calls).select("correlation", "l_ts"),
-            on="correlation",
-            how="inner",
+        early = (
+            activities.lazy()
+            .select("ts", "correlation")
+            .join(
+                (launch_calls(trace) if first_calls is None else first_calls)
+                .lazy()
+                .select("correlation", "l_ts"),
+                on="correlation",
+                how="inner",
+            )
+            .filter(pl.col("ts") < pl.col("l_ts") - _OVERLAP_TOLERANCE_NS)
+            .collect(engine="in-memory")
         )
-        early = launched.filter(pl.col("ts") < pl.col("l_ts") - _OVERLAP_TOLERANCE_NS)
         if early.height:
             worst = early.select((pl.col("l_ts") - pl.col("ts")).max()).item()
             warnings.append(
