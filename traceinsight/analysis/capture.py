@@ -34,16 +34,27 @@ def capture_windows(trace: Trace) -> pl.DataFrame:
     end call without a begin (the capture began before the trace) starts at the thread's first
     recorded call; a begin without an end (the trace stopped during the capture) lasts until the
     thread's last recorded call ends."""
-    runtime = trace.runtime.drop_nulls(["pid", "tid"])
-    begins = runtime.filter(_named(taxonomy.GRAPH_CAPTURE_BEGIN_PREFIXES)).select("pid", "tid", start="ts")
-    ends = runtime.filter(_named(taxonomy.GRAPH_CAPTURE_END_PREFIXES)).select("pid", "tid", stop="end")
+    # Each table one query (``lazy`` … ``collect``), not one a step: on a small trace each query
+    # costs about 0.1-0.2 ms, whatever its size.
+    runtime = trace.runtime.lazy().drop_nulls(["pid", "tid"])
+    begins = (
+        runtime.filter(_named(taxonomy.GRAPH_CAPTURE_BEGIN_PREFIXES))
+        .select("pid", "tid", start="ts")
+        .collect(engine="in-memory")
+    )
+    ends = (
+        runtime.filter(_named(taxonomy.GRAPH_CAPTURE_END_PREFIXES))
+        .select("pid", "tid", stop="end")
+        .collect(engine="in-memory")
+    )
     if begins.is_empty() and ends.is_empty():
         return pl.DataFrame(schema=CAPTURE_SCHEMA)
     bounds = runtime.group_by("pid", "tid").agg(first=pl.col("ts").min(), last=pl.col("end").max())
     paired = (
-        begins.sort("start")
+        begins.lazy()
+        .sort("start")
         .join_asof(
-            ends.sort("stop"),
+            ends.lazy().sort("stop"),
             left_on="start",
             right_on="stop",
             by=["pid", "tid"],
@@ -54,11 +65,18 @@ def capture_windows(trace: Trace) -> pl.DataFrame:
         .select("pid", "tid", "start", end=pl.coalesce("stop", "last"))
     )
     unpaired = (
-        ends.join(paired.select("pid", "tid", stop="end"), on=["pid", "tid", "stop"], how="anti")
+        ends.lazy()
+        .join(paired.select("pid", "tid", stop="end"), on=["pid", "tid", "stop"], how="anti")
         .join(bounds, on=["pid", "tid"], how="left")
         .select("pid", "tid", start="first", end="stop")
     )
-    return pl.concat([paired, unpaired]).cast(CAPTURE_SCHEMA).unique().sort("pid", "tid", "start")
+    return (
+        pl.concat([paired, unpaired])
+        .cast(CAPTURE_SCHEMA)
+        .unique()
+        .sort("pid", "tid", "start")
+        .collect(engine="in-memory")
+    )
 
 
 @dataclass(frozen=True, slots=True)
