@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 import traceinsight.analysis.intervals as intervals_module
-from traceinsight.analysis.intervals import meeting, merge_intervals, within
+from traceinsight.analysis.intervals import joined_where, meeting, merge_intervals, within
 
 #: Each search both ways: numpy's (Int64 columns without nulls) and polars' (the rest).
 BOTH_WAYS = pytest.mark.parametrize("numpy", [True, False], ids=["numpy", "polars"])
@@ -224,3 +224,35 @@ def test_blocks_that_overlap_or_hold_nulls_are_left_to_the_join() -> None:
     assert _gaps_inside(_grid(windows), gaps) == {(0, 0, "sync"): 25}
     untyped = gaps.with_columns(cause_kind=pl.Series([None, "sync"], dtype=pl.String))
     assert _gaps_inside(_grid(windows), untyped) == {(0, 0, None): 10, (0, 0, "sync"): 15}
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_joined_where_pairs_exactly_what_brute_force_pairs_and_is_not_fused_with_a_later_equality(
+    seed: int,
+) -> None:
+    rng = random.Random(seed)
+    copies = [
+        (c, rng.randrange(2), t, t + rng.randrange(1, 40)) for c, t in enumerate(rng.sample(range(500), 15))
+    ]
+    blocks = [(rng.randrange(2), t, t + rng.randrange(1, 60)) for t in rng.sample(range(500), 12)]
+    left = pl.LazyFrame(copies, schema=["copy", "device", "ts", "end"], orient="row")
+    right = pl.LazyFrame(blocks, schema=["k_device", "k_start", "k_end"], orient="row")
+    query = joined_where(
+        left, right, pl.col("k_start") < pl.col("end"), pl.col("k_end") > pl.col("ts")
+    ).filter(pl.col("device") == pl.col("k_device"))
+    expected = sorted(
+        (c, b)
+        for c, device, ts, end in copies
+        for b, (k_device, k_start, k_end) in enumerate(blocks)
+        if k_start < end and k_end > ts and device == k_device
+    )
+    got = query.collect().select("copy", "k_start").rows()
+    assert sorted((c, next(i for i, b in enumerate(blocks) if b[1] == s)) for c, s in got) == expected
+    # The inequality join ran on its own: what the query still plans is a filter of its result. In
+    # one query, polars fuses the join and the equality into a hash join on device (every pair of a
+    # device checked): the blow-up the helper is there to prevent.
+    assert "JOIN" not in query.explain()
+    fused = left.join_where(right, pl.col("k_start") < pl.col("end")).filter(
+        pl.col("device") == pl.col("k_device")
+    )
+    assert "JOIN" in fused.explain()

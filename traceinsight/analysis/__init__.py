@@ -10,7 +10,7 @@ import polars as pl
 
 from traceinsight.analysis import copies, gpu_time, host, idle_gaps, syncs
 from traceinsight.analysis.collectives import CommunicationStats, communication_stats
-from traceinsight.analysis.intervals import overlap_ns, within
+from traceinsight.analysis.intervals import joined_where, overlap_ns, within
 from traceinsight.analysis.kernels import TopKernels, top_kernels
 from traceinsight.analysis.latent import LatentSync, latent_syncs
 from traceinsight.analysis.launching import LaunchStats, launch_stats
@@ -190,9 +190,8 @@ def _fix_inputs(
         .collect(engine="in-memory")
     )
     under = (
-        copy_calls.lazy()
-        .select("copy", "copy_device", "copy_ts", "copy_end")
-        .join_where(
+        joined_where(
+            copy_calls.lazy().select("copy", "copy_device", "copy_ts", "copy_end"),
             kernels.lazy().select(k_device="device", k_start="start", k_end="end"),
             pl.col("k_start") < pl.col("copy_end"),
             pl.col("k_end") > pl.col("copy_ts"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceinsight.analysis.intervals import overlap_ns
+from traceinsight.analysis.intervals import joined_where, overlap_ns
 from traceinsight.analysis.results import CopyGroup
 from traceinsight.load import Trace, taxonomy
 from traceinsight.thresholds import Thresholds
@@ -30,9 +30,12 @@ def copy_groups(
     # costs about 0.1-0.2 ms, whatever its size.
     kernel_blocks = kernels.lazy().select(k_device="device", k_start="start", k_end="end")
     overlapped = (
-        copies.lazy()
-        .select("copy", "device", "ts", "end")
-        .join_where(kernel_blocks, pl.col("k_start") < pl.col("end"), pl.col("k_end") > pl.col("ts"))
+        joined_where(
+            copies.lazy().select("copy", "device", "ts", "end"),
+            kernel_blocks,
+            pl.col("k_start") < pl.col("end"),
+            pl.col("k_end") > pl.col("ts"),
+        )
         .filter(pl.col("device") == pl.col("k_device"))
         .group_by("copy")
         .agg(overlapped=overlap_ns("ts", "end", "k_start", "k_end").sum())

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceinsight.analysis.intervals import within
+from traceinsight.analysis.intervals import joined_where, within
 from traceinsight.analysis.steady import SteadyState
 from traceinsight.load import Trace, taxonomy
 
@@ -77,8 +77,7 @@ def _inside(launches: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
             .collect(engine="in-memory")
         )
     return (
-        launches.lazy()
-        .join_where(bounds, pl.col("ts") >= pl.col("r_ts"), pl.col("ts") < pl.col("r_end"))
+        joined_where(launches.lazy(), bounds, pl.col("ts") >= pl.col("r_ts"), pl.col("ts") < pl.col("r_end"))
         .filter((pl.col("pid") == pl.col("r_pid")) & (pl.col("tid") == pl.col("r_tid")))
         .unique("correlation")
         .collect(engine="in-memory")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceinsight.analysis.intervals import meeting, merge_intervals, overlap_ns
+from traceinsight.analysis.intervals import joined_where, meeting, merge_intervals, overlap_ns
 from traceinsight.analysis.shared import launch_calls
 from traceinsight.analysis.sources import source_at
 from traceinsight.analysis.steady import SteadyState
@@ -56,8 +56,8 @@ def _top_level_ops(trace: Trace, ranges: pl.DataFrame, top: int) -> tuple[tuple[
         .filter(pl.col("reach").is_null() | (pl.col("ts") >= pl.col("reach")))
     )
     timed = (
-        ranges.lazy()
-        .join_where(
+        joined_where(
+            ranges.lazy(),
             outer.select(o_pid="pid", o_tid="tid", o_ts="ts", o_end="end", name="name"),
             pl.col("o_ts") < pl.col("end"),
             pl.col("o_end") > pl.col("start"),

@@ -33,7 +33,7 @@ from typing import Protocol
 
 import polars as pl
 
-from traceinsight.analysis.intervals import meeting
+from traceinsight.analysis.intervals import joined_where, meeting
 from traceinsight.load import Trace, taxonomy
 
 #: Packages whose frames are never shown as "library code" in place of the user's line: the
@@ -288,8 +288,12 @@ def source_at(trace: Trace, points: pl.DataFrame, user_code: Collection[str] = (
             # One query a table (``lazy`` … ``collect``), not one a step: each costs about 0.1-0.2 ms
             # on a small trace, whatever its size.
             met = (
-                points.lazy()
-                .join_where(frames.lazy(), pl.col("t") >= pl.col("f_ts"), pl.col("t") <= pl.col("f_end"))
+                joined_where(
+                    points.lazy(),
+                    frames.lazy(),
+                    pl.col("t") >= pl.col("f_ts"),
+                    pl.col("t") <= pl.col("f_end"),
+                )
                 .filter((pl.col("pid") == pl.col("pid_right")) & (pl.col("tid") == pl.col("tid_right")))
                 .select("key", "rank", "f_ts", "source", "function", "framework_call", "line_kind")
                 .collect(engine="in-memory")
@@ -347,8 +351,8 @@ def source_at(trace: Trace, points: pl.DataFrame, user_code: Collection[str] = (
         if stacks.height:
             missing = points.join(found.filter(pl.col("source").is_not_null()), on="key", how="anti")
             by_stack = (
-                missing.lazy()
-                .join_where(
+                joined_where(
+                    missing.lazy(),
                     stacks.lazy().rename({"ts": "s_ts", "end": "s_end"}),
                     pl.col("t") >= pl.col("s_ts"),
                     pl.col("t") <= pl.col("s_end"),
@@ -417,8 +421,7 @@ def enclosing_ops(trace: Trace, points: pl.DataFrame) -> pl.DataFrame:
         _instants(points),
     )
     return (
-        points.lazy()  # one query, not one a step (each costs 0.1-0.2 ms on a small trace)
-        .join_where(ops.lazy(), pl.col("t") >= pl.col("o_ts"), pl.col("t") <= pl.col("o_end"))
+        joined_where(points.lazy(), ops.lazy(), pl.col("t") >= pl.col("o_ts"), pl.col("t") <= pl.col("o_end"))
         .filter((pl.col("pid") == pl.col("pid_right")) & (pl.col("tid") == pl.col("tid_right")))
         .sort("o_ts", "o_end", "o_row", descending=[False, True, False])
         .group_by("key")
@@ -445,8 +448,9 @@ def module_at(trace: Trace, points: pl.DataFrame) -> pl.DataFrame:
         return empty
     names = {name: taxonomy.module_name(name) for name in frames.get_column("frame").unique().to_list()}
     return (
-        points.lazy()  # one query, not one a step (each costs 0.1-0.2 ms on a small trace)
-        .join_where(frames.lazy(), pl.col("t") >= pl.col("m_ts"), pl.col("t") <= pl.col("m_end"))
+        joined_where(
+            points.lazy(), frames.lazy(), pl.col("t") >= pl.col("m_ts"), pl.col("t") <= pl.col("m_end")
+        )
         .filter((pl.col("pid") == pl.col("pid_right")) & (pl.col("tid") == pl.col("tid_right")))
         .sort("m_ts")
         .group_by("key")
