@@ -34,8 +34,6 @@ def capture_windows(trace: Trace) -> pl.DataFrame:
     end call without a begin (the capture began before the trace) starts at the thread's first
     recorded call; a begin without an end (the trace stopped during the capture) lasts until the
     thread's last recorded call ends."""
-    # Each table one query (``lazy`` … ``collect``), not one a step: on a small trace each query
-    # costs about 0.1-0.2 ms, whatever its size.
     runtime = trace.runtime.lazy().drop_nulls(["pid", "tid"])
     begins = (
         runtime.filter(_named(taxonomy.GRAPH_CAPTURE_BEGIN_PREFIXES))

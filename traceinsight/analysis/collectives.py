@@ -73,8 +73,6 @@ _SPANNING_SHARE = 0.2
 
 def _data_parallel(trace: Trace) -> bool:
     """Whether a process drives several GPUs with one thread per GPU (see :class:`CommunicationStats`)."""
-    # One query (``lazy`` … ``collect``), not one a step: on a small trace each query costs about
-    # 0.1-0.2 ms, whatever its size.
     launched = (
         trace.gpu.lazy()
         .select("kind", "correlation", "device")

@@ -26,8 +26,6 @@ def copy_groups(
     copies = trace.gpu.filter(pl.col("kind") == "memcpy").with_row_index("copy")
     if copies.is_empty():
         return ()
-    # Each table one query (``lazy`` … ``collect``), not one a step: on a small trace each query
-    # costs about 0.1-0.2 ms, whatever its size.
     kernel_blocks = kernels.lazy().select(k_device="device", k_start="start", k_end="end")
     overlapped = (
         joined_where(

@@ -247,8 +247,6 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         .filter("same_thread")
     )  # fmt: skip
     covers = pl.col("covered") >= (pl.col("end") - pl.col("start")) * limits.cause_coverage
-    # Each table below is one query (``lazy`` … ``collect``), and the last joins them in one:
-    # on a small trace every eager step costs a query's fixed price (about 0.1-0.2 ms).
     capturing = (
         touching.lazy()
         .filter(pl.col("kind") == "capture")

@@ -172,8 +172,6 @@ def launch_patterns(
         {"w_start": [start for start, _ in device_windows], "w_end": [end for _, end in device_windows]},
         schema={"w_start": pl.Int64, "w_end": pl.Int64},
     )
-    # One query (``lazy`` … ``collect``), not one a step: on a small trace each query costs about
-    # 0.1-0.2 ms, whatever its size.
     inside = (
         gaps.lazy()
         .filter(pl.col("cause_kind") == CauseKind.LAUNCH.value)

@@ -60,7 +60,7 @@ def precision_mix(
     for (device,), group in sorted(classified.group_by(["device"]), key=lambda item: item[0][0]):
         matmul = group.filter(pl.col("fp32"))
         ranked = (
-            matmul.lazy()  # one query, not one a step (each costs 0.1-0.2 ms on a small trace)
+            matmul.lazy()
             .group_by("name")
             .agg(count=pl.len(), ns=pl.col("dur").sum())
             .sort(["ns", "name"], descending=[True, False])

@@ -47,8 +47,6 @@ def _top_level_ops(trace: Trace, ranges: pl.DataFrame, top: int) -> tuple[tuple[
     ops = meeting(trace.cpu_ops.select("pid", "tid", "ts", "end", "name"), "ts", "end", ranges)
     if ops.is_empty():
         return ()
-    # One query (``lazy`` … ``collect``), not one a step: on a small trace each query costs about
-    # 0.1-0.2 ms, whatever its size.
     outer = (
         ops.lazy()
         .sort("pid", "tid", "ts", pl.col("end"), descending=[False, False, False, True])
@@ -96,7 +94,6 @@ def step_leads(
     launches = launch_calls(trace) if launches is None else launches
     if steps.is_empty() or launches.is_empty():
         return StepLeads()
-    # Each table one query (``lazy`` … ``collect``), not one a step (see :func:`_top_level_ops`).
     leads = (
         steps.lazy()
         .join_asof(

@@ -487,8 +487,6 @@ def prepare_replay(
     if not steady.windows or trace.gpu.is_empty():
         return Replay(steps=max(len(steady.steady_steps), 1))
     launches = launch_calls(trace) if launches is None else launches
-    # Each table one query (``lazy`` … ``collect``), not one a step: on a small trace each query
-    # costs about 0.1-0.2 ms, whatever its size.
     work = (
         trace.gpu.lazy()
         .select("device", "stream", "ts", "dur", "end", "correlation")

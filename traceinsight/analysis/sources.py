@@ -285,8 +285,6 @@ def source_at(trace: Trace, points: pl.DataFrame, user_code: Collection[str] = (
         if designed.height:
             frames = pl.concat([frames, designed])
         if frames.height:
-            # One query a table (``lazy`` … ``collect``), not one a step: each costs about 0.1-0.2 ms
-            # on a small trace, whatever its size.
             met = (
                 joined_where(
                     points.lazy(),

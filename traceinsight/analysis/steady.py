@@ -152,8 +152,6 @@ def step_windows(trace: Trace) -> tuple[str, pl.DataFrame]:
     ``ProfilerStep#N`` ranges when there are any (one per number); else the windows between the ends
     of consecutive ``Optimizer.step#`` ranges of the most frequent optimizer (n ranges → n − 1 steps).
     """
-    # Each table one query (``lazy`` … ``collect``), not one a step: on a small trace each query
-    # costs about 0.1-0.2 ms, whatever its size.
     profiler = (
         trace.annotations.lazy()
         .filter(pl.col("name").str.starts_with("ProfilerStep#"))
@@ -207,7 +205,7 @@ def owned_work(trace: Trace, ranges: pl.DataFrame, launches: pl.DataFrame | None
         )
         .filter(pl.col("l_ts") < pl.col("w_end"))
         .select("step", "device", "ts", "end")
-        .collect(engine="in-memory")  # one query (see step_windows)
+        .collect(engine="in-memory")
     )
 
 
@@ -258,7 +256,7 @@ def _gpu_ends(
             .drop_nulls()
             .group_by("step")
             .agg(pl.col("end").max())
-            .collect(engine="in-memory")  # one query (see step_windows)
+            .collect(engine="in-memory")
         )
         for step, end in drawn.iter_rows():
             count, first, gpu_end = ends.get(step, (0, None, None))

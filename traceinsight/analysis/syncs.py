@@ -124,8 +124,6 @@ def blocking_calls(
         name for name in launches.get_column("copy").unique() if taxonomy.waits_inside_copy_call(name)
     ]
     waiting_copies = launches.filter(pl.col("copy").is_in(waiting_names)).select("correlation")
-    # Each table one query (``lazy`` … ``collect``), not one a step: on a small trace each query
-    # costs about 0.1-0.2 ms, whatever its size.
     runtime = trace.runtime.lazy()
     calls = (
         pl.concat(

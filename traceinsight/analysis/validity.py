@@ -174,7 +174,7 @@ def _gpu_warnings(trace: Trace, first_calls: pl.DataFrame | None) -> list[TraceW
             .sort("device", "stream", "ts")
             .with_columns(prev_end=pl.col("end").cum_max().shift(1).over("device", "stream"))
             .filter(pl.col("ts") < pl.col("prev_end") - _OVERLAP_TOLERANCE_NS)
-            .collect(engine="in-memory")  # one query, not one a step (0.1-0.2 ms each on a small trace)
+            .collect(engine="in-memory")
             .height
         )
         if overlapping:
