@@ -47,7 +47,12 @@ def capture_windows(trace: Trace) -> pl.DataFrame:
     )
     if begins.is_empty() and ends.is_empty():
         return pl.DataFrame(schema=CAPTURE_SCHEMA)
-    bounds = runtime.group_by("pid", "tid").agg(first=pl.col("ts").min(), last=pl.col("end").max())
+    bounds = (  # one row a thread, grouped once for both halves below
+        runtime.group_by("pid", "tid")
+        .agg(first=pl.col("ts").min(), last=pl.col("end").max())
+        .collect(engine="in-memory")
+        .lazy()
+    )
     paired = (
         begins.lazy()
         .sort("start")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceinsight.analysis.causes import CauseKind
-from traceinsight.analysis.intervals import meeting, overlap_ns, within
+from traceinsight.analysis.intervals import joined_where, meeting, overlap_ns, within
 from traceinsight.analysis.sources import enclosing_ops
 from traceinsight.analysis.steady import SteadyState
 from traceinsight.load import Trace, taxonomy
@@ -173,11 +173,15 @@ def launch_patterns(
         schema={"w_start": pl.Int64, "w_end": pl.Int64},
     )
     inside = (
-        gaps.lazy()
-        .filter(pl.col("cause_kind") == CauseKind.LAUNCH.value)
-        .select("device", "start", "end", "duration")
-        .with_row_index("gap")
-        .join_where(windows.lazy(), pl.col("w_start") < pl.col("end"), pl.col("w_end") > pl.col("start"))
+        joined_where(
+            gaps.lazy()
+            .filter(pl.col("cause_kind") == CauseKind.LAUNCH.value)
+            .select("device", "start", "end", "duration")
+            .with_row_index("gap"),
+            windows.lazy(),
+            pl.col("w_start") < pl.col("end"),
+            pl.col("w_end") > pl.col("start"),
+        )
         .group_by("gap", "device", "duration")
         .agg(ns=overlap_ns("start", "end", "w_start", "w_end").sum())
     )

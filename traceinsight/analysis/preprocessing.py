@@ -116,8 +116,8 @@ def step_leads(
         pl.concat([loader, calls.select("ts", "end")]).with_columns(one=pl.lit(0)), "one"
     )
     kept = (
-        leads.lazy()
-        .join_where(
+        joined_where(
+            leads.lazy(),
             waited.lazy().select(w_start="start", w_end="end"),
             pl.col("w_start") < pl.col("first"),
             pl.col("w_end") > pl.col("start"),
