@@ -286,8 +286,9 @@ def main() -> None:
     # them compiled yet.
     compileall.compile_dir(ROOT / "traceinsight", quiet=1)
     subprocess.run(
-        [sys.executable, "-c", "from traceinsight.render.templates import precompile; precompile()\n"
-         "from traceinsight.process import precompile_dataclasses; precompile_dataclasses()"],
+        # the dataclasses first: their precompile must come before any module of the package
+        [sys.executable, "-c", "from traceinsight.process import precompile_dataclasses; precompile_dataclasses()\n"
+         "from traceinsight.render.templates import precompile; precompile()"],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True,
     )  # fmt: skip
     rows: list[str] = []

@@ -158,3 +158,46 @@ def test_past_its_limit_the_file_keeps_only_what_a_run_used(tmp_path: Path) -> N
     assert not set(kept) & set(stale)
     assert len(kept) == added  # this run's texts, all new to the file
     assert _define(cache)["added"] == 0
+
+
+def test_precompiled_file_holds_every_class_an_analyze_makes(tmp_path: Path) -> None:
+    """``precompile_dataclasses`` leaves what an install's first run leaves: afterwards, importing
+    every module an `analyze` imports compiles no method again. It must come first in its process:
+    after another module of the package (the benchmark once prepared the page's templates first and
+    kept 381 of 936 texts) it refuses, naming the module."""
+    cache = tmp_path / "methods.marshal"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+
+    def python(program: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", program, str(cache)], env=env, capture_output=True, text=True, timeout=300
+        )
+
+    late = python(
+        "import sys, pathlib\nimport traceinsight.render.templates\n"
+        "from traceinsight import process\nprocess.precompile_dataclasses(pathlib.Path(sys.argv[1]))"
+    )
+    assert late.returncode != 0
+    assert "must come first" in late.stderr and "traceinsight.render.templates" in late.stderr
+    assert not cache.exists()
+
+    first = python(
+        "import sys, pathlib\nfrom traceinsight import process\nprocess.precompile_dataclasses(pathlib.Path(sys.argv[1]))"
+    )
+    assert first.returncode == 0, first.stderr
+    assert cache.is_file()
+    after = python(
+        "import sys, pathlib\nfrom traceinsight import process\n"
+        "process.dataclass_code_kept(pathlib.Path(sys.argv[1]))\n"
+        "import traceinsight.commands, traceinsight.commands.common, traceinsight.commands.analyze\n"
+        "import traceinsight.load.native, traceinsight.analysis, traceinsight.results.writer\n"
+        "import traceinsight.render.html, traceinsight.render.terminal, traceinsight.rules\n"
+        "import dataclasses\n"
+        "assert hasattr(dataclasses, 'exec')\n"
+        "print(process._Kept.code.added, len(process._Kept.code.used))"
+    )
+    assert after.returncode == 0, after.stderr
+    added, used = map(int, after.stdout.split())
+    assert used > 500  # the package's classes and its libraries' were made, from the file
+    assert added == 0
