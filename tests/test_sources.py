@@ -550,3 +550,55 @@ def test_diff_matches_on_the_file_line_and_shows_what_the_line_is() -> None:
     )
     older = stored()  # a result stored before the fields existed: they read as null
     assert finding_site_label(older) == "train.py:4"
+
+
+def test_an_analysis_indexes_the_frames_once_and_each_lookup_finds_what_its_own_would(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """h100_bert_small has syncs, gaps and step leads: three line lookups. The frame names' locations
+    and the recording-start frames depend on the trace alone, so an analysis makes them once
+    (:class:`~traceinsight.analysis.sources.FrameIndex`); a lookup given the index finds, for any
+    points, exactly what a lookup of its own finds."""
+    import random
+
+    from tracebuild import SAMPLES
+
+    from traceinsight.analysis import sources
+
+    trace = load_trace(SAMPLES / "h100_bert_small_stacks.json.gz")
+    made: list[str] = []
+    for name in ("_frame_locations", "recording_start_frames"):
+        original = getattr(sources, name)
+        monkeypatch.setattr(sources, name, lambda *args, _f=original, _n=name: made.append(_n) or _f(*args))
+    looked_up: list[int] = []
+    lookup = sources.source_at
+    for module in ("syncs", "idle_gaps", "preprocessing"):
+        monkeypatch.setattr(
+            f"traceinsight.analysis.{module}.source_at",
+            lambda *args, **kwargs: looked_up.append(len(args[1])) or lookup(*args, **kwargs),
+        )
+    analysis = analyze(trace)
+    assert len([n for n in looked_up if n]) == 3  # the three lookups had points
+    assert sorted(made) == ["_frame_locations", "recording_start_frames"]
+    assert analysis.sync_hotspots and analysis.idle_gaps
+
+    frames = trace.python.filter(pl.col("python_id").is_not_null())
+    rng = random.Random(7)
+    picked = [frames.row(rng.randrange(frames.height), named=True) for _ in range(300)]
+    points = pl.DataFrame(
+        {
+            "key": list(range(len(picked))),
+            "pid": [row["pid"] for row in picked],
+            "tid": [row["tid"] for row in picked],
+            "t": [rng.randint(row["ts"], row["end"]) for row in picked],
+        },
+        schema={"key": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "t": pl.Int64},
+    )
+    index = sources.FrameIndex(trace)
+    shared = [lookup(trace, part, frame_index=index).sort("key") for part in (points[:150], points[150:])]
+    alone = [lookup(trace, part).sort("key") for part in (points[:150], points[150:])]
+    for with_index, without in zip(shared, alone, strict=True):
+        assert with_index.equals(without)
+        assert with_index.get_column("source").drop_nulls().len() > 50
+    with pytest.raises(ValueError, match="another trace or other user code"):
+        lookup(trace, points, ("mypkg",), frame_index=index)

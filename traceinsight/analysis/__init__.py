@@ -40,6 +40,7 @@ from traceinsight.analysis.results import (
     SyncHotspot,
 )
 from traceinsight.analysis.shared import DEFAULT_LAUNCH_COST_NS, Shared, launch_cost_ns, shared_tables
+from traceinsight.analysis.sources import FrameIndex
 from traceinsight.analysis.steady import SteadyState, iteration_count, steady_state
 from traceinsight.analysis.timeline import Timeline, timeline
 from traceinsight.analysis.usage import Usage
@@ -280,7 +281,10 @@ def _analyze(
     compute = gpu_time.compute_intervals(trace, common.gpu)
     steady = steady_state(trace, limits, common.launch_calls)
     steady_later = beside.start(_steady_only, trace, steady, limits, user_code, common)
-    calls = syncs.blocking_calls(trace, round(limits.copy_sync_window_us * 1000), user_code)
+    frame_index = FrameIndex(trace, user_code)  # made by the first line looked up, kept for the others
+    calls = syncs.blocking_calls(
+        trace, round(limits.copy_sync_window_us * 1000), user_code, frame_index=frame_index
+    )
     iterations = iteration_count(trace)
     gaps = idle_gaps.all_gaps(busy)
     launched = syncs.launch_devices(trace)
@@ -289,7 +293,7 @@ def _analyze(
     # What runs beside ends here, before the gaps are classified: the classification and the copy
     # groups are one of the analysis's two memory peaks, and nothing may add to it.
     host_ops, steady_only = host_later(), steady_later()
-    classified = idle_gaps.classify_gaps(trace, gaps, calls, limits, user_code)
+    classified = idle_gaps.classify_gaps(trace, gaps, calls, limits, user_code, frame_index=frame_index)
     idle_after = syncs.idle_after_calls(calls, gaps, launched, round(limits.sync_drain_slack_us * 1000))
     copy_groups = copies.copy_groups(trace, calls, kernels, limits)
     # The analyses that remain run half beside, half here (on a 0.5 GB DDP trace each half is about
@@ -307,7 +311,15 @@ def _analyze(
     devices = gpu_time.device_times(trace, busy, kernels, compute, classified, steady)
     steps = gpu_time.step_times(trace, busy, kernels, compute, classified, steady)
     fixes = _fix_inputs(trace, steady, kernels, common.launch_cost_ns)
-    leads = step_leads(trace, steady, calls, fixes.dataloader_waits, user_code, launches=common.launch_calls)
+    leads = step_leads(
+        trace,
+        steady,
+        calls,
+        fixes.dataloader_waits,
+        user_code,
+        launches=common.launch_calls,
+        frame_index=frame_index,
+    )
     return Analysis(
         meta=trace.meta,
         thresholds=limits,

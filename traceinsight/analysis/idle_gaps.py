@@ -58,7 +58,7 @@ from traceinsight.analysis.capture import capture_windows
 from traceinsight.analysis.causes import CauseKind
 from traceinsight.analysis.intervals import gaps_between, meeting, merge_intervals, overlap_ns
 from traceinsight.analysis.results import IdleGap, from_columns
-from traceinsight.analysis.sources import source_at
+from traceinsight.analysis.sources import FrameIndex, source_at
 from traceinsight.load import Trace, taxonomy
 from traceinsight.thresholds import Thresholds
 
@@ -540,11 +540,14 @@ def classify_gaps(
     calls: pl.DataFrame,
     limits: Thresholds,
     user_code: Collection[str] = (),
+    *,
+    frame_index: FrameIndex | None = None,
 ) -> pl.DataFrame:
     """Every gap with its cause (see the module doc) → :data:`GAP_SCHEMA`, in device/start order.
 
     ``source`` (the user's line, else a library line: ``source_kind``) is found for gaps of at least
-    ``min_gap_us``; shorter ones have none.
+    ``min_gap_us``; shorter ones have none. ``frame_index``: the trace's
+    :class:`~traceinsight.analysis.sources.FrameIndex` when the caller keeps one.
     """
     if gaps.is_empty():
         return pl.DataFrame(schema=GAP_SCHEMA)
@@ -627,7 +630,7 @@ def classify_gaps(
     long_rows = table.filter(pl.col("long") & pl.col("pid").is_not_null())
     points = long_rows.select(key="gap", pid="pid", tid="tid", t=((pl.col("start") + pl.col("end")) // 2))
     line_columns = ("source", "source_kind", "source_line_kind", "source_function")
-    sources = source_at(trace, points, user_code).select(
+    sources = source_at(trace, points, user_code, frame_index=frame_index).select(
         gap="key", **{f"mid_{name}": name for name in line_columns}
     )
     sync_sources = calls.select(sync_key="key", **{f"sync_{name}": name for name in line_columns})

@@ -17,7 +17,7 @@ import polars as pl
 
 from traceinsight.analysis.intervals import joined_where, meeting, merge_intervals, overlap_ns
 from traceinsight.analysis.shared import launch_calls
-from traceinsight.analysis.sources import source_at
+from traceinsight.analysis.sources import FrameIndex, source_at
 from traceinsight.analysis.steady import SteadyState
 from traceinsight.load import Trace
 
@@ -79,11 +79,13 @@ def step_leads(
     user_code: Collection[str] = (),
     top: int = 3,
     launches: pl.DataFrame | None = None,
+    frame_index: FrameIndex | None = None,
 ) -> StepLeads:
     """Each steady step's stretch before its first launch, what the host waited and did in it.
 
     ``calls`` are the blocking calls (``ts, end``), ``waits`` the DataLoader ``__next__`` ranges,
-    ``launches`` :func:`~traceinsight.analysis.shared.launch_calls` when the caller has it."""
+    ``launches`` :func:`~traceinsight.analysis.shared.launch_calls` and ``frame_index`` the trace's
+    :class:`~traceinsight.analysis.sources.FrameIndex` when the caller has them."""
     steps = pl.DataFrame(
         {
             "start": [step.start_ns for step in steady.steady_steps],
@@ -143,7 +145,7 @@ def step_leads(
         },
         schema={"key": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "t": pl.Int64},
     )
-    found = source_at(trace, point, user_code)
+    found = source_at(trace, point, user_code, frame_index=frame_index)
     row = found.row(0, named=True) if found.height else {}
     return StepLeads(
         leads=tuple(

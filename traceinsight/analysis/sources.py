@@ -28,6 +28,7 @@ chosen line: the line calls it, the sync is the framework's.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Collection
 from typing import Protocol
 
@@ -166,6 +167,33 @@ def recording_start_frames(trace: Trace) -> pl.DataFrame:
     )
 
 
+class FrameIndex:
+    """What :func:`source_at` needs of a trace whatever its points, made on first use and then kept:
+    each distinct frame name's location and rank (:func:`_frame_locations`, with ``user_code``) and
+    the frames running when the tracer started (:func:`recording_start_frames`).
+
+    An analysis looks lines up three times (the blocking calls, the gaps, the step leads), and each
+    lookup made both again: on a small trace about a quarter of a lookup's polars queries, and a
+    Python pass over every distinct frame name. Made by whichever thread asks first (a lock)."""
+
+    def __init__(self, trace: Trace, user_code: Collection[str] = ()) -> None:
+        self.trace = trace
+        self.user_code = user_code
+        self._lock = threading.Lock()
+        self._tables: tuple[pl.DataFrame, pl.DataFrame] | None = None
+
+    def tables(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """``located`` (``name, source, function, rank, framework_call``) and ``at_start``
+        (``pid, tid, python_id, at_start``: the frames of :func:`recording_start_frames`)."""
+        with self._lock:
+            if self._tables is None:
+                self._tables = (
+                    _frame_locations(self.trace.python.get_column("name"), self.user_code),
+                    recording_start_frames(self.trace).with_columns(at_start=pl.lit(True)),
+                )
+            return self._tables
+
+
 def _line_kind() -> pl.Expr:
     """Each Python frame's ``source_line_kind`` (see the module doc), as an expression over
     ``trace.python`` joined with :func:`recording_start_frames` (column ``at_start``)."""
@@ -229,7 +257,13 @@ def _designed_ranges(trace: Trace, instants: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def source_at(trace: Trace, points: pl.DataFrame, user_code: Collection[str] = ()) -> pl.DataFrame:
+def source_at(
+    trace: Trace,
+    points: pl.DataFrame,
+    user_code: Collection[str] = (),
+    *,
+    frame_index: FrameIndex | None = None,
+) -> pl.DataFrame:
     """For rows ``key, pid, tid, t`` return ``key`` and :data:`SOURCE_COLUMNS`: the line active at
     time t, what kind of line it is, its function, and the framework code below it that syncs by
     design (if any).
@@ -242,7 +276,13 @@ def source_at(trace: Trace, points: pl.DataFrame, user_code: Collection[str] = (
     Without frames, the innermost enclosing operator's 2020-21 ``Call stack`` is used the same way.
     ``framework_call`` is the outermost frame (or torch range, such as ``Optimizer.step#LBFGS.step``) of
     :data:`taxonomy.DESIGNED_SYNCS` containing t that began inside the chosen line's frame.
+    ``frame_index``: the trace's :class:`FrameIndex` (with the same ``user_code``) when the caller keeps
+    one for several lookups.
     """
+    if frame_index is not None and (
+        frame_index.trace is not trace or frozenset(frame_index.user_code) != frozenset(user_code)
+    ):
+        raise ValueError("source_at: frames were indexed for another trace or other user code")
     empty = pl.DataFrame(schema=pl.Schema({"key": points.schema["key"], **SOURCE_COLUMNS}))
     if points.is_empty():
         return empty
@@ -250,8 +290,7 @@ def source_at(trace: Trace, points: pl.DataFrame, user_code: Collection[str] = (
     instants = _instants(points)
     kind = pl.when(pl.col("rank") == _USER_RANK).then(pl.lit(USER)).otherwise(pl.lit(LIBRARY))
     if trace.python.height or trace.annotations.height:
-        located = _frame_locations(trace.python.get_column("name"), user_code)
-        at_start = recording_start_frames(trace).lazy().with_columns(at_start=pl.lit(True))
+        located, at_start = (frame_index or FrameIndex(trace, user_code)).tables()
         # Only the columns used are joined, filtered and sorted: each of those copies what it keeps,
         # and an LLM decode trace has a million frames (tens of MB at the analysis's memory peak).
         # The frames meeting a point are found first (a binary search per frame), and only those
@@ -266,7 +305,7 @@ def source_at(trace: Trace, points: pl.DataFrame, user_code: Collection[str] = (
             )
             .lazy()
             .join(located.lazy(), on="name", how="inner", maintain_order="left")
-            .join(at_start, on=["pid", "tid", "python_id"], how="left", maintain_order="left")
+            .join(at_start.lazy(), on=["pid", "tid", "python_id"], how="left", maintain_order="left")
             .with_columns(pl.col("at_start").fill_null(False))
             .select(
                 "pid",

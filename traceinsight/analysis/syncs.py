@@ -8,7 +8,7 @@ import polars as pl
 
 from traceinsight.analysis.intervals import overlap_ns, within
 from traceinsight.analysis.results import SyncCall, SyncHotspot
-from traceinsight.analysis.sources import enclosing_ops, module_at, source_at
+from traceinsight.analysis.sources import FrameIndex, enclosing_ops, module_at, source_at
 from traceinsight.analysis.steady import SteadyState
 from traceinsight.load import Trace, taxonomy
 
@@ -101,7 +101,11 @@ def _copy_before(calls: pl.DataFrame, launches: pl.DataFrame, window_ns: int) ->
 
 
 def blocking_calls(
-    trace: Trace, copy_window_ns: int = 50_000, user_code: Collection[str] = ()
+    trace: Trace,
+    copy_window_ns: int = 50_000,
+    user_code: Collection[str] = (),
+    *,
+    frame_index: FrameIndex | None = None,
 ) -> pl.DataFrame:
     """Every host-blocking runtime call with its operators, source line and the copy it waits for.
 
@@ -117,7 +121,8 @@ def blocking_calls(
     wait, keyed by the copy call; any other call is a wait of its own. The op chain is found by
     time containment on the call's thread (this works in every trace era); when no operator
     encloses the call, the call's ``External id`` is matched to an operator's, unless it merely
-    repeats the call's own correlation (as 2022-23 traces write it).
+    repeats the call's own correlation (as 2022-23 traces write it). ``frame_index``: the trace's
+    :class:`~traceinsight.analysis.sources.FrameIndex` when the caller keeps one.
     """
     launches = _copy_calls(trace)
     waiting_names = [
@@ -143,7 +148,7 @@ def blocking_calls(
     )
     points = calls.select("key", "pid", "tid", t="ts")
     ops = enclosing_ops(trace, points)
-    sources = source_at(trace, points, user_code)
+    sources = source_at(trace, points, user_code, frame_index=frame_index)
     wanted = calls.lazy().filter(pl.col("external_id") != pl.col("correlation")).select("key", "external_id")
     by_external = wanted.join(
         trace.cpu_ops.lazy()
