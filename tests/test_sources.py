@@ -602,3 +602,6 @@ def test_an_analysis_indexes_the_frames_once_and_each_lookup_finds_what_its_own_
         assert with_index.get_column("source").drop_nulls().len() > 50
     with pytest.raises(ValueError, match="another trace or other user code"):
         lookup(trace, points, ("mypkg",), frame_index=index)
+    other = load_trace(SAMPLES / "h100_bert_small_stacks.json.gz")  # the same file, another trace
+    with pytest.raises(ValueError, match="another trace or other user code"):
+        lookup(other, points, frame_index=index)

@@ -229,10 +229,13 @@ def dataclass_code_released() -> None:
     kept.save()
 
 
+_PACKAGE: Final = __name__.rpartition(".")[0]
 #: What importing this module imports of the package (none of them defines a dataclass).
 _IMPORTED_WITH_THIS_MODULE: Final = frozenset(
-    {f"{__package__}.cores", f"{__package__}.process", f"{__package__}.version"}
+    {f"{_PACKAGE}.cores", f"{_PACKAGE}.process", f"{_PACKAGE}.version"}
 )
+#: The libraries whose dataclasses the file keeps too (the command's, the page's, the tables').
+_LIBRARIES_KEPT: Final = ("click", "jinja2", "markupsafe", "msgspec", "numpy", "polars", "rich", "typer")
 
 
 def precompile_dataclasses(path: Path = _DATACLASS_CODE_FILE) -> None:
@@ -244,19 +247,21 @@ def precompile_dataclasses(path: Path = _DATACLASS_CODE_FILE) -> None:
     It must come first in its process: a module imported before (its classes already made) would
     not be imported again, and its classes' methods would be missing from the file (the benchmark
     once prepared the page's templates first and kept 381 of the 936 texts; each run then compiled
-    the rest, 0.05 s of a small trace's job). Raises RuntimeError naming such modules."""
+    the rest, 0.05 s of a small trace's job). Raises RuntimeError naming such modules of the package
+    and of the libraries it keeps (:data:`_LIBRARIES_KEPT`), and when methods are already being kept."""
     import pkgutil
 
-    package = __name__.rpartition(".")[0]
+    package = _PACKAGE
     before = sorted(
         name
         for name in sys.modules
-        if name.startswith(f"{package}.") and name not in _IMPORTED_WITH_THIS_MODULE
+        if (name.startswith(f"{package}.") and name not in _IMPORTED_WITH_THIS_MODULE)
+        or name.partition(".")[0] in _LIBRARIES_KEPT
     )
-    if before:
+    if before or _Kept.code is not None:
         raise RuntimeError(
             "precompile_dataclasses() must come first in its process; imported before it: "
-            + ", ".join(before)
+            + (", ".join(before) or "none, but dataclasses' methods were already being kept")
         )
     dataclass_code_kept(path)
     assert _Kept.code is not None

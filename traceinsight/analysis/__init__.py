@@ -260,13 +260,18 @@ class _SteadyOnly(NamedTuple):
 
 
 def _steady_only(
-    trace: Trace, steady: SteadyState, limits: Thresholds, user_code: Collection[str], common: Shared
+    trace: Trace,
+    steady: SteadyState,
+    limits: Thresholds,
+    user_code: Collection[str],
+    common: Shared,
+    frame_index: FrameIndex,
 ) -> _SteadyOnly:
     return _SteadyOnly(
         warnings=trace_warnings(trace, steady, common.launch_calls),
         kernels=top_kernels(trace, top=50),
         precision=precision_mix(trace, steady, classes=common.gpu),
-        latent_syncs=latent_syncs(trace, steady, user_code),
+        latent_syncs=latent_syncs(trace, steady, user_code, frame_index=frame_index),
         memory=memory_usage(trace, steady, limits.memory_series_points),
     )
 
@@ -280,8 +285,8 @@ def _analyze(
     kernels = gpu_time.kernel_intervals(trace)
     compute = gpu_time.compute_intervals(trace, common.gpu)
     steady = steady_state(trace, limits, common.launch_calls)
-    steady_later = beside.start(_steady_only, trace, steady, limits, user_code, common)
     frame_index = FrameIndex(trace, user_code)  # made by the first line looked up, kept for the others
+    steady_later = beside.start(_steady_only, trace, steady, limits, user_code, common, frame_index)
     calls = syncs.blocking_calls(
         trace, round(limits.copy_sync_window_us * 1000), user_code, frame_index=frame_index
     )

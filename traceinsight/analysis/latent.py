@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceinsight.analysis.intervals import meeting, within
-from traceinsight.analysis.sources import USER, enclosing_ops, frame_kind, module_at, source_at
+from traceinsight.analysis.sources import USER, FrameIndex, enclosing_ops, frame_kind, module_at, source_at
 from traceinsight.analysis.steady import SteadyState
 from traceinsight.load import Trace, taxonomy
 
@@ -78,13 +78,18 @@ class LatentSync:
 
 
 def latent_syncs(
-    trace: Trace, steady: SteadyState, user_code: Collection[str] = ()
+    trace: Trace,
+    steady: SteadyState,
+    user_code: Collection[str] = (),
+    *,
+    frame_index: FrameIndex | None = None,
 ) -> tuple[LatentSync, ...]:
     """Operators of :data:`taxonomy.LATENT_SYNC_OPS` not inside another one, grouped by line,
     module and framework code that syncs by design (by operator where no line is known), the
     CPU-resident reads apart (see the module doc); only for traces without GPU work (with a GPU,
     the real syncs are measured instead), and not for an accelerator this tool cannot read (MTIA,
-    ...): there the operators did wait, on it."""
+    ...): there the operators did wait, on it. ``frame_index``: the trace's
+    :class:`~traceinsight.analysis.sources.FrameIndex` when the caller keeps one."""
     if trace.has_gpu_activity or trace.meta.foreign_accelerator is not None:
         return ()
     ops = trace.cpu_ops.filter(pl.col("name").is_in(list(taxonomy.LATENT_SYNC_OPS))).with_row_index("key")
@@ -122,7 +127,7 @@ def latent_syncs(
     rows = (
         outermost.select("key", "steady", op="name")
         .join(chains, on="key", how="left")
-        .join(source_at(trace, points, user_code), on="key", how="left")
+        .join(source_at(trace, points, user_code, frame_index=frame_index), on="key", how="left")
         .join(module_at(trace, points), on="key", how="left")
         .join(_format_frames(trace, points), on="key", how="left")
         .join(_cpu_values(trace, points, user_code), on="key", how="left")

@@ -79,6 +79,7 @@ def step_leads(
     user_code: Collection[str] = (),
     top: int = 3,
     launches: pl.DataFrame | None = None,
+    *,
     frame_index: FrameIndex | None = None,
 ) -> StepLeads:
     """Each steady step's stretch before its first launch, what the host waited and did in it.

@@ -172,9 +172,10 @@ class FrameIndex:
     each distinct frame name's location and rank (:func:`_frame_locations`, with ``user_code``) and
     the frames running when the tracer started (:func:`recording_start_frames`).
 
-    An analysis looks lines up three times (the blocking calls, the gaps, the step leads), and each
-    lookup made both again: on a small trace about a quarter of a lookup's polars queries, and a
-    Python pass over every distinct frame name. Made by whichever thread asks first (a lock)."""
+    An analysis looks lines up three times on the main thread (the blocking calls, the gaps, the
+    step leads) and, on a trace without GPU work, once beside it (the latent syncs); each lookup
+    made both again: on a small trace about a quarter of a lookup's polars queries, and a Python
+    pass over every distinct frame name. Made by whichever thread asks first (a lock)."""
 
     def __init__(self, trace: Trace, user_code: Collection[str] = ()) -> None:
         self.trace = trace
