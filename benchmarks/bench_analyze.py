@@ -25,6 +25,12 @@ it less than wall time), and for each size after the first the job's time over t
 (wall, and CPU time, which the machine's load moves less), per size ratio. The load average
 is printed with each row: on a shared machine, say how loaded it was.
 
+After the small traces, two lines say how much of the small target the libraries take on this
+machine: every third-party module a job on the largest small sample imports (read from its
+``-X importtime``), imported alone in the job's order with the job's settings, against the floor
+(paired as above); then the same without numpy, which only the loader and five analyses import.
+What is left of the 2x is what the package's own imports, load, analysis and outputs may take.
+
 Run::
 
     python benchmarks/bench_analyze.py                            # small samples + 4 shapes at 0.5 and 1 GB
@@ -37,11 +43,13 @@ from __future__ import annotations
 import argparse
 import compileall
 import gzip
+import importlib.util
 import os
 import re
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass
@@ -50,6 +58,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from make_large_trace import ROOT, SHAPES, ensure_trace
+
+from traceinsight.process import LOAD_SETTINGS
 
 #: The four shapes of issue 34: DDP with many gaps, recsys with thousands of copies, LLM decode with
 #: ~10^5 tiny kernels, stacks + syncs (a Hugging Face model's inference with syncs in its forward).
@@ -76,6 +86,19 @@ if raw[:2] == b'\\x1f\\x8b':
     raw = gzip.decompress(raw)
 msgspec.json.decode(raw, type=Nothing)
 """
+#: The libraries' share of a small job: each third-party module the job imports (read from one
+#: job's ``-X importtime``), imported in the job's order in a fresh interpreter, with the settings
+#: the job loads them with (one the job tries and does not find is tried here too).
+LIBRARIES = """
+import importlib, os
+os.environ.update({settings!r})
+for name in {names!r}:
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        pass
+"""
+_IMPORTED = re.compile(rb"^import time:\s+\d+ \|\s+\d+ \| *(\S+)$", re.MULTILINE)
 #: Targets (issue 34).
 SMALL_TARGET, LARGE_TARGET, RSS_TARGET, GROWTH_TARGET = 2.0, 2.5, 1.0, 2.1
 
@@ -188,6 +211,54 @@ def small_traces(limit_mb: float) -> list[Path]:
     return [path for _, path in sorted(sizes)]
 
 
+def libraries_of(trace: Path, out: Path) -> list[str]:
+    """The third-party modules a job on ``trace`` imports, in the order it imports them: from one
+    run's ``-X importtime``, those of a package installed beside the libraries (not the standard
+    library's, not this package's, not those every interpreter here has imported at its start)."""
+    job = _job(trace, out)
+    child = subprocess.run([job[0], "-X", "importtime", *job[1:]], capture_output=True, cwd=ROOT, check=True)
+    installed = {Path(sysconfig.get_paths()[key]).resolve() for key in ("purelib", "platlib")}
+    at_start = subprocess.run(  # imported by every interpreter here before it runs anything (a .pth's)
+        [sys.executable, "-c", "import sys; print(*sys.modules)"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    names: list[str] = []
+    for raw in _IMPORTED.findall(child.stderr):
+        name = raw.decode()
+        top = name.split(".")[0]
+        if name in names or name in at_start or top == "traceinsight" or top in sys.stdlib_module_names:
+            continue
+        found = importlib.util.find_spec(top)
+        origin = found.origin if found is not None else None
+        if origin is not None and any(folder in Path(origin).resolve().parents for folder in installed):
+            names.append(name)
+    return names
+
+
+def run_libraries(trace: Path, options: argparse.Namespace, out: Path) -> list[str]:
+    """The job's libraries alone (:data:`LIBRARIES`) against the floor, paired: all of them, then
+    all but numpy (which the loader and five analyses use, and polars imports only for them)."""
+    names = libraries_of(trace, out)
+    lines = []
+    for label, chosen in (
+        ("the job's libraries alone", names),
+        ("the same without numpy", [name for name in names if name.split(".")[0] != "numpy"]),
+    ):
+        tops = list(dict.fromkeys(name.split(".")[0] for name in chosen))
+        result = paired(
+            [sys.executable, "-c", FLOOR_IMPORTS],
+            [sys.executable, "-c", LIBRARIES.format(names=chosen, settings=LOAD_SETTINGS)],
+            options.repeat,
+        )
+        lines.append(
+            f"{label} ({len(chosen)} modules of {', '.join(tops)}, as a job on {trace.name} imports "
+            f"them): {result.job_s:.2f} s against the floor's {result.floor_s:.2f} s, median "
+            f"{result.ratio:.2f}x the floor; left of the {SMALL_TARGET}x for the package's own imports "
+            f"and work: {SMALL_TARGET - result.ratio:.2f}x the floor"
+        )
+        print(lines[-1], flush=True)
+    return ["", *lines]
+
+
 def run_small(options: argparse.Namespace, out: Path) -> list[str]:
     floor = [sys.executable, "-c", FLOOR_IMPORTS]
     header = ("trace", "JSON KB", "floor s", "job s", "job ÷ floor", "CPU ÷ floor CPU", "max RSS MB", "job CPU s",
@@ -197,7 +268,8 @@ def run_small(options: argparse.Namespace, out: Path) -> list[str]:
         "\nsmall traces: floor = python -c " + repr(FLOOR_IMPORTS) + f"; target job ÷ floor ≤ {SMALL_TARGET}"
     )
     ratios, cpu_ratios = [], []
-    for trace in small_traces(options.small_mb):
+    traces = small_traces(options.small_mb)
+    for trace in traces:
         raw = trace.read_bytes()
         kb = (len(gzip.decompress(raw)) if raw[:2] == b"\x1f\x8b" else len(raw)) / 1e3
         result = paired(floor, _job(trace, out), options.repeat)
@@ -217,6 +289,7 @@ def run_small(options: argparse.Namespace, out: Path) -> list[str]:
             f"\nsmall traces: median job ÷ floor {statistics.median(ratios):.2f}, worst {max(ratios):.2f}; "
             f"CPU ÷ floor CPU median {statistics.median(cpu_ratios):.2f}, worst {max(cpu_ratios):.2f}"
         )
+        rows += run_libraries(traces[-1], options, out)  # the largest: the most of the job's imports
     return rows
 
 
