@@ -1,6 +1,7 @@
 """Build hook: compile the optional C modules: the loader's scanner (``traceinsight/load/_scan.c``),
-the host analysis's nesting walk (``traceinsight/analysis/_nesting.c``) and the replay's walk
-(``traceinsight/analysis/_replay.c``).
+the host analysis's nesting walk (``traceinsight/analysis/_nesting.c``), the replay's walk
+(``traceinsight/analysis/_replay.c``) and the hand-over of numpy arrays to polars
+(``traceinsight/_arrays.c``).
 
 The scanner makes loading several times faster, the walks the self times of host operators and
 the replay of the rules' fixes; without a C compiler (or with ``TRACEINSIGHT_PURE=1``) the package
@@ -23,6 +24,7 @@ MODULES = (
     ("traceinsight.load._scan", "traceinsight/load/_scan.c"),
     ("traceinsight.analysis._nesting", "traceinsight/analysis/_nesting.c"),
     ("traceinsight.analysis._replay", "traceinsight/analysis/_replay.c"),
+    ("traceinsight._arrays", "traceinsight/_arrays.c"),
 )
 
 

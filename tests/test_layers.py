@@ -90,7 +90,18 @@ def _imports(module: str, path: Path) -> Iterator[tuple[str, int, bool]]:
 
 
 #: The ground floor's modules: one room.
-GROUND = {"errors", "thresholds", "formatting", "cores", "process", "version", "config", "compat"}
+GROUND = {
+    "errors",
+    "thresholds",
+    "formatting",
+    "cores",
+    "process",
+    "version",
+    "config",
+    "compat",
+    "arrays",
+    "_arrays",
+}
 
 
 def _room(module: str) -> str:

@@ -14,7 +14,12 @@ import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The optional C modules (hatch_build.py's MODULES), as their files in a wheel begin.
-C_MODULES = ("traceinsight/load/_scan.", "traceinsight/analysis/_nesting.", "traceinsight/analysis/_replay.")
+C_MODULES = (
+    "traceinsight/load/_scan.",
+    "traceinsight/analysis/_nesting.",
+    "traceinsight/analysis/_replay.",
+    "traceinsight/_arrays.",
+)
 
 
 def test_distribution_name_and_optional_torch() -> None:

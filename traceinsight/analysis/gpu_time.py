@@ -27,6 +27,7 @@ from traceinsight.analysis.results import DeviceTime, StepTime
 from traceinsight.analysis.shared import gpu_classes
 from traceinsight.analysis.steady import SteadyState
 from traceinsight.analysis.usage import Usage
+from traceinsight.arrays import distinct, series
 from traceinsight.load import Trace
 
 
@@ -105,7 +106,7 @@ def _inside_blocks(intervals: pl.DataFrame, grid: pl.DataFrame) -> dict[tuple[in
         return None
     prefix = np.concatenate(([0], np.cumsum(ends - starts)))
     found: dict[tuple[int, int], int] = {}
-    for device in np.unique(window_devices).tolist():
+    for device in distinct(window_devices).tolist():
         first, last = np.searchsorted(devices, device, "left"), np.searchsorted(devices, device, "right")
         rows = np.flatnonzero(window_devices == device)
         begin, end = window_starts[rows], window_ends[rows]
@@ -210,7 +211,7 @@ def idle_split(gaps: pl.DataFrame, steady: SteadyState) -> dict[int, tuple[tuple
             return np.where(at >= 0, before[window] + np.minimum(times - starts[window], lengths[window]), 0)
 
         inside = covered(table.get_column("end").to_numpy()) - covered(table.get_column("start").to_numpy())
-        table = table.with_columns(inside=pl.Series(inside, dtype=pl.Int64))
+        table = table.with_columns(inside=series(inside, dtype=pl.Int64))
     else:
         indexed = table.with_row_index("gap")
         overlaps = (

@@ -21,6 +21,7 @@ import numpy as np
 import polars as pl
 
 from traceinsight.analysis.results import HostSummary
+from traceinsight.arrays import series
 from traceinsight.load import Trace, taxonomy
 
 try:
@@ -170,12 +171,12 @@ def _walked(timed: pl.DataFrame) -> pl.DataFrame:
     caller[positions[called]] = positions[parent[called]]
     del parent, called, positions
     names = timed.get_column("name")
-    callers = pl.Series(caller).set(pl.Series(caller < 0), None)
+    callers = series(caller).set(series(caller < 0), None)
     return pl.DataFrame(
         {
             "name": names,
             "dur": timed.get_column("dur"),
-            "self": pl.Series(self_ns, dtype=pl.Int64),
+            "self": series(self_ns, dtype=pl.Int64),
             "top": (names.gather(callers) != names).fill_null(True),
         }
     )

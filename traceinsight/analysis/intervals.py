@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from traceinsight.arrays import series
+
 
 def merge_intervals(frame: pl.DataFrame, by: str) -> pl.DataFrame:
     """Union of ``[ts, end)`` intervals per ``by`` value → columns ``by, start, end``.
@@ -99,7 +101,7 @@ def meeting(frame: pl.DataFrame, ts: str, end: str, windows: pl.DataFrame) -> pl
         at = np.searchsorted(closing, times, side="right")
         hit = at < closing.size
         hit &= np.take(opening, at, mode="clip") <= lasts  # a gather clipped in place of a copy
-        return frame.filter(pl.Series(hit, dtype=pl.Boolean))
+        return frame.filter(series(hit, dtype=pl.Boolean))
     blocks = merge_intervals(
         windows.select(
             one=pl.lit(0), ts=pl.min_horizontal("start", "end"), end=pl.max_horizontal("start", "end")
@@ -123,7 +125,7 @@ def within(times: pl.Series, windows: tuple[tuple[int, int], ...]) -> pl.Series:
         at = np.searchsorted(bounds[:, 0], values, side="right") - 1
         inside = at >= 0
         inside &= values < np.take(bounds[:, 1], at, mode="clip")
-        return pl.Series("", inside, dtype=pl.Boolean)  # unnamed, as the search below gives it
+        return series(inside, dtype=pl.Boolean)  # unnamed, as the search below gives it
     starts = pl.Series([start for start, _ in windows], dtype=pl.Int64)
     ends = pl.Series([end for _, end in windows], dtype=pl.Int64)
     index = starts.search_sorted(times, side="right").cast(pl.Int64) - 1

@@ -53,6 +53,7 @@ import polars as pl
 
 from traceinsight.analysis.shared import launch_calls, launch_cost_ns
 from traceinsight.analysis.steady import SteadyState
+from traceinsight.arrays import distinct, member
 from traceinsight.load import Trace
 
 try:
@@ -196,7 +197,7 @@ def _simulate(window: _Window, fix: Fix) -> int:
     advance = window.advance
     duration = window.duration
     if fix.faster and fix.speedup != 1:
-        quicker = np.isin(window.correlation, np.fromiter(fix.faster, dtype=np.int64))
+        quicker = member(window.correlation, np.fromiter(fix.faster, dtype=np.int64))
         shortened = np.where(quicker, np.round(duration / fix.speedup).astype(np.int64), duration)
         advance = advance - (duration - shortened)  # it ends that much earlier after the frontier
         duration = shortened
@@ -205,7 +206,7 @@ def _simulate(window: _Window, fix: Fix) -> int:
         advance = advance - (duration - retimed)
         duration = retimed
     if fix.side_stream:
-        moved = np.isin(window.correlation, np.fromiter(fix.side_stream, dtype=np.int64))
+        moved = member(window.correlation, np.fromiter(fix.side_stream, dtype=np.int64))
         streams[moved] = -1 - streams[moved]  # a copy stream beside each stream
         advance = np.where(moved, duration, advance)
     stream_end: dict[int, int] = dict(window.carry)
@@ -221,7 +222,7 @@ def _simulate(window: _Window, fix: Fix) -> int:
     uptos = [*np.searchsorted(window.launch, points, side="left").tolist(), count]
     # Each stream's work in launch order, and how much of it each batch ends with.
     lanes = []
-    for stream in np.unique(streams).tolist():
+    for stream in distinct(streams).tolist():
         mine = np.flatnonzero(streams == stream)
         lanes.append((stream, mine, np.searchsorted(mine, uptos)))
     work = _Work(queued, duration, advance, launch, starts, ends)

@@ -49,6 +49,7 @@ from typing import Any, Final
 import numpy as np
 import polars as pl
 
+from traceinsight.arrays import series
 from traceinsight.errors import TraceFormatError, TraceInsightError
 from traceinsight.load import limits, schema
 from traceinsight.load.coerce import INT64_NS_LIMIT, as_int, as_ns, float_column_to_ns
@@ -158,7 +159,7 @@ class _Column:
             for row, value in zip(floats.tolist(), self.python(floats), strict=True):
                 number = as_int(value)
                 values[row], valid[row] = (number, True) if number is not None else (0, False)
-        return _with_nulls(pl.Series(values, dtype=pl.Int64), valid)
+        return _with_nulls(series(values, dtype=pl.Int64), valid)
 
     def texts(self, strings: pl.Series, other: Callable[[Any], str | None] | str | None) -> pl.Series:
         """Strings as they are; an integer beyond Int64 as its digits when ``other`` is ``str`` (the
@@ -166,7 +167,7 @@ class _Column:
         reference's rule applied value by value)."""
         is_text = (self.kinds == _STR) | ((self.kinds == _BIG) if other is str else False)
         everything = bool(is_text.all())
-        codes = pl.Series(self.values if everything else np.where(is_text, self.values, 0), dtype=pl.Int64)
+        codes = series(self.values if everything else np.where(is_text, self.values, 0), dtype=pl.Int64)
         result = (
             strings.gather(codes)
             if strings.len()
@@ -176,8 +177,10 @@ class _Column:
             return result
         if callable(other):
             rest = np.flatnonzero(~is_text)
-            return result.scatter(rest, pl.Series([other(v) for v in self.python(rest)], dtype=pl.String))
-        return result.set(pl.Series(~is_text), other)
+            return result.scatter(
+                series(rest), pl.Series([other(v) for v in self.python(rest)], dtype=pl.String)
+            )
+        return result.set(series(~is_text), other)
 
     def times(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``as_ns`` of each value: (ns, valid, was a float).
@@ -196,7 +199,7 @@ class _Column:
             doubles = values.view(np.float64)[rows]
             finite = np.isfinite(doubles) & (np.abs(doubles) < INT64_NS_LIMIT)
             if finite.any():
-                ns[rows[finite]] = float_column_to_ns(pl.Series(doubles[finite], dtype=pl.Float64)).to_numpy()
+                ns[rows[finite]] = float_column_to_ns(series(doubles[finite], dtype=pl.Float64)).to_numpy()
                 valid[rows[finite]] = True
             odd = rows[~finite]
             for row, value in zip(odd.tolist(), self.python(odd), strict=True):
@@ -205,10 +208,10 @@ class _Column:
         return ns, valid, floats | converted
 
 
-def _with_nulls(series: pl.Series, valid: np.ndarray) -> pl.Series:
+def _with_nulls(column: pl.Series, valid: np.ndarray) -> pl.Series:
     if valid.all():
-        return series
-    return series.set(pl.Series(~valid), None)
+        return column
+    return column.set(series(~valid), None)
 
 
 def _decode_strings(raw: list[bytes], escaped: list[int]) -> list[str]:
@@ -246,7 +249,7 @@ def _memory_frame(
     picked = np.flatnonzero(keep)
     if not len(picked):
         return _NO_MEMORY
-    data: dict[str, pl.Series] = {"ts": pl.Series(ts[instants[picked]], dtype=pl.Int64)}
+    data: dict[str, pl.Series] = {"ts": series(ts[instants[picked]], dtype=pl.Int64)}
     for name, field_name in schema.MEMORY_COLUMNS.items():
         if name != "ts":
             field = instant_column[field_name]
@@ -293,11 +296,11 @@ def _group_frame(
         elif name in _TEXT_FIELDS:
             data[name] = taken(name).texts(texts, None)
         elif name == "ts":
-            data[name] = pl.Series(ts, dtype=pl.Int64)
+            data[name] = series(ts, dtype=pl.Int64)
         elif name == "dur":
-            data[name] = pl.Series(dur, dtype=pl.Int64)
+            data[name] = series(dur, dtype=pl.Int64)
         elif name == "end":
-            data[name] = _with_nulls(pl.Series(end, dtype=pl.Int64), end >= ts)
+            data[name] = _with_nulls(series(end, dtype=pl.Int64), end >= ts)
         elif name == "external_id":
             # The reference takes "External id" unless it is None, then "external id"; then ``as_int``.
             ext, legacy_ext = taken("external_id"), taken("external_id_legacy")

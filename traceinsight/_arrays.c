@@ -1,0 +1,184 @@
+/* traceinsight._arrays: a contiguous buffer of numbers handed to polars as an Arrow array, without
+ * a copy (optional; see arrays.py, which hands the same array to polars' own constructor without it).
+ *
+ * capsules(buffer) returns the pair of PyCapsules of the Arrow PyCapsule interface ("arrow_schema",
+ * "arrow_array") for a one-dimensional C-contiguous buffer of signed or unsigned integers of 1, 2,
+ * 4 or 8 bytes, or of 4- or 8-byte floats, in native byte order (numpy arrays, bytes, array.array):
+ * an array with no nulls whose one data buffer is the buffer's own memory. The array holds the
+ * buffer (PyObject_GetBuffer) until its consumer releases it, from whichever thread: the release
+ * takes the GIL, and once the interpreter is finalizing it lets the buffer go unreleased rather
+ * than touch Python. Booleans (numpy's one byte each) are exported as unsigned bytes: Arrow's
+ * booleans are bits.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The Arrow C data interface's two structures, as its specification defines them. */
+struct ArrowSchema {
+    const char *format;
+    const char *name;
+    const char *metadata;
+    int64_t flags;
+    int64_t n_children;
+    struct ArrowSchema **children;
+    struct ArrowSchema *dictionary;
+    void (*release)(struct ArrowSchema *);
+    void *private_data;
+};
+
+struct ArrowArray {
+    int64_t length;
+    int64_t null_count;
+    int64_t offset;
+    int64_t n_buffers;
+    int64_t n_children;
+    const void **buffers;
+    struct ArrowArray **children;
+    struct ArrowArray *dictionary;
+    void (*release)(struct ArrowArray *);
+    void *private_data;
+};
+
+/* What an exported array owns: its two buffer pointers (validity: none; data) and the view. */
+typedef struct {
+    const void *buffers[2];
+    Py_buffer view;
+} Held;
+
+static int finalizing(void) {
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsFinalizing();
+#else
+    return _Py_IsFinalizing();
+#endif
+}
+
+static void release_schema(struct ArrowSchema *schema) { schema->release = NULL; }
+
+static void release_array(struct ArrowArray *array) {
+    Held *held = array->private_data;
+    if (held != NULL) {
+        if (!finalizing()) {
+            PyGILState_STATE state = PyGILState_Ensure();
+            PyBuffer_Release(&held->view);
+            PyGILState_Release(state);
+        }
+        free(held);
+    }
+    array->private_data = NULL;
+    array->release = NULL;
+}
+
+/* A capsule's destructor: release what its consumer did not take (a consumer that took the
+ * structure set its release to NULL), then free the structure. */
+static void drop_schema(PyObject *capsule) {
+    struct ArrowSchema *schema = PyCapsule_GetPointer(capsule, "arrow_schema");
+    if (schema == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    if (schema->release != NULL) schema->release(schema);
+    free(schema);
+}
+
+static void drop_array(PyObject *capsule) {
+    struct ArrowArray *array = PyCapsule_GetPointer(capsule, "arrow_array");
+    if (array == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    if (array->release != NULL) array->release(array);
+    free(array);
+}
+
+/* The Arrow format of a buffer's items (NULL: not one this module exports). */
+static const char *arrow_format(const Py_buffer *view) {
+    const char *code = view->format == NULL ? "B" : view->format;
+    if (*code == '@' || *code == '=') code++;
+#if PY_LITTLE_ENDIAN
+    if (*code == '<') code++;
+#else
+    if (*code == '>') code++;
+#endif
+    if (code[0] == '\0' || code[1] != '\0') return NULL;
+    Py_ssize_t size = view->itemsize;
+    switch (code[0]) {
+        case 'b': case 'h': case 'i': case 'l': case 'q': case 'n':
+            return size == 1 ? "c" : size == 2 ? "s" : size == 4 ? "i" : size == 8 ? "l" : NULL;
+        case 'B': case 'H': case 'I': case 'L': case 'Q': case 'N': case '?':
+            return size == 1 ? "C" : size == 2 ? "S" : size == 4 ? "I" : size == 8 ? "L" : NULL;
+        case 'f':
+            return size == 4 ? "f" : NULL;
+        case 'd':
+            return size == 8 ? "g" : NULL;
+        default:
+            return NULL;
+    }
+}
+
+static PyObject *capsules(PyObject *module, PyObject *source) {
+    Held *held = calloc(1, sizeof(Held));
+    if (held == NULL) return PyErr_NoMemory();
+    if (PyObject_GetBuffer(source, &held->view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        free(held);
+        return NULL;
+    }
+    const char *format = arrow_format(&held->view);
+    if (held->view.ndim > 1 || format == NULL || held->view.itemsize <= 0) {
+        PyErr_Format(PyExc_TypeError, "capsules: not a flat buffer of numbers (format %s, %d dimensions)",
+                     held->view.format == NULL ? "B" : held->view.format, held->view.ndim);
+        PyBuffer_Release(&held->view);
+        free(held);
+        return NULL;
+    }
+    struct ArrowSchema *schema = calloc(1, sizeof(struct ArrowSchema));
+    struct ArrowArray *array = calloc(1, sizeof(struct ArrowArray));
+    if (schema == NULL || array == NULL) {
+        free(schema);
+        free(array);
+        PyBuffer_Release(&held->view);
+        free(held);
+        return PyErr_NoMemory();
+    }
+    schema->format = format;
+    schema->name = "";
+    schema->flags = 2; /* ARROW_FLAG_NULLABLE, as polars' own arrays are */
+    schema->release = release_schema;
+    held->buffers[0] = NULL;
+    held->buffers[1] = held->view.buf;
+    array->length = held->view.len / held->view.itemsize;
+    array->n_buffers = 2;
+    array->buffers = held->buffers;
+    array->release = release_array;
+    array->private_data = held;
+    PyObject *schema_capsule = PyCapsule_New(schema, "arrow_schema", drop_schema);
+    if (schema_capsule == NULL) {
+        free(schema);
+        release_array(array);
+        free(array);
+        return NULL;
+    }
+    PyObject *array_capsule = PyCapsule_New(array, "arrow_array", drop_array);
+    if (array_capsule == NULL) {
+        Py_DECREF(schema_capsule);
+        release_array(array);
+        free(array);
+        return NULL;
+    }
+    PyObject *pair = PyTuple_Pack(2, schema_capsule, array_capsule);
+    Py_DECREF(schema_capsule);
+    Py_DECREF(array_capsule);
+    return pair;
+}
+
+static PyMethodDef methods[] = {
+    {"capsules", capsules, METH_O, "The Arrow PyCapsules of a flat buffer of numbers (see the module)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_arrays", "Buffers as Arrow arrays.", -1, methods};
+
+PyMODINIT_FUNC PyInit__arrays(void) { return PyModule_Create(&module); }
