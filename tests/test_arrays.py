@@ -153,3 +153,46 @@ def test_an_analyze_never_imports_numpy_ma(sample: str, tmp_path: Path) -> None:
     assert any(name.startswith("polars.dataframe") for name in imported)
     assert "numpy.ma" not in imported
     assert (tmp_path / "r.json").stat().st_size and (tmp_path / "r.html").stat().st_size
+
+
+@needs_c
+def test_a_release_without_the_gil_is_left_to_the_main_thread() -> None:
+    """polars' workers release arrays without the GIL: the view is let go of by a pending call on
+    the main thread (never waiting for the GIL there), and the array is freed soon after."""
+    import ctypes
+    import time
+    import weakref
+
+    from traceinsight import _arrays  # type: ignore[attr-defined]
+
+    class ArrowArray(ctypes.Structure):
+        _fields_ = [  # the C layout
+            *(
+                (name, ctypes.c_int64)
+                for name in ("length", "null_count", "offset", "n_buffers", "n_children")
+            ),
+            *(
+                (name, ctypes.c_void_p)
+                for name in ("buffers", "children", "dictionary", "release", "private_data")
+            ),
+        ]
+
+    values = np.arange(1_000, dtype=np.int64)
+    alive = weakref.ref(values)
+    _schema, array_capsule = _arrays.capsules(values)
+    del values
+    gc.collect()
+    assert alive() is not None  # the view holds it
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    struct = ArrowArray.from_address(get(array_capsule, b"arrow_array"))
+    assert struct.length == 1_000 and struct.release
+    release = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(struct.release)
+    release(ctypes.addressof(struct))  # a ctypes call lets go of the GIL: as a polars worker would
+    assert not struct.release  # released, as the interface asks
+    deadline = time.monotonic() + 5
+    while alive() is not None and time.monotonic() < deadline:
+        time.sleep(0.001)  # the main thread runs Python: the pending call lets go of the view
+    assert alive() is None
+    del array_capsule  # its destructor frees the structure, and releases nothing twice
+    gc.collect()

@@ -5,9 +5,10 @@
  * "arrow_array") for a one-dimensional C-contiguous buffer of signed or unsigned integers of 1, 2,
  * 4 or 8 bytes, or of 4- or 8-byte floats, in native byte order (numpy arrays, bytes, array.array):
  * an array with no nulls whose one data buffer is the buffer's own memory. The array holds the
- * buffer (PyObject_GetBuffer) until its consumer releases it, from whichever thread: the release
- * takes the GIL, and once the interpreter is finalizing it lets the buffer go unreleased rather
- * than touch Python. Booleans (numpy's one byte each) are exported as unsigned bytes: Arrow's
+ * buffer (PyObject_GetBuffer) until its consumer releases it, from whichever thread: a thread with
+ * the GIL lets go of it at once, one without (polars' workers) leaves it to the main thread (a
+ * pending call, and the next export), never waiting for the GIL; once the interpreter is
+ * finalizing the buffer is let go of unreleased rather than touch Python. Booleans (numpy's one byte each) are exported as unsigned bytes: Arrow's
  * booleans are bits.
  */
 #define PY_SSIZE_T_CLEAN
@@ -42,11 +43,36 @@ struct ArrowArray {
     void *private_data;
 };
 
-/* What an exported array owns: its two buffer pointers (validity: none; data) and the view. */
-typedef struct {
+/* What an exported array owns: its two buffer pointers (validity: none; data) and the view; and,
+ * once released by a thread without the GIL, its place in the list of views to let go of. */
+typedef struct Held {
     const void *buffers[2];
     Py_buffer view;
+    struct Held *next;
 } Held;
+
+/* The views released by threads without the GIL (polars' workers), let go of by the main thread:
+ * a worker never waits for the GIL (Python code may hold it for a whole switch interval). */
+static PyThread_type_lock pending_lock;
+static Held *pending;
+static int drain_scheduled;
+
+/* Let go of the pending views (with the GIL): a pending call, and before each export. */
+static int drain(void *unused) {
+    (void)unused;
+    PyThread_acquire_lock(pending_lock, WAIT_LOCK);
+    Held *list = pending;
+    pending = NULL;
+    drain_scheduled = 0;
+    PyThread_release_lock(pending_lock);
+    while (list != NULL) {
+        Held *next = list->next;
+        PyBuffer_Release(&list->view);
+        free(list);
+        list = next;
+    }
+    return 0;
+}
 
 static int finalizing(void) {
 #if PY_VERSION_HEX >= 0x030D0000
@@ -60,16 +86,28 @@ static void release_schema(struct ArrowSchema *schema) { schema->release = NULL;
 
 static void release_array(struct ArrowArray *array) {
     Held *held = array->private_data;
-    if (held != NULL) {
-        if (!finalizing()) {
-            PyGILState_STATE state = PyGILState_Ensure();
-            PyBuffer_Release(&held->view);
-            PyGILState_Release(state);
-        }
-        free(held);
-    }
     array->private_data = NULL;
     array->release = NULL;
+    if (held == NULL) return;
+    if (finalizing()) {
+        free(held); /* the view is let go of unreleased: Python is being torn down */
+    } else if (PyGILState_Check()) {
+        PyBuffer_Release(&held->view);
+        free(held);
+    } else {
+        PyThread_acquire_lock(pending_lock, WAIT_LOCK);
+        held->next = pending;
+        pending = held;
+        int schedule = !drain_scheduled;
+        drain_scheduled = 1;
+        PyThread_release_lock(pending_lock);
+        /* A full queue of pending calls leaves the view for the next export's drain. */
+        if (schedule && Py_AddPendingCall(drain, NULL) < 0) {
+            PyThread_acquire_lock(pending_lock, WAIT_LOCK);
+            drain_scheduled = 0;
+            PyThread_release_lock(pending_lock);
+        }
+    }
 }
 
 /* A capsule's destructor: release what its consumer did not take (a consumer that took the
@@ -120,6 +158,7 @@ static const char *arrow_format(const Py_buffer *view) {
 }
 
 static PyObject *capsules(PyObject *module, PyObject *source) {
+    drain(NULL);
     Held *held = calloc(1, sizeof(Held));
     if (held == NULL) return PyErr_NoMemory();
     if (PyObject_GetBuffer(source, &held->view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
@@ -181,4 +220,8 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_arrays", "Buffers as Arrow arrays.", -1, methods};
 
-PyMODINIT_FUNC PyInit__arrays(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__arrays(void) {
+    pending_lock = PyThread_allocate_lock();
+    if (pending_lock == NULL) return PyErr_NoMemory();
+    return PyModule_Create(&module);
+}
