@@ -27,8 +27,9 @@ is printed with each row: on a shared machine, say how loaded it was.
 
 After the small traces, two lines say how much of the small target the libraries take on this
 machine: every third-party module a job on the largest small sample imports (read from its
-``-X importtime``), imported alone in the job's order with the job's settings, against the floor
-(paired as above); then the same without numpy, which only the loader and five analyses import.
+``-X importtime``), imported alone in the job's order and as the job imports them (its settings,
+the collector paused, the dataclasses' methods compiled), against the floor (paired as above); then
+the same without numpy, which only the loader and four analysis modules import.
 What is left of the 2x is what the package's own imports, load, analysis and outputs may take.
 
 Run::
@@ -87,10 +88,15 @@ if raw[:2] == b'\\x1f\\x8b':
 msgspec.json.decode(raw, type=Nothing)
 """
 #: The libraries' share of a small job: each third-party module the job imports (read from one
-#: job's ``-X importtime``), imported in the job's order in a fresh interpreter, with the settings
-#: the job loads them with (one the job tries and does not find is tried here too).
+#: job's ``-X importtime``), imported in the job's order in a fresh interpreter, as the job imports
+#: them: with its settings, the cyclic collector paused, and the dataclasses' methods served from
+#: the package's compiled file (``traceinsight.process``, which the job imports first too). One the
+#: job tries and does not find is tried here too.
 LIBRARIES = """
-import importlib, os
+import gc, importlib, os
+gc.disable()
+from traceinsight.process import dataclass_code_kept
+dataclass_code_kept()
 os.environ.update({settings!r})
 for name in {names!r}:
     try:
@@ -236,7 +242,8 @@ def libraries_of(trace: Path, out: Path) -> list[str]:
 
 def run_libraries(trace: Path, options: argparse.Namespace, out: Path) -> list[str]:
     """The job's libraries alone (:data:`LIBRARIES`) against the floor, paired: all of them, then
-    all but numpy (which the loader and five analyses use, and polars imports only for them)."""
+    all but numpy (which the loader and four analysis modules use, and polars imports only for
+    them)."""
     names = libraries_of(trace, out)
     lines = []
     for label, chosen in (

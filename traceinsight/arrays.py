@@ -3,15 +3,16 @@ through polars' numpy path, and their distinct values and memberships found with
 for masked arrays.
 
 ``pl.Series(array)`` of a numpy array goes through polars' ``numpy_to_pyseries``, which asks
-``np.ma.getmask`` of every array, and ``np.unique`` (``np.isin`` too, through it) asks
+``np.ma.getmask`` of every array, and ``np.unique`` (``np.isin`` too, on its sorting path) asks
 ``np.ma.is_masked``: the first such call imports ``numpy.ma``, about 8 ms of every job (a small
 trace's job takes ~0.45 s; see benchmarks/README.md, stop 46), for masks no array here has.
 :func:`series` gives the same Series through ``__arrow_c_array__`` (:mod:`._arrays`, built with the
 package's other C modules): polars takes the array's memory without a copy, and the array stays
 alive until polars lets it go. Without the C module (a pure-Python build) it is ``pl.Series``.
 :func:`distinct` and :func:`member` are ``np.unique`` and ``np.isin`` of integer arrays, by a sort
-(as fast: measured from 100 to 10^6 values). The same hand-over will carry the scanner's columns
-once the loader needs no numpy.
+(at least as fast as numpy's, measured from 100 to 10^6 values; they allocate through the arrays'
+own methods, so this module imports no numpy). The same hand-over would carry the scanner's
+columns to a loader without numpy.
 """
 
 from __future__ import annotations
@@ -34,20 +35,23 @@ AVAILABLE: Final = _arrays is not None
 
 
 class _Exported:
-    """One array, as the Arrow PyCapsule interface asks: polars calls ``__arrow_c_array__``."""
+    """One array's capsules, as the Arrow PyCapsule interface hands them: polars calls
+    ``__arrow_c_array__`` once and takes them."""
 
-    __slots__ = ("array",)
+    __slots__ = ("capsules",)
 
-    def __init__(self, array: Any) -> None:
-        self.array = array
+    def __init__(self, capsules: tuple[object, object]) -> None:
+        self.capsules = capsules
 
     def __arrow_c_array__(self, requested_schema: object = None) -> tuple[object, object]:
-        return _arrays.capsules(self.array)  # type: ignore[no-any-return]
+        return self.capsules
 
 
 def series(array: Any, dtype: PolarsDataType | None = None) -> pl.Series:
-    """``pl.Series(array, dtype=dtype)`` for a one-dimensional numpy array of integers, floats or
-    booleans (unnamed, no nulls, NaN kept), without importing ``numpy.ma``.
+    """``pl.Series(array, dtype=dtype)`` of a numpy array: for a one-dimensional array of native
+    integers (1-8 bytes), floats (4 or 8 bytes) or booleans (unnamed, no nulls, NaN kept) without
+    importing ``numpy.ma``; any other array (float16, another byte order, dates, 2-D) goes to
+    polars' own constructor.
 
     A strided array is copied to a contiguous one first (as polars' path does); booleans come over
     as bytes and are cast (Arrow's booleans are bits); ``dtype``, when the array's own type is
@@ -57,7 +61,11 @@ def series(array: Any, dtype: PolarsDataType | None = None) -> pl.Series:
         return pl.Series(array, dtype=dtype)
     if not array.flags.c_contiguous:
         array = array.copy()
-    result = pl.Series(_Exported(array))
+    try:
+        capsules = _arrays.capsules(array)
+    except (TypeError, ValueError, BufferError):  # not numbers the module hands over
+        return pl.Series(array, dtype=dtype)
+    result = pl.Series(_Exported(capsules))
     if array.dtype.kind == "b":
         result = result.cast(pl.Boolean)
     if dtype is not None and result.dtype != dtype:
