@@ -84,8 +84,9 @@ SANITIZER_ENV = {
 
 
 def build_sanitized(scratch: Path) -> Path:
-    """A copy of the package (and its templates) whose C modules (the scanner, and the nesting and
-    replay walks the reports use) are built with the sanitizers; the scanner's path."""
+    """A copy of the package (and its templates) whose C modules (the scanner, the nesting and
+    replay walks the reports use, and the arrays' hand-over to polars) are built with the
+    sanitizers; the scanner's path."""
     shutil.copytree(
         ROOT / "traceinsight", scratch / "traceinsight", ignore=shutil.ignore_patterns("*.so", "__pycache__")
     )
@@ -94,7 +95,7 @@ def build_sanitized(scratch: Path) -> Path:
     include = sysconfig.get_paths()["include"]
     command = [compiler, *SANITIZE, "-std=c11", "-Wall", "-shared", "-fPIC", f"-I{include}"]
     built = []
-    for module in ("load/_scan", "analysis/_nesting", "analysis/_replay"):
+    for module in ("load/_scan", "analysis/_nesting", "analysis/_replay", "_arrays"):
         target = scratch / "traceinsight" / f"{module}{sysconfig.get_config_var('EXT_SUFFIX')}"
         subprocess.run([*command, str(ROOT / "traceinsight" / f"{module}.c"), "-o", str(target)], check=True)
         built.append(target)
