@@ -19,6 +19,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,10 @@ def _operations(size: int) -> dict[str, tuple[Callable[[], Any], Callable[[], An
     mask = b > 5 * 10**8  # unsorted: no run of rows to slice
     sa, sb, srows, smask = pl.Series(a), pl.Series(b), pl.Series(rows), pl.Series(mask)
     return {
-        "searchsorted": (lambda: np.searchsorted(a, b, side="right"), lambda: sa.search_sorted(sb, side="right")),
+        "searchsorted": (
+            lambda: np.searchsorted(a, b, side="right"),
+            lambda: sa.search_sorted(sb, side="right"),
+        ),
         "gather": (lambda: a[rows], lambda: sa.gather(srows)),
         "filter": (lambda: a[mask], lambda: sa.filter(smask)),
         "compare": (lambda: a > b, lambda: sa > sb),
@@ -72,12 +76,16 @@ def _meeting_series(frame: pl.DataFrame, ts: str, end: str, windows: pl.DataFram
     opens = (low > reach.shift(1)).fill_null(True)
     opening, closing = low.filter(opens), reach.filter(opens.shift(-1).fill_null(True))
     at = closing.search_sorted(frame.get_column(ts), side="right")
-    met = (at < closing.len()) & (opening.gather(at.clip(upper_bound=closing.len() - 1)) <= frame.get_column(end))
+    met = (at < closing.len()) & (
+        opening.gather(at.clip(upper_bound=closing.len() - 1)) <= frame.get_column(end)
+    )
     return frame.filter(met)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--repeat", type=int, default=2000, help="calls per figure on 300 values")
     args = parser.parse_args()
     print(f"polars {pl.__version__}, numpy {np.__version__}; median µs per call")
@@ -97,8 +105,8 @@ def main() -> int:
         if not kept.equals(_meeting_series(frame, "ts", "end", windows)):
             print("  the two keep different rows", file=sys.stderr)
             return 1
-        numpy_us = _median_us(lambda: intervals.meeting(frame, "ts", "end", windows), repeat)
-        series_us = _median_us(lambda: _meeting_series(frame, "ts", "end", windows), repeat)
+        numpy_us = _median_us(partial(intervals.meeting, frame, "ts", "end", windows), repeat)
+        series_us = _median_us(partial(_meeting_series, frame, "ts", "end", windows), repeat)
         print(
             f"  {rows:,} rows, {count:,} windows ({kept.height:,} kept): numpy {numpy_us:,.0f} µs,"
             f" Series {series_us:,.0f} µs ({series_us / numpy_us:.1f}x)"
