@@ -605,3 +605,53 @@ def test_an_analysis_indexes_the_frames_once_and_each_lookup_finds_what_its_own_
     other = load_trace(SAMPLES / "h100_bert_small_stacks.json.gz")  # the same file, another trace
     with pytest.raises(ValueError, match="another trace or other user code"):
         lookup(other, points, frame_index=index)
+
+
+# --- frames and operators that start (and end) together -------------------------------------------
+
+
+def _innermost(candidates: list[tuple[int, dict[str, Any]]], t: float) -> dict[str, Any]:
+    """The innermost of the events (with their rows) holding ``t``, by the rule written out: the
+    latest start; of those, the earliest end; of those, the last row (a callee is recorded after
+    its caller)."""
+    holding = [(row, e) for row, e in candidates if e["ts"] <= t <= e["ts"] + e["dur"]]
+    return max(holding, key=lambda item: (item[1]["ts"], -(item[1]["ts"] + item[1]["dur"]), item[0]))[1]
+
+
+@pytest.mark.parametrize("callee_ends", ["first", "with its caller"])
+def test_a_frame_starting_with_its_caller_is_the_innermost(tmp_path: Path, callee_ends: str) -> None:
+    """A function called at the very start of its caller's frame (same start, at the trace's
+    resolution): a sync in it is the callee's line, not the caller's, 200 times of 200. Was: the
+    caller's whenever the callee ended first (the sort kept start only, and a tie went either way)."""
+    events: list[dict[str, Any]] = []
+    times: list[float] = []
+    for i in range(200):
+        t = i * 100.0
+        inner = 30.0 if callee_ends == "first" else 50.0
+        events.append(frame(f"train.py({10 + i % 7}): step", t, 50, python_id=2 * i + 1))
+        events.append(
+            frame(f"model.py({100 + i % 7}): forward", t, inner, python_id=2 * i + 2, parent=2 * i + 1)
+        )
+        times.append(t + 10)
+    expected = [_innermost(list(enumerate(events)), t)["name"] for t in times]
+    assert {name.split("(")[0] for name in expected} == {"model.py"}
+    found = lines_at(tmp_path, events, times)
+    assert [line["source"] for line in found] == ["{}:{}".format(*_line(name)[:2]) for name in expected]
+
+
+def test_a_2021_call_stack_of_operators_starting_together_is_the_innermost_s(tmp_path: Path) -> None:
+    """``aten::item`` and the ``aten::_local_scalar_dense`` it calls, starting together, each with
+    its ``Call stack`` (2020-21 traces): the line is the callee's stack, the innermost by the same
+    rule as frames, 200 times of 200."""
+    events: list[dict[str, Any]] = []
+    times: list[float] = []
+    for i in range(200):
+        t = i * 100.0
+        outer, inner = cpu_op("aten::item", t, 50), cpu_op("aten::_local_scalar_dense", t, 20)
+        outer["args"]["Call stack"] = f"train.py({10 + i % 5}): step"
+        inner["args"]["Call stack"] = f"model.py({100 + i % 5}): forward;train.py({10 + i % 5}): step"
+        events += [outer, inner]
+        times.append(t + 5)
+    expected = [_innermost(list(enumerate(events)), t)["args"]["Call stack"].split(";")[0] for t in times]
+    found = lines_at(tmp_path, events, times)
+    assert [line["source"] for line in found] == ["{}:{}".format(*_line(entry)[:2]) for entry in expected]

@@ -30,7 +30,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Collection
-from typing import Protocol
+from typing import Final, Protocol
 
 import polars as pl
 
@@ -195,6 +195,10 @@ class FrameIndex:
             return self._tables
 
 
+#: What a frame tells of its line (:data:`SOURCE_COLUMNS` before they are named so).
+_LINE_COLUMNS: Final = ("source", "function", "framework_call", "line_kind")
+
+
 def _line_kind() -> pl.Expr:
     """Each Python frame's ``source_line_kind`` (see the module doc), as an expression over
     ``trace.python`` joined with :func:`recording_start_frames` (column ``at_start``)."""
@@ -325,21 +329,25 @@ def source_at(
         if designed.height:
             frames = pl.concat([frames, designed])
         if frames.height:
+            # Each frame's row (the trace's order: a caller is recorded before the frames it calls)
+            # breaks ties on start and end.
             met = (
                 joined_where(
                     points.lazy(),
-                    frames.lazy(),
+                    frames.with_row_index("f_row").lazy(),
                     pl.col("t") >= pl.col("f_ts"),
                     pl.col("t") <= pl.col("f_end"),
                 )
                 .filter((pl.col("pid") == pl.col("pid_right")) & (pl.col("tid") == pl.col("tid_right")))
-                .select("key", "rank", "f_ts", "source", "function", "framework_call", "line_kind")
+                .select("key", "rank", "f_ts", "f_end", "f_row", *_LINE_COLUMNS)
                 .collect(engine="in-memory")
                 .lazy()
             )
+            # The innermost frame: the latest to start; of frames starting together, the first to
+            # end; of frames starting and ending together, the one recorded last (the callee).
             lines = (
                 met.filter(pl.col("rank") > _DESIGNED_RANK)
-                .sort("rank", "f_ts")
+                .sort("rank", "f_ts", "f_end", "f_row", descending=[False, False, True, False])
                 .group_by("key")
                 .agg(
                     pl.col("source").last(),
@@ -355,7 +363,8 @@ def source_at(
                 met.filter(pl.col("rank") == _DESIGNED_RANK)
                 .join(lines.select("key", "line_from"), on="key", how="left")
                 .filter(pl.col("line_from").is_null() | (pl.col("f_ts") >= pl.col("line_from")))
-                .sort("f_ts")
+                # the outermost: the first to start, then the last to end, then the first recorded
+                .sort("f_ts", "f_end", "f_row", descending=[False, True, False])
                 .group_by("key")
                 .agg(pl.col("framework_call").first())
             )
@@ -391,12 +400,13 @@ def source_at(
             by_stack = (
                 joined_where(
                     missing.lazy(),
-                    stacks.lazy().rename({"ts": "s_ts", "end": "s_end"}),
+                    stacks.with_row_index("s_row").lazy().rename({"ts": "s_ts", "end": "s_end"}),
                     pl.col("t") >= pl.col("s_ts"),
                     pl.col("t") <= pl.col("s_end"),
                 )
                 .filter((pl.col("pid") == pl.col("pid_right")) & (pl.col("tid") == pl.col("tid_right")))
-                .sort("s_ts")
+                # innermost last, as above (exact ties: an operator's row, then an annotation's)
+                .sort("s_ts", "s_end", "s_row", descending=[False, True, False])
                 .group_by("key")
                 .agg(pl.col("call_stack").last())
                 .collect(engine="in-memory")
