@@ -361,6 +361,19 @@ def test_adams_step_counters_and_the_data_pipeline_are_not_would_be_syncs(tmp_pa
     )
 
 
+def test_a_step_counter_read_is_the_innermost_optimizer_s_when_two_start_together(tmp_path: Path) -> None:
+    """An optimizer whose step calls another's at once (both ranges start together): the counters
+    read inside are the inner optimizer's (AdamW, the range that ends first), every step. Was: the
+    range that started last, and between two starting together whichever the sort left last."""
+    events = _steps_with(
+        [("Optimizer.step#Adam.step", 400, 200), ("Optimizer.step#AdamW.step", 400, 100)],
+        [("aten::item", 450, 10), ("aten::item", 470, 5)],
+    )
+    result = analysis_of(tmp_path, events, deviceProperties=[])
+    kept = {(sync.cpu_value, sync.cpu_detail): sync.count for sync in result.latent_syncs}
+    assert kept == {("optimizer step counters", "AdamW"): 4 * 2}
+
+
 def test_reads_inside_other_optimizers_or_user_code_in_a_step_are_would_be_syncs(tmp_path: Path) -> None:
     """LBFGS reads the loss and the gradients (GPU values on a GPU); a closure (the user's code,
     called from the step) reads what the user's code computed: both stay would-be syncs."""

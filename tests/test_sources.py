@@ -655,3 +655,28 @@ def test_a_2021_call_stack_of_operators_starting_together_is_the_innermost_s(tmp
     expected = [_innermost(list(enumerate(events)), t)["args"]["Call stack"].split(";")[0] for t in times]
     found = lines_at(tmp_path, events, times)
     assert [line["source"] for line in found] == ["{}:{}".format(*_line(entry)[:2]) for entry in expected]
+
+
+def test_the_module_of_a_point_is_the_innermost_when_modules_start_together(tmp_path: Path) -> None:
+    """``nn.Module`` frames of a model whose forward calls a submodule's at once (the same start):
+    the module named is the submodule, the innermost by the frames' rule, 100 times of 100."""
+    from traceinsight.analysis.sources import module_at
+
+    events: list[dict[str, Any]] = []
+    times: list[float] = []
+    for i in range(100):
+        t = i * 100.0
+        events.append(frame("nn.Module: BertModel_0", t, 80, python_id=2 * i + 1))
+        events.append(frame(f"nn.Module: BertLayer_{i % 3}", t, 40, python_id=2 * i + 2, parent=2 * i + 1))
+        times.append(t + 20)
+    expected = [_innermost(list(enumerate(events)), t)["name"] for t in times]
+    trace = load_trace(write_trace(tmp_path / "t.json", events))
+    points = pl.DataFrame(
+        {"key": range(len(times)), "pid": PID, "tid": TID, "t": [round(t * 1000) for t in times]},
+        schema={"key": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "t": pl.Int64},
+    )
+    found = dict(module_at(trace, points).iter_rows())
+    assert [found[key] for key in range(len(times))] == [
+        name.removeprefix("nn.Module: ").rsplit("_", 1)[0] for name in expected
+    ]
+    assert set(found.values()) == {"BertLayer"}

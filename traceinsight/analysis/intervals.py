@@ -7,6 +7,8 @@ frames, where numpy's cost ~10 µs), with the same rows as the polars expression
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import polars as pl
 
@@ -76,6 +78,15 @@ def gaps_between(merged: pl.DataFrame, by: str) -> pl.DataFrame:
 def overlap_ns(a_start: str, a_end: str, b_start: str, b_end: str) -> pl.Expr:
     """Length of the intersection of two intervals (0 when disjoint)."""
     return (pl.min_horizontal(a_end, b_end) - pl.max_horizontal(a_start, b_start)).clip(lower_bound=0)
+
+
+def outermost_first(ts: str, end: str, row: str, *, first_by: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``sort`` arguments that order ranges holding one point from the outermost to the innermost
+    (after ``first_by``, ascending): by start, then by end (the later first), then by row (the
+    earlier first: a caller is recorded before what it calls). Ranges that start and end together,
+    a call and its callee at the trace's resolution, then come in the trace's order rather than in
+    whatever order a sort leaves ties."""
+    return {"by": [*first_by, ts, end, row], "descending": [False] * len(first_by) + [False, True, False]}
 
 
 def meeting(frame: pl.DataFrame, ts: str, end: str, windows: pl.DataFrame) -> pl.DataFrame:

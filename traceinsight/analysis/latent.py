@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceinsight.analysis.intervals import meeting, within
+from traceinsight.analysis.intervals import meeting, outermost_first, within
 from traceinsight.analysis.sources import USER, FrameIndex, enclosing_ops, frame_kind, module_at, source_at
 from traceinsight.analysis.steady import SteadyState
 from traceinsight.load import Trace, taxonomy
@@ -278,18 +278,18 @@ def _optimizer(name: pl.Expr) -> pl.Expr:
 
 def _innermost_named(ranges: pl.DataFrame, points: pl.DataFrame) -> pl.DataFrame:
     """``key, r_ts, name``: the innermost of ``ranges`` containing each point on its thread."""
-    found = meeting(
+    found = meeting(  # in the trace's order: its row breaks ties on start and end
         ranges.select("pid", "tid", "name", r_ts="ts", r_end="end"),
         "r_ts",
         "r_end",
         points.select(start="t", end=pl.col("t") + 1),
-    )
+    ).with_row_index("r_row")
     if found.is_empty():
         return pl.DataFrame(schema={"key": points.schema["key"], "r_ts": pl.Int64, "name": pl.String})
     return (
         points.join_where(found, pl.col("t") >= pl.col("r_ts"), pl.col("t") <= pl.col("r_end"))
         .filter((pl.col("pid") == pl.col("pid_right")) & (pl.col("tid") == pl.col("tid_right")))
-        .sort("r_ts")
+        .sort(**outermost_first("r_ts", "r_end", "r_row"))
         .group_by("key")
         .agg(pl.col("r_ts").last(), pl.col("name").last())
     )

@@ -34,7 +34,7 @@ from typing import Final, Protocol
 
 import polars as pl
 
-from traceinsight.analysis.intervals import joined_where, meeting
+from traceinsight.analysis.intervals import joined_where, meeting, outermost_first
 from traceinsight.load import Trace, taxonomy
 
 #: Packages whose frames are never shown as "library code" in place of the user's line: the
@@ -329,8 +329,7 @@ def source_at(
         if designed.height:
             frames = pl.concat([frames, designed])
         if frames.height:
-            # Each frame's row (the trace's order: a caller is recorded before the frames it calls)
-            # breaks ties on start and end.
+            # Each frame's row (the trace's order) breaks ties on start and end.
             met = (
                 joined_where(
                     points.lazy(),
@@ -343,11 +342,10 @@ def source_at(
                 .collect(engine="in-memory")
                 .lazy()
             )
-            # The innermost frame: the latest to start; of frames starting together, the first to
-            # end; of frames starting and ending together, the one recorded last (the callee).
+            # The innermost of the highest rank: the last (:func:`.intervals.outermost_first`).
             lines = (
                 met.filter(pl.col("rank") > _DESIGNED_RANK)
-                .sort("rank", "f_ts", "f_end", "f_row", descending=[False, False, True, False])
+                .sort(**outermost_first("f_ts", "f_end", "f_row", first_by=("rank",)))
                 .group_by("key")
                 .agg(
                     pl.col("source").last(),
@@ -363,8 +361,7 @@ def source_at(
                 met.filter(pl.col("rank") == _DESIGNED_RANK)
                 .join(lines.select("key", "line_from"), on="key", how="left")
                 .filter(pl.col("line_from").is_null() | (pl.col("f_ts") >= pl.col("line_from")))
-                # the outermost: the first to start, then the last to end, then the first recorded
-                .sort("f_ts", "f_end", "f_row", descending=[False, True, False])
+                .sort(**outermost_first("f_ts", "f_end", "f_row"))
                 .group_by("key")
                 .agg(pl.col("framework_call").first())
             )
@@ -405,8 +402,8 @@ def source_at(
                     pl.col("t") <= pl.col("s_end"),
                 )
                 .filter((pl.col("pid") == pl.col("pid_right")) & (pl.col("tid") == pl.col("tid_right")))
-                # innermost last, as above (exact ties: an operator's row, then an annotation's)
-                .sort("s_ts", "s_end", "s_row", descending=[False, True, False])
+                # innermost last (exact ties: an operator's row before an annotation's)
+                .sort(**outermost_first("s_ts", "s_end", "s_row"))
                 .group_by("key")
                 .agg(pl.col("call_stack").last())
                 .collect(engine="in-memory")
@@ -471,7 +468,7 @@ def enclosing_ops(trace: Trace, points: pl.DataFrame) -> pl.DataFrame:
     return (
         joined_where(points.lazy(), ops.lazy(), pl.col("t") >= pl.col("o_ts"), pl.col("t") <= pl.col("o_end"))
         .filter((pl.col("pid") == pl.col("pid_right")) & (pl.col("tid") == pl.col("tid_right")))
-        .sort("o_ts", "o_end", "o_row", descending=[False, True, False])
+        .sort(**outermost_first("o_ts", "o_end", "o_row"))
         .group_by("key")
         .agg(
             op=pl.col("o_name").first(),
@@ -489,9 +486,9 @@ def module_at(trace: Trace, points: pl.DataFrame) -> pl.DataFrame:
     modules = trace.python.filter(pl.col("name").str.starts_with(taxonomy.MODULE_FRAME_PREFIX))
     if points.is_empty() or modules.is_empty():
         return empty
-    frames = meeting(
+    frames = meeting(  # in the trace's order: its row breaks ties on start and end
         modules.select("pid", "tid", m_ts="ts", m_end="end", frame="name"), "m_ts", "m_end", _instants(points)
-    )
+    ).with_row_index("m_row")
     if frames.is_empty():
         return empty
     names = {name: taxonomy.module_name(name) for name in frames.get_column("frame").unique().to_list()}
@@ -500,7 +497,7 @@ def module_at(trace: Trace, points: pl.DataFrame) -> pl.DataFrame:
             points.lazy(), frames.lazy(), pl.col("t") >= pl.col("m_ts"), pl.col("t") <= pl.col("m_end")
         )
         .filter((pl.col("pid") == pl.col("pid_right")) & (pl.col("tid") == pl.col("tid_right")))
-        .sort("m_ts")
+        .sort(**outermost_first("m_ts", "m_end", "m_row"))
         .group_by("key")
         .agg(pl.col("frame").last())
         .select("key", module=pl.col("frame").replace_strict(names, return_dtype=pl.String))
