@@ -387,3 +387,25 @@ def test_idle_split_inside_windows_equals_the_overlaps_summed(overlapping: bool)
     assert {device: dict(causes) for device, causes in idle_split(table, steady).items()} == {
         device: {kind: ns for kind, ns in causes.items() if ns > 0} for device, causes in expected.items()
     }
+
+
+def test_the_fallback_launcher_of_two_threads_with_as_many_calls_is_the_lower_one(tmp_path: Path) -> None:
+    """A gap whose work has no launch recorded is looked up on the thread that made the most runtime
+    calls; between threads that made as many (counted from the raw events here), the lowest pid,
+    then tid, every time, whatever order a hash leaves the threads in."""
+    from collections import Counter
+
+    from tracebuild import PID, runtime, write_trace
+
+    from traceinsight.analysis.idle_gaps import _main_thread
+
+    events = []
+    for i in range(12):
+        for tid in (400, 90, 250, 7):  # 7 makes fewer calls
+            if tid != 7 or i < 5:
+                events.append(runtime("cudaGetDevice", 10 + i * 40 + tid / 100, 1, tid=tid))
+    counts = Counter((PID, e["tid"]) for e in events)
+    most = max(counts.values())
+    expected = min(thread for thread, count in counts.items() if count == most)
+    assert expected == (PID, 90)
+    assert _main_thread(load_trace(write_trace(tmp_path / "t.json", events))) == expected

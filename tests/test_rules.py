@@ -451,6 +451,58 @@ def test_per_step_host_preprocessing_is_a_card_with_its_share(tmp_path: Path) ->
     assert "setup-captured" not in {w.kind for w in result.warnings}
 
 
+def test_an_op_starting_and_ending_with_the_op_it_calls_is_the_top_level_one(tmp_path: Path) -> None:
+    """The host's preprocessing in ``aten::to`` and the ``aten::_to_copy`` it calls, starting and
+    ending together (a parent is recorded first): the operators named are the caller's, with all
+    the time in the steps' leads (from the raw events), never the callee's. (The sort that left
+    this tie to chance kept the rows' order on these shapes too: a guard of the rule.)"""
+    from loops import preprocessing_loop
+    from tracebuild import cpu_op
+
+    loop = preprocessing_loop(steps=8, prep_us=2_000, kernels=3, kernel_us=500)
+    events: list[dict[str, Any]] = []
+    for event in loop.events:
+        if event["name"] == "aten::upsample_bilinear2d":
+            for k in range(10):
+                at = event["ts"] + k * 150
+                events += [cpu_op("aten::to", at, 100), cpu_op("aten::_to_copy", at, 100)]
+        else:
+            events.append(event)
+    first_launch = {}
+    for event in events:
+        if event["name"] == "cudaLaunchKernel":
+            step = next(i for i, (start, end) in enumerate(loop.steps) if start <= event["ts"] < end)
+            first_launch.setdefault(step, event["ts"])
+    inside = sum(
+        min(e["ts"] + e["dur"], first_launch[i]) - max(e["ts"], start)
+        for e in events
+        if e["name"] == "aten::to"
+        for i, (start, _) in enumerate(loop.steps)
+        if e["ts"] < first_launch[i] and e["ts"] + e["dur"] > start
+    )
+    assert analysis_of(tmp_path, events).step_leads.ops == (("aten::to", round(inside * 1000)),)
+
+
+def test_steps_with_leads_as_long_are_named_by_the_first_one_s_line(tmp_path: Path) -> None:
+    """Sixty steps whose host works exactly as long before its first launch (from the raw events),
+    each in another line: the line named is the first step's, not whichever a sort left first."""
+    from loops import preprocessing_loop
+
+    loop = preprocessing_loop(steps=60, prep_us=2_000, kernels=3, kernel_us=500)
+    step = 0
+    for event in loop.events:
+        if event["cat"] == "python_function":
+            event["name"] = f"video.py({31 + step}): load_clip"
+            step += 1
+    leads = {
+        min(e["ts"] for e in loop.events if e["name"] == "cudaLaunchKernel" and start <= e["ts"] < end)
+        - start
+        for start, end in loop.steps
+    }
+    assert len(leads) == 1
+    assert analysis_of(tmp_path, loop.events).step_leads.source == "video.py:31"
+
+
 def test_a_wait_before_the_first_gpu_work_that_every_step_has_is_not_setup(tmp_path: Path) -> None:
     """Two steps that decode for 100 and 60 ms before 10 ms of GPU work each: the time before the
     GPU's first work is 100 of 180 ms, which alone reads as set-up caught by the profile. Every step

@@ -232,6 +232,23 @@ def test_launches_without_kernels_outside_a_capture_still_count_as_dropped(tmp_p
     )
 
 
+def test_captures_begun_before_the_trace_come_in_thread_start_and_end_order(tmp_path: Path) -> None:
+    """Four end calls on a thread whose captures began before the trace: each capture runs from the
+    thread's first recorded call to its end call, so all four start together; they come ordered
+    by their ends (as the raw events give them), not in the order a hash left them (was:
+    1032, 1045, 1011, 1019 µs)."""
+    from traceinsight.analysis.capture import capture_windows
+    from traceinsight.load import load_trace
+
+    events = [runtime("cudaGetDevice", 990, 1, tid=300)]
+    events += [
+        runtime("cudaStreamEndCapture", 1000 + i * 2, d, tid=300) for i, d in enumerate([45, 30, 15, 5])
+    ]
+    windows = capture_windows(load_trace(write_trace(tmp_path / "t.json", events)))
+    ends = sorted(round((e["ts"] + e["dur"]) * 1000) for e in events if e["name"] == "cudaStreamEndCapture")
+    assert windows.rows() == [(PID, 300, 990_000, end) for end in ends]
+
+
 # --- Kineto's 2026 output ----------------------------------------------------------------------------
 
 SYNC_ROW_OFFSET = 1_000_000  # kineto PR 1356: Stream Sync events on tid = stream + 1,000,000

@@ -28,7 +28,7 @@ def _named(prefixes: tuple[str, ...]) -> pl.Expr:
 
 
 def capture_windows(trace: Trace) -> pl.DataFrame:
-    """Every capture → :data:`CAPTURE_SCHEMA`, by thread and start.
+    """Every capture → :data:`CAPTURE_SCHEMA`, by thread, start and end.
 
     Each begin call is paired with the first end call on its thread that ends after it starts. An
     end call without a begin (the capture began before the trace) starts at the thread's first
@@ -77,7 +77,7 @@ def capture_windows(trace: Trace) -> pl.DataFrame:
         pl.concat([paired, unpaired])
         .cast(CAPTURE_SCHEMA)
         .unique()
-        .sort("pid", "tid", "start")
+        .sort("pid", "tid", "start", "end")
         .collect(engine="in-memory")
     )
 

@@ -94,7 +94,8 @@ def _main_thread(trace: Trace) -> tuple[int | None, int | None]:
     """The thread that made the most runtime calls: the fallback launcher."""
     if trace.runtime.is_empty():
         return None, None
-    top = trace.runtime.group_by("pid", "tid").len().sort("len", descending=True).row(0)
+    counts = trace.runtime.group_by("pid", "tid").len()
+    top = counts.sort(["len", "pid", "tid"], descending=[True, False, False], nulls_last=True).row(0)
     return top[0], top[1]
 
 
@@ -270,7 +271,7 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
             & (pl.col("h_end") <= pl.col("start") + slack)
             & (pl.col("h_end") - pl.col("h_ts") >= (pl.col("end") - pl.col("start")) * limits.cause_coverage)
         )
-        .sort("h_end")
+        .sort("h_end", "h_row")  # the last to end; of those ending together, the last recorded
         .group_by("gap")
         .agg(sync_key=pl.col("key").last())
     )
@@ -279,7 +280,7 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
     in_runtime = named(
         touching.lazy()
         .filter((pl.col("kind") == "runtime") & covers)
-        .sort("covered", descending=True)
+        .sort("covered", "h_row", descending=[True, True])  # on a tie, the last recorded
         .group_by("gap")
         .agg(runtime_row=pl.col("h_row").first(), runtime_ns=pl.col("covered").first())
         .collect(engine="in-memory"),
@@ -524,7 +525,7 @@ def _other_gpu_busy(trace: Trace, gaps: pl.DataFrame, calls: pl.DataFrame) -> pl
         )
         .filter(pl.col("c_pid") == pl.col("pid"))
         .with_columns(ns=overlap_ns("start", "launched", "c_ts", "c_end"))
-        .sort("ns")
+        .sort("ns", "c_key")  # the call blocked longest; of those blocked as long, the last
         .group_by("gap", "c_tid")
         .agg(blocked_ns=pl.col("ns").sum(), blocked_key=pl.col("c_key").last())
         .sort(["gap", "blocked_ns", "c_tid"], descending=[False, True, False])

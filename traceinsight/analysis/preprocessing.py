@@ -15,7 +15,13 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceinsight.analysis.intervals import joined_where, meeting, merge_intervals, overlap_ns
+from traceinsight.analysis.intervals import (
+    joined_where,
+    meeting,
+    merge_intervals,
+    outermost_first,
+    overlap_ns,
+)
 from traceinsight.analysis.shared import launch_calls
 from traceinsight.analysis.sources import FrameIndex, source_at
 from traceinsight.analysis.steady import SteadyState
@@ -47,9 +53,11 @@ def _top_level_ops(trace: Trace, ranges: pl.DataFrame, top: int) -> tuple[tuple[
     ops = meeting(trace.cpu_ops.select("pid", "tid", "ts", "end", "name"), "ts", "end", ranges)
     if ops.is_empty():
         return ()
+    # The trace's order breaks ties: a caller that starts and ends with its callee is the outer.
     outer = (
-        ops.lazy()
-        .sort("pid", "tid", "ts", pl.col("end"), descending=[False, False, False, True])
+        ops.with_row_index("row")
+        .lazy()
+        .sort(**outermost_first("ts", "end", "row", first_by=("pid", "tid")))
         .with_columns(reach=pl.col("end").cum_max().shift(1).over("pid", "tid"))
         .filter(pl.col("reach").is_null() | (pl.col("ts") >= pl.col("reach")))
     )
@@ -136,7 +144,10 @@ def step_leads(
         .collect(engine="in-memory")
     )
     ranges = table.select("pid", "tid", "start", end="first")
-    longest = table.sort(pl.col("first") - pl.col("start"), descending=True).row(0, named=True)
+    # the longest stretch; of stretches as long, the first step's
+    longest = table.sort(pl.col("first") - pl.col("start"), descending=True, maintain_order=True).row(
+        0, named=True
+    )
     point = pl.DataFrame(
         {
             "key": [0],
