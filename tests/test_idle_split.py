@@ -409,3 +409,29 @@ def test_the_fallback_launcher_of_two_threads_with_as_many_calls_is_the_lower_on
     expected = min(thread for thread, count in counts.items() if count == most)
     assert expected == (PID, 90)
     assert _main_thread(load_trace(write_trace(tmp_path / "t.json", events))) == expected
+
+
+@pytest.mark.parametrize("written", ["outer first", "inner first"])
+def test_a_gap_in_nested_dataloader_ranges_is_named_by_the_outer_one(tmp_path: Path, written: str) -> None:
+    """The loop's ``__next__`` range and another DataLoader range inside it: each of the gaps
+    they cover is named by the outer one, the loop's own call, whichever the file holds first.
+    Was: the inner one, whichever came first (the join kept no order)."""
+    from loops import dataloader_loop
+    from tracebuild import annotation, write_trace
+
+    loop = dataloader_loop(steps=40, wait_us=5000)
+    events = []
+    for event in loop.events:
+        if event["name"].startswith("enumerate(DataLoader)"):
+            inner = annotation(
+                "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__",
+                event["ts"] + 1,
+                event["dur"] - 2,
+            )
+            events += [event, inner] if written == "outer first" else [inner, event]
+        else:
+            events.append(event)
+    gaps = analyze(load_trace(write_trace(tmp_path / "t.json", events))).idle_gaps
+    named = [gap.cause for gap in gaps if gap.cause_kind == "dataloader"]
+    assert len(named) == len(loop.steps) - 1  # each wait but the first is a gap between steps' work
+    assert set(named) == {"enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"}

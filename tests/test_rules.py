@@ -485,7 +485,8 @@ def test_an_op_starting_and_ending_with_the_op_it_calls_is_the_top_level_one(tmp
 
 def test_steps_with_leads_as_long_are_named_by_the_first_one_s_line(tmp_path: Path) -> None:
     """Sixty steps whose host works exactly as long before its first launch (from the raw events),
-    each in another line: the line named is the first step's, not whichever a sort left first."""
+    each in another line: the line named is the first step's, not whichever a sort left first. (The
+    unstable sort it replaced kept this order on these shapes too: a guard of the rule.)"""
     from loops import preprocessing_loop
 
     loop = preprocessing_loop(steps=60, prep_us=2_000, kernels=3, kernel_us=500)

@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 from tracebuild import PID, TID, annotation, cpu_op, launch, memcpy, read_events, runtime, write_trace
 from typer.testing import CliRunner
 
@@ -247,6 +248,33 @@ def test_captures_begun_before_the_trace_come_in_thread_start_and_end_order(tmp_
     windows = capture_windows(load_trace(write_trace(tmp_path / "t.json", events)))
     ends = sorted(round((e["ts"] + e["dur"]) * 1000) for e in events if e["name"] == "cudaStreamEndCapture")
     assert windows.rows() == [(PID, 300, 990_000, end) for end in ends]
+
+
+@pytest.mark.parametrize("written", ["outer first", "inner first"])
+def test_each_capture_is_named_by_its_own_innermost_range(tmp_path: Path, written: str) -> None:
+    """Two captures begun before the trace (both start at the thread's first call), each inside
+    ranges that start together: each is named by the innermost range holding it (the first to
+    end), from the raw events, whichever the file holds first. Was: the two captures counted as one
+    (they share a start), named by whichever range the sort left first."""
+    from traceinsight.analysis.capture import graph_capture
+    from traceinsight.load import load_trace
+
+    calls = [runtime("cudaGetDevice", 990, 1, tid=300)]
+    calls += [
+        runtime("cudaStreamEndCapture", 1000, 11, tid=300),
+        runtime("cudaStreamEndCapture", 1020, 25, tid=300),
+    ]
+    ranges = [annotation(f"capture_{n}", 980, dur, tid=300) for n, dur in ((1, 40), (2, 70), (3, 90))]
+    events = calls + (ranges if written == "outer first" else ranges[::-1])
+    captures = [(990, e["ts"] + e["dur"]) for e in calls[1:]]  # each from the thread's first call
+    innermost = [
+        min((r for r in ranges if r["ts"] <= start and r["ts"] + r["dur"] >= end), key=lambda r: r["dur"])
+        for start, end in captures
+    ]
+    found = graph_capture(load_trace(write_trace(tmp_path / "t.json", events)))
+    assert found is not None
+    assert found.captures == 2
+    assert found.ranges == tuple(sorted(r["name"] for r in innermost)) == ("capture_1", "capture_2")
 
 
 # --- Kineto's 2026 output ----------------------------------------------------------------------------

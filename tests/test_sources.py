@@ -618,20 +618,27 @@ def _innermost(candidates: list[tuple[int, dict[str, Any]]], t: float) -> dict[s
     return max(holding, key=lambda item: (item[1]["ts"], -(item[1]["ts"] + item[1]["dur"]), item[0]))[1]
 
 
-@pytest.mark.parametrize("callee_ends", ["first", "with its caller"])
-def test_a_frame_starting_with_its_caller_is_the_innermost(tmp_path: Path, callee_ends: str) -> None:
+@pytest.mark.parametrize(
+    ("callee_ends", "written"),
+    [("first", "caller first"), ("first", "callee first"), ("with its caller", "caller first")],
+)
+def test_a_frame_starting_with_its_caller_is_the_innermost(
+    tmp_path: Path, callee_ends: str, written: str
+) -> None:
     """A function called at the very start of its caller's frame (same start, at the trace's
-    resolution): a sync in it is the callee's line, not the caller's, 200 times of 200. Was: the
-    caller's whenever the callee ended first (the sort kept start only, and a tie went either way)."""
+    resolution): a sync in it is the callee's line, not the caller's, 200 times of 200, whichever
+    frame the file holds first when the callee ends first. Was: the caller's whenever the callee
+    ended first (the sort kept start only, and a tie went either way)."""
     events: list[dict[str, Any]] = []
     times: list[float] = []
     for i in range(200):
         t = i * 100.0
         inner = 30.0 if callee_ends == "first" else 50.0
-        events.append(frame(f"train.py({10 + i % 7}): step", t, 50, python_id=2 * i + 1))
-        events.append(
-            frame(f"model.py({100 + i % 7}): forward", t, inner, python_id=2 * i + 2, parent=2 * i + 1)
-        )
+        pair = [
+            frame(f"train.py({10 + i % 7}): step", t, 50, python_id=2 * i + 1),
+            frame(f"model.py({100 + i % 7}): forward", t, inner, python_id=2 * i + 2, parent=2 * i + 1),
+        ]
+        events += pair if written == "caller first" else pair[::-1]
         times.append(t + 10)
     expected = [_innermost(list(enumerate(events)), t)["name"] for t in times]
     assert {name.split("(")[0] for name in expected} == {"model.py"}
@@ -655,6 +662,26 @@ def test_a_2021_call_stack_of_operators_starting_together_is_the_innermost_s(tmp
     expected = [_innermost(list(enumerate(events)), t)["args"]["Call stack"].split(";")[0] for t in times]
     found = lines_at(tmp_path, events, times)
     assert [line["source"] for line in found] == ["{}:{}".format(*_line(entry)[:2]) for entry in expected]
+
+
+@pytest.mark.parametrize("written", ["range first", "operator first"])
+def test_a_2021_operator_s_stack_beats_a_range_s_that_starts_and_ends_with_it(
+    tmp_path: Path, written: str
+) -> None:
+    """A ``record_function`` range and the operator inside it, starting and ending together, each
+    with its ``Call stack``: the operator is the inner one, so its stack names the line, whichever
+    the file holds first. Was: the range's, always (the tie went by the tables' order, ranges
+    last)."""
+    events: list[dict[str, Any]] = []
+    for i in range(50):
+        t = i * 100.0
+        outer, inner = annotation("## step ##", t, 50), cpu_op("aten::item", t, 50)
+        outer["args"]["Call stack"] = f"train.py({10 + i % 5}): step"
+        inner["args"]["Call stack"] = f"model.py({100 + i % 5}): forward;train.py({10 + i % 5}): step"
+        events += [outer, inner] if written == "range first" else [inner, outer]
+    times = [i * 100.0 + 5 for i in range(50)]
+    found = lines_at(tmp_path, events, times)
+    assert [line["source"] for line in found] == [f"model.py:{100 + i % 5}" for i in range(50)]
 
 
 def test_the_module_of_a_point_is_the_innermost_when_modules_start_together(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from typing import Final
 
 import polars as pl
 
-from traceinsight.analysis.intervals import merge_intervals
+from traceinsight.analysis.intervals import merge_intervals, outermost_first
 from traceinsight.load import Trace, taxonomy
 
 __all__ = ["CAPTURE_SCHEMA", "GraphCapture", "capture_windows", "graph_capture"]
@@ -131,14 +131,15 @@ def graph_capture(trace: Trace, windows: pl.DataFrame | None = None) -> GraphCap
     last = max((value for value in ends if isinstance(value, int)), default=0)
     enclosing = (
         trace.annotations.select("pid", "tid", a_ts="ts", a_end="end", a_name="name")
+        .with_row_index("a_row")
         .join(windows, on=["pid", "tid"], how="inner")
         .filter(
             (pl.col("a_ts") <= pl.col("start"))
             & (pl.col("a_end") >= pl.col("end"))
             & ~pl.col("a_name").str.starts_with("ProfilerStep#")
         )
-        .sort("a_ts", descending=True)  # the innermost range of each capture
-        .unique(["pid", "tid", "start"], keep="first")
+        .sort(**outermost_first("a_ts", "a_end", "a_row"))
+        .unique(["pid", "tid", "start", "end"], keep="last")  # each capture's innermost range
         .group_by("a_name")
         .len()
         .sort(["len", "a_name"], descending=[True, False])

@@ -56,7 +56,13 @@ import polars as pl
 
 from traceinsight.analysis.capture import capture_windows
 from traceinsight.analysis.causes import CauseKind
-from traceinsight.analysis.intervals import gaps_between, meeting, merge_intervals, overlap_ns
+from traceinsight.analysis.intervals import (
+    gaps_between,
+    meeting,
+    merge_intervals,
+    outermost_first,
+    overlap_ns,
+)
 from traceinsight.analysis.results import IdleGap, from_columns
 from traceinsight.analysis.sources import FrameIndex, source_at
 from traceinsight.load import Trace, taxonomy
@@ -257,6 +263,7 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
     dataloader = named(
         touching.lazy()
         .filter(pl.col("kind") == "dataloader")
+        .sort(**outermost_first("h_ts", "h_end", "h_row"))  # the outermost: the loop's own call
         .group_by("gap")
         .agg(dl_covered=pl.col("covered").sum(), dl_row=pl.col("h_row").first())
         .collect(engine="in-memory"),
@@ -290,6 +297,7 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
     in_copy = named(
         touching.lazy()
         .filter((pl.col("kind") == "copy") & covers)
+        .sort(**outermost_first("h_ts", "h_end", "h_row"))  # the outermost (the join keeps no order)
         .group_by("gap")
         .agg(copy_row=pl.col("h_row").first())
         .collect(engine="in-memory"),

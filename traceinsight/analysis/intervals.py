@@ -7,7 +7,7 @@ frames, where numpy's cost ~10 µs), with the same rows as the polars expression
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 import polars as pl
@@ -80,12 +80,19 @@ def overlap_ns(a_start: str, a_end: str, b_start: str, b_end: str) -> pl.Expr:
     return (pl.min_horizontal(a_end, b_end) - pl.max_horizontal(a_start, b_start)).clip(lower_bound=0)
 
 
-def outermost_first(ts: str, end: str, row: str, *, first_by: tuple[str, ...] = ()) -> dict[str, Any]:
-    """``sort`` arguments that order ranges holding one point from the outermost to the innermost
-    (after ``first_by``, ascending): by start, then by end (the later first), then by row (the
-    earlier first: a caller is recorded before what it calls). Ranges that start and end together,
-    a call and its callee at the trace's resolution, then come in the trace's order rather than in
-    whatever order a sort leaves ties."""
+class SortOrder(TypedDict):
+    """What ``DataFrame.sort`` and ``LazyFrame.sort`` take as ``**`` arguments."""
+
+    by: list[str]
+    descending: list[bool]
+
+
+def outermost_first(ts: str, end: str, row: str, *, first_by: tuple[str, ...] = ()) -> SortOrder:
+    """The order of ranges holding one point from the outermost to the innermost (after
+    ``first_by``, ascending): by start, then by end (the later first), then by row (the earlier
+    first: a caller is recorded before what it calls). Ranges that start and end together, a call
+    and its callee at the trace's resolution, then come in the trace's order rather than in
+    whatever order a sort leaves ties. ``frame.sort(**outermost_first(...))``."""
     return {"by": [*first_by, ts, end, row], "descending": [False] * len(first_by) + [False, True, False]}
 
 

@@ -19,7 +19,6 @@ from traceinsight.analysis.intervals import (
     joined_where,
     meeting,
     merge_intervals,
-    outermost_first,
     overlap_ns,
 )
 from traceinsight.analysis.shared import launch_calls
@@ -53,11 +52,12 @@ def _top_level_ops(trace: Trace, ranges: pl.DataFrame, top: int) -> tuple[tuple[
     ops = meeting(trace.cpu_ops.select("pid", "tid", "ts", "end", "name"), "ts", "end", ranges)
     if ops.is_empty():
         return ()
-    # The trace's order breaks ties: a caller that starts and ends with its callee is the outer.
+    # By thread, outermost first (:func:`.intervals.outermost_first`); ``ops`` is in the trace's
+    # order, which a stable sort keeps for ties: a caller that starts and ends with its callee is
+    # the outer (and the stable sort took 0.28-0.34 s where the other took 0.55 on 3 M operators).
     outer = (
-        ops.with_row_index("row")
-        .lazy()
-        .sort(**outermost_first("ts", "end", "row", first_by=("pid", "tid")))
+        ops.lazy()
+        .sort("pid", "tid", "ts", "end", descending=[False, False, False, True], maintain_order=True)
         .with_columns(reach=pl.col("end").cum_max().shift(1).over("pid", "tid"))
         .filter(pl.col("reach").is_null() | (pl.col("ts") >= pl.col("reach")))
     )
@@ -144,10 +144,8 @@ def step_leads(
         .collect(engine="in-memory")
     )
     ranges = table.select("pid", "tid", "start", end="first")
-    # the longest stretch; of stretches as long, the first step's
-    longest = table.sort(pl.col("first") - pl.col("start"), descending=True, maintain_order=True).row(
-        0, named=True
-    )
+    # the longest stretch; of stretches as long, the first step's (arg_max: the first maximum)
+    longest = table.row(table.select((pl.col("first") - pl.col("start")).arg_max()).item(), named=True)
     point = pl.DataFrame(
         {
             "key": [0],

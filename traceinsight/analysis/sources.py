@@ -274,7 +274,8 @@ def source_at(
     design (if any).
 
     Frames containing ``t`` on the same pid/tid are found with an inequality join; the innermost
-    (latest-starting) frame of the user's own code wins (``source_kind`` ``user``). When every frame
+    frame of the user's own code wins (``source_kind`` ``user``; the innermost: the latest to start,
+    then the first to end, then the last recorded, :func:`.intervals.outermost_first`). When every frame
     there is library code, the innermost third-party frame is named instead (``library``: vllm,
     transformers ...; never torch or the standard library), so a report always points somewhere a
     user can look. ``user_code`` names packages whose frames count as the user's (``--user-code``).
@@ -379,6 +380,8 @@ def source_at(
                 .collect(engine="in-memory")
             )
     if found.filter(pl.col("source").is_not_null()).height < points.height:
+        # Ranges first, then operators: of a range and an operator that start and end together,
+        # the operator is the inner one (rows break such ties below, the later the inner).
         stacks = pl.concat(
             [
                 meeting(
@@ -389,7 +392,7 @@ def source_at(
                     "end",
                     instants,
                 )
-                for table in (trace.cpu_ops, trace.annotations)
+                for table in (trace.annotations, trace.cpu_ops)
             ]
         )
         if stacks.height:
@@ -402,8 +405,7 @@ def source_at(
                     pl.col("t") <= pl.col("s_end"),
                 )
                 .filter((pl.col("pid") == pl.col("pid_right")) & (pl.col("tid") == pl.col("tid_right")))
-                # innermost last (exact ties: an operator's row before an annotation's)
-                .sort(**outermost_first("s_ts", "s_end", "s_row"))
+                .sort(**outermost_first("s_ts", "s_end", "s_row"))  # the innermost last
                 .group_by("key")
                 .agg(pl.col("call_stack").last())
                 .collect(engine="in-memory")

@@ -369,7 +369,7 @@ def _startup_without_steps(trace: Trace, limits: Thresholds) -> tuple[int | None
     ends: list[tuple[int, str]] = []
     warmups = trace.annotations.filter(pl.col("name").str.contains(taxonomy.WARMUP_ANNOTATION_PATTERN))
     if warmups.height:
-        row = warmups.sort("end").row(-1, named=True)
+        row = warmups.sort("end", "ts", "name").row(-1, named=True)  # the last to end (ties: by start, name)
         ends.append((row["end"], f"a range named {row['name']!r} ends at that point"))
     min_ns = round(limits.first_call_min_us * 1000)
     ops = trace.cpu_ops.select("name", "ts", "end", "dur")
@@ -384,7 +384,7 @@ def _startup_without_steps(trace: Trace, limits: Thresholds) -> tuple[int | None
         slow.filter(pl.col("outlier"))
         .join(settled, on="name", how="inner")
         .filter(pl.col("ts") < pl.col("settled"))
-        .sort("end")
+        .sort("end", "ts", "name")  # the last to end (ties: by start, then name; the joins keep no order)
     )
     if first_calls.height:
         row = first_calls.row(-1, named=True)
