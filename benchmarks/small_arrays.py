@@ -96,11 +96,12 @@ def main() -> int:
             print(f"  {name} | {numpy_us:,.1f} | {series_us:,.1f} | {series_us / numpy_us:.1f}")
     print("\nintervals.meeting (numpy, as written) against the same rule in Series operations")
     rng = np.random.default_rng(34)
-    for rows, count, repeat in ((300, 20, args.repeat // 4), (10**6, 35_000, 5)):
+    # rows over 10^9 ns; windows of up to 10^7 ns for the small shape, 10^4 for the large (some reversed)
+    for rows, count, width, repeat in ((300, 20, 10**7, args.repeat // 4), (10**6, 35_000, 10**4, 5)):
         ts = np.sort(rng.integers(0, 10**9, rows))
         frame = pl.DataFrame({"ts": ts, "end": ts + rng.integers(0, 10**5, rows)})
         start = rng.integers(0, 10**9, count)
-        windows = pl.DataFrame({"start": start, "end": start + rng.integers(-(10**3), 10**4, count)})
+        windows = pl.DataFrame({"start": start, "end": start + rng.integers(-(10**3), width, count)})
         kept = intervals.meeting(frame, "ts", "end", windows)
         if not kept.equals(_meeting_series(frame, "ts", "end", windows)):
             print("  the two keep different rows", file=sys.stderr)
