@@ -15,12 +15,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceinsight.analysis.intervals import (
-    joined_where,
-    meeting,
-    merge_intervals,
-    overlap_ns,
-)
+from traceinsight.analysis.intervals import joined_where, meeting, merge_intervals, overlap_ns
 from traceinsight.analysis.shared import launch_calls
 from traceinsight.analysis.sources import FrameIndex, source_at
 from traceinsight.analysis.steady import SteadyState
