@@ -8,7 +8,7 @@ and on 10^6; then ``intervals.meeting`` as written (numpy) against the same rule
 operations (the rows each keeps are checked equal) on a small and a large shape. Seeded data; no
 trace needed. Usage::
 
-    python benchmarks/small_arrays.py            # about 20 s
+    python benchmarks/small_arrays.py            # about 10 s
     python benchmarks/small_arrays.py --repeat 5000
 """
 

@@ -415,7 +415,7 @@ def test_the_fallback_launcher_of_two_threads_with_as_many_calls_is_the_lower_on
 def test_a_gap_in_nested_dataloader_ranges_is_named_by_the_outer_one(tmp_path: Path, written: str) -> None:
     """The loop's ``__next__`` range and another DataLoader range inside it: each of the gaps
     they cover is named by the outer one, the loop's own call, whichever the file holds first.
-    Was: the inner one, whichever came first (the join kept no order)."""
+    Was: the inner one in both orders."""
     from loops import dataloader_loop
     from tracebuild import annotation, write_trace
 
@@ -434,4 +434,32 @@ def test_a_gap_in_nested_dataloader_ranges_is_named_by_the_outer_one(tmp_path: P
     gaps = analyze(load_trace(write_trace(tmp_path / "t.json", events))).idle_gaps
     named = [gap.cause for gap in gaps if gap.cause_kind == "dataloader"]
     assert len(named) == len(loop.steps) - 1  # each wait but the first is a gap between steps' work
+    assert set(named) == {"enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"}
+
+
+def test_a_gap_is_named_by_the_dataloader_range_covering_it_not_one_that_ended_before(
+    tmp_path: Path,
+) -> None:
+    """Each wait split in two ranges: another loader's ``__next__`` that ends 20 µs before the GPU
+    goes idle (inside the sync-drain slack, so it touches the gap) and the loop's own, which covers
+    the gap: every gap is named by the one covering it (was: the one that started first, covering
+    none of it)."""
+    from loops import dataloader_loop
+    from tracebuild import annotation, write_trace
+
+    loop = dataloader_loop(steps=10, wait_us=5000)
+    plain = analyze(load_trace(write_trace(tmp_path / "a.json", loop.events))).idle_gaps
+    starts = sorted(g.start_ns / 1000 for g in plain if g.cause_kind == "dataloader")
+    events = []
+    for event in loop.events:
+        if event["name"].startswith("enumerate(DataLoader)") and event["ts"] > 0:
+            ends = min(s for s in starts if s > event["ts"]) - 20
+            other = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
+            events.append(annotation(other, event["ts"], ends - event["ts"]))
+            events.append(annotation(event["name"], ends, event["ts"] + event["dur"] - ends))
+        else:
+            events.append(event)
+    gaps = analyze(load_trace(write_trace(tmp_path / "b.json", events))).idle_gaps
+    named = [g.cause for g in gaps if g.cause_kind == "dataloader"]
+    assert len(named) == len(starts) == len(loop.steps) - 1
     assert set(named) == {"enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"}

@@ -628,7 +628,8 @@ def test_a_frame_starting_with_its_caller_is_the_innermost(
     """A function called at the very start of its caller's frame (same start, at the trace's
     resolution): a sync in it is the callee's line, not the caller's, 200 times of 200, whichever
     frame the file holds first when the callee ends first. Was: the caller's whenever the callee
-    ended first (the sort kept start only, and a tie went either way)."""
+    ended first (the sort kept start only, and a tie went either way). The "with its caller" case
+    only guards the rule: the old code named the callee there too."""
     events: list[dict[str, Any]] = []
     times: list[float] = []
     for i in range(200):

@@ -263,7 +263,8 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
     dataloader = named(
         touching.lazy()
         .filter(pl.col("kind") == "dataloader")
-        .sort(**outermost_first("h_ts", "h_end", "h_row"))  # the outermost: the loop's own call
+        # the range covering most of the gap (of nested ones, the outer: the loop's own call)
+        .sort(["covered", "h_ts", "h_end", "h_row"], descending=[True, False, True, False])
         .group_by("gap")
         .agg(dl_covered=pl.col("covered").sum(), dl_row=pl.col("h_row").first())
         .collect(engine="in-memory"),

@@ -90,9 +90,10 @@ class SortOrder(TypedDict):
 def outermost_first(ts: str, end: str, row: str, *, first_by: tuple[str, ...] = ()) -> SortOrder:
     """The order of ranges holding one point from the outermost to the innermost (after
     ``first_by``, ascending): by start, then by end (the later first), then by row (the earlier
-    first: a caller is recorded before what it calls). Ranges that start and end together, a call
-    and its callee at the trace's resolution, then come in the trace's order rather than in
-    whatever order a sort leaves ties. ``frame.sort(**outermost_first(...))``."""
+    first: a caller is recorded before what it calls; not so in 2020-21 traces, which wrote an
+    operator when it ended, though their samples hold no such exact ties). Ranges that start and
+    end together, a call and its callee at the trace's resolution, then come in the trace's order
+    rather than in whatever order a sort leaves ties. ``frame.sort(**outermost_first(...))``."""
     return {"by": [*first_by, ts, end, row], "descending": [False] * len(first_by) + [False, True, False]}
 
 
