@@ -440,26 +440,29 @@ def test_a_gap_in_nested_dataloader_ranges_is_named_by_the_outer_one(tmp_path: P
 def test_a_gap_is_named_by_the_dataloader_range_covering_it_not_one_that_ended_before(
     tmp_path: Path,
 ) -> None:
-    """Each wait split in two ranges: another loader's ``__next__`` that ends 20 µs before the GPU
-    goes idle (inside the sync-drain slack, so it touches the gap) and the loop's own, which covers
-    the gap: every gap is named by the one covering it (was: the one that started first, covering
+    """Before each wait, another loader's ``__next__`` that ends 20 µs before the GPU goes idle
+    (inside the sync-drain slack, so it touches the gap), then the loop's own, which covers the
+    gap: every gap is named by the one covering it (was: the one that started first, covering
     none of it)."""
     from loops import dataloader_loop
     from tracebuild import annotation, write_trace
 
     loop = dataloader_loop(steps=10, wait_us=5000)
-    plain = analyze(load_trace(write_trace(tmp_path / "a.json", loop.events))).idle_gaps
-    starts = sorted(g.start_ns / 1000 for g in plain if g.cause_kind == "dataloader")
+    kernels = [e for e in loop.events if e["cat"] == "kernel"]
     events = []
     for event in loop.events:
         if event["name"].startswith("enumerate(DataLoader)") and event["ts"] > 0:
-            ends = min(s for s in starts if s > event["ts"]) - 20
+            # the GPU goes idle when the last kernel before the wait's end ends (raw events: the
+            # step's kernels are launched after it)
+            idle_from = max(k["ts"] + k["dur"] for k in kernels if k["ts"] < event["ts"] + event["dur"])
+            assert event["ts"] <= idle_from < event["ts"] + event["dur"]
+            ends = idle_from - 20
             other = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
-            events.append(annotation(other, event["ts"], ends - event["ts"]))
+            events.append(annotation(other, ends - 180, 180))
             events.append(annotation(event["name"], ends, event["ts"] + event["dur"] - ends))
         else:
             events.append(event)
     gaps = analyze(load_trace(write_trace(tmp_path / "b.json", events))).idle_gaps
     named = [g.cause for g in gaps if g.cause_kind == "dataloader"]
-    assert len(named) == len(starts) == len(loop.steps) - 1
+    assert len(named) == len(loop.steps) - 1
     assert set(named) == {"enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"}
