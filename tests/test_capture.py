@@ -351,6 +351,51 @@ def test_export_reads_the_layout_of_torch_2_1_to_2_12(tmp_path: Path) -> None:
     assert document["traceEvents"][1]["args"] == {"Call site": 0, "External id": 7}
 
 
+INJECTED = 'inj", "distributedInfo": {"rank": 5, "world_size": 9, "backend": "INJECTED"}, "z": "'
+
+
+@pytest.mark.parametrize(
+    "ending",
+    [
+        '  ],"traceName": "/tmp/' + INJECTED + '/raw.json" }',  # torch 2.13
+        '  ],\n  "traceName": "/tmp/' + INJECTED + '/raw.json"\n}',  # torch 2.1-2.12
+        '  ],"traceName": "/tmp/a\nb"c/raw.json" }',  # a newline and a quote in the folder's name
+    ],
+)
+def test_export_never_splices_torchs_unescaped_trace_name_into_the_trace(ending: str, tmp_path: Path) -> None:
+    """torch writes its temporary file's path as ``traceName`` unescaped: a folder named with a
+    quote made the trace invalid JSON (no report, exit 0), or put keys of its name's choosing in
+    the trace (the report then showed "rank 5, world size 9, backend INJECTED")."""
+    kineto = (
+        '{\n  "schemaVersion": 1,\n  "traceEvents": [\n  {\n    "ph": "X",\n    "cat": "cpu_op",\n'
+        '    "name": "aten::add",\n    "pid": 1,\n    "tid": 1,\n    "ts": 1.0,\n    "dur": 2.0\n  }\n'
+        + ending
+    ).encode()
+    out = tmp_path / "out.json"
+    with (tmp_path / "raw.json").open("w+b") as reading, out.open("wb") as writing:
+        reading.write(kineto)
+        reading.seek(0)
+        _copy_fixed(reading, writing, len(kineto), None, {"stacks": "user"}, 'my "run".json')
+    document = json.loads(out.read_text())
+    assert set(document) == {"traceinsight", "schemaVersion", "traceEvents", "traceName"}
+    assert document["traceName"] == 'my "run".json'
+    assert [event["name"] for event in document["traceEvents"]] == ["aten::add"]
+
+
+@pytest.mark.usefixtures("probe_record")
+def test_run_in_a_folder_named_with_a_quote_writes_a_readable_trace_and_its_report(tmp_path: Path) -> None:
+    folder = tmp_path / INJECTED
+    folder.mkdir()
+    result, trace, report, findings = run_cli(folder, str(SCRIPTS / "probe.py"), "steps=6")
+    assert result.exit_code == 0, result.stderr
+    assert report.is_file() and findings.is_file()
+    with gzip.open(trace, "rt", encoding="utf-8") as stream:
+        document = json.load(stream)
+    assert "distributedInfo" not in document and "z" not in document
+    assert document["traceName"] == trace.name
+    assert "INJECTED" not in report.read_text(encoding="utf-8")
+
+
 def test_the_export_of_a_real_torch_2_11_gpu_run_makes_its_frames_and_leaves_the_rest(tmp_path: Path) -> None:
     """torch 2.11's export of `run examples/item_every_step.py` on an H200 (tests/data/README.md):
     every ``traceinsight.frame:``/``site:`` range becomes a frame, every other event is left as it

@@ -245,8 +245,27 @@ def test_profiler_failure_does_not_stop_the_script(
     monkeypatch.setattr(torch.profiler.profile, "step", failing_step)
     run = run_in_process(tmp_path, str(PROBE), "steps=10")
     assert "probe done" in run.stdout  # the training went on
-    assert run.exit_code == 0  # the script's own status: what went wrong is said, not exited with
+    assert run.exit_code == 3  # the script passed but no report was made: never 0 (a CI job would pass)
     assert "torch.profiler failed (RuntimeError: profiler broke)" in error_line(run.stderr)
+
+
+@pytest.mark.parametrize(("error", "status"), [(TraceFormatError("unreadable"), 2), (RuntimeError("bug"), 3)])
+def test_a_run_that_writes_no_report_does_not_exit_0(
+    error: Exception, status: int, tmp_path: Path, probe_record: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trace that cannot be read back (torch's unescaped ``traceName`` made one) or an analysis
+    bug left no report, no ``--json`` file and exit 0; a failing script keeps its own status."""
+    import traceinsight.commands.analyze
+
+    def failing(*args: object, **kwargs: object) -> None:
+        raise error
+
+    monkeypatch.setattr(traceinsight.commands.analyze, "analyze_and_write", failing)
+    run = run_in_process(tmp_path, str(PROBE), "steps=4")
+    assert run.exit_code == status, run.stderr
+    assert "no report was made" in error_line(run.stderr) and not run.report.exists()
+    failed = run_in_process(tmp_path, str(PROBE), "steps=4", "end=exit3")
+    assert failed.exit_code == 3 and not failed.report.exists()
 
 
 def test_schedule_that_never_reaches_an_active_step_says_how_many_steps_ran(

@@ -7,8 +7,11 @@ Registered by the CLI as::
 ``RUN_CONTEXT_SETTINGS`` stops option parsing at the script, so everything after it (including
 options that look like ours) reaches the script untouched.
 
-Exit status. Once the script has run, `run` exits with the script's own status, whatever happened
-to the trace or the report (what went wrong is said on stderr); only an error found before the
+Exit status. Once the script has run, `run` exits with the script's own status; when that is 0
+but a failure of ours left no report (the trace could not be written or read back, the profiler
+failed, the analysis failed), it exits non-zero instead (:func:`_no_report_status`), so a CI job
+never passes without its report. A run too short for the schedule (fewer steps than ``--wait +
+--warmup``) is not a failure: it says so and keeps the script's status. An error found before the
 script starts (bad path, no torch, unwritable folder) exits 2 without running it.
 """
 
@@ -382,13 +385,29 @@ def profile_and_report_steps(
         reason, failed = _no_trace_reason(target, capture, settings)
         # A failure of ours is an error; a run too short for the schedule is not (exit status 0).
         (say.error if failed else say)(reason)
+        if failed:
+            return _no_report_status(outcome, 2 if capture.export_error is not None else 3)
         return exit_like_python(outcome)
     _say_window_notes(say, capture, settings)
     context = _run_context(target, started, elapsed, outcome, capture, trace)
-    _analyze(trace, paths, settings, project, target, context, console if speaks else _quiet_console(), say)
+    failure = _analyze(
+        trace, paths, settings, project, target, context, console if speaks else _quiet_console(), say
+    )
+    if failure is not None:
+        return _no_report_status(outcome, failure)
     if rank is not None and rank.rank == 0:
         _say_job_files(say, paths, rank)
     return exit_like_python(outcome)
+
+
+def _no_report_status(outcome: ScriptOutcome, failure: int) -> int:
+    """The exit status of a run whose report a failure of ours prevented: the script's own when it
+    failed (or was interrupted: Python's way), else ``failure`` (2: the trace could not be written
+    or read; 3: a bug of ours or the profiler's), never 0 without a report."""
+    from traceinsight.capture.script import exit_like_python
+
+    status = exit_like_python(outcome)
+    return status if status != 0 else failure
 
 
 class _Speaker:
@@ -598,8 +617,9 @@ def _analyze(
     context: Any,
     console: Console,
     say: _Speaker,
-) -> None:
-    """Analyze the trace just written; on failure keep it and say how to retry."""
+) -> int | None:
+    """Analyze the trace just written; on failure keep it, say how to retry and return the exit
+    status the failure calls for (the error's own; 3 for a bug), else None."""
     from traceinsight.commands.options import Reading, Wanted
     from traceinsight.config import SourceRoot
     from traceinsight.process import libraries_loading
@@ -628,15 +648,16 @@ def _analyze(
             run=context,
         )
     except TraceInsightError as error:
-        reason = str(error)
+        reason, status = str(error), error.exit_code
     except Exception as error:  # an analysis bug must not lose the user's run
-        reason = f"{type(error).__name__}: {error}"
+        reason, status = f"{type(error).__name__}: {error}", 3
     else:
-        return
+        return None
     say.error(
         f"the trace {trace} was kept but no report was made ({reason}); "
         f"retry with: traceinsight analyze {trace}"
     )
+    return status
 
 
 def _say_job_files(say: _Speaker, paths: OutputPaths, rank: RankInfo) -> None:
