@@ -10,6 +10,7 @@ Nothing here imports polars or the analyses: ``--help`` of every command stays f
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Final
@@ -179,9 +180,11 @@ class Settings:
     reading: Reading
     budgets: Budgets
 
-    def source_root(self, given: Path | None) -> SourceRoot | None:
-        """Where code excerpts may be read from: ``--source-root``, else the project table's."""
-        return resolve_source_root(given, self.config)
+    def source_root(self, given: Path | None, traces: Sequence[Path] = ()) -> SourceRoot | None:
+        """Where code excerpts may be read from: ``--source-root``, else the project table's when
+        its file is in the working folder or a trace's own (a folder given as a job: itself)."""
+        folders = [trace if trace.is_dir() else trace.absolute().parent for trace in traces]
+        return resolve_source_root(given, self.config, folders)
 
 
 def one_on_stdout(*, page: str | None, json_out: str | None, markdown: str | None) -> None:
