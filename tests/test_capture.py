@@ -129,6 +129,32 @@ def test_stacks_user_names_the_line_of_each_call_and_the_module(tmp_path: Path) 
     assert "GatedBlock's forward" in finding["title"]
 
 
+def test_syncs_made_by_no_call_on_their_line_get_a_card_at_their_line(tmp_path: Path) -> None:
+    """``running += float(loss)`` and ``if loss > 100:`` (the commonest syncs in a loop) read the
+    tensor through its slots, which no profile event shows: their operators fell in the range of
+    ``optimizer.step()``'s line or on ``<module>``'s first line, and got no card. Each line of a
+    user frame that calls into torch now has its range while a step is recorded."""
+    script = SCRIPTS / "syncs_without_calls.py"
+    result, trace, _, findings = run_cli(tmp_path, str(script))
+    assert result.exit_code == 0, result.stderr
+    lines = script.read_text().splitlines()
+    marked = {
+        kind: next(number for number, line in enumerate(lines, 1) if line.endswith(f"# sync: {kind}"))
+        for kind in ("float", "if", "int")
+    }
+    frames = frames_by_name(trace)
+    for number in marked.values():
+        assert f"syncs_without_calls.py({number}): <module>" in frames
+    document = json.loads(findings.read_text())
+    steps = document["steady_state"]["steady_steps"]
+    assert steps >= 2
+    cards = {f["source"]: f for f in document["findings"] if f["rule"] in ("latent-sync", "sync-in-loop")}
+    for kind, number in marked.items():
+        card = cards.get(f"syncs_without_calls.py:{number}")
+        assert card is not None, (kind, sorted(cards))
+        assert "every step" in card["title"], card["title"]
+
+
 def test_workers_forked_while_frames_are_traced_do_not_trace(tmp_path: Path) -> None:
     # A worker is forked in every step, the active ones (3-7) included.
     ours = traceinsight_process(
