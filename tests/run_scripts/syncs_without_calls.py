@@ -12,7 +12,7 @@ model = torch.nn.Linear(16, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 inputs, targets = torch.randn(8, 16), torch.randn(8, 1)
 running, positive = 0.0, 0
-for step in range(10):
+for _step in range(10):
     loss = torch.nn.functional.mse_loss(model(inputs), targets)
     optimizer.zero_grad()
     loss.backward()
