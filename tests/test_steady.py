@@ -306,7 +306,7 @@ def test_a_host_the_gpu_waits_for_sets_the_pace(tmp_path: Path) -> None:
     result = analysis_of(tmp_path, loop.events)
     _, steps = _gpu_paced(loop.events)
     assert result.steady.step_ns == median(steps)
-    assert result.pace.setter is not None and result.pace.setter.value == "host"
+    assert result.pace.set_by is not None and result.pace.set_by.value == "host"
     assert result.pace.host_ns == median(round((end - start) * 1000) for start, end in loop.steps)
     text = pace_fact(Report(result, evaluate(result)))
     assert text is not None and text.startswith("the host sets it")
@@ -325,7 +325,7 @@ def test_where_both_sides_agree_no_side_is_named(tmp_path: Path) -> None:
     from traceinsight.render.facts import header_facts
 
     result = analysis_of(tmp_path, events)
-    assert result.pace.setter is None
+    assert result.pace.set_by is None
     assert "Pace" not in dict(header_facts(Report(result, evaluate(result))))
 
 

@@ -38,16 +38,16 @@ class PaceSetter(StrEnum):
     GPU = "gpu"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Pace:
-    """Each side's own time per steady step (medians, ns), and which side sets the pace."""
+    """Which side sets the step's pace, and each side's own time per steady step (medians, ns)."""
 
+    #: The side more than ``pace_difference`` above the other (None: neither, or unknown).
+    set_by: PaceSetter | None = None
     #: The host's own time: its range less the time blocked waiting for the GPU (None: no steps).
     host_ns: int | None = None
     #: The GPU's own time: busy plus queued idle in the device window (None: no steps or no GPU).
     gpu_ns: int | None = None
-    #: The side more than ``pace_difference`` above the other (None: neither, or unknown).
-    setter: PaceSetter | None = None
 
 
 def _blocked_in_ranges(calls: pl.DataFrame, ranges: pl.DataFrame) -> dict[int, int]:
@@ -94,4 +94,4 @@ def step_pace(
         setter = PaceSetter.GPU
     elif host > (1 + difference) * gpu:
         setter = PaceSetter.HOST
-    return Pace(host_ns=host, gpu_ns=gpu, setter=setter)
+    return Pace(set_by=setter, host_ns=host, gpu_ns=gpu)

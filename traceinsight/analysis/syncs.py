@@ -7,7 +7,7 @@ from collections.abc import Collection
 import polars as pl
 
 from traceinsight.analysis.intervals import overlap_ns, within
-from traceinsight.analysis.results import SyncCall, SyncHotspot
+from traceinsight.analysis.results import SyncCall, SyncHotspot, share_of
 from traceinsight.analysis.sources import FrameIndex, enclosing_ops, module_at, source_at
 from traceinsight.analysis.steady import SteadyState
 from traceinsight.load import Trace, taxonomy
@@ -321,7 +321,7 @@ def sync_hotspots(
             source=row["source"],
             copy=row["copy"],
             count=row["count"],
-            per_step=row["count"] / iterations if iterations else None,
+            per_step=share_of(row["count"] / iterations) if iterations else None,
             blocked_ns=row["blocked"],
             idle_after_ns=row["idle_after"],
             source_kind=row["source_kind"],

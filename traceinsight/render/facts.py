@@ -98,10 +98,10 @@ def pace_fact(report: Report) -> str | None:
     :mod:`traceinsight.analysis.pace`); None when neither does or there are no steps."""
     analysis = report.analysis
     pace, step = analysis.pace, analysis.steady.step_ns
-    if pace.setter is None or pace.host_ns is None or pace.gpu_ns is None or not step:
+    if pace.set_by is None or pace.host_ns is None or pace.gpu_ns is None or not step:
         return None
     host, gpu, each = format_duration(pace.host_ns), format_duration(pace.gpu_ns), format_duration(step)
-    if pace.setter is PaceSetter.GPU:
+    if pace.set_by is PaceSetter.GPU:
         return (
             f"the GPU sets it: its work takes {gpu} of each {each} step, the host's own {host} "
             "(the host runs ahead, or waits for the GPU)"

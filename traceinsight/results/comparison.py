@@ -18,11 +18,11 @@ from traceinsight.analysis.causes import cause_label
 from traceinsight.formatting import format_duration, format_share, source_label
 from traceinsight.load.text import clean_text
 from traceinsight.results.codec import document_of, us
-from traceinsight.results.shown import html_of
 from traceinsight.results.stored import from_text
 from traceinsight.results.trace import SCHEMA_VERSION, Finding, Result
 from traceinsight.results.writer import strict_json
 from traceinsight.rules.findings import Severity
+from traceinsight.shown import html_of
 
 __all__ = [
     "Comparison",

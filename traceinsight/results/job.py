@@ -26,11 +26,11 @@ from traceinsight.analysis.usage import Usage
 from traceinsight.results.codec import document_of
 from traceinsight.results.contract import utilization_of
 from traceinsight.results.frames import job_frames
-from traceinsight.results.shown import html_of
 from traceinsight.results.stored import from_text
 from traceinsight.results.trace import SCHEMA_VERSION, Tool, Utilization
 from traceinsight.results.writer import strict_json
 from traceinsight.rules.findings import Severity
+from traceinsight.shown import html_of
 
 __all__ = [
     "CAUSE_WORDS",
