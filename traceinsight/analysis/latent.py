@@ -29,7 +29,7 @@ import polars as pl
 from traceinsight.analysis.intervals import meeting, outermost_first, within
 from traceinsight.analysis.results import COUNT
 from traceinsight.analysis.sources import USER, FrameIndex, enclosing_ops, frame_kind, module_at, source_at
-from traceinsight.analysis.steady import SteadyState
+from traceinsight.analysis.steady import SteadySteps
 from traceinsight.load import Trace, taxonomy
 
 __all__ = ["DATA_LOADING", "STEP_COUNTER", "LatentSync", "latent_syncs"]
@@ -80,7 +80,7 @@ class LatentSync:
 
 def latent_syncs(
     trace: Trace,
-    steady: SteadyState,
+    steady: SteadySteps,
     user_code: Collection[str] = (),
     *,
     frame_index: FrameIndex | None = None,

@@ -106,53 +106,57 @@ class DeviceTime:
         return self.busy_ns / self.span_ns if self.span_ns else 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class StepTime:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Step:
     """One step (``ProfilerStep#N``, or an optimizer step) on one device: the step's device window
     (from when the step before it was done to when its own work was done, see
     :mod:`traceinsight.analysis.steady`) and the GPU time inside it. compute + communication +
-    exposed copies + idle = the window, exactly."""
+    exposed copies + idle = the window, exactly. Times count from the trace's earliest event
+    (``meta.origin_ns``), as every output shows them."""
 
     step: int
     device: int
-    #: The device window: the GPU's clock (the step's host range is ``host_start_ns``/``host_end_ns``).
+    #: The device window: the GPU's clock (the step's host range is ``host_start_ns``/``host_span_ns``).
     start_ns: int
-    end_ns: int
+    #: Length of the device window: the step's step time.
+    span_ns: int
+    #: The step's host range (``ProfilerStep#N``, or between two ``Optimizer.step`` ends).
+    host_start_ns: int = 0
+    host_span_ns: int = 0
     busy_ns: int
+    #: Window length minus GPU busy inside it.
+    idle_ns: int
     copy_ns: int
-    #: Idle inside the window split by cause kind (``CauseKind`` values), adding up to ``idle_ns``.
-    idle_by_cause_ns: tuple[tuple[str, int], ...]
+    #: Idle inside the window split by cause kind (``CauseKind`` values), largest first, adding up
+    #: to ``idle_ns``.
+    idle_by_cause_ns: dict[str, int]
     compute_ns: int = 0
     communication_ns: int = 0
     copy_exposed_ns: int = 0
     #: False for start-up, outlier and cut-short steps (see :mod:`traceinsight.analysis.steady`).
     steady: bool = True
     #: Why the step is not steady, in plain words.
-    reason: str | None = None
-    #: The step's host range (``ProfilerStep#N``, or between two ``Optimizer.step`` ends).
-    host_start_ns: int = 0
-    host_end_ns: int = 0
+    not_steady_because: str | None = None
     #: The part of ``idle_by_cause_ns`` from the window's start until the step's own first GPU work
     #: on this device (work launched in its host range), by cause: the GPU waiting while the host
-    #: prepared the step. Empty when the step launched nothing on this device.
-    lead_by_cause_ns: tuple[tuple[str, int], ...] = ()
-    #: Start of the step's own first GPU work on this device (None: it launched none there).
-    first_work_ns: int | None = None
+    #: prepared the step. Empty when the step launched nothing on this device. Live only.
+    lead_by_cause_ns: tuple[tuple[str, int], ...] = field(
+        default=(), compare=False, repr=False, metadata=LOCAL
+    )
+    #: Start of the step's own first GPU work on this device, on the trace's clock (None: it
+    #: launched none there). Live only.
+    first_work_ns: int | None = field(default=None, compare=False, repr=False, metadata=LOCAL)
 
     @property
-    def span_ns(self) -> int:
-        """Length of the step's device window: its step time."""
-        return self.end_ns - self.start_ns
-
-    @property
-    def idle_ns(self) -> int:
-        """Window length minus GPU busy inside it."""
-        return self.span_ns - self.busy_ns
+    def end_ns(self) -> int:
+        """End of the device window, from the trace's earliest event."""
+        return self.start_ns + self.span_ns
 
 
 @dataclass(frozen=True, slots=True)
 class IdleGap:
-    """A stretch with no GPU activity on a device, and what the host was doing meanwhile.
+    """A stretch with no GPU activity on a device, and what the host was doing meanwhile;
+    ``start_ns`` counts from the trace's earliest event (``meta.origin_ns``), as every output shows it.
 
     cause_kind: ``dataloader`` (host in DataLoader ``__next__``), ``sync`` (a blocking call drained
     the queue), ``other-gpu`` (waiting for another GPU of the same process: a pipeline bubble),
@@ -162,18 +166,12 @@ class IdleGap:
 
     device: int
     start_ns: int
-    end_ns: int
+    duration_ns: int
     cause_kind: str
     cause: str  # readable: "cudaStreamSynchronize in aten::item", "DataLoader __next__", ...
     source: str | None  # "train.py:47" (the user's innermost frame), when stacks exist
-    pid: int | None
-    tid: int | None
     #: ``user`` when ``source`` is the user's own line, ``library`` when only library frames were there.
     source_kind: str | None = None
-    #: The blocking call (``blocking_calls`` key) that drained the queue, for ``sync``/``copy`` causes.
-    sync_key: int | None = None
-    #: The GPU this one waited for, for the ``other-gpu`` cause (a pipeline bubble).
-    other_device: int | None = None
     #: What ``source``'s line is: ``call`` (the call's line), ``def`` (the first line of
     #: ``source_function``: torch's stack names a function so), ``recording-start`` (the line
     #: ``source_function`` was on when recording began), None when the trace does not say (see
@@ -181,11 +179,16 @@ class IdleGap:
     source_line_kind: str | None = None
     #: The function ``source`` is in (``log_metrics``), when frames name it.
     source_function: str | None = None
+    #: The blocking call (``blocking_calls`` key) that drained the queue, for ``sync``/``copy``
+    #: causes. Live only.
+    sync_key: int | None = field(default=None, compare=False, metadata=LOCAL)
+    #: The GPU this one waited for, for the ``other-gpu`` cause (a pipeline bubble). Live only.
+    other_device: int | None = field(default=None, compare=False, metadata=LOCAL)
 
     @property
-    def duration_ns(self) -> int:
-        """Gap length."""
-        return self.end_ns - self.start_ns
+    def end_ns(self) -> int:
+        """Gap end, from the trace's earliest event."""
+        return self.start_ns + self.duration_ns
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

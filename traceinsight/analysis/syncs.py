@@ -9,7 +9,7 @@ import polars as pl
 from traceinsight.analysis.intervals import overlap_ns, within
 from traceinsight.analysis.results import SyncCall, SyncHotspot, share_of
 from traceinsight.analysis.sources import FrameIndex, enclosing_ops, module_at, source_at
-from traceinsight.analysis.steady import SteadyState
+from traceinsight.analysis.steady import SteadySteps
 from traceinsight.load import Trace, taxonomy
 
 
@@ -236,7 +236,7 @@ def sync_hotspots(
     idle_after: pl.DataFrame,
     iterations: int | None,
     gaps: pl.DataFrame | None = None,
-    steady: SteadyState | None = None,
+    steady: SteadySteps | None = None,
 ) -> tuple[SyncHotspot, ...]:
     """Host waits grouped by (call, call after it, op, source, copy waited for, framework code that
     syncs by design), ranked by blocked + idle-after time.

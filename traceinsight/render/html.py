@@ -251,7 +251,7 @@ def chart_specs(analysis: Analysis) -> list[_ChartSpec]:
             "gaps",
             "The longest GPU idle gaps and their causes",
             "The longest idle gaps, coloured by cause, with what the host was doing and its source line.",
-            lambda: charts.idle_gaps_chart(analysis.idle_gaps, analysis.meta.origin_ns),
+            lambda: charts.idle_gaps_chart(analysis.idle_gaps),
         ),
         _ChartSpec(
             "syncs",
@@ -366,7 +366,6 @@ class HtmlRenderer:
             "has_gpu": analysis.has_gpu,
             "foreign_accelerator": analysis.meta.foreign_accelerator,
             "gpus_unprofiled": analysis.meta.gpus_unprofiled,
-            "origin_ns": analysis.meta.origin_ns,
             "scores": scores,
             "overview": overview,
             "findings": cards,

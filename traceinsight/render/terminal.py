@@ -214,7 +214,7 @@ def trace_renderables(report: Report, top: int = _TOP) -> list[RenderableType]:
         for gap in analysis.idle_gaps[:top]:
             gaps.add_row(
                 str(gap.device),
-                format_duration(gap.start_ns - analysis.meta.origin_ns),
+                format_duration(gap.start_ns),
                 format_duration(gap.duration_ns),
                 cause_label(gap.cause_kind),
                 data(gap.cause),

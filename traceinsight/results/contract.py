@@ -7,10 +7,6 @@ to 4 decimals, bandwidths to 3), so that a result read back from its JSON equals
 
 from __future__ import annotations
 
-from operator import attrgetter, sub
-from typing import Any
-
-from traceinsight.analysis.results import from_columns
 from traceinsight.analysis.usage import Usage, total_usage
 from traceinsight.results import trace as t
 from traceinsight.results.codec import us
@@ -79,31 +75,6 @@ def _memory(report: Report) -> t.Memory:
             steps_with_calls=churn.steps_with_calls,
         ),
     )
-
-
-def _gaps(report: Report) -> tuple[t.IdleGap, ...]:
-    """Every reported gap, its start from the trace's earliest event. Column by column
-    (:func:`~traceinsight.analysis.results.from_columns`): an LLM decode trace reports tens of
-    thousands."""
-    gaps = report.analysis.idle_gaps
-    origin = report.analysis.meta.origin_ns
-
-    def column(name: str) -> list[Any]:
-        return list(map(attrgetter(name), gaps))
-
-    starts, ends = column("start_ns"), column("end_ns")
-    columns = (
-        column("device"),
-        [start - origin for start in starts],
-        list(map(sub, ends, starts)),
-        column("cause_kind"),
-        column("cause"),
-        column("source"),
-        column("source_kind"),
-        column("source_line_kind"),
-        column("source_function"),
-    )
-    return from_columns(t.IdleGap, columns)
 
 
 def result_of(report: Report) -> t.Result:
@@ -176,27 +147,8 @@ def result_of(report: Report) -> t.Result:
             )
             for device in analysis.devices
         ),
-        steps=tuple(
-            t.Step(
-                step=step.step,
-                device=step.device,
-                start_ns=step.start_ns - origin,
-                span_ns=step.span_ns,
-                host_start_ns=step.host_start_ns - origin,
-                host_span_ns=step.host_end_ns - step.host_start_ns,
-                busy_ns=step.busy_ns,
-                idle_ns=step.idle_ns,
-                copy_ns=step.copy_ns,
-                idle_by_cause_ns=_causes(step.idle_by_cause_ns),
-                compute_ns=step.compute_ns,
-                communication_ns=step.communication_ns,
-                copy_exposed_ns=step.copy_exposed_ns,
-                steady=step.steady,
-                not_steady_because=step.reason,
-            )
-            for step in analysis.steps
-        ),
-        idle_gaps=_gaps(report),
+        steps=analysis.steps,
+        idle_gaps=analysis.idle_gaps,
         memcpy=analysis.copies,
         overlap={direction: _share(ratio) for direction, ratio in analysis.overlap.items()},
         syncs=analysis.syncs,

@@ -34,7 +34,16 @@ from typing import Any, ClassVar, Final
 
 from traceinsight.analysis.latent import LatentSync
 from traceinsight.analysis.pace import Pace
-from traceinsight.analysis.results import COUNT, DURATION, SHARE, CopyGroup, SyncCall, SyncHotspot
+from traceinsight.analysis.results import (
+    COUNT,
+    DURATION,
+    SHARE,
+    CopyGroup,
+    IdleGap,
+    Step,
+    SyncCall,
+    SyncHotspot,
+)
 from traceinsight.analysis.validity import TraceWarning
 from traceinsight.results.frames import result_frames
 from traceinsight.results.report import Report
@@ -182,43 +191,6 @@ class Device:
     communication_ns: int
     copy_exposed_ns: int
     idle_by_cause_ns: dict[str, int]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Step:
-    """One step on one device (see :class:`traceinsight.analysis.results.StepTime`)."""
-
-    step: int
-    device: int
-    start_ns: int
-    span_ns: int
-    host_start_ns: int = 0
-    host_span_ns: int = 0
-    busy_ns: int
-    idle_ns: int
-    copy_ns: int
-    idle_by_cause_ns: dict[str, int]
-    compute_ns: int
-    communication_ns: int
-    copy_exposed_ns: int
-    steady: bool
-    not_steady_because: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class IdleGap:
-    """A stretch with no GPU activity on a device, and what the host did meanwhile (see
-    :class:`traceinsight.analysis.results.IdleGap`); ``start`` from the trace's earliest event."""
-
-    device: int
-    start_ns: int
-    duration_ns: int
-    cause_kind: str
-    cause: str
-    source: str | None
-    source_kind: str | None = None
-    source_line_kind: str | None = None
-    source_function: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
