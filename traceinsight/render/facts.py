@@ -219,14 +219,14 @@ def saving_text(finding: Finding) -> str:
     if not finding.saving_known:
         return "an amount this trace cannot tell"
     share = f" ({format_share(finding.saving_share)} of the step)" if finding.saving_share is not None else ""
-    if finding.saving_per_step_ns is not None:
-        return f"about {format_duration(finding.saving_per_step_ns)} per step{share}"
+    if finding.savings_per_step_ns is not None:
+        return f"about {format_duration(finding.savings_per_step_ns)} per step{share}"
     share = (
         f" ({format_share(finding.saving_share)} of the time analyzed)"
         if finding.saving_share is not None
         else ""
     )
-    return f"about {format_duration(finding.savings_ns)} in all{share}"
+    return f"about {format_duration(finding.savings_total_ns)} in all{share}"
 
 
 def no_findings_text(report: Report) -> str:

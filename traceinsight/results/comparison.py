@@ -374,8 +374,8 @@ def compare(before: Result, after: Result, before_label: str, after_label: str, 
         """The finding's saving on the comparison's basis (per step when both sides have steps)."""
         if not finding.saving_known:
             return None  # no GPU in the run, or nothing to replay: no figure to compare
-        per_step = finding.saving_per_step_ns
-        return us(per_step) if basis == "per step" and per_step is not None else us(finding.savings_ns)
+        per_step = finding.savings_per_step_ns
+        return us(per_step) if basis == "per step" and per_step is not None else us(finding.savings_total_ns)
 
     old, fresh = keyed(before), keyed(after)
     changes = [

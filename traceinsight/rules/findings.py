@@ -39,8 +39,8 @@ class Finding:
 
     ``rule`` is the stable id its rule was registered under (``sync-in-loop``, ``pageable-memcpy``
     ...: :func:`traceinsight.rules.rule` sets it on every finding the rule yields); ``evidence`` holds the
-    numbers behind the claim as (label, value) pairs, one per label; ``savings_ns`` is what the fix
-    gives back over the steady-state steps, from the step replay (:mod:`traceinsight.analysis.replay`),
+    numbers behind the claim as (label, value) pairs, one per label; ``savings_per_step_ns`` is what
+    the fix gives back in each steady step, ``savings_total_ns`` over all of them, from the step replay (:mod:`traceinsight.analysis.replay`),
     or for ``low-gpu-utilization`` the idle that no other finding explains (an upper bound).
     """
 
@@ -49,7 +49,9 @@ class Finding:
     title: str
     #: (label, value) pairs; written as an object.
     evidence: tuple[tuple[str, str], ...] = field(default=(), metadata={"pairs": True})
-    savings_ns: int = field(default=0, metadata=DURATION)
+    #: The saving over the whole steady state (every steady step together): JSON ``savings_us``.
+    #: What outputs show is :attr:`savings_per_step_ns`.
+    savings_total_ns: int = field(default=0, metadata={"key": "savings_us", **DURATION})
     advice: Advice
     #: Why it costs time: the host/GPU timeline in one sentence.
     why: str
@@ -58,8 +60,9 @@ class Finding:
     device: int | None = None
     #: Below the noise floor: listed among the minor findings, not as a card.
     minor: bool = False
-    #: The saving per steady step (None for a trace without steps).
-    saving_per_step_ns: int | None = field(default=None, metadata={"key": "savings_per_step_us", **DURATION})
+    #: The saving per steady step, the figure every output shows (None for a trace without steps:
+    #: then :attr:`savings_total_ns`, over the time analyzed, is the figure).
+    savings_per_step_ns: int | None = field(default=None, metadata=DURATION)
     #: The saving's share of the step time (of the steady window without steps), 4 decimals.
     saving_share: float | None = None
     #: What the saving assumes, or why it is small, in plain words.
