@@ -49,6 +49,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from traceinsight.load.limits import parse_size
+
 __all__ = [
     "DEFAULT_MAX_MEMORY",
     "STOP_COST_FACTOR",
@@ -148,18 +150,6 @@ def release_freed_memory() -> None:
         return
     with contextlib.suppress(OSError, AttributeError):  # not glibc
         ctypes.CDLL(None).malloc_trim(0)
-
-
-def parse_size(text: str) -> int:
-    """``'2G'``, ``'512M'``, ``'1.5GB'``, ``'800MiB'`` or a number of bytes → bytes; ValueError if not."""
-    cleaned = text.strip().upper().removesuffix("B").removesuffix("I")
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    factor = units.get(cleaned[-1:], 1)
-    number = cleaned[:-1] if cleaned[-1:] in units else cleaned
-    value = float(number)
-    if value <= 0:
-        raise ValueError(text)
-    return int(value * factor)
 
 
 class MemoryGuard:

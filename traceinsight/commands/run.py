@@ -200,7 +200,7 @@ def run(
         typer.Option(
             "--max-memory",
             metavar="SIZE",
-            help="Memory one recording may add to the process (e.g. 2G, 512M): what the profiler "
+            help="Memory one recording may add to the process (e.g. 2G, 512M; powers of 1024): what the profiler "
             "holds while it records, and what stopping it then builds, counted from the RSS "
             "growth of the recorded window. When one more step would pass it, recording ends at "
             "that step boundary (a single step bigger than the budget is stopped inside it) and "
@@ -231,9 +231,9 @@ def run(
     torchrun ...`) profiles the workers.
     """
     from traceinsight.capture.distributed import launcher_module, rank_info
-    from traceinsight.capture.memory import parse_size
     from traceinsight.capture.recorder import require_torch
     from traceinsight.capture.script import StagedRun, drive, module_target, script_target
+    from traceinsight.commands.options import parse_size
     from traceinsight.render.terminal import TerminalConsole
 
     console = TerminalConsole(stderr=True)  # 120 columns in a CI log, like analyze's
@@ -242,12 +242,7 @@ def run(
         words = (*(script_args or ()), *ctx.args)
         if stacks not in _STACKS:
             raise CaptureError(f"--stacks must be one of user, all, none (not {stacks!r})")
-        try:
-            budget = parse_size(max_memory)
-        except ValueError:
-            raise CaptureError(
-                f"--max-memory {max_memory!r} is not a size; give e.g. 2G, 512M or a number of bytes"
-            ) from None
+        budget = parse_size(max_memory, "--max-memory")
         if launcher_module(script, module):
             require_torch()
             status = _launch_workers(script, module, words, _forwarded_options(ctx))
