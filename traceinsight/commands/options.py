@@ -120,6 +120,7 @@ MaxSyncsOption = Annotated[
                  help="Gate: exit 1 when the host waits on the GPU more than N times per step."),
 ]  # fmt: skip
 
+
 def parse_size(text: str, option: str = "--max-size") -> int:
     """``512M``, ``2G``, ``1.5GB``, ``8GiB``, ``4096`` → bytes (:func:`traceinsight.load.limits.parse_size`:
     k, M, G, T are powers of 1024), or one line naming ``option``."""
