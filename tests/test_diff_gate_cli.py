@@ -363,10 +363,15 @@ def test_a_cut_stdout_changes_neither_the_status_nor_the_files(
 @pytest.mark.parametrize("command", ["analyze", "diff", "run"])
 def test_help_is_plain_and_says_the_exit_codes(command: str) -> None:
     code, stdout, _ = invoke(command, "--help")
+    usage = next(line for line in stdout.splitlines() if line.startswith("Usage: "))
     stdout = " ".join(stdout.split())
     assert code == 0
     assert "<bool>" not in stdout
     assert not re.search(r"--[\w-]+ <", stdout), "an option shows a type placeholder, not a metavar"
+    assert "{" not in usage and "}" not in usage, usage  # typer writes a required argument {SCRIPT}
+    if command == "run":
+        assert " run [OPTIONS] SCRIPT [SCRIPT_ARGS]..." in usage, usage
+        assert "before its first recorded step (--wait + --warmup steps come first)" in stdout
     if command != "run":
         assert "[tool.traceinsight]" in stdout  # not eaten as markup
         assert "Exit status: 0 done; 1 a gate was broken" in stdout

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import importlib.util
+import io
 import json
 import os
 import shutil
@@ -1008,3 +1009,26 @@ def test_the_script_runs_under_three_frames_of_python_m_traceinsight(tmp_path: P
     assert [name for name, file in frames if file == str(REPO / "traceinsight" / "__main__.py")] == [
         "<module>"
     ]
+
+
+def test_rank_zeros_job_hint_names_paths_as_typed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 0's hint for the job report printed absolute paths (the user's folder layout, in a log
+    shared with the report); every other path run prints is relative inside the current folder."""
+    from rich.console import Console
+
+    from traceinsight.capture.distributed import RankInfo
+    from traceinsight.commands.run import OutputPaths, _say_job_files, _Speaker
+
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "train.20260101-000000.job"
+    paths = OutputPaths(
+        trace=folder / "train.rank0.pt.trace.json.gz",
+        report=folder / "train.rank0.report.html",
+        json_out=None,
+    )
+    console = Console(file=io.StringIO(), width=400)
+    _say_job_files(_Speaker(console, RankInfo(0, 2)), paths, RankInfo(0, 2))
+    said = console.file.getvalue()  # type: ignore[attr-defined]
+    assert str(tmp_path) not in said, said
+    assert "traceinsight analyze train.20260101-000000.job/ " in said
+    assert "train.20260101-000000.job/train.rank1.pt.trace.json.gz" in said

@@ -225,8 +225,10 @@ def run(
 
     Steps are marked without changing the script: every optimizer.step() of a torch.optim optimizer
     ends one; in a loop without one, every loss.backward() does (or call traceinsight.step() at the
-    end of each iteration). The trace and the report are written
-    even if the script fails or is interrupted; the exit status is the script's own. Under torchrun
+    end of each iteration). A script that ends before its first recorded step (--wait + --warmup
+    steps come first) leaves no trace and no report, and a line says so. The trace and the report are written
+    even if the script fails or is interrupted; the exit status is the script's own (when it is 0
+    and no report could be made, 2 or 3). Under torchrun
     every rank writes its own files; `traceinsight run -m torch.distributed.run ...` (or `run
     torchrun ...`) profiles the workers.
     """
@@ -660,11 +662,14 @@ def _say_job_files(say: _Speaker, paths: OutputPaths, rank: RankInfo) -> None:
     their own pace, so rank 0 does not wait for them)."""
     from traceinsight.capture.distributed import rank_path
 
-    traces = " ".join(str(rank_path(_rank_zero_name(paths.trace), r)) for r in range(rank.world_size))
+    # As the user would type them (relative inside the current folder), like every path run
+    # prints: a log shared with the report need not carry the user's folder layout.
+    traces = " ".join(str(_shown(rank_path(_rank_zero_name(paths.trace), r))) for r in range(rank.world_size))
+    folder = _shown(paths.trace.parent)
     say(
         f"this job has {rank.world_size} ranks, each with its own trace and report in "
-        f"{paths.trace.parent}; the summary above is rank 0's. When every rank has finished, "
-        f"the job report (stragglers, what each rank waits on): traceinsight analyze {paths.trace.parent}/ "
+        f"{folder}; the summary above is rank 0's. When every rank has finished, "
+        f"the job report (stragglers, what each rank waits on): traceinsight analyze {folder}/ "
         f"(the traces: {traces})"
     )
 
