@@ -1032,3 +1032,26 @@ def test_rank_zeros_job_hint_names_paths_as_typed(tmp_path: Path, monkeypatch: p
     assert str(tmp_path) not in said, said
     assert "traceinsight analyze train.20260101-000000.job/ " in said
     assert "train.20260101-000000.job/train.rank1.pt.trace.json.gz" in said
+
+
+def test_a_log_hears_from_the_stop_from_its_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch's stop and export of a large window say nothing for a minute or more: the first line
+    in a log came 47 s after the stop began. Lines come every few seconds from its start until our
+    pass over the export reports its own progress."""
+    from rich.console import Console
+
+    import traceinsight.commands.run as run_command
+
+    monkeypatch.setattr(run_command, "_LOG_PROGRESS_SECONDS", 0.05)
+    console = Console(file=io.StringIO(), width=300)  # not a terminal: a log
+    speaker = run_command._Speaker(console, None)
+    with speaker.writing() as progress:
+        time.sleep(0.4)  # torch stopping and exporting
+        said = console.file.getvalue()  # type: ignore[attr-defined]
+        assert progress is not None
+        progress(0, 100)  # our pass begins: it reports itself from now on
+        time.sleep(0.3)
+    lines = [line for line in said.splitlines() if "stopping the profiler and exporting its trace:" in line]
+    assert len(lines) >= 3 and "process memory" in lines[0], said
+    after = console.file.getvalue()[len(said) :]  # type: ignore[attr-defined]
+    assert "stopping the profiler" not in after.split("\n", 1)[-1]

@@ -10,7 +10,8 @@ window started; the script's own temporaries are freed by the end of a step, so 
 that growth is the events recorded). RSS growth alone misjudges both ways: the recording reuses heap
 pages the script had freed (LBFGS over ``LSTMCell``: +287 MB of RSS for +133 MB of events), and the
 stop's allocations do not always find free pages (a stop added 0.84 × the window's RSS growth on
-one run and 0.24 × on another). Where ``mallinfo2`` is missing, ``STOP_COST_FACTOR`` × the RSS
+one run and 0.24 × on another), so the window's part is the larger of its RSS growth and the
+bytes it holds. Where ``mallinfo2`` is missing, ``STOP_COST_FACTOR`` × the RSS
 growth is used instead.
 
 Measured with torch 2.13 on CPU, stopping with ``trace_only`` (torch then builds no Python event
@@ -67,9 +68,12 @@ __all__ = [
 DEFAULT_MAX_MEMORY = 2 << 30
 """Default budget of one recording (``--max-memory``): 2 GiB, stop included."""
 
-STOP_PER_HELD_BYTE = 1.25
-"""Bytes the stop allocates per heap byte the recording holds, with ``trace_only`` (measured
-1.05-1.15)."""
+STOP_PER_HELD_BYTE = 2.0
+"""Bytes the stop and the export allocate per heap byte the recording holds, with ``trace_only``:
+1.68 × (LBFGS over a 101-step ``LSTMCell``, 4 closures a step, 3 steps: 180 MB held, 166 MB of
+JSON) and 1.77 × (201 steps, 8 closures: 742 MB held, 663 MB of JSON) measured from the stop's
+start to the peak of stop and export, issue 52; 1.25 before (measured 1.05-1.15 on a shorter
+stop), which put a 2 GiB window of the 400-step shape at 4.6 GB."""
 
 STOP_PER_HELD_BYTE_WITH_EVENTS = 4.0
 """The same when torch builds its Python events at the stop (``--stacks all``: measured 3.0 × on
@@ -202,7 +206,10 @@ class MemoryGuard:
         heap = heap_in_use()
         if heap is None or self._heap_baseline is None:
             return int(growth * STOP_COST_FACTOR)
-        return int(growth + max(heap - self._heap_baseline, 0) * self.stop_per_held_byte)
+        held = max(heap - self._heap_baseline, 0)
+        # A recording that reuses pages the script freed grows RSS by less than it holds (the
+        # audit's LBFGS window: +0.72 GB of RSS, then +3.5 GB at the stop): count at least what it holds.
+        return int(max(growth, held) + held * self.stop_per_held_byte)
 
     def next_step_would_pass(self, steps_recorded: int) -> int | None:
         """At a step boundary: the estimated cost after one more step like the average one so far,

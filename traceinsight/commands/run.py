@@ -24,6 +24,7 @@ import io
 import os
 import shlex
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -427,6 +428,17 @@ class _Speaker:
         if export.repaired_names:
             self(f"torch wrote {export.repaired_names} names with unescaped quotes; they were escaped")
 
+    def _stopping_lines(self, started: float, copying: threading.Event) -> None:
+        """Every :data:`_LOG_PROGRESS_SECONDS` until our pass over torch's export begins: how long
+        torch's stop and export have run, and the process's memory."""
+        from traceinsight.capture.memory import rss
+
+        while not copying.wait(_LOG_PROGRESS_SECONDS):
+            self(
+                f"stopping the profiler and exporting its trace: {time.monotonic() - started:.0f} s, "
+                f"process memory {rss() / 1e9:.1f} GB"
+            )
+
     def error(self, text: str) -> None:
         """A problem of ours (every rank says it; it does not change the exit status)."""
         sys.stderr.write(f"{self._prefix}error: {text}\n")
@@ -443,8 +455,10 @@ class _Speaker:
         if not console.is_terminal:
             started = time.monotonic()
             last = [started]
+            copying = threading.Event()  # our pass over torch's export has begun: it reports itself
 
             def logged(done: int, total: int) -> None:
+                copying.set()
                 now = time.monotonic()
                 if now - last[0] >= _LOG_PROGRESS_SECONDS and done < total:
                     last[0] = now
@@ -453,7 +467,20 @@ class _Speaker:
                         f"({100 * done // max(total, 1)} %, {now - started:.0f} s)"
                     )
 
-            yield logged
+            # torch's stop and its export say nothing while they run (a large window: 30 s, then a
+            # minute): a line every few seconds from the moment the stop begins.
+            heartbeat = threading.Thread(
+                target=self._stopping_lines,
+                args=(started, copying),
+                name="traceinsight-stop-log",
+                daemon=True,
+            )
+            heartbeat.start()
+            try:
+                yield logged
+            finally:
+                copying.set()
+                heartbeat.join(timeout=1)
             return
         with console.status(self._prefix + "stopping the profiler…", spinner="dots") as status:
 

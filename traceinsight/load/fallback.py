@@ -197,7 +197,9 @@ def check_utf8(raw: bytes | bytearray, path: Path) -> None:
         try:
             decoder.decode(view[at : at + step], final=at + step >= len(view))
         except UnicodeDecodeError as exc:
-            raise json_error(path, f"invalid UTF-8 at byte {at - held + exc.start}", truncated=False) from None
+            raise json_error(
+                path, f"invalid UTF-8 at byte {at - held + exc.start}", truncated=False
+            ) from None
 
 
 def _checked(events: list[Any], path: Path) -> list[Any]:
