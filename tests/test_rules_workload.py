@@ -511,3 +511,14 @@ def test_the_scheduling_rules_stay_quiet_on_a_busy_ddp_trace() -> None:
     assert not {"launch-bound", "sync-in-forward", "optimizer-not-fused", "latent-sync"} & {
         f.rule for f in report.findings
     }
+
+
+def test_recording_cost_never_advises_the_option_in_use(tmp_path: Path) -> None:
+    """Under ``--stacks none`` the recording-cost warning advised ``--stacks none``."""
+    record = {"stacks": "none", "stepMarks": "optimizer", "unprofiledStepNs": 500_000, "unprofiledSteps": 2}
+    result = analysis_of(
+        tmp_path, _cpu_steps([("aten::addmm", 500, 10)]), deviceProperties=[], traceinsight=record
+    )
+    (cost,) = [w for w in result.warnings if w.kind == "recording-cost"]
+    assert "--stacks none" not in cost.advice.replace("--stacks none already", "")
+    assert "run --stacks none" not in cost.advice
