@@ -568,10 +568,16 @@ def _say_window_notes(say: _Speaker, capture: CaptureResult, settings: ProfileSe
         )
         return
     if capture.memory_stop == "window":
+        # No complete step: "0 complete steps and part of the next" read beside the report's "Steps 1".
+        holds = (
+            "part of one step, stopped before its end"
+            if capture.steps_in_trace == 0
+            else f"{complete} and part of the next"
+        )
         say(
             f"recording was stopped inside a step at an estimated {estimate} with stopping the "
-            f"profiler (budget {budget}, --max-memory): the trace holds {complete} and part of the "
-            "next; raise --max-memory, or mark shorter steps with traceinsight.step()"
+            f"profiler (budget {budget}, --max-memory): the trace holds {holds}; raise --max-memory, "
+            "or mark shorter steps with traceinsight.step()"
         )
         return
     if capture.whole_run:
