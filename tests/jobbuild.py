@@ -204,7 +204,9 @@ class AheadPlan:
       once every GPU activity launched before it has ended), then the host spends ``after_item_us``
       in Python before it launches the rest;
     - ``late_rank``: once, in step ``late_step``, its host pauses ``late_us`` with nothing
-      recorded just before it launches its first collective.
+      recorded just before it launches its first collective;
+    - ``heavy_rank``'s forward kernels take ``heavy_forward_us`` each (a larger shard, an
+      embedding or expert imbalance: more GPU work).
     """
 
     ranks: int
@@ -226,6 +228,8 @@ class AheadPlan:
     late_rank: int | None = None
     late_step: int = 1
     late_us: int = 0
+    heavy_rank: int | None = None
+    heavy_forward_us: int = 0
 
 
 COLLECTIVE_KERNELS = {
@@ -375,7 +379,8 @@ def _data_parallel_step(ranks: list[_Rank], plan: AheadPlan, step: int) -> None:
                 what, name = ops[position[r.rank]]
                 position[r.rank] += 1
                 if what == "kernel":
-                    r.kernel(name, plan.forward_us if name == _FORWARD else plan.backward_us
+                    forward = plan.heavy_forward_us if r.rank == plan.heavy_rank else plan.forward_us
+                    r.kernel(name, forward if name == _FORWARD else plan.backward_us
                              if name == _BACKWARD else plan.optimizer_us)  # fmt: skip
                 elif what == "item":
                     if r.rank == plan.item_rank:

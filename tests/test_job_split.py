@@ -210,6 +210,24 @@ def test_one_large_lateness_in_one_collective_names_that_rank(tmp_path: Path, sh
     assert job["findings"][0]["straggler"] == 3
 
 
+def test_a_rank_with_more_gpu_work_is_named_by_it(tmp_path: Path) -> None:
+    """Rank 6's forward kernels take 680 µs instead of 280 (a larger shard): 4 ms more GPU work per
+    step, which every other rank waits for in the all-reduce. Its cause is slower GPU work, which no
+    rule of one trace names, so the job's first finding is the straggler itself, with the wait."""
+    plan = AheadPlan(8, heavy_rank=6, heavy_forward_us=680, allreduce_us=TRANSFER_US)
+    job = _job(tmp_path / "job", plan)
+    assert [s["rank"] for s in job["stragglers"]] == [6]
+    straggler = job["stragglers"][0]
+    assert straggler["cause"] == "compute"
+    extra = plan.forward * (plan.heavy_forward_us - plan.forward_us)
+    assert straggler["cause_excess_per_step_us"] == pytest.approx(extra, rel=0.05)
+    lead = job["findings"][0]
+    assert (lead["rule"], lead["straggler"]) == ("straggler", 6) and "slower GPU work" in lead["title"]
+    caused = _expected_waits_caused(tmp_path / "job", plan)[6]
+    assert straggler["others_waited_us"] == pytest.approx(caused, abs=0.01)
+    assert lead["job_savings_per_step_us"] == pytest.approx(caused / (plan.ranks - 1) / plan.steps, rel=0.25)
+
+
 def test_a_64_rank_job_leads_with_the_dataloader_ranks_cause(tmp_path: Path) -> None:
     plan = AheadPlan(64, dataloader_rank=17, item_rank=42, allreduce_us=TRANSFER_US, steps=3)
     job = _job(tmp_path / "job", plan)
