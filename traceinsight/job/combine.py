@@ -368,14 +368,22 @@ def _idle_per_step(result: RankResult) -> dict[str, int]:
     return per_cause
 
 
-def _cause(result: RankResult, ranks: Sequence[RankResult]) -> tuple[str | None, int]:
-    """The cause whose time per step exceeds the job's median rank the most, and by how much."""
-    candidates = [kind.value for kind in BLAMED_CAUSES] + ["compute"]
+def _medians(ranks: Sequence[RankResult]) -> dict[str, int]:
+    """The job's median rank's time per step of each blamable cause (the lower middle)."""
+    splits = [_idle_per_step(rank) for rank in ranks]
+    return {
+        cause: median_low([split.get(cause, 0) for split in splits])
+        for cause in [kind.value for kind in BLAMED_CAUSES] + ["compute"]
+    }
+
+
+def _cause(result: RankResult, medians: dict[str, int]) -> tuple[str | None, int]:
+    """The cause whose time per step exceeds the job's median rank (``medians``) the most, and by
+    how much."""
     own = _idle_per_step(result)
-    others = [_idle_per_step(other) for other in ranks]
     best: tuple[str | None, int] = (None, 0)
-    for cause in candidates:
-        excess = own.get(cause, 0) - median_low([split.get(cause, 0) for split in others])
+    for cause, middle in medians.items():
+        excess = own.get(cause, 0) - middle
         if excess > best[1]:
             best = (cause, excess)
     return best
@@ -387,7 +395,8 @@ def _waits_caused(
     """Ranks whose waits caused, less their own, are a noticeable share of the step (module doc)."""
     by_rank = {result.rank: result for result in ranks}
     windows = [result.usage.window_ns for result in ranks if result.usage.window_ns]
-    own_cause = {result.rank: _cause(result, ranks)[0] is not None for result in ranks}
+    medians = _medians(ranks)
+    own_cause = {result.rank: _cause(result, medians)[0] is not None for result in ranks}
     pace = step_ns if step_ns else (median_low(windows) if windows else 0)
     found: dict[int, str] = {}
     for timing in timings:
@@ -476,10 +485,11 @@ def _stragglers(
             )
     by_rank = {result.rank: result for result in ranks}
     timing_of = {timing.rank: timing for timing in timings}
+    medians = _medians(ranks)
     found = []
     for rank in sorted(reasons):
         result = by_rank[rank]
-        cause, excess = _cause(result, ranks)
+        cause, excess = _cause(result, medians)
         split = timing_of.get(rank)
         top = _top_finding(result, cause, split)
         found.append(
