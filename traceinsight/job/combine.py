@@ -270,8 +270,8 @@ def _timings(
     begins = {result.rank: [begin for _, begin, _ in result.steps_ns] for result in ranks}
     tallies = {result.rank: _Tally() for result in ranks}
     for result in ranks:  # every steady step has its row, with or without collectives in it
-        for step, _, _ in result.steps_ns:
-            tallies[result.rank].steps.setdefault(step, [0, 0])
+        for number, _, _ in result.steps_ns:
+            tallies[result.rank].steps.setdefault(number, [0, 0])
     arrivals: list[Arrival] = []
     for kind, members in matched:
         starts = {rank: collective.start_ns - offsets.get(rank, 0) for rank, collective in members.items()}
