@@ -145,6 +145,12 @@ def test_job_names_exactly_the_planted_ranks_with_their_causes(job64: tuple[Path
     assert stragglers[DATALOADER_RANK]["others_waited_us"] > 0
     assert job["job"]["ranks"] == 64
     assert job["job"]["collectives"]["matched"] == 10
+    # the job's findings lead with the DataLoader rank's own cause; the sync rank's top finding is its sync
+    assert (job["findings"][0]["rule"], job["findings"][0]["straggler"]) == (
+        "dataloader-stall",
+        DATALOADER_RANK,
+    )
+    assert stragglers[SYNC_RANK]["top_finding_rule"] in {"sync-in-loop", "sync-in-forward", "latent-sync"}
 
 
 def test_job_lateness_equals_an_independent_count(job64: tuple[Path, dict[str, Any]]) -> None:

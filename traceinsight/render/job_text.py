@@ -222,6 +222,8 @@ def straggler_lines(job: JobReport) -> list[tuple[int, str, list[str]]]:
         if straggler.cause is not None:
             headline += f" (+{format_duration(straggler.cause_excess_ns)} per step over the median rank)"
         details = list(straggler.reasons)
+        if straggler.steps <= 1 and not any("one-off" in reason for reason in details):
+            details.append(f"{straggler.steps or 'no'} step recorded: it may be a one-off")
         if straggler.caused_ns and not straggler.saving_per_step_ns:
             details.append(
                 f"the other ranks waited {format_duration(straggler.caused_ns)} for it in collectives "
