@@ -272,3 +272,24 @@ def test_one_ranks_exposed_communication_says_wait_and_transfer_cannot_be_told_a
     assert runner.invoke(app, ["analyze", str(trace), "--no-html", "--json", str(out)]).exit_code == 0
     finding = next(f for f in json.loads(out.read_text())["findings"] if f["rule"] == "exposed-communication")
     assert "cannot tell waiting for the other ranks from the transfer" in json.dumps(finding)
+
+
+def test_a_collectives_exposed_stretches_are_where_no_compute_ran() -> None:
+    """Compute blocks [10, 20) and [30, 40) under a collective [15, 50): exposed [20, 30) and
+    [40, 50). Twenty 3-long blocks under [0, 100): the stretches are cut to 16 by joining the
+    closest, the blocks between them then counted as exposed."""
+    import numpy as np
+
+    from traceinsight.job.rank import MAX_EXPOSED_STRETCHES, _exposed
+
+    blocks = (np.array([10, 30]), np.array([20, 40]))
+    assert _exposed(15, 50, blocks) == (20, 30, 40, 50)
+    assert _exposed(0, 5, blocks) == (0, 5)
+    assert _exposed(12, 18, blocks) == ()
+    assert _exposed(0, 100, None) == (0, 100)
+    many = (np.arange(0, 100, 5) + 1, np.arange(0, 100, 5) + 4)  # [1, 4), [6, 9), …: gaps of 2 and 1
+    stretches = _exposed(0, 100, many)
+    assert len(stretches) == 2 * MAX_EXPOSED_STRETCHES
+    exposed = sum(stretches[i + 1] - stretches[i] for i in range(0, len(stretches), 2))
+    # 21 stretches ([0, 1), [4, 6), …, [99, 100)) cut to 16: five joins, each counting a 3-long block
+    assert exposed == (100 - 20 * 3) + (21 - MAX_EXPOSED_STRETCHES) * 3

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+import numpy as np
 import polars as pl
 
 from traceinsight.analysis.intervals import merge_intervals
@@ -84,19 +84,22 @@ def _clock_offset(trace: Trace) -> int:
 MAX_EXPOSED_STRETCHES: Final = 16
 
 
-def _exposed(start: int, end: int, busy_starts: list[int], busy: list[tuple[int, int]]) -> tuple[int, ...]:
-    """``[start, end)`` less the compute blocks ``busy`` (merged, sorted; ``busy_starts`` their
-    starts), flattened ``(s0, e0, s1, e1, …)``: where the collective ran with no compute under it."""
+def _exposed(start: int, end: int, blocks: tuple[np.ndarray, np.ndarray] | None) -> tuple[int, ...]:
+    """``[start, end)`` less the compute ``blocks`` (merged, sorted: their starts and ends),
+    flattened ``(s0, e0, s1, e1, …)``: where the collective ran with no compute under it."""
     stretches: list[list[int]] = []
     at = start
-    index = max(0, bisect_right(busy_starts, start) - 1)
-    while index < len(busy) and busy[index][0] < end:
-        block_start, block_end = busy[index]
-        if block_end > at:
-            if block_start > at:
-                stretches.append([at, block_start])
-            at = max(at, block_end)
-        index += 1
+    if blocks is not None:
+        starts, ends = blocks
+        first = max(0, int(np.searchsorted(starts, start, side="right")) - 1)
+        last = int(np.searchsorted(starts, end, side="left"))
+        for block_start, block_end in zip(
+            starts[first:last].tolist(), ends[first:last].tolist(), strict=True
+        ):
+            if block_end > at:
+                if block_start > at:
+                    stretches.append([at, block_start])
+                at = max(at, block_end)
     if at < end:
         stretches.append([at, end])
     while len(stretches) > MAX_EXPOSED_STRETCHES:  # join the two closest stretches
@@ -115,20 +118,22 @@ def collectives(trace: Trace) -> tuple[str, tuple[Collective, ...]]:
     )
     kernels = trace.gpu.filter(communication)
     source = "gpu"
-    compute: dict[int | None, list[tuple[int, int]]] = {}
+    compute: dict[int | None, tuple[np.ndarray, np.ndarray]] = {}
     if kernels.is_empty():
         kernels = trace.cpu_ops.filter(pl.col("name").str.starts_with("c10d::")).with_columns(
             seq=pl.lit(None, pl.Int64), process_group=pl.lit(None, pl.String), device=pl.lit(None, pl.Int64)
         )
         source = "host" if kernels.height else "none"
     else:
+        devices = kernels.get_column("device").unique().to_list()
         merged = merge_intervals(
-            trace.gpu.filter((pl.col("kind") == "kernel") & ~communication).select("device", "ts", "end"),
+            trace.gpu.filter(
+                (pl.col("kind") == "kernel") & ~communication & pl.col("device").is_in(devices)
+            ).select("device", "ts", "end"),
             by="device",
         )
-        for device, start, end in merged.iter_rows():
-            compute.setdefault(device, []).append((start, end))
-    starts = {device: [start for start, _ in blocks] for device, blocks in compute.items()}
+        for (device,), blocks in merged.partition_by("device", as_dict=True).items():
+            compute[device] = (blocks.get_column("start").to_numpy(), blocks.get_column("end").to_numpy())
     rows = (
         kernels.sort("ts", "end", "name")
         .select("name", "ts", "end", "process_group", "seq", "device")
@@ -136,9 +141,7 @@ def collectives(trace: Trace) -> tuple[str, tuple[Collective, ...]]:
     )
     found = []
     for name, ts, end, group, seq, device in rows:
-        exposed = (
-            _exposed(ts, end, starts.get(device, []), compute.get(device, [])) if source == "gpu" else ()
-        )
+        exposed = _exposed(ts, end, compute.get(device)) if source == "gpu" else ()
         found.append(
             Collective(
                 collective_kind(name), ts + offset, end + offset, group, seq,
