@@ -134,3 +134,80 @@ def test_no_host_side_finding_on_a_sample_saves_more_than_the_idle_the_host_caus
     for finding in report.findings:
         if finding.rule in HOST_ONLY:
             assert finding.savings_ns <= cap, (finding.rule, finding.savings_ns, cap)
+
+
+# --- 3. not recorded is not "did not happen" ----------------------------------------------------
+
+
+def report_of(tmp_path: Path, events: list[dict[str, Any]]) -> Any:
+    from traceinsight.results import Report
+
+    analysis = analysis_of(tmp_path, events)
+    return Report(analysis=analysis, findings=evaluate(analysis))
+
+
+def host_loop_with(calls: list[tuple[str, float]]) -> list[dict[str, Any]]:
+    """Three steps of host work, each making ``calls`` (name, duration) inside an aten op."""
+    events: list[dict[str, Any]] = []
+    t = 0.0
+    for step in range(3):
+        start = t
+        for name, dur in calls:
+            events += [cpu_op("aten::add", t, dur + 2), runtime(name, t + 1, dur)]
+            t += dur + 10
+        events.append(annotation(f"ProfilerStep#{step}", start, t - start))
+        t += 5
+    return events
+
+
+def test_launches_with_no_gpu_activity_are_records_lost_not_cuda_off(tmp_path: Path) -> None:
+    """236 cudaLaunchKernel and 24 cuLaunchKernel over three steps and not one kernel: the GPU's
+    records were lost, CUDA was on. The report says how many launches, claims no GPU figure, and
+    advises a shorter window, fewer activities or a larger buffer, never ProfilerActivity.CUDA."""
+    from traceinsight.render.facts import header_facts
+    from traceinsight.render.scorecard import scorecard
+
+    events = host_loop_with([("cudaLaunchKernel", 5)] * 79 + [("cuLaunchKernel", 5)] * 8)
+    counts = {
+        name: sum(e.get("name") == name for e in events) for name in ("cudaLaunchKernel", "cuLaunchKernel")
+    }
+    assert counts == {"cudaLaunchKernel": 237, "cuLaunchKernel": 24}
+    report = report_of(tmp_path, events)
+    (warning,) = (w for w in report.analysis.warnings if w.kind == "gpu-records-lost")
+    assert f"{counts['cudaLaunchKernel']:,} cudaLaunchKernel, {counts['cuLaunchKernel']} cuLaunchKernel" in (
+        warning.message
+    )
+    assert "unknown" in warning.message
+    assert "shorter window" in warning.advice and "larger buffer" in warning.advice
+    assert not report.analysis.has_gpu
+    assert all(f.savings_ns == 0 for f in report.findings)
+    (score,) = (s for s in scorecard(report) if s.label == "GPU activity")
+    assert "records were lost" in score.verdict and "ProfilerActivity.CUDA" not in score.verdict
+    gpu_line = dict(header_facts(report))["GPUs"]
+    assert "records lost" in gpu_line
+
+
+def test_cuda_calls_without_any_launch_say_no_gpu_work_ran(tmp_path: Path) -> None:
+    """CUDA activity on (runtime calls), no launch and no GPU activity: nothing ran on the GPU."""
+    from traceinsight.render.scorecard import scorecard
+
+    events = host_loop_with([("cudaGetDevice", 1), ("cudaStreamIsCapturing", 1)])
+    report = report_of(tmp_path, events)
+    kinds = [w.kind for w in report.analysis.warnings]
+    assert "no-gpu-work" in kinds and "gpu-records-lost" not in kinds
+    (warning,) = (w for w in report.analysis.warnings if w.kind == "no-gpu-work")
+    assert f"{sum(e['cat'] == 'cuda_runtime' for e in events)} runtime calls" in warning.message
+    (score,) = (s for s in scorecard(report) if s.label == "GPU activity")
+    assert "No GPU work ran" in score.verdict
+
+
+def test_no_cuda_call_at_all_with_a_gpu_listed_is_cuda_off(tmp_path: Path) -> None:
+    """No CUDA runtime call at all and a GPU listed: the profiler was not asked for CUDA."""
+    from traceinsight.render.scorecard import scorecard
+
+    events = [e for e in host_loop_with([("cudaGetDevice", 1)]) if e["cat"] != "cuda_runtime"]
+    report = report_of(tmp_path, events)
+    kinds = [w.kind for w in report.analysis.warnings]
+    assert "no-gpu-work" not in kinds and "gpu-records-lost" not in kinds
+    (score,) = (s for s in scorecard(report) if s.label == "GPU activity")
+    assert "ProfilerActivity.CUDA" in score.verdict

@@ -16,7 +16,14 @@ from traceinsight.analysis.steady import SteadyState, Step
 from traceinsight.formatting import format_duration
 from traceinsight.load import RunProfile, Trace, taxonomy
 
-__all__ = ["WAIT_COMMAND", "TraceWarning", "trace_warnings"]
+__all__ = [
+    "GPU_RECORDS_LOST",
+    "NO_GPU_WORK",
+    "WAIT_COMMAND",
+    "TraceWarning",
+    "trace_warnings",
+    "unrecorded_gpu",
+]
 
 #: Float timestamps of adjacent GPU events overlap by a few ns; more than this is a recording issue.
 _OVERLAP_TOLERANCE_NS = 1_000
@@ -151,7 +158,7 @@ def _gpu_warnings(trace: Trace, first_calls: pl.DataFrame | None) -> list[TraceW
                     f"{missing.height:,} of {should_run:,} kernel launches have no kernel in the "
                     "trace: the profiler dropped GPU events (often at the start of the window, or when "
                     "its buffer filled), so GPU busy time is under-counted there.",
-                    "record fewer steps per window (`--active`), or skip the first step",
+                    f"record fewer steps per window (`--active`), or skip the first step; {_BUFFER_ADVICE}",
                 )
             )
     warnings += _capture_warning(trace, windows)
@@ -213,6 +220,61 @@ def _gpu_warnings(trace: Trace, first_calls: pl.DataFrame | None) -> list[TraceW
                 )
             )
     return warnings
+
+
+#: A trace whose launches have no GPU activity at all: the GPU's records were lost, not off.
+GPU_RECORDS_LOST = "gpu-records-lost"
+#: A trace with CUDA/HIP calls but no launch and no GPU activity: recording was on, nothing ran.
+NO_GPU_WORK = "no-gpu-work"
+_BUFFER_ADVICE = (
+    "or give the profiler a larger buffer (ACTIVITIES_MAX_GPU_BUFFER_SIZE_MB in a Kineto config file "
+    "named by KINETO_CONFIG)"
+)
+
+
+def _unrecorded_gpu_warnings(trace: Trace) -> list[TraceWarning]:
+    """A trace without GPU activity whose host called CUDA/HIP: not "profiling was off".
+
+    Launches (kernel or graph launches, outside graph capture) with no kernel at all mean the
+    profiler lost the GPU's records (its buffer filled, the process ended before the flush): GPU
+    figures are unknown. Runtime calls without any launch mean recording was on and no GPU work ran
+    in the window. A trace with no CUDA/HIP call at all is the one recorded without
+    ``ProfilerActivity.CUDA`` (the header and scorecard say so)."""
+    if trace.has_gpu_activity or trace.runtime.is_empty() or trace.meta.foreign_accelerator is not None:
+        return []
+    names = (*taxonomy.KERNEL_LAUNCH_CALLS, *sorted(taxonomy.GRAPH_LAUNCH_CALLS))
+    launches = trace.runtime.filter(pl.col("name").is_in(names))
+    if launches.height:
+        launches = launches.filter(~launches_in(capture_windows(trace), launches))
+    if launches.height:
+        counts = launches.group_by("name").len().sort("len", "name", descending=[True, False])
+        which = ", ".join(f"{count:,} {name}" for name, count in counts.iter_rows())
+        return [
+            TraceWarning(
+                GPU_RECORDS_LOST,
+                f"The host launched GPU work ({which}) but the trace holds no kernel, copy or "
+                "memset: the profiler lost the GPU's records (its buffer filled, or the process "
+                "ended before they were written). CUDA activity was recorded; GPU busy, idle and "
+                "savings are unknown, and nothing below claims them.",
+                f"record a shorter window (fewer steps, `--active 1`), fewer activities (no "
+                f"record_shapes, with_stack or profile_memory), {_BUFFER_ADVICE}",
+            )
+        ]
+    return [
+        TraceWarning(
+            NO_GPU_WORK,
+            f"CUDA activity was recorded ({trace.runtime.height:,} runtime calls) but no kernel, copy "
+            "or memset ran in the window: the profiled code did no GPU work while recording.",
+            "profile the steps that run on the GPU (check that the model and the batch are on it, "
+            "and that the window covers training steps)",
+        )
+    ]
+
+
+def unrecorded_gpu(warnings: tuple[TraceWarning, ...]) -> str | None:
+    """Why a trace without GPU activity has none, when its warnings tell: :data:`GPU_RECORDS_LOST`
+    or :data:`NO_GPU_WORK`; None otherwise (no GPU, or recorded without ``ProfilerActivity.CUDA``)."""
+    return next((w.kind for w in warnings if w.kind in (GPU_RECORDS_LOST, NO_GPU_WORK)), None)
 
 
 def _load_warnings(trace: Trace) -> list[TraceWarning]:
@@ -363,6 +425,7 @@ def trace_warnings(
     the caller has it."""
     return tuple(
         _accelerator_warnings(trace)
+        + _unrecorded_gpu_warnings(trace)
         + _load_warnings(trace)
         + _step_warnings(steady, trace.meta.recorded_by_run)
         + _recording_warnings(trace, steady)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from traceinsight.analysis.causes import BUSY_LABELS, CAUSE_LABELS, BusyClass
 from traceinsight.analysis.pace import PaceSetter
 from traceinsight.analysis.usage import Usage, total_usage
+from traceinsight.analysis.validity import GPU_RECORDS_LOST, NO_GPU_WORK, TraceWarning, unrecorded_gpu
 from traceinsight.formatting import format_duration, format_share, format_size
 from traceinsight.load import TraceMeta
 from traceinsight.results.report import Report
@@ -82,11 +83,16 @@ def steps_fact(report: Report) -> str:
     return f"{count} ({kind}), {kept} steady (left out: step {left_out}){median}"
 
 
-def _no_gpus(meta: TraceMeta) -> str:
+def _no_gpus(meta: TraceMeta, warnings: tuple[TraceWarning, ...] = ()) -> str:
     """The header's GPU line for a trace without GPU activity."""
     foreign = meta.foreign_accelerator
     if foreign is not None:
         return f"none: the accelerator is {foreign.name}, which traceinsight cannot read ({foreign.events})"
+    unrecorded = unrecorded_gpu(warnings)
+    if unrecorded == GPU_RECORDS_LOST:
+        return "records lost: work was launched, but no GPU activity is in the trace (see the warnings)"
+    if unrecorded == NO_GPU_WORK:
+        return "no GPU work ran while recording (CUDA activity was recorded)"
     listed = meta.gpus_unprofiled
     if listed is not None:
         return f"none recorded ({listed} listed; the profiler recorded only CPU activity)"
@@ -148,7 +154,7 @@ def header_facts(report: Report) -> list[tuple[str, str]]:
     facts.append(
         (
             "GPU" if len(gpus) == 1 else "GPUs",
-            "; ".join(gpus) if gpus else _no_gpus(meta),
+            "; ".join(gpus) if gpus else _no_gpus(meta, analysis.warnings),
         )
     )
     if meta.world_size is not None or meta.backend is not None:
