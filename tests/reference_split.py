@@ -350,10 +350,13 @@ def reference_gaps(path: Path) -> Gaps:
                 return "host-bound"
             return "cpu_op"
         ending_launch = lambda h: h.kind == "runtime" and l_ts is not None and h.ts >= l_ts  # noqa: E731
-        if any(
-            covered[id(h)] > 0 and h.kind not in ("dataloader", "capture") and not ending_launch(h)
+        recorded = [
+            covered[id(h)]
             for h in touching
-        ):
+            if covered[id(h)] > 0 and h.kind not in ("dataloader", "capture") and not ending_launch(h)
+        ]
+        # a long gap the thread's events cover less than half of: silence, not launch overhead
+        if recorded and not (duration >= DISPATCH_MAX and sum(recorded) < duration * (1 - COVERAGE)):
             return "host-bound"
         return "untraced"
 

@@ -211,3 +211,55 @@ def test_no_cuda_call_at_all_with_a_gpu_listed_is_cuda_off(tmp_path: Path) -> No
     assert "no-gpu-work" not in kinds and "gpu-records-lost" not in kinds
     (score,) = (s for s in scorecard(report) if s.label == "GPU activity")
     assert "ProfilerActivity.CUDA" in score.verdict
+
+
+# --- 5. silence on the host is not launch overhead ----------------------------------------------
+
+
+def silent_loop(steps: int = 5, silence_us: float = 18_600) -> list[dict[str, Any]]:
+    """Each step: 4 kernels of 200 µs launched back to back, then 18.6 ms in which the host records
+    only one 20 µs ``aten::empty`` (a sleep, untraced Python), all inside the script's frame."""
+    from tracebuild import frame
+
+    events: list[dict[str, Any]] = []
+    t = 0.0
+    for step in range(steps):
+        start = t
+        gpu = t + 10
+        for _ in range(4):
+            k = next(_correlation)
+            events += [runtime("cudaLaunchKernel", t, 5, correlation=k), kernel(gpu, 200, correlation=k)]
+            t += 8
+            gpu += 200
+        events.append(cpu_op("aten::empty", gpu + silence_us / 2, 20))
+        t = gpu + silence_us
+        events.append(annotation(f"ProfilerStep#{step}", start, t - start))
+    events.append(frame("toy.py(12): main", -5, t + 10, python_id=1))
+    return events
+
+
+def test_a_long_gap_with_nothing_recorded_on_the_host_is_not_launch_overhead(tmp_path: Path) -> None:
+    """The 18.6 ms with one 20 µs operator in it read "host launching (Python / launch overhead)":
+    it is "nothing recorded on the host", inside the open frame, and no launch-bound card."""
+    from traceinsight.analysis.causes import CAUSE_LABELS, CauseKind
+
+    events = silent_loop()
+    analysis = analysis_of(tmp_path, events)
+    kernels = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["cat"] == "kernel")
+    silences = [(a[1], b[0]) for a, b in itertools.pairwise(kernels) if b[0] - a[1] > 1000]
+    assert len(silences) == 4
+    gaps = [g for g in analysis.idle_gaps if g.end_ns - g.start_ns > 1_000_000]
+    assert (
+        sorted((g.start_ns, g.end_ns) for g in gaps)[: len(silences)]
+        == [(round(a * 1000), round(b * 1000)) for a, b in silences][: len(gaps)]
+    )
+    for gap in gaps:
+        if gap.cause_kind != CauseKind.OUTSIDE_STEADY.value:
+            assert gap.cause_kind == CauseKind.UNTRACED.value
+            assert gap.cause.startswith("nothing recorded on the host, inside toy.py(12): main")
+    (usage,) = analysis.usage
+    idle = dict(usage.idle)
+    assert CauseKind.LAUNCH not in idle or idle[CauseKind.LAUNCH] < 0.05 * usage.window_ns
+    assert idle[CauseKind.UNTRACED] == round(sum(b - a for a, b in silences) * 1000)
+    assert CAUSE_LABELS[CauseKind.UNTRACED] == "nothing recorded on the host"
+    assert not findings_of(analysis, "launch-bound")

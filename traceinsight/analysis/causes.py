@@ -55,7 +55,7 @@ CAUSE_LABELS: Final[dict[CauseKind, str]] = {
     CauseKind.HOST_OP: "host busy in an operator",
     CauseKind.LAUNCH: "host launching (Python / launch overhead)",
     CauseKind.QUEUED: "work queued, GPU waiting on a dependency",
-    CauseKind.UNTRACED: "host activity not recorded",
+    CauseKind.UNTRACED: "nothing recorded on the host",
     CauseKind.UNKNOWN: "no launching thread found",
     CauseKind.CAPTURE: "capturing a CUDA/HIP graph (launches recorded, not run)",
     CauseKind.OUTSIDE_STEADY: "outside the steady state (start-up, warm-up, outlier steps)",

@@ -40,7 +40,9 @@ this order (gaps of at least ``min_gap_us``):
    that operator itself launched the work that ends a gap shorter than ``dispatch_max_us``, the gap
    is the operator's dispatch cost: ``host-bound``;
 6. ``host-bound`` — none of these, but the thread made calls or ran ops during the gap (launching,
-   Python between launches); ``untraced`` — it recorded nothing at all.
+   Python between launches); ``untraced`` — it recorded nothing at all, or, in a gap of at least
+   ``dispatch_max_us``, its events cover less than ``1 - cause_coverage`` of it: silence is not launch
+   overhead (the innermost Python frame open across the gap is named, where there is one).
 
 Gaps shorter than ``min_gap_us`` are split only by the first question: ``host-bound`` when the host
 was late (launch overhead between kernels), ``queued`` otherwise. ``unknown``: no launching thread.
@@ -325,7 +327,25 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         .select("gap", "l_ts", "h_ts", "kind", "covered")
         .filter((pl.col("covered") > 0) & ~pl.col("kind").is_in(["dataloader", "capture"]) & ~ending_launch)
         .group_by("gap")
-        .agg(activity=pl.len())
+        .agg(activity=pl.len(), recorded_ns=pl.col("covered").sum())
+    )
+    # The innermost Python frame open on the thread across the whole gap: where the host was while
+    # it recorded nothing (torch's frames name the function, not the line running).
+    frames = trace.python.select("pid", "tid", f_ts="ts", f_end="end", frame="name")
+    open_frame = (
+        late.lazy()
+        .select("gap", "pid", "tid", "start", "end")
+        .join(frames.lazy(), on=["pid", "tid"], how="inner")
+        .filter((pl.col("f_ts") <= pl.col("start")) & (pl.col("f_end") >= pl.col("end")))
+        .sort("f_ts", "f_end", "frame", descending=[True, False, False])
+        .group_by("gap")
+        .agg(frame=pl.col("frame").first())
+    )
+    # Most of a long gap with nothing recorded on the thread: silence, not launch overhead (that is
+    # many short gaps between launches). The sum of what the recorded events cover counts nested
+    # ones twice, so it errs towards calling the gap recorded.
+    silent = (pl.col("duration") >= round(limits.dispatch_max_us * 1000)) & (
+        pl.col("recorded_ns").fill_null(0) < pl.col("duration") * (1 - limits.cause_coverage)
     )
     sync_facts = calls.lazy().select(
         sync_key="key",
@@ -369,7 +389,7 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         .then(pl.lit(CauseKind.LAUNCH.value))
         .when(pl.col("op_name").is_not_null() & ~dispatching)
         .then(pl.lit(CauseKind.HOST_OP.value))
-        .when(pl.col("activity").is_null())
+        .when(pl.col("activity").is_null() | silent)
         .then(pl.lit(CauseKind.UNTRACED.value))
         .otherwise(pl.lit(CauseKind.LAUNCH.value))
     )
@@ -408,6 +428,7 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         .join(in_runtime.lazy(), on="gap", how="left")
         .join(innermost_op.lazy(), on="gap", how="left")
         .join(recorded, on="gap", how="left")
+        .join(open_frame, on="gap", how="left")
         .join(sync_facts, on="sync_key", how="left")
         .with_columns(slow_launch=pl.col("runtime_call").is_in(list(taxonomy.KERNEL_LAUNCH_CALLS)))
         .with_columns(cause_kind=kind)
@@ -437,6 +458,13 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
             .then(pl.col("copy_call"))
             .when(pl.col("cause_kind").is_in([CauseKind.COMMUNICATION.value, CauseKind.HOST_OP.value]))
             .then(pl.col("op_name"))
+            .when((pl.col("cause_kind") == CauseKind.UNTRACED.value) & pl.col("frame").is_not_null())
+            .then(
+                pl.format(
+                    "nothing recorded on the host, inside {} (untraced Python, a sleep, I/O, another thread)",
+                    "frame",
+                )
+            )
             .when(pl.col("slow_launch").fill_null(False) & pl.col("op_name").is_not_null())
             .then(
                 pl.format(
@@ -457,9 +485,7 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
             )
             .when(pl.col("cause_kind") == CauseKind.UNTRACED.value)
             .then(
-                pl.lit(
-                    "the launching thread recorded nothing (Python without stacks, a lock, another thread)"
-                )
+                pl.lit("nothing recorded on the host (untraced Python, a sleep, I/O, a lock, another thread)")
             )
             .otherwise(pl.lit("the host was launching work or running Python between launches")),
         )
