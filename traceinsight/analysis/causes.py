@@ -27,6 +27,9 @@ class CauseKind(StrEnum):
     on the GPUs, or the next work already queued behind the other GPU's): a pipeline bubble."""
     HOST_OP = "cpu_op"
     """The host spent the gap inside one operator or annotated range (value kept from schema 1)."""
+    ALLOCATOR = "allocator"
+    """The host spent the gap in the allocator's driver calls (``cudaMalloc``/``cudaFree``,
+    ``hipMalloc``/``hipFree``), inside whatever operator asked for memory."""
     LAUNCH = "host-bound"
     """The host was busy launching work / running Python between launches (value kept from schema 1)."""
     QUEUED = "queued"
@@ -53,6 +56,7 @@ CAUSE_LABELS: Final[dict[CauseKind, str]] = {
     CauseKind.COMMUNICATION: "waiting on communication",
     CauseKind.OTHER_GPU: "waiting for another GPU (pipeline bubble)",
     CauseKind.HOST_OP: "host busy in an operator",
+    CauseKind.ALLOCATOR: "host in the allocator (cudaMalloc / cudaFree)",
     CauseKind.LAUNCH: "host launching (Python / launch overhead)",
     CauseKind.QUEUED: "work queued, GPU waiting on a dependency",
     CauseKind.UNTRACED: "nothing recorded on the host",

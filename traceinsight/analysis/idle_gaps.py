@@ -32,6 +32,8 @@ this order (gaps of at least ``min_gap_us``):
    call waited for a host-to-device copy (pageable ``.to('cuda')``), the cause is ``copy`` instead;
 3. ``copy`` — the thread was inside a copy call (``cudaMemcpy*``) for ``cause_coverage`` of the gap;
 4. ``communication`` — the innermost covering operator is a collective (``c10d::``, ``record_param_comms``);
+   ``allocator`` — the thread's allocator calls (``cudaMalloc``, ``cudaFree``, ``hipMalloc``,
+   ``hipFree``) together cover ``cause_coverage`` of the gap, whatever operator they are in;
    ``host-bound`` — the thread sat in one kernel launch call (``cudaLaunchKernel``, ``hipLaunchKernel``
    ...) for ``cause_coverage`` of the gap: a slow launch (a kernel's first launch loads its GPU code,
    milliseconds where a launch takes microseconds), not the work of the operator around it;
@@ -168,7 +170,7 @@ def _launched_before_record(trace: Trace) -> pl.DataFrame:
 
 
 #: What a host event is to the gap classification (:func:`_host_activity`'s ``kind``).
-_HOST_KIND: Final = pl.Enum(["capture", "dataloader", "sync", "op", "copy", "runtime"])
+_HOST_KIND: Final = pl.Enum(["capture", "dataloader", "sync", "op", "copy", "runtime", "alloc"])
 
 
 def _host_activity(trace: Trace, calls: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
@@ -188,6 +190,7 @@ def _host_activity(trace: Trace, calls: pl.DataFrame, windows: pl.DataFrame) -> 
         pl.col("name").str.starts_with(taxonomy.DATALOADER_PREFIX) & pl.col("name").str.ends_with("__next__")
     )
     copy_call = pl.any_horizontal(pl.col("name").str.starts_with(p) for p in taxonomy.COPY_CALL_PREFIXES)
+    allocator_call = pl.col("name").is_in(list(taxonomy.ALLOCATOR_CALLS))
     runtime = near(trace.runtime).filter(~pl.col("name").is_in(list(taxonomy.BLOCKING_CALLS)))
     ops = pl.concat(
         [
@@ -219,7 +222,8 @@ def _host_activity(trace: Trace, calls: pl.DataFrame, windows: pl.DataFrame) -> 
         ),
         ops.with_columns(kind=kind("op"), key=no_key),
         runtime.filter(copy_call).with_columns(kind=kind("copy"), key=no_key),
-        runtime.filter(~copy_call).with_columns(kind=kind("runtime"), key=no_key),
+        runtime.filter(~copy_call & ~allocator_call).with_columns(kind=kind("runtime"), key=no_key),
+        runtime.filter(allocator_call).with_columns(kind=kind("alloc"), key=no_key),
     ]
     return pl.concat(frames).rename({"pid": "h_pid", "tid": "h_tid", "ts": "h_ts", "end": "h_end"})
 
@@ -307,6 +311,18 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         "copy_row",
         "copy_call",
     )
+    # The allocator's driver calls on the thread, together covering most of the gap: its time is
+    # the allocator's (the cache emptied or fragmented), not the work of the operator around them.
+    in_allocator = named(
+        touching.lazy()
+        .filter(pl.col("kind") == "alloc")
+        .sort("covered", "h_row", descending=[True, True])
+        .group_by("gap")
+        .agg(alloc_row=pl.col("h_row").first(), alloc_covered=pl.col("covered").sum(), alloc_calls=pl.len())
+        .collect(engine="in-memory"),
+        "alloc_row",
+        "alloc_call",
+    )
     innermost_op = named(
         touching.lazy()
         .select("gap", "start", "end", "h_ts", "h_end", "h_row", "kind", "covered")
@@ -383,6 +399,8 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         .then(pl.lit(CauseKind.COPY.value))
         .when(pl.col("op_name").str.contains(taxonomy.COMMUNICATION_OP_PATTERN).fill_null(False))
         .then(pl.lit(CauseKind.COMMUNICATION.value))
+        .when(pl.col("alloc_covered").fill_null(0) >= pl.col("duration") * limits.cause_coverage)
+        .then(pl.lit(CauseKind.ALLOCATOR.value))
         # A launch call the host sat in for most of the gap, inside the operator launching the work:
         # the launch was slow (a kernel's first launch loads its GPU code), not the operator's work.
         .when(pl.col("slow_launch").fill_null(False))
@@ -426,6 +444,7 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         .join(blocked_facts, on="blocked_key", how="left")
         .join(in_copy.lazy(), on="gap", how="left")
         .join(in_runtime.lazy(), on="gap", how="left")
+        .join(in_allocator.lazy(), on="gap", how="left")
         .join(innermost_op.lazy(), on="gap", how="left")
         .join(recorded, on="gap", how="left")
         .join(open_frame, on="gap", how="left")
@@ -458,6 +477,17 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
             .then(pl.col("copy_call"))
             .when(pl.col("cause_kind").is_in([CauseKind.COMMUNICATION.value, CauseKind.HOST_OP.value]))
             .then(pl.col("op_name"))
+            .when(pl.col("cause_kind") == CauseKind.ALLOCATOR.value)
+            .then(
+                pl.format(
+                    "{}{} in {}: the caching allocator asked the driver for memory",
+                    "alloc_call",
+                    pl.when(pl.col("alloc_calls") > 1)
+                    .then(pl.format(" and {} more allocator calls", pl.col("alloc_calls") - 1))
+                    .otherwise(pl.lit("")),
+                    pl.col("op_name").fill_null("no operator"),
+                )
+            )
             .when((pl.col("cause_kind") == CauseKind.UNTRACED.value) & pl.col("frame").is_not_null())
             .then(
                 pl.format(

@@ -61,6 +61,7 @@ CAUSE_COLORS: Final[dict[str, str]] = {
     CauseKind.COMMUNICATION.value: "#882255",
     CauseKind.OTHER_GPU.value: "#AA4499",
     CauseKind.HOST_OP.value: "#CC79A7",
+    CauseKind.ALLOCATOR.value: "#8C6BB1",
     CauseKind.LAUNCH.value: "#009E73",
     CauseKind.QUEUED.value: "#44AA99",
     CauseKind.UNTRACED.value: "#999933",

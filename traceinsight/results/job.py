@@ -52,6 +52,7 @@ CAUSE_WORDS: Final[dict[str, str]] = {
     CauseKind.COPY.value: "a blocking copy",
     CauseKind.LAUNCH.value: "launching",
     CauseKind.HOST_OP.value: "host work in an operator",
+    CauseKind.ALLOCATOR.value: "the allocator",
     CauseKind.UNTRACED.value: "untraced host work",
     CauseKind.COMMUNICATION.value: "communication",
     CauseKind.QUEUED.value: "queued",

@@ -42,6 +42,7 @@ from traceinsight.rules.common import (
 from traceinsight.rules.communication import communication_advice
 from traceinsight.rules.findings import Advice, Finding
 from traceinsight.rules.launching import device_pattern, launch_idle, pattern_words, pauses_words
+from traceinsight.rules.memory import churning
 from traceinsight.rules.registry import rule
 
 #: Causes other findings explain (and fix), or that are not the loop's: low-gpu-utilization leaves
@@ -61,6 +62,7 @@ _EXPLAINED = frozenset(
 
 _ADVICE: dict[CauseKind, Advice] = {
     CauseKind.HOST_OP: advice.HOST_WORK,
+    CauseKind.ALLOCATOR: advice.ALLOCATOR_CHURN,
     CauseKind.LAUNCH: advice.HOST_PAUSES,
     CauseKind.QUEUED: advice.DEPENDENCY,
     CauseKind.UNTRACED: advice.UNTRACED,
@@ -73,6 +75,7 @@ _ADVICE: dict[CauseKind, Advice] = {
 _PREPARING = frozenset(
     {
         CauseKind.HOST_OP,
+        CauseKind.ALLOCATOR,
         CauseKind.LAUNCH,
         CauseKind.UNTRACED,
         CauseKind.UNKNOWN,
@@ -374,11 +377,15 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
             continue
         # launch-bound speaks for the launch pattern's short gaps; the host's long pauses stay here.
         claimed = {CauseKind.LAUNCH: launch_idle(analysis, usage) or 0}
+        # the allocator's gaps are memory-pressure's when it fires (its churn card replays them)
+        explained = _EXPLAINED | (
+            {CauseKind.ALLOCATOR} if churning(analysis, analysis.memory.churn) else frozenset()
+        )
         unexplained = sorted(
             (
                 (kind, ns - claimed.get(kind, 0))
                 for kind, ns in usage.idle
-                if kind not in _EXPLAINED and ns > claimed.get(kind, 0)
+                if kind not in explained and ns > claimed.get(kind, 0)
             ),
             key=lambda item: (-item[1], item[0].value),
         )
@@ -390,7 +397,7 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
                 for step in analysis.steps
                 if step.device == device.device and step.steady
                 for kind, ns in step.lead_by_cause_ns
-                if CauseKind(kind) in _PREPARING and CauseKind(kind) not in _EXPLAINED
+                if CauseKind(kind) in _PREPARING and CauseKind(kind) not in explained
             )
         if not unexplained or rest < 0.05 * window:
             continue  # other findings explain the idle
