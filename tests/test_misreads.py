@@ -356,3 +356,82 @@ def test_the_alexnet_benchmarks_cuda_malloc_gaps_are_the_allocators() -> None:
     for gap in in_allocator:
         assert gap.cause_kind == CauseKind.ALLOCATOR.value, gap
         assert gap.cause.split(" ")[0] in ("cudaMalloc", "cudaFree")
+
+
+# --- 6. request-driven traces -------------------------------------------------------------------
+
+
+def request_server(requests: int = 8) -> list[dict[str, Any]]:
+    """A server with no step markers. Each ``handle_request``: 1.5 ms of ``tokenize`` on the host,
+    40 kernels of 20 µs launched 8 µs apart, a blocking ``.cpu()`` of the answer; then 2-2.5 ms with
+    nothing recorded until the next request arrives."""
+    events: list[dict[str, Any]] = []
+    t = 0.0
+    gpu_free = 0.0
+    for index in range(requests):
+        start = t
+        events.append(cpu_op("tokenize", t + 2, 1500))
+        t += 1510
+        for _ in range(40):
+            k = next(_correlation)
+            begin = max(t + 10, gpu_free)
+            events += [runtime("cudaLaunchKernel", t, 5, correlation=k), kernel(begin, 20, correlation=k)]
+            gpu_free = begin + 20
+            t += 8
+        k = next(_correlation)
+        copy_at = max(t + 12, gpu_free)
+        returned = copy_at + 2 + 3
+        events += [
+            cpu_op("aten::to", t, returned + 2 - t),
+            cpu_op("aten::_to_copy", t + 0.5, returned + 1 - t),
+            cpu_op("aten::copy_", t + 1, returned - t),
+            runtime("cudaMemcpyAsync", t + 2, returned - t - 2, correlation=k),
+            memcpy(copy_at, 2, "Memcpy DtoH (Device -> Pageable)", nbytes=64, correlation=k),
+        ]
+        gpu_free = copy_at + 2
+        t = returned + 5
+        events.append(annotation("handle_request", start, t - start))
+        t += 2000 + 500 * (index % 2)  # waiting for the next request: nothing recorded
+    return events
+
+
+def test_a_request_server_without_step_markers_is_judged_per_request(tmp_path: Path) -> None:
+    """Each request is a step; the time between requests is waiting for work, in no window and no
+    finding; the blocking `.cpu()` at a request's end saves nothing (the next request does not come
+    sooner); ``tokenize`` is named as the host work before each request's first GPU work; and no
+    card calls the server launch-bound."""
+    from traceinsight.analysis.causes import CauseKind
+
+    events = request_server()
+    analysis = analysis_of(tmp_path, events)
+    ranges = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == "handle_request")
+    gpu = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") in ("kernel", "gpu_memcpy"))
+    assert analysis.steady.source == "request"
+    assert analysis.steady.request_name == "handle_request"
+    assert len(analysis.steady.steps) == len(ranges)
+    # the waiting time: from each steady request's end (its range and its GPU work) to the next start
+    steady = {step.start_ns for step in analysis.steady.steady_steps}
+    done = [max(b, max(g1 for g0, g1 in gpu if a <= g0 < b)) for a, b in ranges]
+    waiting_us = sum(
+        ranges[i + 1][0] - done[i]
+        for i in range(len(ranges) - 1)
+        if round(ranges[i][0] * 1000) in steady and round(ranges[i + 1][0] * 1000) in steady
+    )
+    assert analysis.steady.waiting_ns == round(waiting_us * 1000)
+    (usage,) = analysis.usage
+    assert CauseKind.WAITING not in dict(usage.idle)
+    device_idle = dict(analysis.devices[0].idle_by_cause_ns)
+    assert device_idle[CauseKind.WAITING.value] == round(waiting_us * 1000)
+    # the window is the requests themselves: their lengths summed
+    assert usage.window_ns == sum(step.duration_ns for step in analysis.steady.steady_steps)
+    findings = evaluate(analysis)
+    for finding in findings:
+        if finding.rule in ("sync-in-loop", "sync-in-forward"):
+            assert finding.minor and finding.savings_ns < 0.01 * usage.window_ns
+    assert not [f for f in findings if f.rule == "launch-bound"]
+    assert "tokenize" in [name for name, _ in analysis.step_leads.ops]
+    idle = dict(usage.idle)
+    assert idle.get(CauseKind.LAUNCH, 0) < 0.01 * usage.window_ns
+    assert {g.cause for g in analysis.idle_gaps if g.cause_kind == CauseKind.HOST_OP.value} == {"tokenize"}
+    kinds = [w.kind for w in analysis.warnings]
+    assert "steps-from-requests" in kinds and "no-steps" not in kinds

@@ -40,6 +40,9 @@ class CauseKind(StrEnum):
     """No host thread could be tied to the work that ended the gap."""
     CAPTURE = "graph-capture"
     """The launching thread was capturing a CUDA/HIP graph: its launches were recorded, not run."""
+    WAITING = "waiting-for-work"
+    """Between two requests of a server (steps taken from repeating request ranges): nothing to do
+    until the next request arrived; outside every window, and not the host's fault."""
     OUTSIDE_STEADY = "outside-steady-state"
     """Idle outside the steady-state steps: start-up, warm-up, an outlier step, before/after the steps."""
     BEFORE_FIRST = "before-first-work"
@@ -62,6 +65,7 @@ CAUSE_LABELS: Final[dict[CauseKind, str]] = {
     CauseKind.UNTRACED: "nothing recorded on the host",
     CauseKind.UNKNOWN: "no launching thread found",
     CauseKind.CAPTURE: "capturing a CUDA/HIP graph (launches recorded, not run)",
+    CauseKind.WAITING: "waiting for work (between requests)",
     CauseKind.OUTSIDE_STEADY: "outside the steady state (start-up, warm-up, outlier steps)",
     CauseKind.BEFORE_FIRST: "before the GPU's first work",
     CauseKind.AFTER_LAST: "after the GPU's last work",

@@ -52,10 +52,12 @@ was late (launch overhead between kernels), ``queued`` otherwise. ``unknown``: n
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Collection
 from dataclasses import fields
 from typing import Final
 
+import numpy as np
 import polars as pl
 
 from traceinsight.analysis.capture import capture_windows
@@ -69,10 +71,11 @@ from traceinsight.analysis.intervals import (
 )
 from traceinsight.analysis.results import IdleGap, from_columns
 from traceinsight.analysis.sources import FrameIndex, source_at
+from traceinsight.arrays import series
 from traceinsight.load import Trace, taxonomy
 from traceinsight.thresholds import Thresholds
 
-__all__ = ["all_gaps", "classify_gaps", "reported_gaps"]
+__all__ = ["all_gaps", "classify_gaps", "mark_waiting", "reported_gaps", "split_at"]
 
 #: Columns of :func:`classify_gaps`' table.
 GAP_SCHEMA = pl.Schema(
@@ -98,6 +101,58 @@ GAP_SCHEMA = pl.Schema(
 def all_gaps(busy: pl.DataFrame) -> pl.DataFrame:
     """Every idle stretch between busy blocks → ``device, start, end, duration``."""
     return gaps_between(busy, by="device")
+
+
+def split_at(gaps: pl.DataFrame, cuts: list[int]) -> pl.DataFrame:
+    """``gaps`` (``device, start, end, duration``) cut at each of ``cuts`` strictly inside them: a
+    request server's gaps at each request's start and the previous one's done, so that waiting for
+    the next request and the host's work in a request are classified apart."""
+    if gaps.is_empty() or not cuts:
+        return gaps
+    points = np.unique(np.asarray(cuts, dtype=np.int64))
+    starts, ends = gaps.get_column("start").to_numpy(), gaps.get_column("end").to_numpy()
+    first = np.searchsorted(points, starts, side="right")
+    last = np.searchsorted(points, ends, side="left")
+    whole = gaps.filter(series(last <= first, dtype=pl.Boolean))
+    pieces: list[tuple[int, int, int]] = []
+    for row in np.flatnonzero(last > first).tolist():
+        device = int(gaps.item(row, "device"))
+        edges = [int(starts[row]), *points[first[row] : last[row]].tolist(), int(ends[row])]
+        pieces += [(device, a, b) for a, b in itertools.pairwise(edges)]
+    cut = pl.DataFrame(pieces, schema={"device": pl.Int64, "start": pl.Int64, "end": pl.Int64}, orient="row")
+    return (
+        pl.concat([whole, cut.with_columns(duration=pl.col("end") - pl.col("start"))], how="diagonal_relaxed")
+        .select(gaps.columns)
+        .cast(gaps.schema)
+        .sort("device", "start")
+    )
+
+
+#: The cause of a gap between two requests.
+WAITING_TEXT: Final = "waiting for the next request: the server had nothing to do"
+
+
+def mark_waiting(classified: pl.DataFrame, between: list[tuple[int, int]]) -> pl.DataFrame:
+    """Gaps lying inside one of ``between`` (one request's done to the next one's start) are the
+    server waiting for work: ``waiting-for-work``, whatever the host did meanwhile."""
+    if classified.is_empty() or not between:
+        return classified
+    starts = np.asarray([a for a, _ in between], dtype=np.int64)
+    ends = np.asarray([b for _, b in between], dtype=np.int64)
+    order = np.argsort(starts)
+    starts, ends = starts[order], ends[order]
+    at = np.searchsorted(starts, classified.get_column("start").to_numpy(), side="right") - 1
+    inside = (at >= 0) & (classified.get_column("end").to_numpy() <= ends[np.maximum(at, 0)])
+    waiting = series(inside, dtype=pl.Boolean)
+    return classified.with_columns(
+        cause_kind=pl.when(waiting).then(pl.lit(CauseKind.WAITING.value)).otherwise(pl.col("cause_kind")),
+        cause=pl.when(waiting).then(pl.lit(WAITING_TEXT)).otherwise(pl.col("cause")),
+        sync_key=pl.when(waiting).then(None).otherwise(pl.col("sync_key")),
+        **{
+            name: pl.when(waiting).then(None).otherwise(pl.col(name))
+            for name in ("source", "source_kind", "source_line_kind", "source_function")
+        },
+    )
 
 
 def _main_thread(trace: Trace) -> tuple[int | None, int | None]:

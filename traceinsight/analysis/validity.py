@@ -54,6 +54,22 @@ _MARK_STEPS_ADVICE = (
 
 def _step_warnings(steady: SteadyState, run: RunProfile | None = None) -> list[TraceWarning]:
     warnings: list[TraceWarning] = []
+    if steady.source == "request":
+        waiting = (
+            f"; the {format_duration(steady.waiting_ns)} between them is waiting for work, outside "
+            "every figure"
+            if steady.waiting_ns
+            else ""
+        )
+        warnings.append(
+            TraceWarning(
+                "steps-from-requests",
+                f"No step markers: each of the {len(steady.steps)} `{steady.request_name}` ranges is taken "
+                f"as a step (a request){waiting}. A request's saving is within the request: the next "
+                "one does not arrive sooner.",
+                "nothing to do; to mark steps yourself, call `prof.step()` once per request",
+            )
+        )
     if steady.source == "none":
         if steady.startup_end_ns is not None:
             warnings.append(

@@ -67,6 +67,7 @@ CAUSE_COLORS: Final[dict[str, str]] = {
     CauseKind.UNTRACED.value: "#999933",
     CauseKind.UNKNOWN.value: "#7F7F7F",
     CauseKind.CAPTURE.value: "#B0C4DE",
+    CauseKind.WAITING.value: "#D8D8D8",
     CauseKind.OUTSIDE_STEADY.value: "#C8C8C8",
     CauseKind.BEFORE_FIRST.value: "#E4E4E4",
     CauseKind.AFTER_LAST.value: "#E4E4E4",

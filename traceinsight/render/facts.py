@@ -73,7 +73,18 @@ def steps_fact(report: Report) -> str:
         if analysis.iterations:
             return f"{analysis.iterations} optimizer step, too few to time: the trace is judged as one window"
         return "no step markers: the trace is judged as one window"
-    kind = "ProfilerStep ranges" if steady.source == "ProfilerStep" else "between Optimizer.step calls"
+    kind = (
+        "ProfilerStep ranges"
+        if steady.source == "ProfilerStep"
+        else f"requests: repeating {steady.request_name} ranges, no step markers"
+        if steady.source == "request"
+        else "between Optimizer.step calls"
+    )
+    if steady.waiting_ns:
+        median_text = f", median {format_duration(steady.step_ns)}" if steady.step_ns else ""
+        kind += f"{median_text}; {format_duration(steady.waiting_ns)} waiting for work between them"
+        steady_count = len(steady.steady_steps)
+        return f"{len(steady.steps)} ({kind}), {steady_count} steady"
     count = len(steady.steps)
     kept = len(steady.steady_steps)
     median = f", median {format_duration(steady.step_ns)}" if steady.step_ns else ""

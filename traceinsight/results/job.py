@@ -56,6 +56,7 @@ CAUSE_WORDS: Final[dict[str, str]] = {
     CauseKind.UNTRACED.value: "untraced host work",
     CauseKind.COMMUNICATION.value: "communication",
     CauseKind.QUEUED.value: "queued",
+    CauseKind.WAITING.value: "waiting for work",
     CauseKind.OUTSIDE_STEADY.value: "outside steady state",
     CauseKind.BEFORE_FIRST.value: "before first work",
     CauseKind.AFTER_LAST.value: "after last work",

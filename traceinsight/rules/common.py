@@ -61,7 +61,9 @@ def measured_ns(analysis: Analysis) -> int:
 
 #: Idle a fix on the host cannot free: the GPU waited on another stream, an event or a graph node
 #: (the work was queued), on another GPU, or inside a collective for the other ranks.
-NOT_HOST_CAUSED = frozenset({CauseKind.QUEUED, CauseKind.OTHER_GPU, CauseKind.COMMUNICATION})
+NOT_HOST_CAUSED = frozenset(
+    {CauseKind.QUEUED, CauseKind.OTHER_GPU, CauseKind.COMMUNICATION, CauseKind.WAITING}
+)
 
 
 def host_caused_idle_ns(analysis: Analysis) -> int:

@@ -54,6 +54,7 @@ _EXPLAINED = frozenset(
         CauseKind.COPY,
         CauseKind.OTHER_GPU,
         CauseKind.OUTSIDE_STEADY,
+        CauseKind.WAITING,
         CauseKind.BEFORE_FIRST,
         CauseKind.AFTER_LAST,
         CauseKind.CAPTURE,  # by design: the warning says so, and what to profile instead
