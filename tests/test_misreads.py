@@ -435,3 +435,47 @@ def test_a_request_server_without_step_markers_is_judged_per_request(tmp_path: P
     assert {g.cause for g in analysis.idle_gaps if g.cause_kind == CauseKind.HOST_OP.value} == {"tokenize"}
     kinds = [w.kind for w in analysis.warnings]
     assert "steps-from-requests" in kinds and "no-steps" not in kinds
+
+
+# --- 4. a window of first calls claims nothing --------------------------------------------------
+
+
+def cold_pass(passes: int = 1) -> list[dict[str, Any]]:
+    """``passes`` inference passes, no step markers: 4 kernels with names of their own; in the first
+    pass each launch call takes 4-9 ms (a kernel's first launch loads its code), later 5 µs."""
+    events: list[dict[str, Any]] = []
+    t = 0.0
+    for index in range(passes):
+        for number, slow in enumerate((4000, 6000, 9000, 5000)):
+            k = next(_correlation)
+            call = slow if index == 0 else 5
+            events += [
+                cpu_op("aten::conv2d", t, call + 20),
+                runtime("cudaLaunchKernel", t + 5, call, correlation=k),
+                kernel(t + 5 + call + 10, 300, correlation=k, name=f"conv_kernel_{number}"),
+            ]
+            t += call + 400
+    return events
+
+
+def test_a_cold_single_pass_claims_no_saving(tmp_path: Path) -> None:
+    """One cold pass: every kernel is its name's first, and 24 ms of its window are launch calls
+    loading code; the GPU is 95 % idle, but no card claims a saving, and a warning says why."""
+    events = cold_pass()
+    analysis = analysis_of(tmp_path, events)
+    kernels = [e for e in events if e["cat"] == "kernel"]
+    assert len({e["name"] for e in kernels}) == len(kernels) == 4
+    slow = [e for e in events if e.get("name") == "cudaLaunchKernel" and e["dur"] >= 1000]
+    (warning,) = (w for w in analysis.warnings if w.kind == "first-calls-only")
+    assert "4 of its 4 kernels" in warning.message
+    assert f"{len(slow)} first launches took {sum(e['dur'] for e in slow) / 1000:.2f} ms" in warning.message
+    assert "warm" in warning.advice
+    findings = evaluate(analysis)
+    assert findings
+    assert all(f.savings_ns == 0 and not f.saving_known and f.severity == "low" for f in findings)
+
+
+def test_the_same_pass_warm_is_judged_as_usual(tmp_path: Path) -> None:
+    """Five passes of the same kernels: after the start-up, no window of first calls."""
+    analysis = analysis_of(tmp_path, cold_pass(passes=5))
+    assert "first-calls-only" not in [w.kind for w in analysis.warnings]

@@ -17,6 +17,7 @@ from traceinsight.formatting import format_duration
 from traceinsight.load import RunProfile, Trace, taxonomy
 
 __all__ = [
+    "FIRST_CALLS_ONLY",
     "GPU_RECORDS_LOST",
     "NO_GPU_WORK",
     "WAIT_COMMAND",
@@ -293,6 +294,59 @@ def unrecorded_gpu(warnings: tuple[TraceWarning, ...]) -> str | None:
     return next((w.kind for w in warnings if w.kind in (GPU_RECORDS_LOST, NO_GPU_WORK)), None)
 
 
+#: A window whose kernels are at least this share first launches (their name never ran before)
+#: and whose slow launch calls (``_SLOW_LAUNCH_NS`` or more: loading GPU code) take at least
+#: ``_COLD_SHARE`` of it holds only first calls.
+_FIRST_CALL_SHARE = 0.8
+_SLOW_LAUNCH_NS = 1_000_000
+_COLD_SHARE = 0.25
+#: The warning of a window of first calls: no finding claims a saving on it.
+FIRST_CALLS_ONLY = "first-calls-only"
+
+
+def _first_calls_warning(trace: Trace, steady: SteadyState) -> list[TraceWarning]:
+    """A window (no steps, or one step) whose kernels are nearly all first launches (no kernel of
+    that name ran before it in the trace) and whose time goes largely to slow launch calls (a
+    kernel's first launch loads its GPU code: milliseconds where a launch takes microseconds): a
+    cold pass. It claims nothing about the loop's pace."""
+    if len(steady.steady_steps) > 1 or trace.gpu.is_empty():
+        return []
+    windows = steady.device_windows
+    if not windows:
+        return []
+    kernels = (
+        trace.gpu.filter(pl.col("kind") == "kernel")
+        .select("name", "ts")
+        .sort("ts")
+        .with_columns(first=pl.col("ts") == pl.col("ts").min().over("name"))
+    )
+    inside = pl.any_horizontal((pl.col("ts") >= start) & (pl.col("ts") < end) for start, end in windows)
+    window = kernels.filter(inside)
+    if window.is_empty():
+        return []
+    first = int(window.get_column("first").sum())
+    if first < _FIRST_CALL_SHARE * window.height:
+        return []
+    slow = trace.runtime.filter(
+        pl.col("name").is_in(taxonomy.KERNEL_LAUNCH_CALLS) & (pl.col("dur") >= _SLOW_LAUNCH_NS) & inside
+    )
+    slow_ns = int(slow.get_column("dur").sum())
+    if slow_ns < _COLD_SHARE * sum(end - start for start, end in windows):
+        return []
+    return [
+        TraceWarning(
+            FIRST_CALLS_ONLY,
+            f"The window analyzed holds only first calls: {first:,} of its {window.height:,} kernels "
+            f"are the first of their name in the trace, and {slow.height:,} first launch"
+            f"{'es' if slow.height != 1 else ''} took {format_duration(slow_ns)} loading GPU code. That "
+            "is a cold pass (loading kernels, autotuning, each operator's first-call set-up), not the "
+            "loop's pace: no finding claims a saving.",
+            "profile warm steps: run a few iterations before recording "
+            "(`torch.profiler.schedule(wait=1, warmup=1, active=3)`), or `traceinsight run --wait 2`",
+        )
+    ]
+
+
 def _load_warnings(trace: Trace) -> list[TraceWarning]:
     notes = dict(trace.meta.load_notes)
     warnings = []
@@ -446,5 +500,6 @@ def trace_warnings(
         + _step_warnings(steady, trace.meta.recorded_by_run)
         + _recording_warnings(trace, steady)
         + _setup_warnings(trace, steady)
+        + _first_calls_warning(trace, steady)
         + _gpu_warnings(trace, launches)
     )
