@@ -479,3 +479,59 @@ def test_the_same_pass_warm_is_judged_as_usual(tmp_path: Path) -> None:
     """Five passes of the same kernels: after the start-up, no window of first calls."""
     analysis = analysis_of(tmp_path, cold_pass(passes=5))
     assert "first-calls-only" not in [w.kind for w in analysis.warnings]
+
+
+# --- 7. one-step preprocessing ----------------------------------------------------------------
+
+
+def test_one_steady_step_spent_mostly_preparing_on_the_host_gets_its_card(tmp_path: Path) -> None:
+    """A video model's one step: 217 ms decoding before the GPU's first work, 165 ms of kernels.
+    host-preprocessing fires on the one step (57 % ≥ 30 %), its idle before the first work from the
+    raw events, with the one-step caveat."""
+    from loops import preprocessing_loop
+
+    loop = preprocessing_loop(steps=1)
+    analysis = analysis_of(tmp_path, loop.events)
+    (step_start, step_end) = loop.steps[0]
+    first_kernel = min(e["ts"] for e in loop.events if e["cat"] == "kernel")
+    lead_us = first_kernel - step_start
+    assert lead_us / (step_end - step_start) >= 0.3
+    (finding,) = findings_of(analysis, "host-preprocessing")
+    evidence = dict(finding.evidence)
+    assert evidence["steps"].startswith("one steady step only")
+    assert finding.saving_note is not None and "from one step" in finding.saving_note
+    leads = analysis.step_leads
+    first_launch = min(e["ts"] for e in loop.events if e.get("name") == "cudaLaunchKernel")
+    assert [lead[:2] for lead in leads.leads] == [(round(step_start * 1000), round(first_launch * 1000))]
+    assert "aten::upsample_bilinear2d" in [name for name, _ in leads.ops]
+    assert finding.savings_ns <= round(lead_us * 1000)
+
+
+def test_one_step_with_a_short_preparation_gets_no_card(tmp_path: Path) -> None:
+    """The same step preparing for 20 % of it: one step is not evidence enough."""
+    from loops import preprocessing_loop
+
+    loop = preprocessing_loop(steps=1, prep_us=41_000)
+    (step_start, step_end) = loop.steps[0]
+    first_kernel = min(e["ts"] for e in loop.events if e["cat"] == "kernel")
+    assert 0.1 < (first_kernel - step_start) / (step_end - step_start) < 0.3
+    assert not findings_of(analysis_of(tmp_path, loop.events), "host-preprocessing")
+
+
+def test_one_step_whose_wait_is_an_operators_own_first_launch_gets_no_preprocessing_card() -> None:
+    """a100 item/event sync: one step, 89 % of it before the GPU's first work, most of that inside
+    ``aten::ones``, which launches that first work itself (its first call's set-up, from the raw
+    events): not preparing the step, so no host-preprocessing card."""
+    from tracebuild import read_events
+
+    name = "a100_item_event_sync.json.gz"
+    raw = [e for e in read_events(SAMPLES / name)[1] if e.get("ph") == "X"]
+    first_kernel = min(e["ts"] for e in raw if e.get("cat") == "kernel")
+    (ones,) = [
+        e for e in raw if e["name"] == "aten::ones" and e["ts"] < first_kernel <= e["ts"] + e["dur"] + 50
+    ]
+    launch = min(e["ts"] for e in raw if e["name"] == "cudaLaunchKernel")
+    assert ones["ts"] <= launch <= ones["ts"] + ones["dur"]
+    report = sample_report(name)
+    assert not [f for f in report.findings if f.rule == "host-preprocessing"]
+    assert report.analysis.step_leads.in_launching_op_ns >= round((launch - ones["ts"]) * 1000) - 1000

@@ -89,8 +89,8 @@ _PREPARING = frozenset(
 
 def preprocessing_leads(analysis: Analysis, device: int) -> list[tuple[int, int, int]] | None:
     """Per steady step on ``device``: (window start, its own first GPU work, GPU idle in between
-    while the host prepared the step); None unless every steady step (two or more) has one of at
-    least ``min_gap_us``."""
+    while the host prepared the step); None unless every steady step has one of at least
+    ``min_gap_us`` (one step is judged by :func:`_preprocessing_share_met`'s stricter share)."""
     steps = [step for step in analysis.steps if step.device == device and step.steady]
     leads = [
         (
@@ -102,20 +102,27 @@ def preprocessing_leads(analysis: Analysis, device: int) -> list[tuple[int, int,
         if step.first_work_ns is not None
     ]
     floor = round(analysis.thresholds.min_gap_us * 1000)
-    if len(steps) < 2 or len(leads) < len(steps) or min(idle for *_, idle in leads) < floor:
+    if not steps or len(leads) < len(steps) or min(idle for *_, idle in leads) < floor:
         return None
     return leads
 
 
 def _preprocessing_share_met(analysis: Analysis, device: int) -> list[tuple[int, int, int]] | None:
-    """:func:`preprocessing_leads` when they reach ``host_preprocessing_share`` of the steady steps."""
+    """:func:`preprocessing_leads` when they reach ``host_preprocessing_share`` of the steady steps
+    (``host_preprocessing_one_step_share`` of a single steady step: strong evidence, since nothing
+    shows it repeats)."""
     leads = preprocessing_leads(analysis, device)
     usage = analysis.device_usage(device)
     if leads is None or usage is None or not usage.window_ns:
         return None
-    if sum(idle for *_, idle in leads) < analysis.thresholds.host_preprocessing_share * usage.window_ns:
-        return None
-    return leads
+    limits = analysis.thresholds
+    idle = sum(ns for *_, ns in leads)
+    if len(leads) > 1:
+        return leads if idle >= limits.host_preprocessing_share * usage.window_ns else None
+    # one step: the time in an operator that launched the first work itself is its own first
+    # call's set-up (aten::ones' first launch), not the host preparing the step
+    preparing = idle - analysis.step_leads.in_launching_op_ns
+    return leads if preparing >= limits.host_preprocessing_one_step_share * usage.window_ns else None
 
 
 def _steady_gaps(analysis: Analysis, device: int, kind: CauseKind) -> list[IdleGap]:
@@ -317,7 +324,10 @@ def host_preprocessing(analysis: Analysis) -> Iterator[Finding]:
             ("GPU idle before each step's first work", amount),
             (
                 "steps",
-                f"every one of the {len(leads)} steady steps "
+                "one steady step only: it cannot show that every step waits so (it may be set-up "
+                "caught once); profile more steps to tell"
+                if len(leads) == 1
+                else f"every one of the {len(leads)} steady steps "
                 + (
                     f"({format_duration(lengths[0])} each)"
                     if format_duration(lengths[0]) == format_duration(lengths[-1])
@@ -345,7 +355,8 @@ def host_preprocessing(analysis: Analysis) -> Iterator[Finding]:
             "the hand-over.",
             device=device.device,
             located=found,
-            note=f"replayed with each step's preparation done ahead, handed over in {format_duration(handover)}",
+            note=f"replayed with each step's preparation done ahead, handed over in {format_duration(handover)}"
+            + ("; from one step: profile more to see that it repeats" if len(leads) == 1 else ""),
         )
 
 
