@@ -535,3 +535,49 @@ def test_one_step_whose_wait_is_an_operators_own_first_launch_gets_no_preprocess
     report = sample_report(name)
     assert not [f for f in report.findings if f.rule == "host-preprocessing"]
     assert report.analysis.step_leads.in_launching_op_ns >= round((launch - ones["ts"]) * 1000) - 1000
+
+
+# --- 8. the smaller items ---------------------------------------------------------------------
+
+
+def test_an_amd_gpu_is_named_by_its_gfx_architecture_not_a_compute_capability() -> None:
+    """mi250_rocm_toy: deviceProperties say computeMajor 9, computeMinor 0 and a 64-wide wavefront
+    (read here from the raw file): an AMD gfx9.0 GPU (gfx90a/gfx908), with compute units."""
+    from tracebuild import read_events
+
+    from traceinsight.render.facts import header_facts
+
+    top, _ = read_events(SAMPLES / "mi250_rocm_toy.json.gz")
+    assert top is not None
+    props = {p["id"]: p for p in top["deviceProperties"]}
+    report = sample_report("mi250_rocm_toy.json.gz")
+    (device,) = report.analysis.meta.devices
+    raw = props[device.index]
+    assert (raw["computeMajor"], raw["computeMinor"], raw["warpSize"]) == (9, 0, 64)
+    line = dict(header_facts(report))["GPU"]
+    assert "compute capability" not in line
+    assert f"gfx90a or gfx908 (MI200 or MI100), {raw['numSms']} CUs" in line
+
+
+def test_the_only_listed_device_is_the_gpu_in_use_under_another_index(tmp_path: Path) -> None:
+    """deviceProperties lists one GPU (id 0, named), the work runs on device 2: that GPU is the
+    listed one, named, with a note of the index it was listed under."""
+    from traceinsight.render.facts import header_facts
+    from traceinsight.results import Report
+
+    props = [
+        {"id": 0, "name": "AMD Instinct MI300X", "totalGlobalMem": 206141652992, "computeMajor": 9,
+         "computeMinor": 4, "numSms": 304, "warpSize": 64},
+    ]  # fmt: skip
+    events = []
+    for index in range(3):
+        k = next(_correlation)
+        events += [
+            runtime("hipLaunchKernel", index * 100.0, 5, correlation=k),
+            kernel(index * 100.0 + 10, 50, device=2, stream=3, correlation=k),
+        ]
+    analysis = analyze(load_trace(write_trace(tmp_path / "t.json", events, deviceProperties=props)))
+    (device,) = analysis.meta.devices
+    assert (device.index, device.listed_as, device.name) == (2, 0, "AMD Instinct MI300X")
+    line = dict(header_facts(Report(analysis=analysis, findings=evaluate(analysis))))["GPU"]
+    assert line.startswith("2: AMD Instinct MI300X (gfx942 (MI300), 304 CUs") and "listed as device 0" in line

@@ -149,15 +149,16 @@ def header_facts(report: Report) -> list[tuple[str, str]]:
         details = [
             part
             for part in (
-                f"compute capability {device.compute_capability}" if device.compute_capability else None,
-                f"{device.sm_count} SMs" if device.sm_count else None,
+                device.architecture,
+                f"{device.sm_count} {'CUs' if device.amd else 'SMs'}" if device.sm_count else None,
                 format_size(device.total_memory_bytes) if device.total_memory_bytes else None,
             )
             if part
         ]
+        listed = f", listed as device {device.listed_as}" if device.listed_as is not None else ""
         gpus.append(
-            f"{device.index}: {device.name or 'name not recorded'}"
-            + (f" ({', '.join(details)})" if details else "")
+            f"{device.index}: {device.name or ('AMD GPU, name not recorded' if device.amd else 'name not recorded')}"
+            + (f" ({', '.join(details)}{listed})" if details else f" ({listed[2:]})" if listed else "")
         )
     if not gpus and analysis.devices:
         gpus = [f"{device.device}: name not recorded" for device in analysis.devices]
