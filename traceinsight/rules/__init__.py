@@ -19,7 +19,7 @@ def is_minor(analysis: Analysis, finding: Finding) -> bool:
     if not finding.saving_known:
         return False
     share = finding.saving_share or 0.0
-    return share < limits.minor_share and finding.savings_ns < limits.minor_total_us * 1000
+    return share < limits.minor_share and finding.savings_total_ns < limits.minor_total_us * 1000
 
 
 def builtin_rules() -> dict[str, Rule]:
@@ -43,8 +43,8 @@ def _claims_nothing(finding: Finding) -> Finding:
     """A finding on a window of first calls: no saving, low, with the reason."""
     why = "no saving claimed: the window holds only first calls (a cold pass; see the warning)"
     return finding.with_(
-        savings_ns=0,
-        saving_per_step_ns=None,
+        savings_total_ns=0,
+        savings_per_step_ns=None,
         saving_share=None,
         saving_known=False,
         severity=Severity.LOW.value,
@@ -65,7 +65,7 @@ def evaluate(analysis: Analysis) -> tuple[Finding, ...]:
         for finding in function(analysis)
     ]
     order = {severity: index for index, severity in enumerate(SEVERITIES)}
-    ranked = sorted(findings, key=lambda f: (f.minor, -f.savings_ns, order[f.severity], f.rule, f.title))
+    ranked = sorted(findings, key=lambda f: (f.minor, -f.savings_total_ns, order[f.severity], f.rule, f.title))
     # on a cold pass the order stays the measured one (what to look at first), with no saving claimed
     return tuple(_claims_nothing(finding) for finding in ranked) if cold else tuple(ranked)
 
