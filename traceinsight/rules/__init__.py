@@ -65,7 +65,9 @@ def evaluate(analysis: Analysis) -> tuple[Finding, ...]:
         for finding in function(analysis)
     ]
     order = {severity: index for index, severity in enumerate(SEVERITIES)}
-    ranked = sorted(findings, key=lambda f: (f.minor, -f.savings_total_ns, order[f.severity], f.rule, f.title))
+    ranked = sorted(
+        findings, key=lambda f: (f.minor, -f.savings_total_ns, order[f.severity], f.rule, f.title)
+    )
     # on a cold pass the order stays the measured one (what to look at first), with no saving claimed
     return tuple(_claims_nothing(finding) for finding in ranked) if cold else tuple(ranked)
 
