@@ -588,3 +588,38 @@ def test_the_only_listed_device_is_the_gpu_in_use_under_another_index(tmp_path: 
     assert (device.index, device.listed_as, device.name) == (2, 0, "AMD Instinct MI300X")
     line = dict(header_facts(Report(analysis=analysis, findings=evaluate(analysis))))["GPU"]
     assert line.startswith("2: AMD Instinct MI300X (gfx942 (MI300), 304 CUs") and "listed as device 0" in line
+
+
+def test_a_graph_break_between_compiled_regions_is_named(tmp_path: Path) -> None:
+    """Each step: compiled region 0/0 launches 5 kernels, then 2 ms of eager host work (the graph
+    break), then region 1/0 launches 5 more. The gap between them names the break and both
+    regions; its length is the raw gap between the two regions' kernels."""
+    events: list[dict[str, Any]] = []
+    t = 0.0
+    for step in range(4):
+        start = t
+        for region, length in (("Torch-Compiled Region: 0/0", 100.0), ("Torch-Compiled Region: 1/0", 100.0)):
+            events.append(annotation(region, t, length))
+            for index in range(5):
+                k = next(_correlation)
+                events += [
+                    runtime("cudaLaunchKernel", t + 2 + index * 10, 5, correlation=k),
+                    kernel(t + 12 + index * 10, 8, correlation=k),
+                ]
+            t += length
+            if region.endswith("0/0"):
+                events.append(cpu_op("aten::nonzero", t + 5, 2000))
+                t += 2010
+        events.append(annotation(f"ProfilerStep#{step}", start, t - start))
+        t += 20
+    analysis = analysis_of(tmp_path, events)
+    origin = analysis.meta.origin_ns
+    kernels = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["cat"] == "kernel")
+    breaks = [(a[1], b[0]) for a, b in itertools.pairwise(kernels) if b[0] - a[1] > 1000]
+    named = [g for g in analysis.idle_gaps if "graph break" in g.cause]
+    assert len(named) == len(breaks) == 4
+    for gap in named:
+        assert "(Torch-Compiled Region: 0/0 → Torch-Compiled Region: 1/0)" in gap.cause
+        assert (gap.start_ns + origin, gap.end_ns + origin) in [
+            (round(a * 1000), round(b * 1000)) for a, b in breaks
+        ]

@@ -75,7 +75,7 @@ from traceinsight.arrays import series
 from traceinsight.load import Trace, taxonomy
 from traceinsight.thresholds import Thresholds
 
-__all__ = ["all_gaps", "classify_gaps", "mark_waiting", "reported_gaps", "split_at"]
+__all__ = ["all_gaps", "classify_gaps", "mark_waiting", "name_graph_breaks", "reported_gaps", "split_at"]
 
 #: Columns of :func:`classify_gaps`' table.
 GAP_SCHEMA = pl.Schema(
@@ -153,6 +153,84 @@ def mark_waiting(classified: pl.DataFrame, between: list[tuple[int, int]]) -> pl
             for name in ("source", "source_kind", "source_line_kind", "source_function")
         },
     )
+
+
+#: A compiled region of torch.compile (one graph; a graph break starts the next).
+_COMPILED_REGION = "Torch-Compiled Region"
+#: How near a gap's edges a compiled region must end and the next begin to be the break it is.
+_BREAK_SLACK_NS = 50_000
+
+
+def name_graph_breaks(trace: Trace, classified: pl.DataFrame, limits: Thresholds) -> pl.DataFrame:
+    """Host-side gaps (of at least ``min_gap_us``) between one torch.compile region's end and the
+    next one's start on the launching thread: a graph break, the host running eager code between
+    compiled graphs. Their cause says so, naming both regions; the cause kind stays."""
+    regions = trace.annotations.filter(pl.col("name").str.starts_with(_COMPILED_REGION)).select(
+        "pid", "tid", "ts", "end", "name"
+    )
+    host_side = [CauseKind.HOST_OP.value, CauseKind.LAUNCH.value, CauseKind.UNTRACED.value]
+    if regions.height < 2 or classified.is_empty():
+        return classified
+    gaps = (
+        classified.with_row_index("row")
+        .filter(
+            pl.col("cause_kind").is_in(host_side)
+            & (pl.col("duration") >= round(limits.min_gap_us * 1000))
+            & pl.col("pid").is_not_null()
+        )
+        .select("row", "pid", "tid", "start", "end")
+    )
+    if gaps.is_empty():
+        return classified
+    before = gaps.sort("end").join_asof(
+        regions.select("pid", "tid", r_end="end", before="name").sort("r_end"),
+        left_on="end",
+        right_on="r_end",
+        by=["pid", "tid"],
+        strategy="backward",
+        check_sortedness=False,
+    )
+    both = (
+        before.filter(pl.col("r_end") >= pl.col("start") - _BREAK_SLACK_NS)
+        .sort("start")
+        .join_asof(
+            regions.select("pid", "tid", r_ts="ts", after="name").sort("r_ts"),
+            left_on="start",
+            right_on="r_ts",
+            by=["pid", "tid"],
+            strategy="forward",
+            check_sortedness=False,
+        )
+        .filter((pl.col("r_ts") <= pl.col("end") + _BREAK_SLACK_NS) & (pl.col("r_ts") >= pl.col("r_end")))
+        # ``Torch-Compiled Region: 1/0``: frame 1, the code resumed after a break in frame 0; back
+        # to a lower frame is the next call of the compiled function (a new step), not a break
+        .filter(_frame_of("after") > _frame_of("before"))
+        .select("row", "before", "after")
+    )
+    if both.is_empty():
+        return classified
+    return (
+        classified.with_row_index("row")
+        .join(both, on="row", how="left", maintain_order="left")
+        .with_columns(
+            cause=pl.when(pl.col("after").is_not_null())
+            .then(
+                pl.format(
+                    "a graph break between compiled regions ({} → {}): the host ran eager code, {}",
+                    "before",
+                    "after",
+                    "cause",
+                )
+            )
+            .otherwise(pl.col("cause"))
+        )
+        .select(classified.columns)
+    )
+
+
+def _frame_of(column: str) -> pl.Expr:
+    """The frame number of a ``Torch-Compiled Region: F/C`` name (null when it has none)."""
+    return pl.col(column).str.extract(r": (\d+)/\d+", 1).cast(pl.Int64, strict=False)
 
 
 def _main_thread(trace: Trace) -> tuple[int | None, int | None]:
