@@ -623,3 +623,34 @@ def test_a_graph_break_between_compiled_regions_is_named(tmp_path: Path) -> None
         assert (gap.start_ns + origin, gap.end_ns + origin) in [
             (round(a * 1000), round(b * 1000)) for a, b in breaks
         ]
+
+
+def test_a_first_copy_waiting_on_work_from_before_the_profiler_is_not_start_up(tmp_path: Path) -> None:
+    """No steps. The GPU is busy at the trace's start with work queued before the profiler (no
+    launch recorded); the first ``aten::copy_`` waits for it inside ``hipMemcpyWithStream`` (15 ms,
+    later calls 30 µs). Its length is the wait, not a first call's set-up: no start-up is cut."""
+    events: list[dict[str, Any]] = [kernel(0, 15_000, correlation=1)]  # launched before recording
+    t = 10.0
+    for index in range(6):
+        k = next(_correlation)
+        wait = 15_000 - t if index == 0 else 20
+        events += [
+            cpu_op("aten::copy_", t, wait + 10),
+            runtime("hipMemcpyWithStream", t + 2, wait + 5, correlation=k),
+            memcpy(t + wait + 1, 4, "Memcpy DtoH (Device -> Host)", correlation=k),
+        ]
+        t += wait + 20
+        for _ in range(3):
+            events += launch_pair(t)
+            t += 40
+    first = events[1]
+    assert first["dur"] >= 100 * events[4]["dur"]
+    analysis = analysis_of(tmp_path, events)
+    assert analysis.steady.startup_end_ns is None
+    assert "startup-captured" not in [w.kind for w in analysis.warnings]
+
+
+def launch_pair(t: float) -> list[dict[str, Any]]:
+    """A hipLaunchKernel at ``t`` and its 20 µs kernel 10 µs later."""
+    k = next(_correlation)
+    return [runtime("hipLaunchKernel", t, 5, correlation=k), kernel(t + 10, 20, correlation=k)]

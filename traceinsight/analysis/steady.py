@@ -464,6 +464,27 @@ def _trace_extent(trace: Trace) -> tuple[int, int] | None:
     return min(values_start), max(values_end)
 
 
+def _not_waiting(trace: Trace, calls: pl.DataFrame) -> pl.DataFrame:
+    """Operator calls (``pid, tid, ts, end, dur``) without those that spent half their time or more
+    in a blocking call (a ``hipMemcpyWithStream`` waiting for GPU work queued before it, perhaps
+    before the profiler started): a long wait for the GPU is not the operator's first-call set-up."""
+    blocking = trace.runtime.filter(pl.col("name").is_in(list(taxonomy.BLOCKING_CALLS))).select(
+        b_pid="pid", b_tid="tid", b_ts="ts", b_end="end"
+    )
+    if blocking.is_empty() or calls.is_empty():
+        return calls
+    indexed = calls.with_row_index("call")
+    waited = (
+        indexed.join_where(blocking, pl.col("b_ts") < pl.col("end"), pl.col("b_end") > pl.col("ts"))
+        .filter((pl.col("b_pid") == pl.col("pid")) & (pl.col("b_tid") == pl.col("tid")))
+        .group_by("call", "dur")
+        .agg(ns=(pl.min_horizontal("end", "b_end") - pl.max_horizontal("ts", "b_ts")).sum())
+        .filter(pl.col("ns") * 2 >= pl.col("dur"))
+        .select("call")
+    )
+    return indexed.join(waited, on="call", how="anti").drop("call")
+
+
 def _startup_without_steps(trace: Trace, limits: Thresholds) -> tuple[int | None, str | None]:
     """When the start-up of a trace without steps ended, and what showed it."""
     ends: list[tuple[int, str]] = []
@@ -472,7 +493,7 @@ def _startup_without_steps(trace: Trace, limits: Thresholds) -> tuple[int | None
         row = warmups.sort("end", "ts", "name").row(-1, named=True)  # the last to end (ties: by start, name)
         ends.append((row["end"], f"a range named {row['name']!r} ends at that point"))
     min_ns = round(limits.first_call_min_us * 1000)
-    ops = trace.cpu_ops.select("name", "ts", "end", "dur")
+    ops = trace.cpu_ops.select("name", "pid", "tid", "ts", "end", "dur")
     stats = (
         ops.group_by("name").agg(calls=pl.len(), typical=pl.col("dur").median()).filter(pl.col("calls") >= 3)
     )
@@ -481,7 +502,7 @@ def _startup_without_steps(trace: Trace, limits: Thresholds) -> tuple[int | None
     )
     settled = slow.filter(~pl.col("outlier")).group_by("name").agg(settled=pl.col("ts").median())
     first_calls = (
-        slow.filter(pl.col("outlier"))
+        _not_waiting(trace, slow.filter(pl.col("outlier")))
         .join(settled, on="name", how="inner")
         .filter(pl.col("ts") < pl.col("settled"))
         .sort("end", "ts", "name")  # the last to end (ties: by start, then name; the joins keep no order)
