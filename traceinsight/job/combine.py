@@ -93,6 +93,7 @@ BLAMED_CAUSES: Final[tuple[CauseKind, ...]] = (
     CauseKind.COPY,
     CauseKind.LAUNCH,
     CauseKind.HOST_OP,
+    CauseKind.ALLOCATOR,
     CauseKind.UNTRACED,
 )
 _MAD_SCALE: Final = 1.4826
