@@ -9,6 +9,7 @@ gate read.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -103,8 +104,9 @@ def diff(
     with libraries_loading():
         from traceinsight.commands.common import gate
         from traceinsight.load.progress import terminal_progress
+        from traceinsight.load.text import printable
         from traceinsight.results import JobResult, Result
-        from traceinsight.results.gate import broken_diff, broken_job_diff
+        from traceinsight.results.gate import broken_diff, broken_job_diff, held_back
         from traceinsight.results.job_comparison import JobComparison
 
     read = options.settings(
@@ -130,6 +132,8 @@ def diff(
         else:
             assert isinstance(after_result, Result)
             status = gate(broken_diff(comparison, after_result, read.budgets))
+        for line in held_back(comparison.metric("step_time"), read.budgets.max_regression):
+            sys.stderr.write(f"traceinsight: gate: {printable(line)}\n")
     if status:
         raise typer.Exit(status)
 
@@ -162,6 +166,12 @@ class Side:
         from traceinsight.results import JobResult
 
         return self.files is not None or isinstance(self.stored, JobResult)
+
+    @property
+    def is_cycles(self) -> bool:
+        """One process's profiler cycles (a folder or pattern of them): runs of one setup, pooled
+        by a diff as one side of several runs."""
+        return self.files is not None and self.files.cycles_of is not None
 
     @property
     def words(self) -> str:
@@ -220,7 +230,7 @@ def _check_same_kind(before: Side, after: Side) -> None:
     from traceinsight.errors import TraceFormatError
     from traceinsight.load.text import printable
 
-    if before.is_job == after.is_job:
+    if before.is_job == after.is_job or before.is_cycles or after.is_cycles:
         return
     raise TraceFormatError(
         f"cannot compare {printable(str(before.path))} with {printable(str(after.path))}: BEFORE is "
@@ -271,11 +281,24 @@ def diff_and_write(
         inputs_are="one of the runs compared",
     )
     comparison: Comparison | JobComparison
-    if sides[0].is_job:
+    after_result: Result | JobResult
+    if all(side.is_cycles for side in sides) or (
+        any(side.is_cycles for side in sides) and not all(side.is_job for side in sides)
+    ):
+        pooled = []
+        for side in sides:
+            runs = []
+            for path in side.files.paths if side.files is not None else [side.path]:
+                with progress(path) if progress is not None else nullcontext() as callback:
+                    runs.append(_trace_of(Side(path) if side.files is not None else side, reading, callback))
+            pooled.append(runs)
+        comparison = compare(pooled[0], pooled[1], sides[0].label, sides[1].label, top=top)
+        after_result = pooled[1][0]
+    elif sides[0].is_job:
         _say_skipped(sides, console)
         jobs = [_job_of(side, reading, wanted.force) for side in sides]
         comparison = compare_jobs(jobs[0], jobs[1], sides[0].label, sides[1].label)
-        after_result: Result | JobResult = jobs[1]
+        after_result = jobs[1]
     else:
         results = []
         for side in sides:

@@ -24,6 +24,10 @@ was on when recording began; null when the trace does not say) and ``source_func
 hot spots and findings ``framework_call`` (framework code the calls happen in that reads values on
 the host by design, such as ``torch.optim.LBFGS``). ``source`` keeps its meaning: the frame's
 ``file:line``.
+
+Schema 3 added ``steady_state.step_times_us`` (every steady step's time) and, in a comparison, each
+metric's interval and verdict (see :mod:`.comparison`, ``docs/json.md``); a schema-2 file reads
+with ``step_times_us`` empty.
 """
 
 from __future__ import annotations
@@ -71,7 +75,7 @@ __all__ = [
 ]
 
 #: The version of every result's JSON (a trace's, a job's, a comparison's).
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 
 _SHARE: Final = {"check": "share"}
 _DURATION: Final = {"check": "duration"}
@@ -168,6 +172,9 @@ class SteadyState:
     gpu_windows_ns: tuple[Window, ...] = ()
     startup_end_ns: int | None
     startup_evidence: str | None
+    #: Every steady step's time, in the trace's order (``step_time_ns`` is their median): what a
+    #: diff's interval is drawn from when the trace has no GPU steps (schema 3).
+    step_times_ns: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

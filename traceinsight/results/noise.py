@@ -1,0 +1,185 @@
+"""How sure a change is: the interval of a difference of medians, and a verdict.
+
+A figure of a run (its step time, the GPU's work per step, an idle cause per step) is a sample of
+steps, and often of several runs (profiler cycles, repeated runs). :func:`estimate` compares two
+such samples the same way for every figure (see ``docs/noise.md`` for the method and its
+assumptions):
+
+- **the change** is the median of the after side's steps minus the before side's (all of a side's
+  runs pooled), as ``diff`` always printed it;
+- **its interval** is a seeded, deterministic bootstrap (:data:`RESAMPLES` resamples, the same seed
+  every time, so one input gives one output): on each side, runs are drawn with replacement, then
+  each drawn run's steps with replacement, and the medians of the two pooled draws are subtracted;
+  the interval holds the middle :data:`CONFIDENCE` of those differences (percentiles);
+- **a side with one run** cannot show how much runs differ: its median is moved, in each resample,
+  by a normal draw of the run-to-run spread the caller gives (``run_sd_before`` /
+  ``run_sd_after``, measured: :data:`HOST_RUN_SPREAD`, :data:`GPU_RUN_SPREAD`), so the interval
+  holds what a second run could have shown too;
+- **the verdict**: ``lower`` when the whole interval is below 0, ``higher`` when above, ``no
+  change`` when it lies within ± the ``margin`` (a change too small to matter), else ``cannot
+  tell``.
+
+Pure functions of numbers: no I/O, no globals but the constants below.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+
+__all__ = [
+    "CONFIDENCE",
+    "GPU_RUN_SPREAD",
+    "HOST_RUN_SPREAD",
+    "NO_CHANGE_MARGIN",
+    "RESAMPLES",
+    "SEED",
+    "Estimate",
+    "estimate",
+    "median",
+]
+
+#: The share of the bootstrap's differences the interval holds (a 95 % interval).
+CONFIDENCE: Final = 0.95
+#: Bootstrap resamples per figure: enough for the 2.5th/97.5th percentiles to move by well under
+#: a tenth of the interval's width from one seed to another.
+RESAMPLES: Final = 2000
+#: The bootstrap's seed: one input, one output (a diff is deterministic, and its JSON too).
+SEED: Final = 20_260_605
+#: Run-to-run spread of the host-paced figures (step time; GPU idle and its causes), as a share of
+#: the side's step time: one standard deviation of a run's median step time around the setup's.
+#: Measured on pytorch/kineto's ResNet-50 samples, two profiler cycles of each of two unchanged runs
+#: (V100, workers 0: 177.44 vs 152.07 ms per step; workers 4: 126.68 vs 122.87 ms): the log-ratios
+#: 0.154 and 0.030 of the two pairs are each the difference of two runs, so one run's spread is
+#: sqrt((0.154² + 0.030²) / 2) / sqrt(2) = 0.078. See docs/noise.md.
+HOST_RUN_SPREAD: Final = 0.078
+#: Run-to-run spread of the GPU's own work per step (its kernels, copies, collectives), as a share
+#: of it: the same cycles' GPU work per step moved 0.2 % (100.62 vs 100.40 ms) and 0.3 %
+#: (102.21 vs 101.93 ms); 1 % is that with room for a busier GPU's clocks.
+GPU_RUN_SPREAD: Final = 0.01
+#: "No change": the interval lies within ± this share of the before side's median.
+NO_CHANGE_MARGIN: Final = 0.05
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Estimate:
+    """A figure's change from before to after, with its interval and verdict (in the figure's unit)."""
+
+    #: Median of the after side's steps − the before side's.
+    change: float
+    #: The interval of the change at :attr:`confidence`.
+    lower: float
+    upper: float
+    #: The change and its interval as shares of the before side's median (None when that is 0).
+    relative: float | None
+    relative_lower: float | None
+    relative_upper: float | None
+    confidence: float
+    #: ``lower``, ``higher``, ``no change`` or ``cannot tell``.
+    verdict: str
+
+
+def median(values: Sequence[float]) -> float:
+    """The median of ``values`` (0 for none)."""
+    return float(np.median(np.asarray(values, dtype=np.float64))) if len(values) else 0.0
+
+
+def _medians(runs: Sequence[Sequence[float]], resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """``resamples`` bootstrap medians of a side: each run's steps drawn with replacement (every
+    run kept, so the draw moves only as its steps do), pooled, their median."""
+    parts = [
+        np.asarray(run, dtype=np.float64)[rng.integers(0, len(run), size=(resamples, len(run)))]
+        for run in runs
+        if len(run)
+    ]
+    medians: np.ndarray = np.median(np.concatenate(parts, axis=1), axis=1)
+    return medians
+
+
+def _between(runs: Sequence[Sequence[float]], run_sd: float) -> float:
+    """The variance the side's runs add to its median: (the run-to-run spread)² / runs, the
+    spread being ``run_sd`` or, with several runs, their medians' standard deviation when larger
+    (two runs can show that runs vary more than measured elsewhere, never that they vary less)."""
+    middles = [median(run) for run in runs if len(run)]
+    spread = run_sd
+    if len(middles) > 1:
+        spread = max(spread, float(np.std(middles, ddof=1)))
+    return spread**2 / len(middles)
+
+
+def estimate(
+    before: Sequence[Sequence[float]],
+    after: Sequence[Sequence[float]],
+    *,
+    run_sd_before: float = 0.0,
+    run_sd_after: float = 0.0,
+    margin: float = 0.0,
+    confidence: float = CONFIDENCE,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+) -> Estimate | None:
+    """The change of a figure from ``before`` to ``after`` (each a side's runs, each run its steps'
+    values), its interval and verdict (see the module doc). ``run_sd_*``: the run-to-run spread
+    of a side's median (one standard deviation, the figure's unit); ``margin``: the largest
+    change that is "no change" (the figure's unit). None when a side has no steps."""
+    if not any(len(run) for run in before) or not any(len(run) for run in after):
+        return None
+    rng = np.random.default_rng(seed)
+    middle_before = median([value for run in before for value in run])
+    middle_after = median([value for run in after for value in run])
+    drawn = _medians(after, resamples, rng) - _medians(before, resamples, rng)
+    # The steps' part as a standard deviation: half the middle 68 % of the draws (robust to the
+    # few extreme draws a median of a handful of steps makes).
+    low_draw, high_draw = np.percentile(drawn, [15.865, 84.135])
+    within = float(high_draw - low_draw) / 2
+    spread = math.sqrt(within**2 + _between(before, run_sd_before) + _between(after, run_sd_after))
+    change = middle_after - middle_before
+    half = _Z[confidence] * spread if confidence in _Z else _z(confidence) * spread
+    low, high = change - half, change + half
+    relative = relative_low = relative_high = None
+    if middle_before > 0:
+        relative, relative_low, relative_high = (
+            change / middle_before,
+            low / middle_before,
+            high / middle_before,
+        )
+    if low > 0:
+        verdict = "higher"
+    elif high < 0:
+        verdict = "lower"
+    elif -margin <= low and high <= margin:
+        verdict = "no change"
+    else:
+        verdict = "cannot tell"
+    return Estimate(
+        change=change,
+        lower=low,
+        upper=high,
+        relative=relative,
+        relative_lower=relative_low,
+        relative_upper=relative_high,
+        confidence=confidence,
+        verdict=verdict,
+    )
+
+
+#: Two-sided normal quantiles of the confidences used.
+_Z: Final = {0.95: 1.959964, 0.9: 1.644854, 0.99: 2.575829}
+
+
+def _z(confidence: float) -> float:
+    """The two-sided normal quantile of ``confidence`` (bisection on the error function)."""
+    low, high = 0.0, 10.0
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if math.erf(middle / math.sqrt(2)) < confidence else (low, middle)
+    return (low + high) / 2
+
+
+def _count(runs: Sequence[Sequence[float]]) -> int:
+    """Runs with steps."""
+    return sum(1 for run in runs if len(run))
