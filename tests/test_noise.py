@@ -1,0 +1,266 @@
+"""A diff that knows its noise: the interval and verdict of each figure (traceinsight.results.noise),
+the gate that breaks only on a slowdown told apart from noise, runs pooled per side, and each fixed
+finding's predicted saving beside the measured change.
+
+The real pairs: pytorch/kineto's ResNet-50 samples, two profiler cycles of each of two runs (DataLoader
+workers 0 and 4; ``sample_traces/`` holds the first cycles, ``tests/data/resnet50_cycles/`` the
+second). Cycles of one run are "nothing changed"; workers 0 → 4 is a real change (~28 % faster).
+Expected step times come from the raw events (``reference_split``), not from the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+from tracebuild import SAMPLES, read_events
+from typer.testing import CliRunner
+
+from traceinsight.commands import app
+from traceinsight.results.comparison import Metric
+from traceinsight.results.gate import held_back
+from traceinsight.results.noise import HOST_RUN_SPREAD, estimate
+
+runner = CliRunner()
+CYCLES = Path(__file__).parent / "data" / "resnet50_cycles"
+RUNS = {
+    "w0c1": SAMPLES / "v100_resnet50_workers0.pt.trace.json.gz",
+    "w0c2": CYCLES / "workers0" / "worker0.1623143566756.pt.trace.json.gz",
+    "w4c1": SAMPLES / "v100_resnet50_workers4.pt.trace.json.gz",
+    "w4c2": CYCLES / "workers4" / "worker0.1623213129365.pt.trace.json.gz",
+}
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    result = runner.invoke(app, list(args))
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.stdout, result.stderr
+
+
+def raw_step_times_us(path: Path) -> list[float]:
+    """Every step's time from the raw events: when each step was done minus when it began."""
+    from reference_split import step_windows
+
+    _, raw = read_events(path)
+    return [(window.done - window.begin) / 1000 for window in step_windows(raw)]
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Each cycle's result as ``analyze --json`` writes it (each trace read once for the module)."""
+    folder = tmp_path_factory.mktemp("results")
+    paths = {}
+    for name, trace in RUNS.items():
+        paths[name] = folder / f"{name}.json"
+        code, _, _ = invoke("analyze", str(trace), "--no-html", "--json", str(paths[name]))
+        assert code == 0
+    return paths
+
+
+# --- the statistics, on numbers made here ---------------------------------------------------------
+
+
+def test_identical_sides_are_no_change() -> None:
+    steps = [10.0, 11.0, 9.5, 10.2, 10.4, 9.9]
+    found = estimate([steps], [steps], margin=1.0)
+    assert found is not None
+    assert found.change == 0 and found.lower <= 0 <= found.upper and found.verdict == "no change"
+
+
+def test_a_clear_shift_is_told_and_its_interval_holds_it() -> None:
+    before = [100.0 + (i % 5) for i in range(40)]
+    after = [value + 30 for value in before]
+    found = estimate([before], [after], margin=5)
+    assert found is not None
+    assert found.change == pytest.approx(statistics.median(after) - statistics.median(before)) == 30
+    assert found.lower <= 30 <= found.upper and found.verdict == "higher"
+    backwards = estimate([after], [before], margin=5)
+    assert backwards is not None and backwards.verdict == "lower"
+
+
+def test_the_same_input_gives_the_same_interval() -> None:
+    before, after = [[3.0, 5.0, 4.0, 8.0, 4.5]], [[4.0, 6.0, 3.5, 9.0, 5.0]]
+    assert estimate(before, after) == estimate(before, after)
+
+
+def test_one_run_a_side_is_at_least_as_wide_as_the_run_to_run_spread() -> None:
+    """Steps that do not vary at all: the interval is the runs' spread alone, ±z·√2·sd."""
+    found = estimate([[100.0] * 8], [[100.0] * 8], run_sd_before=5.0, run_sd_after=5.0, margin=1)
+    assert found is not None
+    half = 1.959964 * math.sqrt(5.0**2 + 5.0**2)
+    assert found.lower == pytest.approx(-half) and found.upper == pytest.approx(half)
+    assert found.verdict == "cannot tell"
+
+
+def test_runs_that_differ_more_than_assumed_widen_a_pooled_side() -> None:
+    """Two runs a side whose medians are 100 and 120: their standard deviation (14.14), not the
+    smaller spread given, is the runs' part."""
+    runs = [[100.0] * 5, [120.0] * 5]
+    found = estimate(runs, runs, run_sd_before=1.0, run_sd_after=1.0)
+    assert found is not None
+    spread = statistics.stdev([100.0, 120.0])
+    half = 1.959964 * math.sqrt(2 * spread**2 / 2)
+    assert found.upper == pytest.approx(half, rel=0.05)
+
+
+def test_an_empty_side_is_not_judged() -> None:
+    assert estimate([[]], [[1.0]]) is None
+
+
+# --- the gate's rule -------------------------------------------------------------------------------
+
+
+def _step(before: float, after: float, verdict: str | None) -> Metric:
+    return Metric("step_time", "step time", "us", before, after, lower=-1.0, upper=1.0, verdict=verdict)
+
+
+@pytest.mark.parametrize(
+    ("verdict", "breaks"), [("slower", True), ("cannot tell", False), ("no change", False), (None, True)]
+)
+def test_the_regression_budget_breaks_only_when_told_apart(verdict: str | None, breaks: bool) -> None:
+    from traceinsight.results.gate import _regression
+
+    assert bool(_regression(_step(100.0, 120.0, verdict), 5)) is breaks
+    assert bool(held_back(_step(100.0, 120.0, verdict), 5)) is (verdict in ("cannot tell", "no change"))
+    assert _regression(_step(100.0, 104.0, verdict), 5) == []  # within the budget: never
+
+
+# --- real pairs ------------------------------------------------------------------------------------
+
+
+def test_the_cycles_step_times_are_the_raw_steps(stored: dict[str, Path]) -> None:
+    """The per-step figures a diff is drawn from are the trace's steady steps, as the raw events time them."""
+    for name, path in stored.items():
+        kept = json.loads(path.read_text())["steady_state"]["step_times_us"]
+        raw = raw_step_times_us(RUNS[name])
+        assert len(kept) == 6
+        assert all(any(abs(value - step) <= 0.002 for step in raw) for value in kept)
+
+
+@pytest.mark.parametrize(
+    ("before", "after"), [("w0c1", "w0c2"), ("w0c2", "w0c1"), ("w4c1", "w4c2"), ("w4c2", "w4c1")]
+)
+def test_two_cycles_of_one_run_do_not_break_the_gate(
+    stored: dict[str, Path], before: str, after: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "diff.json"
+    code, _, stderr = invoke(
+        "diff",
+        str(stored[before]),
+        str(stored[after]),
+        "--no-html",
+        "--json",
+        str(out),
+        "--max-regression",
+        "5",
+    )
+    assert code == 0
+    step = next(m for m in json.loads(out.read_text())["metrics"] if m["key"] == "step_time")
+    assert step["verdict"] == "cannot tell" and step["lower"] < 0 < step["upper"]
+    grew = statistics.median(step["after_steps"]) / statistics.median(step["before_steps"]) - 1
+    assert step["relative"] == pytest.approx(grew, abs=1e-4)
+    if grew > 0.05:  # over the budget, held back: the line says so and what would tell
+        assert "not broken" in stderr and "more runs a side" in stderr
+
+
+def test_the_real_change_is_faster_with_an_interval(stored: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "diff.json"
+    code, _stdout, _ = invoke(
+        "diff", str(stored["w0c1"]), str(stored["w4c1"]), "--no-html", "--json", str(out)
+    )
+    assert code == 0
+    document = json.loads(out.read_text())
+    assert document["schema"] == 3 and document["before_runs"] == document["after_runs"] == 1
+    step = next(m for m in document["metrics"] if m["key"] == "step_time")
+    before = statistics.median(raw_step_times_us(RUNS["w0c1"])[:6])
+    after = statistics.median(raw_step_times_us(RUNS["w4c1"])[:6])
+    assert step["before"] == pytest.approx(before, abs=0.01) and step["after"] == pytest.approx(
+        after, abs=0.01
+    )
+    assert step["verdict"] == "faster" and step["lower"] <= step["change"] <= step["upper"] < 0
+    # One run a side: the interval is at least what the runs' spread alone gives.
+    assert step["upper"] - step["lower"] >= 2 * 1.959964 * HOST_RUN_SPREAD * math.hypot(before, after) - 0.01
+    gpu = next(m for m in document["metrics"] if m["key"] == "gpu_work")
+    assert gpu["verdict"] == "no change"  # the GPU's own work did not move; the host side did
+    assert any("DataLoader" in line for line in document["moved"])
+
+
+def test_the_real_change_reversed_breaks_the_gate(stored: dict[str, Path]) -> None:
+    code, _, stderr = invoke(
+        "diff", str(stored["w4c1"]), str(stored["w0c1"]), "--no-html", "--max-regression", "5"
+    )
+    assert code == 1 and "told apart from noise" in stderr
+
+
+def _cycles_folder(tmp: Path, workers: str) -> Path:
+    """A folder holding one run's two cycles, as ``tensorboard_trace_handler`` names them."""
+    folder = tmp / f"workers{workers}"
+    folder.mkdir()
+    first = RUNS[f"w{workers}c1"]
+    stamp = {"0": "1623143089861", "4": "1623212756351"}[workers]
+    shutil.copy(first, folder / f"worker0.{stamp}.pt.trace.json.gz")
+    second = RUNS[f"w{workers}c2"]
+    shutil.copy(second, folder / second.name)
+    return folder
+
+
+def test_two_cycles_a_side_are_pooled(tmp_path: Path) -> None:
+    before, after = _cycles_folder(tmp_path, "0"), _cycles_folder(tmp_path, "4")
+    out = tmp_path / "pooled.json"
+    code, stdout, _ = invoke(
+        "diff", str(before), str(after), "--no-html", "--json", str(out), "--max-regression", "5"
+    )
+    assert code == 0
+    document = json.loads(out.read_text())
+    assert document["before_runs"] == document["after_runs"] == 2
+    assert document["before_steps"] == document["after_steps"] == 12
+    assert any("pooled 2 runs" in note for note in document["notes"]) and "pooled" in stdout
+    step = next(m for m in document["metrics"] if m["key"] == "step_time")
+    pooled_before = statistics.median(
+        raw_step_times_us(RUNS["w0c1"])[:6] + raw_step_times_us(RUNS["w0c2"])[:6]
+    )
+    assert step["before"] == pytest.approx(pooled_before, abs=0.01)
+    assert step["verdict"] == "faster"
+    code, _, stderr = invoke("diff", str(after), str(before), "--no-html", "--max-regression", "5")
+    assert code == 1 and "told apart from noise" in stderr
+
+
+def test_predicted_beside_measured_in_every_output(stored: dict[str, Path], tmp_path: Path) -> None:
+    out, markdown, page = tmp_path / "d.json", tmp_path / "d.md", tmp_path / "d.html"
+    code, stdout, _ = invoke(
+        "diff",
+        str(stored["w0c1"]),
+        str(stored["w4c1"]),
+        "--json",
+        str(out),
+        "--markdown",
+        str(markdown),
+        "-o",
+        str(page),
+    )
+    assert code == 0
+    document = json.loads(out.read_text())
+    (prediction,) = document["predictions"]
+    fixed = next(f for f in document["findings"] if f["status"] == "fixed")
+    assert prediction["rule"] == fixed["rule"] == "dataloader-stall"
+    assert prediction["predicted_us"] == fixed["before_savings_us"]
+    step = next(m for m in document["metrics"] if m["key"] == "step_time")
+    dataloader = next(m for m in document["idle_by_cause"] if m["key"] == "idle:dataloader")
+    assert prediction["measured_step_us"] == pytest.approx(step["after"] - step["before"], abs=0.01)
+    assert prediction["measured_target_us"] == pytest.approx(
+        dataloader["after"] - dataloader["before"], abs=0.01
+    )
+    assert dataloader["after"] == 0 and dataloader["verdict"] == "lower"
+    words = "predicted 58.82 ms; measured: step −50.76 ms, idle: waiting for the DataLoader −47.54 ms"
+    assert words in stdout.replace("\n", " ").replace("  ", " ") or words.split(";")[0] in stdout
+    assert words in markdown.read_text().replace("\\", "")
+    html = page.read_text()
+    assert "Predicted and measured" in html and all(
+        value in html for value in ("58.82 ms", "−50.76 ms", "−47.54 ms")
+    )
+    assert 'class="dots"' in page.read_text()  # each figure's steps as dots
