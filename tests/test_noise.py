@@ -264,3 +264,92 @@ def test_predicted_beside_measured_in_every_output(stored: dict[str, Path], tmp_
         value in html for value in ("58.82 ms", "−50.76 ms", "−47.54 ms")
     )
     assert 'class="dots"' in page.read_text()  # each figure's steps as dots
+
+
+# --- a run starved of CPU ----------------------------------------------------------------------------
+
+
+def _with_usage(path: Path, wait_share: float) -> Path:
+    """The stored result at ``path`` as if ``run`` had measured its steps: each step's thread waited
+    ``wait_share`` of the step for a CPU, on a 2-core machine under load 8."""
+    from traceinsight.results import Result
+    from traceinsight.results.trace import RunInfo, StepUsage
+
+    result = Result.from_json(path.read_bytes())
+    usage = tuple(
+        StepUsage(round(step * 1000), round(step * 400), round(step * 1000 * wait_share), 8.0)
+        for step in json.loads(path.read_text())["steady_state"]["step_times_us"]
+    )
+    run = RunInfo(
+        command="traceinsight run train.py", script="train.py", started="2026-12-05T10:00:00+00:00",
+        torch_version="2.13.0", elapsed_s=9.0, exit_status=0, failure=None, steps_recorded=6,
+        cores=2, step_usage=usage,
+    )  # fmt: skip
+    out = path.with_name(f"{path.stem}-waited{round(wait_share * 100)}.json")
+    out.write_text(result.replace(run=run).to_json())
+    return out
+
+
+def test_a_slower_run_starved_of_cpu_does_not_break_the_gate(stored: dict[str, Path], tmp_path: Path) -> None:
+    """workers 4 → 0 is slower (exit 1 above); with the slower run's steps waiting 60 % of their
+    time for a CPU and the other's 2 %, the difference is the machine's: cannot tell, exit 0."""
+    fast, slow = _with_usage(stored["w4c1"], 0.02), _with_usage(stored["w0c1"], 0.6)
+    out = tmp_path / "d.json"
+    code, stdout, _ = invoke(
+        "diff", str(fast), str(slow), "--no-html", "--json", str(out), "--max-regression", "5"
+    )
+    assert code == 0
+    document = json.loads(out.read_text())
+    step = next(m for m in document["metrics"] if m["key"] == "step_time")
+    assert step["verdict"] == "cannot tell" and step["lower"] > 0  # the interval alone would say slower
+    assert any(
+        line.startswith("the after run was starved of CPU: its steps waited 60%")
+        for line in document["moved"]
+    )
+    assert "starved of CPU" in stdout
+    # The faster side starved instead: the slowdown stands.
+    code, _, _ = invoke(
+        "diff", str(_with_usage(stored["w4c1"], 0.6)), str(_with_usage(stored["w0c1"], 0.02)), "--no-html",
+        "--max-regression", "5",
+    )  # fmt: skip
+    assert code == 1
+
+
+TRAIN = """\
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+data, target = torch.randn(32, 64), torch.randint(0, 10, (32,))
+for _ in range(20):
+    optimizer.zero_grad()
+    torch.nn.functional.cross_entropy(model(data), target).backward()
+    optimizer.step()
+"""
+
+
+def test_two_identical_cpu_runs_pass_the_readmes_gate(tmp_path: Path) -> None:
+    """The README's CI recipe on CPU when nothing changed: two runs of one script under ``run``,
+    diffed with its budgets, exit 0; each run measured its steps' CPU time and load."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    (tmp_path / "train.py").write_text(TRAIN)
+    repo = Path(__file__).resolve().parent.parent
+    env = {**__import__("os").environ, "PYTHONPATH": str(repo)}
+    for name in ("baseline.json", "result.json"):
+        done = subprocess.run(
+            [sys.executable, "-m", "traceinsight", "run", "--json", name, "--no-html", "train.py"],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        run = json.loads((tmp_path / name).read_text())["run"]
+        assert run["cores"] and len(run["step_usage"]) == 5
+        assert all(wall > 0 and cpu > 0 for wall, cpu, _, _ in run["step_usage"])
+    code, _, stderr = invoke(
+        "diff", str(tmp_path / "baseline.json"), str(tmp_path / "result.json"), "--no-html",
+        "--fail-on", "high", "--max-syncs-per-step", "1", "--max-regression", "5",
+    )  # fmt: skip
+    assert code == 0, stderr

@@ -333,6 +333,8 @@ class Comparison:
             return f"step time {step.verdict} by {ends[0]:.1f}-{ends[1]:.1f}% ({level}): {basis}"
         width = (high - low) / 2
         words = _minus(f"{low:+.1f}% to {high:+.1f}% ({level})")
+        if any("starved of CPU" in line for line in self.moved):
+            return f"step time: cannot tell, {words}: a run was starved of CPU (below); {basis}"
         if step.verdict == "no change":
             return f"step time: no change, {words}: {basis}"
         return (
@@ -753,7 +755,65 @@ def compare(
         after_steps=sum(len(run.get("step_time", [])) for run in figures_after),
         run_spread=HOST_RUN_SPREAD if one_run else 0.0,
     )
-    return replace(comparison, moved=what_moved(comparison), predictions=predictions(comparison))
+    starved = [_starved(results) for results in (befores, afters)]
+    step = comparison.metric("step_time")
+    lines: list[str] = []
+    for name, (mine, theirs) in (("before", starved), ("after", starved[::-1])):
+        if mine is None or mine[0] < STARVED_WAIT_SHARE or (theirs is not None and mine[0] < 2 * theirs[0]):
+            continue
+        other = "after" if name == "before" else "before"
+        against = f", against {theirs[0] * 100:.0f}% {other} ({theirs[1]})" if theirs is not None else ""
+        lines.append(
+            f"the {name} run was starved of CPU: its steps waited {mine[0] * 100:.0f}% of their time "
+            f"for a CPU ({mine[1]}){against}: a difference of the machine, not of the code"
+        )
+    both = all(side is not None and side[0] >= STARVED_WAIT_SHARE for side in starved)
+    if both:
+        assert starved[0] is not None and starved[1] is not None
+        lines.append(
+            f"both runs were starved of CPU: their steps waited {starved[0][0] * 100:.0f}% and "
+            f"{starved[1][0] * 100:.0f}% of their time for a CPU ({starved[0][1]}; {starved[1][1]}): "
+            "step time on this machine measures its load; judge syncs per step, findings and GPU work"
+        )
+    if lines and step.verdict in ("faster", "slower"):
+        # The run that waited for a CPU is the slower one: its steps measure the machine's load.
+        slower = "after" if step.verdict == "slower" else "before"
+        if both or any(line.startswith(f"the {slower} run") for line in lines):
+            step = replace(step, verdict="cannot tell")
+            comparison = replace(
+                comparison, metrics=tuple(step if m.key == "step_time" else m for m in comparison.metrics)
+            )
+    return replace(
+        comparison,
+        moved=(*lines, *what_moved(comparison)),
+        predictions=predictions(comparison),
+    )
+
+
+#: A run whose steps' thread waited for a CPU this share of their wall time (median) or more was
+#: starved of CPU (on an idle machine the share is ~0; 2 cores under load 8: most of the step).
+STARVED_WAIT_SHARE: Final = 0.2
+
+
+def _starved(results: Sequence[Result]) -> tuple[float, str] | None:
+    """How much of its steps a side's runs waited for a CPU (median share of the wall time) and
+    the machine's load in words; None where ``run`` did not measure it (a trace alone cannot say).
+    A side is starved at :data:`STARVED_WAIT_SHARE` or more and twice the other side's share."""
+    shares, loads, cores = [], [], None
+    for result in results:
+        if result.run is None:
+            continue
+        cores = cores or result.run.cores
+        for usage in result.run.step_usage:
+            if usage.cpu_wait_ns is not None and usage.wall_ns > 0:
+                shares.append(usage.cpu_wait_ns / usage.wall_ns)
+            if usage.load_1m is not None:
+                loads.append(usage.load_1m)
+    if not shares:
+        return None
+    share = median(shares)
+    load = f"load average {median(loads):.1f}" if loads else "load unknown"
+    return share, f"{load} on {cores} cores" if cores else load
 
 
 def _kept(runs: list[list[float]], unit: str) -> tuple[float, ...]:

@@ -184,6 +184,8 @@ def result_of(report: Report) -> t.Result:
             exit_status=run.exit_status,
             failure=run.failure,
             steps_recorded=run.steps_recorded,
+            cores=run.cores,
+            step_usage=tuple(t.StepUsage(*usage) for usage in run.step_usage),
         ),
         warnings=tuple(
             t.TraceWarning(kind=warning.kind, message=warning.message, advice=warning.advice)

@@ -65,6 +65,7 @@ __all__ = [
     "RunInfo",
     "SteadyState",
     "Step",
+    "StepUsage",
     "SyncCall",
     "SyncHotspot",
     "Tool",
@@ -128,6 +129,23 @@ class RunInfo:
     exit_status: int
     failure: str | None
     steps_recorded: int | None
+    #: CPUs the machine had (schema 3).
+    cores: int | None = None
+    #: Each recorded step as the process lived it (schema 3): what tells a step starved of CPU.
+    step_usage: tuple[StepUsage, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StepUsage:
+    """``[wall_us, cpu_us, cpu_wait_us, load_1m]`` of one recorded step: its wall time, the
+    process's CPU time (every thread), the time its thread waited for a CPU (Linux; null
+    elsewhere), the machine's 1-minute load average at its end (null where unknown)."""
+
+    JSON_ARRAY: ClassVar[bool] = True
+    wall_ns: int
+    cpu_ns: int
+    cpu_wait_ns: int | None
+    load_1m: float | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
