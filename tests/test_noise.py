@@ -353,3 +353,23 @@ def test_two_identical_cpu_runs_pass_the_readmes_gate(tmp_path: Path) -> None:
         "--fail-on", "high", "--max-syncs-per-step", "1", "--max-regression", "5",
     )  # fmt: skip
     assert code == 0, stderr
+
+
+def test_stored_results_of_several_runs_are_pooled(stored: dict[str, Path], tmp_path: Path) -> None:
+    """A folder (or a pattern) of results ``analyze --json`` / ``run --json`` wrote: one side of
+    several runs, as a folder of cycles is."""
+    for name in stored:
+        folder = tmp_path / name[:2]
+        folder.mkdir(exist_ok=True)
+        shutil.copy(stored[name], folder / f"{name}.json")
+    out = tmp_path / "pooled.json"
+    code, _, _ = invoke(
+        "diff", str(tmp_path / "w0"), str(tmp_path / "w4" / "*.json"), "--no-html", "--json", str(out)
+    )
+    assert code == 0
+    document = json.loads(out.read_text())
+    assert document["before_runs"] == document["after_runs"] == 2 and document["after"].endswith("*.json")
+    step = next(m for m in document["metrics"] if m["key"] == "step_time")
+    assert step["verdict"] == "faster"
+    steps = raw_step_times_us(RUNS["w4c1"])[:6] + raw_step_times_us(RUNS["w4c2"])[:6]
+    assert step["after"] == pytest.approx(statistics.median(steps), abs=0.01)

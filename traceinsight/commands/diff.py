@@ -159,6 +159,10 @@ class Side:
     path: Path
     stored: Result | JobResult | None = None
     files: JobFiles | None = None
+    #: Stored results of several runs of one setup (a folder or pattern of ``analyze --json`` or
+    #: ``run --json`` files of traces): pooled by a diff as one side.
+    runs: tuple[Result, ...] = ()
+    run_paths: tuple[Path, ...] = ()
 
     @property
     def is_job(self) -> bool:
@@ -171,7 +175,7 @@ class Side:
     def is_cycles(self) -> bool:
         """One process's profiler cycles (a folder or pattern of them): runs of one setup, pooled
         by a diff as one side of several runs."""
-        return self.files is not None and self.files.cycles_of is not None
+        return bool(self.runs) or (self.files is not None and self.files.cycles_of is not None)
 
     @property
     def words(self) -> str:
@@ -185,7 +189,7 @@ class Side:
     @property
     def inputs(self) -> list[Path]:
         """The files no output may replace."""
-        return [self.path] if self.files is None else [self.path, *self.files.paths]
+        return [self.path, *self.run_paths] if self.files is None else [self.path, *self.files.paths]
 
     @property
     def label(self) -> str:
@@ -193,7 +197,7 @@ class Side:
         from traceinsight.job.discover import is_job
         from traceinsight.load.text import printable
 
-        if self.files is not None and not self.path.is_dir() and is_job([self.path]):
+        if (self.files is not None or self.runs) and not self.path.is_dir() and is_job([self.path]):
             return printable(str(self.path))  # a pattern: its name alone says too little
         return printable(self.path.resolve().name if self.path.is_dir() else self.path.name) or "job"
 
@@ -202,7 +206,7 @@ class Side:
         """The side's name in the default page's file name (no pattern characters)."""
         from traceinsight.commands.common import stem
 
-        if self.files is None or self.path.is_dir():
+        if (self.files is None and not self.runs) or self.path.is_dir():
             return stem(self.path.resolve() if self.path.is_dir() else self.path) or "job"
         fixed = [part for part in self.path.parts[:-1] if not _GLOB.search(part)]
         return fixed[-1] if fixed and fixed[-1] not in (".", "/") else "job"
@@ -221,8 +225,35 @@ def sort_side(path: Path, reading: Reading) -> Side:
     from traceinsight.results.stored import read_stored
 
     if is_job([path]):
+        runs = _stored_runs(path, reading)
+        if runs:
+            return Side(path, runs=tuple(run for _, run in runs), run_paths=tuple(file for file, _ in runs))
         return Side(path, files=job_files([path]))
     return Side(path, stored=read_stored(path, (Result, JobResult), reading.limit))
+
+
+def _stored_runs(path: Path, reading: Reading) -> tuple[tuple[Path, Result], ...]:
+    """The runs of a folder or pattern of stored results of traces (``*.json`` files that
+    ``analyze --json`` or ``run --json`` wrote), in name order; empty unless every such file is
+    one (a job's traces, or a folder mixing results with traces, are a job's side)."""
+    import glob
+
+    from traceinsight.results import Result
+    from traceinsight.results.stored import read_stored
+
+    found = sorted(path.glob("*.json") if path.is_dir() else (Path(name) for name in glob.glob(str(path))))
+    files = [file for file in found if file.is_file() and not file.is_symlink()]
+    if not files or (
+        path.is_dir() and any(item.name.endswith((".json.gz", ".pt.trace.json")) for item in path.iterdir())
+    ):
+        return ()
+    runs = []
+    for file in files:
+        stored = read_stored(file, (Result,), reading.limit)
+        if not isinstance(stored, Result):
+            return ()
+        runs.append((file, stored))
+    return tuple(runs)
 
 
 def _check_same_kind(before: Side, after: Side) -> None:
@@ -287,8 +318,8 @@ def diff_and_write(
     ):
         pooled = []
         for side in sides:
-            runs = []
-            for path in side.files.paths if side.files is not None else [side.path]:
+            runs = list(side.runs)
+            for path in side.files.paths if side.files is not None else [] if side.runs else [side.path]:
                 with progress(path) if progress is not None else nullcontext() as callback:
                     runs.append(_trace_of(Side(path) if side.files is not None else side, reading, callback))
             pooled.append(runs)
