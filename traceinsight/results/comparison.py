@@ -24,6 +24,8 @@ from traceinsight.results.noise import (
     GPU_RUN_SPREAD,
     HOST_RUN_SPREAD,
     NO_CHANGE_MARGIN,
+    SEED,
+    bootstrap_medians,
     estimate,
     median,
 )
@@ -670,6 +672,17 @@ def compare(
     step_before = _pooled_step(befores) or 0.0
     step_after = _pooled_step(afters) or 0.0
 
+    def filled(figures: list[dict[str, list[float]]]) -> list[dict[str, list[float]]]:
+        """Each run's figures with every idle cause either side has (0 in each step that lacks it)."""
+        causes = {key for run in (*figures_before, *figures_after) for key in run if key.startswith("idle:")}
+        return [
+            {**run, **{key: [0.0] * len(run.get("host_wait", [])) for key in causes if key not in run}}
+            for run in figures
+        ]
+
+    drawn_before = bootstrap_medians(filled(figures_before), seed=SEED) if per_step else {}
+    drawn_after = bootstrap_medians(filled(figures_after), seed=SEED + 1) if per_step else {}
+
     def runs(figures: list[dict[str, list[float]]], key: str) -> list[list[float]]:
         """A side's runs' values of ``key``; an idle cause a run's steps lack is 0 in each."""
         if key.startswith("idle:"):
@@ -704,7 +717,15 @@ def compare(
         else:  # host-paced times: the step, the GPU's wait on the host
             spreads = (HOST_RUN_SPREAD * step_before, HOST_RUN_SPREAD * step_after)
             margin = NO_CHANGE_MARGIN * step_before
-        found = estimate(was, now, run_sd_before=spreads[0], run_sd_after=spreads[1], margin=margin)
+        draws = (drawn_before.get(metric.key, []), drawn_after.get(metric.key, []))
+        found = estimate(
+            was,
+            now,
+            run_sd_before=spreads[0],
+            run_sd_after=spreads[1],
+            margin=margin,
+            drawn=draws if all(draws) else None,
+        )
         kept = (_kept(was, metric.unit), _kept(now, metric.unit))
         if found is None or metric.change is None:
             return replace(metric, before_steps=kept[0], after_steps=kept[1])

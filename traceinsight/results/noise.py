@@ -7,14 +7,14 @@ assumptions):
 
 - **the change** is the median of the after side's steps minus the before side's (all of a side's
   runs pooled), as ``diff`` always printed it;
-- **its interval** is a seeded, deterministic bootstrap (:data:`RESAMPLES` resamples, the same seed
-  every time, so one input gives one output): on each side, runs are drawn with replacement, then
-  each drawn run's steps with replacement, and the medians of the two pooled draws are subtracted;
-  the interval holds the middle :data:`CONFIDENCE` of those differences (percentiles);
-- **a side with one run** cannot show how much runs differ: its median is moved, in each resample,
-  by a normal draw of the run-to-run spread the caller gives (``run_sd_before`` /
-  ``run_sd_after``, measured: :data:`HOST_RUN_SPREAD`, :data:`GPU_RUN_SPREAD`), so the interval
-  holds what a second run could have shown too;
+- **the steps' part of its interval** is a seeded, deterministic bootstrap (:data:`RESAMPLES`
+  resamples, the same seed every time, so one input gives one output): each run's steps drawn with
+  replacement, pooled, the medians of the two sides subtracted; half the middle 68 % of those
+  differences is the steps' standard deviation;
+- **the runs' part**: each side adds its run-to-run variance, spread² / runs, the spread being
+  the one the caller gives (measured: :data:`HOST_RUN_SPREAD`, :data:`GPU_RUN_SPREAD`) or, with
+  several runs, their medians' standard deviation when larger; the interval is the change ±
+  z · √(steps² + runs before + runs after), so it holds what a second run could have shown too;
 - **the verdict**: ``lower`` when the whole interval is below 0, ``higher`` when above, ``no
   change`` when it lies within ± the ``margin`` (a change too small to matter), else ``cannot
   tell``.
@@ -25,11 +25,11 @@ Pure functions of numbers: no I/O, no globals but the constants below.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import random
+import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
-
-import numpy as np
 
 __all__ = [
     "CONFIDENCE",
@@ -45,9 +45,9 @@ __all__ = [
 
 #: The share of the bootstrap's differences the interval holds (a 95 % interval).
 CONFIDENCE: Final = 0.95
-#: Bootstrap resamples per figure: enough for the 2.5th/97.5th percentiles to move by well under
-#: a tenth of the interval's width from one seed to another.
-RESAMPLES: Final = 2000
+#: Bootstrap resamples per side: enough for the 16th/84th percentiles the steps' spread is read
+#: from to move by a few percent of it from one seed to another.
+RESAMPLES: Final = 1000
 #: The bootstrap's seed: one input, one output (a diff is deterministic, and its JSON too).
 SEED: Final = 20_260_605
 #: Run-to-run spread of the host-paced figures (step time; GPU idle and its causes), as a share of
@@ -85,19 +85,57 @@ class Estimate:
 
 def median(values: Sequence[float]) -> float:
     """The median of ``values`` (0 for none)."""
-    return float(np.median(np.asarray(values, dtype=np.float64))) if len(values) else 0.0
+    return float(statistics.median(values)) if len(values) else 0.0
 
 
-def _medians(runs: Sequence[Sequence[float]], resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """``resamples`` bootstrap medians of a side: each run's steps drawn with replacement (every
-    run kept, so the draw moves only as its steps do), pooled, their median."""
-    parts = [
-        np.asarray(run, dtype=np.float64)[rng.integers(0, len(run), size=(resamples, len(run)))]
-        for run in runs
-        if len(run)
-    ]
-    medians: np.ndarray = np.median(np.concatenate(parts, axis=1), axis=1)
-    return medians
+#: Resampled steps drawn at most per side and group of figures: fewer resamples for runs of many
+#: steps (the spread of a median of many steps needs fewer to settle).
+_MOST_DRAWN: Final = 400_000
+
+
+def bootstrap_medians(
+    runs: Sequence[Mapping[str, Sequence[float]]], resamples: int = RESAMPLES, seed: int = SEED
+) -> dict[str, list[float]]:
+    """Bootstrap medians of a side, every figure at once: in each resample, each run's steps are
+    drawn with replacement (every run kept, so a draw moves only as its steps do; the same steps
+    for every figure of a run), pooled over the runs, and each figure's median taken. ``runs``:
+    each run's figures by key, each a value per step (a run's figures of one length are drawn
+    together). Seeded: one input, one output."""
+    import polars as pl
+
+    draw = random.Random(seed)
+    longest = max((len(values) for run in runs for values in run.values()), default=0)
+    if not longest:
+        return {}
+    count = max(50, min(resamples, _MOST_DRAWN // longest))
+    frames = []
+    for run in runs:
+        by_length: dict[int, list[str]] = {}
+        for key, values in run.items():
+            if len(values):
+                by_length.setdefault(len(values), []).append(key)
+        for size, keys in by_length.items():
+            picks = draw.choices(range(size), k=count * size)
+            table = pl.DataFrame({key: [float(value) for value in run[key]] for key in keys})
+            frames.append(
+                table[picks].with_columns(resample=pl.int_range(0, count * size, dtype=pl.Int32) // size)
+            )
+    pooled = pl.concat(frames, how="diagonal").group_by("resample").agg(pl.exclude("resample").median())
+    pooled = pooled.sort("resample")
+    return {
+        key: [float(value) for value in pooled[key].to_list() if value is not None]
+        for key in pooled.columns
+        if key != "resample"
+    }
+
+
+def _percentile(values: Sequence[float], share: float) -> float:
+    """The ``share`` (0-1) percentile of ``values``, linear between order statistics."""
+    ordered = sorted(values)
+    place = share * (len(ordered) - 1)
+    low = math.floor(place)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (place - low)
 
 
 def _between(runs: Sequence[Sequence[float]], run_sd: float) -> float:
@@ -107,7 +145,7 @@ def _between(runs: Sequence[Sequence[float]], run_sd: float) -> float:
     middles = [median(run) for run in runs if len(run)]
     spread = run_sd
     if len(middles) > 1:
-        spread = max(spread, float(np.std(middles, ddof=1)))
+        spread = max(spread, statistics.stdev(middles))
     return spread**2 / len(middles)
 
 
@@ -121,21 +159,27 @@ def estimate(
     confidence: float = CONFIDENCE,
     resamples: int = RESAMPLES,
     seed: int = SEED,
+    drawn: tuple[Sequence[float], Sequence[float]] | None = None,
 ) -> Estimate | None:
     """The change of a figure from ``before`` to ``after`` (each a side's runs, each run its steps'
     values), its interval and verdict (see the module doc). ``run_sd_*``: the run-to-run spread
     of a side's median (one standard deviation, the figure's unit); ``margin``: the largest
-    change that is "no change" (the figure's unit). None when a side has no steps."""
+    change that is "no change" (the figure's unit); ``drawn``: each side's bootstrap medians of
+    the figure when already drawn (:func:`bootstrap_medians`, every figure at once). None when a
+    side has no steps."""
     if not any(len(run) for run in before) or not any(len(run) for run in after):
         return None
-    rng = np.random.default_rng(seed)
+    if drawn is None:
+        drawn = (
+            bootstrap_medians([{"x": run} for run in before], resamples, seed)["x"],
+            bootstrap_medians([{"x": run} for run in after], resamples, seed + 1)["x"],
+        )
     middle_before = median([value for run in before for value in run])
     middle_after = median([value for run in after for value in run])
-    drawn = _medians(after, resamples, rng) - _medians(before, resamples, rng)
+    differences = [now - was for was, now in zip(drawn[0], drawn[1], strict=False)]
     # The steps' part as a standard deviation: half the middle 68 % of the draws (robust to the
     # few extreme draws a median of a handful of steps makes).
-    low_draw, high_draw = np.percentile(drawn, [15.865, 84.135])
-    within = float(high_draw - low_draw) / 2
+    within = (_percentile(differences, 0.84135) - _percentile(differences, 0.15865)) / 2
     spread = math.sqrt(within**2 + _between(before, run_sd_before) + _between(after, run_sd_after))
     change = middle_after - middle_before
     half = _Z[confidence] * spread if confidence in _Z else _z(confidence) * spread
