@@ -40,8 +40,10 @@ def diff(
             metavar="BEFORE",
             show_default=False,
             readable=False,
-            help="The baseline: a trace (.json/.json.gz) or a result of analyze --json; or a job: its "
-            "result of analyze --json, a folder or a quoted pattern of its rank traces.",
+            help="The baseline: a trace (.json/.json.gz) or a result of analyze --json; several runs "
+            "of one setup, pooled: a folder or a quoted pattern of one process's profiler cycles or "
+            "of results of analyze/run --json; or a job: its result of analyze --json, a folder or a "
+            "quoted pattern of its rank traces.",
         ),
     ],
     after: Annotated[
@@ -88,12 +90,16 @@ def diff(
             metavar="PCT",
             min=0,
             show_default=False,
-            help="Gate: exit 1 when the step time grew more than PCT % over BEFORE.",
+            help="Gate: exit 1 when the step time grew more than PCT % over BEFORE and the growth is "
+            "told apart from noise (its verdict is slower; a growth that cannot be told apart is said, "
+            "not broken on).",
         ),
     ] = None,
 ) -> None:
     """Compare two runs: step time, GPU busy and idle by cause, syncs, copies, communication,
-    findings fixed / new / still there, and the kernels that changed most.
+    findings fixed / new / still there, and the kernels that changed most. Each figure with
+    per-step values gets a verdict (faster / slower, lower / higher, no change, cannot tell) with
+    its 95 % interval, from its steps and a measured run-to-run spread (docs/noise.md).
 
     Two jobs (results, folders or patterns of rank traces) compare as a whole, rank by rank, and by
     their stragglers gone / new / still there. A stored result (analyze --json) works as a baseline

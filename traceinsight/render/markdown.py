@@ -255,6 +255,8 @@ def _job_comparison(comparison: JobComparison) -> str:
     lines += [f"> ⚠️ Not the same setup: {escape(note, 300)}" for note in comparison.notes]
     if comparison.notes:
         lines.append("")
+    if comparison.headline:
+        lines += [f"**{escape(comparison.headline, 400)}**", ""]
     lines += _table(
         ("the job (per step; the mean rank unless named)", "before", "after", "change"),
         [(escape(m.title), m.text(m.before), m.text(m.after), m.change_text()) for m in comparison.shown],

@@ -155,6 +155,18 @@ class JobComparison:
     stragglers: tuple[StragglerChange, ...]
     findings: tuple[JobFindingChange, ...]
 
+    @property
+    def headline(self) -> str:
+        """The job's step-time verdict first: ``step time: cannot tell, −18.9% to +23.4% (95%):
+        the run-to-run spread alone (a job's result keeps no per-step figures)``; empty when not judged."""
+        step = next((metric for metric in self.metrics if metric.key == "step_time"), None)
+        if step is None or step.verdict is None:
+            return ""
+        return (
+            f"step time: {step.verdict}, {step.interval_text()} (95%): the run-to-run spread alone "
+            "(a job's result keeps no per-step figures, so the interval is a lower bound)"
+        )
+
     def to_json(self) -> str:
         """The comparison as ``diff --json`` writes it."""
         return strict_json(document_of(self))
