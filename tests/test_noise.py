@@ -373,3 +373,17 @@ def test_stored_results_of_several_runs_are_pooled(stored: dict[str, Path], tmp_
     assert step["verdict"] == "faster"
     steps = raw_step_times_us(RUNS["w4c1"])[:6] + raw_step_times_us(RUNS["w4c2"])[:6]
     assert step["after"] == pytest.approx(statistics.median(steps), abs=0.01)
+
+
+def test_a_job_diff_judges_its_median_step_on_the_run_to_run_spread(tmp_path: Path) -> None:
+    """A job's result keeps no per-step figures: its median step is judged on the measured
+    run-to-run spread alone, ±1.96·√(2)·7.8 % of the step for one job against itself."""
+    out = tmp_path / "jobs.json"
+    job = str(SAMPLES / "two_ranks")
+    code, stdout, _ = invoke("diff", job, job, "--no-html", "--json", str(out), "--max-regression", "0")
+    assert code == 0
+    step = next(m for m in json.loads(out.read_text())["metrics"] if m["key"] == "step_time")
+    half = 1.959964 * math.sqrt(2) * HOST_RUN_SPREAD * step["before"]
+    assert step["change"] == 0 and step["verdict"] == "cannot tell"
+    assert step["lower"] == pytest.approx(-half, abs=0.01) and step["upper"] == pytest.approx(half, abs=0.01)
+    assert "step time: cannot tell" in stdout
