@@ -734,6 +734,11 @@ def compare(
         below, above = found.change - found.lower, found.upper - found.change
         lower = min(metric.change, found.change) - below
         upper = max(metric.change, found.change) + above
+        # A time or a share is never below 0 (nor a share above 1): the normal interval is cut there.
+        if metric.before is not None:
+            lower = max(lower, -metric.before)
+            if metric.unit == "share":
+                upper = min(upper, 1.0 - metric.before)
         if lower > 0:
             verdict = "higher"
         elif upper < 0:
