@@ -170,10 +170,15 @@ def test_two_cycles_of_one_run_do_not_break_the_gate(
 
 def test_the_real_change_is_faster_with_an_interval(stored: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "diff.json"
-    code, _stdout, _ = invoke(
+    code, stdout, _ = invoke(
         "diff", str(stored["w0c1"]), str(stored["w4c1"]), "--no-html", "--json", str(out)
     )
     assert code == 0
+    # The verdict first, with its interval and what it rests on, before the table.
+    headline = stdout.index("step time faster by")
+    assert (
+        headline < stdout.index("Before and after") and "6 steps before and 6 after, one run a side" in stdout
+    )
     document = json.loads(out.read_text())
     assert document["schema"] == 3 and document["before_runs"] == document["after_runs"] == 1
     step = next(m for m in document["metrics"] if m["key"] == "step_time")
