@@ -104,6 +104,7 @@ def bootstrap_medians(
     import polars as pl
 
     draw = random.Random(seed)
+    runs = [{key: _thinned(values) for key, values in run.items()} for run in runs]
     longest = max((len(values) for run in runs for values in run.values()), default=0)
     if not longest:
         return {}
@@ -127,6 +128,18 @@ def bootstrap_medians(
         for key in pooled.columns
         if key != "resample"
     }
+
+
+#: Steps of a run the bootstrap draws from at most: a longer run (a stored result is untrusted
+#: input, and may list millions) is thinned to this many, evenly spaced, so memory stays bounded.
+MOST_STEPS: Final = 20_000
+
+
+def _thinned(values: Sequence[float]) -> Sequence[float]:
+    """``values``, or :data:`MOST_STEPS` of them evenly spaced when there are more."""
+    if len(values) <= MOST_STEPS:
+        return values
+    return [values[index * len(values) // MOST_STEPS] for index in range(MOST_STEPS)]
 
 
 def _percentile(values: Sequence[float], share: float) -> float:
