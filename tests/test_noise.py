@@ -392,3 +392,31 @@ def test_a_job_diff_judges_its_median_step_on_the_run_to_run_spread(tmp_path: Pa
     assert step["change"] == 0 and step["verdict"] == "cannot tell"
     assert step["lower"] == pytest.approx(-half, abs=0.01) and step["upper"] == pytest.approx(half, abs=0.01)
     assert "step time: cannot tell" in stdout
+
+
+def test_findings_fixed_together_share_the_measured_change() -> None:
+    """Two fixes landing at once: each stands beside the same measured change, naming the other."""
+    from traceinsight.results.comparison import Comparison, FindingChange, predictions
+    from traceinsight.rules.findings import Severity
+
+    def fixed(rule: str, saving: float) -> FindingChange:
+        return FindingChange(
+            status="fixed", rule=rule, site="train.py:7", title=rule, severity=Severity.HIGH,
+            before_saving_us=saving, after_saving_us=None,
+        )  # fmt: skip
+
+    comparison = Comparison(
+        before="a", after="b", basis="per step", notes=(),
+        metrics=(Metric("step_time", "step time", "us", 1000.0, 700.0),),
+        idle=(Metric("idle:dataloader", "dataloader", "us", 300.0, 20.0), Metric("idle:sync", "sync", "us", 50.0, 0.0)),
+        findings=(fixed("dataloader-stall", 280.0), fixed("sync-in-loop", 45.0)), kernels=(),
+    )  # fmt: skip
+    loader, sync = predictions(comparison)
+    assert (loader.predicted_us, loader.measured_step_us, loader.measured_target_us) == (
+        280.0,
+        -300.0,
+        -280.0,
+    )
+    assert (sync.target, sync.measured_target_us) == ("idle:sync", -50.0)
+    assert loader.together_with == ("sync-in-loop",) and sync.together_with == ("dataloader-stall",)
+    assert "theirs together" in loader.text()
