@@ -420,3 +420,13 @@ def test_findings_fixed_together_share_the_measured_change() -> None:
     assert (sync.target, sync.measured_target_us) == ("idle:sync", -50.0)
     assert loader.together_with == ("sync-in-loop",) and sync.together_with == ("dataloader-stall",)
     assert "theirs together" in loader.text()
+
+
+def test_several_runs_beside_a_job_are_refused_in_one_line(stored: dict[str, Path], tmp_path: Path) -> None:
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    for name in ("w0c1", "w0c2"):
+        shutil.copy(stored[name], folder / f"{name}.json")
+    code, _, stderr = invoke("diff", str(folder), str(SAMPLES / "two_ranks"), "--no-html")
+    (line,) = [line for line in stderr.splitlines() if line.startswith("traceinsight: error: ")]
+    assert code == 2 and "the results of 2 runs" in line and "Traceback" not in stderr

@@ -186,6 +186,8 @@ class Side:
     @property
     def words(self) -> str:
         """What the side is, for the line that refuses a job beside a trace."""
+        if self.runs:
+            return f"the results of {len(self.runs)} runs"
         if self.files is not None:
             return f"a job ({len(self.files.discovery.files)} traces)"
         if self.stored is not None:
@@ -263,16 +265,19 @@ def _stored_runs(path: Path, reading: Reading) -> tuple[tuple[Path, Result], ...
 
 
 def _check_same_kind(before: Side, after: Side) -> None:
-    """A job is compared with a job, a trace with a trace: anything else is one line."""
+    """A job is compared with a job, a trace with a trace (or with several runs: profiler cycles,
+    stored results); anything else is one line."""
     from traceinsight.errors import TraceFormatError
     from traceinsight.load.text import printable
 
-    if before.is_job == after.is_job or before.is_cycles or after.is_cycles:
+    runs_beside_job = (bool(before.runs) and after.is_job) or (bool(after.runs) and before.is_job)
+    if not runs_beside_job and (before.is_job == after.is_job or before.is_cycles or after.is_cycles):
         return
     raise TraceFormatError(
         f"cannot compare {printable(str(before.path))} with {printable(str(after.path))}: BEFORE is "
         f"{before.words} and AFTER {after.words}; give two jobs (results of analyze --json of a job, "
-        "folders or patterns of rank traces) or two traces (a rank's trace on each side)"
+        "folders or patterns of rank traces) or two traces (a rank's trace on each side; a side may be "
+        "several runs of one setup: a folder or pattern of profiler cycles or of their results)"
     )
 
 
