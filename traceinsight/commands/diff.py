@@ -246,7 +246,8 @@ def _stored_runs(path: Path, reading: Reading) -> tuple[tuple[Path, Result], ...
     one (a job's traces, or a folder mixing results with traces, are a job's side)."""
     import glob
 
-    from traceinsight.results import Result
+    from traceinsight.errors import TraceFormatError
+    from traceinsight.results import JobResult, Result
     from traceinsight.results.stored import read_stored
 
     found = sorted(path.glob("*.json") if path.is_dir() else (Path(name) for name in glob.glob(str(path))))
@@ -257,7 +258,10 @@ def _stored_runs(path: Path, reading: Reading) -> tuple[tuple[Path, Result], ...
         return ()
     runs = []
     for file in files:
-        stored = read_stored(file, (Result,), reading.limit)
+        try:
+            stored = read_stored(file, (Result, JobResult), reading.limit)
+        except TraceFormatError:
+            return ()  # not a trace's result (a diff's, an unreadable one): the folder is a job's
         if not isinstance(stored, Result):
             return ()
         runs.append((file, stored))
