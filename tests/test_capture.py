@@ -636,3 +636,5 @@ def test_memory_budget_stopping_the_first_recorded_step_is_not_a_run_without_ste
     assert "was seen" not in ours.stderr and "whole run" not in ours.stderr
     run = json.loads((tmp_path / "r.json").read_text())["run"]
     assert run["steps_recorded"] == 0
+    with gzip.open(tmp_path / "t.pt.trace.json.gz", "rt", encoding="utf-8") as stream:
+        assert json.load(stream)["traceinsight"]["cutShort"] is True  # no count "per step" over it

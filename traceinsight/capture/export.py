@@ -29,7 +29,8 @@ its name ends in ``.gz``), fixing on the way what ``traceinsight run`` must not 
   is one window) and ``unprofiledStepNs`` / ``unprofiledSteps`` (the median duration of the steps
   that ran just before the window without being recorded, and how many) and ``loaderFetch``
   (``"range only"`` when the DataLoader's fetch was recorded as its range, without its operators:
-  :mod:`.fetch`), so that ``analyze`` says
+  :mod:`.fetch`) and ``cutShort`` (``true`` when the memory budget stopped the window inside its
+  last step, which the trace holds only part of), so that ``analyze`` says
   the same of the file later, and what recording cost the steps can be told.
 
 The pass holds one event (a dozen lines) at a time, so memory does not grow with the trace.

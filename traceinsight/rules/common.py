@@ -237,8 +237,11 @@ def no_line_hint(run: RunProfile | None) -> str:
 def how_often(analysis: Analysis, count: int) -> str:
     """``every step``, ``3× per step``, ``in 2 of 5 steps`` or ``5 times`` (steady state)."""
     steps = len(analysis.steady.steady_steps)
-    if not steps:
-        return f"{count} time{'s' if count != 1 else ''}"
+    run = analysis.meta.recorded_by_run
+    if not steps or (steps == 1 and run is not None and run.last_step_cut):
+        # One step the memory budget cut short: "11× per step" was counted over part of one.
+        cut = " in the part of a step recorded" if steps else ""
+        return f"{count} time{'s' if count != 1 else ''}{cut}"
     per_step = count / steps
     if count == steps:
         return "every step"
