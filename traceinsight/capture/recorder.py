@@ -665,6 +665,8 @@ class TraceRecorder:
         }
         if self._fetch.used:
             record["loaderFetch"] = LOADER_FETCH_RANGE_ONLY
+        if self._memory_stop == "window":
+            record["cutShort"] = True  # the budget stopped the window inside its last step
         baseline = sorted(self._window_baseline_ns)
         if baseline:
             record["unprofiledSteps"] = len(baseline)

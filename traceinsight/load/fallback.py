@@ -191,10 +191,15 @@ def check_utf8(raw: bytes | bytearray, path: Path) -> None:
     view = memoryview(raw)
     step = 16 << 20
     for at in range(0, len(view), step):
+        # The decoder holds the start of a character cut by the last block: an error's position
+        # counts those bytes too (a character across a block's end moved the offset by them).
+        held = len(decoder.getstate()[0])
         try:
             decoder.decode(view[at : at + step], final=at + step >= len(view))
         except UnicodeDecodeError as exc:
-            raise json_error(path, f"invalid UTF-8 at byte {at + exc.start}", truncated=False) from None
+            raise json_error(
+                path, f"invalid UTF-8 at byte {at - held + exc.start}", truncated=False
+            ) from None
 
 
 def _checked(events: list[Any], path: Path) -> list[Any]:

@@ -263,6 +263,11 @@ class Comparison:
     """Everything ``traceinsight diff`` shows."""
 
     KIND: ClassVar[str] = "diff"
+    #: The metrics a stored comparison must hold (read back by :meth:`from_json`): the page's
+    #: bars and the gate look them up.
+    REQUIRED_METRICS: ClassVar[tuple[str, ...]] = (
+        "step_time", "compute_share", "communication_share", "copy_share",
+    )  # fmt: skip
     schema: int = SCHEMA_VERSION
     tool: DiffTool = field(default_factory=DiffTool)
     before: str
