@@ -56,25 +56,25 @@ PEAKS: Final[tuple[GpuPeak, ...]] = (
     # NVIDIA GH200 Grace Hopper Superchip datasheet (H100 SXM figures; sparse 989/1979/3958 halved).
     GpuPeak("GH200", r"GH200", _peaks(67, 494.5, 989.5, 989.5, 1979), "NVIDIA GH200 datasheet"),
     # NVIDIA H200 datasheet, NVL column (sparse 835/1671/3341 halved).
-    GpuPeak("H200 NVL", r"H200 NVL", _peaks(60, 417.5, 835.5, 835.5, 1670.5), "NVIDIA H200 datasheet (NVL)"),
+    GpuPeak("H200 NVL", r"H200 NVL", _peaks(60, 417.5, 835.5, 835.5, 1670.5), "NVIDIA H200 datasheet, NVL"),
     # NVIDIA H200 datasheet, SXM column (sparse 989/1979/3958 halved).
-    GpuPeak("H200 SXM", r"H200", _peaks(67, 494.5, 989.5, 989.5, 1979), "NVIDIA H200 datasheet (SXM)"),
+    GpuPeak("H200 SXM", r"H200", _peaks(67, 494.5, 989.5, 989.5, 1979), "NVIDIA H200 datasheet, SXM"),
     # NVIDIA H100 datasheet, PCIe column (sparse 756/1513/3026 halved).
-    GpuPeak("H100 PCIe", r"H100.*PCIe", _peaks(51, 378, 756.5, 756.5, 1513), "NVIDIA H100 datasheet (PCIe)"),
+    GpuPeak("H100 PCIe", r"H100.*PCIe", _peaks(51, 378, 756.5, 756.5, 1513), "NVIDIA H100 datasheet, PCIe"),
     # NVIDIA H100 datasheet, NVL column (sparse 835/1671/3341 halved).
-    GpuPeak("H100 NVL", r"H100 NVL", _peaks(60, 417.5, 835.5, 835.5, 1670.5), "NVIDIA H100 datasheet (NVL)"),
+    GpuPeak("H100 NVL", r"H100 NVL", _peaks(60, 417.5, 835.5, 835.5, 1670.5), "NVIDIA H100 datasheet, NVL"),
     # NVIDIA H100 datasheet, SXM column (sparse 989/1979/3958 halved); "H100 80GB HBM3" is the SXM5.
-    GpuPeak("H100 SXM", r"H100", _peaks(67, 494.5, 989.5, 989.5, 1979), "NVIDIA H100 datasheet (SXM)"),
+    GpuPeak("H100 SXM", r"H100", _peaks(67, 494.5, 989.5, 989.5, 1979), "NVIDIA H100 datasheet, SXM"),
     # NVIDIA HGX B200 specifications, per GPU (sparse TF32 2.2 / BF16 4.5 / FP8 9 PFLOP/s halved).
     GpuPeak("B200", r"B200", _peaks(75, 1100, 2250, 2250, 4500), "NVIDIA HGX B200 datasheet"),
     # NVIDIA A100 datasheet, PCIe column (the same peaks as SXM, lower sustained clocks).
-    GpuPeak("A100 PCIe", r"A100.*PCIE", _peaks(19.5, 156, 312, 312, None), "NVIDIA A100 datasheet (PCIe)"),
+    GpuPeak("A100 PCIe", r"A100.*PCIE", _peaks(19.5, 156, 312, 312, None), "NVIDIA A100 datasheet, PCIe"),
     # NVIDIA A100 datasheet, SXM column; PG509 is the SXM4 board.
-    GpuPeak("A100 SXM", r"A100", _peaks(19.5, 156, 312, 312, None), "NVIDIA A100 datasheet (SXM)"),
+    GpuPeak("A100 SXM", r"A100", _peaks(19.5, 156, 312, 312, None), "NVIDIA A100 datasheet, SXM"),
     # NVIDIA V100 datasheet, PCIe column (no tf32/bf16 tensor cores).
-    GpuPeak("V100 PCIe", r"V100.*PCIE", _peaks(14, None, 112, None, None), "NVIDIA V100 datasheet (PCIe)"),
+    GpuPeak("V100 PCIe", r"V100.*PCIE", _peaks(14, None, 112, None, None), "NVIDIA V100 datasheet, PCIe"),
     # NVIDIA V100 datasheet, SXM2 column (DGXS: the DGX Station's SXM2 parts).
-    GpuPeak("V100 SXM2", r"V100", _peaks(15.7, None, 125, None, None), "NVIDIA V100 datasheet (SXM2)"),
+    GpuPeak("V100 SXM2", r"V100", _peaks(15.7, None, 125, None, None), "NVIDIA V100 datasheet, SXM2"),
     # NVIDIA L4 datasheet (sparse 120/242/485 halved).
     GpuPeak("L4", r"\bL4\b", _peaks(30.3, 60, 121, 121, 242.5), "NVIDIA L4 datasheet"),
     # NVIDIA T4 datasheet (fp16 mixed precision; no tf32/bf16).
