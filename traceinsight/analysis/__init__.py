@@ -25,6 +25,7 @@ from traceinsight.analysis.kernels import TopKernels, top_kernels
 from traceinsight.analysis.latent import LatentSync, latent_syncs
 from traceinsight.analysis.launching import LaunchStats, launch_stats
 from traceinsight.analysis.memory import MemoryUsage, memory_usage
+from traceinsight.analysis.modules import NO_SCOPES, ScopeTimes, scope_times
 from traceinsight.analysis.optimizer import OptimizerStats, optimizer_stats
 from traceinsight.analysis.pace import Pace, step_pace
 from traceinsight.analysis.precision import PrecisionMix, precision_mix
@@ -115,6 +116,9 @@ class Analysis:
     #: FLOPs counted from recorded shapes in the steady state, per kernel and class, and MFU per
     #: device (:mod:`.flops`; empty without shapes).
     flops: FlopStats = NO_FLOPS
+    #: GPU time, idle inside and FLOPs by ``nn.Module`` and by ``record_function`` region, as
+    #: trees over the steady state (:mod:`.modules`).
+    scopes: ScopeTimes = NO_SCOPES
 
     @property
     def span_ns(self) -> int:
@@ -364,4 +368,5 @@ def _analyze(
         step_leads=leads,
         every_gap=classified if every_gap else None,
         flops=with_mfu(steady_only.flops, trace, [(u.device, u.window_ns, u.busy_ns) for u in usage]),
+        scopes=scope_times(trace, steady, steady_only.flops),
     )

@@ -449,6 +449,23 @@ KERNEL_SCHEMA: Final = pl.Schema(
 )
 
 
+#: The counted operators' table (:func:`counted_operators`).
+OPERATOR_SCHEMA: Final = pl.Schema(
+    {
+        "op": pl.UInt32,
+        "name": pl.String,
+        "pid": pl.Int64,
+        "tid": pl.Int64,
+        "ts": pl.Int64,
+        "end": pl.Int64,
+        "flops": pl.Int64,
+        "op_class": pl.String,
+        "dtype": pl.String,
+        "torch_flops": pl.Int64,
+    }
+)
+
+
 @dataclass(frozen=True, slots=True)
 class FlopStats:
     """FLOPs of one trace's steady state (see the module doc)."""
@@ -476,6 +493,10 @@ class FlopStats:
     #: Per device MFU (filled in by :func:`with_mfu` once the busy time is known).
     devices: tuple[DeviceMfu, ...] = ()
     kernels: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=KERNEL_SCHEMA), compare=False)
+    #: The counted operator calls of the whole trace (:func:`counted_operators`' columns).
+    operators: pl.DataFrame = field(
+        default_factory=lambda: pl.DataFrame(schema=OPERATOR_SCHEMA), compare=False
+    )
 
     @property
     def flops_per_step(self) -> float | None:
@@ -636,21 +657,7 @@ def counted_operators(trace: Trace) -> pl.DataFrame:
             ("torch_flops", torch_flops),
         ):
             out[key].append(value)
-    frame = pl.DataFrame(
-        out,
-        schema={
-            "op": pl.UInt32,
-            "name": pl.String,
-            "pid": pl.Int64,
-            "tid": pl.Int64,
-            "ts": pl.Int64,
-            "end": pl.Int64,
-            "flops": pl.Int64,
-            "op_class": pl.String,
-            "dtype": pl.String,
-            "torch_flops": pl.Int64,
-        },
-    )
+    frame = pl.DataFrame(out, schema=OPERATOR_SCHEMA)
     return frame.with_columns(unknown=pl.lit(unknown, dtype=pl.Int64))
 
 
@@ -800,6 +807,7 @@ def flop_stats(
         torch_counted=with_torch.height,
         torch_agreement=(int(with_torch.get_column("flops").sum()) / torch_sum) if torch_sum else None,
         kernels=kernel_table,
+        operators=counted,
     )
 
 

@@ -5,11 +5,13 @@ shows none of it."""
 
 from __future__ import annotations
 
-from traceinsight.formatting import format_share
-from traceinsight.render.tables import KernelTable
-from traceinsight.results.trace import Flops
+from rich.table import Table
 
-__all__ = ["flop_kernel_table", "flops_scores", "format_flops", "format_rate"]
+from traceinsight.formatting import format_duration, format_share
+from traceinsight.render.tables import KernelTable, data
+from traceinsight.results.trace import Flops, Scopes
+
+__all__ = ["flop_kernel_table", "flops_scores", "format_flops", "format_rate", "module_table"]
 
 #: A scorecard row: (label, value, verdict, level), as :class:`~.scorecard.Score` takes them.
 Row = tuple[str, str, str, str]
@@ -61,7 +63,8 @@ def flops_scores(flops: Flops) -> tuple[Row, ...]:
         if flops.coverage is not None
         else "counted on the host (no GPU kernels)"
     )
-    classes = ", ".join(f"{c.op_class} {format_flops(c.flops)}" for c in flops.by_class)
+    steps = flops.steps or 1
+    classes = ", ".join(f"{c.op_class} {format_flops(c.flops / steps)}" for c in flops.by_class)
     if flops.flops_per_step is not None:
         label, value = "FLOPs / step", format_flops(flops.flops_per_step)
     else:
@@ -91,3 +94,51 @@ def flop_kernel_table(flops: Flops, top: int) -> KernelTable | None:
             for kernel in flops.kernels[:top]
         ],
     )
+
+
+#: Module rows the terminal shows (the top levels: depth 0 and 1, most GPU time first).
+_TERMINAL_DEPTH = 1
+
+
+def module_table(scopes: Scopes, top: int) -> Table | None:
+    """The top levels of the module tree (the page and the JSON hold the whole tree): per step,
+    GPU time, idle inside, FLOPs and achieved FLOP/s; host time where no GPU ran. None without
+    module frames."""
+    if not scopes.modules:
+        return None
+    on_gpu = any(scope.gpu_ns for scope in scopes.modules)
+    rows = sorted(
+        (scope for scope in scopes.modules if scope.depth <= _TERMINAL_DEPTH),
+        key=lambda scope: (-(scope.gpu_ns if on_gpu else scope.host_ns), scope.path),
+    )[: max(top, 8)]
+    rows.sort(key=lambda scope: scope.path)  # parents right above their children
+    per = "per step" if scopes.per == "step" else "in the steady window"
+    table = Table(
+        title=f"Time by nn.Module, {per} (top levels; the whole tree is in the page and the JSON)",
+        title_justify="left",
+        show_edge=False,
+    )
+    table.add_column("module", overflow="ellipsis", no_wrap=True, max_width=60)
+    columns = ("GPU", "idle inside", "FLOPs", "achieved") if on_gpu else ("host", "FLOPs")
+    for column in columns:
+        table.add_column(column, justify="right", no_wrap=True)
+    for scope in rows:
+        label = "  " * scope.depth + scope.name
+        if on_gpu:
+            table.add_row(
+                data(label),
+                format_duration(scope.gpu_ns),
+                format_duration(scope.idle_ns),
+                format_flops(scope.flops) if scope.flops else "—",
+                format_rate(scope.achieved_flops_per_s) if scope.flops else "—",
+            )
+        else:
+            table.add_row(
+                data(label), format_duration(scope.host_ns), format_flops(scope.flops) if scope.flops else "—"
+            )
+    if on_gpu and scopes.outside_modules_gpu_ns:
+        table.caption = (
+            f"Kernels launched outside every module (backward, optimizer): "
+            f"{format_duration(scopes.outside_modules_gpu_ns)} {per}, not in these rows."
+        )
+    return table

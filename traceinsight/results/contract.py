@@ -15,7 +15,7 @@ from traceinsight.analysis.results import from_columns
 from traceinsight.analysis.usage import Usage, total_usage
 from traceinsight.results import trace as t
 from traceinsight.results.codec import us
-from traceinsight.results.flops import flops_of
+from traceinsight.results.flops import flops_of, scopes_of
 from traceinsight.results.report import Report
 from traceinsight.rules.findings import Severity
 
@@ -316,5 +316,6 @@ def result_of(report: Report) -> t.Result:
         ),
         memory=_memory(report),
         flops=flops_of(analysis.flops),
+        scopes=scopes_of(analysis.scopes),
         report=report,
     )

@@ -4,9 +4,10 @@ result's :class:`~.trace.Flops`."""
 from __future__ import annotations
 
 from traceinsight.analysis.flops import FlopStats
+from traceinsight.analysis.modules import ScopeTime, ScopeTimes
 from traceinsight.results import trace as t
 
-__all__ = ["flops_of"]
+__all__ = ["flops_of", "scopes_of"]
 
 
 def flops_of(stats: FlopStats) -> t.Flops:
@@ -66,4 +67,29 @@ def flops_of(stats: FlopStats) -> t.Flops:
             )
             for k in stats.top_kernels
         ),
+    )
+
+
+def _scope(scope: ScopeTime, times: ScopeTimes) -> t.Scope:
+    return t.Scope(
+        path=scope.path,
+        name=scope.name,
+        depth=scope.depth,
+        calls=scope.calls,
+        host_ns=round(times.per_step(scope.host_ns)),
+        gpu_ns=round(times.per_step(scope.gpu_ns)),
+        idle_ns=round(times.per_step(scope.idle_ns)),
+        flops=round(times.per_step(scope.flops)),
+        achieved_flops_per_s=scope.achieved_flops_per_s,
+    )
+
+
+def scopes_of(times: ScopeTimes) -> t.Scopes:
+    """The result's ``scopes`` of an analysis' :class:`ScopeTimes` (figures per steady step)."""
+    return t.Scopes(
+        per="step" if times.steps else "window",
+        steps=times.steps,
+        modules=tuple(_scope(scope, times) for scope in times.modules),
+        regions=tuple(_scope(scope, times) for scope in times.regions),
+        outside_modules_gpu_ns=round(times.per_step(times.outside_modules_gpu_ns)),
     )

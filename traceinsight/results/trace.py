@@ -63,6 +63,8 @@ __all__ = [
     "Pace",
     "Result",
     "RunInfo",
+    "Scope",
+    "Scopes",
     "SteadyState",
     "Step",
     "SyncCall",
@@ -530,6 +532,40 @@ class Flops:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Scope:
+    """One ``nn.Module`` or region path in the steady state, per step (see
+    :mod:`traceinsight.analysis.modules`): times inclusive of the scopes inside it."""
+
+    #: Names from the outermost scope down, joined by ``/`` (``Model_0/Block_3/Linear_0``).
+    path: str
+    name: str
+    depth: int = field(metadata=_COUNT)
+    #: Calls in the steady state (all steps).
+    calls: int = field(metadata=_COUNT)
+    host_ns: int = field(metadata=_DURATION)
+    #: Kernel time launched under it, and the idle inside its calls' GPU spans.
+    gpu_ns: int = field(metadata=_DURATION)
+    idle_ns: int = field(metadata=_DURATION)
+    flops: int = field(metadata=_COUNT)
+    #: FLOPs over its GPU time (null without GPU time).
+    achieved_flops_per_s: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scopes:
+    """GPU time by ``nn.Module`` and by ``record_function`` region, as trees (every path listed,
+    parents before children by path order; at most 500 of each)."""
+
+    #: ``step`` (figures per steady step) or ``window`` (totals over the steady window).
+    per: str = "window"
+    steps: int = field(default=0, metadata=_COUNT)
+    modules: tuple[Scope, ...] = ()
+    regions: tuple[Scope, ...] = ()
+    #: Kernel time launched outside every module (backward, optimizer): shown apart.
+    outside_modules_gpu_ns: int = field(default=0, metadata=_DURATION)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Result:
     """One trace's result: every figure ``analyze`` shows, as ``analyze --json`` writes it.
 
@@ -562,6 +598,7 @@ class Result:
     host: Host
     memory: Memory = field(default_factory=Memory)
     flops: Flops = field(default_factory=Flops)
+    scopes: Scopes = field(default_factory=Scopes)
     #: The analysis this result was made from (None for a stored result): what the terminal
     #: summary, the page and the Markdown are drawn from.
     report: Report | None = field(default=None, compare=False, repr=False, metadata={"local": True})
