@@ -443,7 +443,7 @@ KERNEL_SCHEMA: Final = pl.Schema(
         "operator": pl.String,
         "op_class": pl.String,
         "dtype": pl.String,
-        "flops": pl.Float64,
+        "flops": pl.Int64,
         "achieved_flops_per_s": pl.Float64,
     }
 )
@@ -726,7 +726,11 @@ def flop_stats(
             .then(pl.lit("tf32"))
             .otherwise(pl.col("dtype")),
             flops=pl.when(pl.col("op_kernel_ns") > 0)
-            .then(pl.col("op_flops") * pl.col("dur") / pl.col("op_kernel_ns"))
+            .then(
+                (pl.col("op_flops").cast(pl.Float64) * pl.col("dur") / pl.col("op_kernel_ns"))
+                .round()
+                .cast(pl.Int64)
+            )
             .otherwise(None),
         )
         .with_columns(

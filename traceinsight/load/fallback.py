@@ -60,9 +60,15 @@ from traceinsight.process import collector_paused
 # --- the structs, made from the one field list -------------------------------------------------
 
 
+_NO_RAW: Final = msgspec.Raw()
+
+
 def _fields(in_args: bool, memory: bool = False) -> list[tuple[str, Any, Any]]:
     return [
-        (f.name, msgspec.Raw | None if f.kind == "json" else Scalar, msgspec.field(default=None, name=f.key))
+        # a ``json`` field keeps its value's raw text (msgspec's ``Raw``; empty when missing)
+        (f.name, msgspec.Raw, msgspec.field(default=_NO_RAW, name=f.key))
+        if f.kind == "json"
+        else (f.name, Scalar, msgspec.field(default=None, name=f.key))
         for f in schema.EVENT_FIELDS
         if f.in_args is in_args and (memory or not f.memory)
     ]
@@ -278,6 +284,9 @@ def _json_texts(values: list[Any]) -> pl.Series:
             texts.append(None)
             continue
         raw = bytes(value)
+        if not raw:
+            texts.append(None)
+            continue
         if raw not in known:
             known[raw] = json_text_of(raw) if raw[:1] in (b"[", b"{") else None
         texts.append(known[raw])
