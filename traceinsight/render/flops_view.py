@@ -5,13 +5,23 @@ shows none of it."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rich.table import Table
 
 from traceinsight.formatting import format_duration, format_share
 from traceinsight.render.tables import KernelTable, data
-from traceinsight.results.trace import Flops, Scopes
+from traceinsight.results.trace import Flops, Scope, Scopes
 
-__all__ = ["flop_kernel_table", "flops_scores", "format_flops", "format_rate", "module_table"]
+__all__ = [
+    "ModuleRow",
+    "flop_kernel_table",
+    "flops_scores",
+    "format_flops",
+    "format_rate",
+    "module_rows",
+    "module_table",
+]
 
 #: A scorecard row: (label, value, verdict, level), as :class:`~.scorecard.Score` takes them.
 Row = tuple[str, str, str, str]
@@ -142,3 +152,46 @@ def module_table(scopes: Scopes, top: int) -> Table | None:
             f"{format_duration(scopes.outside_modules_gpu_ns)} {per}, not in these rows."
         )
     return table
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleRow:
+    """One row of the page's module tree: its figures as text and its bar's width (its time's share
+    of the largest top-level module's, 0-100)."""
+
+    depth: int
+    name: str
+    path: str
+    calls: str
+    time: str
+    idle: str
+    flops: str
+    achieved: str
+    bar_percent: float
+
+
+def module_rows(scopes: Scopes) -> list[ModuleRow]:
+    """The whole module tree for the page, parents right above their children (path order), each
+    with a bar of its GPU time (host time where no GPU ran) against the largest top-level one."""
+    if not scopes.modules:
+        return []
+    on_gpu = any(scope.gpu_ns for scope in scopes.modules)
+
+    def time_of(scope: Scope) -> int:
+        return scope.gpu_ns if on_gpu else scope.host_ns
+
+    largest = max((time_of(scope) for scope in scopes.modules if scope.depth == 0), default=0) or 1
+    return [
+        ModuleRow(
+            depth=scope.depth,
+            name=scope.name,
+            path=scope.path,
+            calls=f"{scope.calls:,}",
+            time=format_duration(time_of(scope)),
+            idle=format_duration(scope.idle_ns) if on_gpu else "—",
+            flops=format_flops(scope.flops) if scope.flops else "—",
+            achieved=format_rate(scope.achieved_flops_per_s) if scope.flops and on_gpu else "—",
+            bar_percent=round(min(100.0, 100.0 * time_of(scope) / largest), 1),
+        )
+        for scope in sorted(scopes.modules, key=lambda scope: scope.path)
+    ]
