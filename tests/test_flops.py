@@ -294,3 +294,29 @@ def test_v100_fp32_has_a_peak_and_a_cpu_trace_counts_flops_without_mfu() -> None
     report = sample_report("cpu_torch2.14_with_stack.pt.trace.json.gz")
     assert report.analysis.flops.devices == ()
     assert report.analysis.flops.flops > 0  # CPU FLOPs still counted
+
+
+def test_low_compute_efficiency_names_the_kernel_and_bounds_its_saving_by_the_peak(tmp_path: Path) -> None:
+    from traceinsight.rules import evaluate
+
+    n = 4096
+    events: list[dict[str, Any]] = []
+    for step in range(6):
+        start = step * 1100.0
+        events += [
+            annotation(f"ProfilerStep#{step}", start, 1100),
+            _op("aten::mm", start + 10, 20, [[n, n], [n, n]], ["c10::BFloat16", "c10::BFloat16"]),
+            runtime("cudaLaunchKernel", start + 15, 3, correlation=500 + step),
+            kernel(start + 40, 1000, correlation=500 + step, name="sm90_xmma_gemm_bf16bf16_slow"),
+        ]
+    path = write_trace(
+        tmp_path / "t.json", events, deviceProperties=[{"id": 0, "name": "NVIDIA H100 80GB HBM3"}]
+    )
+    analysis = sample_like(load_trace(path))
+    (device,) = analysis.flops.devices
+    assert device.busy_share >= 0.8
+    (finding,) = [f for f in evaluate(analysis) if f.rule == "low-compute-efficiency"]
+    # per step: 1000 µs of kernel, 2·n³ FLOPs that take 2·n³ / (0.5 · 989.5 TFLOP/s) at half the peak
+    at_half_peak_ns = 2 * n**3 / (0.5 * 989.5e12) * 1e9
+    assert finding.saving_per_step_ns == pytest.approx(1_000_000 - at_half_peak_ns, abs=2)
+    assert any("sm90_xmma_gemm_bf16bf16_slow" in value for _label, value in finding.evidence)
