@@ -215,12 +215,12 @@ def test_step_chart_draws_the_time_before_the_first_work_first(workers0: Drawn) 
     assert svg is not None
     before = charts.cause_color(CauseKind.BEFORE_FIRST.value)
     steps = workers0.report.analysis.steps
-    first = dict(steps[0].idle_by_cause_ns).get(CauseKind.BEFORE_FIRST.value, 0)
+    first = steps[0].idle_by_cause_ns.get(CauseKind.BEFORE_FIRST.value, 0)
     assert first > 50e6  # ns: the trace's first step waited for its first kernel
     drawn_bars = bars(svg)
     assert len(drawn_bars) == len(steps)
     for bar, step in zip(drawn_bars, steps, strict=True):
-        lead = dict(step.idle_by_cause_ns).get(CauseKind.BEFORE_FIRST.value, 0)
+        lead = step.idle_by_cause_ns.get(CauseKind.BEFORE_FIRST.value, 0)
         if lead:
             fill, alpha, value = bar.segments[0]
             assert (fill, alpha) == (before, 1.0)

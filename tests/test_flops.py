@@ -318,5 +318,5 @@ def test_low_compute_efficiency_names_the_kernel_and_bounds_its_saving_by_the_pe
     (finding,) = [f for f in evaluate(analysis) if f.rule == "low-compute-efficiency"]
     # per step: 1000 µs of kernel, 2·n³ FLOPs that take 2·n³ / (0.5 · 989.5 TFLOP/s) at half the peak
     at_half_peak_ns = 2 * n**3 / (0.5 * 989.5e12) * 1e9
-    assert finding.saving_per_step_ns == pytest.approx(1_000_000 - at_half_peak_ns, abs=2)
+    assert finding.savings_per_step_ns == pytest.approx(1_000_000 - at_half_peak_ns, abs=2)
     assert any("sm90_xmma_gemm_bf16bf16_slow" in value for _label, value in finding.evidence)

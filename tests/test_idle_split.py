@@ -35,7 +35,7 @@ def test_device_idle_causes_add_up_to_the_idle_time(name: str) -> None:
 @pytest.mark.parametrize("name", ALL_SAMPLES)
 def test_step_busy_and_idle_causes_add_up_to_the_step_time(name: str) -> None:
     for step in analysis(name).steps:
-        idle = sum(ns for _, ns in step.idle_by_cause_ns)
+        idle = sum(step.idle_by_cause_ns.values())
         assert idle == step.idle_ns
         assert step.compute_ns + step.communication_ns + step.copy_exposed_ns + idle == step.span_ns
 
@@ -106,7 +106,7 @@ def test_a_hand_built_split_adds_up_exactly(tmp_path: Path) -> None:
         windows = {window.step: window for window in step_windows(loop.events)}
         assert sorted(step.step for step in result.steps) == sorted(windows)
         for step in result.steps:
-            assert sum(ns for _, ns in step.idle_by_cause_ns) == step.idle_ns
+            assert sum(step.idle_by_cause_ns.values()) == step.idle_ns
             start, end = windows[step.step].begin, windows[step.step].done
             assert (step.start_ns, step.end_ns) == (start, end)
             clipped = [
@@ -358,7 +358,7 @@ def test_idle_split_inside_windows_equals_the_overlaps_summed(overlapping: bool)
     import polars as pl
 
     from traceinsight.analysis.gpu_time import idle_split
-    from traceinsight.analysis.steady import SteadyState
+    from traceinsight.analysis.steady import SteadySteps
 
     rng = random.Random(5 + overlapping)
     windows, at = [], 0
@@ -375,7 +375,7 @@ def test_idle_split_inside_windows_equals_the_overlaps_summed(overlapping: bool)
         schema={"device": pl.Int64, "start": pl.Int64, "end": pl.Int64, "cause_kind": pl.String},
         orient="row",
     ).with_columns(duration=pl.col("end") - pl.col("start"))
-    steady = SteadyState(source="none", steps=(), windows=tuple(windows))
+    steady = SteadySteps(source="none", steps=(), windows=tuple(windows))
     expected: dict[int, dict[str, int]] = {}
     for device, start, end, kind in gaps:
         inside = sum(max(0, min(end, w_end) - max(start, w_start)) for w_start, w_end in windows)

@@ -101,6 +101,7 @@ GROUND = {
     "compat",
     "arrays",
     "_arrays",
+    "shown",
 }
 
 

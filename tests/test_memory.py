@@ -214,8 +214,8 @@ def test_allocator_calls_every_step_are_churn_with_a_replayed_saving(tmp_path: P
     # Each step is host-bound (its GPU work ends before the cudaFree): without the two calls the
     # host ends each step 200 µs earlier and the GPU follows the earlier launches.
     assert finding.saving_known
-    assert finding.savings_ns == steps * 2 * CALL_US * 1000
-    assert finding.saving_per_step_ns == 2 * CALL_US * 1000
+    assert finding.savings_total_ns == steps * 2 * CALL_US * 1000
+    assert finding.savings_per_step_ns == 2 * CALL_US * 1000
     assert "empty_cache" in finding.advice.before and "expandable_segments" in finding.advice.after
 
 

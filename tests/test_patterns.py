@@ -104,7 +104,7 @@ def test_a_loop_of_tiny_kernels_is_launch_bound_with_its_pattern(tmp_path: Path)
         f"(median gap {format_duration(median(gaps) * 1000)}, median kernel "
         f"{format_duration(median(end - start for start, end in spans) * 1000)})"
     )
-    assert launch.saving_per_step_ns == round(sum(gaps) * 1000 / steps)
+    assert launch.savings_per_step_ns == round(sum(gaps) * 1000 / steps)
     assert dict(launch.evidence)["share of the host-launch idle in such gaps"] == "100%"
     # one finding per fix: low-gpu-utilization does not count the launch gaps again
     assert "low-gpu-utilization" not in {f.rule for f in findings}
@@ -119,14 +119,14 @@ def test_a_launch_bound_loop_with_a_pause_claims_only_its_short_gaps(tmp_path: P
     assert len(pauses) == len(windows)  # one pause per step
     findings = evaluate(analysis_of(tmp_path, loop.events))
     launch = card(findings, "launch-bound")
-    assert launch.saving_per_step_ns == round(sum(short) * 1000 / len(windows))
+    assert launch.savings_per_step_ns == round(sum(short) * 1000 / len(windows))
     assert dict(launch.evidence)["share of the host-launch idle in such gaps"] == (
         f"{sum(short) / sum(gaps):.0%}; the rest is {len(pauses)} pauses of the host, the longest "
         f"{format_duration(max(pauses) * 1000)}: not the many short gaps of launch overhead"
     )
     # the pauses are left to low-gpu-utilization, which advises on them (not CUDA graphs)
     low = card(findings, "low-gpu-utilization")
-    assert low.saving_per_step_ns == round(sum(pauses) * 1000 / len(windows))
+    assert low.savings_per_step_ns == round(sum(pauses) * 1000 / len(windows))
     assert low.advice is advice.HOST_PAUSES
 
 

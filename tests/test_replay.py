@@ -179,7 +179,7 @@ def test_a_sync_that_drains_a_full_queue_saves_the_idle_after_it(tmp_path: Path)
     finding = next(f for f in evaluate(analysis) if f.rule == "sync-in-loop")
     idle_after = loop.idle_after_syncs() * 1000
     assert idle_after > 6 * 300_000
-    assert finding.savings_ns == pytest.approx(idle_after, rel=0.05)
+    assert finding.savings_total_ns == pytest.approx(idle_after, rel=0.05)
     assert not finding.minor and finding.severity == "high"  # ~13% of each step
     assert finding.source == "train.py:52"
     assert finding.title.startswith("`.item()`") and "train.py:52" in finding.title
@@ -193,7 +193,7 @@ def test_the_same_sync_in_a_host_bound_loop_saves_almost_nothing(tmp_path: Path)
     idle_after = loop.idle_after_syncs() * 1000
     assert idle_after > 6 * 300_000
     syncs = [f for f in evaluate(analysis) if f.rule == "sync-in-loop"]
-    assert all(f.savings_ns < 0.05 * idle_after for f in syncs)
+    assert all(f.savings_total_ns < 0.05 * idle_after for f in syncs)
     assert all(f.minor for f in syncs)  # no card: below the noise floor
     # and the idle after it is not blamed on the sync
     assert all(gap.cause_kind != "sync" for gap in analysis.idle_gaps)
@@ -208,7 +208,7 @@ def test_a_shortened_dataloader_wait_saves_its_length_minus_the_hand_over(tmp_pa
     handover = analysis.thresholds.dataloader_handover_us
     # After the fix each step is the hand-over plus 100 µs of launches (the GPU's 1 ms fits under
     # it): the step shrinks by the wait minus the hand-over.
-    assert finding.saving_per_step_ns == pytest.approx((5000 - handover) * 1000, rel=0.02)
+    assert finding.savings_per_step_ns == pytest.approx((5000 - handover) * 1000, rel=0.02)
 
 
 # --- blocking copies into pageable memory: host waits inside cudaMemcpyAsync -------------------------
@@ -266,7 +266,7 @@ def test_a_copy_into_pageable_memory_that_waits_inside_the_call_is_a_host_wait(t
     # the replay without the waits: the GPU keeps its queue, so every idle stretch they caused is
     # given back, and the host's tail after the GPU's last work
     finding = next(f for f in evaluate(analysis) if f.rule == "sync-in-loop")
-    assert finding.savings_ns == pytest.approx((around + _tail(loop)) * 1000, rel=0.01)
+    assert finding.savings_total_ns == pytest.approx((around + _tail(loop)) * 1000, rel=0.01)
     assert finding.title.startswith("`.item()` at train.py:61")
     evidence = dict(finding.evidence)
     assert evidence["call"] == "cudaMemcpyAsync"
@@ -298,7 +298,7 @@ def test_a_copy_call_and_the_sync_after_it_are_one_wait(tmp_path: Path) -> None:
         "cudaStreamSynchronize": 6,
     }
     finding = next(f for f in evaluate(analysis) if f.rule == "sync-in-loop")
-    assert finding.savings_ns == pytest.approx((around + _tail(loop)) * 1000, rel=0.01)
+    assert finding.savings_total_ns == pytest.approx((around + _tail(loop)) * 1000, rel=0.01)
     assert dict(finding.evidence)["how often"].startswith("every step (6 in the steady state")
 
 

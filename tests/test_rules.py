@@ -133,7 +133,7 @@ def test_a_pageable_copy_its_sync_and_the_idle_after_are_one_finding(tmp_path: P
     evidence = dict(copy.evidence)
     assert evidence["Memcpy HtoD (Pageable -> Device)"].startswith("every step, 1.0 MiB per step, ")
     assert evidence["host waits after them"].startswith("every step: cudaStreamSynchronize")
-    assert copy.savings_ns > 0
+    assert copy.savings_total_ns > 0
 
 
 def test_pageable_memcpy_quiet_for_pinned_copies(tmp_path: Path) -> None:
@@ -147,7 +147,7 @@ def test_pinned_copies_on_the_compute_stream_are_prefetched_in_the_replay(tmp_pa
     loop = copy_loop(kind="Memcpy HtoD (Pinned -> Device)", sync_after=False, copy_us=200, prep_us=0)
     found = findings(tmp_path, loop.events)
     h2d = next(f for f in found if f.rule == "blocking-h2d")
-    assert h2d.saving_per_step_ns == pytest.approx(200_000, rel=0.05)
+    assert h2d.savings_per_step_ns == pytest.approx(200_000, rel=0.05)
     assert "pageable-memcpy" not in {f.rule for f in found}
 
 
@@ -223,7 +223,7 @@ def test_cards_come_before_minor_findings_and_by_saving(tmp_path: Path) -> None:
     found = findings(tmp_path, loop.events)
     flags = [f.minor for f in found]
     assert flags == sorted(flags)
-    major = [f.savings_ns for f in found if not f.minor]
+    major = [f.savings_total_ns for f in found if not f.minor]
     assert major == sorted(major, reverse=True)
 
 
@@ -330,7 +330,7 @@ def test_a_cpu_run_spending_its_steps_in_the_dataloader_gets_a_finding(tmp_path:
     stall = next(f for f in evaluate(result) if f.rule == "dataloader-stall")
     assert stall.title.startswith("Each step waits 6.00 ms for the DataLoader (60% of the step)")
     # the host is the whole step: each wait minus the 1 ms hand-over comes back
-    assert stall.saving_per_step_ns == 5_000_000 and not stall.minor
+    assert stall.savings_per_step_ns == 5_000_000 and not stall.minor
 
 
 def test_one_slow_batch_does_not_set_the_dataloader_cards_figure_nor_its_saving(tmp_path: Path) -> None:
@@ -361,7 +361,7 @@ def test_one_slow_batch_does_not_set_the_dataloader_cards_figure_nor_its_saving(
     median = (kept[(steady - 1) // 2] + kept[steady // 2]) / 2 * 1000
     assert stall.title.startswith(f"Each step waits {median / 1e6:.2f} ms for the DataLoader")
     frees = sum(wait - 1_000 for wait in waits[-steady:]) * 1000
-    assert stall.saving_per_step_ns == min(median - 1e6, frees / steady)
+    assert stall.savings_per_step_ns == min(median - 1e6, frees / steady)
     assert "recorded each fetch as its range alone" in (stall.saving_note or "")
 
 

@@ -137,7 +137,7 @@ def test_amp_fires_on_fp32_matmuls_on_volta_with_a_replayed_saving(tmp_path: Pat
     amp = next(f for f in result if f.rule == "amp-opportunity")
     assert amp.title.startswith("50% of GPU 0's kernel time is fp32 matrix multiplies")
     # GPU-bound: 4 sgemm kernels of 100 µs per step run twice as fast → each step 200 µs shorter
-    assert amp.saving_per_step_ns == pytest.approx(200_000, rel=0.02)
+    assert amp.savings_per_step_ns == pytest.approx(200_000, rel=0.02)
     assert "tf32-opportunity" not in rules(result)
 
 

@@ -88,7 +88,7 @@ def test_allocator_calls_after_the_gpus_last_work_are_teardown_not_churn(tmp_pat
     assert analysis.memory.churn.call_ns == ns(sum(e["dur"] for e in during))
     span_us = last - first
     busy_us = sum(e["dur"] for e in kernels)
-    assert finding.savings_ns == pytest.approx(ns(span_us - busy_us), rel=0.01)
+    assert finding.savings_total_ns == pytest.approx(ns(span_us - busy_us), rel=0.01)
     assert finding.saving_share == pytest.approx((span_us - busy_us) / span_us, rel=0.01)
     assert finding.saving_share is not None and finding.saving_share <= 1
 
@@ -119,8 +119,10 @@ def test_allocator_churn_on_the_alexnet_benchmark_stops_at_the_gpus_last_work() 
     )
     busy = union_us([(max(a, warmup_end), b) for a, b in kernels])
     idle = gpu_end - warmup_end - busy
-    assert 0 < finding.savings_ns <= ns(idle)
-    assert finding.saving_share == pytest.approx(finding.savings_ns / ns(gpu_end - warmup_end), rel=0.001)
+    assert 0 < finding.savings_total_ns <= ns(idle)
+    assert finding.saving_share == pytest.approx(
+        finding.savings_total_ns / ns(gpu_end - warmup_end), rel=0.001
+    )
 
 
 def load_raw(name: str) -> list[dict[str, Any]]:
@@ -155,8 +157,8 @@ def test_a_dataloader_bound_loop_whose_steps_vary_saves_at_most_its_steps(tmp_pa
     finding = one(analysis, "dataloader-stall")
     handover = analysis.thresholds.dataloader_handover_us
     saved_us = sum(wait - handover for wait in waits)
-    assert finding.savings_ns == pytest.approx(ns(saved_us), rel=0.001)
-    assert finding.saving_per_step_ns == pytest.approx(ns(saved_us / len(waits)), rel=0.001)
+    assert finding.savings_total_ns == pytest.approx(ns(saved_us), rel=0.001)
+    assert finding.savings_per_step_ns == pytest.approx(ns(saved_us / len(waits)), rel=0.001)
     assert finding.saving_share == pytest.approx(saved_us / recorded_window_us(loop), rel=0.001)
     assert finding.saving_share is not None and finding.saving_share < 1
     shown = int(finding.title.split("per step (")[1].split("%")[0])
@@ -187,8 +189,8 @@ def test_a_pageable_batch_copy_with_no_kernel_under_it_saves_the_copy(tmp_path: 
     finding = one(analysis, "pageable-memcpy")
     fixed_us = compute_us  # the compute stream back to back, the copies under it
     expected_us = recorded_window_us(loop) - fixed_us
-    assert finding.savings_ns == pytest.approx(ns(expected_us), rel=0.005)
-    assert finding.saving_per_step_ns == pytest.approx(ns(copy_us / steps), rel=0.01)
+    assert finding.savings_total_ns == pytest.approx(ns(expected_us), rel=0.005)
+    assert finding.savings_per_step_ns == pytest.approx(ns(copy_us / steps), rel=0.01)
     assert finding.severity == "high"
     assert finding.saving_note is not None and "at 12 GB/s (assumed" in finding.saving_note
     evidence = dict(finding.evidence)
@@ -223,7 +225,7 @@ def test_a_pageable_copy_replays_at_the_traces_own_pinned_rate(tmp_path: Path) -
 
     finding = one(analysis, "pageable-memcpy")
     expected_us = recorded_window_us(loop) - (first_copy - loop.steps[0][0] + pinned_us)
-    assert finding.savings_ns == pytest.approx(ns(expected_us), rel=0.002)
+    assert finding.savings_total_ns == pytest.approx(ns(expected_us), rel=0.002)
     assert finding.saving_note is not None and "at 10 GB/s (the rate of this trace's own pinned copies)" in (
         finding.saving_note
     )
@@ -278,8 +280,8 @@ def test_a_sync_card_whose_saving_is_later_idle_says_so_in_its_rows(tmp_path: Pa
     finding = one(analysis, "sync-in-loop")
     syncs = [e for e in loop.events if e.get("name") == "cudaDeviceSynchronize"]
     blocked_us = sum(e["dur"] for e in syncs)
-    assert finding.savings_ns == pytest.approx(ns(blocked_us), rel=0.01)
-    assert finding.saving_per_step_ns == pytest.approx(ns(blocked_us / steps), rel=0.01)
+    assert finding.savings_total_ns == pytest.approx(ns(blocked_us), rel=0.01)
+    assert finding.savings_per_step_ns == pytest.approx(ns(blocked_us / steps), rel=0.01)
 
     evidence = dict(finding.evidence)
     window = ns(recorded_window_us(loop))  # the steps the saving is measured on
@@ -289,7 +291,7 @@ def test_a_sync_card_whose_saving_is_later_idle_says_so_in_its_rows(tmp_path: Pa
     assert evidence["GPU idle right after it"] == "0.0 µs per step (0% of the step)"
     assert "GPU idle it caused" not in evidence
     assert finding.saving_note is not None
-    assert f"the other {format_duration(finding.saving_per_step_ns or 0)} per step" in finding.saving_note
+    assert f"the other {format_duration(finding.savings_per_step_ns or 0)} per step" in finding.saving_note
 
 
 def test_without_steps_a_wait_saves_only_the_gpus_idle_not_the_hosts_teardown(tmp_path: Path) -> None:
@@ -313,7 +315,7 @@ def test_without_steps_a_wait_saves_only_the_gpus_idle_not_the_hosts_teardown(tm
     span_us = max(e["ts"] + e["dur"] for e in kernels) - min(e["ts"] for e in kernels)
     idle_us = span_us - sum(e["dur"] for e in kernels)
     finding = one(analysis, "sync-in-loop")
-    assert finding.savings_ns == pytest.approx(ns(idle_us), rel=0.01)
+    assert finding.savings_total_ns == pytest.approx(ns(idle_us), rel=0.01)
     assert finding.saving_share == pytest.approx(idle_us / span_us, rel=0.01)
 
 

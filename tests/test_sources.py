@@ -539,7 +539,7 @@ def test_diff_matches_on_the_file_line_and_shows_what_the_line_is() -> None:
     def stored(**fields: Any) -> Finding:
         return Finding(
             rule="latent-sync", severity=Severity.HIGH, title="t", advice=Advice(summary="", before="", after=""),
-            why="", op=None, source="train.py:4", device=None, saving_per_step_ns=None, saving_share=None,
+            why="", op=None, source="train.py:4", device=None, savings_per_step_ns=None, saving_share=None,
             saving_note=None, **fields,
         )  # fmt: skip
 

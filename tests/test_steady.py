@@ -66,8 +66,8 @@ def test_alexnet_gives_no_saving_from_the_start_up_gap() -> None:
     assert longest.duration_ns > 10_000_000_000  # the 10 s cuDNN start-up gap
     assert longest.end_ns <= result.analysis.steady.windows[0][0]  # outside the steady state
     for finding in result.findings:
-        assert finding.savings_ns < longest.duration_ns / 100
-        assert finding.savings_ns <= result.analysis.steady.window_ns
+        assert finding.savings_total_ns < longest.duration_ns / 100
+        assert finding.savings_total_ns <= result.analysis.steady.window_ns
     outside = dict(result.analysis.devices[0].idle_by_cause_ns)["outside-steady-state"]
     assert outside >= longest.duration_ns
 
@@ -306,7 +306,7 @@ def test_a_host_the_gpu_waits_for_sets_the_pace(tmp_path: Path) -> None:
     result = analysis_of(tmp_path, loop.events)
     _, steps = _gpu_paced(loop.events)
     assert result.steady.step_ns == median(steps)
-    assert result.pace.setter is not None and result.pace.setter.value == "host"
+    assert result.pace.set_by is not None and result.pace.set_by.value == "host"
     assert result.pace.host_ns == median(round((end - start) * 1000) for start, end in loop.steps)
     text = pace_fact(Report(result, evaluate(result)))
     assert text is not None and text.startswith("the host sets it")
@@ -325,7 +325,7 @@ def test_where_both_sides_agree_no_side_is_named(tmp_path: Path) -> None:
     from traceinsight.render.facts import header_facts
 
     result = analysis_of(tmp_path, events)
-    assert result.pace.setter is None
+    assert result.pace.set_by is None
     assert "Pace" not in dict(header_facts(Report(result, evaluate(result))))
 
 

@@ -37,13 +37,13 @@ from traceinsight.analysis.results import (
     H2DCopy,
     HostSummary,
     IdleGap,
-    StepTime,
+    Step,
     SyncCall,
     SyncHotspot,
 )
 from traceinsight.analysis.shared import DEFAULT_LAUNCH_COST_NS, Shared, launch_cost_ns, shared_tables
 from traceinsight.analysis.sources import FrameIndex
-from traceinsight.analysis.steady import SteadyState, iteration_count, steady_state
+from traceinsight.analysis.steady import SteadySteps, iteration_count, steady_state
 from traceinsight.analysis.timeline import Timeline, timeline
 from traceinsight.analysis.usage import Usage
 from traceinsight.analysis.validity import TraceWarning, trace_warnings
@@ -82,7 +82,7 @@ class Analysis:
     iterations: int | None  # ProfilerStep spans, else Optimizer.step ranges, else None
     steps_marked: bool  # True when iterations come from ProfilerStep#N spans
     devices: tuple[DeviceTime, ...]
-    steps: tuple[StepTime, ...]
+    steps: tuple[Step, ...]
     idle_gaps: tuple[IdleGap, ...]
     copies: tuple[CopyGroup, ...]
     overlap: dict[str, float | None]
@@ -91,7 +91,7 @@ class Analysis:
     host: HostSummary
     timeline: Timeline  # downsampled busy blocks and sync marks per device, for charts
     kernels: TopKernels  # kernels by total time
-    steady: SteadyState  # the steps, which are steady, and the steady-state windows
+    steady: SteadySteps  # the steps, which are steady, and the steady-state windows
     warnings: tuple[TraceWarning, ...]  # what limits what the numbers say, for the top of every output
     replay: Replay  # the steady steps, ready to replay a fix
     fix_inputs: FixInputs  # host ranges the fixes change
@@ -147,7 +147,7 @@ class Analysis:
 
 
 def _fix_inputs(
-    trace: Trace, steady: SteadyState, kernels: pl.DataFrame, launch_cost: int | None = None
+    trace: Trace, steady: SteadySteps, kernels: pl.DataFrame, launch_cost: int | None = None
 ) -> FixInputs:
     """The host ranges inside the steady windows that the replayed fixes change (``launch_cost``:
     :func:`~traceinsight.analysis.shared.launch_cost_ns`, when the caller has it)."""
@@ -270,7 +270,7 @@ class _SteadyOnly(NamedTuple):
 
 def _steady_only(
     trace: Trace,
-    steady: SteadyState,
+    steady: SteadySteps,
     limits: Thresholds,
     user_code: Collection[str],
     common: Shared,
@@ -344,7 +344,7 @@ def _analyze(
         steps_marked=steady.source == "ProfilerStep",
         devices=devices,
         steps=steps,
-        idle_gaps=idle_gaps.reported_gaps(classified, limits),
+        idle_gaps=idle_gaps.reported_gaps(classified, limits, trace.meta.origin_ns),
         copies=copy_groups,
         overlap=copies.overlap_ratios(copy_groups),
         syncs=syncs.sync_calls(calls),

@@ -14,7 +14,7 @@ import polars as pl
 
 from traceinsight.analysis.intervals import within
 from traceinsight.analysis.shared import gpu_classes
-from traceinsight.analysis.steady import SteadyState
+from traceinsight.analysis.steady import SteadySteps
 from traceinsight.load import Trace, taxonomy
 
 __all__ = ["CollectiveGroup", "CommunicationStats", "communication_stats"]
@@ -98,7 +98,7 @@ def _data_parallel(trace: Trace) -> bool:
 
 
 def communication_stats(
-    trace: Trace, steady: SteadyState, classes: pl.DataFrame | None = None
+    trace: Trace, steady: SteadySteps, classes: pl.DataFrame | None = None
 ) -> CommunicationStats:
     """Communication kernels started inside the steady windows, per device and kind (``classes``:
     :func:`~traceinsight.analysis.shared.gpu_classes`, when the caller has it)."""

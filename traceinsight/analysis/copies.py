@@ -122,6 +122,7 @@ def copy_groups(
             bytes=row["bytes"] or 0,
             duration_ns=row["duration"],
             overlapped_ns=row["overlapped"],
+            bandwidth_gbps=round((row["bytes"] or 0) / row["duration"], 3) if row["duration"] else None,
             host_blocked=row["blocked"],
         )
         for row in table.iter_rows(named=True)

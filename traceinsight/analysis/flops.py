@@ -45,7 +45,7 @@ import polars as pl
 
 from traceinsight.analysis import peaks
 from traceinsight.analysis.intervals import within
-from traceinsight.analysis.steady import SteadyState
+from traceinsight.analysis.steady import SteadySteps
 from traceinsight.load import Trace
 
 __all__ = [
@@ -662,7 +662,7 @@ def counted_operators(trace: Trace) -> pl.DataFrame:
 
 
 def flop_stats(
-    trace: Trace, steady: SteadyState, classes: pl.DataFrame | None = None, top: int = 10
+    trace: Trace, steady: SteadySteps, classes: pl.DataFrame | None = None, top: int = 10
 ) -> FlopStats:
     """FLOPs of the steady state, attributed to kernels (see the module doc). ``classes``:
     :func:`~traceinsight.analysis.shared.gpu_classes` (its ``tensor_core`` column tells tf32 from fp32)."""

@@ -11,7 +11,7 @@ the window's time before the device's first or after its last GPU work is ``befo
 
 GPU time is judged on the GPU's clock: a step's window is its device window, from when the step
 before it was done to when its own work was done (:mod:`.steady`), and the steady state's windows
-are those windows' runs (``SteadyState.device_windows``).
+are those windows' runs (``SteadySteps.device_windows``).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import polars as pl
 
 from traceinsight.analysis.causes import CauseKind
 from traceinsight.analysis.intervals import merge_intervals, overlap_ns, plain_ints
-from traceinsight.analysis.results import DeviceTime, StepTime
+from traceinsight.analysis.results import DeviceTime, Step
 from traceinsight.analysis.shared import gpu_classes
-from traceinsight.analysis.steady import SteadyState
+from traceinsight.analysis.steady import SteadySteps
 from traceinsight.analysis.usage import Usage
 from traceinsight.arrays import distinct, series
 from traceinsight.load import Trace
@@ -139,7 +139,7 @@ def device_times(
     kernels: pl.DataFrame,
     compute: pl.DataFrame,
     gaps: pl.DataFrame,
-    steady: SteadyState,
+    steady: SteadySteps,
 ) -> tuple[DeviceTime, ...]:
     """Busy (by class), span, and idle split by cause per device (see the module doc)."""
     if trace.gpu.is_empty() or busy.is_empty():
@@ -185,7 +185,7 @@ def _ranked(by_cause: dict[str, int]) -> tuple[tuple[str, int], ...]:
     )
 
 
-def idle_split(gaps: pl.DataFrame, steady: SteadyState) -> dict[int, tuple[tuple[str, int], ...]]:
+def idle_split(gaps: pl.DataFrame, steady: SteadySteps) -> dict[int, tuple[tuple[str, int], ...]]:
     """Per device: gap time by cause inside the steady-state windows (on the GPU's clock), the rest
     ``outside-steady-state``."""
     if gaps.is_empty():
@@ -295,11 +295,11 @@ def step_times(
     kernels: pl.DataFrame,
     compute: pl.DataFrame,
     gaps: pl.DataFrame,
-    steady: SteadyState,
-) -> tuple[StepTime, ...]:
+    steady: SteadySteps,
+) -> tuple[Step, ...]:
     """GPU time inside each step's device window, per device: busy by class and idle by cause, and
     the idle before the step's own first GPU work (module doc; the first work is
-    :attr:`~traceinsight.analysis.steady.SteadyState.first_work`)."""
+    :attr:`~traceinsight.analysis.steady.SteadySteps.first_work`)."""
     if not steady.steps or busy.is_empty():
         return ()
     windows = pl.DataFrame(
@@ -345,6 +345,7 @@ def step_times(
     )
     lead_causes = _idle_by_cause(leads, gaps, extent) if leads.height else {}
     judged = {step.step: step for step in steady.steps}
+    origin = trace.meta.origin_ns
     result = []
     for step_number, device, start, end in (
         grid.sort("start", "device").select("step", "device", "start", "end").iter_rows()
@@ -353,21 +354,22 @@ def step_times(
         kernel, compute_ns, busy_ns = kernel_in.get(key, 0), compute_in.get(key, 0), busy_in.get(key, 0)
         info = judged[step_number]
         result.append(
-            StepTime(
+            Step(
                 step=step_number,
                 device=device,
-                start_ns=start,
-                end_ns=end,
+                start_ns=start - origin,
+                span_ns=end - start,
+                host_start_ns=info.start_ns - origin,
+                host_span_ns=info.end_ns - info.start_ns,
                 busy_ns=busy_ns,
+                idle_ns=end - start - busy_ns,
                 copy_ns=copy_in.get(key, 0),
-                idle_by_cause_ns=_ranked(causes.get(key, {})),
+                idle_by_cause_ns=dict(_ranked(causes.get(key, {}))),
                 compute_ns=compute_ns,
                 communication_ns=kernel - compute_ns,
                 copy_exposed_ns=busy_ns - kernel,
                 steady=info.steady,
-                reason=info.reason,
-                host_start_ns=info.start_ns,
-                host_end_ns=info.end_ns,
+                not_steady_because=info.reason,
                 lead_by_cause_ns=_ranked(lead_causes.get(key, {})),
                 first_work_ns=first_own.get(key),
             )
@@ -377,12 +379,12 @@ def step_times(
 
 def steady_usage(
     devices: tuple[DeviceTime, ...],
-    steps: tuple[StepTime, ...],
+    steps: tuple[Step, ...],
     busy: pl.DataFrame,
     kernels: pl.DataFrame,
     compute: pl.DataFrame,
     gaps: pl.DataFrame,
-    steady: SteadyState,
+    steady: SteadySteps,
 ) -> tuple[Usage, ...]:
     """How each device spent the steady state (:class:`Usage`).
 
@@ -397,7 +399,7 @@ def steady_usage(
         totals: dict[str, int] = defaultdict(int)
         if mine:
             for step in mine:
-                for kind, ns in step.idle_by_cause_ns:
+                for kind, ns in step.idle_by_cause_ns.items():
                     totals[kind] += ns
             parts = (
                 sum(step.compute_ns for step in mine),

@@ -672,19 +672,19 @@ QUEUED_IN_GRAPH: Final = (
     "dependency (an event from another stream or rank, a host node)"
 )
 
-#: The classified gaps' column of each :class:`IdleGap` field named differently.
-_GAP_COLUMN: Final = {"start_ns": "start", "end_ns": "end"}
 
-
-def reported_gaps(classified: pl.DataFrame, limits: Thresholds) -> tuple[IdleGap, ...]:
-    """Gaps of at least ``min_gap_us``, longest first, as results."""
+def reported_gaps(classified: pl.DataFrame, limits: Thresholds, origin_ns: int) -> tuple[IdleGap, ...]:
+    """Gaps of at least ``min_gap_us``, longest first, as results (``start`` from ``origin_ns``)."""
     min_ns = round(limits.min_gap_us * 1000)
     ordered = classified.filter(pl.col("duration") >= min_ns).sort(
         ["duration", "device", "start"], descending=[True, False, False]
     )
     # Column by column, not row dicts (:func:`~.results.from_columns`): tens of thousands of gaps
     # on an LLM decode trace.
-    columns = [
-        ordered.get_column(_GAP_COLUMN.get(field.name, field.name)).to_list() for field in fields(IdleGap)
-    ]
-    return from_columns(IdleGap, columns)
+    columns = ordered.select(
+        "device",
+        pl.col("start") - origin_ns,
+        "duration",
+        *(field.name for field in fields(IdleGap)[3:]),
+    ).get_columns()
+    return from_columns(IdleGap, [column.to_list() for column in columns])

@@ -22,13 +22,14 @@ A line whose operators run inside a tensor's ``__repr__``/``__format__`` frame
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import polars as pl
 
 from traceinsight.analysis.intervals import meeting, outermost_first, within
+from traceinsight.analysis.results import COUNT
 from traceinsight.analysis.sources import USER, FrameIndex, enclosing_ops, frame_kind, module_at, source_at
-from traceinsight.analysis.steady import SteadyState
+from traceinsight.analysis.steady import SteadySteps
 from traceinsight.load import Trace, taxonomy
 
 __all__ = ["DATA_LOADING", "STEP_COUNTER", "LatentSync", "latent_syncs"]
@@ -39,24 +40,24 @@ DATA_LOADING = "data loading"
 STEP_COUNTER = "optimizer step counters"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LatentSync:
     """One would-be sync: what one line (or, without frames, one operator) runs that reads a value."""
 
     op: str
     """The operator seen most often there (``aten::item`` …)."""
-    op_chain: str | None
-    source: str | None
-    source_kind: str | None
-    #: The ``nn.Module`` whose forward runs it (data-dependent control flow), if any.
-    module: str | None
-    count: int
-    """Occurrences in the trace: of the line's formatting (one ``print(loss)``), else of its most
-    frequent operator; for CPU-value reads (:attr:`cpu_value`), every read."""
-    #: Occurrences inside the steady-state steps.
-    steady_count: int
     ops: tuple[str, ...] = ()
     """Every such operator the line runs, most frequent first."""
+    op_chain: str | None = None
+    source: str | None = None
+    source_kind: str | None = None
+    module: str | None = None
+    """The ``nn.Module`` whose forward runs it (data-dependent control flow), if any."""
+    count: int = field(default=0, metadata=COUNT)
+    """Occurrences in the trace: of the line's formatting (one ``print(loss)``), else of its most
+    frequent operator; for CPU-value reads (:attr:`cpu_value`), every read."""
+    steady_count: int = field(default=0, metadata=COUNT)
+    """Occurrences inside the steady-state steps."""
     formatting: bool = False
     """True when the line formats a tensor (``print(loss)``, ``f"{loss}"``): its reads are that."""
     cpu_value: str | None = None
@@ -79,7 +80,7 @@ class LatentSync:
 
 def latent_syncs(
     trace: Trace,
-    steady: SteadyState,
+    steady: SteadySteps,
     user_code: Collection[str] = (),
     *,
     frame_index: FrameIndex | None = None,

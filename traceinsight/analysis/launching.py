@@ -11,7 +11,7 @@ import polars as pl
 from traceinsight.analysis.causes import CauseKind
 from traceinsight.analysis.intervals import joined_where, meeting, overlap_ns, within
 from traceinsight.analysis.sources import enclosing_ops
-from traceinsight.analysis.steady import SteadyState
+from traceinsight.analysis.steady import SteadySteps
 from traceinsight.load import Trace, taxonomy
 from traceinsight.thresholds import Thresholds
 
@@ -157,7 +157,7 @@ def compile_state(trace: Trace) -> CompileState:
 
 
 def launch_patterns(
-    trace: Trace, steady: SteadyState, gaps: pl.DataFrame, limits: Thresholds
+    trace: Trace, steady: SteadySteps, gaps: pl.DataFrame, limits: Thresholds
 ) -> tuple[LaunchPattern, ...]:
     """Per device, the ``host-bound`` gaps (every length) that meet the steady windows, split at
     ``launch_gap_max_us`` (:class:`LaunchPattern`), and the kernels that start inside them.
@@ -224,7 +224,7 @@ def launch_patterns(
 
 
 def launch_stats(
-    trace: Trace, steady: SteadyState, gaps: pl.DataFrame, limits: Thresholds, top: int = 5
+    trace: Trace, steady: SteadySteps, gaps: pl.DataFrame, limits: Thresholds, top: int = 5
 ) -> LaunchStats:
     """Kernel and launch-call durations in the steady state, and the innermost operator the
     launching thread was in during each ``host-bound`` gap of at least ``min_gap`` (the gaps table

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceinsight.analysis.intervals import within
-from traceinsight.analysis.steady import SteadyState
+from traceinsight.analysis.steady import SteadySteps
 from traceinsight.load import Trace, taxonomy
 
 __all__ = ["AllocatorChurn", "DeviceMemory", "MemoryUsage", "memory_usage"]
@@ -200,7 +200,7 @@ def busy_windows(trace: Trace, windows: tuple[tuple[int, int], ...]) -> tuple[tu
     return tuple(cut)
 
 
-def allocator_churn(trace: Trace, steady: SteadyState) -> AllocatorChurn:
+def allocator_churn(trace: Trace, steady: SteadySteps) -> AllocatorChurn:
     """The allocator's runtime calls inside the steady steps (without steps: in the steady window
     while the GPU has work to do, :func:`busy_windows`), and the steady steps holding them."""
     calls = trace.runtime.filter(pl.col("name").is_in(list(taxonomy.ALLOCATOR_CALLS)))
@@ -227,6 +227,6 @@ def allocator_churn(trace: Trace, steady: SteadyState) -> AllocatorChurn:
     )
 
 
-def memory_usage(trace: Trace, steady: SteadyState, points: int = 600) -> MemoryUsage:
+def memory_usage(trace: Trace, steady: SteadySteps, points: int = 600) -> MemoryUsage:
     """Every device's memory and the allocator's churn (see the module docstring)."""
     return MemoryUsage(devices=device_memory(trace, points), churn=allocator_churn(trace, steady))

@@ -28,7 +28,7 @@ import polars as pl
 
 from traceinsight.analysis.flops import FlopStats
 from traceinsight.analysis.intervals import within
-from traceinsight.analysis.steady import SteadyState
+from traceinsight.analysis.steady import SteadySteps
 from traceinsight.load import Trace
 
 __all__ = ["MODULE_PREFIX", "NO_SCOPES", "ScopeTime", "ScopeTimes", "scope_times"]
@@ -226,7 +226,7 @@ def _tree(
     )
 
 
-def scope_times(trace: Trace, steady: SteadyState, flops: FlopStats) -> ScopeTimes:
+def scope_times(trace: Trace, steady: SteadySteps, flops: FlopStats) -> ScopeTimes:
     """The module and region trees of the steady state (see the module doc); ``flops``: the
     trace's :func:`~.flops.flop_stats` (its kernel table and counted operators)."""
     python = trace.python

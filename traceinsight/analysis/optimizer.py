@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceinsight.analysis.intervals import joined_where, within
-from traceinsight.analysis.steady import SteadyState
+from traceinsight.analysis.steady import SteadySteps
 from traceinsight.load import Trace, taxonomy
 
 __all__ = ["OptimizerStats", "optimizer_stats"]
@@ -82,7 +82,7 @@ def _inside(launches: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def optimizer_stats(trace: Trace, steady: SteadyState) -> OptimizerStats:
+def optimizer_stats(trace: Trace, steady: SteadySteps) -> OptimizerStats:
     """Kernels launched inside the steady state's ``Optimizer.step`` and ``zero_grad`` ranges."""
     annotations = trace.annotations
     if steady.windows:

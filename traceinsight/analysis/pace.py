@@ -24,8 +24,8 @@ import polars as pl
 
 from traceinsight.analysis.causes import CauseKind
 from traceinsight.analysis.intervals import merge_intervals, overlap_ns
-from traceinsight.analysis.results import StepTime
-from traceinsight.analysis.steady import SteadyState
+from traceinsight.analysis.results import Step
+from traceinsight.analysis.steady import SteadySteps
 from traceinsight.compat import StrEnum
 
 __all__ = ["Pace", "PaceSetter", "step_pace"]
@@ -38,16 +38,16 @@ class PaceSetter(StrEnum):
     GPU = "gpu"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Pace:
-    """Each side's own time per steady step (medians, ns), and which side sets the pace."""
+    """Which side sets the step's pace, and each side's own time per steady step (medians, ns)."""
 
+    #: The side more than ``pace_difference`` above the other (None: neither, or unknown).
+    set_by: PaceSetter | None = None
     #: The host's own time: its range less the time blocked waiting for the GPU (None: no steps).
     host_ns: int | None = None
     #: The GPU's own time: busy plus queued idle in the device window (None: no steps or no GPU).
     gpu_ns: int | None = None
-    #: The side more than ``pace_difference`` above the other (None: neither, or unknown).
-    setter: PaceSetter | None = None
 
 
 def _blocked_in_ranges(calls: pl.DataFrame, ranges: pl.DataFrame) -> dict[int, int]:
@@ -64,9 +64,7 @@ def _blocked_in_ranges(calls: pl.DataFrame, ranges: pl.DataFrame) -> dict[int, i
     return dict(table.iter_rows())
 
 
-def step_pace(
-    steady: SteadyState, steps: tuple[StepTime, ...], calls: pl.DataFrame, difference: float
-) -> Pace:
+def step_pace(steady: SteadySteps, steps: tuple[Step, ...], calls: pl.DataFrame, difference: float) -> Pace:
     """The host's and the GPU's own time per steady step, and which sets the pace (module doc)."""
     steady_steps = steady.steady_steps
     if not steady_steps:
@@ -84,7 +82,7 @@ def step_pace(
     per_device: dict[int, list[int]] = {}
     for step in steps:
         if step.steady:
-            queued = dict(step.idle_by_cause_ns).get(CauseKind.QUEUED.value, 0)
+            queued = step.idle_by_cause_ns.get(CauseKind.QUEUED.value, 0)
             per_device.setdefault(step.device, []).append(step.busy_ns + queued)
     if not per_device:
         return Pace(host_ns=host)
@@ -94,4 +92,4 @@ def step_pace(
         setter = PaceSetter.GPU
     elif host > (1 + difference) * gpu:
         setter = PaceSetter.HOST
-    return Pace(host_ns=host, gpu_ns=gpu, setter=setter)
+    return Pace(set_by=setter, host_ns=host, gpu_ns=gpu)

@@ -9,7 +9,7 @@ import polars as pl
 
 from traceinsight.analysis.intervals import within
 from traceinsight.analysis.shared import gpu_classes
-from traceinsight.analysis.steady import SteadyState
+from traceinsight.analysis.steady import SteadySteps
 from traceinsight.load import Trace
 
 __all__ = ["PrecisionMix", "precision_mix"]
@@ -42,7 +42,7 @@ class PrecisionMix:
 
 
 def precision_mix(
-    trace: Trace, steady: SteadyState, top: int = 5, classes: pl.DataFrame | None = None
+    trace: Trace, steady: SteadySteps, top: int = 5, classes: pl.DataFrame | None = None
 ) -> tuple[PrecisionMix, ...]:
     """Per device: fp32 GEMM/convolution vs tensor-core kernel time, kernels starting in the steady
     state (``classes``: :func:`~traceinsight.analysis.shared.gpu_classes`, when the caller has it)."""

@@ -18,7 +18,7 @@ import polars as pl
 from traceinsight.analysis.intervals import joined_where, meeting, merge_intervals, overlap_ns
 from traceinsight.analysis.shared import launch_calls
 from traceinsight.analysis.sources import FrameIndex, source_at
-from traceinsight.analysis.steady import SteadyState
+from traceinsight.analysis.steady import SteadySteps
 from traceinsight.load import Trace
 
 __all__ = ["StepLeads", "step_leads"]
@@ -76,7 +76,7 @@ def _top_level_ops(trace: Trace, ranges: pl.DataFrame, top: int) -> tuple[tuple[
 
 def step_leads(
     trace: Trace,
-    steady: SteadyState,
+    steady: SteadySteps,
     calls: pl.DataFrame,
     waits: tuple[tuple[int, int], ...],
     user_code: Collection[str] = (),

@@ -52,7 +52,7 @@ import numpy as np
 import polars as pl
 
 from traceinsight.analysis.shared import launch_calls, launch_cost_ns
-from traceinsight.analysis.steady import SteadyState
+from traceinsight.analysis.steady import SteadySteps
 from traceinsight.arrays import distinct, member
 from traceinsight.load import Trace
 
@@ -479,7 +479,7 @@ def _anchors(window: _Window, kept: list[tuple[int, int, int]]) -> list[_Anchor]
 def prepare_replay(
     trace: Trace,
     calls: pl.DataFrame,
-    steady: SteadyState,
+    steady: SteadySteps,
     launches: pl.DataFrame | None = None,
     launch_cost: int | None = None,
 ) -> Replay:

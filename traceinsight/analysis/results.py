@@ -1,14 +1,37 @@
-"""Typed, frozen results of the analyses. Times are integer nanoseconds; renderers convert."""
+"""Typed, frozen results of the analyses. Times are integer nanoseconds; renderers convert.
+
+The types a trace's :class:`~traceinsight.results.trace.Result` holds are declared here (and in
+the modules beside that make them), once: the analyses produce them, the result keeps them, the
+JSON codec (:mod:`traceinsight.results.codec`) writes and reads them by their fields. A field's
+``metadata`` is the codec's: the checks a stored value is read under (:data:`SHARE`,
+:data:`DURATION`, :data:`COUNT`, :data:`ID`, :data:`CODE`), and :data:`LOCAL` for what only a live
+analysis knows (never written; a stored result holds the field's default, and equality ignores it).
+"""
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from itertools import repeat
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 _Record = TypeVar("_Record")
+
+#: The codec's checks on a stored value (see :mod:`traceinsight.results.codec`): a share 0 to 1,
+#: a duration 0 to 10^15 µs, a count (an integer ≥ 0), an id (lowercase words), code (newlines kept).
+SHARE: Final = {"check": "share"}
+DURATION: Final = {"check": "duration"}
+COUNT: Final = {"check": "count"}
+ID: Final = {"check": "id"}
+CODE: Final = {"check": "code"}
+#: Not part of the JSON: what a live analysis knows beside it.
+LOCAL: Final = {"local": True}
+
+
+def share_of(value: float | None) -> float | None:
+    """A share as results hold it (and the JSON writes it): 4 decimals."""
+    return None if value is None else round(value, 4)
 
 
 def from_columns(cls: type[_Record], columns: Sequence[Sequence[Any]]) -> tuple[_Record, ...]:
@@ -83,53 +106,57 @@ class DeviceTime:
         return self.busy_ns / self.span_ns if self.span_ns else 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class StepTime:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Step:
     """One step (``ProfilerStep#N``, or an optimizer step) on one device: the step's device window
     (from when the step before it was done to when its own work was done, see
     :mod:`traceinsight.analysis.steady`) and the GPU time inside it. compute + communication +
-    exposed copies + idle = the window, exactly."""
+    exposed copies + idle = the window, exactly. Times count from the trace's earliest event
+    (``meta.origin_ns``), as every output shows them."""
 
     step: int
     device: int
-    #: The device window: the GPU's clock (the step's host range is ``host_start_ns``/``host_end_ns``).
+    #: The device window: the GPU's clock (the step's host range is ``host_start_ns``/``host_span_ns``).
     start_ns: int
-    end_ns: int
+    #: Length of the device window: the step's step time.
+    span_ns: int
+    #: The step's host range (``ProfilerStep#N``, or between two ``Optimizer.step`` ends).
+    host_start_ns: int = 0
+    host_span_ns: int = 0
     busy_ns: int
+    #: Window length minus GPU busy inside it.
+    idle_ns: int
     copy_ns: int
-    #: Idle inside the window split by cause kind (``CauseKind`` values), adding up to ``idle_ns``.
-    idle_by_cause_ns: tuple[tuple[str, int], ...]
+    #: Idle inside the window split by cause kind (``CauseKind`` values), largest first, adding up
+    #: to ``idle_ns``.
+    idle_by_cause_ns: dict[str, int]
     compute_ns: int = 0
     communication_ns: int = 0
     copy_exposed_ns: int = 0
     #: False for start-up, outlier and cut-short steps (see :mod:`traceinsight.analysis.steady`).
     steady: bool = True
     #: Why the step is not steady, in plain words.
-    reason: str | None = None
-    #: The step's host range (``ProfilerStep#N``, or between two ``Optimizer.step`` ends).
-    host_start_ns: int = 0
-    host_end_ns: int = 0
+    not_steady_because: str | None = None
     #: The part of ``idle_by_cause_ns`` from the window's start until the step's own first GPU work
     #: on this device (work launched in its host range), by cause: the GPU waiting while the host
-    #: prepared the step. Empty when the step launched nothing on this device.
-    lead_by_cause_ns: tuple[tuple[str, int], ...] = ()
-    #: Start of the step's own first GPU work on this device (None: it launched none there).
-    first_work_ns: int | None = None
+    #: prepared the step. Empty when the step launched nothing on this device. Live only.
+    lead_by_cause_ns: tuple[tuple[str, int], ...] = field(
+        default=(), compare=False, repr=False, metadata=LOCAL
+    )
+    #: Start of the step's own first GPU work on this device, on the trace's clock (None: it
+    #: launched none there). Live only.
+    first_work_ns: int | None = field(default=None, compare=False, repr=False, metadata=LOCAL)
 
     @property
-    def span_ns(self) -> int:
-        """Length of the step's device window: its step time."""
-        return self.end_ns - self.start_ns
-
-    @property
-    def idle_ns(self) -> int:
-        """Window length minus GPU busy inside it."""
-        return self.span_ns - self.busy_ns
+    def end_ns(self) -> int:
+        """End of the device window, from the trace's earliest event."""
+        return self.start_ns + self.span_ns
 
 
 @dataclass(frozen=True, slots=True)
 class IdleGap:
-    """A stretch with no GPU activity on a device, and what the host was doing meanwhile.
+    """A stretch with no GPU activity on a device, and what the host was doing meanwhile;
+    ``start_ns`` counts from the trace's earliest event (``meta.origin_ns``), as every output shows it.
 
     cause_kind: ``dataloader`` (host in DataLoader ``__next__``), ``sync`` (a blocking call drained
     the queue), ``other-gpu`` (waiting for another GPU of the same process: a pipeline bubble),
@@ -139,18 +166,12 @@ class IdleGap:
 
     device: int
     start_ns: int
-    end_ns: int
+    duration_ns: int
     cause_kind: str
     cause: str  # readable: "cudaStreamSynchronize in aten::item", "DataLoader __next__", ...
     source: str | None  # "train.py:47" (the user's innermost frame), when stacks exist
-    pid: int | None
-    tid: int | None
     #: ``user`` when ``source`` is the user's own line, ``library`` when only library frames were there.
     source_kind: str | None = None
-    #: The blocking call (``blocking_calls`` key) that drained the queue, for ``sync``/``copy`` causes.
-    sync_key: int | None = None
-    #: The GPU this one waited for, for the ``other-gpu`` cause (a pipeline bubble).
-    other_device: int | None = None
     #: What ``source``'s line is: ``call`` (the call's line), ``def`` (the first line of
     #: ``source_function``: torch's stack names a function so), ``recording-start`` (the line
     #: ``source_function`` was on when recording began), None when the trace does not say (see
@@ -158,14 +179,19 @@ class IdleGap:
     source_line_kind: str | None = None
     #: The function ``source`` is in (``log_metrics``), when frames name it.
     source_function: str | None = None
+    #: The blocking call (``blocking_calls`` key) that drained the queue, for ``sync``/``copy``
+    #: causes. Live only.
+    sync_key: int | None = field(default=None, compare=False, metadata=LOCAL)
+    #: The GPU this one waited for, for the ``other-gpu`` cause (a pipeline bubble). Live only.
+    other_device: int | None = field(default=None, compare=False, metadata=LOCAL)
 
     @property
-    def duration_ns(self) -> int:
-        """Gap length."""
-        return self.end_ns - self.start_ns
+    def end_ns(self) -> int:
+        """Gap end, from the trace's earliest event."""
+        return self.start_ns + self.duration_ns
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CopyGroup:
     """Copies on one device with one name (``Memcpy HtoD (Pageable -> Device)``)."""
 
@@ -179,14 +205,11 @@ class CopyGroup:
     duration_ns: int
     #: Time of these copies that ran while a kernel ran on the same device (any stream).
     overlapped_ns: int
+    #: bytes / duration in GB/s, 3 decimals (None without duration).
+    bandwidth_gbps: float | None
     #: How many of these copies blocked the host (pageable memory, a synchronous API, or the host
     #: call followed by a blocking sync within the window).
     host_blocked: int
-
-    @property
-    def bandwidth_gbps(self) -> float | None:
-        """bytes / duration in GB/s (None without duration)."""
-        return self.bytes / self.duration_ns if self.duration_ns else None
 
     @property
     def pageable(self) -> bool:
@@ -211,7 +234,7 @@ class H2DCopy:
     overlapped_ns: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SyncCall:
     """All host-blocking calls of one name."""
 
@@ -220,7 +243,7 @@ class SyncCall:
     blocked_ns: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SyncHotspot:
     """Host waits grouped by (call, call after it, op, source line, copy waited for).
 
@@ -239,30 +262,19 @@ class SyncHotspot:
     #: The copy the calls wait for (``Memcpy DtoH (Device -> Pageable)``), when one precedes them.
     copy: str | None
     count: int
+    #: Calls per iteration, 4 decimals (None without iterations).
     per_step: float | None
     blocked_ns: int
     idle_after_ns: int
     #: ``user`` or ``library`` (see :func:`traceinsight.analysis.sources.source_at`).
-    source_kind: str | None = None
-    #: The calls' keys in the blocking-call table (for the step replay).
-    keys: tuple[int, ...] = ()
-    #: Calls inside the steady-state steps, and how many per steady step.
-    steady_count: int = 0
+    source_kind: str | None
+    #: Calls inside the steady-state steps.
+    steady_count: int = field(default=0, metadata=COUNT)
     #: GPU idle in gaps whose cause is these calls (``sync`` or ``copy``), inside the steady state.
     idle_caused_ns: int = 0
-    #: The ``nn.Module`` whose forward makes these calls (data-dependent control flow), if known.
-    module: str | None = None
-    #: Host time blocked in the calls inside the steady state (``blocked_ns`` counts every call).
-    steady_blocked_ns: int = 0
     #: The sync that completes each wait after a copy call (``cudaStreamSynchronize`` after the
     #: ``cudaMemcpyAsync`` of ``.item()``), when there is one: the pair is one wait, counted once.
     then_call: str | None = None
-
-    @property
-    def call_text(self) -> str:
-        """The wait's calls as shown: ``cudaMemcpyAsync + cudaStreamSynchronize``."""
-        return f"{self.call} + {self.then_call}" if self.then_call else self.call
-
     #: What ``source``'s line is: ``call`` (the call's line), ``def`` (the first line of
     #: ``source_function``: torch's stack names a function so), ``recording-start`` (the line
     #: ``source_function`` was on when recording began), None when the trace does not say (see
@@ -274,6 +286,19 @@ class SyncHotspot:
     #: (``torch.optim.LBFGS``: :data:`traceinsight.load.taxonomy.DESIGNED_SYNCS`), when the calls
     #: happen inside it.
     framework_call: str | None = None
+    #: The calls' keys in the blocking-call table (for the step replay). Live only.
+    keys: tuple[int, ...] = field(default=(), compare=False, repr=False, metadata=LOCAL)
+    #: The ``nn.Module`` whose forward makes these calls (data-dependent control flow), if known.
+    #: Live only.
+    module: str | None = field(default=None, compare=False, metadata=LOCAL)
+    #: Host time blocked in the calls inside the steady state (``blocked_ns`` counts every call).
+    #: Live only.
+    steady_blocked_ns: int = field(default=0, compare=False, metadata=LOCAL)
+
+    @property
+    def call_text(self) -> str:
+        """The wait's calls as shown: ``cudaMemcpyAsync + cudaStreamSynchronize``."""
+        return f"{self.call} + {self.then_call}" if self.then_call else self.call
 
 
 @dataclass(frozen=True, slots=True)

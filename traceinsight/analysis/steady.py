@@ -49,11 +49,11 @@ from traceinsight.formatting import format_duration
 from traceinsight.load import Trace, taxonomy
 from traceinsight.thresholds import Thresholds
 
-__all__ = ["SteadyState", "Step", "owned_work", "steady_state", "step_windows"]
+__all__ = ["SteadySteps", "StepRange", "owned_work", "steady_state", "step_windows"]
 
 
 @dataclass(frozen=True, slots=True)
-class Step:
+class StepRange:
     """One training step: its host range, when its work was done, and whether it is steady."""
 
     step: int
@@ -97,12 +97,12 @@ class Step:
 
 
 @dataclass(frozen=True, slots=True)
-class SteadyState:
+class SteadySteps:
     """Which parts of the trace are the steady state."""
 
     #: Where steps come from: ``ProfilerStep``, ``optimizer`` (Optimizer.step ranges) or ``none``.
     source: str
-    steps: tuple[Step, ...]
+    steps: tuple[StepRange, ...]
     #: Disjoint host-time windows of the steady state, in order: runs of consecutive steady steps'
     #: host ranges, or, without steps, one window from the end of the start-up to the end of the
     #: trace. Host events (syncs, DataLoader waits, copy calls, launches) are judged in these.
@@ -119,7 +119,7 @@ class SteadyState:
     first_work: Mapping[tuple[int, int], int] = field(default_factory=dict, compare=False, repr=False)
 
     @property
-    def steady_steps(self) -> tuple[Step, ...]:
+    def steady_steps(self) -> tuple[StepRange, ...]:
         """The steps findings are computed on."""
         return tuple(step for step in self.steps if step.steady)
 
@@ -280,7 +280,7 @@ def _done_times(rows: list[dict[str, Any]], ends: _Owned) -> list[tuple[int, int
 
 def _judge_steps(
     trace: Trace, source: str, windows: pl.DataFrame, limits: Thresholds, launches: pl.DataFrame | None
-) -> tuple[tuple[Step, ...], _FirstWork]:
+) -> tuple[tuple[StepRange, ...], _FirstWork]:
     rows = list(windows.sort("start", "step").iter_rows(named=True))
     ends, first_work = _gpu_ends(trace, source, windows, launches) if trace.has_gpu_activity else ({}, {})
     times = _done_times(rows, ends)
@@ -312,7 +312,7 @@ def _judge_steps(
     if rows and len(reasons) == len(rows):
         reasons.clear()  # nothing would be left: judge the steps as they are
     steps = tuple(
-        Step(
+        StepRange(
             row["step"],
             row["start"],
             row["end"],
@@ -328,7 +328,7 @@ def _judge_steps(
     return steps, first_work
 
 
-def _runs(steps: tuple[Step, ...], device: bool = False) -> tuple[tuple[int, int], ...]:
+def _runs(steps: tuple[StepRange, ...], device: bool = False) -> tuple[tuple[int, int], ...]:
     """Consecutive steady steps merged into windows (a non-steady step splits them): their host
     ranges, or with ``device`` their device windows (begin to done).
 
@@ -403,14 +403,14 @@ def _startup_without_steps(trace: Trace, limits: Thresholds) -> tuple[int | None
 
 def steady_state(
     trace: Trace, limits: Thresholds | None = None, launches: pl.DataFrame | None = None
-) -> SteadyState:
+) -> SteadySteps:
     """Steps, which of them are steady, and the steady-state windows (see the module doc).
     ``launches`` is :func:`~traceinsight.analysis.shared.launch_calls` when the caller has it."""
     limits = limits or Thresholds()
     source, windows = step_windows(trace)
     if source != "none":
         steps, first_work = _judge_steps(trace, source, windows, limits, launches)
-        return SteadyState(
+        return SteadySteps(
             source=source,
             steps=steps,
             windows=_runs(steps),
@@ -419,12 +419,12 @@ def steady_state(
         )
     extent = _trace_extent(trace)
     if extent is None:
-        return SteadyState(source="none", steps=(), windows=())
+        return SteadySteps(source="none", steps=(), windows=())
     startup_end, evidence = _startup_without_steps(trace, limits)
     start, end = extent
     if startup_end is not None and start < startup_end < end:
-        return SteadyState("none", (), ((startup_end, end),), startup_end, evidence)
-    return SteadyState("none", (), ((start, end),))
+        return SteadySteps("none", (), ((startup_end, end),), startup_end, evidence)
+    return SteadySteps("none", (), ((start, end),))
 
 
 def iteration_count(trace: Trace) -> int | None:

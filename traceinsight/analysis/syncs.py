@@ -7,9 +7,9 @@ from collections.abc import Collection
 import polars as pl
 
 from traceinsight.analysis.intervals import overlap_ns, within
-from traceinsight.analysis.results import SyncCall, SyncHotspot
+from traceinsight.analysis.results import SyncCall, SyncHotspot, share_of
 from traceinsight.analysis.sources import FrameIndex, enclosing_ops, module_at, source_at
-from traceinsight.analysis.steady import SteadyState
+from traceinsight.analysis.steady import SteadySteps
 from traceinsight.load import Trace, taxonomy
 
 
@@ -236,7 +236,7 @@ def sync_hotspots(
     idle_after: pl.DataFrame,
     iterations: int | None,
     gaps: pl.DataFrame | None = None,
-    steady: SteadyState | None = None,
+    steady: SteadySteps | None = None,
 ) -> tuple[SyncHotspot, ...]:
     """Host waits grouped by (call, call after it, op, source, copy waited for, framework code that
     syncs by design), ranked by blocked + idle-after time.
@@ -321,7 +321,7 @@ def sync_hotspots(
             source=row["source"],
             copy=row["copy"],
             count=row["count"],
-            per_step=row["count"] / iterations if iterations else None,
+            per_step=share_of(row["count"] / iterations) if iterations else None,
             blocked_ns=row["blocked"],
             idle_after_ns=row["idle_after"],
             source_kind=row["source_kind"],

@@ -19,7 +19,7 @@ import polars as pl
 from traceinsight.analysis.gpu_time import busy_intervals
 from traceinsight.analysis.intervals import merge_intervals
 from traceinsight.analysis.shared import gpu_classes
-from traceinsight.analysis.steady import SteadyState, step_windows
+from traceinsight.analysis.steady import SteadySteps, step_windows
 from traceinsight.analysis.syncs import launch_devices
 from traceinsight.load import Trace, taxonomy
 
@@ -143,7 +143,7 @@ def timeline(
     max_blocks: int = 2000,
     busy: pl.DataFrame | None = None,
     launched: pl.DataFrame | None = None,
-    steady: SteadyState | None = None,
+    steady: SteadySteps | None = None,
     classes: pl.DataFrame | None = None,
 ) -> Timeline:
     """The per-device busy timeline with at most ``max_blocks`` blocks (and marks) per device.

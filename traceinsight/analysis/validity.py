@@ -12,7 +12,7 @@ import polars as pl
 
 from traceinsight.analysis.capture import capture_windows, graph_capture, launches_in
 from traceinsight.analysis.shared import launch_calls
-from traceinsight.analysis.steady import SteadyState, Step
+from traceinsight.analysis.steady import SteadySteps, StepRange
 from traceinsight.formatting import format_duration
 from traceinsight.load import RunProfile, Trace, taxonomy
 
@@ -45,7 +45,7 @@ _MARK_STEPS_ADVICE = (
 )
 
 
-def _step_warnings(steady: SteadyState, run: RunProfile | None = None) -> list[TraceWarning]:
+def _step_warnings(steady: SteadySteps, run: RunProfile | None = None) -> list[TraceWarning]:
     warnings: list[TraceWarning] = []
     if steady.source == "none":
         if steady.startup_end_ns is not None:
@@ -243,7 +243,7 @@ def _load_warnings(trace: Trace) -> list[TraceWarning]:
     return warnings
 
 
-def _one_step_warning(steady: SteadyState) -> list[TraceWarning]:
+def _one_step_warning(steady: SteadySteps) -> list[TraceWarning]:
     """The findings rest on a single steady step: nothing shows whether what it finds repeats, and
     when it is the first step recorded it also carries a first pass's costs (mi250_rocm_toy: a 6.5 ms
     first kernel launch in a 9.3 ms step)."""
@@ -267,7 +267,7 @@ def _one_step_warning(steady: SteadyState) -> list[TraceWarning]:
     ]
 
 
-def _recording_warnings(trace: Trace, steady: SteadyState) -> list[TraceWarning]:
+def _recording_warnings(trace: Trace, steady: SteadySteps) -> list[TraceWarning]:
     """A trace of `traceinsight run` whose recorded steps ran more than a tenth slower than the
     same script's steps just before recording: what recording cost them is in the host times."""
     run = trace.meta.recorded_by_run
@@ -295,7 +295,7 @@ def _recording_warnings(trace: Trace, steady: SteadyState) -> list[TraceWarning]
 _RECORDING_COST_SHARE = 0.10
 
 
-def _repeats_every_step(steps: tuple[Step, ...]) -> bool:
+def _repeats_every_step(steps: tuple[StepRange, ...]) -> bool:
     """Every steady step (two or more) waits before its own first GPU work at least half as long as
     the one that waits longest: the host prepares each step (per-step host preprocessing, named by
     its own finding), not a set-up caught once."""
@@ -303,7 +303,7 @@ def _repeats_every_step(steps: tuple[Step, ...]) -> bool:
     return len(steps) >= 2 and len(leads) == len(steps) and min(leads) >= 0.5 * max(leads) > 0
 
 
-def _setup_warnings(trace: Trace, steady: SteadyState) -> list[TraceWarning]:
+def _setup_warnings(trace: Trace, steady: SteadySteps) -> list[TraceWarning]:
     """Steps that are mostly time before the GPU's first work (or after its last): set-up, not
     training, unless every step spends that time (per-step host preprocessing)."""
     steps = steady.steady_steps
@@ -356,7 +356,7 @@ def _accelerator_warnings(trace: Trace) -> list[TraceWarning]:
 
 
 def trace_warnings(
-    trace: Trace, steady: SteadyState, launches: pl.DataFrame | None = None
+    trace: Trace, steady: SteadySteps, launches: pl.DataFrame | None = None
 ) -> tuple[TraceWarning, ...]:
     """Every warning about ``trace`` (see the module doc): an accelerator it cannot read first,
     then load problems. ``launches`` is :func:`~traceinsight.analysis.shared.launch_calls` when

@@ -151,7 +151,7 @@ def analyze_rank(task: RankTask) -> RankResult:
         communication_total_ns=communication,
         steady_syncs=sum(hotspot.steady_count for hotspot in analysis.sync_hotspots),
         findings=tuple(
-            FindingBrief(f.rule, f.severity, f.title, f.savings_ns, f.minor) for f in report.findings
+            FindingBrief(f.rule, f.severity, f.title, f.savings_total_ns, f.minor) for f in report.findings
         ),
         collectives=found,
         collectives_from=source,

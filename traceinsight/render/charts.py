@@ -18,7 +18,7 @@ from typing import Final
 from traceinsight.analysis import causes
 from traceinsight.analysis.causes import CauseKind
 from traceinsight.analysis.memory import DeviceMemory
-from traceinsight.analysis.results import CopyGroup, HostSummary, IdleGap, StepTime, SyncHotspot
+from traceinsight.analysis.results import CopyGroup, HostSummary, IdleGap, Step, SyncHotspot
 from traceinsight.analysis.timeline import Timeline
 from traceinsight.formatting import format_duration, format_size
 from traceinsight.render.svg import (
@@ -178,7 +178,7 @@ def _bar_chart(
     return canvas
 
 
-def step_breakdown_chart(steps: Sequence[StepTime], limit: int = 40) -> Canvas | None:
+def step_breakdown_chart(steps: Sequence[Step], limit: int = 40) -> Canvas | None:
     """Each profiled step's device window as one bar of its time summed by category: the time
     before the step's first GPU work first, then GPU busy (compute, communication, copies), then
     idle by cause, then the time after its last GPU work; so a bar adds up to the window exactly.
@@ -190,14 +190,14 @@ def step_breakdown_chart(steps: Sequence[StepTime], limit: int = 40) -> Canvas |
     per_unit, unit = _unit(max(step.span_ns for step in shown))
     edges = (CauseKind.BEFORE_FIRST.value, CauseKind.AFTER_LAST.value)
     middle_causes = [
-        kind for kind in ordered_causes(k for s in shown for k, _ in s.idle_by_cause_ns) if kind not in edges
+        kind for kind in ordered_causes(k for s in shown for k in s.idle_by_cause_ns) if kind not in edges
     ]
     parts: list[tuple[str, str, float, list[float]]] = [
         (
             f"idle: {cause_label(CauseKind.BEFORE_FIRST.value)}",
             cause_color(CauseKind.BEFORE_FIRST.value),
             1.0,
-            [dict(s.idle_by_cause_ns).get(CauseKind.BEFORE_FIRST.value, 0) / per_unit for s in shown],
+            [s.idle_by_cause_ns.get(CauseKind.BEFORE_FIRST.value, 0) / per_unit for s in shown],
         ),
         ("GPU busy: compute", BUSY, 1.0, [s.compute_ns / per_unit for s in shown]),
         ("GPU busy: communication", COMMUNICATION, 1.0, [s.communication_ns / per_unit for s in shown]),
@@ -207,7 +207,7 @@ def step_breakdown_chart(steps: Sequence[StepTime], limit: int = 40) -> Canvas |
                 f"idle: {cause_label(kind)}",
                 cause_color(kind),
                 0.8,
-                [dict(s.idle_by_cause_ns).get(kind, 0) / per_unit for s in shown],
+                [s.idle_by_cause_ns.get(kind, 0) / per_unit for s in shown],
             )
             for kind in middle_causes
         ),
@@ -215,7 +215,7 @@ def step_breakdown_chart(steps: Sequence[StepTime], limit: int = 40) -> Canvas |
             f"idle: {cause_label(CauseKind.AFTER_LAST.value)}",
             cause_color(CauseKind.AFTER_LAST.value),
             0.5,
-            [dict(s.idle_by_cause_ns).get(CauseKind.AFTER_LAST.value, 0) / per_unit for s in shown],
+            [s.idle_by_cause_ns.get(CauseKind.AFTER_LAST.value, 0) / per_unit for s in shown],
         ),
     ]
     drawn = [part for part in parts if any(part[3])]
@@ -234,7 +234,7 @@ def step_breakdown_chart(steps: Sequence[StepTime], limit: int = 40) -> Canvas |
     return _bar_chart(bars, f"{unit} of the step window, summed by category", legend, columns=3)
 
 
-def idle_gaps_chart(gaps: Sequence[IdleGap], origin_ns: int, top: int = 15) -> Canvas | None:
+def idle_gaps_chart(gaps: Sequence[IdleGap], top: int = 15) -> Canvas | None:
     """The ``top`` longest idle gaps as bars coloured by cause, labelled with when they started."""
     if not gaps:
         return None
@@ -244,7 +244,7 @@ def idle_gaps_chart(gaps: Sequence[IdleGap], origin_ns: int, top: int = 15) -> C
     bars = [
         _Bar(
             label=(
-                f"#{index + 1} at {format_duration(gap.start_ns - origin_ns)}"
+                f"#{index + 1} at {format_duration(gap.start_ns)}"
                 + (f" · GPU {gap.device}" if multi_device else ""),
             ),
             segments=(_Segment(gap.duration_ns / per_unit, cause_color(gap.cause_kind)),),
@@ -478,7 +478,9 @@ def timeline_chart(timeline: Timeline, gaps: Sequence[IdleGap], step_labels: boo
         by_cause: dict[str, list[tuple[float, float]]] = {}
         for gap in gaps:
             if gap.device == device.device and gap.duration_ns >= resolution:
-                by_cause.setdefault(gap.cause_kind, []).append((x(gap.start_ns), x(gap.end_ns)))
+                by_cause.setdefault(gap.cause_kind, []).append(
+                    (x(gap.start_ns + origin), x(gap.end_ns + origin))
+                )
         for cause in ordered_causes(by_cause):
             canvas.spans(by_cause[cause], y(0.85), y(0.15) - y(0.85), cause_color(cause), _IDLE_OPACITY)
         # Only calls inside the drawn window: a sync long before the first kernel is not drawn.

@@ -98,10 +98,10 @@ def pace_fact(report: Report) -> str | None:
     :mod:`traceinsight.analysis.pace`); None when neither does or there are no steps."""
     analysis = report.analysis
     pace, step = analysis.pace, analysis.steady.step_ns
-    if pace.setter is None or pace.host_ns is None or pace.gpu_ns is None or not step:
+    if pace.set_by is None or pace.host_ns is None or pace.gpu_ns is None or not step:
         return None
     host, gpu, each = format_duration(pace.host_ns), format_duration(pace.gpu_ns), format_duration(step)
-    if pace.setter is PaceSetter.GPU:
+    if pace.set_by is PaceSetter.GPU:
         return (
             f"the GPU sets it: its work takes {gpu} of each {each} step, the host's own {host} "
             "(the host runs ahead, or waits for the GPU)"
@@ -219,14 +219,14 @@ def saving_text(finding: Finding) -> str:
     if not finding.saving_known:
         return "an amount this trace cannot tell"
     share = f" ({format_share(finding.saving_share)} of the step)" if finding.saving_share is not None else ""
-    if finding.saving_per_step_ns is not None:
-        return f"about {format_duration(finding.saving_per_step_ns)} per step{share}"
+    if finding.savings_per_step_ns is not None:
+        return f"about {format_duration(finding.savings_per_step_ns)} per step{share}"
     share = (
         f" ({format_share(finding.saving_share)} of the time analyzed)"
         if finding.saving_share is not None
         else ""
     )
-    return f"about {format_duration(finding.savings_ns)} in all{share}"
+    return f"about {format_duration(finding.savings_total_ns)} in all{share}"
 
 
 def no_findings_text(report: Report) -> str:

@@ -1,6 +1,6 @@
 """A trace's result's charts (``Result.charts``), for a notebook: the page's own charts.
 
-Registered into :mod:`traceinsight.results.shown` when this module is imported (the public API
+Registered into :mod:`traceinsight.shown` when this module is imported (the public API
 does). The charts are the page's (:func:`traceinsight.render.html.chart_specs`), written as SVG
 when first asked for (issue 34: the page draws no charts with matplotlib, so nothing here imports a
 plotting library). Each shows itself in a notebook (``_repr_svg_``) and can be saved as a file.
@@ -14,7 +14,7 @@ from typing import Any
 
 from traceinsight.render import NotLive
 from traceinsight.results import Result
-from traceinsight.results.shown import figures_of
+from traceinsight.shown import figures_of
 
 __all__ = ["Drawing", "result_figures"]
 

@@ -42,16 +42,11 @@ from traceinsight.render.scorecard import Score, scorecard
 from traceinsight.render.svg import Canvas
 from traceinsight.render.templates import environment, prepare, templates_dir
 from traceinsight.results import Report, Result
-from traceinsight.results import trace as contract
 from traceinsight.results.flops import scopes_of
-from traceinsight.rules.findings import Finding
+from traceinsight.results.trace import Finding
 from traceinsight.version import __version__
 
-#: A finding as a card shows it: the rules' own, or one read back from a result (same names).
-FindingLike = Finding | contract.Finding
-
 __all__ = [
-    "FindingLike",
     "HtmlRenderer",
     "SourceExcerpt",
     "chart_specs",
@@ -86,7 +81,7 @@ class FindingView:
 
     #: Its place among the cards (None: a finding shown alone).
     rank: int | None
-    finding: FindingLike
+    finding: Finding
     saving_share: float | None
     excerpt: SourceExcerpt | None
     #: The source as the page names it (:func:`~traceinsight.formatting.source_label`).
@@ -184,7 +179,7 @@ def line_label(item: Located) -> str | None:
     return source_label(item.source, item.source_kind, item.source_line_kind, item.source_function)
 
 
-def _line_note(finding: FindingLike) -> str | None:
+def _line_note(finding: Finding) -> str | None:
     """For a source line that is not the call's: what it is, and how to get the call's line."""
     function, line_kind = finding.source_function, finding.source_line_kind
     if finding.source is None or function is None or line_kind == CALL:
@@ -204,7 +199,7 @@ def _line_note(finding: FindingLike) -> str | None:
     )
 
 
-def _excerpt(finding: FindingLike, root: Path | None) -> SourceExcerpt | None:
+def _excerpt(finding: Finding, root: Path | None) -> SourceExcerpt | None:
     """The code excerpt of a card: around a call's line; from a function's first line on (its body
     holds the call); none for the line a running function was on when recording began (it is not
     where the finding happens)."""
@@ -258,7 +253,7 @@ def chart_specs(analysis: Analysis) -> list[_ChartSpec]:
             "gaps",
             "The longest GPU idle gaps and their causes",
             "The longest idle gaps, coloured by cause, with what the host was doing and its source line.",
-            lambda: charts.idle_gaps_chart(analysis.idle_gaps, analysis.meta.origin_ns),
+            lambda: charts.idle_gaps_chart(analysis.idle_gaps),
         ),
         _ChartSpec(
             "syncs",
@@ -293,7 +288,7 @@ def chart_specs(analysis: Analysis) -> list[_ChartSpec]:
     ]
 
 
-def finding_views(findings: Sequence[FindingLike], source_root: Path | None) -> list[FindingView]:
+def finding_views(findings: Sequence[Finding], source_root: Path | None) -> list[FindingView]:
     """The findings as the page's cards show them (a rank each, largest saving first)."""
     return [
         FindingView(
@@ -373,7 +368,6 @@ class HtmlRenderer:
             "has_gpu": analysis.has_gpu,
             "foreign_accelerator": analysis.meta.foreign_accelerator,
             "gpus_unprofiled": analysis.meta.gpus_unprofiled,
-            "origin_ns": analysis.meta.origin_ns,
             "scores": scores,
             "overview": overview,
             "findings": cards,

@@ -1,6 +1,6 @@
 """What a result shows in a notebook (Jupyter's ``_repr_html_``), and its charts as figures.
 
-Registered into :mod:`traceinsight.results.shown` when this module is imported (the public API
+Registered into :mod:`traceinsight.shown` when this module is imported (the public API
 does): a trace's result shows the page's scorecard and finding cards, a finding its card, a job or
 a comparison the sections of its page. All of it comes from the pages' own templates
 (``_cards.html``, the pages' ``content`` block), styled by the pages' CSS scoped to the view: one
@@ -19,7 +19,7 @@ from traceinsight.render.scorecard import scorecard
 from traceinsight.render.templates import environment
 from traceinsight.results import Comparison, JobComparison, JobResult, Result
 from traceinsight.results import trace as contract
-from traceinsight.results.shown import html_of
+from traceinsight.shown import html_of
 
 __all__ = ["comparison_html", "finding_html", "job_html", "result_html"]
 

@@ -205,7 +205,7 @@ def trace_renderables(report: Report, top: int = _TOP) -> list[RenderableType]:
         listing.add_column("finding")
         listing.add_column("saves", justify="right", no_wrap=True)
         for finding in minor:
-            listing.add_row(finding.rule, data(finding.title), format_duration(finding.savings_ns))
+            listing.add_row(finding.rule, data(finding.title), format_duration(finding.savings_total_ns))
         parts.append(listing)
 
     if analysis.idle_gaps:
@@ -216,7 +216,7 @@ def trace_renderables(report: Report, top: int = _TOP) -> list[RenderableType]:
         for gap in analysis.idle_gaps[:top]:
             gaps.add_row(
                 str(gap.device),
-                format_duration(gap.start_ns - analysis.meta.origin_ns),
+                format_duration(gap.start_ns),
                 format_duration(gap.duration_ns),
                 cause_label(gap.cause_kind),
                 data(gap.cause),

@@ -18,11 +18,11 @@ from traceinsight.analysis.causes import cause_label
 from traceinsight.formatting import format_duration, format_share, source_label
 from traceinsight.load.text import clean_text
 from traceinsight.results.codec import document_of, us
-from traceinsight.results.shown import html_of
 from traceinsight.results.stored import from_text
 from traceinsight.results.trace import SCHEMA_VERSION, Finding, Result
 from traceinsight.results.writer import strict_json
 from traceinsight.rules.findings import Severity
+from traceinsight.shown import html_of
 
 __all__ = [
     "Comparison",
@@ -374,8 +374,8 @@ def compare(before: Result, after: Result, before_label: str, after_label: str, 
         """The finding's saving on the comparison's basis (per step when both sides have steps)."""
         if not finding.saving_known:
             return None  # no GPU in the run, or nothing to replay: no figure to compare
-        per_step = finding.saving_per_step_ns
-        return us(per_step) if basis == "per step" and per_step is not None else us(finding.savings_ns)
+        per_step = finding.savings_per_step_ns
+        return us(per_step) if basis == "per step" and per_step is not None else us(finding.savings_total_ns)
 
     old, fresh = keyed(before), keyed(after)
     changes = [

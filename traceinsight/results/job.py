@@ -26,11 +26,11 @@ from traceinsight.analysis.usage import Usage
 from traceinsight.results.codec import document_of
 from traceinsight.results.contract import utilization_of
 from traceinsight.results.frames import job_frames
-from traceinsight.results.shown import html_of
 from traceinsight.results.stored import from_text
 from traceinsight.results.trace import SCHEMA_VERSION, Tool, Utilization
 from traceinsight.results.writer import strict_json
 from traceinsight.rules.findings import Severity
+from traceinsight.shown import html_of
 
 __all__ = [
     "CAUSE_WORDS",
@@ -287,7 +287,8 @@ class TopFinding:
 
     rule: str = field(metadata={"check": "id"})
     title: str
-    savings_ns: int
+    #: Over the rank's whole steady state (JSON ``savings_us``).
+    savings_total_ns: int = field(metadata={"key": "savings_us"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -338,7 +339,7 @@ class JobFindingEntry:
         "title",
         "ranks",
         "rank_count",
-        "savings_ns",
+        "savings_total_ns",
         "savings_per_step_ns",
         "savings_per_step_all_ranks_ns",
         "minor",
@@ -347,8 +348,9 @@ class JobFindingEntry:
     severity: Severity
     title: str
     ranks: tuple[int, ...]
-    #: Summed over the ranks' whole steady states.
-    savings_ns: int
+    #: Summed over the ranks' whole steady states (JSON ``savings_us``; per step is
+    #: :attr:`savings_per_step_ns`).
+    savings_total_ns: int = field(metadata={"key": "savings_us"})
     #: The median rank's saving per steady step.
     savings_per_step_ns: int = 0
     #: Summed over the ranks it fired on, per step.
@@ -439,7 +441,7 @@ def _rank_entry(job: JobReport, result: RankResult) -> Rank:
         ),
         top_finding=None
         if top is None
-        else TopFinding(rule=top.rule, title=top.title, savings_ns=top.savings_ns),
+        else TopFinding(rule=top.rule, title=top.title, savings_total_ns=top.savings_ns),
         warnings=result.warnings,
     )
 
@@ -480,7 +482,7 @@ def job_result_of(job: JobReport) -> JobResult:
                 severity=Severity(finding.severity),
                 title=finding.title,
                 ranks=finding.ranks,
-                savings_ns=finding.savings_ns,
+                savings_total_ns=finding.savings_ns,
                 savings_per_step_ns=finding.saving_per_step_ns,
                 savings_per_step_all_ranks_ns=finding.saving_per_step_all_ns,
                 minor=finding.minor,

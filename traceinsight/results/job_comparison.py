@@ -27,11 +27,11 @@ from typing import ClassVar
 from traceinsight.results.codec import document_of, us
 from traceinsight.results.comparison import DiffTool, Metric, text
 from traceinsight.results.job import CAUSE_WORDS, JobFindingEntry, JobResult, Rank, StragglerEntry
-from traceinsight.results.shown import html_of
 from traceinsight.results.stored import from_text
 from traceinsight.results.trace import SCHEMA_VERSION
 from traceinsight.results.writer import strict_json
 from traceinsight.rules.findings import Severity
+from traceinsight.shown import html_of
 
 __all__ = [
     "JobComparison",

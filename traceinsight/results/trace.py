@@ -32,12 +32,25 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
+from traceinsight.analysis.latent import LatentSync
+from traceinsight.analysis.pace import Pace
+from traceinsight.analysis.results import (
+    COUNT,
+    DURATION,
+    SHARE,
+    CopyGroup,
+    IdleGap,
+    Step,
+    SyncCall,
+    SyncHotspot,
+)
+from traceinsight.analysis.validity import TraceWarning
 from traceinsight.results.frames import result_frames
 from traceinsight.results.report import Report
-from traceinsight.results.shown import figures_of, html_of
 from traceinsight.results.stored import from_text
 from traceinsight.results.writer import result_json
-from traceinsight.rules.findings import Severity
+from traceinsight.rules.findings import Advice, Finding
+from traceinsight.shown import figures_of, html_of
 from traceinsight.version import __version__
 
 __all__ = [
@@ -79,11 +92,6 @@ __all__ = [
 #: The version of every result's JSON (a trace's, a job's, a comparison's).
 SCHEMA_VERSION: Final = 2
 
-_SHARE: Final = {"check": "share"}
-_DURATION: Final = {"check": "duration"}
-_COUNT: Final = {"check": "count"}
-_ID: Final = {"check": "id"}
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Tool:
@@ -101,9 +109,9 @@ class TraceInfo:
     name: str
     #: The trace format's era (``kineto-base-ns``, ``legacy``...).
     era: str
-    events: int = field(metadata=_COUNT)
+    events: int = field(metadata=COUNT)
     rank: int | None
-    world_size: int | None = field(metadata=_COUNT)
+    world_size: int | None = field(metadata=COUNT)
     backend: str | None
     #: The earliest event on the trace's clock, µs: what every ``start`` counts from. (A float as
     #: written: on a clock since the epoch it is past what µs with 3 decimals hold exactly.)
@@ -132,15 +140,6 @@ class RunInfo:
     steps_recorded: int | None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TraceWarning:
-    """What limits what the numbers say."""
-
-    kind: str
-    message: str
-    advice: str
-
-
 @dataclass(frozen=True, slots=True)
 class Window:
     """A stretch of time ``[start_us, end_us]`` from the trace's earliest event."""
@@ -151,25 +150,15 @@ class Window:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Pace:
-    """Which side sets the step's pace: ``host`` or ``gpu`` (None: neither clearly), and each side's
-    own time per step."""
-
-    set_by: str | None = None
-    host_ns: int | None = None
-    gpu_ns: int | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class SteadyState:
     """The steps judged, and the time they cover."""
 
     #: ``ProfilerStep``, ``optimizer`` or ``none``.
     steps_from: str
-    step_time_ns: int | None = field(metadata=_DURATION)
+    step_time_ns: int | None = field(metadata=DURATION)
     host_step_time_ns: int | None = None
     pace: Pace = field(default_factory=Pace)
-    steady_steps: int = field(default=0, metadata=_COUNT)
+    steady_steps: int = field(default=0, metadata=COUNT)
     windows_ns: tuple[Window, ...]
     gpu_windows_ns: tuple[Window, ...] = ()
     startup_end_ns: int | None
@@ -182,12 +171,12 @@ class Utilization:
 
     #: What shares are of (``each step``, ``the time analyzed``), null without a steady state on a GPU.
     of: str | None
-    window_ns: int | None = field(metadata=_DURATION)
-    busy_share: float | None = field(metadata=_SHARE)
-    compute_share: float | None = field(metadata=_SHARE)
-    communication_share: float | None = field(metadata=_SHARE)
-    copy_share: float | None = field(metadata=_SHARE)
-    idle_share: float | None = field(metadata=_SHARE)
+    window_ns: int | None = field(metadata=DURATION)
+    busy_share: float | None = field(metadata=SHARE)
+    compute_share: float | None = field(metadata=SHARE)
+    communication_share: float | None = field(metadata=SHARE)
+    copy_share: float | None = field(metadata=SHARE)
+    idle_share: float | None = field(metadata=SHARE)
     #: Idle by cause (:class:`~traceinsight.analysis.causes.CauseKind` values), largest first.
     idle_by_cause_ns: dict[str, int] = field(default_factory=dict, metadata={"check": "id"})
 
@@ -211,161 +200,13 @@ class Device:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Step:
-    """One step on one device (see :class:`traceinsight.analysis.results.StepTime`)."""
-
-    step: int
-    device: int
-    start_ns: int
-    span_ns: int
-    host_start_ns: int = 0
-    host_span_ns: int = 0
-    busy_ns: int
-    idle_ns: int
-    copy_ns: int
-    idle_by_cause_ns: dict[str, int]
-    compute_ns: int
-    communication_ns: int
-    copy_exposed_ns: int
-    steady: bool
-    not_steady_because: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class IdleGap:
-    """A stretch with no GPU activity on a device, and what the host did meanwhile (see
-    :class:`traceinsight.analysis.results.IdleGap`); ``start`` from the trace's earliest event."""
-
-    device: int
-    start_ns: int
-    duration_ns: int
-    cause_kind: str
-    cause: str
-    source: str | None
-    source_kind: str | None = None
-    source_line_kind: str | None = None
-    source_function: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CopyGroup:
-    """Copies on one device with one name (see :class:`traceinsight.analysis.results.CopyGroup`)."""
-
-    device: int
-    kind: str
-    direction: str
-    src: str | None
-    dst: str | None
-    count: int
-    bytes: int
-    duration_ns: int
-    overlapped_ns: int
-    bandwidth_gbps: float | None
-    host_blocked: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SyncCall:
-    """All host-blocking calls of one name."""
-
-    call: str
-    count: int
-    blocked_ns: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SyncHotspot:
-    """Host waits grouped by call, op and source line (see
-    :class:`traceinsight.analysis.results.SyncHotspot`)."""
-
-    call: str
-    op: str | None
-    op_chain: str | None
-    source: str | None
-    copy: str | None
-    count: int
-    per_step: float | None
-    blocked_ns: int
-    idle_after_ns: int
-    source_kind: str | None
-    steady_count: int = field(default=0, metadata=_COUNT)
-    idle_caused_ns: int = 0
-    then_call: str | None = None
-    source_line_kind: str | None = None
-    source_function: str | None = None
-    framework_call: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LatentSync:
-    """In a trace without GPU work, what one line runs that would make the host wait for a GPU,
-    or, with ``cpu_value`` set, a read of a value that stays on the CPU with a GPU too (see
-    :class:`traceinsight.analysis.latent.LatentSync`)."""
-
-    op: str
-    ops: tuple[str, ...] = ()
-    op_chain: str | None = None
-    source: str | None = None
-    source_kind: str | None = None
-    module: str | None = None
-    count: int = field(default=0, metadata=_COUNT)
-    steady_count: int = field(default=0, metadata=_COUNT)
-    formatting: bool = False
-    #: ``data loading`` or ``optimizer step counters`` for a read of a CPU value; None otherwise.
-    cpu_value: str | None = None
-    cpu_detail: str | None = None
-    source_line_kind: str | None = None
-    source_function: str | None = None
-    framework_call: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Advice:
-    """What to change, with a before/after snippet."""
-
-    summary: str
-    before: str = field(metadata={"check": "code"})
-    after: str = field(metadata={"check": "code"})
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Finding:
-    """One problem found in the trace and the one fix for it (see
-    :class:`traceinsight.rules.findings.Finding`, whose names it keeps)."""
-
-    rule: str = field(metadata=_ID)
-    severity: Severity
-    title: str
-    #: (label, value) pairs; written as an object.
-    evidence: tuple[tuple[str, str], ...] = field(default=(), metadata={"pairs": True})
-    savings_ns: int = field(default=0, metadata=_DURATION)
-    advice: Advice
-    why: str
-    op: str | None
-    source: str | None
-    device: int | None
-    minor: bool = False
-    saving_per_step_ns: int | None = field(metadata={"key": "savings_per_step_us", **_DURATION})
-    saving_share: float | None
-    saving_note: str | None
-    saving_known: bool = True
-    source_kind: str | None = None
-    source_line_kind: str | None = None
-    source_function: str | None = None
-    framework_call: str | None = None
-
-    def _repr_html_(self) -> str | None:
-        return html_of(self)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Kernel:
     """A kernel's launches on one device, by total time."""
 
     device: int
     name: str
-    count: int = field(metadata=_COUNT)
-    total_ns: int = field(metadata=_DURATION)
+    count: int = field(metadata=COUNT)
+    total_ns: int = field(metadata=DURATION)
     mean_ns: int = 0
     max_ns: int = 0
 
@@ -453,10 +294,10 @@ class FlopClass:
 
     #: ``gemm``, ``conv`` or ``attention``.
     op_class: str
-    flops: int = field(metadata=_COUNT)
+    flops: int = field(metadata=COUNT)
     #: Time of the kernels the class's operators launched (0 on a CPU-only trace).
-    kernel_ns: int = field(metadata=_DURATION)
-    operators: int = field(metadata=_COUNT)
+    kernel_ns: int = field(metadata=DURATION)
+    operators: int = field(metadata=COUNT)
     #: FLOPs over that kernel time (null without kernels).
     achieved_flops_per_s: float | None
 
@@ -467,9 +308,9 @@ class FlopKernel:
 
     device: int
     name: str
-    launches: int = field(metadata=_COUNT)
-    kernel_ns: int = field(metadata=_DURATION)
-    flops: int = field(metadata=_COUNT)
+    launches: int = field(metadata=COUNT)
+    kernel_ns: int = field(metadata=DURATION)
+    flops: int = field(metadata=COUNT)
     op_class: str
     #: ``fp32``, ``tf32``, ``bf16``, ``fp16``, ``fp8``, ``fp64`` (null: not recorded).
     dtype: str | None
@@ -489,14 +330,14 @@ class Mfu:
     #: The data type with the most counted FLOPs, and its dense peak (null: unknown).
     dtype: str | None
     peak_flops_per_s: int | None
-    flops: int = field(metadata=_COUNT)
-    window_ns: int = field(metadata=_DURATION)
-    busy_ns: int = field(metadata=_DURATION)
+    flops: int = field(metadata=COUNT)
+    window_ns: int = field(metadata=DURATION)
+    busy_ns: int = field(metadata=DURATION)
     #: Counted FLOPs over the busy time.
     achieved_flops_per_s: float | None
     #: Σ FLOPs per data type / its peak, over the window (null: a GPU or data type without a peak).
     mfu: float | None
-    busy_share: float = field(metadata=_SHARE)
+    busy_share: float = field(metadata=SHARE)
     #: ``mfu / busy_share``: how near the peak the busy time ran.
     efficiency_while_busy: float | None
     #: Why there is no MFU, in words (null when there is one).
@@ -510,21 +351,21 @@ class Flops:
 
     #: Whether any operator carries recorded shapes (``record_shapes=True``).
     shapes_recorded: bool = False
-    operators_counted: int = field(default=0, metadata=_COUNT)
+    operators_counted: int = field(default=0, metadata=COUNT)
     #: FLOP-bearing calls whose count the shapes do not give (and not counted by a caller).
-    operators_unknown: int = field(default=0, metadata=_COUNT)
-    flops: int = field(default=0, metadata=_COUNT)
-    steps: int = field(default=0, metadata=_COUNT)
+    operators_unknown: int = field(default=0, metadata=COUNT)
+    flops: int = field(default=0, metadata=COUNT)
+    steps: int = field(default=0, metadata=COUNT)
     flops_per_step: float | None = None
     #: Steady kernel time, the part whose FLOPs are known, and that part's share (coverage).
-    kernel_ns: int = field(default=0, metadata=_DURATION)
-    counted_kernel_ns: int = field(default=0, metadata=_DURATION)
-    coverage: float | None = field(default=None, metadata=_SHARE)
+    kernel_ns: int = field(default=0, metadata=DURATION)
+    counted_kernel_ns: int = field(default=0, metadata=DURATION)
+    coverage: float | None = field(default=None, metadata=SHARE)
     by_class: tuple[FlopClass, ...] = ()
     #: Counted FLOPs per data type, most first.
     by_dtype: dict[str, int] = field(default_factory=dict)
     #: torch's ``flops`` args: operators carrying one, and this count over torch's on them.
-    torch_counted: int = field(default=0, metadata=_COUNT)
+    torch_counted: int = field(default=0, metadata=COUNT)
     torch_agreement: float | None = None
     mfu: tuple[Mfu, ...] = ()
     #: Kernel names with counted FLOPs, most FLOPs first (at most 200).
@@ -539,14 +380,14 @@ class Scope:
     #: Names from the outermost scope down, joined by ``/`` (``Model_0/Block_3/Linear_0``).
     path: str
     name: str
-    depth: int = field(metadata=_COUNT)
+    depth: int = field(metadata=COUNT)
     #: Calls in the steady state (all steps).
-    calls: int = field(metadata=_COUNT)
-    host_ns: int = field(metadata=_DURATION)
+    calls: int = field(metadata=COUNT)
+    host_ns: int = field(metadata=DURATION)
     #: Kernel time launched under it, and the idle inside its calls' GPU spans.
-    gpu_ns: int = field(metadata=_DURATION)
-    idle_ns: int = field(metadata=_DURATION)
-    flops: int = field(metadata=_COUNT)
+    gpu_ns: int = field(metadata=DURATION)
+    idle_ns: int = field(metadata=DURATION)
+    flops: int = field(metadata=COUNT)
     #: FLOPs over its GPU time (null without GPU time).
     achieved_flops_per_s: float | None
 
@@ -558,11 +399,11 @@ class Scopes:
 
     #: ``step`` (figures per steady step) or ``window`` (totals over the steady window).
     per: str = "window"
-    steps: int = field(default=0, metadata=_COUNT)
+    steps: int = field(default=0, metadata=COUNT)
     modules: tuple[Scope, ...] = ()
     regions: tuple[Scope, ...] = ()
     #: Kernel time launched outside every module (backward, optimizer): shown apart.
-    outside_modules_gpu_ns: int = field(default=0, metadata=_DURATION)
+    outside_modules_gpu_ns: int = field(default=0, metadata=DURATION)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -588,7 +429,7 @@ class Result:
     idle_gaps: tuple[IdleGap, ...] = ()
     memcpy: tuple[CopyGroup, ...] = ()
     #: Share of each copy direction's time (``HtoD``, ``DtoH``) overlapped by compute (None: no such copies).
-    overlap: dict[str, float | None] = field(default_factory=dict, metadata=_SHARE)
+    overlap: dict[str, float | None] = field(default_factory=dict, metadata=SHARE)
     syncs: tuple[SyncCall, ...] = ()
     sync_hotspots: tuple[SyncHotspot, ...] = ()
     #: Empty in a trace with GPU work.

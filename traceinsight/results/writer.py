@@ -127,7 +127,9 @@ def _gap_rows(gaps: tuple[IdleGap, ...]) -> str | None:
     if len(gaps) <= 100:
         return None
     columns: dict[str, pl.Series] = {}
-    for name in gaps[0].__dataclass_fields__:  # the gaps' JSON keys, in order
+    for name, declared in gaps[0].__dataclass_fields__.items():  # the gaps' JSON keys, in order
+        if declared.metadata.get("local", False):
+            continue
         key = name[:-3] + "_us" if name.endswith("_ns") else name
         values = list(map(attrgetter(name), gaps))
         if name.endswith("_ns"):

@@ -19,7 +19,7 @@ def is_minor(analysis: Analysis, finding: Finding) -> bool:
     if not finding.saving_known:
         return False
     share = finding.saving_share or 0.0
-    return share < limits.minor_share and finding.savings_ns < limits.minor_total_us * 1000
+    return share < limits.minor_share and finding.savings_total_ns < limits.minor_total_us * 1000
 
 
 def builtin_rules() -> dict[str, Rule]:
@@ -48,7 +48,9 @@ def evaluate(analysis: Analysis) -> tuple[Finding, ...]:
         for finding in function(analysis)
     ]
     order = {severity: index for index, severity in enumerate(SEVERITIES)}
-    return tuple(sorted(findings, key=lambda f: (f.minor, -f.savings_ns, order[f.severity], f.rule, f.title)))
+    return tuple(
+        sorted(findings, key=lambda f: (f.minor, -f.savings_total_ns, order[f.severity], f.rule, f.title))
+    )
 
 
 __all__ = [

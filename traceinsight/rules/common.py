@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.replay import Fix
-from traceinsight.analysis.results import SyncHotspot
+from traceinsight.analysis.results import SyncHotspot, share_of
 from traceinsight.analysis.sources import CALL, DEF, LIBRARY, RECORDING_START, Located
 from traceinsight.analysis.usage import Usage
 from traceinsight.formatting import format_duration, format_share, source_label, source_place
@@ -95,15 +95,15 @@ def beyond(saving_ns: int, idle_ns: int) -> int | None:
     return extra if extra > 0 and extra >= saving_ns / 10 else None
 
 
-def severity(analysis: Analysis, saving: Saving) -> str:
+def severity(analysis: Analysis, saving: Saving) -> Severity:
     """high at ``high_severity_share`` of the step (or window), medium at a third of it, else low."""
     high = analysis.thresholds.high_severity_share
     share = saving.share or 0.0
     if share >= high:
-        return Severity.HIGH.value
+        return Severity.HIGH
     if share >= high / 3:
-        return Severity.MEDIUM.value
-    return Severity.LOW.value
+        return Severity.MEDIUM
+    return Severity.LOW
 
 
 def where(
@@ -255,15 +255,15 @@ def make_finding(
         rule="",  # set by the rule's registration
         severity=severity(analysis, saving),
         title=title,
-        evidence=tuple(evidence),
-        savings_ns=saving.total_ns,
+        evidence=tuple(dict(evidence).items()),  # one row per label, as the JSON's object keeps
+        savings_total_ns=saving.total_ns,
         advice=advice,
         why=why,
         op=op,
         source=source,
         device=device,
-        saving_per_step_ns=saving.per_step_ns,
-        saving_share=saving.share,
+        savings_per_step_ns=saving.per_step_ns,
+        saving_share=share_of(saving.share),
         source_kind=source_kind,
         saving_note=note,
         source_line_kind=line_kind,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
+from traceinsight.analysis.results import CODE, DURATION, ID
 from traceinsight.compat import StrEnum
+from traceinsight.shown import html_of
 
 __all__ = ["SEVERITIES", "Advice", "Finding", "Severity"]
 
@@ -21,50 +23,55 @@ class Severity(StrEnum):
 SEVERITIES = tuple(severity.value for severity in Severity)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Advice:
     """What to change, with a before/after snippet."""
 
     summary: str
-    before: str
-    after: str
+    before: str = field(metadata=CODE)
+    after: str = field(metadata=CODE)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Finding:
-    """One problem found in the trace, and the one fix for it.
+    """One problem found in the trace, and the one fix for it (its fields are the JSON's keys, in
+    order: see :mod:`traceinsight.results.trace`).
 
     ``rule`` is the stable id its rule was registered under (``sync-in-loop``, ``pageable-memcpy``
     ...: :func:`traceinsight.rules.rule` sets it on every finding the rule yields); ``evidence`` holds the
-    numbers behind the claim as (label, value) pairs; ``savings_ns`` is what the fix gives back over
-    the steady-state steps, from the step replay (:mod:`traceinsight.analysis.replay`), or for
-    ``low-gpu-utilization`` the idle that no other finding explains (an upper bound).
+    numbers behind the claim as (label, value) pairs, one per label; ``savings_per_step_ns`` is what
+    the fix gives back in each steady step, ``savings_total_ns`` over all of them, from the step replay (:mod:`traceinsight.analysis.replay`),
+    or for ``low-gpu-utilization`` the idle that no other finding explains (an upper bound).
     """
 
-    rule: str
-    severity: str
+    rule: str = field(metadata=ID)
+    severity: Severity
     title: str
-    evidence: tuple[tuple[str, str], ...]
-    savings_ns: int
+    #: (label, value) pairs; written as an object.
+    evidence: tuple[tuple[str, str], ...] = field(default=(), metadata={"pairs": True})
+    #: The saving over the whole steady state (every steady step together): JSON ``savings_us``.
+    #: What outputs show is :attr:`savings_per_step_ns`.
+    savings_total_ns: int = field(default=0, metadata={"key": "savings_us", **DURATION})
     advice: Advice
     #: Why it costs time: the host/GPU timeline in one sentence.
     why: str
     op: str | None = None
     source: str | None = None
     device: int | None = None
-    #: The saving per steady step (None for a trace without steps).
-    saving_per_step_ns: int | None = None
-    #: The saving's share of the step time (of the steady window without steps).
-    saving_share: float | None = None
-    #: ``user`` or ``library`` for ``source`` (see :func:`traceinsight.analysis.sources.source_at`).
-    source_kind: str | None = None
     #: Below the noise floor: listed among the minor findings, not as a card.
     minor: bool = False
+    #: The saving per steady step, the figure every output shows (None for a trace without steps:
+    #: then :attr:`savings_total_ns`, over the time analyzed, is the figure).
+    savings_per_step_ns: int | None = field(default=None, metadata=DURATION)
+    #: The saving's share of the step time (of the steady window without steps), 4 decimals.
+    saving_share: float | None = None
     #: What the saving assumes, or why it is small, in plain words.
     saving_note: str | None = None
     #: False when the trace cannot tell the saving (a sync waiting to happen on a GPU the run did
     #: not have): such a finding is never minor, and its saving is not shown as a number.
     saving_known: bool = True
+    #: ``user`` or ``library`` for ``source`` (see :func:`traceinsight.analysis.sources.source_at`).
+    source_kind: str | None = None
     #: What ``source``'s line is: ``call`` (the call's line), ``def`` (the first line of
     #: ``source_function``: torch's stack names a function so), ``recording-start`` (the line
     #: ``source_function`` was on when recording began), None when the trace does not say (see
@@ -80,3 +87,6 @@ class Finding:
     def with_(self, **changes: object) -> Finding:
         """A copy with ``changes`` (``dataclasses.replace``)."""
         return replace(self, **changes)  # type: ignore[arg-type]
+
+    def _repr_html_(self) -> str | None:
+        return html_of(self)

@@ -88,9 +88,10 @@ def preprocessing_leads(analysis: Analysis, device: int) -> list[tuple[int, int,
     while the host prepared the step); None unless every steady step (two or more) has one of at
     least ``min_gap_us``."""
     steps = [step for step in analysis.steps if step.device == device and step.steady]
+    origin = analysis.meta.origin_ns
     leads = [
         (
-            step.start_ns,
+            step.start_ns + origin,
             step.first_work_ns,
             sum(ns for kind, ns in step.lead_by_cause_ns if CauseKind(kind) in _PREPARING),
         )
@@ -118,12 +119,13 @@ def _steady_gaps(analysis: Analysis, device: int, kind: CauseKind) -> list[IdleG
     """Reported gaps of one cause on one device that overlap the steady state (GPU's clock)."""
     windows = analysis.steady.device_windows
     cause = kind.value
+    origin = analysis.meta.origin_ns
     return [
         gap
         for gap in analysis.idle_gaps
         if gap.device == device
         and gap.cause_kind == cause
-        and any(gap.start_ns < end and gap.end_ns > start for start, end in windows)
+        and any(gap.start_ns + origin < end and gap.end_ns + origin > start for start, end in windows)
     ]
 
 
@@ -349,9 +351,10 @@ def _top_ops(analysis: Analysis, gaps: list[IdleGap]) -> list[tuple[str, int]]:
     """The three operators with the most idle in ``gaps``, counting only its part in the steady
     state (a gap can begin before it)."""
     by_op: dict[str, int] = defaultdict(int)
+    origin = analysis.meta.origin_ns
     for gap in gaps:
         by_op[gap.cause] += sum(
-            max(0, min(gap.end_ns, end) - max(gap.start_ns, start))
+            max(0, min(gap.end_ns + origin, end) - max(gap.start_ns + origin, start))
             for start, end in analysis.steady.device_windows
         )
     return sorted(by_op.items(), key=lambda item: (-item[1], item[0]))[:3]

@@ -58,7 +58,7 @@ def _near_limit(analysis: Analysis, device: DeviceMemory) -> Finding:
         "with out-of-memory.",
         device=device.device_id,
         note="not a time saving: headroom against out-of-memory errors and allocator retries",
-    ).with_(saving_known=False, severity=Severity.MEDIUM.value)
+    ).with_(saving_known=False, severity=Severity.MEDIUM)
 
 
 def _churn(analysis: Analysis, churn: AllocatorChurn) -> Finding:

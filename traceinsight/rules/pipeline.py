@@ -28,6 +28,7 @@ def pipeline_bubble(analysis: Analysis) -> Iterator[Finding]:
     """A GPU idle waiting for another GPU of its process for ``pipeline_bubble_share`` of the step."""
     limits = analysis.thresholds
     windows = analysis.steady.device_windows
+    origin = analysis.meta.origin_ns
     for usage in analysis.usage:
         idle = dict(usage.idle).get(CauseKind.OTHER_GPU, 0)
         if (
@@ -40,7 +41,7 @@ def pipeline_bubble(analysis: Analysis) -> Iterator[Finding]:
             for gap in analysis.idle_gaps
             if gap.device == usage.device
             and gap.cause_kind == CauseKind.OTHER_GPU.value
-            and any(gap.start_ns < end and gap.end_ns > start for start, end in windows)
+            and any(gap.start_ns + origin < end and gap.end_ns + origin > start for start, end in windows)
         ]
         waited: Counter[int] = Counter()
         for gap in gaps:

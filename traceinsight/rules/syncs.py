@@ -30,7 +30,7 @@ from traceinsight.rules.common import (
     saving_from_total,
     saving_of,
 )
-from traceinsight.rules.findings import Advice, Finding
+from traceinsight.rules.findings import Advice, Finding, Severity
 from traceinsight.rules.registry import rule
 
 _EXPLICIT = {
@@ -306,7 +306,7 @@ def _latent_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
 _LATENT_HIGH_PER_STEP = 4
 
 
-def _latent_severity(analysis: Analysis, latent: LatentSync) -> str:
+def _latent_severity(analysis: Analysis, latent: LatentSync) -> Severity:
     steps = len(analysis.steady.steady_steps)
     per_step = latent.steady_count / steps if steps else 0
-    return "high" if per_step >= _LATENT_HIGH_PER_STEP else "medium"
+    return Severity.HIGH if per_step >= _LATENT_HIGH_PER_STEP else Severity.MEDIUM
