@@ -320,3 +320,30 @@ def test_low_compute_efficiency_names_the_kernel_and_bounds_its_saving_by_the_pe
     at_half_peak_ns = 2 * n**3 / (0.5 * 989.5e12) * 1e9
     assert finding.savings_per_step_ns == pytest.approx(1_000_000 - at_half_peak_ns, abs=2)
     assert any("sm90_xmma_gemm_bf16bf16_slow" in value for _label, value in finding.evidence)
+
+
+def test_diff_lists_the_modules_whose_gpu_time_changed_and_the_mfu() -> None:
+    import dataclasses
+
+    from tests.tracebuild import sample_result
+    from traceinsight.results.comparison import compare
+
+    before = sample_result("h100_bert_small_stacks.json.gz")
+    scopes = before.scopes
+    slower = {"BertLMHeadModel_0/BertModel_0/BertEncoder_0/BertLayer_1": 40_000}
+    after = before.replace(
+        scopes=dataclasses.replace(
+            scopes,
+            modules=tuple(
+                dataclasses.replace(scope, gpu_ns=scope.gpu_ns + slower.get(scope.path, 0))
+                for scope in scopes.modules
+            ),
+        )
+    )
+    comparison = compare(before, after, "a", "b")
+    (change,) = comparison.modules
+    assert change.path == next(iter(slower)) and change.time == "gpu"
+    assert change.change_us == pytest.approx(40.0)
+    mfu = comparison.metric("mfu")
+    assert mfu.before == mfu.after == before.flops.mfu[0].mfu
+    assert compare(before, before, "a", "a").modules == ()
