@@ -587,6 +587,7 @@ def counted_operators(trace: Trace) -> pl.DataFrame:
         .collect(engine="in-memory")
     )
     cache: dict[str, object] = {}
+    known: dict[tuple[object, ...], int | None] = {}
     rows = candidates.rows()
     outputs = _conv_outputs(rows, cache)
     # The nearest enclosing FLOP-bearing call of each (same thread, by time), by a stack walk.
@@ -621,21 +622,28 @@ def counted_operators(trace: Trace) -> pl.DataFrame:
         if covered:
             counted_at.append(False)
             continue
-        dims = _decoded(dims_text, cache)
-        concrete = _decoded(concrete_text, cache)
         mask = None
         if name in CONV_BACKWARD:
             below = children.get(index, [])
             if any(n.endswith(("_input", "_weight")) for n in below):
                 mask = [CONV_BACKWARD_INPUT in below, any(n.endswith("_weight") for n in below)]
-        output = (
-            outputs.get((str(dims[0]), str(dims[1]))) if isinstance(dims, list) and len(dims) > 1 else None
-        )
-        flops = (
-            operator_flops(name, dims, concrete if isinstance(concrete, list) else None, mask, output)
-            if isinstance(dims, list)
-            else None
-        )
+        # Shapes repeat step after step: each distinct call is counted once.
+        call = (name, dims_text, concrete_text, None if mask is None else tuple(mask))
+        if call in known:
+            flops = known[call]
+        else:
+            dims = _decoded(dims_text, cache)
+            concrete = _decoded(concrete_text, cache)
+            output = (
+                outputs.get((str(dims[0]), str(dims[1])))
+                if isinstance(dims, list) and len(dims) > 1
+                else None
+            )
+            flops = known[call] = (
+                operator_flops(name, dims, concrete if isinstance(concrete, list) else None, mask, output)
+                if isinstance(dims, list)
+                else None
+            )
         if flops is None and torch_flops is not None and torch_flops > 0:
             flops = torch_flops
         counted_at.append(flops is not None)
