@@ -100,9 +100,20 @@ def as_json_text(value: object) -> str | None:
     return text if len(text) <= JSON_TEXT_CHARS else None
 
 
+#: A raw text of only these characters is lists of non-negative integers (``Input Dims``): its
+#: compact form is the text without its whitespace, what :func:`as_json_text` would give.
+_PLAIN_DIMS: Final = re.compile(r"[\[\]0-9, \t\n\r]*")
+_JSON_WHITESPACE: Final = re.compile(r"[ \t\n\r]+")
+
+
 def json_text_of(raw: str | bytes) -> str | None:
     """:func:`as_json_text` of a list or object given as its raw JSON text (the scanner's and
-    msgspec's ``Raw``); None when the text does not decode."""
+    msgspec's ``Raw``); None when the text does not decode. Lists of non-negative integers (the
+    scanner validated the text) skip the decode and encode: their whitespace is dropped."""
+    text = raw if isinstance(raw, str) else None
+    if text is not None and text[:1] == "[" and _PLAIN_DIMS.fullmatch(text):
+        compact = _JSON_WHITESPACE.sub("", text)
+        return compact if len(compact) <= JSON_TEXT_CHARS else None
     try:
         return as_json_text(json.loads(raw))
     except (ValueError, RecursionError):
