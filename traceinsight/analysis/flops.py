@@ -682,6 +682,8 @@ def flop_stats(
     counted = counted_operators(trace)
     unknown = int(counted.get_column("unknown")[0]) if counted.height else 0
     counted = counted.drop("unknown")
+    if counted.is_empty():  # shapes, but no FLOP-bearing call among them: nothing to attribute
+        return replace(NO_FLOPS, shapes_recorded=True, steps=len(steady.steady_steps))
     windows = steady.windows
     in_window = counted.filter(within(counted.get_column("ts"), windows)) if windows else counted
     # Kernels of each counted operator: launch calls on its thread while it ran.
