@@ -347,3 +347,22 @@ def test_diff_lists_the_modules_whose_gpu_time_changed_and_the_mfu() -> None:
     mfu = comparison.metric("mfu")
     assert mfu.before == mfu.after == before.flops.mfu[0].mfu
     assert compare(before, before, "a", "a").modules == ()
+
+
+def test_torchs_flops_arg_is_cross_checked_and_used_where_shapes_do_not_say(tmp_path: Path) -> None:
+    agreeing = _op("aten::mm", 0, 5, [[3, 5], [5, 7]])
+    agreeing["args"]["flops"] = 2 * 3 * 5 * 7
+    # a convolution without stride or padding: only torch's count says
+    conv = _op("aten::conv2d", 10, 5, [[1, 3, 8, 8], [4, 3, 3, 3], [], [], [], [], []])
+    conv["args"]["flops"] = 12_345
+    trace = load_trace(write_trace(tmp_path / "t.json", [agreeing, conv]))
+    counted = dict(
+        zip(
+            *fl.counted_operators(trace).select("name", "flops").to_dict(as_series=False).values(),
+            strict=True,
+        )
+    )
+    assert counted == {"aten::mm": 210, "aten::conv2d": 12_345}
+    stats = sample_like(trace).flops
+    assert stats.torch_counted == 2
+    assert stats.torch_agreement == pytest.approx(1.0)
