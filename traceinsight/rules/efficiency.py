@@ -1,7 +1,9 @@
-"""``low-compute-efficiency``: the GPU is busy most of the step, but its counted FLOP kernels run far
-below the datasheet peak. Names the module and the kernels that lose the most time against the
-peak; the saving is an upper bound that no kernel can beat: each counted kernel brought to
-:attr:`~traceinsight.thresholds.Thresholds.efficiency_target` of the peak (never faster than that).
+"""``low-compute-efficiency``: the GPU is busy most of the step, but its counted FLOPs run far below
+the datasheet peak. Names the module and the GEMM/convolution kernels that lose the most time
+against the peak; the saving is an upper bound no kernel can beat: each counted GEMM/convolution
+kernel brought to :attr:`~traceinsight.thresholds.Thresholds.efficiency_target` of the peak (never
+faster than that). Attention kernels are left out of the saving (their rate follows the sequence
+length and head size, which the advice does not change).
 """
 
 from __future__ import annotations
@@ -31,7 +33,12 @@ def _lost(
     (name, kernel ns, ns lost, achieved FLOP/s), most lost first."""
     row = peak_for(device.gpu_name)
     kernels = analysis.flops.kernels.filter(
-        (pl.col("device") == device.device) & pl.col("flops").is_not_null() & (pl.col("dur") > 0)
+        (pl.col("device") == device.device)
+        & pl.col("flops").is_not_null()
+        & (pl.col("dur") > 0)
+        # GEMMs and convolutions: what the advice reshapes (attention's rate is set by its
+        # sequence length and head size, not by batching or padding)
+        & pl.col("op_class").is_in(["gemm", "conv"])
     )
     if row is None or kernels.is_empty():
         return 0, []
