@@ -366,3 +366,30 @@ def test_torchs_flops_arg_is_cross_checked_and_used_where_shapes_do_not_say(tmp_
     stats = sample_like(trace).flops
     assert stats.torch_counted == 2
     assert stats.torch_agreement == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "h100_bert_small_stacks.json.gz",
+        "h200_run_tensor_branch.pt.trace.json.gz",
+        "b200_eager_stacks.json.gz",
+    ],
+)
+def test_module_times_per_step_sum_to_at_most_the_step(name: str) -> None:
+    from tests.tracebuild import sample_result
+
+    result = sample_result(name)
+    scopes = result.scopes
+    assert scopes.modules
+    top = [scope for scope in scopes.modules if scope.depth == 0]
+    gpu = sum(scope.gpu_ns for scope in top) + scopes.outside_modules_gpu_ns
+    # per step when there are steps; else totals over the steady window
+    reference = result.steady_state.step_time_ns if scopes.per == "step" else result.utilization.window_ns
+    assert 0 < gpu <= reference
+    # a child never has more GPU time than its parent
+    by_path = {scope.path: scope for scope in scopes.modules}
+    for scope in scopes.modules:
+        parent = scope.path.rsplit("/", 1)[0] if "/" in scope.path else None
+        if parent in by_path:
+            assert scope.gpu_ns <= by_path[parent].gpu_ns + 1
