@@ -124,7 +124,7 @@ def module_table(scopes: Scopes, top: int) -> Table | None:
     rows.sort(key=lambda scope: scope.path)  # parents right above their children
     per = "per step" if scopes.per == "step" else "in the steady window"
     table = Table(
-        title=f"Time by nn.Module, {per} (top levels; the whole tree is in the page and the JSON)",
+        title=f"nn.Module time {per} (top levels; the whole tree: page, JSON)",
         title_justify="left",
         show_edge=False,
     )
