@@ -205,7 +205,17 @@ def test_a_stored_results_gap_table_holds_the_reported_gaps(gp100: traceinsight.
 
 def test_the_tables_of_a_trace(gp100: traceinsight.Result) -> None:
     frames = gp100.frames
-    assert set(frames) == {"steps", "idle_gaps", "kernels", "syncs", "copies", "findings"}
+    assert set(frames) == {
+        "steps",
+        "idle_gaps",
+        "kernels",
+        "syncs",
+        "copies",
+        "findings",
+        "modules",
+        "regions",
+        "flop_kernels",
+    }
     assert all(isinstance(frame, pl.DataFrame) for frame in frames.values())
     _, events = read_events(GP100)
     # kernels: the top kernel's launches, counted from the raw events

@@ -53,6 +53,7 @@ def test_the_built_in_rules_are_registered() -> None:
         "launch-bound",
         "amp-opportunity",
         "tf32-opportunity",
+        "low-compute-efficiency",
         "exposed-communication",
         "optimizer-not-fused",
         "memory-pressure",
