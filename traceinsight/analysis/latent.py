@@ -58,6 +58,8 @@ class LatentSync:
     frequent operator; for CPU-value reads (:attr:`cpu_value`), every read."""
     steady_count: int = field(default=0, metadata=COUNT)
     """Occurrences inside the steady-state steps."""
+    steady_steps_with: int | None = field(default=None, metadata=COUNT)
+    """Steady steps the line reads a value in at least once (None: a result stored before it)."""
     formatting: bool = False
     """True when the line formats a tensor (``print(loss)``, ``f"{loss}"``): its reads are that."""
     cpu_value: str | None = None
@@ -121,12 +123,13 @@ def latent_syncs(
     )
     outermost = ops.join(nested, on="key", how="anti")
     outermost = outermost.with_columns(
-        steady=within(outermost.get_column("ts"), steady.windows) if steady.windows else pl.lit(True)
+        steady=within(outermost.get_column("ts"), steady.windows) if steady.windows else pl.lit(True),
+        step=steady.steady_step_of(outermost.get_column("ts")),
     )
     points = outermost.select("key", "pid", "tid", t=pl.col("ts") + 1)
     chains = enclosing_ops(trace, points).select("key", "op_chain")
     rows = (
-        outermost.select("key", "steady", op="name")
+        outermost.select("key", "steady", "step", op="name")
         .join(chains, on="key", how="left")
         .join(source_at(trace, points, user_code, frame_index=frame_index), on="key", how="left")
         .join(module_at(trace, points), on="key", how="left")
@@ -183,6 +186,7 @@ def _one_line(
         module=None if module is None else str(module),
         count=count,
         steady_count=steady_count,
+        steady_steps_with=group.filter("steady").get_column("step").drop_nulls().n_unique(),
         ops=tuple(by_op.get_column("op").to_list()),
         formatting=formats.height > 0,
         cpu_value=None if cpu_value is None else str(cpu_value),
