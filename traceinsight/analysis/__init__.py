@@ -31,9 +31,9 @@ from traceinsight.analysis.preprocessing import StepLeads, step_leads
 from traceinsight.analysis.replay import Replay, prepare_replay
 from traceinsight.analysis.results import (
     CopyGroup,
-    DeviceTime,
+    Device,
     H2DCopy,
-    HostSummary,
+    Host,
     IdleGap,
     Step,
     SyncCall,
@@ -79,14 +79,14 @@ class Analysis:
     has_gpu: bool
     iterations: int | None  # ProfilerStep spans, else Optimizer.step ranges, else None
     steps_marked: bool  # True when iterations come from ProfilerStep#N spans
-    devices: tuple[DeviceTime, ...]
+    devices: tuple[Device, ...]
     steps: tuple[Step, ...]
     idle_gaps: tuple[IdleGap, ...]
     copies: tuple[CopyGroup, ...]
     overlap: dict[str, float | None]
     syncs: tuple[SyncCall, ...]
     sync_hotspots: tuple[SyncHotspot, ...]
-    host: HostSummary
+    host: Host
     timeline: Timeline  # downsampled busy blocks and sync marks per device, for charts
     kernels: TopKernels  # kernels by total time
     steady: SteadySteps  # the steps, which are steady, and the steady-state windows

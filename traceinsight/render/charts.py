@@ -18,7 +18,7 @@ from typing import Final
 from traceinsight.analysis import causes
 from traceinsight.analysis.causes import CauseKind
 from traceinsight.analysis.memory import DeviceMemory
-from traceinsight.analysis.results import CopyGroup, HostSummary, IdleGap, Step, SyncHotspot
+from traceinsight.analysis.results import CopyGroup, Host, IdleGap, Step, SyncHotspot
 from traceinsight.analysis.timeline import Timeline
 from traceinsight.formatting import format_duration, format_size
 from traceinsight.render.svg import (
@@ -326,23 +326,24 @@ def copies_chart(copies: Sequence[CopyGroup], top: int = 10) -> Canvas | None:
     return _bar_chart(bars, f"copy time ({unit})", legend, columns=2)
 
 
-def host_ops_chart(host: HostSummary) -> Canvas | None:
+def host_ops_chart(host: Host) -> Canvas | None:
     """The busiest host operators by self time (their own time, without the operators they call),
     in the order of the table below; the rest of their total time (inside the operators they call)
     drawn lighter after it."""
     if not host.top_ops:
         return None
-    selves = host.top_ops_self or tuple(total for _, _, total in host.top_ops)
-    per_unit, unit = _unit(
-        max(max(total, own) for (_, _, total), own in zip(host.top_ops, selves, strict=True))
-    )
+    per_unit, unit = _unit(max(max(op.total_ns, op.self_ns) for op in host.top_ops))
     bars = [
         _Bar(
-            label=(_text(name, 60),),
-            segments=(_Segment(own / per_unit, BUSY), _Segment(max(total - own, 0) / per_unit, BUSY, 0.35)),
-            note=f"self {format_duration(own)} of {format_duration(total)} in {_plural(count, 'call', 'calls')}",
+            label=(_text(op.name, 60),),
+            segments=(
+                _Segment(op.self_ns / per_unit, BUSY),
+                _Segment(max(op.total_ns - op.self_ns, 0) / per_unit, BUSY, 0.35),
+            ),
+            note=f"self {format_duration(op.self_ns)} of {format_duration(op.total_ns)} in "
+            f"{_plural(op.count, 'call', 'calls')}",
         )
-        for (name, count, total), own in zip(host.top_ops, selves, strict=True)
+        for op in host.top_ops
     ]
     legend = [
         LegendItem("self time", BUSY),

@@ -392,7 +392,7 @@ class HtmlRenderer:
             "memory_columns": MEMORY_COLUMNS,
             "memory_rows": memory_rows(report),
             "allocator_fact": allocator_fact(report),
-            "host_ops": list(zip(analysis.host.top_ops, analysis.host.top_ops_self, strict=True)),
+            "host_ops": analysis.host.top_ops,
             "limits": {
                 "gaps": TOP_GAPS,
                 "sources": TOP_SOURCES,

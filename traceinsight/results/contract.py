@@ -19,10 +19,6 @@ def _share(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
-def _causes(pairs: tuple[tuple[str, int], ...]) -> dict[str, int]:
-    return dict(pairs)
-
-
 def utilization_of(usage: Usage, judged: bool) -> t.Utilization:
     """``utilization``: the time judged, busy by class, idle by cause (``judged``: whether the
     trace had a steady state on a GPU; ``of`` is null when not)."""
@@ -130,23 +126,7 @@ def result_of(report: Report) -> t.Result:
             startup_evidence=steady.startup_evidence,
         ),
         utilization=utilization_of(total_usage(analysis.usage), bool(analysis.usage)),
-        devices=tuple(
-            t.Device(
-                device=device.device,
-                name=device.name,
-                span_ns=device.span_ns,
-                busy_ns=device.busy_ns,
-                idle_ns=device.idle_ns,
-                kernel_ns=device.kernel_ns,
-                copy_ns=device.copy_ns,
-                utilization=round(device.utilization, 4),
-                compute_ns=device.compute_ns,
-                communication_ns=device.communication_ns,
-                copy_exposed_ns=device.copy_exposed_ns,
-                idle_by_cause_ns=_causes(device.idle_by_cause_ns),
-            )
-            for device in analysis.devices
-        ),
+        devices=analysis.devices,
         steps=analysis.steps,
         idle_gaps=analysis.idle_gaps,
         memcpy=analysis.copies,
@@ -155,30 +135,8 @@ def result_of(report: Report) -> t.Result:
         sync_hotspots=analysis.sync_hotspots,
         latent_syncs=analysis.latent_syncs,
         findings=report.findings,
-        kernels=tuple(
-            t.Kernel(
-                device=stat.device,
-                name=stat.name,
-                count=stat.count,
-                total_ns=stat.total_ns,
-                mean_ns=stat.mean_ns,
-                max_ns=stat.max_ns,
-            )
-            for stat in analysis.kernels.kernels
-        ),
-        host=t.Host(
-            threads=analysis.host.threads,
-            cpu_ops=analysis.host.cpu_ops,
-            python_frames=analysis.host.python_frames,
-            dataloader_ns=analysis.host.dataloader_ns,
-            dataloader_count=analysis.host.dataloader_count,
-            top_ops=tuple(
-                t.HostOp(name=name, count=count, total_ns=total, self_ns=own)
-                for (name, count, total), own in zip(
-                    analysis.host.top_ops, analysis.host.top_ops_self, strict=True
-                )
-            ),
-        ),
+        kernels=analysis.kernels.kernels,
+        host=analysis.host,
         memory=_memory(report),
         report=report,
     )

@@ -32,6 +32,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
+from traceinsight.analysis.kernels import Kernel
 from traceinsight.analysis.latent import LatentSync
 from traceinsight.analysis.pace import Pace
 from traceinsight.analysis.results import (
@@ -39,6 +40,9 @@ from traceinsight.analysis.results import (
     DURATION,
     SHARE,
     CopyGroup,
+    Device,
+    Host,
+    HostOp,
     IdleGap,
     Step,
     SyncCall,
@@ -173,58 +177,6 @@ class Utilization:
     idle_share: float | None = field(metadata=SHARE)
     #: Idle by cause (:class:`~traceinsight.analysis.causes.CauseKind` values), largest first.
     idle_by_cause_ns: dict[str, int] = field(default_factory=dict, metadata={"check": "id"})
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Device:
-    """GPU time on one device (see :class:`traceinsight.analysis.results.DeviceTime`)."""
-
-    device: int
-    name: str | None
-    span_ns: int
-    busy_ns: int
-    idle_ns: int
-    kernel_ns: int
-    copy_ns: int
-    utilization: float
-    compute_ns: int
-    communication_ns: int
-    copy_exposed_ns: int
-    idle_by_cause_ns: dict[str, int]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Kernel:
-    """A kernel's launches on one device, by total time."""
-
-    device: int
-    name: str
-    count: int = field(metadata=COUNT)
-    total_ns: int = field(metadata=DURATION)
-    mean_ns: int = 0
-    max_ns: int = 0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class HostOp:
-    """A host operator: its top-level occurrences, their total and their own (self) time."""
-
-    name: str
-    count: int
-    total_ns: int
-    self_ns: int = 0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Host:
-    """The host-side view (see :class:`traceinsight.analysis.results.HostSummary`)."""
-
-    threads: int
-    cpu_ops: int
-    python_frames: int
-    dataloader_ns: int
-    dataloader_count: int
-    top_ops: tuple[HostOp, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
