@@ -266,3 +266,31 @@ def test_charts_are_the_pages_own(gp100: traceinsight.Result) -> None:
     stored = traceinsight.Result.from_json(gp100.to_json())
     with pytest.raises(TraceInsightError, match="stored result"):
         stored.charts  # noqa: B018
+
+
+def test_a_results_repr_is_one_short_line(gp100: traceinsight.Result, job: traceinsight.JobResult) -> None:
+    """``repr`` names the result in one line (it was the whole dataclass tree: 193 KB); the page
+    is ``_repr_html_``'s."""
+    comparison = traceinsight.diff(gp100, gp100)
+    for value in (gp100, job, comparison, traceinsight.diff(job, job)):
+        text = repr(value)
+        assert "\n" not in text and len(text) < 200
+    assert GP100.name in repr(gp100) and f"{len(gp100.findings)} findings" in repr(gp100)
+    assert f"{job.job.ranks} ranks" in repr(job)
+
+
+def test_a_comparisons_tables(gp100: traceinsight.Result, job: traceinsight.JobResult) -> None:
+    """``frames["metrics" | "findings" | "kernels"]`` of a comparison: one row per figure, per
+    finding matched, per kernel changed; of two jobs, ``ranks`` with each rank's figures."""
+    comparison = traceinsight.diff(gp100, str(ALEXNET))
+    assert isinstance(comparison, traceinsight.Comparison)
+    frames = comparison.frames
+    metrics = frames["metrics"]
+    assert metrics.height == len(comparison.metrics) + len(comparison.idle)
+    assert metrics.filter(pl.col("group") == "metric")["key"].to_list() == [m.key for m in comparison.metrics]
+    assert metrics["before"].to_list() == [m.before for m in (*comparison.metrics, *comparison.idle)]
+    assert frames["findings"]["rule"].to_list() == [f.rule for f in comparison.findings]
+    assert frames["kernels"]["name"].to_list() == [k.name for k in comparison.kernels]
+    of_jobs = traceinsight.diff(job, job).frames
+    assert of_jobs["ranks"]["rank"].to_list() == [rank.rank for rank in job.ranks]
+    assert "step_time_before" in of_jobs["ranks"].columns

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from traceinsight.analysis.causes import cause_label
 from traceinsight.formatting import format_duration, format_share, source_label
 from traceinsight.load.text import clean_text
 from traceinsight.results.codec import document_of, us
+from traceinsight.results.frames import comparison_frames
 from traceinsight.results.stored import from_text
 from traceinsight.results.trace import SCHEMA_VERSION, Finding, Result
 from traceinsight.results.writer import strict_json
@@ -191,6 +192,14 @@ class Comparison:
 
     def _repr_html_(self) -> str | None:
         return html_of(self)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.before!r} -> {self.after!r}, {len(self.findings)} findings)"
+
+    @property
+    def frames(self) -> dict[str, Any]:
+        """The comparison's tables as polars DataFrames (see :mod:`.frames`), made on each call."""
+        return comparison_frames(self)
 
     @property
     def shown(self) -> tuple[Metric, ...]:

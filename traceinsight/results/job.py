@@ -396,6 +396,9 @@ class JobResult:
         """A job's result from its JSON, read as untrusted input."""
         return from_text(text, cls)
 
+    def __repr__(self) -> str:
+        return f"JobResult({self.job.ranks} ranks, {len(self.findings)} findings)"
+
     @property
     def frames(self) -> dict[str, Any]:
         """The job's tables as polars DataFrames (``ranks``, ``stragglers``, ``findings``), made on

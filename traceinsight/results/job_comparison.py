@@ -22,10 +22,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from statistics import median_low
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from traceinsight.results.codec import document_of, us
 from traceinsight.results.comparison import DiffTool, Metric, text
+from traceinsight.results.frames import comparison_frames
 from traceinsight.results.job import CAUSE_WORDS, JobFindingEntry, JobResult, Rank, StragglerEntry
 from traceinsight.results.stored import from_text
 from traceinsight.results.trace import SCHEMA_VERSION
@@ -164,6 +165,14 @@ class JobComparison:
 
     def _repr_html_(self) -> str | None:
         return html_of(self)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.before!r} -> {self.after!r}, {len(self.findings)} findings)"
+
+    @property
+    def frames(self) -> dict[str, Any]:
+        """The comparison's tables as polars DataFrames (see :mod:`.frames`), made on each call."""
+        return comparison_frames(self)
 
     @property
     def shown(self) -> tuple[Metric, ...]:

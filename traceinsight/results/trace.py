@@ -307,6 +307,11 @@ class Result:
     def _repr_html_(self) -> str | None:
         return html_of(self)
 
+    def __repr__(self) -> str:
+        step = self.steady_state.step_time_ns
+        shown = "no steps" if step is None else f"step {step / 1e6:.2f} ms"
+        return f"Result({self.trace.name!r}, {shown}, {len(self.findings)} findings)"
+
     def replace(self, **changes: Any) -> Result:
         """A copy with ``changes`` (``dataclasses.replace``; the copy draws its tables afresh)."""
         return dataclasses.replace(self, _cache={}, **changes)
