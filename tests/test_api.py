@@ -12,6 +12,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from matplotlib.colors import to_hex
+from matplotlib.figure import Figure
 from reference_split import GPU_KINDS, _ns
 from tracebuild import SAMPLES, read_events
 from typer.testing import CliRunner
@@ -19,6 +21,8 @@ from typer.testing import CliRunner
 import traceinsight
 from traceinsight.commands import app
 from traceinsight.errors import TraceInsightError
+from traceinsight.render.html import HtmlRenderer
+from traceinsight.render.mpl import INK
 
 runner = CliRunner()
 
@@ -255,12 +259,23 @@ def test_text_from_the_trace_shows_as_text_not_markup(gp100: traceinsight.Result
 
 
 def test_charts_are_the_pages_own(gp100: traceinsight.Result) -> None:
-    """Result.charts are the page's charts: each one's SVG is the one the page inlines."""
-    from traceinsight.render.html import HtmlRenderer
-
+    """Result.charts are the page's charts as matplotlib Figures: each one's SVG is the one the
+    page inlines, and the Figure writes the same words in the same colours."""
     charts = gp100.charts
     page = HtmlRenderer().render(gp100)
-    assert charts and all(chart._repr_svg_() in page for chart in charts.values())
+    assert charts and all(isinstance(chart, Figure) and chart.svg in page for chart in charts.values())
+    for chart in charts.values():
+        (axes,) = chart.axes
+        words = [text.get_text() for text in axes.texts]
+        assert words == [
+            html.unescape(found) for found in re.findall(r"<text[^>]*>([^<]*)</text>", chart.svg)
+        ]
+        svg_fills = {fill.lower() for fill in re.findall(r'fill="(#[0-9A-Fa-f]{6})"', chart.svg)}
+        drawn = {to_hex(patch.get_facecolor()) for patch in axes.patches} | {
+            to_hex(color) for collection in axes.collections for color in collection.get_facecolors()
+        }
+        assert drawn <= svg_fills | {to_hex(INK)}
+        assert chart._repr_png_().startswith(b"\x89PNG")
     assert {"timeline", "steps"} <= set(charts)
     assert gp100.charts is charts  # made once
     stored = traceinsight.Result.from_json(gp100.to_json())

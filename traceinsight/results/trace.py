@@ -296,9 +296,11 @@ class Result:
 
     @property
     def charts(self) -> dict[str, Any]:
-        """The page's charts as SVG drawings (:class:`traceinsight.render.figures.Drawing`: each
-        shows itself in a notebook, ``.svg`` is its markup, ``.save(path)`` writes it), keyed by
-        name, made on first use (a live result only: a stored one has no timeline to draw)."""
+        """The page's charts as matplotlib Figures (:class:`traceinsight.render.mpl.ChartFigure`:
+        drawn from the marks the page's SVG is written from, with its labels and colours; each
+        shows itself in a notebook, ``savefig`` writes PNG or PDF, ``.svg`` is the page's markup),
+        keyed by name, made on first use (a live result only: a stored one has no timeline to draw).
+        matplotlib is imported then, never by ``analyze``."""
         if "charts" not in self._cache:
             self._cache["charts"] = figures_of(self)
         charts: dict[str, Any] = self._cache["charts"]
