@@ -10,17 +10,20 @@ trace's ``analyze``), so matplotlib is imported here only then.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from traceinsight.render import NotLive
 from traceinsight.results import Result
 from traceinsight.shown import figures_of
 
+if TYPE_CHECKING:
+    from traceinsight.render.mpl import ChartFigure
+
 __all__ = ["result_figures"]
 
 
-@figures_of.register
-def result_figures(result: Result) -> dict[str, Any]:
+@figures_of.register(Result)  # by class: the annotations name types imported for the checker only
+def result_figures(result: Result) -> dict[str, ChartFigure]:
     """A live result's page charts, by name (those with something to show)."""
     from traceinsight.render.html import chart_specs
 
@@ -31,7 +34,7 @@ def result_figures(result: Result) -> dict[str, Any]:
         )
     from traceinsight.render.mpl import figure_of  # matplotlib, only when a chart is asked for
 
-    drawings: dict[str, Any] = {}
+    drawings: dict[str, ChartFigure] = {}
     for spec in chart_specs(result.report.analysis):
         canvas = spec.build()
         if canvas is not None:

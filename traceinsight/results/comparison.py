@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from traceinsight.analysis.causes import cause_label
 from traceinsight.formatting import format_duration, format_share, source_label
@@ -24,6 +24,9 @@ from traceinsight.results.trace import SCHEMA_VERSION, Finding, Result
 from traceinsight.results.writer import strict_json
 from traceinsight.rules.findings import Severity
 from traceinsight.shown import html_of
+
+if TYPE_CHECKING:
+    import polars as pl
 
 __all__ = [
     "Comparison",
@@ -197,7 +200,7 @@ class Comparison:
         return f"{type(self).__name__}({self.before!r} -> {self.after!r}, {len(self.findings)} findings)"
 
     @property
-    def frames(self) -> dict[str, Any]:
+    def frames(self) -> dict[str, pl.DataFrame]:
         """The comparison's tables as polars DataFrames (see :mod:`.frames`), made on each call."""
         return comparison_frames(self)
 

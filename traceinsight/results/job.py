@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from traceinsight.analysis.causes import CauseKind
 from traceinsight.analysis.usage import Usage
@@ -31,6 +31,9 @@ from traceinsight.results.trace import SCHEMA_VERSION, Tool, Utilization
 from traceinsight.results.writer import strict_json
 from traceinsight.rules.findings import Severity
 from traceinsight.shown import html_of
+
+if TYPE_CHECKING:
+    import polars as pl
 
 __all__ = [
     "CAUSE_WORDS",
@@ -400,12 +403,12 @@ class JobResult:
         return f"JobResult({self.job.ranks} ranks, {len(self.findings)} findings)"
 
     @property
-    def frames(self) -> dict[str, Any]:
+    def frames(self) -> dict[str, pl.DataFrame]:
         """The job's tables as polars DataFrames (``ranks``, ``stragglers``, ``findings``), made on
         first use (see :mod:`.frames`)."""
         if "frames" not in self._cache:
             self._cache["frames"] = job_frames(self)
-        frames: dict[str, Any] = self._cache["frames"]
+        frames: dict[str, pl.DataFrame] = self._cache["frames"]
         return frames
 
     def _repr_html_(self) -> str | None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from statistics import median_low
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from traceinsight.results.codec import document_of, us
 from traceinsight.results.comparison import DiffTool, Metric, text
@@ -33,6 +33,9 @@ from traceinsight.results.trace import SCHEMA_VERSION
 from traceinsight.results.writer import strict_json
 from traceinsight.rules.findings import Severity
 from traceinsight.shown import html_of
+
+if TYPE_CHECKING:
+    import polars as pl
 
 __all__ = [
     "JobComparison",
@@ -170,7 +173,7 @@ class JobComparison:
         return f"{type(self).__name__}({self.before!r} -> {self.after!r}, {len(self.findings)} findings)"
 
     @property
-    def frames(self) -> dict[str, Any]:
+    def frames(self) -> dict[str, pl.DataFrame]:
         """The comparison's tables as polars DataFrames (see :mod:`.frames`), made on each call."""
         return comparison_frames(self)
 

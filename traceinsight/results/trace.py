@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from traceinsight.analysis.kernels import Kernel
 from traceinsight.analysis.latent import LatentSync
@@ -56,6 +56,10 @@ from traceinsight.results.writer import result_json
 from traceinsight.rules.findings import Advice, Finding
 from traceinsight.shown import figures_of, html_of
 from traceinsight.version import __version__
+
+if TYPE_CHECKING:
+    import polars as pl
+    from matplotlib.figure import Figure
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -287,15 +291,15 @@ class Result:
         return self.trace.name
 
     @property
-    def frames(self) -> dict[str, Any]:
+    def frames(self) -> dict[str, pl.DataFrame]:
         """The result's tables as polars DataFrames (see :mod:`.frames`), made on first use."""
         if "frames" not in self._cache:
             self._cache["frames"] = result_frames(self)
-        frames: dict[str, Any] = self._cache["frames"]
+        frames: dict[str, pl.DataFrame] = self._cache["frames"]
         return frames
 
     @property
-    def charts(self) -> dict[str, Any]:
+    def charts(self) -> dict[str, Figure]:
         """The page's charts as matplotlib Figures (:class:`traceinsight.render.mpl.ChartFigure`:
         drawn from the marks the page's SVG is written from, with its labels and colours; each
         shows itself in a notebook, ``savefig`` writes PNG or PDF, ``.svg`` is the page's markup),
@@ -303,7 +307,7 @@ class Result:
         matplotlib is imported then, never by ``analyze``."""
         if "charts" not in self._cache:
             self._cache["charts"] = figures_of(self)
-        charts: dict[str, Any] = self._cache["charts"]
+        charts: dict[str, Figure] = self._cache["charts"]
         return charts
 
     def _repr_html_(self) -> str | None:
