@@ -23,7 +23,7 @@ from traceinsight.analysis.intervals import joined_where, overlap_ns, within
 from traceinsight.analysis.kernels import TopKernels, top_kernels
 from traceinsight.analysis.latent import LatentSync, latent_syncs
 from traceinsight.analysis.launching import LaunchStats, launch_stats
-from traceinsight.analysis.memory import MemoryUsage, memory_usage
+from traceinsight.analysis.memory import Memory, memory_usage
 from traceinsight.analysis.optimizer import OptimizerStats, optimizer_stats
 from traceinsight.analysis.pace import Pace, step_pace
 from traceinsight.analysis.precision import PrecisionMix, precision_mix
@@ -98,7 +98,7 @@ class Analysis:
     launching: LaunchStats  # kernels per step, kernel vs launch times, operators dispatching in gaps
     optimizer: OptimizerStats  # optimizer.step() and zero_grad() kernels
     latent_syncs: tuple[LatentSync, ...]  # without GPU work: ops that would wait for a GPU
-    memory: MemoryUsage  # per device: peak memory vs the total, over time; allocator calls in steps
+    memory: Memory  # per device: peak memory vs the total, over time; allocator calls in steps
     #: Processes that launched work on more than one GPU (``nn.DataParallel``'s single process).
     multi_gpu_processes: int
     #: Collectives per device and kind in the steady state, and the wrapper that issued them.
@@ -256,7 +256,7 @@ class _SteadyOnly(NamedTuple):
     kernels: TopKernels
     precision: tuple[PrecisionMix, ...]
     latent_syncs: tuple[LatentSync, ...]
-    memory: MemoryUsage
+    memory: Memory
 
 
 def _steady_only(

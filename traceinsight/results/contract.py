@@ -39,40 +39,6 @@ def utilization_of(usage: Usage, judged: bool) -> t.Utilization:
     )
 
 
-def _memory(report: Report) -> t.Memory:
-    memory = report.analysis.memory
-    churn = memory.churn
-    return t.Memory(
-        devices=tuple(
-            t.MemoryDevice(
-                device=device.label,
-                device_type=device.device_type,
-                device_id=device.device_id,
-                records=device.records,
-                peak_allocated_bytes=device.peak_allocated_bytes,
-                peak_allocated_at_ns=device.peak_allocated_at_ns,
-                allocated_is_lower_bound=device.allocated_is_lower_bound,
-                peak_reserved_bytes=device.peak_reserved_bytes,
-                total_memory_bytes=device.total_memory_bytes,
-                peak_share=_share(device.peak_share),
-                series=tuple(
-                    t.MemorySample(at, allocated, reserved) for at, allocated, reserved in device.series
-                ),
-            )
-            for device in memory.devices
-        ),
-        allocator_calls=t.AllocatorCalls(
-            count=churn.calls,
-            host_ns=churn.call_ns,
-            by_name=tuple(
-                t.AllocatorCall(call=name, count=count, host_ns=ns) for name, count, ns in churn.by_name
-            ),
-            steady_steps=churn.steady_steps,
-            steps_with_calls=churn.steps_with_calls,
-        ),
-    )
-
-
 def result_of(report: Report) -> t.Result:
     """The result of ``report``'s analysis: the JSON contract, typed (see :mod:`.trace`)."""
     analysis = report.analysis
@@ -137,6 +103,6 @@ def result_of(report: Report) -> t.Result:
         findings=report.findings,
         kernels=analysis.kernels.kernels,
         host=analysis.host,
-        memory=_memory(report),
+        memory=analysis.memory,
         report=report,
     )

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from traceinsight.analysis.kernels import Kernel
 from traceinsight.analysis.latent import LatentSync
+from traceinsight.analysis.memory import AllocatorCall, AllocatorCalls, Memory, MemoryDevice, MemorySample
 from traceinsight.analysis.pace import Pace
 from traceinsight.analysis.results import (
     COUNT,
@@ -181,61 +182,6 @@ class Utilization:
     idle_share: float | None = field(metadata=SHARE)
     #: Idle by cause (:class:`~traceinsight.analysis.causes.CauseKind` values), largest first.
     idle_by_cause_ns: dict[str, int] = field(default_factory=dict, metadata={"check": "id"})
-
-
-@dataclass(frozen=True, slots=True)
-class MemorySample:
-    """``[start_us, allocated, reserved]``: the largest values of a time slice."""
-
-    JSON_ARRAY: ClassVar[bool] = True
-    at_ns: int
-    allocated_bytes: int | None
-    reserved_bytes: int | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MemoryDevice:
-    """One device's memory (see :class:`traceinsight.analysis.memory.DeviceMemory`)."""
-
-    device: str
-    device_type: int
-    device_id: int
-    records: int
-    peak_allocated_bytes: int
-    peak_allocated_at_ns: int
-    allocated_is_lower_bound: bool
-    peak_reserved_bytes: int | None
-    total_memory_bytes: int | None
-    peak_share: float | None
-    series: tuple[MemorySample, ...] = ()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AllocatorCall:
-    """One allocator call's count and host time in the steady state."""
-
-    call: str
-    count: int
-    host_ns: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AllocatorCalls:
-    """The allocator's calls in the steady state."""
-
-    count: int = 0
-    host_ns: int = 0
-    by_name: tuple[AllocatorCall, ...] = ()
-    steady_steps: int = 0
-    steps_with_calls: int = 0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Memory:
-    """Peak memory per device and its series; the allocator's calls in the steady state."""
-
-    devices: tuple[MemoryDevice, ...] = ()
-    allocator_calls: AllocatorCalls = field(default_factory=AllocatorCalls)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
