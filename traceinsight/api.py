@@ -25,7 +25,6 @@ from traceinsight.job.execute import analyze_job
 from traceinsight.job.triage import job_files
 from traceinsight.load import SizeLimit, Trace, load_trace
 from traceinsight.load.text import printable
-from traceinsight.process import give_back_freed_memory
 from traceinsight.render import figures, notebook  # noqa: F401 (register what results show in a notebook)
 from traceinsight.results import (
     Comparison,
@@ -96,7 +95,6 @@ def analyze(
     if is_job(paths):
         return _job(paths, limits, code)
     loaded = load_trace(paths[0])
-    give_back_freed_memory()
     report = report_for(loaded, limits, code, every_gap=True)
     root = None if source_root is None else Path(source_root)
     return result_of(dataclasses.replace(report, source_root=root))
@@ -126,7 +124,6 @@ def _side(
     if stored is not None:
         return stored
     loaded = load_trace(path)
-    give_back_freed_memory()
     return result_of(report_for(loaded, thresholds, user_code))
 
 
