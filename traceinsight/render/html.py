@@ -364,6 +364,9 @@ class HtmlRenderer:
             "no_findings": no_findings_text(report),
             "analysis": analysis,
             "has_gpu": analysis.has_gpu,
+            # source lines known without Python frame events (from the operators' stacks)
+            "sources_named": any(f.source for f in report.findings)
+            or any(g.source for g in analysis.idle_gaps),
             "foreign_accelerator": analysis.meta.foreign_accelerator,
             "gpus_unprofiled": analysis.meta.gpus_unprofiled,
             "scores": scores,
