@@ -15,10 +15,16 @@ child and every descendant, polled every 50 ms with psutil; pages shared after f
 process, so the sum overstates). For scale: the JSON size of one rank and of all ranks, and the
 maximum RSS of ``analyze`` on one rank alone. The stragglers found are checked against the plan.
 
+With ``--ahead`` the jobs are ``jobbuild.AheadPlan`` ones instead (small synthetic ranks whose
+collectives end together: a DataLoader rank and an ``.item()`` rank, 3 steps, 3.0 ms transfer), for
+many ranks at little cost per rank: the combining step (the wait/transfer split over every rank's
+small table of collectives) is then a larger share of the job, and "one rank alone" is one of them.
+
 Run::
 
     python benchmarks/bench_job.py                 # N = 8, 64, 256; local and dask
     python benchmarks/bench_job.py --ranks 64 --modes local
+    python benchmarks/bench_job.py --ahead --ranks 1000 --modes dask
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from jobbuild import BASE, Plan, make_job  # noqa: E402
+from jobbuild import BASE, AheadPlan, Plan, make_ahead_job, make_job  # noqa: E402
 
 CHILD = """
 import json, sys, time
@@ -84,6 +90,9 @@ def _poll(process: psutil.Process, peaks: dict[str, int], stop: threading.Event)
                 sizes.append(member.memory_info().rss)
         peaks["sum"] = max(peaks["sum"], sum(sizes))
         peaks["single"] = max(peaks["single"], max(sizes, default=0))
+        if sizes:  # the job's own process first, then its workers (and the dask scheduler)
+            peaks["main"] = max(peaks["main"], sizes[0])
+            peaks["worker"] = max(peaks["worker"], max(sizes[1:], default=0))
         stop.wait(0.05)
 
 
@@ -99,7 +108,7 @@ def run_job(folder: Path, mode: str) -> dict[str, object]:
             cwd=scratch,
             env={**os.environ, "PYTHONWARNINGS": "ignore"},
         )
-        peaks = {"sum": 0, "single": 0}
+        peaks = {"sum": 0, "single": 0, "main": 0, "worker": 0}
         stop = threading.Event()
         poller = threading.Thread(target=_poll, args=(child, peaks, stop), daemon=True)
         poller.start()
@@ -112,9 +121,9 @@ def run_job(folder: Path, mode: str) -> dict[str, object]:
         return {**figures, **peaks}
 
 
-def one_rank_peak() -> int:
+def one_rank_peak(path: Path = BASE) -> int:
     done = subprocess.run(
-        [sys.executable, "-c", ONE_RANK, str(BASE)], capture_output=True, text=True, check=True
+        [sys.executable, "-c", ONE_RANK, str(path)], capture_output=True, text=True, check=True
     )
     return int(done.stdout.strip())
 
@@ -126,7 +135,13 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, nargs="+", default=[8, 64, 256])
     parser.add_argument("--modes", nargs="+", default=["local", "dask"], choices=["local", "dask"])
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "traceinsight-bench-jobs")
+    parser.add_argument(
+        "--ahead", action="store_true", help="jobbuild.AheadPlan jobs (small synthetic ranks)"
+    )
     args = parser.parse_args()
+    if args.ahead:
+        ahead(args)
+        return
     rank_json = len(gzip.decompress(BASE.read_bytes()))
     cores = len(os.sched_getaffinity(0))
     print(f"machine: {cores} cores, {psutil.virtual_memory().total / 2**30:.1f} GiB; one rank: "
@@ -147,6 +162,32 @@ def main() -> None:
             print(f"{ranks:>5} {mode:>5} {ranks * rank_json / 1e6:>8.0f}MB {wall:>7.1f} {ranks / wall:>7.1f} "
                   f"{int(figures['single']) / 2**20:>10.0f} MiB {int(figures['sum']) / 2**20:>8.0f} MiB "  # type: ignore[call-overload]
                   f"{float(figures['setup']):>7.1f}  {found} {check}", flush=True)  # type: ignore[arg-type]  # fmt: skip
+
+
+def ahead(args: argparse.Namespace) -> None:
+    """The ``--ahead`` jobs (see the module doc)."""
+    for ranks in args.ranks:
+        folder = args.cache / f"ahead{ranks}"
+        plan = AheadPlan(
+            ranks, dataloader_rank=ranks // 3, item_rank=(2 * ranks) // 3, allreduce_us=3000, steps=3
+        )
+        if not (folder / f"rank-{ranks - 1}.json").exists():
+            make_ahead_job(folder, plan)
+        one = one_rank_peak(folder / "rank-0.json")
+        size = sum(path.stat().st_size for path in folder.glob("rank-*.json"))
+        print(
+            f"{ranks} ranks, {size / 1e6:.0f} MB of JSON; analyze_rank on one rank alone: max RSS {one / 2**20:.0f} MiB"
+        )
+        for mode in args.modes:
+            figures = run_job(folder, mode)
+            wall = float(figures["wall"])  # type: ignore[arg-type]
+            found = sorted(figures["stragglers"])  # type: ignore[call-overload]
+            check = "ok" if found == sorted([plan.dataloader_rank, plan.item_rank]) else "MISMATCH"
+            worker, main = int(figures["worker"]), int(figures["main"])  # type: ignore[call-overload]
+            print(f"{ranks:>5} {mode:>5} wall {wall:.1f} s, max RSS of a worker {worker / 2**20:.0f} MiB "
+                  f"({worker / one:.2f}x one rank alone), of the job's process {main / 2**20:.0f} MiB "
+                  f"({main / one:.2f}x), tree {int(figures['sum']) / 2**20:.0f} MiB; "  # type: ignore[call-overload]
+                  f"stragglers {found} {check}", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

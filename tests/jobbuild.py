@@ -176,21 +176,37 @@ def make_job(folder: Path, plan: Plan) -> list[Path]:
 
 @dataclass(frozen=True)
 class AheadPlan:
-    """A data-parallel job whose hosts run ahead of their GPUs, with two slow ranks planted.
+    """A data-parallel job whose hosts run ahead of their GPUs, with slow ranks planted.
 
     Every rank's step (single stream, all times in µs): the main thread waits ``loader_us`` in a
     DataLoader ``__next__``, then launches, 10 µs apart, a pinned host-to-device copy of the batch
     (``copy_us``), ``forward`` kernels of ``forward_us``, ``backward`` kernels of ``backward_us``,
-    one NCCL all-reduce and ``optimizer`` kernels of ``optimizer_us``: a ``ProfilerStep`` range of
-    about 0.3 ms for about 8.4 ms of GPU work, so the host runs ahead and nothing waits.
-    The all-reduce of each step starts on each GPU when that GPU reaches it and ends
-    ``allreduce_us`` after the last rank's GPU reached it: the others wait in it.
+    and ``optimizer`` kernels of ``optimizer_us``, with the collectives of its ``shape`` between
+    them: about 0.3 ms of host range for about 8.4 ms of GPU work, so the host runs ahead.
+
+    Every collective starts on each GPU when that GPU reaches it (its *arrival*) and ends
+    ``allreduce_us`` (the transfer) after the last member's arrival, on every member: the others
+    wait in it. Shapes:
+
+    - ``ddp``: one NCCL all-reduce after backward;
+    - ``all-to-all``: an all-to-all (``SendRecv`` kernels) halfway through forward and one halfway
+      through backward (an embedding exchange);
+    - ``fsdp``: an all-gather before forward and one before backward, a reduce-scatter after;
+    - ``pipeline``: rank r is stage r: it receives from r − 1 before its forward and sends to r + 1
+      after it (no backward); each pair's ``SendRecv`` carries ``Process Group Name`` ``pp<r>`` and
+      ``Seq`` (the step), as Kineto writes them since 2026.
+
+    Planted:
 
     - ``dataloader_rank`` waits ``dataloader_us`` (instead of ``loader_us``) in ``__next__``;
     - ``item_rank`` calls ``.item()`` after half its forward launches (``aten::item`` →
       ``cudaMemcpyAsync`` of 4 bytes to pageable memory + ``cudaStreamSynchronize``, which returns
       once every GPU activity launched before it has ended), then the host spends ``after_item_us``
-      in Python before it launches the rest.
+      in Python before it launches the rest;
+    - ``late_rank``: once, in step ``late_step``, its host pauses ``late_us`` with nothing
+      recorded just before it launches its first collective;
+    - ``heavy_rank``'s forward kernels take ``heavy_forward_us`` each (a larger shard, an
+      embedding or expert imbalance: more GPU work).
     """
 
     ranks: int
@@ -208,10 +224,54 @@ class AheadPlan:
     allreduce_us: int = 400
     optimizer: int = 5
     optimizer_us: int = 40
+    shape: str = "ddp"
+    late_rank: int | None = None
+    late_step: int = 1
+    late_us: int = 0
+    heavy_rank: int | None = None
+    heavy_forward_us: int = 0
 
 
+COLLECTIVE_KERNELS = {
+    "all-reduce": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*)",
+    "all-to-all": "ncclDevKernel_SendRecv(ncclDevComm*)",
+    "all-gather": "ncclDevKernel_AllGather_RING_LL(ncclDevComm*)",
+    "reduce-scatter": "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL(ncclDevComm*)",
+    "send/recv": "ncclDevKernel_SendRecv(ncclDevComm*)",
+}
 LAUNCH_US = 10  # between launches, and from a launch to its kernel when the GPU is idle
 _PID, _TID, _STREAM = 1000, 1000, 7
+_FORWARD = "void forward_gemm<float>(float*)"
+_BACKWARD = "void backward_gemm<float>(float*)"
+_OPTIMIZER = "void multi_tensor_apply_kernel<float>(float*)"
+
+
+def _step_ops(plan: AheadPlan) -> list[tuple[str, str]]:
+    """One step's work after the batch's copy, in launch order: ("kernel", name), ("item", ""),
+    ("collective", kind)."""
+    forward = [("kernel", _FORWARD)] * plan.forward
+    forward.insert(plan.forward // 2, ("item", ""))
+    backward = [("kernel", _BACKWARD)] * plan.backward
+    optimizer = [("kernel", _OPTIMIZER)] * plan.optimizer
+    half = len(forward) // 2 + 1
+    if plan.shape == "ddp":
+        return [*forward, *backward, ("collective", "all-reduce"), *optimizer]
+    if plan.shape == "all-to-all":
+        exchange = ("collective", "all-to-all")
+        middle = len(backward) // 2
+        return [
+            *forward[:half],
+            exchange,
+            *forward[half:],
+            *backward[:middle],
+            exchange,
+            *backward[middle:],
+            *optimizer,
+        ]
+    if plan.shape == "fsdp":
+        return [("collective", "all-gather"), *forward, ("collective", "all-gather"), *backward,
+                ("collective", "reduce-scatter"), *optimizer]  # fmt: skip
+    raise ValueError(f"unknown shape {plan.shape}")
 
 
 class _Rank:
@@ -254,51 +314,124 @@ class _Rank:
         self.gpu("kernel", name, start, dur, correlation)
 
 
+def _begin_step(r: _Rank, plan: AheadPlan) -> float:
+    start = r.host
+    wait = plan.dataloader_us if r.rank == plan.dataloader_rank else plan.loader_us
+    r.host_range("user_annotation", DATALOADER_NEXT, r.host, wait)
+    r.host += wait
+    ready, correlation = r.launch("Memcpy", call="cudaMemcpyAsync")
+    r.gpu("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", max(ready, r.frontier), plan.copy_us, correlation,
+          bytes=1 << 20)  # fmt: skip
+    return start
+
+
+def _item(r: _Rank, plan: AheadPlan) -> None:
+    """``.item()``: a 4-byte copy to pageable memory, a stream sync, then Python (see the plan)."""
+    item = r.host
+    ready, correlation = r.launch("Memcpy", call="cudaMemcpyAsync")
+    r.gpu("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", max(ready, r.frontier), 2, correlation, bytes=4)
+    sync_start = r.host
+    returned = max(sync_start + 5, r.frontier + 5)
+    r.events.append(
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": _PID,
+         "tid": _TID, "ts": sync_start, "dur": returned - sync_start,
+         "args": {"correlation": r.correlation}}
+    )  # fmt: skip
+    r.correlation += 1
+    r.host_range("cpu_op", "aten::item", item - 1, returned + 2 - item)
+    r.host_range("cpu_op", "aten::_local_scalar_dense", item - 0.5, returned + 1 - item)
+    r.host = returned + 2 + plan.after_item_us
+
+
+def _arrive(r: _Rank, plan: AheadPlan, step: int, kind: str, late: set[int]) -> tuple[float, int]:
+    """Launch a collective: (its arrival on the GPU, its correlation); the planted pause first."""
+    if r.rank == plan.late_rank and step == plan.late_step and r.rank not in late:
+        late.add(r.rank)
+        r.host += plan.late_us
+    ready, correlation = r.launch(COLLECTIVE_KERNELS[kind])
+    return max(ready, r.frontier), correlation
+
+
+def _finish(members: list[tuple[_Rank, float, int]], kind: str, plan: AheadPlan, **args: Any) -> None:
+    """Every member's kernel ends ``allreduce_us`` after the last member arrived."""
+    last = max(arrival for _, arrival, _ in members)
+    for r, arrival, correlation in members:
+        r.gpu(
+            "kernel",
+            COLLECTIVE_KERNELS[kind],
+            arrival,
+            last + plan.allreduce_us - arrival,
+            correlation,
+            **args,
+        )
+
+
+def _data_parallel_step(ranks: list[_Rank], plan: AheadPlan, step: int) -> None:
+    starts = {r.rank: _begin_step(r, plan) for r in ranks}
+    ops = _step_ops(plan)
+    position = dict.fromkeys(starts, 0)
+    late: set[int] = set()
+    while position[0] < len(ops):
+        pending: list[tuple[_Rank, float, int]] = []
+        kind = None
+        for r in ranks:
+            while position[r.rank] < len(ops):
+                what, name = ops[position[r.rank]]
+                position[r.rank] += 1
+                if what == "kernel":
+                    forward = plan.heavy_forward_us if r.rank == plan.heavy_rank else plan.forward_us
+                    r.kernel(name, forward if name == _FORWARD else plan.backward_us
+                             if name == _BACKWARD else plan.optimizer_us)  # fmt: skip
+                elif what == "item":
+                    if r.rank == plan.item_rank:
+                        _item(r, plan)
+                else:
+                    kind = name
+                    pending.append((r, *_arrive(r, plan, step, name, late)))
+                    break
+        if kind is not None:
+            _finish(pending, kind, plan)
+    for r in ranks:
+        r.host_range("user_annotation", f"ProfilerStep#{step}", starts[r.rank], r.host - starts[r.rank])
+
+
+def _pipeline_step(ranks: list[_Rank], plan: AheadPlan, step: int) -> None:
+    """Stage by stage: receive from the one before, forward, send to the next (see the plan)."""
+    late: set[int] = set()
+    sending: tuple[_Rank, float, int, float] | None = None  # the previous stage's send and step start
+
+    def close(r: _Rank, start: float) -> None:
+        for _ in range(plan.optimizer):
+            r.kernel(_OPTIMIZER, plan.optimizer_us)
+        r.host_range("user_annotation", f"ProfilerStep#{step}", start, r.host - start)
+
+    for r in ranks:
+        start = _begin_step(r, plan)
+        if sending is not None:
+            sender, arrival, correlation, sender_start = sending
+            args = {"Process Group Name": f"pp{sender.rank}", "Seq": step, "Collective name": "send"}
+            _finish([(sender, arrival, correlation), (r, *_arrive(r, plan, step, "send/recv", late))],
+                    "send/recv", plan, **args)  # fmt: skip
+            close(sender, sender_start)
+        for index in range(plan.forward):
+            if index == plan.forward // 2 and r.rank == plan.item_rank:
+                _item(r, plan)
+            r.kernel(_FORWARD, plan.forward_us)
+        if r.rank == len(ranks) - 1:
+            close(r, start)
+            sending = None
+        else:
+            sending = (r, *_arrive(r, plan, step, "send/recv", late), start)
+
+
 def ahead_job_documents(plan: AheadPlan) -> list[dict[str, Any]]:
     """Each rank's trace document, by rank (see :class:`AheadPlan`)."""
     ranks = [_Rank(rank) for rank in range(plan.ranks)]
     for step in range(plan.steps):
-        pending: list[tuple[_Rank, float, int, float]] = []  # rank, arrival, correlation, step start
-        for r in ranks:
-            start = r.host
-            wait = plan.dataloader_us if r.rank == plan.dataloader_rank else plan.loader_us
-            r.host_range("user_annotation", DATALOADER_NEXT, r.host, wait)
-            r.host += wait
-            ready, correlation = r.launch("Memcpy", call="cudaMemcpyAsync")
-            copy_start = max(ready, r.frontier)
-            r.gpu("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", copy_start, plan.copy_us, correlation,
-                  bytes=1 << 20)  # fmt: skip
-            for index in range(plan.forward):
-                if r.rank == plan.item_rank and index == plan.forward // 2:
-                    item = r.host
-                    ready, correlation = r.launch("Memcpy", call="cudaMemcpyAsync")
-                    copy_start = max(ready, r.frontier)
-                    r.gpu(
-                        "gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", copy_start, 2, correlation, bytes=4
-                    )
-                    sync_start = r.host
-                    returned = max(sync_start + 5, r.frontier + 5)
-                    r.events.append(
-                        {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": _PID,
-                         "tid": _TID, "ts": sync_start, "dur": returned - sync_start,
-                         "args": {"correlation": r.correlation}}
-                    )  # fmt: skip
-                    r.correlation += 1
-                    r.host_range("cpu_op", "aten::item", item - 1, returned + 2 - item)
-                    r.host_range("cpu_op", "aten::_local_scalar_dense", item - 0.5, returned + 1 - item)
-                    r.host = returned + 2 + plan.after_item_us
-                r.kernel("void forward_gemm<float>(float*)", plan.forward_us)
-            for _ in range(plan.backward):
-                r.kernel("void backward_gemm<float>(float*)", plan.backward_us)
-            ready, correlation = r.launch("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*)")
-            pending.append((r, max(ready, r.frontier), correlation, start))
-        last = max(arrival for _, arrival, _, _ in pending)
-        for r, arrival, correlation, start in pending:
-            r.gpu("kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*)", arrival,
-                  last + plan.allreduce_us - arrival, correlation)  # fmt: skip
-            for _ in range(plan.optimizer):
-                r.kernel("void multi_tensor_apply_kernel<float>(float*)", plan.optimizer_us)
-            r.host_range("user_annotation", f"ProfilerStep#{step}", start, r.host - start)
+        if plan.shape == "pipeline":
+            _pipeline_step(ranks, plan, step)
+        else:
+            _data_parallel_step(ranks, plan, step)
     documents = []
     for r in ranks:
         shift = jitter_us(r.rank)

@@ -39,6 +39,7 @@ BLOCKING = {
     "hipDeviceSynchronize", "hipEventSynchronize", "hipMemcpy", "hipMemcpyWithStream",
 }  # fmt: skip
 COPY_CALLS = ("cudaMemcpy", "hipMemcpy", "cuMemcpy")
+ALLOCATOR_CALLS = {"cudaMalloc", "cudaFree", "hipMalloc", "hipFree"}
 LAUNCH_CALLS = {
     "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
     "hipLaunchKernel", "hipExtLaunchKernel", "hipModuleLaunchKernel", "hipExtModuleLaunchKernel",
@@ -259,6 +260,8 @@ def reference_gaps(path: Path) -> Gaps:
             # a copy into pageable host memory waits inside the call: a host wait like a sync
             if re.match(r"^Memcpy DtoH \(\w+ -> Pageable\)", copy_names.get(corr, "")):
                 host[(pid, tid)].append(HostEvent(ts, end, name, "sync", corr))
+        elif name in ALLOCATOR_CALLS:
+            host[(pid, tid)].append(HostEvent(ts, end, name, "alloc"))
         else:
             host[(pid, tid)].append(HostEvent(ts, end, name, "runtime"))
         if name.startswith(COPY_CALLS) and corr in copy_names:
@@ -339,6 +342,10 @@ def reference_gaps(path: Path) -> Gaps:
         if any(h.kind == "copy" and covered[id(h)] >= duration * COVERAGE for h in touching):
             return "copy"
         covering = [h for h in touching if h.kind == "op" and covered[id(h)] >= duration * COVERAGE]
+        op_name = max(covering, key=lambda h: (h.ts, covered[id(h)])).name if covering else ""
+        allocating = sum(covered[id(h)] for h in touching if h.kind == "alloc")
+        if not COMMUNICATION_OP.search(op_name) and allocating >= duration * COVERAGE:
+            return "allocator"
         in_call = [h for h in touching if h.kind == "runtime" and covered[id(h)] >= duration * COVERAGE]
         if covering and in_call and max(in_call, key=lambda h: covered[id(h)]).name in LAUNCH_CALLS:
             return "host-bound"  # a slow launch call (a first launch loading its code)
@@ -350,10 +357,13 @@ def reference_gaps(path: Path) -> Gaps:
                 return "host-bound"
             return "cpu_op"
         ending_launch = lambda h: h.kind == "runtime" and l_ts is not None and h.ts >= l_ts  # noqa: E731
-        if any(
-            covered[id(h)] > 0 and h.kind not in ("dataloader", "capture") and not ending_launch(h)
+        recorded = [
+            covered[id(h)]
             for h in touching
-        ):
+            if covered[id(h)] > 0 and h.kind not in ("dataloader", "capture") and not ending_launch(h)
+        ]
+        # a long gap the thread's events cover less than half of: silence, not launch overhead
+        if recorded and not (duration >= DISPATCH_MAX and sum(recorded) < duration * (1 - COVERAGE)):
             return "host-bound"
         return "untraced"
 

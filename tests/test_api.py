@@ -246,7 +246,10 @@ def test_a_comparison_and_a_job_show_their_pages(
     _self_contained(shown)
     # JupyterLab lays output tables out fixed; the job's table, with cells that do not wrap, drew
     # over itself: the notebook's style sets them back to auto, after the page's own.
-    assert shown.index(".traceinsight-notebook table.data { table-layout: auto; }") > shown.index("</style>") - 200
+    assert (
+        shown.index(".traceinsight-notebook table.data { table-layout: auto; }")
+        > shown.index("</style>") - 200
+    )
     for rank in job.ranks:
         assert f"<tr><td>{rank.rank}</td>" in shown
     for finding in job.findings:

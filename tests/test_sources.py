@@ -708,3 +708,19 @@ def test_the_module_of_a_point_is_the_innermost_when_modules_start_together(tmp_
         name.removeprefix("nn.Module: ").rsplit("_", 1)[0] for name in expected
     ]
     assert set(found.values()) == {"BertLayer"}
+
+
+def test_a_module_frame_named_past_line_1_is_where_recording_began_not_a_definition(tmp_path: Path) -> None:
+    """A script's top level profiled directly (no function around the loop): torch names the
+    `<module>` frame at line 60, the line running when recording began, from a chain cut out of a
+    longer record (so not detected as a recording start by position). A module's code begins at
+    line 1, so line 60 is never "defined at"."""
+    events = [
+        frame("script.py(60): <module>", 0, 10_000, python_id=1, parent=999),
+        cpu_op("aten::mm", 10, 50),
+        cpu_op("aten::item", 200, 5),
+    ]
+    (line,) = lines_at(tmp_path, events, [202])
+    file, number, function = _line("script.py(60): <module>")
+    assert (line["source"], line["source_function"]) == (f"{file}:{number}", function)
+    assert number != 1 and line["source_line_kind"] == "recording-start"

@@ -100,3 +100,5 @@ class Thresholds:
     #: `host-preprocessing` fires when the GPU waits for the host's work before each step's first
     #: GPU work at least this share of the steady steps (and in every steady step).
     host_preprocessing_share: float = 0.10
+    #: With one steady step (nothing shows the wait repeats) it fires at this share of the step.
+    host_preprocessing_one_step_share: float = 0.30

@@ -292,6 +292,8 @@ def _analyze(
     )
     iterations = iteration_count(trace)
     gaps = idle_gaps.all_gaps(busy)
+    between = list(steady.between_requests)
+    gaps = idle_gaps.split_at(gaps, [edge for interval in between for edge in interval])
     launched = syncs.launch_devices(trace)
     optimizer = optimizer_stats(trace, steady)
     communication = communication_stats(trace, steady, common.gpu)
@@ -299,6 +301,8 @@ def _analyze(
     # groups are one of the analysis's two memory peaks, and nothing may add to it.
     host_ops, steady_only = host_later(), steady_later()
     classified = idle_gaps.classify_gaps(trace, gaps, calls, limits, user_code, frame_index=frame_index)
+    classified = idle_gaps.mark_waiting(classified, between)
+    classified = idle_gaps.name_graph_breaks(trace, classified, limits)
     idle_after = syncs.idle_after_calls(calls, gaps, launched, round(limits.sync_drain_slack_us * 1000))
     copy_groups = copies.copy_groups(trace, calls, kernels, limits)
     # The analyses that remain run half beside, half here (on a 0.5 GB DDP trace each half is about

@@ -27,6 +27,9 @@ class CauseKind(StrEnum):
     on the GPUs, or the next work already queued behind the other GPU's): a pipeline bubble."""
     HOST_OP = "cpu_op"
     """The host spent the gap inside one operator or annotated range (value kept from schema 1)."""
+    ALLOCATOR = "allocator"
+    """The host spent the gap in the allocator's driver calls (``cudaMalloc``/``cudaFree``,
+    ``hipMalloc``/``hipFree``), inside whatever operator asked for memory."""
     LAUNCH = "host-bound"
     """The host was busy launching work / running Python between launches (value kept from schema 1)."""
     QUEUED = "queued"
@@ -37,6 +40,9 @@ class CauseKind(StrEnum):
     """No host thread could be tied to the work that ended the gap."""
     CAPTURE = "graph-capture"
     """The launching thread was capturing a CUDA/HIP graph: its launches were recorded, not run."""
+    WAITING = "waiting-for-work"
+    """Between two requests of a server (steps taken from repeating request ranges): nothing to do
+    until the next request arrived; outside every window, and not the host's fault."""
     OUTSIDE_STEADY = "outside-steady-state"
     """Idle outside the steady-state steps: start-up, warm-up, an outlier step, before/after the steps."""
     BEFORE_FIRST = "before-first-work"
@@ -53,11 +59,13 @@ CAUSE_LABELS: Final[dict[CauseKind, str]] = {
     CauseKind.COMMUNICATION: "waiting on communication",
     CauseKind.OTHER_GPU: "waiting for another GPU (pipeline bubble)",
     CauseKind.HOST_OP: "host busy in an operator",
+    CauseKind.ALLOCATOR: "host in the allocator (cudaMalloc / cudaFree)",
     CauseKind.LAUNCH: "host launching (Python / launch overhead)",
     CauseKind.QUEUED: "work queued, GPU waiting on a dependency",
-    CauseKind.UNTRACED: "host activity not recorded",
+    CauseKind.UNTRACED: "nothing recorded on the host",
     CauseKind.UNKNOWN: "no launching thread found",
     CauseKind.CAPTURE: "capturing a CUDA/HIP graph (launches recorded, not run)",
+    CauseKind.WAITING: "waiting for work (between requests)",
     CauseKind.OUTSIDE_STEADY: "outside the steady state (start-up, warm-up, outlier steps)",
     CauseKind.BEFORE_FIRST: "before the GPU's first work",
     CauseKind.AFTER_LAST: "after the GPU's last work",

@@ -236,7 +236,29 @@ def idle_split(gaps: pl.DataFrame, steady: SteadySteps) -> dict[int, tuple[tuple
     for device, kind, inside_ns, outside_ns in totals.iter_rows():
         by_device[device][kind] += inside_ns
         by_device[device][CauseKind.OUTSIDE_STEADY.value] += outside_ns
+    for device, waiting_ns in _waiting(table, steady).items():
+        by_device[device][CauseKind.OUTSIDE_STEADY.value] -= waiting_ns
+        by_device[device][CauseKind.WAITING.value] += waiting_ns
     return {device: _ranked(causes) for device, causes in by_device.items()}
+
+
+def _waiting(gaps: pl.DataFrame, steady: SteadySteps) -> dict[int, int]:
+    """Per device: gap time between two steady requests (one's done to the next one's start), the
+    server waiting for work; empty unless the steps are requests. Outside every window already."""
+    between = steady.between_requests
+    if not between:
+        return {}
+    intervals = pl.DataFrame(
+        {"w_start": [a for a, _ in between], "w_end": [b for _, b in between]},
+        schema={"w_start": pl.Int64, "w_end": pl.Int64},
+    )
+    waited = (
+        gaps.select("device", "start", "end")
+        .join_where(intervals, pl.col("w_start") < pl.col("end"), pl.col("w_end") > pl.col("start"))
+        .group_by("device")
+        .agg(ns=overlap_ns("start", "end", "w_start", "w_end").sum())
+    )
+    return {device: ns for device, ns in waited.iter_rows()}
 
 
 def _gaps_inside(grid: pl.DataFrame, gaps: pl.DataFrame) -> dict[tuple[int, int, str], int]:

@@ -32,6 +32,8 @@ this order (gaps of at least ``min_gap_us``):
    call waited for a host-to-device copy (pageable ``.to('cuda')``), the cause is ``copy`` instead;
 3. ``copy`` — the thread was inside a copy call (``cudaMemcpy*``) for ``cause_coverage`` of the gap;
 4. ``communication`` — the innermost covering operator is a collective (``c10d::``, ``record_param_comms``);
+   ``allocator`` — the thread's allocator calls (``cudaMalloc``, ``cudaFree``, ``hipMalloc``,
+   ``hipFree``) together cover ``cause_coverage`` of the gap, whatever operator they are in;
    ``host-bound`` — the thread sat in one kernel launch call (``cudaLaunchKernel``, ``hipLaunchKernel``
    ...) for ``cause_coverage`` of the gap: a slow launch (a kernel's first launch loads its GPU code,
    milliseconds where a launch takes microseconds), not the work of the operator around it;
@@ -40,7 +42,9 @@ this order (gaps of at least ``min_gap_us``):
    that operator itself launched the work that ends a gap shorter than ``dispatch_max_us``, the gap
    is the operator's dispatch cost: ``host-bound``;
 6. ``host-bound`` — none of these, but the thread made calls or ran ops during the gap (launching,
-   Python between launches); ``untraced`` — it recorded nothing at all.
+   Python between launches); ``untraced`` — it recorded nothing at all, or, in a gap of at least
+   ``dispatch_max_us``, its events cover less than ``1 - cause_coverage`` of it: silence is not launch
+   overhead (the innermost Python frame open across the gap is named, where there is one).
 
 Gaps shorter than ``min_gap_us`` are split only by the first question: ``host-bound`` when the host
 was late (launch overhead between kernels), ``queued`` otherwise. ``unknown``: no launching thread.
@@ -48,10 +52,12 @@ was late (launch overhead between kernels), ``queued`` otherwise. ``unknown``: n
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Collection
 from dataclasses import fields
 from typing import Final
 
+import numpy as np
 import polars as pl
 
 from traceinsight.analysis.capture import capture_windows
@@ -65,10 +71,11 @@ from traceinsight.analysis.intervals import (
 )
 from traceinsight.analysis.results import IdleGap, from_columns
 from traceinsight.analysis.sources import FrameIndex, source_at
+from traceinsight.arrays import series
 from traceinsight.load import Trace, taxonomy
 from traceinsight.thresholds import Thresholds
 
-__all__ = ["all_gaps", "classify_gaps", "reported_gaps"]
+__all__ = ["all_gaps", "classify_gaps", "mark_waiting", "name_graph_breaks", "reported_gaps", "split_at"]
 
 #: Columns of :func:`classify_gaps`' table.
 GAP_SCHEMA = pl.Schema(
@@ -94,6 +101,136 @@ GAP_SCHEMA = pl.Schema(
 def all_gaps(busy: pl.DataFrame) -> pl.DataFrame:
     """Every idle stretch between busy blocks → ``device, start, end, duration``."""
     return gaps_between(busy, by="device")
+
+
+def split_at(gaps: pl.DataFrame, cuts: list[int]) -> pl.DataFrame:
+    """``gaps`` (``device, start, end, duration``) cut at each of ``cuts`` strictly inside them: a
+    request server's gaps at each request's start and the previous one's done, so that waiting for
+    the next request and the host's work in a request are classified apart."""
+    if gaps.is_empty() or not cuts:
+        return gaps
+    points = np.unique(np.asarray(cuts, dtype=np.int64))
+    starts, ends = gaps.get_column("start").to_numpy(), gaps.get_column("end").to_numpy()
+    first = np.searchsorted(points, starts, side="right")
+    last = np.searchsorted(points, ends, side="left")
+    whole = gaps.filter(series(last <= first, dtype=pl.Boolean))
+    pieces: list[tuple[int, int, int]] = []
+    for row in np.flatnonzero(last > first).tolist():
+        device = int(gaps.item(row, "device"))
+        edges = [int(starts[row]), *points[first[row] : last[row]].tolist(), int(ends[row])]
+        pieces += [(device, a, b) for a, b in itertools.pairwise(edges)]
+    cut = pl.DataFrame(pieces, schema={"device": pl.Int64, "start": pl.Int64, "end": pl.Int64}, orient="row")
+    return (
+        pl.concat([whole, cut.with_columns(duration=pl.col("end") - pl.col("start"))], how="diagonal_relaxed")
+        .select(gaps.columns)
+        .cast(gaps.schema)
+        .sort("device", "start")
+    )
+
+
+#: The cause of a gap between two requests.
+WAITING_TEXT: Final = "waiting for the next request: the server had nothing to do"
+
+
+def mark_waiting(classified: pl.DataFrame, between: list[tuple[int, int]]) -> pl.DataFrame:
+    """Gaps lying inside one of ``between`` (one request's done to the next one's start) are the
+    server waiting for work: ``waiting-for-work``, whatever the host did meanwhile."""
+    if classified.is_empty() or not between:
+        return classified
+    starts = np.asarray([a for a, _ in between], dtype=np.int64)
+    ends = np.asarray([b for _, b in between], dtype=np.int64)
+    order = np.argsort(starts)
+    starts, ends = starts[order], ends[order]
+    at = np.searchsorted(starts, classified.get_column("start").to_numpy(), side="right") - 1
+    inside = (at >= 0) & (classified.get_column("end").to_numpy() <= ends[np.maximum(at, 0)])
+    waiting = series(inside, dtype=pl.Boolean)
+    return classified.with_columns(
+        cause_kind=pl.when(waiting).then(pl.lit(CauseKind.WAITING.value)).otherwise(pl.col("cause_kind")),
+        cause=pl.when(waiting).then(pl.lit(WAITING_TEXT)).otherwise(pl.col("cause")),
+        sync_key=pl.when(waiting).then(None).otherwise(pl.col("sync_key")),
+        **{
+            name: pl.when(waiting).then(None).otherwise(pl.col(name))
+            for name in ("source", "source_kind", "source_line_kind", "source_function")
+        },
+    )
+
+
+#: A compiled region of torch.compile (one graph; a graph break starts the next).
+_COMPILED_REGION = "Torch-Compiled Region"
+#: How near a gap's edges a compiled region must end and the next begin to be the break it is.
+_BREAK_SLACK_NS = 50_000
+
+
+def name_graph_breaks(trace: Trace, classified: pl.DataFrame, limits: Thresholds) -> pl.DataFrame:
+    """Host-side gaps (of at least ``min_gap_us``) between one torch.compile region's end and the
+    next one's start on the launching thread: a graph break, the host running eager code between
+    compiled graphs. Their cause says so, naming both regions; the cause kind stays."""
+    regions = trace.annotations.filter(pl.col("name").str.starts_with(_COMPILED_REGION)).select(
+        "pid", "tid", "ts", "end", "name"
+    )
+    host_side = [CauseKind.HOST_OP.value, CauseKind.LAUNCH.value, CauseKind.UNTRACED.value]
+    if regions.height < 2 or classified.is_empty():
+        return classified
+    gaps = (
+        classified.with_row_index("row")
+        .filter(
+            pl.col("cause_kind").is_in(host_side)
+            & (pl.col("duration") >= round(limits.min_gap_us * 1000))
+            & pl.col("pid").is_not_null()
+        )
+        .select("row", "pid", "tid", "start", "end")
+    )
+    if gaps.is_empty():
+        return classified
+    before = gaps.sort("end").join_asof(
+        regions.select("pid", "tid", r_end="end", before="name").sort("r_end"),
+        left_on="end",
+        right_on="r_end",
+        by=["pid", "tid"],
+        strategy="backward",
+        check_sortedness=False,
+    )
+    both = (
+        before.filter(pl.col("r_end") >= pl.col("start") - _BREAK_SLACK_NS)
+        .sort("start")
+        .join_asof(
+            regions.select("pid", "tid", r_ts="ts", after="name").sort("r_ts"),
+            left_on="start",
+            right_on="r_ts",
+            by=["pid", "tid"],
+            strategy="forward",
+            check_sortedness=False,
+        )
+        .filter((pl.col("r_ts") <= pl.col("end") + _BREAK_SLACK_NS) & (pl.col("r_ts") >= pl.col("r_end")))
+        # ``Torch-Compiled Region: 1/0``: frame 1, the code resumed after a break in frame 0; back
+        # to a lower frame is the next call of the compiled function (a new step), not a break
+        .filter(_frame_of("after") > _frame_of("before"))
+        .select("row", "before", "after")
+    )
+    if both.is_empty():
+        return classified
+    return (
+        classified.with_row_index("row")
+        .join(both, on="row", how="left", maintain_order="left")
+        .with_columns(
+            cause=pl.when(pl.col("after").is_not_null())
+            .then(
+                pl.format(
+                    "a graph break between compiled regions ({} → {}): the host ran eager code, {}",
+                    "before",
+                    "after",
+                    "cause",
+                )
+            )
+            .otherwise(pl.col("cause"))
+        )
+        .select(classified.columns)
+    )
+
+
+def _frame_of(column: str) -> pl.Expr:
+    """The frame number of a ``Torch-Compiled Region: F/C`` name (null when it has none)."""
+    return pl.col(column).str.extract(r": (\d+)/\d+", 1).cast(pl.Int64, strict=False)
 
 
 def _main_thread(trace: Trace) -> tuple[int | None, int | None]:
@@ -166,7 +303,7 @@ def _launched_before_record(trace: Trace) -> pl.DataFrame:
 
 
 #: What a host event is to the gap classification (:func:`_host_activity`'s ``kind``).
-_HOST_KIND: Final = pl.Enum(["capture", "dataloader", "sync", "op", "copy", "runtime"])
+_HOST_KIND: Final = pl.Enum(["capture", "dataloader", "sync", "op", "copy", "runtime", "alloc"])
 
 
 def _host_activity(trace: Trace, calls: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
@@ -186,6 +323,7 @@ def _host_activity(trace: Trace, calls: pl.DataFrame, windows: pl.DataFrame) -> 
         pl.col("name").str.starts_with(taxonomy.DATALOADER_PREFIX) & pl.col("name").str.ends_with("__next__")
     )
     copy_call = pl.any_horizontal(pl.col("name").str.starts_with(p) for p in taxonomy.COPY_CALL_PREFIXES)
+    allocator_call = pl.col("name").is_in(list(taxonomy.ALLOCATOR_CALLS))
     runtime = near(trace.runtime).filter(~pl.col("name").is_in(list(taxonomy.BLOCKING_CALLS)))
     ops = pl.concat(
         [
@@ -217,7 +355,8 @@ def _host_activity(trace: Trace, calls: pl.DataFrame, windows: pl.DataFrame) -> 
         ),
         ops.with_columns(kind=kind("op"), key=no_key),
         runtime.filter(copy_call).with_columns(kind=kind("copy"), key=no_key),
-        runtime.filter(~copy_call).with_columns(kind=kind("runtime"), key=no_key),
+        runtime.filter(~copy_call & ~allocator_call).with_columns(kind=kind("runtime"), key=no_key),
+        runtime.filter(allocator_call).with_columns(kind=kind("alloc"), key=no_key),
     ]
     return pl.concat(frames).rename({"pid": "h_pid", "tid": "h_tid", "ts": "h_ts", "end": "h_end"})
 
@@ -305,6 +444,18 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         "copy_row",
         "copy_call",
     )
+    # The allocator's driver calls on the thread, together covering most of the gap: its time is
+    # the allocator's (the cache emptied or fragmented), not the work of the operator around them.
+    in_allocator = named(
+        touching.lazy()
+        .filter(pl.col("kind") == "alloc")
+        .sort("covered", "h_row", descending=[True, True])
+        .group_by("gap")
+        .agg(alloc_row=pl.col("h_row").first(), alloc_covered=pl.col("covered").sum(), alloc_calls=pl.len())
+        .collect(engine="in-memory"),
+        "alloc_row",
+        "alloc_call",
+    )
     innermost_op = named(
         touching.lazy()
         .select("gap", "start", "end", "h_ts", "h_end", "h_row", "kind", "covered")
@@ -325,7 +476,25 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         .select("gap", "l_ts", "h_ts", "kind", "covered")
         .filter((pl.col("covered") > 0) & ~pl.col("kind").is_in(["dataloader", "capture"]) & ~ending_launch)
         .group_by("gap")
-        .agg(activity=pl.len())
+        .agg(activity=pl.len(), recorded_ns=pl.col("covered").sum())
+    )
+    # The innermost Python frame open on the thread across the whole gap: where the host was while
+    # it recorded nothing (torch's frames name the function, not the line running).
+    frames = trace.python.select("pid", "tid", f_ts="ts", f_end="end", frame="name")
+    open_frame = (
+        late.lazy()
+        .select("gap", "pid", "tid", "start", "end")
+        .join(frames.lazy(), on=["pid", "tid"], how="inner")
+        .filter((pl.col("f_ts") <= pl.col("start")) & (pl.col("f_end") >= pl.col("end")))
+        .sort("f_ts", "f_end", "frame", descending=[True, False, False])
+        .group_by("gap")
+        .agg(frame=pl.col("frame").first())
+    )
+    # Most of a long gap with nothing recorded on the thread: silence, not launch overhead (that is
+    # many short gaps between launches). The sum of what the recorded events cover counts nested
+    # ones twice, so it errs towards calling the gap recorded.
+    silent = (pl.col("duration") >= round(limits.dispatch_max_us * 1000)) & (
+        pl.col("recorded_ns").fill_null(0) < pl.col("duration") * (1 - limits.cause_coverage)
     )
     sync_facts = calls.lazy().select(
         sync_key="key",
@@ -363,13 +532,15 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         .then(pl.lit(CauseKind.COPY.value))
         .when(pl.col("op_name").str.contains(taxonomy.COMMUNICATION_OP_PATTERN).fill_null(False))
         .then(pl.lit(CauseKind.COMMUNICATION.value))
+        .when(pl.col("alloc_covered").fill_null(0) >= pl.col("duration") * limits.cause_coverage)
+        .then(pl.lit(CauseKind.ALLOCATOR.value))
         # A launch call the host sat in for most of the gap, inside the operator launching the work:
         # the launch was slow (a kernel's first launch loads its GPU code), not the operator's work.
         .when(pl.col("slow_launch").fill_null(False))
         .then(pl.lit(CauseKind.LAUNCH.value))
         .when(pl.col("op_name").is_not_null() & ~dispatching)
         .then(pl.lit(CauseKind.HOST_OP.value))
-        .when(pl.col("activity").is_null())
+        .when(pl.col("activity").is_null() | silent)
         .then(pl.lit(CauseKind.UNTRACED.value))
         .otherwise(pl.lit(CauseKind.LAUNCH.value))
     )
@@ -406,8 +577,10 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
         .join(blocked_facts, on="blocked_key", how="left")
         .join(in_copy.lazy(), on="gap", how="left")
         .join(in_runtime.lazy(), on="gap", how="left")
+        .join(in_allocator.lazy(), on="gap", how="left")
         .join(innermost_op.lazy(), on="gap", how="left")
         .join(recorded, on="gap", how="left")
+        .join(open_frame, on="gap", how="left")
         .join(sync_facts, on="sync_key", how="left")
         .with_columns(slow_launch=pl.col("runtime_call").is_in(list(taxonomy.KERNEL_LAUNCH_CALLS)))
         .with_columns(cause_kind=kind)
@@ -437,6 +610,24 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
             .then(pl.col("copy_call"))
             .when(pl.col("cause_kind").is_in([CauseKind.COMMUNICATION.value, CauseKind.HOST_OP.value]))
             .then(pl.col("op_name"))
+            .when(pl.col("cause_kind") == CauseKind.ALLOCATOR.value)
+            .then(
+                pl.format(
+                    "{}{} in {}: the caching allocator asked the driver for memory",
+                    "alloc_call",
+                    pl.when(pl.col("alloc_calls") > 1)
+                    .then(pl.format(" and {} more allocator calls", pl.col("alloc_calls") - 1))
+                    .otherwise(pl.lit("")),
+                    pl.col("op_name").fill_null("no operator"),
+                )
+            )
+            .when((pl.col("cause_kind") == CauseKind.UNTRACED.value) & pl.col("frame").is_not_null())
+            .then(
+                pl.format(
+                    "nothing recorded on the host, inside {} (untraced Python, a sleep, I/O, another thread)",
+                    "frame",
+                )
+            )
             .when(pl.col("slow_launch").fill_null(False) & pl.col("op_name").is_not_null())
             .then(
                 pl.format(
@@ -457,9 +648,7 @@ def _classify_late(trace: Trace, late: pl.DataFrame, calls: pl.DataFrame, limits
             )
             .when(pl.col("cause_kind") == CauseKind.UNTRACED.value)
             .then(
-                pl.lit(
-                    "the launching thread recorded nothing (Python without stacks, a lock, another thread)"
-                )
+                pl.lit("nothing recorded on the host (untraced Python, a sleep, I/O, a lock, another thread)")
             )
             .otherwise(pl.lit("the host was launching work or running Python between launches")),
         )

@@ -39,6 +39,30 @@ class StepLeads:
     #: What ``source``'s line is and the function it is in (see :data:`.sources.SOURCE_COLUMNS`).
     source_line_kind: str | None = None
     source_function: str | None = None
+    #: Of the stretches, the time inside an operator that then launched the step's first work
+    #: itself (summed over steps, ns): that operator's own set-up (a first call), not preparing.
+    in_launching_op_ns: int = 0
+
+
+def _in_launching_op(trace: Trace, ranges: pl.DataFrame) -> int:
+    """Per range (``pid, tid, start, end``: a step's start to its first launch), the time inside the
+    outermost operator on its thread that was still running at the launch, summed (ns)."""
+    ops = trace.cpu_ops.select(o_pid="pid", o_tid="tid", o_ts="ts", o_end="end")
+    if ops.is_empty() or ranges.is_empty():
+        return 0
+    inside = (
+        joined_where(
+            ranges.lazy(),
+            ops.lazy(),
+            pl.col("o_ts") < pl.col("end"),
+            pl.col("o_end") >= pl.col("end"),
+        )
+        .filter((pl.col("pid") == pl.col("o_pid")) & (pl.col("tid") == pl.col("o_tid")))
+        .group_by("start")
+        .agg(ns=(pl.col("end") - pl.max_horizontal("start", "o_ts")).max())
+        .collect(engine="in-memory")
+    )
+    return int(inside.get_column("ns").sum()) if inside.height else 0
 
 
 def _top_level_ops(trace: Trace, ranges: pl.DataFrame, top: int) -> tuple[tuple[str, int], ...]:
@@ -157,6 +181,7 @@ def step_leads(
             (int(a), int(b), int(c)) for a, b, c in table.select("start", "first", "kept").iter_rows()
         ),
         ops=_top_level_ops(trace, ranges, top),
+        in_launching_op_ns=_in_launching_op(trace, ranges),
         source=row.get("source"),
         source_kind=row.get("source_kind"),
         source_line_kind=row.get("source_line_kind"),

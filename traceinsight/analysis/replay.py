@@ -169,6 +169,13 @@ class Replay:
             return 0
         return max(0, self.step_time_ns() - self.step_time_ns(fix))
 
+    def gpu_ns(self, correlations: frozenset[int]) -> int:
+        """The recorded GPU time of the work with these correlations, in the windows (ns)."""
+        if not correlations:
+            return 0
+        wanted = np.fromiter(correlations, dtype=np.int64)
+        return sum(int(window.duration[member(window.correlation, wanted)].sum()) for window in self.windows)
+
     def saving_per_step_ns(self, fix: Fix) -> int:
         """What ``fix`` gives back per steady step (ns)."""
         return round(self.saving_ns(fix) / max(self.steps, 1))

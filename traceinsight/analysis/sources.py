@@ -211,6 +211,10 @@ def _line_kind() -> pl.Expr:
         .then(pl.lit(None, pl.String))
         .when(pl.col("at_start"))
         .then(pl.lit(RECORDING_START))
+        # a module's code begins at line 1: a `<module>` frame named at another line was already
+        # running when recording began, and the line is where it was then, not a definition
+        .when((pl.col("function") == "<module>") & ~pl.col("source").str.ends_with(":1").fill_null(False))
+        .then(pl.lit(RECORDING_START))
         .otherwise(pl.lit(DEF))
     )
 

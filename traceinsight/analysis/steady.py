@@ -7,7 +7,12 @@ whole start-up. Findings and savings are computed on the steady-state steps only
 reported as idle "outside the steady state" and named in a warning.
 
 Steps come from ``ProfilerStep#N`` host ranges, else from the windows between the ends of
-consecutive ``Optimizer.step#`` ranges. A step ends when its work ends: each GPU activity belongs to
+consecutive ``Optimizer.step#`` ranges, else from requests: a ``record_function`` range that repeats
+(``handle_request``, at least ``_MIN_REQUESTS`` times, never overlapping itself) and holds at least
+half of the trace's launches (of such names, the one holding the most, then the longest: the
+outermost). A request server's requests do not follow each other: the time between one request's
+done and the next one's start is the server waiting for work, outside every step (each request is
+its own window; nothing the host does in one request makes the next one arrive sooner). A step ends when its work ends: each GPU activity belongs to
 the step whose host range holds the runtime call that launched it (correlation id), and to
 ``ProfilerStep#N`` where a ``gpu_user_annotation`` of that name covers it on a GPU row. A step is
 *done* at the later of its host range's end and the end of the last GPU work it launched, and never
@@ -37,6 +42,7 @@ least ``first_call_min_us``) before the operator settled: cuDNN autotune, lazy i
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from statistics import median
@@ -117,6 +123,26 @@ class SteadySteps:
     #: (step, device) → start of the first GPU activity the step launched on the device (the host
     #: range holds its launch call; see :func:`owned_work`). Empty without steps.
     first_work: Mapping[tuple[int, int], int] = field(default_factory=dict, compare=False, repr=False)
+    #: With ``source == "request"``: the repeating range taken as a request (``handle_request``).
+    request_name: str | None = None
+
+    @property
+    def between_requests(self) -> tuple[tuple[int, int], ...]:
+        """Requests only: from each steady request's done to the next steady one's start, where
+        the next one starts later (the server waiting for work; outside every window)."""
+        if self.source != "request":
+            return ()
+        steps = sorted(self.steps, key=lambda step: step.start_ns)
+        return tuple(
+            (before.done_ns, after.start_ns)
+            for before, after in itertools.pairwise(steps)
+            if before.steady and after.steady and after.start_ns > before.done_ns
+        )
+
+    @property
+    def waiting_ns(self) -> int:
+        """Requests only: :attr:`between_requests` summed."""
+        return sum(end - start for start, end in self.between_requests)
 
     @property
     def steady_steps(self) -> tuple[StepRange, ...]:
@@ -146,7 +172,7 @@ class SteadySteps:
         return sum(end - start for start, end in self.device_windows)
 
 
-def step_windows(trace: Trace) -> tuple[str, pl.DataFrame]:
+def step_windows(trace: Trace, requests: bool = True) -> tuple[str, pl.DataFrame]:
     """The trace's steps → (source, frame ``step, start, end``), sorted by start.
 
     ``ProfilerStep#N`` ranges when there are any (one per number); else the windows between the ends
@@ -178,7 +204,77 @@ def step_windows(trace: Trace) -> tuple[str, pl.DataFrame]:
         ).filter(pl.col("end") > pl.col("start"))
         if windows.height:
             return "optimizer", windows.with_row_index("step").with_columns(pl.col("step").cast(pl.Int64))
+    found = request_ranges(trace) if requests else None
+    if found is not None:
+        return "request", found[1]
     return "none", pl.DataFrame(schema={"step": pl.Int64, "start": pl.Int64, "end": pl.Int64})
+
+
+#: A range repeating at least this often can be a request (fewer: a one-off, or too few to judge).
+_MIN_REQUESTS = 3
+#: Ranges that are never requests: the loop's and the libraries' own markers.
+_NOT_REQUESTS = ("ProfilerStep#", taxonomy.DATALOADER_PREFIX, "Optimizer.", "##", "[")
+#: Repeating names tried as requests, the longest in all first (each costs one join).
+_REQUEST_CANDIDATES = 16
+
+
+def request_ranges(trace: Trace) -> tuple[str, pl.DataFrame] | None:
+    """The repeating ``record_function`` range a trace without step markers does its work in
+    (``handle_request``) → (its name, frame ``step, start, end`` in start order); None when none
+    qualifies (see the module doc)."""
+    if trace.annotations.is_empty() or trace.gpu.is_empty():
+        return None
+    ranges = trace.annotations.filter(
+        ~pl.any_horizontal(pl.col("name").str.starts_with(prefix) for prefix in _NOT_REQUESTS)
+        & ~pl.col("name").str.contains(taxonomy.WARMUP_ANNOTATION_PATTERN)
+    ).select("name", "pid", "tid", "ts", "end")
+    repeated = ranges.group_by("name").agg(count=pl.len()).filter(pl.col("count") >= _MIN_REQUESTS)
+    if repeated.is_empty():
+        return None
+    ranges = ranges.join(repeated.select("name"), on="name", how="semi").sort("name", "ts", "end")
+    # never overlapping itself: each starts at or after the one before it ended
+    overlapping = (
+        ranges.with_columns(previous_end=pl.col("end").shift(1).over("name"))
+        .filter(pl.col("ts") < pl.col("previous_end"))
+        .get_column("name")
+        .unique()
+    )
+    ranges = ranges.filter(~pl.col("name").is_in(overlapping.implode()))
+    longest = (
+        ranges.group_by("name")
+        .agg(total=(pl.col("end") - pl.col("ts")).sum())
+        .sort("total", "name", descending=[True, False])
+        .head(_REQUEST_CANDIDATES)
+    )
+    ranges = ranges.join(longest.select("name"), on="name", how="semi")
+    launches = launch_calls(trace).select("pid", "tid", "l_ts").sort("l_ts")
+    if ranges.is_empty() or launches.is_empty():
+        return None
+    # per name (a nested name would hide its parent in one join), the launches its ranges hold
+    counts = []
+    for (name,) in ranges.select("name").unique().iter_rows():
+        mine = ranges.filter(pl.col("name") == name).sort("ts")
+        inside = (
+            launches.join_asof(
+                mine.select("pid", "tid", "ts", r_end="end"),
+                left_on="l_ts",
+                right_on="ts",
+                by=["pid", "tid"],
+                strategy="backward",
+                check_sortedness=False,  # both sorted by time; the check cannot see it per group
+            )
+            .filter(pl.col("l_ts") < pl.col("r_end"))
+            .height
+        )
+        total = int((mine.get_column("end") - mine.get_column("ts")).sum())
+        counts.append((inside, total, name))
+    inside, _, name = min(counts, key=lambda item: (-item[0], -item[1], item[2]))
+    if inside < 0.5 * launches.height:
+        return None
+    chosen = ranges.filter(pl.col("name") == name).sort("ts")
+    return name, chosen.select(
+        step=pl.int_range(pl.len(), dtype=pl.Int64), start=pl.col("ts"), end=pl.col("end")
+    )
 
 
 def owned_work(trace: Trace, ranges: pl.DataFrame, launches: pl.DataFrame | None = None) -> pl.DataFrame:
@@ -264,14 +360,15 @@ def _gpu_ends(
     return ends, first_work
 
 
-def _done_times(rows: list[dict[str, Any]], ends: _Owned) -> list[tuple[int, int]]:
-    """(begin, done) of each step in start order (see the module doc)."""
+def _done_times(rows: list[dict[str, Any]], ends: _Owned, requests: bool = False) -> list[tuple[int, int]]:
+    """(begin, done) of each step in start order (see the module doc); a request begins at the
+    later of its start and the previous one's done (the time between is waiting for work)."""
     result: list[tuple[int, int]] = []
     previous: int | None = None
     for row in rows:
         gpu_end = ends.get(row["step"], (0, None, None))[2]
         done = row["end"] if gpu_end is None else max(row["end"], gpu_end)
-        begin = row["start"] if previous is None else previous
+        begin = row["start"] if previous is None else max(previous, row["start"]) if requests else previous
         done = max(done, begin)
         result.append((begin, done))
         previous = done
@@ -283,7 +380,7 @@ def _judge_steps(
 ) -> tuple[tuple[StepRange, ...], _FirstWork]:
     rows = list(windows.sort("start", "step").iter_rows(named=True))
     ends, first_work = _gpu_ends(trace, source, windows, launches) if trace.has_gpu_activity else ({}, {})
-    times = _done_times(rows, ends)
+    times = _done_times(rows, ends, requests=source == "request")
     length_of = {row["step"]: done - begin for row, (begin, done) in zip(rows, times, strict=True)}
     reasons: dict[int, str] = {}
     if trace.has_gpu_activity:
@@ -328,12 +425,15 @@ def _judge_steps(
     return steps, first_work
 
 
-def _runs(steps: tuple[StepRange, ...], device: bool = False) -> tuple[tuple[int, int], ...]:
+def _runs(
+    steps: tuple[StepRange, ...], device: bool = False, apart: bool = False
+) -> tuple[tuple[int, int], ...]:
     """Consecutive steady steps merged into windows (a non-steady step splits them): their host
     ranges, or with ``device`` their device windows (begin to done).
 
     The few µs between one ``ProfilerStep`` range and the next belong to the loop, so a window runs
-    from its first step's start to its last step's end.
+    from its first step's start to its last step's end. With ``apart`` (requests) each step is a
+    window of its own: the time between two requests is no request's.
     """
     windows: list[tuple[int, int]] = []
     previous_steady = False
@@ -342,7 +442,7 @@ def _runs(steps: tuple[StepRange, ...], device: bool = False) -> tuple[tuple[int
             previous_steady = False
             continue
         start, end = (step.begin_ns, step.done_ns) if device else (step.start_ns, step.end_ns)
-        if previous_steady:
+        if previous_steady and not (apart and start > windows[-1][1]):
             windows[-1] = (windows[-1][0], max(windows[-1][1], end))
         else:
             windows.append((start, end))
@@ -364,6 +464,27 @@ def _trace_extent(trace: Trace) -> tuple[int, int] | None:
     return min(values_start), max(values_end)
 
 
+def _not_waiting(trace: Trace, calls: pl.DataFrame) -> pl.DataFrame:
+    """Operator calls (``pid, tid, ts, end, dur``) without those that spent half their time or more
+    in a blocking call (a ``hipMemcpyWithStream`` waiting for GPU work queued before it, perhaps
+    before the profiler started): a long wait for the GPU is not the operator's first-call set-up."""
+    blocking = trace.runtime.filter(pl.col("name").is_in(list(taxonomy.BLOCKING_CALLS))).select(
+        b_pid="pid", b_tid="tid", b_ts="ts", b_end="end"
+    )
+    if blocking.is_empty() or calls.is_empty():
+        return calls
+    indexed = calls.with_row_index("call")
+    waited = (
+        indexed.join_where(blocking, pl.col("b_ts") < pl.col("end"), pl.col("b_end") > pl.col("ts"))
+        .filter((pl.col("b_pid") == pl.col("pid")) & (pl.col("b_tid") == pl.col("tid")))
+        .group_by("call", "dur")
+        .agg(ns=(pl.min_horizontal("end", "b_end") - pl.max_horizontal("ts", "b_ts")).sum())
+        .filter(pl.col("ns") * 2 >= pl.col("dur"))
+        .select("call")
+    )
+    return indexed.join(waited, on="call", how="anti").drop("call")
+
+
 def _startup_without_steps(trace: Trace, limits: Thresholds) -> tuple[int | None, str | None]:
     """When the start-up of a trace without steps ended, and what showed it."""
     ends: list[tuple[int, str]] = []
@@ -372,7 +493,7 @@ def _startup_without_steps(trace: Trace, limits: Thresholds) -> tuple[int | None
         row = warmups.sort("end", "ts", "name").row(-1, named=True)  # the last to end (ties: by start, name)
         ends.append((row["end"], f"a range named {row['name']!r} ends at that point"))
     min_ns = round(limits.first_call_min_us * 1000)
-    ops = trace.cpu_ops.select("name", "ts", "end", "dur")
+    ops = trace.cpu_ops.select("name", "pid", "tid", "ts", "end", "dur")
     stats = (
         ops.group_by("name").agg(calls=pl.len(), typical=pl.col("dur").median()).filter(pl.col("calls") >= 3)
     )
@@ -381,7 +502,7 @@ def _startup_without_steps(trace: Trace, limits: Thresholds) -> tuple[int | None
     )
     settled = slow.filter(~pl.col("outlier")).group_by("name").agg(settled=pl.col("ts").median())
     first_calls = (
-        slow.filter(pl.col("outlier"))
+        _not_waiting(trace, slow.filter(pl.col("outlier")))
         .join(settled, on="name", how="inner")
         .filter(pl.col("ts") < pl.col("settled"))
         .sort("end", "ts", "name")  # the last to end (ties: by start, then name; the joins keep no order)
@@ -407,15 +528,20 @@ def steady_state(
     """Steps, which of them are steady, and the steady-state windows (see the module doc).
     ``launches`` is :func:`~traceinsight.analysis.shared.launch_calls` when the caller has it."""
     limits = limits or Thresholds()
-    source, windows = step_windows(trace)
+    source, windows = step_windows(trace, requests=False)
+    request = request_ranges(trace) if source == "none" else None
+    if request is not None:
+        source, windows = "request", request[1]
     if source != "none":
         steps, first_work = _judge_steps(trace, source, windows, limits, launches)
+        requests = source == "request"
         return SteadySteps(
             source=source,
             steps=steps,
-            windows=_runs(steps),
-            gpu_windows=_runs(steps, device=True),
+            windows=_runs(steps, apart=requests),
+            gpu_windows=_runs(steps, device=True, apart=requests),
             first_work=first_work,
+            request_name=request[0] if request is not None else None,
         )
     extent = _trace_extent(trace)
     if extent is None:

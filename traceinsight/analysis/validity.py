@@ -16,7 +16,15 @@ from traceinsight.analysis.steady import SteadySteps, StepRange
 from traceinsight.formatting import format_duration
 from traceinsight.load import RunProfile, Trace, taxonomy
 
-__all__ = ["WAIT_COMMAND", "TraceWarning", "trace_warnings"]
+__all__ = [
+    "FIRST_CALLS_ONLY",
+    "GPU_RECORDS_LOST",
+    "NO_GPU_WORK",
+    "WAIT_COMMAND",
+    "TraceWarning",
+    "trace_warnings",
+    "unrecorded_gpu",
+]
 
 #: Float timestamps of adjacent GPU events overlap by a few ns; more than this is a recording issue.
 _OVERLAP_TOLERANCE_NS = 1_000
@@ -47,6 +55,22 @@ _MARK_STEPS_ADVICE = (
 
 def _step_warnings(steady: SteadySteps, run: RunProfile | None = None) -> list[TraceWarning]:
     warnings: list[TraceWarning] = []
+    if steady.source == "request":
+        waiting = (
+            f"; the {format_duration(steady.waiting_ns)} between them is waiting for work, outside "
+            "every figure"
+            if steady.waiting_ns
+            else ""
+        )
+        warnings.append(
+            TraceWarning(
+                "steps-from-requests",
+                f"No step markers: each of the {len(steady.steps)} `{steady.request_name}` ranges is taken "
+                f"as a step (a request){waiting}. A request's saving is within the request: the next "
+                "one does not arrive sooner.",
+                "nothing to do; to mark steps yourself, call `prof.step()` once per request",
+            )
+        )
     if steady.source == "none":
         if steady.startup_end_ns is not None:
             warnings.append(
@@ -151,7 +175,7 @@ def _gpu_warnings(trace: Trace, first_calls: pl.DataFrame | None) -> list[TraceW
                     f"{missing.height:,} of {should_run:,} kernel launches have no kernel in the "
                     "trace: the profiler dropped GPU events (often at the start of the window, or when "
                     "its buffer filled), so GPU busy time is under-counted there.",
-                    "record fewer steps per window (`--active`), or skip the first step",
+                    f"record fewer steps per window (`--active`), or skip the first step; {_BUFFER_ADVICE}",
                 )
             )
     warnings += _capture_warning(trace, windows)
@@ -213,6 +237,114 @@ def _gpu_warnings(trace: Trace, first_calls: pl.DataFrame | None) -> list[TraceW
                 )
             )
     return warnings
+
+
+#: A trace whose launches have no GPU activity at all: the GPU's records were lost, not off.
+GPU_RECORDS_LOST = "gpu-records-lost"
+#: A trace with CUDA/HIP calls but no launch and no GPU activity: recording was on, nothing ran.
+NO_GPU_WORK = "no-gpu-work"
+_BUFFER_ADVICE = (
+    "or give the profiler a larger buffer (ACTIVITIES_MAX_GPU_BUFFER_SIZE_MB in a Kineto config file "
+    "named by KINETO_CONFIG)"
+)
+
+
+def _unrecorded_gpu_warnings(trace: Trace) -> list[TraceWarning]:
+    """A trace without GPU activity whose host called CUDA/HIP: not "profiling was off".
+
+    Launches (kernel or graph launches, outside graph capture) with no kernel at all mean the
+    profiler lost the GPU's records (its buffer filled, the process ended before the flush): GPU
+    figures are unknown. Runtime calls without any launch mean recording was on and no GPU work ran
+    in the window. A trace with no CUDA/HIP call at all is the one recorded without
+    ``ProfilerActivity.CUDA`` (the header and scorecard say so)."""
+    if trace.has_gpu_activity or trace.runtime.is_empty() or trace.meta.foreign_accelerator is not None:
+        return []
+    names = (*taxonomy.KERNEL_LAUNCH_CALLS, *sorted(taxonomy.GRAPH_LAUNCH_CALLS))
+    launches = trace.runtime.filter(pl.col("name").is_in(names))
+    if launches.height:
+        launches = launches.filter(~launches_in(capture_windows(trace), launches))
+    if launches.height:
+        counts = launches.group_by("name").len().sort("len", "name", descending=[True, False])
+        which = ", ".join(f"{count:,} {name}" for name, count in counts.iter_rows())
+        return [
+            TraceWarning(
+                GPU_RECORDS_LOST,
+                f"The host launched GPU work ({which}) but the trace holds no kernel, copy or "
+                "memset: the profiler lost the GPU's records (its buffer filled, or the process "
+                "ended before they were written). CUDA activity was recorded; GPU busy, idle and "
+                "savings are unknown, and nothing below claims them.",
+                f"record a shorter window (fewer steps, `--active 1`), fewer activities (no "
+                f"record_shapes, with_stack or profile_memory), {_BUFFER_ADVICE}",
+            )
+        ]
+    return [
+        TraceWarning(
+            NO_GPU_WORK,
+            f"CUDA activity was recorded ({trace.runtime.height:,} runtime calls) but no kernel, copy "
+            "or memset ran in the window: the profiled code did no GPU work while recording.",
+            "profile the steps that run on the GPU (check that the model and the batch are on it, "
+            "and that the window covers training steps)",
+        )
+    ]
+
+
+def unrecorded_gpu(warnings: tuple[TraceWarning, ...]) -> str | None:
+    """Why a trace without GPU activity has none, when its warnings tell: :data:`GPU_RECORDS_LOST`
+    or :data:`NO_GPU_WORK`; None otherwise (no GPU, or recorded without ``ProfilerActivity.CUDA``)."""
+    return next((w.kind for w in warnings if w.kind in (GPU_RECORDS_LOST, NO_GPU_WORK)), None)
+
+
+#: A window whose kernels are at least this share first launches (their name never ran before)
+#: and whose slow launch calls (``_SLOW_LAUNCH_NS`` or more: loading GPU code) take at least
+#: ``_COLD_SHARE`` of it holds only first calls.
+_FIRST_CALL_SHARE = 0.8
+_SLOW_LAUNCH_NS = 1_000_000
+_COLD_SHARE = 0.25
+#: The warning of a window of first calls: no finding claims a saving on it.
+FIRST_CALLS_ONLY = "first-calls-only"
+
+
+def _first_calls_warning(trace: Trace, steady: SteadySteps) -> list[TraceWarning]:
+    """A window (no steps, or one step) whose kernels are nearly all first launches (no kernel of
+    that name ran before it in the trace) and whose time goes largely to slow launch calls (a
+    kernel's first launch loads its GPU code: milliseconds where a launch takes microseconds): a
+    cold pass. It claims nothing about the loop's pace."""
+    if len(steady.steady_steps) > 1 or trace.gpu.is_empty():
+        return []
+    windows = steady.device_windows
+    if not windows:
+        return []
+    kernels = (
+        trace.gpu.filter(pl.col("kind") == "kernel")
+        .select("name", "ts")
+        .sort("ts")
+        .with_columns(first=pl.col("ts") == pl.col("ts").min().over("name"))
+    )
+    inside = pl.any_horizontal((pl.col("ts") >= start) & (pl.col("ts") < end) for start, end in windows)
+    window = kernels.filter(inside)
+    if window.is_empty():
+        return []
+    first = int(window.get_column("first").sum())
+    if first < _FIRST_CALL_SHARE * window.height:
+        return []
+    slow = trace.runtime.filter(
+        pl.col("name").is_in(taxonomy.KERNEL_LAUNCH_CALLS) & (pl.col("dur") >= _SLOW_LAUNCH_NS) & inside
+    )
+    slow_ns = int(slow.get_column("dur").sum())
+    if slow_ns < _COLD_SHARE * sum(end - start for start, end in windows):
+        return []
+    return [
+        TraceWarning(
+            FIRST_CALLS_ONLY,
+            f"The window analyzed holds only first calls: {first:,} of its {window.height:,} kernels "
+            f"are the first of their name in the trace, and {slow.height:,} first launch"
+            f"{'es' if slow.height != 1 else ''} took {format_duration(slow_ns)} loading GPU code. That "
+            "is a cold pass (loading kernels, autotuning, each operator's first-call set-up), not the "
+            "loop's pace: no finding claims a saving.",
+            "profile warm steps: run a few iterations before recording "
+            "(`torch.profiler.schedule(wait=1, warmup=1, active=3)`), or `traceinsight run --wait 2`",
+        )
+    ]
 
 
 def _load_warnings(trace: Trace) -> list[TraceWarning]:
@@ -363,9 +495,11 @@ def trace_warnings(
     the caller has it."""
     return tuple(
         _accelerator_warnings(trace)
+        + _unrecorded_gpu_warnings(trace)
         + _load_warnings(trace)
         + _step_warnings(steady, trace.meta.recorded_by_run)
         + _recording_warnings(trace, steady)
         + _setup_warnings(trace, steady)
+        + _first_calls_warning(trace, steady)
         + _gpu_warnings(trace, launches)
     )

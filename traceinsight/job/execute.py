@@ -230,7 +230,7 @@ def analyze_job(
         if dask
         else run_local(tasks, workers=workers, progress=progress)
     )
-    job = combine(ranks, cycles_of=cycles_of)
+    job = combine(ranks, cycles_of=cycles_of, thresholds=thresholds)
     if discovery.notes:  # what discovery skipped, said wherever the job's warnings are
         job = dataclasses.replace(job, warnings=(*discovery.notes, *job.warnings))
     return job

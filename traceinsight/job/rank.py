@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+import numpy as np
 import polars as pl
 
 from traceinsight.analysis.intervals import merge_intervals
@@ -78,25 +79,76 @@ def _clock_offset(trace: Trace) -> int:
     return meta.base_time_ns if meta.era == "kineto-base-ns" and meta.base_time_ns is not None else 0
 
 
+#: At most this many exposed stretches are kept per collective: past it the closest are joined
+#: (the compute between them counted as exposed), so a rank's summary stays a few kilobytes.
+MAX_EXPOSED_STRETCHES: Final = 16
+
+
+def _exposed(start: int, end: int, blocks: tuple[np.ndarray, np.ndarray] | None) -> tuple[int, ...]:
+    """``[start, end)`` less the compute ``blocks`` (merged, sorted: their starts and ends),
+    flattened ``(s0, e0, s1, e1, …)``: where the collective ran with no compute under it."""
+    stretches: list[list[int]] = []
+    at = start
+    if blocks is not None:
+        starts, ends = blocks
+        first = max(0, int(np.searchsorted(starts, start, side="right")) - 1)
+        last = int(np.searchsorted(starts, end, side="left"))
+        for block_start, block_end in zip(
+            starts[first:last].tolist(), ends[first:last].tolist(), strict=True
+        ):
+            if block_end > at:
+                if block_start > at:
+                    stretches.append([at, block_start])
+                at = max(at, block_end)
+    if at < end:
+        stretches.append([at, end])
+    while len(stretches) > MAX_EXPOSED_STRETCHES:  # join the two closest stretches
+        gap = min(range(len(stretches) - 1), key=lambda i: (stretches[i + 1][0] - stretches[i][1], i))
+        stretches[gap][1] = stretches.pop(gap + 1)[1]
+    return tuple(value for stretch in stretches for value in stretch)
+
+
 def collectives(trace: Trace) -> tuple[str, tuple[Collective, ...]]:
     """The rank's collectives in start order: its GPU communication kernels, else (CPU-only or
-    gloo jobs) its host ``c10d::`` operators."""
+    gloo jobs) its host ``c10d::`` operators. A kernel keeps where it ran with no compute kernel
+    under it on its device (:attr:`Collective.exposed_ns`)."""
     offset = _clock_offset(trace)
-    kernels = trace.gpu.filter(
-        (pl.col("kind") == "kernel") & pl.col("name").str.contains(taxonomy.COMMUNICATION_KERNEL_PATTERN)
+    communication = (pl.col("kind") == "kernel") & pl.col("name").str.contains(
+        taxonomy.COMMUNICATION_KERNEL_PATTERN
     )
+    kernels = trace.gpu.filter(communication)
     source = "gpu"
+    compute: dict[int | None, tuple[np.ndarray, np.ndarray]] = {}
     if kernels.is_empty():
         kernels = trace.cpu_ops.filter(pl.col("name").str.starts_with("c10d::")).with_columns(
-            seq=pl.lit(None, pl.Int64), process_group=pl.lit(None, pl.String)
+            seq=pl.lit(None, pl.Int64), process_group=pl.lit(None, pl.String), device=pl.lit(None, pl.Int64)
         )
         source = "host" if kernels.height else "none"
-    rows = kernels.sort("ts", "end", "name").select("name", "ts", "end", "process_group", "seq").iter_rows()
-    found = tuple(
-        Collective(collective_kind(name), ts + offset, end + offset, group, seq)
-        for name, ts, end, group, seq in rows
+    else:
+        devices = kernels.get_column("device").unique().to_list()
+        merged = merge_intervals(
+            trace.gpu.filter(
+                (pl.col("kind") == "kernel") & ~communication & pl.col("device").is_in(devices)
+            ).select("device", "ts", "end"),
+            by="device",
+        )
+        for (device,), blocks in merged.partition_by("device", as_dict=True).items():
+            compute[device] = (blocks.get_column("start").to_numpy(), blocks.get_column("end").to_numpy())
+    rows = (
+        kernels.sort("ts", "end", "name")
+        .select("name", "ts", "end", "process_group", "seq", "device")
+        .iter_rows()
     )
-    return source, found
+    found = []
+    for name, ts, end, group, seq, device in rows:
+        exposed = _exposed(ts, end, compute.get(device)) if source == "gpu" else ()
+        found.append(
+            Collective(
+                collective_kind(name), ts + offset, end + offset, group, seq,
+                tuple(value + offset for value in exposed),
+            )
+        )  # fmt: skip
+    return source, tuple(found)
 
 
 def _communication_total(trace: Trace, windows: tuple[tuple[int, int], ...]) -> int:
@@ -136,6 +188,11 @@ def analyze_rank(task: RankTask) -> RankResult:
     analysis = report.analysis
     source, found = collectives(trace)
     communication = _communication_total(trace, analysis.steady.device_windows)
+    offset = _clock_offset(trace)
+    steady = analysis.steady
+    steps_ns = tuple(
+        (step.step, step.begin_ns + offset, step.done_ns + offset) for step in steady.steady_steps
+    ) or tuple((-1, start + offset, end + offset) for start, end in steady.device_windows)
     del trace
     staged = task.each(result_of(report), rank) if task.each is not None else ()
     result = RankResult(
@@ -150,12 +207,14 @@ def analyze_rank(task: RankTask) -> RankResult:
         communication_total_ns=communication,
         steady_syncs=sum(hotspot.steady_count for hotspot in analysis.sync_hotspots),
         findings=tuple(
-            FindingBrief(f.rule, f.severity, f.title, f.savings_total_ns, f.minor) for f in report.findings
+            FindingBrief(f.rule, f.severity, f.title, f.savings_total_ns, f.minor, f.source)
+            for f in report.findings
         ),
         collectives=found,
         collectives_from=source,
         warnings=tuple(warning.kind for warning in analysis.warnings),
         staged=staged,
+        steps_ns=steps_ns,
     )
     del report, analysis
     give_back_freed_memory()

@@ -29,6 +29,7 @@ class DeviceProperties(msgspec.Struct, gc=False):
     computeMajor: Scalar = None
     computeMinor: Scalar = None
     numSms: Scalar = None
+    warpSize: Scalar = None
 
 
 class DistributedInfo(msgspec.Struct, gc=False):

@@ -8,6 +8,7 @@ categories, annotations recorded as operators, device and stream taken from pid/
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,33 @@ class Device:
     total_memory_bytes: int | None = None
     compute_capability: str | None = None
     sm_count: int | None = None
+    #: True for an AMD GPU (a 64-wide wavefront, or a name that says so): its ``major.minor`` is
+    #: its gfx architecture (gfx90a reads 9.0), not a CUDA compute capability.
+    amd: bool = False
+    #: The index ``deviceProperties`` listed it under, when that differs from the one its activity
+    #: uses (one listed device, work on another index: ``HIP_VISIBLE_DEVICES``).
+    listed_as: int | None = None
+
+    @property
+    def architecture(self) -> str | None:
+        """``compute capability 8.0``, or for AMD the gfx architecture (``gfx942 (MI300)``); None
+        when the trace does not say."""
+        if not self.compute_capability:
+            return None
+        if not self.amd:
+            return f"compute capability {self.compute_capability}"
+        return _AMD_ARCHITECTURES.get(
+            self.compute_capability, "gfx" + self.compute_capability.replace(".", "")
+        )
+
+
+#: AMD GPUs' ``computeMajor.computeMinor`` (HIP's ``major.minor``) and the gfx architectures behind it.
+_AMD_ARCHITECTURES: Final[dict[str, str]] = {
+    "9.0": "gfx90a or gfx908 (MI200 or MI100)",
+    "9.4": "gfx942 (MI300)",
+    "9.5": "gfx950 (MI350)",
+    "11.0": "gfx1100 (RDNA 3)",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,14 +311,22 @@ def _devices(document: TraceDocument, gpu: pl.DataFrame) -> tuple[Device, ...]:
         if index is None:
             continue
         major, minor = as_int(props.computeMajor), as_int(props.computeMinor)
+        name = _text(props.name) if props.name else None
         known[index] = Device(
             index=index,
-            name=_text(props.name) if props.name else None,
+            name=name,
             total_memory_bytes=as_int(props.totalGlobalMem),
             compute_capability=f"{major}.{minor}" if major is not None and minor is not None else None,
             sm_count=as_int(props.numSms),
+            amd=as_int(props.warpSize) == 64
+            or any(word in (name or "") for word in ("AMD", "Instinct", "Radeon")),
         )
-    active: Iterable[int] = gpu.get_column("device").drop_nulls().unique().sort().to_list()
+    active: list[int] = gpu.get_column("device").drop_nulls().unique().sort().to_list()
+    if len(known) == 1 and len(active) == 1 and active[0] not in known:
+        # One device listed, the work on another index (the process saw one GPU, numbered 0; its
+        # activity carries the machine's index): it is that GPU.
+        (only,) = known.values()
+        return (dataclasses.replace(only, index=active[0], listed_as=only.index),)
     # Only devices with activity are reported; deviceProperties lists every visible GPU.
     return tuple(known.get(index, Device(index=index)) for index in active)
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from traceinsight.analysis.causes import BUSY_LABELS, CAUSE_LABELS, BusyClass
 from traceinsight.analysis.pace import PaceSetter
 from traceinsight.analysis.usage import Usage, total_usage
+from traceinsight.analysis.validity import GPU_RECORDS_LOST, NO_GPU_WORK, TraceWarning, unrecorded_gpu
 from traceinsight.formatting import format_duration, format_share, format_size
 from traceinsight.load import TraceMeta
 from traceinsight.results.report import Report
@@ -72,7 +73,18 @@ def steps_fact(report: Report) -> str:
         if analysis.iterations:
             return f"{analysis.iterations} optimizer step, too few to time: the trace is judged as one window"
         return "no step markers: the trace is judged as one window"
-    kind = "ProfilerStep ranges" if steady.source == "ProfilerStep" else "between Optimizer.step calls"
+    kind = (
+        "ProfilerStep ranges"
+        if steady.source == "ProfilerStep"
+        else f"requests: repeating {steady.request_name} ranges, no step markers"
+        if steady.source == "request"
+        else "between Optimizer.step calls"
+    )
+    if steady.waiting_ns:
+        median_text = f", median {format_duration(steady.step_ns)}" if steady.step_ns else ""
+        kind += f"{median_text}; {format_duration(steady.waiting_ns)} waiting for work between them"
+        steady_count = len(steady.steady_steps)
+        return f"{len(steady.steps)} ({kind}), {steady_count} steady"
     count = len(steady.steps)
     kept = len(steady.steady_steps)
     median = f", median {format_duration(steady.step_ns)}" if steady.step_ns else ""
@@ -82,11 +94,16 @@ def steps_fact(report: Report) -> str:
     return f"{count} ({kind}), {kept} steady (left out: step {left_out}){median}"
 
 
-def _no_gpus(meta: TraceMeta) -> str:
+def _no_gpus(meta: TraceMeta, warnings: tuple[TraceWarning, ...] = ()) -> str:
     """The header's GPU line for a trace without GPU activity."""
     foreign = meta.foreign_accelerator
     if foreign is not None:
         return f"none: the accelerator is {foreign.name}, which traceinsight cannot read ({foreign.events})"
+    unrecorded = unrecorded_gpu(warnings)
+    if unrecorded == GPU_RECORDS_LOST:
+        return "records lost: work was launched, but no GPU activity is in the trace (see the warnings)"
+    if unrecorded == NO_GPU_WORK:
+        return "no GPU work ran while recording (CUDA activity was recorded)"
     listed = meta.gpus_unprofiled
     if listed is not None:
         return f"none recorded ({listed} listed; the profiler recorded only CPU activity)"
@@ -132,15 +149,16 @@ def header_facts(report: Report) -> list[tuple[str, str]]:
         details = [
             part
             for part in (
-                f"compute capability {device.compute_capability}" if device.compute_capability else None,
-                f"{device.sm_count} SMs" if device.sm_count else None,
+                device.architecture,
+                f"{device.sm_count} {'CUs' if device.amd else 'SMs'}" if device.sm_count else None,
                 format_size(device.total_memory_bytes) if device.total_memory_bytes else None,
             )
             if part
         ]
+        listed = f", listed as device {device.listed_as}" if device.listed_as is not None else ""
         gpus.append(
-            f"{device.index}: {device.name or 'name not recorded'}"
-            + (f" ({', '.join(details)})" if details else "")
+            f"{device.index}: {device.name or ('AMD GPU, name not recorded' if device.amd else 'name not recorded')}"
+            + (f" ({', '.join(details)}{listed})" if details else f" ({listed[2:]})" if listed else "")
         )
     if not gpus and analysis.devices:
         gpus = [f"{device.device}: name not recorded" for device in analysis.devices]
@@ -148,7 +166,7 @@ def header_facts(report: Report) -> list[tuple[str, str]]:
     facts.append(
         (
             "GPU" if len(gpus) == 1 else "GPUs",
-            "; ".join(gpus) if gpus else _no_gpus(meta),
+            "; ".join(gpus) if gpus else _no_gpus(meta, analysis.warnings),
         )
     )
     if meta.world_size is not None or meta.backend is not None:

@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Final
 
+from markupsafe import Markup
+
+from traceinsight.formatting import format_duration
 from traceinsight.render.job_text import (
     RANK_COLUMNS,
     job_headline,
@@ -13,20 +17,75 @@ from traceinsight.render.job_text import (
     ranks_in_order,
     straggler_lines,
 )
+from traceinsight.render.svg import FOREGROUND, SMALL_SIZE, WIDTH, Axis, Canvas, LegendItem, text_width
 from traceinsight.render.templates import environment
 from traceinsight.results import JobReport
+from traceinsight.results.job import Arrival
 from traceinsight.version import __version__
 
-__all__ = ["job_page", "page_values"]
+__all__ = ["arrivals_chart", "job_page", "page_values"]
 
 #: Columns of figures (right-aligned).
-NUMERIC_COLUMNS = frozenset(RANK_COLUMNS[1:6] + RANK_COLUMNS[7:10])
+NUMERIC_COLUMNS = frozenset(
+    ("step", "GPU busy", "compute", "comm. (exposed)", "wait", "transfer", "idle", "syncs/step", "late (median)",
+     "others waited")
+)  # fmt: skip
+
+_LAST: Final = "#D55E00"
+_ROW: Final = 18.0
+_MARGIN: Final = 10.0
+
+
+def arrivals_chart(arrivals: Sequence[Arrival]) -> Canvas | None:
+    """The first collectives, one row each: every rank's arrival after the first rank's (a tick per
+    rank, ticks closer than half a point drawn once), the last rank's in red and named."""
+    if not arrivals:
+        return None
+    latest = max((ns for arrival in arrivals for _, ns in arrival.arrivals_ns), default=0) or 1
+    per_unit, unit = (1e6, "ms") if latest >= 100_000 else (1e3, "µs")
+    labels = [
+        f"#{index + 1} {arrival.kind}" + ("" if arrival.step is None else f" · step {arrival.step}")
+        for index, arrival in enumerate(arrivals)
+    ]
+    notes = [
+        f"last: rank {arrival.last_rank}, +{format_duration(dict(arrival.arrivals_ns)[arrival.last_rank])}"
+        for arrival in arrivals
+    ]
+    left = min(_MARGIN + max(text_width(label) for label in labels) + 8, WIDTH * 0.4)
+    right = WIDTH - _MARGIN - max(text_width(note, SMALL_SIZE) for note in notes) - 8
+    axis = Axis(0.0, latest / per_unit, left, right)
+    top = 8.0
+    bottom = top + _ROW * len(arrivals)
+    canvas = Canvas(bottom + 34 + 24)
+    canvas.x_axis(axis, top, bottom, f"arrival after the first rank ({unit}), on the aligned clock")
+    for index, (arrival, label, note) in enumerate(zip(arrivals, labels, notes, strict=True)):
+        middle = top + _ROW * (index + 0.5)
+        points = sorted(
+            {
+                round(axis(ns / per_unit) * 2) / 2
+                for rank, ns in arrival.arrivals_ns
+                if rank != arrival.last_rank
+            }
+        )
+        canvas.spans([(x - 0.5, x + 0.5) for x in points], middle - 5, 10, FOREGROUND, 0.55)
+        last_x = axis(dict(arrival.arrivals_ns)[arrival.last_rank] / per_unit)
+        canvas.rect(last_x - 1.5, middle - 6, 3, 12, _LAST)
+        canvas.text(left - 6, middle + 3.2, label, anchor="end")
+        canvas.text(last_x + 6, middle + 2.7, note, size=SMALL_SIZE)
+    canvas.legend([LegendItem("a rank's arrival", FOREGROUND, opacity=0.55), LegendItem("the last rank", _LAST)],
+                  bottom + 34, 2)  # fmt: skip
+    return canvas
 
 
 def page_values(job: JobReport) -> dict[str, Any]:
     """What ``templates/job.html`` shows (every rank in the table)."""
+    chart = arrivals_chart(job.arrivals)
     return {
         "version": __version__,
+        # the SVG is ours (every text in it escaped by the canvas), so it goes in as markup
+        "arrivals_svg": Markup(chart.svg("arrivals", "Each collective's arrivals across ranks"))
+        if chart
+        else None,
         "job": job,
         "headline": job_headline(job),
         "unit": "rank" if job.cycles_of is None else "cycle",

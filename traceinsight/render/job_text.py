@@ -28,6 +28,7 @@ __all__ = [
     "job_saving",
     "rank_cells",
     "ranks_in_order",
+    "split_cells",
     "straggler_lines",
     "terminal_cells",
 ]
@@ -39,6 +40,9 @@ RANK_COLUMNS: Final[tuple[str, ...]] = (
     "GPU busy",
     "compute",
     "comm. (exposed)",
+    "wait",
+    "transfer",
+    "waiting for",
     "idle",
     "largest idle cause",
     "syncs/step",
@@ -68,17 +72,35 @@ def _per_step(result: RankResult, ns: int) -> str:
 #: The terminal's narrower table (ms per steady step; fits 80 columns): no top finding (the
 #: stragglers section names it), the largest idle cause in a few words.
 TERMINAL_COLUMNS: Final[tuple[str, ...]] = (
-    "rank", "step", "busy", "comm", "exposed", "idle", "idle cause", "syncs", "late", "waits",
+    "rank", "step", "busy", "comm", "exposed", "wait", "xfer", "for", "idle", "idle cause", "syncs", "late",
+    "waits",
 )  # fmt: skip
 _TERMINAL_KEY: Final = (
-    "ms per steady step; comm: communication kernels (exposed: with no compute under them); idle "
-    "cause: the largest; "
-    "late: median lateness in collectives; waits: the others' wait for this rank"
+    "ms per steady step; comm: communication kernels (exposed: with no compute under them), split "
+    "into wait (for the last rank to arrive; for: the rank waited for longest) and xfer (the transfer "
+    "after it); idle cause: the largest; late: median lateness in collectives; waits: the others' wait "
+    "for this rank"
 )
 
 
 def _ms(ns: int | None) -> str:
     return "—" if ns is None else f"{ns / 1e6:,.1f}"
+
+
+def split_cells(job: JobReport, result: RankResult, duration: bool = False) -> tuple[str, str, str]:
+    """The rank's wait, transfer (per steady step) and the rank it waited for longest: ``—`` where
+    its collectives are not split (one rank, or its clock could not be aligned)."""
+    timing = job.timing(result.rank)
+    if timing is None or not timing.clock_aligned:
+        return ("—", "—", "—")
+    show = format_duration if duration else _ms
+    return (
+        show(result.per_step(timing.wait_ns)),
+        show(result.per_step(timing.transfer_ns)),
+        "—"
+        if timing.waited_for is None
+        else (f"rank {timing.waited_for}" if duration else f"r{timing.waited_for}"),
+    )
 
 
 def terminal_cells(job: JobReport, result: RankResult) -> tuple[str, ...]:
@@ -94,10 +116,11 @@ def terminal_cells(job: JobReport, result: RankResult) -> tuple[str, ...]:
             (
                 _ms(result.per_step(result.communication_total_ns)),
                 _ms(result.per_step(usage.communication_ns)),
+                *split_cells(job, result),
                 _ms(result.per_step(usage.idle_ns)),
             )
             if usage.window_ns
-            else ("—", "—", "—")  # no GPU activity: no GPU time to split
+            else ("—",) * 6  # no GPU activity: no GPU time to split
         ),
         "—" if largest is None else CAUSE_WORDS.get(largest, largest),
         f"{result.syncs_per_step:.1f}" if result.syncs_per_step is not None else "—",
@@ -118,6 +141,7 @@ def rank_cells(job: JobReport, result: RankResult) -> tuple[str, ...]:
         format_share(usage.share(usage.busy_ns)) if usage.window_ns else "—",
         _per_step(result, usage.compute_ns),
         f"{_per_step(result, result.communication_total_ns)} ({_per_step(result, usage.communication_ns)})",
+        *split_cells(job, result, duration=True),
         _per_step(result, usage.idle_ns),
         f"{cause_label(largest[0].value)} {_per_step(result, largest[1])}" if largest is not None else "—",
         f"{result.syncs_per_step:.1f}" if result.syncs_per_step is not None else "—",
@@ -143,7 +167,10 @@ def job_headline(job: JobReport) -> str:
     else:
         parts = [f"{len(job.ranks)} ranks" + (f" ({setup})" if setup else "")]
     if job.step_ns is not None:
-        parts.append(f"median step {format_duration(job.step_ns)}")
+        step = f"step {format_duration(job.step_ns)} (median rank)"
+        if job.slowest_step_ns is not None and job.slowest_rank is not None and len(job.ranks) > 1:
+            step += f", slowest rank {job.slowest_rank} {format_duration(job.slowest_step_ns)}"
+        parts.append(step)
     where = {"gpu": "communication kernels", "host": "host c10d operators"}.get(job.collectives_from)
     if where is not None:
         how = (
@@ -154,6 +181,11 @@ def job_headline(job: JobReport) -> str:
             else f"{job.collectives_matched_by_seq:,} by process group and sequence number, the rest by order"
         )
         parts.append(f"{job.collectives_matched:,} collectives matched across ranks ({where}, {how})")
+    if job.clock_aligned_ranks and job.clock_residual_ns is not None:
+        parts.append(
+            f"clocks aligned on the collectives' ends ({job.clock_aligned_ranks:,} of {len(job.ranks):,} ranks, "
+            f"residual {format_duration(job.clock_residual_ns)})"
+        )
     return " · ".join(parts)
 
 
@@ -166,7 +198,14 @@ def job_saving(job: JobReport, finding: JobFinding) -> str:
     """A finding's saving, per steady step: the median rank's, and the sum over the ranks it fired
     on when more than one (``4.10 ms per step (median rank; 16.40 ms summed over 4 ranks)``)."""
     unit = _unit(job)
+    if finding.straggler is not None and finding.job_saving_per_step_ns:
+        return (
+            f"if rank {finding.straggler} kept pace, every other rank saves up to "
+            f"{format_duration(finding.job_saving_per_step_ns)} per step (the time they wait for it)"
+        )
     text = f"{format_duration(finding.saving_per_step_ns)} per step"
+    if finding.straggler is not None:
+        return text + f" on rank {finding.straggler} (the others wait for a slower rank first)"
     if len(finding.ranks) > 1:
         text += (
             f" (median {unit}; {format_duration(finding.saving_per_step_all_ns)} summed over "
@@ -183,13 +222,21 @@ def straggler_lines(job: JobReport) -> list[tuple[int, str, list[str]]]:
         if straggler.cause is not None:
             headline += f" (+{format_duration(straggler.cause_excess_ns)} per step over the median rank)"
         details = list(straggler.reasons)
-        if straggler.caused_ns:
+        if straggler.steps <= 1 and not any("one-off" in reason for reason in details):
+            details.append(f"{straggler.steps or 'no'} step recorded: it may be a one-off")
+        if straggler.caused_ns and not straggler.saving_per_step_ns:
             details.append(
                 f"the other ranks waited {format_duration(straggler.caused_ns)} for it in collectives "
                 "(summed over the ranks and the collectives it came last to)"
             )
+        if straggler.saving_per_step_ns:
+            details.append(
+                f"if it kept pace, every other rank would save up to {format_duration(straggler.saving_per_step_ns)} "
+                "per step (their mean wait for it)"
+            )
         if straggler.top_finding:
-            details.append(f"its top finding: {straggler.top_finding}")
+            where = f" ({straggler.top_finding_source})" if straggler.top_finding_source else ""
+            details.append(f"its top finding: {straggler.top_finding}{where}")
         lines.append((straggler.rank, headline, details))
     return lines
 
@@ -236,7 +283,11 @@ def job_renderables(job: JobReport, top: int = 10) -> list[RenderableType]:
             parts += [Text(f"    {detail}") for detail in details]
     elif len(job.ranks) >= 3 and job.cycles_of is None:
         parts.append(
-            Text("No straggler: no rank's collectives or step time stand out from the others.", style="green")
+            Text(
+                "No straggler: no rank keeps the others waiting, and no rank's collectives or step time stand "
+                "out from the others.",
+                style="green",
+            )
         )
     ordered = ranks_in_order(job)
     shown = ordered[: max(top, len(job.stragglers))]
@@ -253,8 +304,11 @@ def job_renderables(job: JobReport, top: int = 10) -> list[RenderableType]:
                 Text.assemble(
                     (finding.rule, "bold"),
                     f" · {len(finding.ranks)} of {len(job.ranks)} {unit}s · {finding.severity}"
-                    f" · saves {job_saving(job, finding)}" + (" · minor" if finding.minor else ""),
+                    f" · {'' if finding.straggler is not None else 'saves '}{job_saving(job, finding)}"
+                    + (" · minor" if finding.minor else ""),
                 )
             )
             parts.append(Text(finding.title, style="dim", overflow="fold"))
+            if finding.note:
+                parts.append(Text(f"({finding.note})", style="dim", overflow="fold"))
     return parts

@@ -288,7 +288,9 @@ def _job(job: JobReport) -> str:
     if job.cycles_of is None:
         lines.append(f"### Stragglers ({len(job.stragglers)})")
     if not job.stragglers and job.cycles_of is None:
-        lines.append("No rank's collectives or step time stand out from the others.")
+        lines.append(
+            "No rank keeps the others waiting, and no rank's collectives or step time stand out from the others."
+        )
     for _, headline, details in straggler_lines(job):
         lines.append(f"- **{escape(headline, 300)}**")
         lines += [f"  - {escape(detail, 300)}" for detail in details]
@@ -306,7 +308,8 @@ def _job(job: JobReport) -> str:
             ("rule", f"{unit}s", "severity", "saving per step", "finding"),
             [
                 (escape(f.rule), f"{len(f.ranks)} of {len(job.ranks)}", f.severity,
-                 job_saving(job, f), escape(f.title) + (" (minor)" if f.minor else ""))
+                 job_saving(job, f), escape(f.title) + (f" ({escape(f.note)})" if f.note else "")
+                 + (" (minor)" if f.minor else ""))
                 for f in job.findings[:20]
             ],
         )  # fmt: skip

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.causes import CauseKind, cause_label
 from traceinsight.analysis.usage import total_usage
+from traceinsight.analysis.validity import GPU_RECORDS_LOST, NO_GPU_WORK, unrecorded_gpu
 from traceinsight.formatting import format_duration, format_share
 from traceinsight.results.report import Report
 
@@ -34,6 +35,17 @@ def no_gpu_statement(report: Report) -> str:
         return (
             "This run had no GPU: the profiler saw no CUDA device, so only host (CPU) activity was "
             "recorded. The host-side view is below."
+        )
+    unrecorded = unrecorded_gpu(report.analysis.warnings)
+    if unrecorded == GPU_RECORDS_LOST:
+        return (
+            "GPU records were lost: the host launched GPU work, but no kernel, copy or memset is in "
+            "the trace (see the warning at the top). GPU figures are unknown; the host-side view is below."
+        )
+    if unrecorded == NO_GPU_WORK:
+        return (
+            "No GPU work ran while recording: CUDA activity was recorded, but no kernel, copy or "
+            "memset. The host-side view is below."
         )
     listed = report.analysis.meta.gpus_unprofiled
     if listed is not None:

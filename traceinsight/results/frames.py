@@ -13,7 +13,8 @@ every output; sizes in bytes. One trace's result (:func:`result_frames`):
 - ``findings``: one row per finding, largest saving first.
 
 A job's result (:func:`job_frames`): ``ranks`` (one row per rank: step time, shares, time per step,
-lateness in collectives), ``stragglers`` and ``findings`` (each rule once, over the ranks).
+lateness in collectives), ``rank_steps`` (per rank and steady step: wait, transfer, the rank waited
+for), ``stragglers`` and ``findings`` (each rule once, over the ranks).
 
 A comparison (:func:`comparison_frames`): ``metrics`` (one row per figure before and after, the
 idle causes after the metrics, ``group`` telling them apart), ``findings`` (fixed, new, still)
@@ -58,11 +59,18 @@ def _rows(items: Iterable[Any], drop: tuple[str, ...] = ()) -> list[dict[str, An
             value = getattr(item, field.name)
             if field.name in nested:
                 for inner in nested[field.name]:
-                    row[f"{field.name}_{inner}"] = None if value is None else getattr(value, inner)
+                    row[f"{field.name}_{inner}"] = None if value is None else _plain(getattr(value, inner))
             else:
                 row[field.name] = value
         rows.append(row)
     return rows
+
+
+def _plain(value: Any) -> Any:
+    """A tuple of results as a list of dicts (a list of structs in the frame); anything else as is."""
+    if isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
+        return [dataclasses.asdict(item) for item in value]
+    return value
 
 
 def _frame(owner: Any, name: str, drop: tuple[str, ...] = ()) -> pl.DataFrame:
@@ -127,6 +135,23 @@ def job_frames(job: JobResult) -> dict[str, pl.DataFrame]:
     """A job's tables (see the module doc)."""
     return {
         "ranks": _frame(job, "ranks"),
+        # per rank and steady step: the wait for the last rank in collectives, the transfer, whom
+        "rank_steps": pl.DataFrame(
+            [
+                {"rank": rank.rank, **dataclasses.asdict(step)}
+                for rank in job.ranks
+                if rank.collectives is not None
+                for step in rank.collectives.per_step
+            ],
+            schema={
+                "rank": pl.Int64,
+                "step": pl.Int64,
+                "wait_ns": pl.Int64,
+                "transfer_ns": pl.Int64,
+                "waited_for": pl.Int64,
+                "waited_for_ns": pl.Int64,
+            },
+        ),
         "stragglers": _frame(job, "stragglers"),
         "findings": _findings(job),
     }

@@ -205,6 +205,8 @@ def broken_job(result: JobResult, budgets: Budgets) -> list[str]:
     on_figures = replace(budgets, fail_on=None, fail_on_rules=())
     lines: list[str] = []
     for entry in result.findings:
+        if entry.rule == "straggler":  # the job's word on a rank's cause, no rank's finding (as live)
+            continue
         ranks = f"{unit}{'s' if len(entry.ranks) > 1 else ''} {', '.join(map(str, entry.ranks))}"
         lines += [f"{ranks}: {line}" for line in _broken((entry,), _UNMEASURED, None, on_findings)]
     for rank in result.ranks:

@@ -35,14 +35,21 @@ from traceinsight.shown import html_of
 if TYPE_CHECKING:
     import polars as pl
 
+#: A rank's clock is aligned on its collectives' ends when every end lies this close to the
+#: collective's median end once shifted (:mod:`traceinsight.job.combine`).
+ALIGN_TOLERANCE_NS: Final = 200_000
+
 __all__ = [
+    "ALIGN_TOLERANCE_NS",
     "CAUSE_WORDS",
+    "Arrival",
     "Collective",
     "FindingBrief",
     "JobFinding",
     "JobReport",
     "JobResult",
     "RankResult",
+    "RankStep",
     "RankTiming",
     "Straggler",
     "job_result_of",
@@ -55,9 +62,11 @@ CAUSE_WORDS: Final[dict[str, str]] = {
     CauseKind.COPY.value: "a blocking copy",
     CauseKind.LAUNCH.value: "launching",
     CauseKind.HOST_OP.value: "host work in an operator",
+    CauseKind.ALLOCATOR.value: "the allocator",
     CauseKind.UNTRACED.value: "untraced host work",
     CauseKind.COMMUNICATION.value: "communication",
     CauseKind.QUEUED.value: "queued",
+    CauseKind.WAITING.value: "waiting for work",
     CauseKind.OUTSIDE_STEADY.value: "outside steady state",
     CauseKind.BEFORE_FIRST.value: "before first work",
     CauseKind.AFTER_LAST.value: "after last work",
@@ -78,6 +87,10 @@ class Collective:
     #: ``Seq`` on communication kernels since 2026): None where the trace does not say.
     process_group: str | None = None
     seq: int | None = None
+    #: Where it ran with no compute kernel under it on its device, flattened ``(start, end, …)``
+    #: on the same clock (at most 16 stretches, the closest joined past that); empty for host
+    #: collectives.
+    exposed_ns: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +102,8 @@ class FindingBrief:
     title: str
     savings_ns: int
     minor: bool
+    #: The line it points at (``train.py:42``), when the trace says.
+    source: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +135,9 @@ class RankResult:
     warnings: tuple[str, ...]
     #: This rank's own reports, staged by the worker: (file name, staged path) pairs.
     staged: tuple[tuple[str, str], ...] = ()
+    #: Its steady steps on the GPU's clock, on the collectives' clock: (step number, begin, done).
+    #: Without steps, the steady windows, numbered -1.
+    steps_ns: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def steps(self) -> int:
@@ -147,6 +165,22 @@ class RankResult:
 
 
 @dataclass(frozen=True, slots=True)
+class RankStep:
+    """A rank's time in collectives in one of its steady steps, split (see :mod:`traceinsight.job.combine`)."""
+
+    step: int
+    """``ProfilerStep#N``'s N (-1: the steady window of a trace without steps)."""
+    wait_ns: int
+    """Waiting in collectives for the last rank to arrive."""
+    transfer_ns: int
+    """In collectives after the last rank arrived."""
+    waited_for: int | None
+    """The rank it waited for longest in this step (None: it waited for nobody)."""
+    waited_for_ns: int = 0
+    """How long it waited for that rank in this step."""
+
+
+@dataclass(frozen=True, slots=True)
 class RankTiming:
     """A rank in the job's collectives."""
 
@@ -160,6 +194,38 @@ class RankTiming:
     """Time this rank spent in collectives waiting for the last rank to arrive (summed)."""
     caused_ns: int
     """Time the other ranks spent waiting for this rank, in collectives it arrived at last."""
+    clock_offset_ns: int = 0
+    """Subtracted from this rank's times to put it on the job's clock (0 where not aligned)."""
+    clock_aligned: bool = False
+    """Whether its collectives' ends agreed with the others' once shifted by the offset."""
+    wait_ns: int = 0
+    """In its steady steps: time in collectives before the last rank arrived (within each kernel)."""
+    transfer_ns: int = 0
+    """In its steady steps: time in collectives after the last rank arrived."""
+    exposed_wait_ns: int = 0
+    """Of ``wait_ns``, with no compute under it."""
+    exposed_transfer_ns: int = 0
+    """Of ``transfer_ns``, with no compute under it."""
+    waited_for: int | None = None
+    """The rank it waited for longest in its steady steps."""
+    waited_for_ns: int = 0
+    steps: tuple[RankStep, ...] = ()
+    """Per steady step, in order."""
+    caused_per_other_ns: int = 0
+    """Over the collectives it came last to: the mean wait of the other members for it, summed
+    (what each other rank would save if it had kept pace)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """One collective's arrivals across ranks (the arrivals chart)."""
+
+    kind: str
+    step: int | None
+    """The step it ran in on its last rank (None: outside the steady steps)."""
+    arrivals_ns: tuple[tuple[int, int], ...]
+    """(rank, arrival after the first rank's), by rank."""
+    last_rank: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +242,15 @@ class Straggler:
     caused_ns: int
     """Time the other ranks waited for this rank in collectives."""
     top_finding: str | None
+    top_finding_rule: str | None = None
+    """The rule of its top finding: its own finding of its cause where it has one."""
+    top_finding_source: str | None = None
+    """The line its top finding points at."""
+    saving_per_step_ns: int = 0
+    """What each other rank would save per step if it kept pace: the others' mean wait for it
+    per step (:attr:`RankTiming.caused_per_other_ns` per step)."""
+    steps: int = 0
+    """Its steady steps (the wait may be a one-off when there is one)."""
 
     @property
     def cause_words(self) -> str:
@@ -200,6 +275,14 @@ class JobFinding:
     saving_per_step_all_ns: int = 0
     """Per steady step, summed over the ranks it fired on (what the job as a whole would free in
     one step, counted once per rank's GPU)."""
+    straggler: int | None = None
+    """The straggler whose own cause this finding is (such findings lead the job's)."""
+    job_saving_per_step_ns: int = 0
+    """With ``straggler``: what every other rank saves per step if it kept pace."""
+    source: str | None = None
+    """The line the finding points at on the rank where the saving is largest (the straggler's)."""
+    note: str | None = None
+    """How the job view changed the ranks' finding (``exposed-communication``: transfer only)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,10 +302,23 @@ class JobReport:
     findings: tuple[JobFinding, ...]
     warnings: tuple[str, ...]
     step_ns: int | None
-    """Median over ranks of each rank's median steady step."""
+    """Median over ranks of each rank's median steady step (the lower middle)."""
     cycles_of: str | None = None
     """The worker (``host_pid``) when the "ranks" are one process's profiler cycles
     (:mod:`traceinsight.job.triage`): no collectives are matched and no straggler is named."""
+    slowest_step_ns: int | None = None
+    """The slowest rank's median steady step: what sets the job's pace."""
+    slowest_rank: int | None = None
+    clock_aligned_ranks: int = 0
+    """Ranks whose clock was shifted onto the job's by their collectives' ends."""
+    clock_residual_ns: int | None = None
+    """After the shift: the largest distance of an aligned rank's collective end from the
+    collective's median end (None: nothing aligned)."""
+    split: bool = False
+    """Whether collectives' time is split into wait and transfer: matched across ranks, on clocks
+    aligned by their ends (the split counts in the findings on aligned ranks only)."""
+    arrivals: tuple[Arrival, ...] = ()
+    """The first collectives' arrivals (the chart)."""
 
     def timing(self, rank: int) -> RankTiming | None:
         """The rank's collective timing."""
@@ -230,6 +326,18 @@ class JobReport:
 
 
 # --- the job's JSON contract ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobClock:
+    """How the ranks' clocks were aligned on their collectives' ends (:mod:`traceinsight.job.combine`)."""
+
+    aligned_ranks: int = field(default=0, metadata={"check": "count"})
+    #: The largest distance of an aligned rank's collective end from the collective's median end
+    #: once shifted (null: nothing aligned).
+    residual_ns: int | None = None
+    #: A rank is aligned when every end lies this close once shifted.
+    tolerance_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -241,6 +349,10 @@ class JobCollectives:
     matched: int = field(metadata={"check": "count"})
     matched_by_seq: int = field(default=0, metadata={"check": "count"})
     kinds: dict[str, int] = field(default_factory=dict)
+    #: Whether collectives' time is split into wait and transfer: false with one rank, or where no
+    #: rank's collectives end with the others' (its clock cannot be aligned).
+    split: bool = False
+    clock: JobClock = field(default_factory=JobClock)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -251,6 +363,11 @@ class JobInfo:
     world_size: int | None
     backend: str | None
     step_time_ns: int | None = field(metadata={"check": "duration"})
+    #: What ``step_time`` is: the median over ranks of each rank's median steady step.
+    step_time_statistic: str = "median over ranks (lower middle) of each rank's median step"
+    #: The slowest rank's median steady step: what sets the job's pace.
+    slowest_step_time_ns: int | None = None
+    slowest_rank: int | None = None
     #: ``ranks``, or ``cycles`` when the files are one process's profiler cycles (``cycles_of``
     #: names the process; ``ranks[]`` are then the cycles in time order).
     read_as: str = "ranks"
@@ -273,6 +390,17 @@ class PerStep:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RankStepSplit:
+    """A rank's collectives in one steady step: waiting for the last rank, and the transfer."""
+
+    step: int
+    wait_ns: int
+    transfer_ns: int
+    waited_for: int | None = None
+    waited_for_ns: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RankCollectives:
     """A rank in the job's matched collectives."""
 
@@ -282,6 +410,19 @@ class RankCollectives:
     late_max_ns: int
     waited_ns: int
     others_waited_ns: int
+    #: In its steady steps: waiting for the last rank, the transfer after, and of each the part
+    #: with no compute under it.
+    wait_ns: int = 0
+    transfer_ns: int = 0
+    exposed_wait_ns: int = 0
+    exposed_transfer_ns: int = 0
+    #: The rank it waited for longest, and how long.
+    waited_for: int | None = None
+    waited_for_ns: int = 0
+    #: Subtracted from its times to put them on the job's clock; whether its ends agreed.
+    clock_offset_ns: int = 0
+    clock_aligned: bool = False
+    per_step: tuple[RankStepSplit, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -318,6 +459,7 @@ class StragglerEntry:
 
     JSON_KEYS: ClassVar[tuple[str, ...]] = (
         "rank", "reasons", "cause", "cause_words", "cause_excess_per_step_ns", "others_waited_ns", "top_finding",
+        "top_finding_rule", "top_finding_source", "waits_caused_per_step_ns", "steps",
     )  # fmt: skip
     rank: int
     reasons: tuple[str, ...] = ()
@@ -325,6 +467,11 @@ class StragglerEntry:
     cause_excess_per_step_ns: int
     others_waited_ns: int
     top_finding: str | None
+    top_finding_rule: str | None = None
+    top_finding_source: str | None = None
+    #: The others' mean wait for it per step: what each would save if it kept pace.
+    waits_caused_per_step_ns: int = 0
+    steps: int = 0
 
     @property
     def cause_words(self) -> str:
@@ -346,6 +493,10 @@ class JobFindingEntry:
         "savings_per_step_ns",
         "savings_per_step_all_ranks_ns",
         "minor",
+        "straggler",
+        "job_savings_per_step_ns",
+        "source",
+        "note",
     )
     rule: str = field(metadata={"check": "id"})
     severity: Severity
@@ -359,6 +510,13 @@ class JobFindingEntry:
     #: Summed over the ranks it fired on, per step.
     savings_per_step_all_ranks_ns: int = 0
     minor: bool = False
+    #: The straggler whose own cause this is (such findings come first).
+    straggler: int | None = None
+    #: With ``straggler``: what every other rank saves per step if it kept pace.
+    job_savings_per_step_ns: int = 0
+    source: str | None = None
+    #: How the job view counts it (``exposed-communication``: the transfer only).
+    note: str | None = None
 
     @property
     def rank_count(self) -> int:
@@ -444,6 +602,24 @@ def _rank_entry(job: JobReport, result: RankResult) -> Rank:
             late_max_ns=timing.late_max_ns,
             waited_ns=timing.waited_ns,
             others_waited_ns=timing.caused_ns,
+            wait_ns=timing.wait_ns,
+            transfer_ns=timing.transfer_ns,
+            exposed_wait_ns=timing.exposed_wait_ns,
+            exposed_transfer_ns=timing.exposed_transfer_ns,
+            waited_for=timing.waited_for,
+            waited_for_ns=timing.waited_for_ns,
+            clock_offset_ns=timing.clock_offset_ns,
+            clock_aligned=timing.clock_aligned,
+            per_step=tuple(
+                RankStepSplit(
+                    step=step.step,
+                    wait_ns=step.wait_ns,
+                    transfer_ns=step.transfer_ns,
+                    waited_for=step.waited_for,
+                    waited_for_ns=step.waited_for_ns,
+                )
+                for step in timing.steps
+            ),
         ),
         top_finding=None
         if top is None
@@ -460,6 +636,8 @@ def job_result_of(job: JobReport) -> JobResult:
             world_size=next((r.world_size for r in job.ranks if r.world_size is not None), None),
             backend=next((r.backend for r in job.ranks if r.backend is not None), None),
             step_time_ns=job.step_ns,
+            slowest_step_time_ns=job.slowest_step_ns,
+            slowest_rank=job.slowest_rank,
             read_as="ranks" if job.cycles_of is None else "cycles",
             cycles_of=job.cycles_of,
             collectives=JobCollectives(
@@ -467,6 +645,12 @@ def job_result_of(job: JobReport) -> JobResult:
                 matched=job.collectives_matched,
                 matched_by_seq=job.collectives_matched_by_seq,
                 kinds=dict(job.collective_kinds),
+                split=job.split,
+                clock=JobClock(
+                    aligned_ranks=job.clock_aligned_ranks,
+                    residual_ns=job.clock_residual_ns,
+                    tolerance_ns=ALIGN_TOLERANCE_NS,
+                ),
             ),
         ),
         warnings=job.warnings,
@@ -479,6 +663,10 @@ def job_result_of(job: JobReport) -> JobResult:
                 cause_excess_per_step_ns=straggler.cause_excess_ns,
                 others_waited_ns=straggler.caused_ns,
                 top_finding=straggler.top_finding,
+                top_finding_rule=straggler.top_finding_rule,
+                top_finding_source=straggler.top_finding_source,
+                waits_caused_per_step_ns=straggler.saving_per_step_ns,
+                steps=straggler.steps,
             )
             for straggler in job.stragglers
         ),
@@ -492,6 +680,10 @@ def job_result_of(job: JobReport) -> JobResult:
                 savings_per_step_ns=finding.saving_per_step_ns,
                 savings_per_step_all_ranks_ns=finding.saving_per_step_all_ns,
                 minor=finding.minor,
+                straggler=finding.straggler,
+                job_savings_per_step_ns=finding.job_saving_per_step_ns,
+                source=finding.source,
+                note=finding.note,
             )
             for finding in job.findings
         ),

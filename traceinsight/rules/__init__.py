@@ -39,17 +39,37 @@ def builtin_rules() -> dict[str, Rule]:
     return REGISTRY
 
 
+def _claims_nothing(finding: Finding) -> Finding:
+    """A finding on a window of first calls: no saving, low, with the reason."""
+    why = "no saving claimed: the window holds only first calls (a cold pass; see the warning)"
+    return finding.with_(
+        savings_total_ns=0,
+        savings_per_step_ns=None,
+        saving_share=None,
+        saving_known=False,
+        severity=Severity.LOW.value,
+        saving_note=why,
+    )
+
+
 def evaluate(analysis: Analysis) -> tuple[Finding, ...]:
-    """Run every registered rule; cards by largest saving first, then the minor findings."""
+    """Run every registered rule; cards by largest saving first, then the minor findings. On a
+    window of first calls (:data:`~traceinsight.analysis.validity.FIRST_CALLS_ONLY`) no finding
+    claims a saving."""
+    from traceinsight.analysis.validity import FIRST_CALLS_ONLY
+
+    cold = any(warning.kind == FIRST_CALLS_ONLY for warning in analysis.warnings)
     findings = [
         finding.with_(minor=is_minor(analysis, finding))
         for function in builtin_rules().values()
         for finding in function(analysis)
     ]
     order = {severity: index for index, severity in enumerate(SEVERITIES)}
-    return tuple(
-        sorted(findings, key=lambda f: (f.minor, -f.savings_total_ns, order[f.severity], f.rule, f.title))
+    ranked = sorted(
+        findings, key=lambda f: (f.minor, -f.savings_total_ns, order[f.severity], f.rule, f.title)
     )
+    # on a cold pass the order stays the measured one (what to look at first), with no saving claimed
+    return tuple(_claims_nothing(finding) for finding in ranked) if cold else tuple(ranked)
 
 
 __all__ = [

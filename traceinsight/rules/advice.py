@@ -178,8 +178,9 @@ DEPENDENCY_IN_GRAPH: Final = Advice(
     "start_exchange(next_batch)\ngraph.replay()",
 )
 UNTRACED: Final = Advice(
-    summary="The launching thread recorded nothing during these gaps: record Python stacks to see "
-    "what it was doing (Python code outside any operator, a lock, waiting on another thread).",
+    summary="Nothing was recorded on the host during these gaps (not launch overhead): record Python "
+    "stacks to see what it was doing (Python code outside any operator, a sleep, I/O, a lock, "
+    "waiting on another thread).",
     before="with torch.profiler.profile(activities=[...]) as prof:\n    train()",
     after="with torch.profiler.profile(activities=[...], with_stack=True) as prof:\n    train()\n"
     "# or: traceinsight run train.py (records stacks of your own code)",

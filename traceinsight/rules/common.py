@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from traceinsight.analysis import Analysis
+from traceinsight.analysis.causes import CauseKind
 from traceinsight.analysis.replay import Fix
 from traceinsight.analysis.results import SyncHotspot, share_of
 from traceinsight.analysis.sources import CALL, DEF, LIBRARY, RECORDING_START, Located
@@ -22,6 +23,9 @@ class Saving:
     total_ns: int
     per_step_ns: int | None
     share: float | None
+    #: The replay's figure when it was above what the fix can free (the GPU idle the host caused,
+    #: :func:`freeable_ns`) and cut to it; None when it was not cut.
+    replayed_ns: int | None = None
 
     def words(self) -> str:
         """``1.2 ms per step (7% of the step)`` or ``3.4 ms over the 155.4 ms analyzed (2%)``."""
@@ -55,9 +59,43 @@ def measured_ns(analysis: Analysis) -> int:
     return analysis.reference_ns
 
 
+#: Idle a fix on the host cannot free: the GPU waited on another stream, an event or a graph node
+#: (the work was queued), on another GPU, or inside a collective for the other ranks.
+NOT_HOST_CAUSED = frozenset(
+    {CauseKind.QUEUED, CauseKind.OTHER_GPU, CauseKind.COMMUNICATION, CauseKind.WAITING}
+)
+
+
+def host_caused_idle_ns(analysis: Analysis) -> int:
+    """The GPU idle in the steady state that the host caused, on the device with the most of it:
+    every idle cause but :data:`NOT_HOST_CAUSED`. A fix on the host can give back at most this."""
+    return max(
+        (sum(ns for kind, ns in usage.idle if kind not in NOT_HOST_CAUSED) for usage in analysis.usage),
+        default=0,
+    )
+
+
+def freeable_ns(analysis: Analysis, fix: Fix) -> int | None:
+    """The most ``fix`` can give back: the GPU idle the host caused, plus the GPU time of the work
+    the fix makes faster or moves off its stream. None where no GPU time was measured (a trace
+    without GPU work: the host is the whole step)."""
+    if not analysis.usage or not any(usage.window_ns for usage in analysis.usage):
+        return None
+    changed = fix.side_stream | frozenset(c for c, _ in fix.durations)
+    if fix.faster and fix.speedup != 1:
+        changed |= fix.faster
+    return host_caused_idle_ns(analysis) + analysis.replay.gpu_ns(changed)
+
+
 def saving_of(analysis: Analysis, fix: Fix) -> Saving:
-    """Replay the steady state with ``fix``: the change in step time."""
+    """Replay the steady state with ``fix``: the change in step time, never more than the fix can
+    free (:func:`freeable_ns`): the replay keeps the waits between streams it saw, but a fix that
+    lets the host launch earlier can only remove idle the host caused."""
     total = analysis.replay.saving_ns(fix)
+    cap = freeable_ns(analysis, fix)
+    if cap is not None and total > cap:
+        cut = saving_from_total(analysis, cap)
+        return Saving(cut.total_ns, cut.per_step_ns, cut.share, replayed_ns=total)
     return saving_from_total(analysis, total)
 
 
@@ -246,6 +284,12 @@ def make_finding(
     """A finding whose severity and saving fields come from ``saving``; its source fields from
     ``located`` when given (else ``source``, ``source_kind``, taken as a call's line). Its rule id
     is the registry's (:func:`traceinsight.rules.rule`), set on every finding a rule yields."""
+    if saving.replayed_ns is not None:
+        bound = (
+            "at most the GPU idle the host caused in the steady state (the rest waited on other "
+            f"streams, events or ranks; the replay alone said {format_duration(saving.replayed_ns)})"
+        )
+        note = f"{note}; {bound}" if note else bound
     line_kind: str | None = CALL if source is not None else None
     function = None
     if located is not None:

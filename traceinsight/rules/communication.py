@@ -3,7 +3,11 @@ step. The card counts the collectives per step and names the per-parameter patte
 small all-reduces or reduce-scatters per step in a training trace); its advice follows what runs:
 a process driving several GPUs (``nn.DataParallel``) → DDP, gloo with GPUs → NCCL, per-parameter
 collectives → buckets (DDP's ``bucket_cap_mb``, FSDP's wrapping, or DDP instead of a loop of
-``dist.all_reduce``), all-to-all and send/recv → asynchronous exchanges, FSDP → prefetching."""
+``dist.all_reduce``), all-to-all and send/recv → asynchronous exchanges, FSDP → prefetching.
+
+From one rank's trace, a collective's time is waiting for the other ranks and the transfer
+together: the saving is an upper bound and says so. A job (every rank's trace) splits them and
+counts only the transfer (:mod:`traceinsight.job.combine`)."""
 
 from __future__ import annotations
 
@@ -134,6 +138,7 @@ def exposed_communication(analysis: Analysis) -> Iterator[Finding]:
             why="While a collective runs alone the GPU's compute units wait for the other ranks' data; "
             "work issued to run beside it (the rest of backward for bucketed gradients, the next "
             "batch's compute for an exchange) hides it.",
-            note="an upper bound: the communication no compute runs under",
+            note="an upper bound: the communication no compute runs under; one rank's trace cannot tell "
+            "waiting for the other ranks from the transfer (analyze every rank's trace together to split them)",
             device=usage.device,
         )

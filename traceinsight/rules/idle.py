@@ -42,6 +42,7 @@ from traceinsight.rules.common import (
 from traceinsight.rules.communication import communication_advice
 from traceinsight.rules.findings import Advice, Finding
 from traceinsight.rules.launching import device_pattern, launch_idle, pattern_words, pauses_words
+from traceinsight.rules.memory import churning
 from traceinsight.rules.registry import rule
 
 #: Causes other findings explain (and fix), or that are not the loop's: low-gpu-utilization leaves
@@ -53,6 +54,7 @@ _EXPLAINED = frozenset(
         CauseKind.COPY,
         CauseKind.OTHER_GPU,
         CauseKind.OUTSIDE_STEADY,
+        CauseKind.WAITING,
         CauseKind.BEFORE_FIRST,
         CauseKind.AFTER_LAST,
         CauseKind.CAPTURE,  # by design: the warning says so, and what to profile instead
@@ -61,6 +63,7 @@ _EXPLAINED = frozenset(
 
 _ADVICE: dict[CauseKind, Advice] = {
     CauseKind.HOST_OP: advice.HOST_WORK,
+    CauseKind.ALLOCATOR: advice.ALLOCATOR_CHURN,
     CauseKind.LAUNCH: advice.HOST_PAUSES,
     CauseKind.QUEUED: advice.DEPENDENCY,
     CauseKind.UNTRACED: advice.UNTRACED,
@@ -73,6 +76,7 @@ _ADVICE: dict[CauseKind, Advice] = {
 _PREPARING = frozenset(
     {
         CauseKind.HOST_OP,
+        CauseKind.ALLOCATOR,
         CauseKind.LAUNCH,
         CauseKind.UNTRACED,
         CauseKind.UNKNOWN,
@@ -85,8 +89,8 @@ _PREPARING = frozenset(
 
 def preprocessing_leads(analysis: Analysis, device: int) -> list[tuple[int, int, int]] | None:
     """Per steady step on ``device``: (window start, its own first GPU work, GPU idle in between
-    while the host prepared the step); None unless every steady step (two or more) has one of at
-    least ``min_gap_us``."""
+    while the host prepared the step); None unless every steady step has one of at least
+    ``min_gap_us`` (one step is judged by :func:`_preprocessing_share_met`'s stricter share)."""
     steps = [step for step in analysis.steps if step.device == device and step.steady]
     origin = analysis.meta.origin_ns
     leads = [
@@ -99,20 +103,27 @@ def preprocessing_leads(analysis: Analysis, device: int) -> list[tuple[int, int,
         if step.first_work_ns is not None
     ]
     floor = round(analysis.thresholds.min_gap_us * 1000)
-    if len(steps) < 2 or len(leads) < len(steps) or min(idle for *_, idle in leads) < floor:
+    if not steps or len(leads) < len(steps) or min(idle for *_, idle in leads) < floor:
         return None
     return leads
 
 
 def _preprocessing_share_met(analysis: Analysis, device: int) -> list[tuple[int, int, int]] | None:
-    """:func:`preprocessing_leads` when they reach ``host_preprocessing_share`` of the steady steps."""
+    """:func:`preprocessing_leads` when they reach ``host_preprocessing_share`` of the steady steps
+    (``host_preprocessing_one_step_share`` of a single steady step: strong evidence, since nothing
+    shows it repeats)."""
     leads = preprocessing_leads(analysis, device)
     usage = analysis.device_usage(device)
     if leads is None or usage is None or not usage.window_ns:
         return None
-    if sum(idle for *_, idle in leads) < analysis.thresholds.host_preprocessing_share * usage.window_ns:
-        return None
-    return leads
+    limits = analysis.thresholds
+    idle = sum(ns for *_, ns in leads)
+    if len(leads) > 1:
+        return leads if idle >= limits.host_preprocessing_share * usage.window_ns else None
+    # one step: the time in an operator that launched the first work itself is its own first
+    # call's set-up (aten::ones' first launch), not the host preparing the step
+    preparing = idle - analysis.step_leads.in_launching_op_ns
+    return leads if preparing >= limits.host_preprocessing_one_step_share * usage.window_ns else None
 
 
 def _steady_gaps(analysis: Analysis, device: int, kind: CauseKind) -> list[IdleGap]:
@@ -315,7 +326,10 @@ def host_preprocessing(analysis: Analysis) -> Iterator[Finding]:
             ("GPU idle before each step's first work", amount),
             (
                 "steps",
-                f"every one of the {len(leads)} steady steps "
+                "one steady step only: it cannot show that every step waits so (it may be set-up "
+                "caught once); profile more steps to tell"
+                if len(leads) == 1
+                else f"every one of the {len(leads)} steady steps "
                 + (
                     f"({format_duration(lengths[0])} each)"
                     if format_duration(lengths[0]) == format_duration(lengths[-1])
@@ -343,7 +357,8 @@ def host_preprocessing(analysis: Analysis) -> Iterator[Finding]:
             "the hand-over.",
             device=device.device,
             located=found,
-            note=f"replayed with each step's preparation done ahead, handed over in {format_duration(handover)}",
+            note=f"replayed with each step's preparation done ahead, handed over in {format_duration(handover)}"
+            + ("; from one step: profile more to see that it repeats" if len(leads) == 1 else ""),
         )
 
 
@@ -377,11 +392,15 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
             continue
         # launch-bound speaks for the launch pattern's short gaps; the host's long pauses stay here.
         claimed = {CauseKind.LAUNCH: launch_idle(analysis, usage) or 0}
+        # the allocator's gaps are memory-pressure's when it fires (its churn card replays them)
+        explained = _EXPLAINED | (
+            {CauseKind.ALLOCATOR} if churning(analysis, analysis.memory.allocator_calls) else frozenset()
+        )
         unexplained = sorted(
             (
                 (kind, ns - claimed.get(kind, 0))
                 for kind, ns in usage.idle
-                if kind not in _EXPLAINED and ns > claimed.get(kind, 0)
+                if kind not in explained and ns > claimed.get(kind, 0)
             ),
             key=lambda item: (-item[1], item[0].value),
         )
@@ -393,7 +412,7 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
                 for step in analysis.steps
                 if step.device == device.device and step.steady
                 for kind, ns in step.lead_by_cause_ns
-                if CauseKind(kind) in _PREPARING and CauseKind(kind) not in _EXPLAINED
+                if CauseKind(kind) in _PREPARING and CauseKind(kind) not in explained
             )
         if not unexplained or rest < 0.05 * window:
             continue  # other findings explain the idle

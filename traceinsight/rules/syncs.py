@@ -15,6 +15,7 @@ from traceinsight.analysis import Analysis
 from traceinsight.analysis.latent import LatentSync
 from traceinsight.analysis.replay import Fix
 from traceinsight.analysis.results import SyncHotspot
+from traceinsight.analysis.validity import GPU_RECORDS_LOST, unrecorded_gpu
 from traceinsight.load import taxonomy
 from traceinsight.rules import advice
 from traceinsight.rules.common import (
@@ -246,6 +247,7 @@ def _latent_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
         often = how_often(analysis, latent.steady_count)
         at = place(latent)
         listed = analysis.meta.gpus_unprofiled
+        lost = unrecorded_gpu(analysis.warnings) == GPU_RECORDS_LOST
         title = " ".join(
             part
             for part in (
@@ -266,7 +268,10 @@ def _latent_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
             ),
             (
                 "on this run",
-                f"GPU activity was not recorded ({listed} listed), so whether it waited cannot be seen; "
+                "the GPU's records were lost, so whether it waited cannot be seen; on a GPU it reads "
+                "a GPU value and waits for the queue"
+                if lost
+                else f"GPU activity was not recorded ({listed} listed), so whether it waited cannot be seen; "
                 "on a GPU it reads a GPU value and waits for the queue"
                 if listed
                 else _ON_THIS_RUN_IN_FORWARD
@@ -283,13 +288,22 @@ def _latent_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
         yield make_finding(
             analysis,
             saving_from_total(analysis, 0),
-            title=title + (" (GPU activity not recorded)" if listed else " (this run had no GPU)"),
+            title=title
+            + (
+                " (GPU records lost)"
+                if lost
+                else " (GPU activity not recorded)"
+                if listed
+                else " (this run had no GPU)"
+            ),
             evidence=evidence,
             advice=fix_advice,
             why=f"{latent.op} needs the tensor's value on the host. On a GPU the host then waits for "
             "every queued kernel before it can go on, and the GPU idles while the host catches up.",
             note=(
-                "cannot be measured without GPU activity: profile with ProfilerActivity.CUDA to see "
+                "cannot be measured: the GPU's records were lost (see the warning at the top)"
+                if lost
+                else "cannot be measured without GPU activity: profile with ProfilerActivity.CUDA to see "
                 "the saving"
                 if listed
                 else "cannot be measured without a GPU: profile it on one to see the saving"
