@@ -668,7 +668,7 @@ def test_an_output_at_a_fifo_is_written_through_never_replaced(option: str, tmp_
     assert result.exit_code == 0, result.output
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)  # still a FIFO, never renamed over
     written = got[0].decode()
-    assert {"-o": "<!DOCTYPE html>", "--json": '"schema": 2', "--markdown": "## traceinsight"}[
+    assert {"-o": "<!DOCTYPE html>", "--json": '"schema": 3', "--markdown": "## traceinsight"}[
         option
     ] in written
 
@@ -700,7 +700,7 @@ def test_a_symlinked_output_keeps_its_link_and_replaces_what_it_names(tmp_path: 
     link.symlink_to(target)
     result = runner.invoke(app, ["analyze", str(trace), "--no-html", "--json", str(link)])
     assert result.exit_code == 0, result.output
-    assert link.is_symlink() and json.loads(target.read_text())["schema"] == 2
+    assert link.is_symlink() and json.loads(target.read_text())["schema"] == 3
     dangling = tmp_path / "dangling.json"
     dangling.symlink_to(tmp_path / "nowhere" / "x.json")
     refused = runner.invoke(app, ["analyze", str(trace), "--no-html", "--json", str(dangling)])

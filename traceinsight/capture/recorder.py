@@ -122,6 +122,39 @@ class CaptureResult:
     """Traces the script exported itself, in the order written (those that exist)."""
     foreign_partial: tuple[Path, ...] = field(default_factory=tuple)
     """Those of :attr:`foreign_traces` exported when a scheduled profiler stopped mid-window."""
+    step_usage: tuple[StepUsage, ...] = field(default_factory=tuple)
+    """Each step of the written window as the process lived it (see :class:`StepUsage`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepUsage:
+    """One recorded step's wall and CPU time, what the trace cannot say: wall far above the
+    process's CPU time, with the thread waiting for a CPU, is a step that was starved of CPU."""
+
+    wall_ns: int
+    #: The process's CPU time (every thread, user + system) during the step.
+    cpu_ns: int
+    #: Time the stepping thread waited in the run queue for a CPU (Linux
+    #: ``/proc/thread-self/schedstat``); None where not measured.
+    cpu_wait_ns: int | None
+    #: The machine's 1-minute load average at the step's end (None where not measured).
+    load_1m: float | None
+
+
+def _cpu_wait_ns() -> int | None:
+    """The thread's run-queue wait so far (Linux schedstat's second field), None elsewhere."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as stats:
+            return int(stats.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _load_1m() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (OSError, AttributeError):
+        return None
 
 
 @dataclass(slots=True)
@@ -197,6 +230,8 @@ class TraceRecorder:
         )
         self._memory_estimate: int | None = None
         self._last_boundary_ns: int | None = None
+        self._last_usage: tuple[int, int | None] = (time.process_time_ns(), _cpu_wait_ns())
+        self._window_usage: list[StepUsage] = []
         self._unprofiled_ns: list[int] = []
         self._window_baseline_ns: list[int] = []
         self._foreign = ForeignProfilerWatch(self._step_aside)
@@ -366,6 +401,7 @@ class TraceRecorder:
             foreign_profiler_at=self._foreign.started_at,
             foreign_traces=tuple(path for path in self._foreign.exported if path.is_file()),
             foreign_partial=tuple(sorted(self._foreign.partial)),
+            step_usage=tuple(self._window_usage),
         )
 
     @contextlib.contextmanager
@@ -453,7 +489,13 @@ class TraceRecorder:
         excluded), to compare the recorded steps with."""
         now = time.perf_counter_ns()
         last, self._last_boundary_ns = self._last_boundary_ns, now
+        (cpu_before, wait_before), usage = self._last_usage, (time.process_time_ns(), _cpu_wait_ns())
+        self._last_usage = usage
         profiler = self._scheduled_profiler
+        if last is not None and profiler is not None and self._records(profiler.current_action):
+            waited = None if usage[1] is None or wait_before is None else usage[1] - wait_before
+            if len(self._window_usage) < _USAGE_KEPT:
+                self._window_usage.append(StepUsage(now - last, usage[0] - cpu_before, waited, _load_1m()))
         if last is None or profiler is None or self._records(profiler.current_action):
             return
         self._unprofiled_ns = [*self._unprofiled_ns[-(_BASELINE_STEPS - 1) :], now - last]
@@ -557,6 +599,7 @@ class TraceRecorder:
             self._frames.start()
         if not self._guard.armed:  # from the window's start: what the whole window holds
             self._window_baseline_ns, self._unprofiled_ns = self._unprofiled_ns, []
+            self._window_usage = []
             self._fetch.used = False
             self._guard.arm()
 
@@ -679,6 +722,8 @@ class TraceRecorder:
 
 #: Unprofiled steps kept to compare the recorded ones with (the last ones before the window).
 _BASELINE_STEPS = 8
+#: Steps of a window whose CPU time and load are kept (a result holds at most this many).
+_USAGE_KEPT = 10_000
 
 
 def _gib(size: int) -> str:

@@ -9,6 +9,7 @@ gate read.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -39,8 +40,10 @@ def diff(
             metavar="BEFORE",
             show_default=False,
             readable=False,
-            help="The baseline: a trace (.json/.json.gz) or a result of analyze --json; or a job: its "
-            "result of analyze --json, a folder or a quoted pattern of its rank traces.",
+            help="The baseline: a trace (.json/.json.gz) or a result of analyze --json; several runs "
+            "of one setup, pooled: a folder or a quoted pattern of one process's profiler cycles or "
+            "of results of analyze/run --json; or a job: its result of analyze --json, a folder or a "
+            "quoted pattern of its rank traces.",
         ),
     ],
     after: Annotated[
@@ -87,12 +90,16 @@ def diff(
             metavar="PCT",
             min=0,
             show_default=False,
-            help="Gate: exit 1 when the step time grew more than PCT % over BEFORE.",
+            help="Gate: exit 1 when the step time grew more than PCT % over BEFORE and the growth is "
+            "told apart from noise (its verdict is slower; a growth that cannot be told apart is said, "
+            "not broken on).",
         ),
     ] = None,
 ) -> None:
     """Compare two runs: step time, GPU busy and idle by cause, syncs, copies, communication,
-    findings fixed / new / still there, and the kernels that changed most.
+    findings fixed / new / still there, and the kernels that changed most. Each figure with
+    per-step values gets a verdict (faster / slower, lower / higher, no change, cannot tell) with
+    its 95 % interval, from its steps and a measured run-to-run spread (docs/noise.md).
 
     Two jobs (results, folders or patterns of rank traces) compare as a whole, rank by rank, and by
     their stragglers gone / new / still there. A stored result (analyze --json) works as a baseline
@@ -103,8 +110,9 @@ def diff(
     with libraries_loading():
         from traceinsight.commands.common import gate
         from traceinsight.load.progress import terminal_progress
+        from traceinsight.load.text import printable
         from traceinsight.results import JobResult, Result
-        from traceinsight.results.gate import broken_diff, broken_job_diff
+        from traceinsight.results.gate import broken_diff, broken_job_diff, held_back
         from traceinsight.results.job_comparison import JobComparison
 
     read = options.settings(
@@ -130,6 +138,8 @@ def diff(
         else:
             assert isinstance(after_result, Result)
             status = gate(broken_diff(comparison, after_result, read.budgets))
+        for line in held_back(comparison.metric("step_time"), read.budgets.max_regression):
+            sys.stderr.write(f"traceinsight: gate: {printable(line)}\n")
     if status:
         raise typer.Exit(status)
 
@@ -155,6 +165,10 @@ class Side:
     path: Path
     stored: Result | JobResult | None = None
     files: JobFiles | None = None
+    #: Stored results of several runs of one setup (a folder or pattern of ``analyze --json`` or
+    #: ``run --json`` files of traces): pooled by a diff as one side.
+    runs: tuple[Result, ...] = ()
+    run_paths: tuple[Path, ...] = ()
 
     @property
     def is_job(self) -> bool:
@@ -164,8 +178,16 @@ class Side:
         return self.files is not None or isinstance(self.stored, JobResult)
 
     @property
+    def is_cycles(self) -> bool:
+        """One process's profiler cycles (a folder or pattern of them): runs of one setup, pooled
+        by a diff as one side of several runs."""
+        return bool(self.runs) or (self.files is not None and self.files.cycles_of is not None)
+
+    @property
     def words(self) -> str:
         """What the side is, for the line that refuses a job beside a trace."""
+        if self.runs:
+            return f"the results of {len(self.runs)} runs"
         if self.files is not None:
             return f"a job ({len(self.files.discovery.files)} traces)"
         if self.stored is not None:
@@ -175,7 +197,7 @@ class Side:
     @property
     def inputs(self) -> list[Path]:
         """The files no output may replace."""
-        return [self.path] if self.files is None else [self.path, *self.files.paths]
+        return [self.path, *self.run_paths] if self.files is None else [self.path, *self.files.paths]
 
     @property
     def label(self) -> str:
@@ -183,7 +205,7 @@ class Side:
         from traceinsight.job.discover import is_job
         from traceinsight.load.text import printable
 
-        if self.files is not None and not self.path.is_dir() and is_job([self.path]):
+        if (self.files is not None or self.runs) and not self.path.is_dir() and is_job([self.path]):
             return printable(str(self.path))  # a pattern: its name alone says too little
         return printable(self.path.resolve().name if self.path.is_dir() else self.path.name) or "job"
 
@@ -192,7 +214,7 @@ class Side:
         """The side's name in the default page's file name (no pattern characters)."""
         from traceinsight.commands.common import stem
 
-        if self.files is None or self.path.is_dir():
+        if (self.files is None and not self.runs) or self.path.is_dir():
             return stem(self.path.resolve() if self.path.is_dir() else self.path) or "job"
         fixed = [part for part in self.path.parts[:-1] if not _GLOB.search(part)]
         return fixed[-1] if fixed and fixed[-1] not in (".", "/") else "job"
@@ -211,21 +233,55 @@ def sort_side(path: Path, reading: Reading) -> Side:
     from traceinsight.results.stored import read_stored
 
     if is_job([path]):
+        runs = _stored_runs(path, reading)
+        if runs:
+            return Side(path, runs=tuple(run for _, run in runs), run_paths=tuple(file for file, _ in runs))
         return Side(path, files=job_files([path]))
     return Side(path, stored=read_stored(path, (Result, JobResult), reading.limit))
 
 
+def _stored_runs(path: Path, reading: Reading) -> tuple[tuple[Path, Result], ...]:
+    """The runs of a folder or pattern of stored results of traces (``*.json`` files that
+    ``analyze --json`` or ``run --json`` wrote), in name order; empty unless every such file is
+    one (a job's traces, or a folder mixing results with traces, are a job's side)."""
+    import glob
+
+    from traceinsight.errors import TraceFormatError
+    from traceinsight.results import JobResult, Result
+    from traceinsight.results.stored import read_stored
+
+    found = sorted(path.glob("*.json") if path.is_dir() else (Path(name) for name in glob.glob(str(path))))
+    files = [file for file in found if file.is_file() and not file.is_symlink()]
+    if not files or (
+        path.is_dir() and any(item.name.endswith((".json.gz", ".pt.trace.json")) for item in path.iterdir())
+    ):
+        return ()
+    runs = []
+    for file in files:
+        try:
+            stored = read_stored(file, (Result, JobResult), reading.limit)
+        except TraceFormatError:
+            return ()  # not a trace's result (a diff's, an unreadable one): the folder is a job's
+        if not isinstance(stored, Result):
+            return ()
+        runs.append((file, stored))
+    return tuple(runs)
+
+
 def _check_same_kind(before: Side, after: Side) -> None:
-    """A job is compared with a job, a trace with a trace: anything else is one line."""
+    """A job is compared with a job, a trace with a trace (or with several runs: profiler cycles,
+    stored results); anything else is one line."""
     from traceinsight.errors import TraceFormatError
     from traceinsight.load.text import printable
 
-    if before.is_job == after.is_job:
+    runs_beside_job = (bool(before.runs) and after.is_job) or (bool(after.runs) and before.is_job)
+    if not runs_beside_job and (before.is_job == after.is_job or before.is_cycles or after.is_cycles):
         return
     raise TraceFormatError(
         f"cannot compare {printable(str(before.path))} with {printable(str(after.path))}: BEFORE is "
         f"{before.words} and AFTER {after.words}; give two jobs (results of analyze --json of a job, "
-        "folders or patterns of rank traces) or two traces (a rank's trace on each side)"
+        "folders or patterns of rank traces) or two traces (a rank's trace on each side; a side may be "
+        "several runs of one setup: a folder or pattern of profiler cycles or of their results)"
     )
 
 
@@ -271,11 +327,24 @@ def diff_and_write(
         inputs_are="one of the runs compared",
     )
     comparison: Comparison | JobComparison
-    if sides[0].is_job:
+    after_result: Result | JobResult
+    if all(side.is_cycles for side in sides) or (
+        any(side.is_cycles for side in sides) and not all(side.is_job for side in sides)
+    ):
+        pooled = []
+        for side in sides:
+            runs = list(side.runs)
+            for path in side.files.paths if side.files is not None else [] if side.runs else [side.path]:
+                with progress(path) if progress is not None else nullcontext() as callback:
+                    runs.append(_trace_of(Side(path) if side.files is not None else side, reading, callback))
+            pooled.append(runs)
+        comparison = compare(pooled[0], pooled[1], sides[0].label, sides[1].label, top=top)
+        after_result = pooled[1][0]
+    elif sides[0].is_job:
         _say_skipped(sides, console)
         jobs = [_job_of(side, reading, wanted.force) for side in sides]
         comparison = compare_jobs(jobs[0], jobs[1], sides[0].label, sides[1].label)
-        after_result: Result | JobResult = jobs[1]
+        after_result = jobs[1]
     else:
         results = []
         for side in sides:

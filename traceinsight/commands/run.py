@@ -586,6 +586,12 @@ def _run_context(
         failure=outcome.failure,
         steps_recorded=None if (capture.whole_run or not ours) else capture.steps_in_trace,
         script_is_module=target.is_module,
+        cores=os.cpu_count(),
+        step_usage=tuple(
+            (usage.wall_ns, usage.cpu_ns, usage.cpu_wait_ns, usage.load_1m) for usage in capture.step_usage
+        )
+        if ours
+        else (),
     )
 
 

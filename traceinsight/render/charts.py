@@ -50,6 +50,9 @@ __all__ = [
 
 BUSY: Final[str] = "#0072B2"
 COPY: Final[str] = "#56B4E9"
+#: A diff's per-step dots: the before side's and the after side's (Okabe-Ito grey and blue).
+BEFORE_DOT: Final[str] = "#999999"
+AFTER_DOT: Final[str] = "#0072B2"
 SYNC_MARK: Final[str] = "#D55E00"
 EXPOSED: Final[str] = "#E69F00"
 

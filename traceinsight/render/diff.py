@@ -54,18 +54,39 @@ def diff_header(title: str, before: str, after: str, notes: Sequence[str]) -> li
 def comparison_renderables(comparison: Comparison) -> list[RenderableType]:
     """Everything ``diff`` prints, in order."""
     parts = diff_header("traceinsight diff", comparison.before, comparison.after, comparison.notes)
+    if comparison.headline:
+        body = Text(comparison.headline, style="bold")
+        for line in comparison.moved:
+            body.append(f"\n• {line}", style="none")
+        parts.append(Panel(body, title="verdict", title_align="left", border_style="blue"))
+    judged = any(metric.verdict is not None for metric in comparison.shown)
     table = Table(title=f"Before and after ({comparison.basis})", title_justify="left", show_edge=False)
     table.add_column("")
     for column in ("before", "after", "change"):
         table.add_column(column, justify="right", no_wrap=True)
+    if judged:
+        table.add_column(f"verdict ({comparison.confidence * 100:.0f}% interval)", no_wrap=True)
     for metric in comparison.shown:
-        table.add_row(
+        row: list[Text | str] = [
             Text(printable(metric.title)),
             metric.text(metric.before),
             metric.text(metric.after),
             metric.change_text(),
-        )
+        ]
+        table.add_row(*row, *([metric.verdict_text()] if judged else []))
     parts.append(table)
+    if comparison.predictions:
+        listing = Table(
+            title="Predicted and measured (fixed findings)",
+            title_justify="left",
+            show_edge=False,
+            show_header=False,
+        )
+        listing.add_column("rule", no_wrap=True, style="dim")
+        listing.add_column("prediction")
+        for prediction in comparison.predictions:
+            listing.add_row(Text(printable(prediction.rule)), Text(printable(prediction.text())))
+        parts.append(listing)
     for status, (title, style) in _STATUS.items():
         changes = [change for change in comparison.findings if change.status == status]
         if not changes:
@@ -139,6 +160,36 @@ def _bars(comparison: Comparison) -> list[tuple[str, list[tuple[str, str, float]
     return bars
 
 
+def _dots(comparison: Comparison) -> list[Markup | None]:
+    """Each shown metric's steps as dots, before (upper row) and after (lower row) on one scale:
+    a small inline SVG per row of the table (None: no per-step figures). Numbers only go in."""
+    drawn: list[Markup | None] = []
+    width, height, pad = 160, 26, 4
+    for metric in comparison.shown:
+        values = [*metric.before_steps, *metric.after_steps]
+        if not values:
+            drawn.append(None)
+            continue
+        low, high = min(values), max(values)
+        span = (high - low) or 1.0
+        circles = []
+        for row, (steps, color) in enumerate(
+            ((metric.before_steps, charts.BEFORE_DOT), (metric.after_steps, charts.AFTER_DOT))
+        ):
+            y = 7 + row * 12
+            for value in steps:
+                x = pad + (value - low) / span * (width - 2 * pad)
+                circles.append(f'<circle cx="{x:.1f}" cy="{y}" r="2.5" fill="{color}" fill-opacity="0.7"/>')
+        title = f"{len(metric.before_steps)} steps before (upper row), {len(metric.after_steps)} after (lower row)"
+        drawn.append(
+            Markup(
+                f'<svg class="dots" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+                f'role="img" aria-label="{title}"><title>{title}</title>{"".join(circles)}</svg>'
+            )
+        )
+    return drawn
+
+
 def page_values(comparison: Comparison) -> dict[str, Any]:
     """What ``templates/diff.html`` shows."""
     step = comparison.metric("step_time")
@@ -151,11 +202,17 @@ def page_values(comparison: Comparison) -> dict[str, Any]:
         "comparison": comparison,
         "chart": chart,
         "rows": [(m.title, m.text(m.before), m.text(m.after), m.change_text()) for m in comparison.shown],
+        "verdicts": [m.verdict_text() for m in comparison.shown],
+        "judged": any(m.verdict is not None for m in comparison.shown),
+        "dots": _dots(comparison),
         "statuses": [
             (title, status, [c for c in comparison.findings if c.status == status])
             for status, (title, _) in _STATUS.items()
         ],
         "duration": lambda us: "—" if us is None else format_duration(us * 1000),
+        "signed": lambda us: (
+            "—" if us is None else ("+" if us >= 0 else "−") + format_duration(abs(us) * 1000)
+        ),
         "kernel_short": short_kernel_name,
     }
 

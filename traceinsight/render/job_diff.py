@@ -123,6 +123,9 @@ def _metric_table(comparison: JobComparison) -> Table:
             metric.text(metric.after),
             metric.change_text(),
         )
+    if comparison.headline:
+        table.caption = comparison.headline
+        table.caption_justify = "left"
     return table
 
 

@@ -174,11 +174,30 @@ def _comparison(comparison: Comparison) -> str:
     if comparison.notes:
         lines.append("")
     basis = "per step" if comparison.basis == "per step" else "in all"
+    if comparison.headline:
+        lines += [f"**{escape(comparison.headline, 500)}**", ""]
+        lines += [f"- {escape(line, 300)}" for line in comparison.moved]
+        lines += [""] if comparison.moved else []
+    judged = any(m.verdict is not None for m in comparison.shown)
+    verdict = (f"verdict ({comparison.confidence * 100:.0f}% interval)",) if judged else ()
     lines += _table(
-        ("", "before", "after", "change"),
-        [(escape(m.title), m.text(m.before), m.text(m.after), m.change_text()) for m in comparison.shown],
+        ("", "before", "after", "change", *verdict),
+        [
+            (
+                escape(m.title),
+                m.text(m.before),
+                m.text(m.after),
+                m.change_text(),
+                *((m.verdict_text(),) if judged else ()),
+            )
+            for m in comparison.shown
+        ],
     )
     lines += ["", f"Times are {basis}.", ""]
+    if comparison.predictions:
+        lines += ["### Predicted and measured (fixed findings)", ""]
+        lines += [f"- {code_span(p.rule)}: {escape(p.text(), 400)}" for p in comparison.predictions]
+        lines.append("")
     for status, title in (("fixed", "Fixed"), ("new", "New"), ("still", "Still present")):
         changes = [change for change in comparison.findings if change.status == status]
         if not changes:
@@ -236,6 +255,8 @@ def _job_comparison(comparison: JobComparison) -> str:
     lines += [f"> ⚠️ Not the same setup: {escape(note, 300)}" for note in comparison.notes]
     if comparison.notes:
         lines.append("")
+    if comparison.headline:
+        lines += [f"**{escape(comparison.headline, 400)}**", ""]
     lines += _table(
         ("the job (per step; the mean rank unless named)", "before", "after", "change"),
         [(escape(m.title), m.text(m.before), m.text(m.after), m.change_text()) for m in comparison.shown],

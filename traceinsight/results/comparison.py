@@ -11,14 +11,25 @@ microseconds as the JSON writes them (:func:`.codec.us`). :class:`Comparison` is
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from traceinsight.analysis.causes import cause_label
 from traceinsight.formatting import format_duration, format_share, source_label
 from traceinsight.load.text import clean_text
 from traceinsight.results.codec import document_of, us
 from traceinsight.results.frames import comparison_frames
+from traceinsight.results.noise import (
+    CONFIDENCE,
+    GPU_RUN_SPREAD,
+    HOST_RUN_SPREAD,
+    NO_CHANGE_MARGIN,
+    SEED,
+    bootstrap_medians,
+    estimate,
+    median,
+)
 from traceinsight.results.stored import from_text
 from traceinsight.results.trace import SCHEMA_VERSION, Finding, Result
 from traceinsight.results.writer import strict_json
@@ -34,6 +45,7 @@ __all__ = [
     "FindingChange",
     "KernelChange",
     "Metric",
+    "Prediction",
     "compare",
     "finding_site",
     "syncs_per_step",
@@ -55,12 +67,32 @@ class Metric:
         "after",
         "change",
         ("written_relative", "relative"),
+        "lower",
+        "upper",
+        "relative_lower",
+        "relative_upper",
+        "verdict",
+        "before_steps",
+        "after_steps",
     )
     key: str
     label: str
     unit: str
     before: float | None
     after: float | None
+    #: The change's interval at the comparison's confidence (the metric's unit; None: no
+    #: per-step figures to draw it from), and as shares of before.
+    lower: float | None = None
+    upper: float | None = None
+    relative_lower: float | None = None
+    relative_upper: float | None = None
+    #: ``faster`` / ``slower`` (the step time) or ``lower`` / ``higher`` (every other figure),
+    #: ``no change`` or ``cannot tell`` (see :mod:`.noise`); None: not judged (no per-step figures).
+    verdict: str | None = None
+    #: Each steady step's value on each side (every run's, in order; the metric's unit), at most
+    #: :data:`STEPS_KEPT` a side: what the interval is drawn from, and the page's dots.
+    before_steps: tuple[float, ...] = ()
+    after_steps: tuple[float, ...] = ()
 
     @property
     def change(self) -> float | None:
@@ -93,6 +125,35 @@ class Metric:
         if self.unit == "share":
             return format_share(value)
         return f"{value:.3g}"
+
+    @property
+    def judged(self) -> bool:
+        """True when the change was told apart from noise (``faster``/``slower``/``lower``/``higher``)."""
+        return self.verdict in ("faster", "slower", "lower", "higher")
+
+    def interval_text(self) -> str:
+        """The interval of the change in words, as shares for times (``−31 % to −26 %``), in the
+        metric's unit otherwise; empty without one."""
+        if self.lower is None or self.upper is None:
+            return ""
+        if self.unit == "us" and self.key.startswith("idle:"):  # a cause can start from nothing
+            return " to ".join(
+                _minus(f"{'+' if value >= 0 else '-'}{format_duration(abs(value) * 1000)}")
+                for value in (self.lower, self.upper)
+            )
+        if self.unit == "us" and self.relative_lower is not None and self.relative_upper is not None:
+            return _minus(f"{self.relative_lower * 100:+.1f}% to {self.relative_upper * 100:+.1f}%")
+        if self.unit == "share":
+            return _minus(f"{self.lower * 100:+.1f} to {self.upper * 100:+.1f} pts")
+        return _minus(f"{self.lower:+.3g} to {self.upper:+.3g}")
+
+    def verdict_text(self) -> str:
+        """The verdict first, then the interval: ``faster: −31.0% to −26.0%``; ``cannot tell:
+        −40% to +20%``; ``—`` when not judged."""
+        if self.verdict is None:
+            return "—"
+        interval = self.interval_text()
+        return f"{self.verdict}: {interval}" if interval else self.verdict
 
     def change_text(self) -> str:
         """after − before in the metric's unit (points for shares, % too for times)."""
@@ -135,6 +196,42 @@ class FindingChange:
     def shown_site(self) -> str:
         """``site_label`` where there is one, else ``site``."""
         return self.site_label or self.site
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prediction:
+    """A finding fixed between the sides: its predicted saving (from before) beside the measured
+    change of the step and of the figure the finding targets (per step when both sides have steps,
+    µs; a saving is positive, a measured fall negative)."""
+
+    rule: str = field(metadata={"check": "id"})
+    site: str
+    predicted_us: float | None
+    #: The metric the finding targets: an idle cause (``idle:dataloader``), ``gpu_work`` or
+    #: ``host_wait``.
+    target: str
+    target_label: str
+    measured_step_us: float | None
+    measured_target_us: float | None
+    #: Other findings fixed at once: the measured change is theirs together.
+    together_with: tuple[str, ...] = ()
+
+    def text(self) -> str:
+        """``predicted 58.82 ms per step; measured: step −50.76 ms, DataLoader idle −47.54 ms``."""
+
+        def signed(value: float | None) -> str:
+            if value is None:
+                return "—"
+            return _minus(f"{'+' if value >= 0 else '-'}{format_duration(abs(value) * 1000)}")
+
+        predicted = "—" if self.predicted_us is None else format_duration(self.predicted_us * 1000)
+        words = (
+            f"predicted {predicted}; measured: step {signed(self.measured_step_us)}, "
+            f"{self.target_label} {signed(self.measured_target_us)}"
+        )
+        if self.together_with:
+            words += f" (with {', '.join(self.together_with)} fixed too: the change is theirs together)"
+        return words
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -183,6 +280,20 @@ class Comparison:
     idle: tuple[Metric, ...] = field(metadata={"key": "idle_by_cause"})
     findings: tuple[FindingChange, ...]
     kernels: tuple[KernelChange, ...]
+    #: The confidence of every interval (schema 3 on).
+    confidence: float = CONFIDENCE
+    #: Runs (traces, profiler cycles) pooled on each side, and their steady steps in all.
+    before_runs: int = field(default=1, metadata={"check": "count"})
+    after_runs: int = field(default=1, metadata={"check": "count"})
+    before_steps: int = field(default=0, metadata={"check": "count"})
+    after_steps: int = field(default=0, metadata={"check": "count"})
+    #: The run-to-run spread assumed for a side of one run (a share of its step time; see
+    #: :data:`.noise.HOST_RUN_SPREAD`), 0 when both sides pooled several runs.
+    run_spread: float = 0.0
+    #: What moved, in words: the GPU's own work against the host side (see :func:`what_moved`).
+    moved: tuple[str, ...] = ()
+    #: Each fixed finding's predicted saving beside the measured change it targets.
+    predictions: tuple[Prediction, ...] = ()
 
     def to_json(self) -> str:
         """The comparison as ``diff --json`` writes it."""
@@ -213,6 +324,37 @@ class Comparison:
     def metric(self, key: str) -> Metric:
         """The metric named ``key``."""
         return next(metric for metric in (*self.metrics, *self.idle) if metric.key == key)
+
+    @property
+    def headline(self) -> str:
+        """The step time's verdict first, with its interval and what it rests on: ``faster by
+        5.4-51.8% (95%): 6 steps before and 6 after, one run a side``; empty when not judged."""
+        step = next((metric for metric in self.metrics if metric.key == "step_time"), None)
+        if step is None or step.verdict is None or step.relative_lower is None or step.relative_upper is None:
+            return ""
+        low, high = step.relative_lower * 100, step.relative_upper * 100
+        level = f"{self.confidence * 100:.0f}%"
+        runs = (
+            "one run a side"
+            if self.before_runs == 1 and self.after_runs == 1
+            else f"{self.before_runs} runs before and {self.after_runs} after, pooled"
+        )
+        basis = f"{self.before_steps} steps before and {self.after_steps} after, {runs}"
+        if self.before_runs == 1 or self.after_runs == 1:
+            basis += f" (a run-to-run spread of ±{self.run_spread * 100:.1f}% per run assumed, measured)"
+        if step.verdict in ("faster", "slower"):
+            ends = sorted((abs(low), abs(high)))
+            return f"step time {step.verdict} by {ends[0]:.1f}-{ends[1]:.1f}% ({level}): {basis}"
+        width = (high - low) / 2
+        words = _minus(f"{low:+.1f}% to {high:+.1f}% ({level})")
+        if any("starved of CPU" in line for line in self.moved):
+            return f"step time: cannot tell, {words}: a run was starved of CPU (below); {basis}"
+        if step.verdict == "no change":
+            return f"step time: no change, {words}: {basis}"
+        return (
+            f"step time: cannot tell, {words}: {basis}; a change of about ±{width:.0f}% could be told "
+            "apart; more steps, more runs a side or a quieter machine would narrow it"
+        )
 
     @property
     def fixed(self) -> tuple[FindingChange, ...]:
@@ -302,8 +444,8 @@ def _notes(before: Result, after: Result) -> list[str]:
     return notes
 
 
-def compare(before: Result, after: Result, before_label: str, after_label: str, top: int = 10) -> Comparison:
-    """Compare two results: see the module doc."""
+def _base(before: Result, after: Result, before_label: str, after_label: str, top: int = 10) -> Comparison:
+    """Two results compared figure by figure, nothing judged yet."""
     basis = "per step" if _steps(before) and _steps(after) else "in all"
 
     def step_time(result: Result) -> float | None:
@@ -453,3 +595,386 @@ def compare(before: Result, after: Result, before_label: str, after_label: str, 
         findings=tuple(changes),
         kernels=tuple(change for change in moved[:top] if change.change_us),
     )
+
+
+#: Per-step values kept per side and metric in a comparison (the JSON's ``before_steps``).
+STEPS_KEPT: Final = 1000
+
+#: The idle cause each rule's fix targets (the rest target the GPU's own work or its idle in all).
+_TARGETS: Final = {
+    "dataloader-stall": "idle:dataloader",
+    "sync-in-loop": "idle:sync",
+    "sync-in-forward": "idle:sync",
+    "pageable-memcpy": "idle:copy",
+    "blocking-h2d": "idle:copy",
+    "launch-bound": "idle:host-bound",
+    "optimizer-not-fused": "idle:host-bound",
+    "host-preprocessing": "idle:cpu_op",
+    "exposed-communication": "idle:communication",
+    "pipeline-bubble": "idle:other-gpu",
+    "amp-opportunity": "gpu_work",
+    "tf32-opportunity": "gpu_work",
+}
+
+
+def step_figures(result: Result) -> dict[str, list[float]]:
+    """Each steady step's figures (µs, shares), by metric key: ``step_time``, ``gpu_work`` (the
+    GPU's busy time per step), ``host_wait`` (its idle time per step), the busy classes' and idle's
+    shares of the step, ``idle:<cause>``. Devices are averaged per step (the step time is the
+    longest); a trace without GPU steps has its step times alone."""
+    by_step: dict[int, list[Any]] = {}
+    for step in result.steps:
+        if step.steady:
+            by_step.setdefault(step.step, []).append(step)
+    figures: dict[str, list[float]] = {}
+    times = [us(value) for value in result.steady_state.step_times_ns]
+    causes = list(
+        dict.fromkeys(
+            cause for steps in by_step.values() for step in steps for cause in step.idle_by_cause_ns
+        )
+    )
+    for steps in by_step.values():
+        count = len(steps)
+        span = sum(step.span_ns for step in steps)
+
+        def add(key: str, value: float) -> None:
+            figures.setdefault(key, []).append(value)
+
+        add("gpu_work", us(sum(step.busy_ns for step in steps) / count))
+        add("host_wait", us(sum(step.idle_ns for step in steps) / count))
+        if span:
+            add("busy_share", sum(step.busy_ns for step in steps) / span)
+            add("compute_share", sum(step.compute_ns for step in steps) / span)
+            add("communication_share", sum(step.communication_ns for step in steps) / span)
+            add("copy_share", sum(step.copy_exposed_ns for step in steps) / span)
+            add("idle_share", sum(step.idle_ns for step in steps) / span)
+        for cause in causes:
+            add(f"idle:{text(cause)}", us(sum(step.idle_by_cause_ns.get(cause, 0) for step in steps) / count))
+        if not result.steady_state.step_times_ns:
+            add("step_time", us(max(step.span_ns for step in steps)))
+    if times:
+        figures["step_time"] = times
+    return figures
+
+
+def _pooled_step(results: Sequence[Result]) -> float | None:
+    """The median of every run's steady step times (None when a run has no figures)."""
+    times = [value for result in results for value in step_figures(result).get("step_time", [])]
+    return median(times) if times else None
+
+
+def compare(
+    before: Result | Sequence[Result],
+    after: Result | Sequence[Result],
+    before_label: str,
+    after_label: str,
+    top: int = 10,
+) -> Comparison:
+    """Compare two results, or two sides of several runs each (traces of one setup: profiler
+    cycles, repeated runs), pooled: see the module doc. Findings, kernels and notes are each side's
+    first run's; every figure with per-step values is judged (:mod:`.noise`)."""
+    befores = [before] if isinstance(before, Result) else list(before)
+    afters = [after] if isinstance(after, Result) else list(after)
+    base = _base(befores[0], afters[0], before_label, after_label, top)
+    if len(befores) > 1 or len(afters) > 1:
+        base = _pooled(base, befores, afters)
+    per_step = base.basis == "per step"
+    figures_before = [step_figures(result) for result in befores]
+    figures_after = [step_figures(result) for result in afters]
+    step_before = _pooled_step(befores) or 0.0
+    step_after = _pooled_step(afters) or 0.0
+
+    def filled(figures: list[dict[str, list[float]]]) -> list[dict[str, list[float]]]:
+        """Each run's figures with every idle cause either side has (0 in each step that lacks it)."""
+        causes = {key for run in (*figures_before, *figures_after) for key in run if key.startswith("idle:")}
+        return [
+            {**run, **{key: [0.0] * len(run.get("host_wait", [])) for key in causes if key not in run}}
+            for run in figures
+        ]
+
+    drawn_before = bootstrap_medians(filled(figures_before), seed=SEED) if per_step else {}
+    drawn_after = bootstrap_medians(filled(figures_after), seed=SEED + 1) if per_step else {}
+
+    def runs(figures: list[dict[str, list[float]]], key: str) -> list[list[float]]:
+        """A side's runs' values of ``key``; an idle cause a run's steps lack is 0 in each."""
+        if key.startswith("idle:"):
+            return [run.get(key, [0.0] * len(run.get("host_wait", []))) for run in figures]
+        return [run.get(key, []) for run in figures]
+
+    def host_share(figures: list[dict[str, list[float]]], key: str) -> float:
+        """The idle cause's part of the GPU's wait on the host (medians), what its run-to-run
+        spread is taken as a part of."""
+        waits = [value for run in runs(figures, "host_wait") for value in run]
+        part = [value for run in runs(figures, key) for value in run]
+        return min(1.0, median(part) / median(waits)) if part and waits and median(waits) > 0 else 0.0
+
+    def judged(metric: Metric) -> Metric:
+        if not per_step:
+            return metric
+        was, now = runs(figures_before, metric.key), runs(figures_after, metric.key)
+        middle_before = median([value for run in was for value in run]) if any(was) else 0.0
+        middle_after = median([value for run in now for value in run]) if any(now) else 0.0
+        if metric.key == "gpu_work":
+            spreads = (GPU_RUN_SPREAD * middle_before, GPU_RUN_SPREAD * middle_after)
+            margin = NO_CHANGE_MARGIN * middle_before
+        elif metric.unit == "share":
+            spreads = (HOST_RUN_SPREAD * middle_before, HOST_RUN_SPREAD * middle_after)
+            margin = NO_CHANGE_MARGIN
+        elif metric.key.startswith("idle:"):  # the host's spread, shared by its causes by size
+            spreads = (
+                HOST_RUN_SPREAD * step_before * host_share(figures_before, metric.key),
+                HOST_RUN_SPREAD * step_after * host_share(figures_after, metric.key),
+            )
+            margin = NO_CHANGE_MARGIN * step_before
+        else:  # host-paced times: the step, the GPU's wait on the host
+            spreads = (HOST_RUN_SPREAD * step_before, HOST_RUN_SPREAD * step_after)
+            margin = NO_CHANGE_MARGIN * step_before
+        draws = (drawn_before.get(metric.key, []), drawn_after.get(metric.key, []))
+        found = estimate(
+            was,
+            now,
+            run_sd_before=spreads[0],
+            run_sd_after=spreads[1],
+            margin=margin,
+            drawn=draws if all(draws) else None,
+        )
+        kept = (_kept(was, metric.unit), _kept(now, metric.unit))
+        if found is None or metric.change is None:
+            return replace(metric, before_steps=kept[0], after_steps=kept[1])
+        # The interval's width is the steps' and runs'; it stands around the change shown (a share
+        # of the whole steady state need not be its steps' median share).
+        below, above = found.change - found.lower, found.upper - found.change
+        lower = min(metric.change, found.change) - below
+        upper = max(metric.change, found.change) + above
+        # A time or a share is never below 0 (nor a share above 1): the normal interval is cut there.
+        if metric.before is not None:
+            lower = max(lower, -metric.before)
+            if metric.unit == "share":
+                upper = min(upper, 1.0 - metric.before)
+        if lower > 0:
+            verdict = "higher"
+        elif upper < 0:
+            verdict = "lower"
+        elif -margin <= lower and upper <= margin:
+            verdict = "no change"
+        else:
+            verdict = "cannot tell"
+        if metric.key == "step_time":
+            verdict = {"higher": "slower", "lower": "faster"}.get(verdict, verdict)
+        relative = metric.before if metric.before else None
+        return replace(
+            metric,
+            lower=_rounded(lower, metric.unit),
+            upper=_rounded(upper, metric.unit),
+            relative_lower=None if relative is None else round(lower / relative, 4),
+            relative_upper=None if relative is None else round(upper / relative, 4),
+            verdict=verdict,
+            before_steps=kept[0],
+            after_steps=kept[1],
+        )
+
+    extra = []
+    if per_step:
+        for key, label in (("gpu_work", "GPU work"), ("host_wait", "GPU waiting on the host")):
+            was = [value for run in runs(figures_before, key) for value in run]
+            now = [value for run in runs(figures_after, key) for value in run]
+            if was and now:
+                extra.append(Metric(key, label, "us", round(median(was), 3), round(median(now), 3)))
+    metrics = [judged(metric) for metric in (*base.metrics[:1], *extra, *base.metrics[1:])]
+    idle = [judged(metric) for metric in base.idle]
+    one_run = len(befores) == 1 or len(afters) == 1
+    comparison = replace(
+        base,
+        metrics=tuple(metrics),
+        idle=tuple(idle),
+        before_runs=len(befores),
+        after_runs=len(afters),
+        before_steps=sum(len(run.get("step_time", [])) for run in figures_before),
+        after_steps=sum(len(run.get("step_time", [])) for run in figures_after),
+        run_spread=HOST_RUN_SPREAD if one_run else 0.0,
+    )
+    starved = [_starved(results) for results in (befores, afters)]
+    step = comparison.metric("step_time")
+    lines: list[str] = []
+    for name, (mine, theirs) in (("before", starved), ("after", starved[::-1])):
+        if mine is None or mine[0] < STARVED_WAIT_SHARE or (theirs is not None and mine[0] < 2 * theirs[0]):
+            continue
+        other = "after" if name == "before" else "before"
+        against = f", against {theirs[0] * 100:.0f}% {other} ({theirs[1]})" if theirs is not None else ""
+        lines.append(
+            f"the {name} run was starved of CPU: its steps waited {mine[0] * 100:.0f}% of their time "
+            f"for a CPU ({mine[1]}){against}: a difference of the machine, not of the code"
+        )
+    both = all(side is not None and side[0] >= STARVED_WAIT_SHARE for side in starved)
+    if both:
+        assert starved[0] is not None and starved[1] is not None
+        lines.append(
+            f"both runs were starved of CPU: their steps waited {starved[0][0] * 100:.0f}% and "
+            f"{starved[1][0] * 100:.0f}% of their time for a CPU ({starved[0][1]}; {starved[1][1]}): "
+            "step time on this machine measures its load; judge syncs per step, findings and GPU work"
+        )
+    if lines and step.verdict in ("faster", "slower"):
+        # The run that waited for a CPU is the slower one: its steps measure the machine's load.
+        slower = "after" if step.verdict == "slower" else "before"
+        if both or any(line.startswith(f"the {slower} run") for line in lines):
+            step = replace(step, verdict="cannot tell")
+            comparison = replace(
+                comparison, metrics=tuple(step if m.key == "step_time" else m for m in comparison.metrics)
+            )
+    return replace(
+        comparison,
+        moved=(*lines, *what_moved(comparison)),
+        predictions=predictions(comparison),
+    )
+
+
+#: A run whose steps' thread waited for a CPU this share of their wall time (median) or more was
+#: starved of CPU (on an idle machine the share is ~0; 2 cores under load 8: most of the step).
+STARVED_WAIT_SHARE: Final = 0.2
+
+
+def _starved(results: Sequence[Result]) -> tuple[float, str] | None:
+    """How much of its steps a side's runs waited for a CPU (median share of the wall time) and
+    the machine's load in words; None where ``run`` did not measure it (a trace alone cannot say).
+    A side is starved at :data:`STARVED_WAIT_SHARE` or more and twice the other side's share."""
+    shares, loads, cores = [], [], None
+    for result in results:
+        if result.run is None:
+            continue
+        cores = cores or result.run.cores
+        for usage in result.run.step_usage:
+            if usage.cpu_wait_ns is not None and usage.wall_ns > 0:
+                shares.append(usage.cpu_wait_ns / usage.wall_ns)
+            if usage.load_1m is not None:
+                loads.append(usage.load_1m)
+    if not shares:
+        return None
+    share = median(shares)
+    load = f"load average {median(loads):.1f}" if loads else "load unknown"
+    return share, f"{load} on {cores} cores" if cores else load
+
+
+def _kept(runs: list[list[float]], unit: str) -> tuple[float, ...]:
+    """A side's per-step values as the JSON keeps them (rounded, at most :data:`STEPS_KEPT`)."""
+    return tuple(_rounded(value, unit) for run in runs for value in run)[:STEPS_KEPT]
+
+
+def _rounded(value: float, unit: str) -> float:
+    return round(value, 4 if unit == "share" else 3)
+
+
+def _pooled(base: Comparison, befores: list[Result], afters: list[Result]) -> Comparison:
+    """``base`` (the first runs compared) with each figure the runs' own: the step time the median
+    of every run's steps, every other figure the mean of the runs' figures (an idle cause a run
+    lacks counts 0 there)."""
+
+    def side(results: list[Result]) -> tuple[dict[str, float | None], dict[str, float]]:
+        figures: dict[str, list[float]] = {}
+        idle: dict[str, float] = {}
+        for result in results:
+            alone = _base(result, result, "", "")
+            for metric in alone.metrics:
+                if metric.before is not None:
+                    figures.setdefault(metric.key, []).append(metric.before)
+            for metric in alone.idle:
+                idle[metric.key] = idle.get(metric.key, 0.0) + (metric.before or 0.0) / len(results)
+        means: dict[str, float | None] = {key: round(sum(v) / len(v), 4) for key, v in figures.items()}
+        if base.basis == "per step":
+            step = _pooled_step(results)
+            means["step_time"] = None if step is None else round(step, 3)
+        return means, {key: round(value, 3) for key, value in idle.items()}
+
+    (was, was_idle), (now, now_idle) = side(befores), side(afters)
+    causes = dict.fromkeys([*was_idle, *now_idle])
+    return replace(
+        base,
+        metrics=tuple(replace(m, before=was.get(m.key), after=now.get(m.key)) for m in base.metrics),
+        idle=tuple(
+            Metric(key, key.removeprefix("idle:"), "us", was_idle.get(key, 0.0), now_idle.get(key, 0.0))
+            for key in causes
+        ),
+        notes=(
+            *base.notes,
+            f"pooled {len(befores)} run{'s' if len(befores) > 1 else ''} before and {len(afters)} after "
+            "(findings and kernels: each side's first run's)",
+        ),
+    )
+
+
+def _find(comparison: Comparison, key: str) -> Metric | None:
+    return next((metric for metric in (*comparison.metrics, *comparison.idle) if metric.key == key), None)
+
+
+def what_moved(comparison: Comparison) -> tuple[str, ...]:
+    """What moved between the sides, in words: the GPU's own work per step (its kernels, copies,
+    collectives: what a code change moves, stable from run to run) against the host side (the GPU
+    waiting on the DataLoader, Python, launches: what runs vary by), with the idle cause that
+    moved most. Empty without per-step figures."""
+    gpu, host = _find(comparison, "gpu_work"), _find(comparison, "host_wait")
+    if gpu is None or host is None or gpu.before is None or gpu.after is None:
+        return ()
+    lines = []
+    sides = f"({gpu.text(gpu.before)} → {gpu.text(gpu.after)})"
+    if gpu.judged and gpu.relative is not None:
+        lines.append(
+            f"GPU work {abs(gpu.relative) * 100:.1f}% {'less' if gpu.verdict == 'lower' else 'more'} {sides}"
+        )
+    elif gpu.verdict == "no change":
+        lines.append(f"GPU work unchanged {sides}")
+    else:
+        lines.append(f"GPU work: cannot tell {sides}")
+    causes = [m for m in comparison.idle if m.change is not None and m.key.startswith("idle:")]
+    largest = max(causes, key=lambda m: abs(m.change or 0.0), default=None)
+    host_words = f"the GPU's wait on the host {host.text(host.before)} → {host.text(host.after)}"
+    if largest is not None and largest.change:
+        host_words += (
+            f"; most of it {cause_label(largest.label)} ({largest.text(largest.before)} → "
+            f"{largest.text(largest.after)})"
+        )
+    if host.judged:
+        lines.append(
+            f"{host_words}: {'shorter' if host.verdict == 'lower' else 'longer'}, told apart from noise"
+        )
+    elif host.verdict == "no change":
+        lines.append(f"{host_words}: unchanged")
+    else:
+        one_run = comparison.before_runs == 1 or comparison.after_runs == 1
+        lines.append(
+            f"{host_words}: a difference of the host within what "
+            + (
+                f"runs vary by (±{comparison.run_spread * 100:.0f}% of the step per run, measured)"
+                if one_run
+                else "these runs vary by"
+            )
+        )
+    return tuple(lines)
+
+
+def predictions(comparison: Comparison) -> tuple[Prediction, ...]:
+    """Each fixed finding's predicted saving (from before) beside the measured change of the step
+    and of the figure the fix targets; several fixed at once share the measured change."""
+    step = _find(comparison, "step_time")
+    fixed = comparison.fixed
+    made = []
+    for change in fixed:
+        target = _TARGETS.get(change.rule, "host_wait")
+        metric = _find(comparison, target)
+        if metric is None and target.startswith("idle:"):
+            label = f"idle: {cause_label(target.removeprefix('idle:'))}"
+            measured = None
+        else:
+            label = metric.title if metric is not None else target
+            measured = None if metric is None else metric.change
+        made.append(
+            Prediction(
+                rule=change.rule,
+                site=change.shown_site,
+                predicted_us=change.before_saving_us,
+                target=target,
+                target_label=label,
+                measured_step_us=None if step is None or step.change is None else round(step.change, 3),
+                measured_target_us=None if measured is None else round(measured, 3),
+                together_with=tuple(other.rule for other in fixed if other is not change),
+            )
+        )
+    return tuple(made)

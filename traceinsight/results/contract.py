@@ -76,6 +76,8 @@ def result_of(report: Report) -> t.Result:
             exit_status=run.exit_status,
             failure=run.failure,
             steps_recorded=run.steps_recorded,
+            cores=run.cores,
+            step_usage=tuple(t.StepUsage(*usage) for usage in run.step_usage),
         ),
         warnings=tuple(analysis.warnings),
         steady_state=t.SteadyState(
@@ -90,6 +92,7 @@ def result_of(report: Report) -> t.Result:
             ),
             startup_end_ns=None if steady.startup_end_ns is None else steady.startup_end_ns - origin,
             startup_evidence=steady.startup_evidence,
+            step_times_ns=tuple(step.duration_ns for step in steady.steady_steps),
         ),
         utilization=utilization_of(total_usage(analysis.usage), bool(analysis.usage)),
         devices=analysis.devices,

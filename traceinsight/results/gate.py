@@ -34,6 +34,7 @@ __all__ = [
     "broken_job_diff",
     "broken_ranks",
     "budgets_from_table",
+    "held_back",
 ]
 
 #: The exit status of a broken gate (bad input stays 2, internal errors 3).
@@ -183,12 +184,32 @@ def broken_diff(comparison: Comparison, after: Result, budgets: Budgets) -> list
 
 
 def _regression(step: Metric, most: float) -> list[str]:
-    """The step time's growth over ``most`` percent, as a line (none when within it)."""
+    """The step time's growth over ``most`` percent, as a line, when it is told apart from noise
+    too (its verdict ``slower``: the whole interval above no change). None when within the budget,
+    or when the growth cannot be told apart from what steps and runs vary by (a comparison
+    without a verdict, e.g. a stored one of schema 2, is judged on the change alone)."""
     if step.relative is None or step.relative * 100 <= most:
+        return []
+    if step.verdict is not None and step.verdict != "slower":
         return []
     return [
         f"the {step.label} grew {step.relative * 100:.1f}% ({step.before:,.1f} µs → {step.after:,.1f} µs), "
         f"over --max-regression {most:g}%"
+        + (f" and told apart from noise ({step.interval_text()})" if step.verdict else "")
+    ]
+
+
+def held_back(step: Metric, most: float | None) -> list[str]:
+    """What the gate did not break on: a step-time growth over ``most`` percent that could not be
+    told apart from noise, in words that say what would tell (one line; none otherwise)."""
+    if most is None or step.relative is None or step.relative * 100 <= most:
+        return []
+    if step.verdict is None or step.verdict == "slower":
+        return []
+    return [
+        f"the {step.label} grew {step.relative * 100:.1f}%, over --max-regression {most:g}%, but "
+        f"{step.verdict} ({step.interval_text()}): not broken; more steps, more runs a side "
+        "(profiler cycles, repeated runs) or a quieter machine would tell"
     ]
 
 

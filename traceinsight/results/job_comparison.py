@@ -19,6 +19,7 @@ over those ranks. :class:`JobComparison` is itself a result: ``diff --json`` wri
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from statistics import median_low
@@ -28,6 +29,7 @@ from traceinsight.results.codec import document_of, us
 from traceinsight.results.comparison import DiffTool, Metric, text
 from traceinsight.results.frames import comparison_frames
 from traceinsight.results.job import CAUSE_WORDS, JobFindingEntry, JobResult, Rank, StragglerEntry
+from traceinsight.results.noise import HOST_RUN_SPREAD, NO_CHANGE_MARGIN, estimate
 from traceinsight.results.stored import from_text
 from traceinsight.results.trace import SCHEMA_VERSION
 from traceinsight.results.writer import strict_json
@@ -156,6 +158,18 @@ class JobComparison:
     ranks: tuple[RankChange, ...]
     stragglers: tuple[StragglerChange, ...]
     findings: tuple[JobFindingChange, ...]
+
+    @property
+    def headline(self) -> str:
+        """The job's step-time verdict first: ``step time: cannot tell, −18.9% to +23.4% (95%):
+        the run-to-run spread alone (a job's result keeps no per-step figures)``; empty when not judged."""
+        step = next((metric for metric in self.metrics if metric.key == "step_time"), None)
+        if step is None or step.verdict is None:
+            return ""
+        return (
+            f"step time: {step.verdict}, {step.interval_text()} (95%): the run-to-run spread alone "
+            "(a job's result keeps no per-step figures, so the interval is a lower bound)"
+        )
 
     def to_json(self) -> str:
         """The comparison as ``diff --json`` writes it."""
@@ -455,9 +469,38 @@ def compare_jobs(before: JobResult, after: JobResult, before_label: str, after_l
         before=before_label,
         after=after_label,
         notes=tuple(_notes(before, after)),
-        metrics=_metrics(_JOB_METRICS, _job_figures(before), _job_figures(after)),
+        metrics=tuple(
+            _judged_step(metric)
+            for metric in _metrics(_JOB_METRICS, _job_figures(before), _job_figures(after))
+        ),
         idle=_idle_by_cause(before, after),
         ranks=_rank_changes(before, after),
         stragglers=_straggler_changes(before, after),
         findings=_finding_changes(before, after),
+    )
+
+
+def _judged_step(metric: Metric) -> Metric:
+    """The job's median step time judged against run-to-run variation alone (a job's result keeps
+    no per-step figures): its interval is the change ± what one run of each side may differ by
+    (:data:`~.noise.HOST_RUN_SPREAD`), a lower bound on its width; other metrics as they are."""
+    if metric.key != "step_time" or metric.before is None or metric.after is None or metric.change is None:
+        return metric
+    found = estimate(
+        [[metric.before]],
+        [[metric.after]],
+        run_sd_before=HOST_RUN_SPREAD * metric.before,
+        run_sd_after=HOST_RUN_SPREAD * metric.after,
+        margin=NO_CHANGE_MARGIN * metric.before,
+    )
+    if found is None:
+        return metric
+    verdict = {"higher": "slower", "lower": "faster"}.get(found.verdict, found.verdict)
+    return dataclasses.replace(
+        metric,
+        lower=round(found.lower, 3),
+        upper=round(found.upper, 3),
+        relative_lower=None if found.relative_lower is None else round(found.relative_lower, 4),
+        relative_upper=None if found.relative_upper is None else round(found.relative_upper, 4),
+        verdict=verdict,
     )

@@ -41,6 +41,11 @@ class RunContext:
     """Complete steps in the trace (None: the whole run as one window)."""
     script_is_module: bool = False
     """True when :attr:`script` is a module name (``traceinsight run -m``)."""
+    cores: int | None = None
+    """CPUs the machine had (``os.cpu_count()``)."""
+    step_usage: tuple[tuple[int, int, int | None, float | None], ...] = ()
+    """Each recorded step's (wall ns, the process's CPU ns, ns its thread waited for a CPU or None,
+    the machine's 1-minute load or None), as :class:`traceinsight.capture.recorder.StepUsage`."""
 
 
 @dataclass(frozen=True, slots=True)

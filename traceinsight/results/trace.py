@@ -24,6 +24,10 @@ was on when recording began; null when the trace does not say) and ``source_func
 hot spots and findings ``framework_call`` (framework code the calls happen in that reads values on
 the host by design, such as ``torch.optim.LBFGS``). ``source`` keeps its meaning: the frame's
 ``file:line``.
+
+Schema 3 added ``steady_state.step_times_us`` (every steady step's time) and, in a comparison, each
+metric's interval and verdict (see :mod:`.comparison`, ``docs/json.md``); a schema-2 file reads
+with ``step_times_us`` empty.
 """
 
 from __future__ import annotations
@@ -83,6 +87,7 @@ __all__ = [
     "RunInfo",
     "SteadyState",
     "Step",
+    "StepUsage",
     "SyncCall",
     "SyncHotspot",
     "Tool",
@@ -93,7 +98,7 @@ __all__ = [
 ]
 
 #: The version of every result's JSON (a trace's, a job's, a comparison's).
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -141,6 +146,23 @@ class RunInfo:
     exit_status: int
     failure: str | None
     steps_recorded: int | None
+    #: CPUs the machine had (schema 3).
+    cores: int | None = None
+    #: Each recorded step as the process lived it (schema 3): what tells a step starved of CPU.
+    step_usage: tuple[StepUsage, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StepUsage:
+    """``[wall_us, cpu_us, cpu_wait_us, load_1m]`` of one recorded step: its wall time, the
+    process's CPU time (every thread), the time its thread waited for a CPU (Linux; null
+    elsewhere), the machine's 1-minute load average at its end (null where unknown)."""
+
+    JSON_ARRAY: ClassVar[bool] = True
+    wall_ns: int
+    cpu_ns: int
+    cpu_wait_ns: int | None
+    load_1m: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +188,9 @@ class SteadyState:
     gpu_windows_ns: tuple[Window, ...] = ()
     startup_end_ns: int | None
     startup_evidence: str | None
+    #: Every steady step's time, in the trace's order (``step_time_ns`` is their median): what a
+    #: diff's interval is drawn from when the trace has no GPU steps (schema 3).
+    step_times_ns: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

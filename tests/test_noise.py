@@ -1,0 +1,432 @@
+"""A diff that knows its noise: the interval and verdict of each figure (traceinsight.results.noise),
+the gate that breaks only on a slowdown told apart from noise, runs pooled per side, and each fixed
+finding's predicted saving beside the measured change.
+
+The real pairs: pytorch/kineto's ResNet-50 samples, two profiler cycles of each of two runs (DataLoader
+workers 0 and 4; ``sample_traces/`` holds the first cycles, ``tests/data/resnet50_cycles/`` the
+second). Cycles of one run are "nothing changed"; workers 0 → 4 is a real change (~28 % faster).
+Expected step times come from the raw events (``reference_split``), not from the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+from tracebuild import SAMPLES, read_events
+from typer.testing import CliRunner
+
+from traceinsight.commands import app
+from traceinsight.results.comparison import Metric
+from traceinsight.results.gate import held_back
+from traceinsight.results.noise import HOST_RUN_SPREAD, estimate
+
+runner = CliRunner()
+CYCLES = Path(__file__).parent / "data" / "resnet50_cycles"
+RUNS = {
+    "w0c1": SAMPLES / "v100_resnet50_workers0.pt.trace.json.gz",
+    "w0c2": CYCLES / "workers0" / "worker0.1623143566756.pt.trace.json.gz",
+    "w4c1": SAMPLES / "v100_resnet50_workers4.pt.trace.json.gz",
+    "w4c2": CYCLES / "workers4" / "worker0.1623213129365.pt.trace.json.gz",
+}
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    result = runner.invoke(app, list(args))
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.stdout, result.stderr
+
+
+def raw_step_times_us(path: Path) -> list[float]:
+    """Every step's time from the raw events: when each step was done minus when it began."""
+    from reference_split import step_windows
+
+    _, raw = read_events(path)
+    return [(window.done - window.begin) / 1000 for window in step_windows(raw)]
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Each cycle's result as ``analyze --json`` writes it (each trace read once for the module)."""
+    folder = tmp_path_factory.mktemp("results")
+    paths = {}
+    for name, trace in RUNS.items():
+        paths[name] = folder / f"{name}.json"
+        code, _, _ = invoke("analyze", str(trace), "--no-html", "--json", str(paths[name]))
+        assert code == 0
+    return paths
+
+
+# --- the statistics, on numbers made here ---------------------------------------------------------
+
+
+def test_identical_sides_are_no_change() -> None:
+    steps = [10.0, 11.0, 9.5, 10.2, 10.4, 9.9]
+    found = estimate([steps], [steps], margin=1.0)
+    assert found is not None
+    assert found.change == 0 and found.lower <= 0 <= found.upper and found.verdict == "no change"
+
+
+def test_a_clear_shift_is_told_and_its_interval_holds_it() -> None:
+    before = [100.0 + (i % 5) for i in range(40)]
+    after = [value + 30 for value in before]
+    found = estimate([before], [after], margin=5)
+    assert found is not None
+    assert found.change == pytest.approx(statistics.median(after) - statistics.median(before)) == 30
+    assert found.lower <= 30 <= found.upper and found.verdict == "higher"
+    backwards = estimate([after], [before], margin=5)
+    assert backwards is not None and backwards.verdict == "lower"
+
+
+def test_the_same_input_gives_the_same_interval() -> None:
+    before, after = [[3.0, 5.0, 4.0, 8.0, 4.5]], [[4.0, 6.0, 3.5, 9.0, 5.0]]
+    assert estimate(before, after) == estimate(before, after)
+
+
+def test_one_run_a_side_is_at_least_as_wide_as_the_run_to_run_spread() -> None:
+    """Steps that do not vary at all: the interval is the runs' spread alone, ±z·√2·sd."""
+    found = estimate([[100.0] * 8], [[100.0] * 8], run_sd_before=5.0, run_sd_after=5.0, margin=1)
+    assert found is not None
+    half = 1.959964 * math.sqrt(5.0**2 + 5.0**2)
+    assert found.lower == pytest.approx(-half) and found.upper == pytest.approx(half)
+    assert found.verdict == "cannot tell"
+
+
+def test_runs_that_differ_more_than_assumed_widen_a_pooled_side() -> None:
+    """Two runs a side whose medians are 100 and 120: their standard deviation (14.14), not the
+    smaller spread given, is the runs' part."""
+    runs = [[100.0] * 5, [120.0] * 5]
+    found = estimate(runs, runs, run_sd_before=1.0, run_sd_after=1.0)
+    assert found is not None
+    spread = statistics.stdev([100.0, 120.0])
+    half = 1.959964 * math.sqrt(2 * spread**2 / 2)
+    assert found.upper == pytest.approx(half, rel=0.05)
+
+
+def test_an_empty_side_is_not_judged() -> None:
+    assert estimate([[]], [[1.0]]) is None
+
+
+# --- the gate's rule -------------------------------------------------------------------------------
+
+
+def _step(before: float, after: float, verdict: str | None) -> Metric:
+    return Metric("step_time", "step time", "us", before, after, lower=-1.0, upper=1.0, verdict=verdict)
+
+
+@pytest.mark.parametrize(
+    ("verdict", "breaks"), [("slower", True), ("cannot tell", False), ("no change", False), (None, True)]
+)
+def test_the_regression_budget_breaks_only_when_told_apart(verdict: str | None, breaks: bool) -> None:
+    from traceinsight.results.gate import _regression
+
+    assert bool(_regression(_step(100.0, 120.0, verdict), 5)) is breaks
+    assert bool(held_back(_step(100.0, 120.0, verdict), 5)) is (verdict in ("cannot tell", "no change"))
+    assert _regression(_step(100.0, 104.0, verdict), 5) == []  # within the budget: never
+
+
+# --- real pairs ------------------------------------------------------------------------------------
+
+
+def test_the_cycles_step_times_are_the_raw_steps(stored: dict[str, Path]) -> None:
+    """The per-step figures a diff is drawn from are the trace's steady steps, as the raw events time them."""
+    for name, path in stored.items():
+        kept = json.loads(path.read_text())["steady_state"]["step_times_us"]
+        raw = raw_step_times_us(RUNS[name])
+        assert len(kept) == 6
+        assert all(any(abs(value - step) <= 0.002 for step in raw) for value in kept)
+
+
+@pytest.mark.parametrize(
+    ("before", "after"), [("w0c1", "w0c2"), ("w0c2", "w0c1"), ("w4c1", "w4c2"), ("w4c2", "w4c1")]
+)
+def test_two_cycles_of_one_run_do_not_break_the_gate(
+    stored: dict[str, Path], before: str, after: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "diff.json"
+    code, _, stderr = invoke(
+        "diff",
+        str(stored[before]),
+        str(stored[after]),
+        "--no-html",
+        "--json",
+        str(out),
+        "--max-regression",
+        "5",
+    )
+    assert code == 0
+    step = next(m for m in json.loads(out.read_text())["metrics"] if m["key"] == "step_time")
+    assert step["verdict"] == "cannot tell" and step["lower"] < 0 < step["upper"]
+    grew = statistics.median(step["after_steps"]) / statistics.median(step["before_steps"]) - 1
+    assert step["relative"] == pytest.approx(grew, abs=1e-4)
+    if grew > 0.05:  # over the budget, held back: the line says so and what would tell
+        assert "not broken" in stderr and "more runs a side" in stderr
+
+
+def test_the_real_change_is_faster_with_an_interval(stored: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "diff.json"
+    code, stdout, _ = invoke(
+        "diff", str(stored["w0c1"]), str(stored["w4c1"]), "--no-html", "--json", str(out)
+    )
+    assert code == 0
+    # The verdict first, with its interval and what it rests on, before the table.
+    headline = stdout.index("step time faster by")
+    assert (
+        headline < stdout.index("Before and after") and "6 steps before and 6 after, one run a side" in stdout
+    )
+    document = json.loads(out.read_text())
+    assert document["schema"] == 3 and document["before_runs"] == document["after_runs"] == 1
+    step = next(m for m in document["metrics"] if m["key"] == "step_time")
+    before = statistics.median(raw_step_times_us(RUNS["w0c1"])[:6])
+    after = statistics.median(raw_step_times_us(RUNS["w4c1"])[:6])
+    assert step["before"] == pytest.approx(before, abs=0.01) and step["after"] == pytest.approx(
+        after, abs=0.01
+    )
+    assert step["verdict"] == "faster" and step["lower"] <= step["change"] <= step["upper"] < 0
+    # One run a side: the interval is at least what the runs' spread alone gives.
+    assert step["upper"] - step["lower"] >= 2 * 1.959964 * HOST_RUN_SPREAD * math.hypot(before, after) - 0.01
+    gpu = next(m for m in document["metrics"] if m["key"] == "gpu_work")
+    assert gpu["verdict"] == "no change"  # the GPU's own work did not move; the host side did
+    assert any("DataLoader" in line for line in document["moved"])
+
+
+def test_the_real_change_reversed_breaks_the_gate(stored: dict[str, Path]) -> None:
+    code, _, stderr = invoke(
+        "diff", str(stored["w4c1"]), str(stored["w0c1"]), "--no-html", "--max-regression", "5"
+    )
+    assert code == 1 and "told apart from noise" in stderr
+
+
+def _cycles_folder(tmp: Path, workers: str) -> Path:
+    """A folder holding one run's two cycles, as ``tensorboard_trace_handler`` names them."""
+    folder = tmp / f"workers{workers}"
+    folder.mkdir()
+    first = RUNS[f"w{workers}c1"]
+    stamp = {"0": "1623143089861", "4": "1623212756351"}[workers]
+    shutil.copy(first, folder / f"worker0.{stamp}.pt.trace.json.gz")
+    second = RUNS[f"w{workers}c2"]
+    shutil.copy(second, folder / second.name)
+    return folder
+
+
+def test_two_cycles_a_side_are_pooled(tmp_path: Path) -> None:
+    before, after = _cycles_folder(tmp_path, "0"), _cycles_folder(tmp_path, "4")
+    out = tmp_path / "pooled.json"
+    code, stdout, _ = invoke(
+        "diff", str(before), str(after), "--no-html", "--json", str(out), "--max-regression", "5"
+    )
+    assert code == 0
+    document = json.loads(out.read_text())
+    assert document["before_runs"] == document["after_runs"] == 2
+    assert document["before_steps"] == document["after_steps"] == 12
+    assert any("pooled 2 runs" in note for note in document["notes"]) and "pooled" in stdout
+    step = next(m for m in document["metrics"] if m["key"] == "step_time")
+    pooled_before = statistics.median(
+        raw_step_times_us(RUNS["w0c1"])[:6] + raw_step_times_us(RUNS["w0c2"])[:6]
+    )
+    assert step["before"] == pytest.approx(pooled_before, abs=0.01)
+    assert step["verdict"] == "faster"
+    code, _, stderr = invoke("diff", str(after), str(before), "--no-html", "--max-regression", "5")
+    assert code == 1 and "told apart from noise" in stderr
+
+
+def test_predicted_beside_measured_in_every_output(stored: dict[str, Path], tmp_path: Path) -> None:
+    out, markdown, page = tmp_path / "d.json", tmp_path / "d.md", tmp_path / "d.html"
+    code, stdout, _ = invoke(
+        "diff",
+        str(stored["w0c1"]),
+        str(stored["w4c1"]),
+        "--json",
+        str(out),
+        "--markdown",
+        str(markdown),
+        "-o",
+        str(page),
+    )
+    assert code == 0
+    document = json.loads(out.read_text())
+    (prediction,) = document["predictions"]
+    fixed = next(f for f in document["findings"] if f["status"] == "fixed")
+    assert prediction["rule"] == fixed["rule"] == "dataloader-stall"
+    assert prediction["predicted_us"] == fixed["before_savings_us"]
+    step = next(m for m in document["metrics"] if m["key"] == "step_time")
+    dataloader = next(m for m in document["idle_by_cause"] if m["key"] == "idle:dataloader")
+    assert prediction["measured_step_us"] == pytest.approx(step["after"] - step["before"], abs=0.01)
+    assert prediction["measured_target_us"] == pytest.approx(
+        dataloader["after"] - dataloader["before"], abs=0.01
+    )
+    assert dataloader["after"] == 0 and dataloader["verdict"] == "lower"
+    words = "predicted 58.82 ms; measured: step −50.76 ms, idle: waiting for the DataLoader −47.54 ms"
+    assert words in stdout.replace("\n", " ").replace("  ", " ") or words.split(";")[0] in stdout
+    assert words in markdown.read_text().replace("\\", "")
+    html = page.read_text()
+    assert "Predicted and measured" in html and all(
+        value in html for value in ("58.82 ms", "−50.76 ms", "−47.54 ms")
+    )
+    assert 'class="dots"' in page.read_text()  # each figure's steps as dots
+
+
+# --- a run starved of CPU ----------------------------------------------------------------------------
+
+
+def _with_usage(path: Path, wait_share: float) -> Path:
+    """The stored result at ``path`` as if ``run`` had measured its steps: each step's thread waited
+    ``wait_share`` of the step for a CPU, on a 2-core machine under load 8."""
+    from traceinsight.results import Result
+    from traceinsight.results.trace import RunInfo, StepUsage
+
+    result = Result.from_json(path.read_bytes())
+    usage = tuple(
+        StepUsage(round(step * 1000), round(step * 400), round(step * 1000 * wait_share), 8.0)
+        for step in json.loads(path.read_text())["steady_state"]["step_times_us"]
+    )
+    run = RunInfo(
+        command="traceinsight run train.py", script="train.py", started="2026-12-05T10:00:00+00:00",
+        torch_version="2.13.0", elapsed_s=9.0, exit_status=0, failure=None, steps_recorded=6,
+        cores=2, step_usage=usage,
+    )  # fmt: skip
+    out = path.with_name(f"{path.stem}-waited{round(wait_share * 100)}.json")
+    out.write_text(result.replace(run=run).to_json())
+    return out
+
+
+def test_a_slower_run_starved_of_cpu_does_not_break_the_gate(stored: dict[str, Path], tmp_path: Path) -> None:
+    """workers 4 → 0 is slower (exit 1 above); with the slower run's steps waiting 60 % of their
+    time for a CPU and the other's 2 %, the difference is the machine's: cannot tell, exit 0."""
+    fast, slow = _with_usage(stored["w4c1"], 0.02), _with_usage(stored["w0c1"], 0.6)
+    out = tmp_path / "d.json"
+    code, stdout, _ = invoke(
+        "diff", str(fast), str(slow), "--no-html", "--json", str(out), "--max-regression", "5"
+    )
+    assert code == 0
+    document = json.loads(out.read_text())
+    step = next(m for m in document["metrics"] if m["key"] == "step_time")
+    assert step["verdict"] == "cannot tell" and step["lower"] > 0  # the interval alone would say slower
+    assert any(
+        line.startswith("the after run was starved of CPU: its steps waited 60%")
+        for line in document["moved"]
+    )
+    assert "starved of CPU" in stdout
+    # The faster side starved instead: the slowdown stands.
+    code, _, _ = invoke(
+        "diff", str(_with_usage(stored["w4c1"], 0.6)), str(_with_usage(stored["w0c1"], 0.02)), "--no-html",
+        "--max-regression", "5",
+    )  # fmt: skip
+    assert code == 1
+
+
+TRAIN = """\
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+data, target = torch.randn(32, 64), torch.randint(0, 10, (32,))
+for _ in range(20):
+    optimizer.zero_grad()
+    torch.nn.functional.cross_entropy(model(data), target).backward()
+    optimizer.step()
+"""
+
+
+def test_two_identical_cpu_runs_pass_the_readmes_gate(tmp_path: Path) -> None:
+    """The README's CI recipe on CPU when nothing changed: two runs of one script under ``run``,
+    diffed with its budgets, exit 0; each run measured its steps' CPU time and load."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    (tmp_path / "train.py").write_text(TRAIN)
+    repo = Path(__file__).resolve().parent.parent
+    env = {**__import__("os").environ, "PYTHONPATH": str(repo)}
+    for name in ("baseline.json", "result.json"):
+        done = subprocess.run(
+            [sys.executable, "-m", "traceinsight", "run", "--json", name, "--no-html", "train.py"],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        run = json.loads((tmp_path / name).read_text())["run"]
+        assert run["cores"] and len(run["step_usage"]) == 5
+        assert all(wall > 0 and cpu > 0 for wall, cpu, _, _ in run["step_usage"])
+    code, _, stderr = invoke(
+        "diff", str(tmp_path / "baseline.json"), str(tmp_path / "result.json"), "--no-html",
+        "--fail-on", "high", "--max-syncs-per-step", "1", "--max-regression", "5",
+    )  # fmt: skip
+    assert code == 0, stderr
+
+
+def test_stored_results_of_several_runs_are_pooled(stored: dict[str, Path], tmp_path: Path) -> None:
+    """A folder (or a pattern) of results ``analyze --json`` / ``run --json`` wrote: one side of
+    several runs, as a folder of cycles is."""
+    for name in stored:
+        folder = tmp_path / name[:2]
+        folder.mkdir(exist_ok=True)
+        shutil.copy(stored[name], folder / f"{name}.json")
+    out = tmp_path / "pooled.json"
+    code, _, _ = invoke(
+        "diff", str(tmp_path / "w0"), str(tmp_path / "w4" / "*.json"), "--no-html", "--json", str(out)
+    )
+    assert code == 0
+    document = json.loads(out.read_text())
+    assert document["before_runs"] == document["after_runs"] == 2 and document["after"].endswith("*.json")
+    step = next(m for m in document["metrics"] if m["key"] == "step_time")
+    assert step["verdict"] == "faster"
+    steps = raw_step_times_us(RUNS["w4c1"])[:6] + raw_step_times_us(RUNS["w4c2"])[:6]
+    assert step["after"] == pytest.approx(statistics.median(steps), abs=0.01)
+
+
+def test_a_job_diff_judges_its_median_step_on_the_run_to_run_spread(tmp_path: Path) -> None:
+    """A job's result keeps no per-step figures: its median step is judged on the measured
+    run-to-run spread alone, ±1.96·√(2)·7.8 % of the step for one job against itself."""
+    out = tmp_path / "jobs.json"
+    job = str(SAMPLES / "two_ranks")
+    code, stdout, _ = invoke("diff", job, job, "--no-html", "--json", str(out), "--max-regression", "0")
+    assert code == 0
+    step = next(m for m in json.loads(out.read_text())["metrics"] if m["key"] == "step_time")
+    half = 1.959964 * math.sqrt(2) * HOST_RUN_SPREAD * step["before"]
+    assert step["change"] == 0 and step["verdict"] == "cannot tell"
+    assert step["lower"] == pytest.approx(-half, abs=0.01) and step["upper"] == pytest.approx(half, abs=0.01)
+    assert "step time: cannot tell" in stdout
+
+
+def test_findings_fixed_together_share_the_measured_change() -> None:
+    """Two fixes landing at once: each stands beside the same measured change, naming the other."""
+    from traceinsight.results.comparison import Comparison, FindingChange, predictions
+    from traceinsight.rules.findings import Severity
+
+    def fixed(rule: str, saving: float) -> FindingChange:
+        return FindingChange(
+            status="fixed", rule=rule, site="train.py:7", title=rule, severity=Severity.HIGH,
+            before_saving_us=saving, after_saving_us=None,
+        )  # fmt: skip
+
+    comparison = Comparison(
+        before="a", after="b", basis="per step", notes=(),
+        metrics=(Metric("step_time", "step time", "us", 1000.0, 700.0),),
+        idle=(Metric("idle:dataloader", "dataloader", "us", 300.0, 20.0), Metric("idle:sync", "sync", "us", 50.0, 0.0)),
+        findings=(fixed("dataloader-stall", 280.0), fixed("sync-in-loop", 45.0)), kernels=(),
+    )  # fmt: skip
+    loader, sync = predictions(comparison)
+    assert (loader.predicted_us, loader.measured_step_us, loader.measured_target_us) == (
+        280.0,
+        -300.0,
+        -280.0,
+    )
+    assert (sync.target, sync.measured_target_us) == ("idle:sync", -50.0)
+    assert loader.together_with == ("sync-in-loop",) and sync.together_with == ("dataloader-stall",)
+    assert "theirs together" in loader.text()
+
+
+def test_several_runs_beside_a_job_are_refused_in_one_line(stored: dict[str, Path], tmp_path: Path) -> None:
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    for name in ("w0c1", "w0c2"):
+        shutil.copy(stored[name], folder / f"{name}.json")
+    code, _, stderr = invoke("diff", str(folder), str(SAMPLES / "two_ranks"), "--no-html")
+    (line,) = [line for line in stderr.splitlines() if line.startswith("traceinsight: error: ")]
+    assert code == 2 and "the results of 2 runs" in line and "Traceback" not in stderr
