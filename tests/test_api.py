@@ -315,3 +315,15 @@ def test_a_comparisons_tables(gp100: traceinsight.Result, job: traceinsight.JobR
     of_jobs = traceinsight.diff(job, job).frames
     assert of_jobs["ranks"]["rank"].to_list() == [rank.rank for rank in job.ranks]
     assert "step_time_before" in of_jobs["ranks"].columns
+
+
+def test_a_comparisons_chart_is_its_pages_own(gp100: traceinsight.Result) -> None:
+    """A comparison's chart (step time before and after) is a Figure drawn from its page's chart."""
+    comparison = traceinsight.diff(gp100, str(ALEXNET))
+    assert isinstance(comparison, traceinsight.Comparison)
+    (chart,) = comparison.charts.values()
+    assert isinstance(chart, Figure) and chart.svg in HtmlRenderer().render(comparison)
+    (axes,) = chart.axes
+    assert [text.get_text() for text in axes.texts] == [
+        html.unescape(found) for found in re.findall(r"<text[^>]*>([^<]*)</text>", chart.svg)
+    ]

@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from traceinsight.render import NotLive
-from traceinsight.results import Result
+from traceinsight.render.diff import BEFORE_AFTER, before_after_canvas
+from traceinsight.results import Comparison, Result
 from traceinsight.shown import figures_of
 
 if TYPE_CHECKING:
@@ -41,3 +42,15 @@ def result_figures(result: Result) -> dict[str, ChartFigure]:
             svg = canvas.svg(spec.chart_id, spec.title)
             drawings[spec.chart_id] = figure_of(canvas, spec.title, spec.caption, svg)
     return drawings
+
+
+@figures_of.register(Comparison)
+def comparison_figures(comparison: Comparison) -> dict[str, ChartFigure]:
+    """A comparison's chart (the step time before and after, as on its page), by name."""
+    from traceinsight.render.mpl import figure_of  # matplotlib, only when a chart is asked for
+
+    canvas = before_after_canvas(comparison)
+    if canvas is None:
+        return {}
+    name, title = BEFORE_AFTER
+    return {name: figure_of(canvas, title, svg=canvas.svg(name, title))}

@@ -11,7 +11,7 @@ microseconds as the JSON writes them (:func:`.codec.us`). :class:`Comparison` is
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
@@ -34,7 +34,7 @@ from traceinsight.results.stored import from_text
 from traceinsight.results.trace import SCHEMA_VERSION, Finding, Result
 from traceinsight.results.writer import strict_json
 from traceinsight.rules.findings import Severity
-from traceinsight.shown import html_of
+from traceinsight.shown import figures_of, html_of
 
 if TYPE_CHECKING:
     import polars as pl
@@ -309,6 +309,12 @@ class Comparison:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.before!r} -> {self.after!r}, {len(self.findings)} findings)"
+
+    @property
+    def charts(self) -> Mapping[str, object]:
+        """The page's chart as a matplotlib Figure (``before-after``: the step time before and
+        after, by where it went), drawn on each call; empty when neither side has a step time."""
+        return figures_of(self)
 
     @property
     def frames(self) -> dict[str, pl.DataFrame]:
