@@ -327,3 +327,13 @@ def test_a_comparisons_chart_is_its_pages_own(gp100: traceinsight.Result) -> Non
     assert [text.get_text() for text in axes.texts] == [
         html.unescape(found) for found in re.findall(r"<text[^>]*>([^<]*)</text>", chart.svg)
     ]
+
+
+def test_a_jobs_chart_is_its_pages_own(job: traceinsight.JobResult) -> None:
+    """A live job's chart (the collectives' arrivals) is a Figure drawn from its page's chart; a
+    stored job has no arrivals to draw: one clear error."""
+    charts = job.charts
+    page = HtmlRenderer().render(job)
+    assert charts and all(isinstance(chart, Figure) and chart.svg in page for chart in charts.values())
+    with pytest.raises(TraceInsightError, match="stored result"):
+        traceinsight.JobResult.from_json(job.to_json()).charts  # noqa: B018

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from traceinsight.render import NotLive
 from traceinsight.render.diff import BEFORE_AFTER, before_after_canvas
-from traceinsight.results import Comparison, Result
+from traceinsight.render.job_html import ARRIVALS, arrivals_chart
+from traceinsight.results import Comparison, JobResult, Result
 from traceinsight.shown import figures_of
 
 if TYPE_CHECKING:
@@ -42,6 +43,20 @@ def result_figures(result: Result) -> dict[str, ChartFigure]:
             svg = canvas.svg(spec.chart_id, spec.title)
             drawings[spec.chart_id] = figure_of(canvas, spec.title, spec.caption, svg)
     return drawings
+
+
+@figures_of.register(JobResult)
+def job_figures(job: JobResult) -> dict[str, ChartFigure]:
+    """A live job's chart (each collective's arrivals across ranks, as on its page), by name."""
+    from traceinsight.render.mpl import figure_of  # matplotlib, only when a chart is asked for
+
+    if job.report is None:
+        raise NotLive("cannot draw the charts of a job from a stored result: analyze the job's traces")
+    canvas = arrivals_chart(job.report.arrivals)
+    if canvas is None:
+        return {}
+    name, title = ARRIVALS
+    return {name: figure_of(canvas, title, svg=canvas.svg(name, title))}
 
 
 @figures_of.register(Comparison)

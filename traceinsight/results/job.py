@@ -17,6 +17,7 @@ the three kinds shared it, with the same keys).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
@@ -30,7 +31,7 @@ from traceinsight.results.stored import from_text
 from traceinsight.results.trace import SCHEMA_VERSION, Tool, Utilization
 from traceinsight.results.writer import strict_json
 from traceinsight.rules.findings import Severity
-from traceinsight.shown import html_of
+from traceinsight.shown import figures_of, html_of
 
 if TYPE_CHECKING:
     import polars as pl
@@ -559,6 +560,12 @@ class JobResult:
 
     def __repr__(self) -> str:
         return f"JobResult({self.job.ranks} ranks, {len(self.findings)} findings)"
+
+    @property
+    def charts(self) -> Mapping[str, object]:
+        """The job page's chart as a matplotlib Figure (``arrivals``: each collective's arrivals
+        across ranks), drawn on each call (a live job only); empty without matched collectives."""
+        return figures_of(self)
 
     @property
     def frames(self) -> dict[str, pl.DataFrame]:
