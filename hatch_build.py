@@ -12,6 +12,7 @@ results. An editable install compiles the modules in place, beside their sources
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -36,19 +37,39 @@ class NativeScannerHook(BuildHookInterface):  # type: ignore[type-arg]
             return
         root = Path(self.root)
         editable = version == "editable"
+        # One scratch folder for the build, removed when the wheel is made (:meth:`finalize`: a
+        # wheel's modules are taken from it), at once for an editable install or a failed build;
+        # every build used to leave a traceinsight-build-* folder in the temporary folder.
+        scratch = Path(tempfile.mkdtemp(prefix="traceinsight-build-"))
+        self._scratch = scratch
         try:
-            built = [(module, _compile(root, module, source, inplace=editable)) for module, source in MODULES]
+            built = [
+                (module, _compile(root, module, source, inplace=editable, scratch=scratch / str(index)))
+                for index, (module, source) in enumerate(MODULES)
+            ]
         except Exception as exc:  # no compiler, no headers: the pure-Python paths still work
+            self._remove_scratch()
             print(f"traceinsight: C modules not built ({exc}); loading will use pure Python", file=sys.stderr)
             return
+        if editable:
+            self._remove_scratch()
         build_data["pure_python"] = False
         build_data["infer_tag"] = True
         if not editable:
             for module, path in built:
                 build_data["force_include"][str(path)] = "/".join([*module.split(".")[:-1], path.name])
 
+    def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
+        self._remove_scratch()
 
-def _compile(root: Path, module: str, source: str, *, inplace: bool) -> Path:
+    def _remove_scratch(self) -> None:
+        scratch = getattr(self, "_scratch", None)
+        self._scratch = None
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _compile(root: Path, module: str, source: str, *, inplace: bool, scratch: Path) -> Path:
     from setuptools import Distribution, Extension
     from setuptools.command.build_ext import build_ext
 
@@ -57,7 +78,6 @@ def _compile(root: Path, module: str, source: str, *, inplace: bool) -> Path:
     distribution = Distribution({"name": "torch-traceinsight", "ext_modules": [extension]})
     distribution.script_name = "hatch_build.py"
     command = build_ext(distribution)
-    scratch = Path(tempfile.mkdtemp(prefix="traceinsight-build-"))
     command.build_temp = str(scratch / "temp")
     command.build_lib = str(scratch / "lib")
     command.inplace = inplace

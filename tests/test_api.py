@@ -120,6 +120,41 @@ def test_a_result_of_another_kind_is_one_clear_error(gp100: traceinsight.Result)
         traceinsight.Result.from_json("{")
 
 
+@pytest.mark.parametrize("key", ["step_time", "copy_share"])
+def test_a_stored_comparison_without_a_metric_its_views_read_is_one_clear_error(
+    gp100: traceinsight.Result, job: traceinsight.JobResult, key: str
+) -> None:
+    """``from_json`` took a comparison with no step-time metric, and its notebook card then raised
+    StopIteration; each kind's required metrics are checked as it is read."""
+    from traceinsight.results import JobComparison
+
+    document = json.loads(traceinsight.diff(gp100, gp100).to_json())
+    document["metrics"] = [metric for metric in document["metrics"] if metric["key"] != key]
+    with pytest.raises(TraceInsightError, match=f"metrics has no {key} metric"):
+        traceinsight.Comparison.from_json(json.dumps(document))
+    jobs = json.loads(traceinsight.diff(job, job).to_json())
+    whole = {**jobs, "metrics": [metric for metric in jobs["metrics"] if metric["key"] != "step_time"]}
+    with pytest.raises(TraceInsightError, match="metrics has no step_time metric"):
+        JobComparison.from_json(json.dumps(whole))
+    jobs["ranks"][0]["metrics"] = [m for m in jobs["ranks"][0]["metrics"] if m["key"] != "step_time"]
+    with pytest.raises(TraceInsightError, match=r"ranks\[0\]\.metrics has no step_time metric"):
+        JobComparison.from_json(json.dumps(jobs))
+
+
+def test_from_json_refuses_a_text_past_the_stored_result_limit(gp100: traceinsight.Result) -> None:
+    """``from_json`` had no size cap (64 MiB took 3.28 GB); past the limit ``diff`` holds a stored
+    result to, it is refused before it is parsed."""
+    from traceinsight.results.stored import MAX_RESULT_BYTES
+
+    text = gp100.to_json()
+    padded = text[:-1] + ', "pad": "' + "x" * (MAX_RESULT_BYTES - len(text)) + '"}'
+    assert len(padded) > MAX_RESULT_BYTES
+    for given in (padded, padded.encode()):
+        with pytest.raises(TraceInsightError, match="more than the 16 MiB"):
+            traceinsight.Result.from_json(given)
+    assert traceinsight.Result.from_json(text) == traceinsight.Result.from_json(text.encode())
+
+
 def test_an_unknown_threshold_is_one_clear_error() -> None:
     with pytest.raises(TraceInsightError, match="unknown threshold min_gap"):
         traceinsight.analyze(str(GP100), min_gap=10)
@@ -174,7 +209,17 @@ def test_a_stored_results_gap_table_holds_the_reported_gaps(gp100: traceinsight.
 
 def test_the_tables_of_a_trace(gp100: traceinsight.Result) -> None:
     frames = gp100.frames
-    assert set(frames) == {"steps", "idle_gaps", "kernels", "syncs", "copies", "findings"}
+    assert set(frames) == {
+        "steps",
+        "idle_gaps",
+        "kernels",
+        "syncs",
+        "copies",
+        "findings",
+        "modules",
+        "regions",
+        "flop_kernels",
+    }
     assert all(isinstance(frame, pl.DataFrame) for frame in frames.values())
     _, events = read_events(GP100)
     # kernels: the top kernel's launches, counted from the raw events

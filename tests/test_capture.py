@@ -129,6 +129,32 @@ def test_stacks_user_names_the_line_of_each_call_and_the_module(tmp_path: Path) 
     assert "GatedBlock's forward" in finding["title"]
 
 
+def test_syncs_made_by_no_call_on_their_line_get_a_card_at_their_line(tmp_path: Path) -> None:
+    """``running += float(loss)`` and ``if loss > 100:`` (the commonest syncs in a loop) read the
+    tensor through its slots, which no profile event shows: their operators fell in the range of
+    ``optimizer.step()``'s line or on ``<module>``'s first line, and got no card. Each line of a
+    user frame that calls into torch now has its range while a step is recorded."""
+    script = SCRIPTS / "syncs_without_calls.py"
+    result, trace, _, findings = run_cli(tmp_path, str(script))
+    assert result.exit_code == 0, result.stderr
+    lines = script.read_text().splitlines()
+    marked = {
+        kind: next(number for number, line in enumerate(lines, 1) if line.endswith(f"# sync: {kind}"))
+        for kind in ("float", "if", "int")
+    }
+    frames = frames_by_name(trace)
+    for number in marked.values():
+        assert f"syncs_without_calls.py({number}): <module>" in frames
+    document = json.loads(findings.read_text())
+    steps = document["steady_state"]["steady_steps"]
+    assert steps >= 2
+    cards = {f["source"]: f for f in document["findings"] if f["rule"] in ("latent-sync", "sync-in-loop")}
+    for kind, number in marked.items():
+        card = cards.get(f"syncs_without_calls.py:{number}")
+        assert card is not None, (kind, sorted(cards))
+        assert "every step" in card["title"], card["title"]
+
+
 def test_workers_forked_while_frames_are_traced_do_not_trace(tmp_path: Path) -> None:
     # A worker is forked in every step, the active ones (3-7) included.
     ours = traceinsight_process(
@@ -351,6 +377,51 @@ def test_export_reads_the_layout_of_torch_2_1_to_2_12(tmp_path: Path) -> None:
     assert document["traceEvents"][1]["args"] == {"Call site": 0, "External id": 7}
 
 
+INJECTED = 'inj", "distributedInfo": {"rank": 5, "world_size": 9, "backend": "INJECTED"}, "z": "'
+
+
+@pytest.mark.parametrize(
+    "ending",
+    [
+        '  ],"traceName": "/tmp/' + INJECTED + '/raw.json" }',  # torch 2.13
+        '  ],\n  "traceName": "/tmp/' + INJECTED + '/raw.json"\n}',  # torch 2.1-2.12
+        '  ],"traceName": "/tmp/a\nb"c/raw.json" }',  # a newline and a quote in the folder's name
+    ],
+)
+def test_export_never_splices_torchs_unescaped_trace_name_into_the_trace(ending: str, tmp_path: Path) -> None:
+    """torch writes its temporary file's path as ``traceName`` unescaped: a folder named with a
+    quote made the trace invalid JSON (no report, exit 0), or put keys of its name's choosing in
+    the trace (the report then showed "rank 5, world size 9, backend INJECTED")."""
+    kineto = (
+        '{\n  "schemaVersion": 1,\n  "traceEvents": [\n  {\n    "ph": "X",\n    "cat": "cpu_op",\n'
+        '    "name": "aten::add",\n    "pid": 1,\n    "tid": 1,\n    "ts": 1.0,\n    "dur": 2.0\n  }\n'
+        + ending
+    ).encode()
+    out = tmp_path / "out.json"
+    with (tmp_path / "raw.json").open("w+b") as reading, out.open("wb") as writing:
+        reading.write(kineto)
+        reading.seek(0)
+        _copy_fixed(reading, writing, len(kineto), None, {"stacks": "user"}, 'my "run".json')
+    document = json.loads(out.read_text())
+    assert set(document) == {"traceinsight", "schemaVersion", "traceEvents", "traceName"}
+    assert document["traceName"] == 'my "run".json'
+    assert [event["name"] for event in document["traceEvents"]] == ["aten::add"]
+
+
+@pytest.mark.usefixtures("probe_record")
+def test_run_in_a_folder_named_with_a_quote_writes_a_readable_trace_and_its_report(tmp_path: Path) -> None:
+    folder = tmp_path / INJECTED
+    folder.mkdir()
+    result, trace, report, findings = run_cli(folder, str(SCRIPTS / "probe.py"), "steps=6")
+    assert result.exit_code == 0, result.stderr
+    assert report.is_file() and findings.is_file()
+    with gzip.open(trace, "rt", encoding="utf-8") as stream:
+        document = json.load(stream)
+    assert "distributedInfo" not in document and "z" not in document
+    assert document["traceName"] == trace.name
+    assert "INJECTED" not in report.read_text(encoding="utf-8")
+
+
 def test_the_export_of_a_real_torch_2_11_gpu_run_makes_its_frames_and_leaves_the_rest(tmp_path: Path) -> None:
     """torch 2.11's export of `run examples/item_every_step.py` on an H200 (tests/data/README.md):
     every ``traceinsight.frame:``/``site:`` range becomes a frame, every other event is left as it
@@ -560,7 +631,10 @@ def test_memory_budget_stopping_the_first_recorded_step_is_not_a_run_without_ste
     )  # fmt: skip
     assert ours.returncode == 0, ours.stderr
     assert "recording stopped inside a step" in ours.stderr
-    assert "the trace holds 0 complete steps and part of the next" in ours.stderr
+    assert "the trace holds part of one step, stopped before its end" in ours.stderr
+    assert "0 complete steps" not in ours.stderr  # beside the report's "Steps 1"
     assert "was seen" not in ours.stderr and "whole run" not in ours.stderr
     run = json.loads((tmp_path / "r.json").read_text())["run"]
     assert run["steps_recorded"] == 0
+    with gzip.open(tmp_path / "t.pt.trace.json.gz", "rt", encoding="utf-8") as stream:
+        assert json.load(stream)["traceinsight"]["cutShort"] is True  # no count "per step" over it

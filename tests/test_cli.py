@@ -256,11 +256,16 @@ def test_the_json_keeps_every_schema_1_key_and_adds_the_new_ones(tmp_path: Path)
 
 @pytest.mark.parametrize(
     ("text", "size"),
-    [("4096", 4096), ("100B", 100), ("500MB", 500_000_000), ("2gb", 2_000_000_000), ("1.5GiB", 1_610_612_736),
-     ("8 GiB", 8 * 2**30), ("10k", 10_000), ("3KiB", 3072), ("1T", 10**12)],
+    [("4096", 4096), ("100B", 100), ("500MB", 500 * 2**20), ("2gb", 2 * 2**30), ("1.5GiB", 1_610_612_736),
+     ("8 GiB", 8 * 2**30), ("10k", 10 * 1024), ("3KiB", 3072), ("1T", 2**40), ("2G", 2 * 2**30)],
 )  # fmt: skip
-def test_max_size_is_read_in_decimal_and_binary_units(text: str, size: int) -> None:
+def test_every_size_option_reads_sizes_alike(text: str, size: int) -> None:
+    """``--max-size 2G`` was 2.0e9 bytes while ``--max-memory 2G`` was 2^31: one reading now,
+    powers of 1024, with or without B or iB."""
+    from traceinsight.capture.memory import parse_size as memory_size
+
     assert parse_size(text) == size
+    assert parse_size(text, "--max-memory") == memory_size(text) == size
 
 
 def test_an_unreadable_trace_is_not_a_usage_box(tmp_path: Path) -> None:

@@ -363,10 +363,15 @@ def test_a_cut_stdout_changes_neither_the_status_nor_the_files(
 @pytest.mark.parametrize("command", ["analyze", "diff", "run"])
 def test_help_is_plain_and_says_the_exit_codes(command: str) -> None:
     code, stdout, _ = invoke(command, "--help")
+    usage = next(line for line in stdout.splitlines() if line.startswith("Usage: "))
     stdout = " ".join(stdout.split())
     assert code == 0
     assert "<bool>" not in stdout
     assert not re.search(r"--[\w-]+ <", stdout), "an option shows a type placeholder, not a metavar"
+    assert "{" not in usage and "}" not in usage, usage  # typer writes a required argument {SCRIPT}
+    if command == "run":
+        assert " run [OPTIONS] SCRIPT [SCRIPT_ARGS]..." in usage, usage
+        assert "before its first recorded step (--wait + --warmup steps come first)" in stdout
     if command != "run":
         assert "[tool.traceinsight]" in stdout  # not eaten as markup
         assert "Exit status: 0 done; 1 a gate was broken" in stdout
@@ -698,3 +703,32 @@ def test_diff_kernel_launches_are_per_step_like_the_times_beside_them(tmp_path: 
     assert "### Kernels that changed most (per step)" in markdown.read_text()
     row = next(line for line in markdown.read_text().splitlines() if line.startswith("| 0 |"))
     assert totals not in row
+
+
+BIDI_AND_C1 = "\u202e\u2066\x85\x9b\x7f\u2028"
+
+
+def test_control_characters_in_stored_advice_code_are_never_shown(
+    stored_baseline: tuple[Path, str], tmp_path: Path
+) -> None:
+    """Advice code keeps its newlines, but a stored result's bidi overrides and isolates, C1
+    controls (``\\x9b`` is a terminal's CSI) and DEL reached the notebook card and every view."""
+    from traceinsight import Result
+
+    baseline, text = stored_baseline
+    document = json.loads(text)
+    advised = next(finding for finding in document["findings"] if finding.get("advice"))
+    advised["advice"]["before"] = f"x = 1\nif evil{BIDI_AND_C1}:\n    pass"
+    advised["advice"]["after"] = f"y{BIDI_AND_C1}"
+    hostile = tmp_path / "hostile.json"
+    hostile.write_text(json.dumps(document))
+    read = Result.from_json(hostile.read_text())
+    page, summary = tmp_path / "d.html", tmp_path / "d.md"
+    code, stdout, stderr = invoke(
+        "diff", str(baseline), str(hostile), "-o", str(page), "--markdown", str(summary)
+    )
+    assert code == 0, stderr
+    card = read._repr_html_() or ""
+    assert "if evil" in card and "\nif evil" in read.to_json().replace("\\n", "\n")
+    for shown in (card, read.to_json(), stdout, page.read_text(), summary.read_text()):
+        assert not any(character in shown for character in BIDI_AND_C1)

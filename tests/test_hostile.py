@@ -824,3 +824,27 @@ def test_an_escape_laden_file_name_never_drives_the_terminal(
     assert "reading t" in shown and "analyzing t" in shown
     assert "\x1b]" not in shown and "\x1b[2J" not in shown and "\x07" not in shown
     assert "[bold red]x" in shown and "[link=https:evil.example]" in shown  # shown, not taken
+
+
+def test_a_pyproject_above_the_working_folder_opens_no_file(
+    planted: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``pyproject.toml`` with ``source-root = "."`` in a folder above the working folder (a
+    shared ``/tmp``, a planted parent) let a stranger's trace quote ``.py`` files below it: the page
+    embedded the planted secret lines. Only the working folder's own project file, the trace's
+    folder's, or ``--source-root`` opens files."""
+    up = planted["outside"]
+    (up / "pyproject.toml").write_text('[tool.traceinsight]\nsource-root = "."\n')
+    work = up / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    elsewhere = tmp_path / "traces"
+    elsewhere.mkdir()
+    named = str(up / "secret_settings.py")
+    trace = write_trace(elsewhere / "t.json", _synced_steps(named))
+    out = tmp_path / "r.html"
+    assert runner.invoke(app, ["analyze", str(trace), "-o", str(out)]).exit_code == 0
+    assert "hunter2" not in out.read_text()
+    beside = write_trace(up / "t.json", _synced_steps(named))  # the trace's own folder: its project
+    assert runner.invoke(app, ["analyze", str(beside), "-o", str(out)]).exit_code == 0
+    assert "hunter2" in out.read_text()

@@ -465,3 +465,39 @@ def test_strings_of_a_stored_job_result_stay_data_in_every_output(
     assert "<script>" not in page.read_text() and "&lt;script&gt;" in page.read_text()
     text = markdown.read_text()
     assert "<script>" not in text and "](https://e.x)" not in text
+
+
+def _with_lone_surrogates(text: str) -> str:
+    """``text`` (a result's JSON) with a lone surrogate (valid JSON) in every finding's title and
+    in every rank's path: what a fuzzed or hand-edited baseline may hold."""
+    document = json.loads(text)
+    for finding in document.get("findings", []):
+        finding["title"] = "lone \ud800 surrogate"
+    for rank in document.get("ranks", []) if document.get("kind") == "job" else []:
+        rank["path"] = "rank-\udfff.json"
+    return json.dumps(document)  # ensure_ascii: written as \ud800 escapes, as valid JSON holds them
+
+
+def test_lone_surrogates_in_stored_results_read_as_text(jobs: dict[str, Path], tmp_path: Path) -> None:
+    """A stored result with ``"\\ud800"`` (valid JSON) made ``diff`` exit 3 in its terminal summary,
+    for a trace's result and a job's, and made ``.frames`` raise: each is U+FFFD now."""
+    from traceinsight import JobResult, Result
+
+    trace_result = tmp_path / "trace.json"
+    code, _, stderr = invoke("analyze", str(SAMPLES / "gp100_mlp_pageable_sync.json.gz"), "--no-html",
+                             "--json", str(trace_result))  # fmt: skip
+    assert code == 0, stderr
+    for stored, cls in ((trace_result, Result), (jobs["B.json"], JobResult)):
+        hostile = tmp_path / f"hostile-{stored.name}"
+        text = _with_lone_surrogates(stored.read_text())
+        assert "\\ud800" in text
+        hostile.write_text(text)
+        code, stdout, stderr = invoke(
+            "diff", str(stored), str(hostile), "--no-html", "--json", str(tmp_path / "d.json")
+        )
+        assert code == 0, stderr
+        assert "\ufffd" in stdout and "\ud800" not in stdout
+        json.loads((tmp_path / "d.json").read_text(encoding="utf-8"))
+        read = cls.from_json(text)
+        assert all(frame.height >= 0 for frame in read.frames.values())
+        assert "\ufffd" in read.to_json() and "\\ud800" not in read.to_json()

@@ -749,3 +749,19 @@ def test_the_scanned_columns_are_handed_over_without_a_copy_and_outlive_the_resu
     assert set(name_kinds.tolist()) == {3}  # strings
     assert phases.tolist() == [1 if e["ph"] == "X" else 2 for e in rowed]
     del filler
+
+
+def test_the_invalid_utf8_offset_counts_a_character_cut_by_a_block(tmp_path: Path) -> None:
+    """The pure-Python loader checks UTF-8 16 MiB at a time: a character cut by a block's end moved
+    the offset it named by the bytes held over (16,777,218 for a bad byte at 16,777,217)."""
+    from traceinsight.load.fallback import check_utf8
+
+    block = 16 << 20
+    raw = bytearray(b"a" * (block - 1) + "é".encode() + b"\xff" + b"b" * 10)  # é across the block's end
+    with pytest.raises(TraceFormatError) as raised:
+        check_utf8(raw, tmp_path / "t.json")
+    try:
+        bytes(raw).decode("utf-8")
+    except UnicodeDecodeError as error:
+        expected = error.start
+    assert f"invalid UTF-8 at byte {expected}" in str(raised.value)

@@ -327,3 +327,21 @@ def test_the_readme_rules_table_has_a_memory_pressure_row() -> None:
     assert f"≥ {limits.memory_pressure_share:.0%}".replace("%", " %") in row
     assert f"≥ {limits.allocator_churn_step_share:.0%}".replace("%", " %") in row
     assert f"≥ {limits.allocator_churn_min_calls} calls" in row
+
+
+def test_a_window_reusing_freed_pages_is_counted_by_what_it_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A recording that reuses pages the script freed grows RSS by less than it holds (the audit's
+    LBFGS window: +0.72 GB of RSS, then +3.5 GB when torch stopped): its cost counts the bytes it
+    holds, and the stop's share of them (measured 1.68-1.77 × on LBFGS over LSTMCell)."""
+    from traceinsight.capture import memory
+
+    now = {"rss": 1 << 30, "heap": 100 << 20}
+    monkeypatch.setattr(memory, "rss", lambda: now["rss"])
+    monkeypatch.setattr(memory, "heap_in_use", lambda: now["heap"])
+    guard = memory.MemoryGuard(2 << 30, lambda: None)
+    guard._baseline, guard._heap_baseline = now["rss"], now["heap"]
+    now["rss"] += 200 << 20  # RSS: +200 MiB
+    now["heap"] += 600 << 20  # held: +600 MiB, on pages the script had freed
+    assert guard.cost_now() >= (600 << 20) + 1.68 * (600 << 20)
+    now["rss"] += 2000 << 20  # RSS past what is held (fragmentation): RSS counts
+    assert guard.cost_now() >= (2200 << 20) + 1.68 * (600 << 20)

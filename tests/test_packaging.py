@@ -49,7 +49,10 @@ def _have_compiler() -> bool:
 
 
 def test_built_wheel_contains_the_templates_and_py_typed(tmp_path: Path) -> None:
-    wheel = _build_wheel(tmp_path)
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    wheel = _build_wheel(tmp_path, TMPDIR=str(temporary))
+    assert not list(temporary.glob("traceinsight-build-*"))  # the build hook's scratch is removed
     names = set(zipfile.ZipFile(wheel).namelist())
     templates = {p.name for p in (ROOT / "templates").iterdir() if p.is_file()}
     assert templates

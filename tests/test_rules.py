@@ -53,6 +53,7 @@ def test_the_built_in_rules_are_registered() -> None:
         "launch-bound",
         "amp-opportunity",
         "tf32-opportunity",
+        "low-compute-efficiency",
         "exposed-communication",
         "optimizer-not-fused",
         "memory-pressure",
@@ -102,6 +103,31 @@ def test_sync_in_loop_names_the_line_and_the_call(tmp_path: Path) -> None:
     evidence = dict(sync.evidence)
     assert evidence["operator chain"] == "aten::item > aten::_local_scalar_dense"
     assert evidence["waits for"] == "Memcpy DtoH (Device -> Pageable)"
+
+
+def test_a_sync_in_most_steps_gets_its_card_counted_as_it_is(tmp_path: Path) -> None:
+    """A sync in 4 of 5 steady steps (its line moved in one, as a recording start or the window's
+    end cuts one off) got no card: every step was asked. More than half of the steps is enough; the
+    card says how often, counted from the raw events here."""
+    loop = item_loop(steps=6)
+    moved = 3  # the third step's item() is on another line
+    frames = [e for e in loop.events if e.get("cat") == "python_function"]
+    start, end = loop.steps[moved]
+    (inside,) = [e for e in frames if start <= e["ts"] < end]
+    inside["name"] = "train.py(60): train_step"
+    analysis = analysis_of(tmp_path, loop.events)
+    steady = [step.step for step in analysis.steady.steady_steps]  # ProfilerStep#N's N
+    with_line = sum(
+        any(
+            e["name"].startswith("train.py(52)") and loop.steps[n][0] <= e["ts"] < loop.steps[n][1]
+            for e in frames
+        )
+        for n in steady
+    )
+    assert 2 * with_line > len(steady) > with_line  # most steps, not every one
+    sync = next(f for f in evaluate(analysis) if f.rule == "sync-in-loop" and "train.py:52" in f.title)
+    assert f"in {with_line} of {len(steady)} steps" in sync.title
+    assert not any(f.rule == "sync-in-loop" and "train.py:60" in f.title for f in evaluate(analysis))
 
 
 def test_sync_in_loop_quiet_when_the_sync_happens_once(tmp_path: Path) -> None:

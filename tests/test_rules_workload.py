@@ -511,3 +511,33 @@ def test_the_scheduling_rules_stay_quiet_on_a_busy_ddp_trace() -> None:
     assert not {"launch-bound", "sync-in-forward", "optimizer-not-fused", "latent-sync"} & {
         f.rule for f in report.findings
     }
+
+
+def test_recording_cost_never_advises_the_option_in_use(tmp_path: Path) -> None:
+    """Under ``--stacks none`` the recording-cost warning advised ``--stacks none``."""
+    record = {"stacks": "none", "stepMarks": "optimizer", "unprofiledStepNs": 500_000, "unprofiledSteps": 2}
+    result = analysis_of(
+        tmp_path, _cpu_steps([("aten::addmm", 500, 10)]), deviceProperties=[], traceinsight=record
+    )
+    (cost,) = [w for w in result.warnings if w.kind == "recording-cost"]
+    assert "--stacks none" not in cost.advice.replace("--stacks none already", "")
+    assert "run --stacks none" not in cost.advice
+
+
+@pytest.mark.parametrize("cut", [True, False])
+def test_a_step_the_memory_budget_cut_short_is_not_counted_per_step(cut: bool, tmp_path: Path) -> None:
+    """A window the memory budget stopped inside its only step holds part of it: a card said
+    "11× per step" counted over 10 % of a step. `run` writes ``cutShort`` then; the count is said
+    as it is."""
+    events = [
+        annotation("ProfilerStep#3", 0, 2_000),
+        frame("train.py(52): train_step", 1, 1_990, python_id=1),
+    ]
+    events += [cpu_op("aten::item", 10 + 100 * index, 5) for index in range(11)]
+    record = {"stacks": "user", "stepMarks": "optimizer", **({"cutShort": True} if cut else {})}
+    result = analysis_of(tmp_path, events, deviceProperties=[], traceinsight=record)
+    (card,) = [f for f in evaluate(result) if f.rule == "latent-sync"]
+    if cut:
+        assert "11 times in the part of a step recorded" in card.title and "per step" not in card.title
+    else:
+        assert "11× per step" in card.title

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import importlib.util
+import io
 import json
 import os
 import shutil
@@ -245,8 +246,27 @@ def test_profiler_failure_does_not_stop_the_script(
     monkeypatch.setattr(torch.profiler.profile, "step", failing_step)
     run = run_in_process(tmp_path, str(PROBE), "steps=10")
     assert "probe done" in run.stdout  # the training went on
-    assert run.exit_code == 0  # the script's own status: what went wrong is said, not exited with
+    assert run.exit_code == 3  # the script passed but no report was made: never 0 (a CI job would pass)
     assert "torch.profiler failed (RuntimeError: profiler broke)" in error_line(run.stderr)
+
+
+@pytest.mark.parametrize(("error", "status"), [(TraceFormatError("unreadable"), 2), (RuntimeError("bug"), 3)])
+def test_a_run_that_writes_no_report_does_not_exit_0(
+    error: Exception, status: int, tmp_path: Path, probe_record: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trace that cannot be read back (torch's unescaped ``traceName`` made one) or an analysis
+    bug left no report, no ``--json`` file and exit 0; a failing script keeps its own status."""
+    import traceinsight.commands.analyze
+
+    def failing(*args: object, **kwargs: object) -> None:
+        raise error
+
+    monkeypatch.setattr(traceinsight.commands.analyze, "analyze_and_write", failing)
+    run = run_in_process(tmp_path, str(PROBE), "steps=4")
+    assert run.exit_code == status, run.stderr
+    assert "no report was made" in error_line(run.stderr) and not run.report.exists()
+    failed = run_in_process(tmp_path, str(PROBE), "steps=4", "end=exit3")
+    assert failed.exit_code == 3 and not failed.report.exists()
 
 
 def test_schedule_that_never_reaches_an_active_step_says_how_many_steps_ran(
@@ -959,12 +979,14 @@ def test_the_code_excerpts_line_shows_no_absolute_path_when_the_project_is_elsew
         assert line.split("): ", 1)[1].strip() == shown
 
 
-def test_the_start_up_advice_names_the_script_that_ran(tmp_path: Path) -> None:
-    """One recorded step: the warning's advice said `traceinsight run --wait 2 train.py` whatever the
-    script was; it names the script as typed."""
+def test_the_one_step_advice_of_a_run_asks_for_more_steps_never_more_waiting(tmp_path: Path) -> None:
+    """One recorded step: the warning's advice said `traceinsight run --wait 2 …`, which leaves no
+    trace at all where the script runs few steps or the memory budget ended the window; a run is
+    advised in its own terms (more --active steps, --max-memory)."""
     _, document = run_script(tmp_path, "manual_sgd.py", "--active", "1")
     advice = [warning["advice"] for warning in document["warnings"] if warning["kind"] == "one-step"]
-    assert advice and f"`traceinsight run --wait 2 {SCRIPTS / 'manual_sgd.py'}`" in advice[0]
+    assert advice and "--active" in advice[0] and "--max-memory" in advice[0]
+    assert "--wait" not in advice[0]
     assert "train.py" not in json.dumps(document["warnings"])
 
 
@@ -989,3 +1011,49 @@ def test_the_script_runs_under_three_frames_of_python_m_traceinsight(tmp_path: P
     assert [name for name, file in frames if file == str(REPO / "traceinsight" / "__main__.py")] == [
         "<module>"
     ]
+
+
+def test_rank_zeros_job_hint_names_paths_as_typed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 0's hint for the job report printed absolute paths (the user's folder layout, in a log
+    shared with the report); every other path run prints is relative inside the current folder."""
+    from rich.console import Console
+
+    from traceinsight.capture.distributed import RankInfo
+    from traceinsight.commands.run import OutputPaths, _say_job_files, _Speaker
+
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "train.20260101-000000.job"
+    paths = OutputPaths(
+        trace=folder / "train.rank0.pt.trace.json.gz",
+        report=folder / "train.rank0.report.html",
+        json_out=None,
+    )
+    console = Console(file=io.StringIO(), width=400)
+    _say_job_files(_Speaker(console, RankInfo(0, 2)), paths, RankInfo(0, 2))
+    said = console.file.getvalue()  # type: ignore[attr-defined]
+    assert str(tmp_path) not in said, said
+    assert "traceinsight analyze train.20260101-000000.job/ " in said
+    assert "train.20260101-000000.job/train.rank1.pt.trace.json.gz" in said
+
+
+def test_a_log_hears_from_the_stop_from_its_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch's stop and export of a large window say nothing for a minute or more: the first line
+    in a log came 47 s after the stop began. Lines come every few seconds from its start until our
+    pass over the export reports its own progress."""
+    from rich.console import Console
+
+    import traceinsight.commands.run as run_command
+
+    monkeypatch.setattr(run_command, "_LOG_PROGRESS_SECONDS", 0.05)
+    console = Console(file=io.StringIO(), width=300)  # not a terminal: a log
+    speaker = run_command._Speaker(console, None)
+    with speaker.writing() as progress:
+        time.sleep(0.4)  # torch stopping and exporting
+        said = console.file.getvalue()  # type: ignore[attr-defined]
+        assert progress is not None
+        progress(0, 100)  # our pass begins: it reports itself from now on
+        time.sleep(0.3)
+    lines = [line for line in said.splitlines() if "stopping the profiler and exporting its trace:" in line]
+    assert len(lines) >= 3 and "process memory" in lines[0], said
+    after = console.file.getvalue()[len(said) :]  # type: ignore[attr-defined]
+    assert "stopping the profiler" not in after.split("\n", 1)[-1]

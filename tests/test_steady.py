@@ -400,3 +400,31 @@ def test_findings_resting_on_one_step_are_flagged(tmp_path: Path) -> None:
     assert "step 1)" in message and "first one recorded" not in message
     # two steady steps: nothing to flag
     assert "one-step" not in kinds(analysis_of(tmp_path, _steps([2_000, 2_050])))
+
+
+@pytest.mark.parametrize("stacks", ["user", "none"])
+def test_runs_switch_into_recording_is_not_the_first_steps(stacks: str, tmp_path: Path) -> None:
+    """torch opens the first recorded step's range before `run` has switched its own recording on:
+    step 3 opened 7.8 ms before its first event (step 4: 0.08 ms) and read as not steady, with advice
+    to skip it. In a trace of `run` recording frames, the first step starts at its first event."""
+    from tracebuild import annotation, cpu_op, frame
+
+    events: list[dict[str, Any]] = []
+    switch_us = 8_000  # the tool's own switch, before step 3's first event
+    starts = [0, 1_000 + switch_us, 2_000 + switch_us, 3_000 + switch_us, 4_000 + switch_us]
+    for index, start in enumerate(starts):
+        first = start + (switch_us if index == 0 else 5)
+        events.append(annotation(f"ProfilerStep#{index + 3}", start, first - start + 995))
+        events.append(frame("train.py(52): train_step", first, 990, python_id=index + 1))
+        events.append(cpu_op("aten::addmm", first + 10, 900))
+    record = {"stacks": stacks, "stepMarks": "optimizer"}
+    analysis = analyze(
+        load_trace(write_trace(tmp_path / "t.json", events, deviceProperties=[], traceinsight=record))
+    )
+    first = analysis.steady.steps[0]
+    if stacks == "user":
+        assert first.steady, first.reason
+        assert len(analysis.steady.steady_steps) == 5
+        assert not [w for w in analysis.warnings if w.kind == "startup-captured"]
+    else:  # without frames, nothing shows what ran before the first operator: left as it was
+        assert not first.steady

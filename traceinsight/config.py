@@ -15,7 +15,9 @@ Unknown keys are an error (a typo must not be silently ignored).
 A project file is untrusted like a trace: it may come beside a stranger's trace (a bug report
 unpacked and analyzed where it lies). So it can only narrow what a report reads: its
 ``source-root`` must lie inside the folder holding it (after resolving links), else it is refused
-in one line; ``--source-root`` on the command line stays the user's own choice. The file is read
+in one line, and it is used only from a project file in the working folder itself or in the
+trace's own folder, never from one in a folder above (:func:`source_root`); ``--source-root`` on
+the command line stays the user's own choice. The file is read
 only when it is a regular file of at most :data:`MAX_PYPROJECT_BYTES`, and nesting too deep for
 the TOML parser is one line too.
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -87,9 +90,18 @@ class SourceRoot:
     project as the user would type it, not as an absolute path."""
 
 
-def source_root(option: Path | None, config: ProjectConfig) -> SourceRoot | None:
+def source_root(
+    option: Path | None, config: ProjectConfig, trace_folders: Sequence[Path] = ()
+) -> SourceRoot | None:
     """``--source-root`` (the user's explicit choice), else ``source-root`` of the project table
-    (inside its own folder, checked by :func:`read_config`), else None: no excerpts."""
+    (inside its own folder, checked by :func:`read_config`) when that ``pyproject.toml`` lies in
+    the working folder itself or in the folder of a trace being read (``trace_folders``), else
+    None: no excerpts.
+
+    A project file found in a folder *above* the working folder is not one the user pointed at: a
+    ``/tmp/pyproject.toml`` or a shared folder's, planted with ``source-root = "."``, let a
+    stranger's trace quote every ``.py`` file below it. Its other keys still apply (they read
+    nothing); for its excerpts, name the folder with ``--source-root``."""
     if option is not None:
         if not option.is_dir():
             raise ConfigError(
@@ -97,7 +109,10 @@ def source_root(option: Path | None, config: ProjectConfig) -> SourceRoot | None
             )
         return SourceRoot(option, "--source-root")
     if config.source_root is not None and config.path is not None:
-        return SourceRoot(config.source_root, f"source-root in {config.path}")
+        home = config.path.parent.resolve()
+        pointed_at = {Path.cwd().resolve(), *(folder.resolve() for folder in trace_folders)}
+        if home in pointed_at:
+            return SourceRoot(config.source_root, f"source-root in {config.path}")
     return None
 
 

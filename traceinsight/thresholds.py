@@ -63,6 +63,13 @@ class Thresholds:
     #: ... and their fix is replayed with those kernels this many times faster (tensor cores run
     #: fp16/bf16 and TF32 matmuls 2-8× faster than fp32 on CUDA cores: 2 is the cautious end).
     tensor_core_speedup: float = 2.0
+    #: `low-compute-efficiency` fires when a GPU is busy at least this share of the steady window ...
+    busy_for_efficiency: float = 0.8
+    #: ... and its counted FLOPs ran below this share of the datasheet peak while busy ...
+    low_efficiency: float = 0.3
+    #: ... and its saving is bounded by every counted kernel at this share of the peak (dense GEMMs
+    #: reach 60-80 % of it; half is the cautious end).
+    efficiency_target: float = 0.5
     #: `pipeline-bubble` fires when a GPU waits for another GPU of its process this share of the step.
     pipeline_bubble_share: float = 0.05
     #: A pageable host-to-device copy's fix is replayed at the trace's own pinned copies' rate, or,

@@ -19,11 +19,13 @@ import polars as pl
 
 from traceinsight.analysis import copies, gpu_time, host, idle_gaps, syncs
 from traceinsight.analysis.collectives import CommunicationStats, communication_stats
+from traceinsight.analysis.flops import NO_FLOPS, FlopStats, flop_stats, with_mfu
 from traceinsight.analysis.intervals import joined_where, overlap_ns, within
 from traceinsight.analysis.kernels import TopKernels, top_kernels
 from traceinsight.analysis.latent import LatentSync, latent_syncs
 from traceinsight.analysis.launching import LaunchStats, launch_stats
 from traceinsight.analysis.memory import Memory, memory_usage
+from traceinsight.analysis.modules import NO_SCOPES, ScopeTimes, scope_times
 from traceinsight.analysis.optimizer import OptimizerStats, optimizer_stats
 from traceinsight.analysis.pace import Pace, step_pace
 from traceinsight.analysis.precision import PrecisionMix, precision_mix
@@ -111,6 +113,12 @@ class Analysis:
     #: without a source), when asked for (:func:`analyze`'s ``every_gap``); None otherwise: on a
     #: long trace it holds a row per pause between kernels.
     every_gap: pl.DataFrame | None = field(default=None, compare=False)
+    #: FLOPs counted from recorded shapes in the steady state, per kernel and class, and MFU per
+    #: device (:mod:`.flops`; empty without shapes).
+    flops: FlopStats = NO_FLOPS
+    #: GPU time, idle inside and FLOPs by ``nn.Module`` and by ``record_function`` region, as
+    #: trees over the steady state (:mod:`.modules`).
+    scopes: ScopeTimes = NO_SCOPES
 
     @property
     def span_ns(self) -> int:
@@ -257,6 +265,7 @@ class _SteadyOnly(NamedTuple):
     precision: tuple[PrecisionMix, ...]
     latent_syncs: tuple[LatentSync, ...]
     memory: Memory
+    flops: FlopStats
 
 
 def _steady_only(
@@ -273,6 +282,7 @@ def _steady_only(
         precision=precision_mix(trace, steady, classes=common.gpu),
         latent_syncs=latent_syncs(trace, steady, user_code, frame_index=frame_index),
         memory=memory_usage(trace, steady, limits.memory_series_points),
+        flops=flop_stats(trace, steady, classes=common.gpu, top=200),
     )
 
 
@@ -329,6 +339,7 @@ def _analyze(
         launches=common.launch_calls,
         frame_index=frame_index,
     )
+    usage = gpu_time.steady_usage(devices, steps, busy, kernels, compute, classified, steady)
     return Analysis(
         meta=trace.meta,
         thresholds=limits,
@@ -349,7 +360,7 @@ def _analyze(
         warnings=steady_only.warnings,
         replay=replay_later(),
         fix_inputs=fixes,
-        usage=gpu_time.steady_usage(devices, steps, busy, kernels, compute, classified, steady),
+        usage=usage,
         precision=steady_only.precision,
         launching=launching_later(),
         optimizer=optimizer,
@@ -360,4 +371,6 @@ def _analyze(
         pace=step_pace(steady, steps, calls, limits.pace_difference),
         step_leads=leads,
         every_gap=classified if every_gap else None,
+        flops=with_mfu(steady_only.flops, trace, [(u.device, u.window_ns, u.busy_ns) for u in usage]),
+        scopes=scope_times(trace, steady, steady_only.flops),
     )

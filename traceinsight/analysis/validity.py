@@ -92,7 +92,7 @@ def _step_warnings(steady: SteadySteps, run: RunProfile | None = None) -> list[T
             )
         )
         return warnings
-    warnings.extend(_one_step_warning(steady))
+    warnings.extend(_one_step_warning(steady, run))
     skipped = [step for step in steady.steps if not step.steady]
     startup = [step for step in skipped if step.reason and step.reason.startswith("start-up")]
     outliers = [step for step in skipped if step.reason and step.reason.startswith("outlier")]
@@ -375,10 +375,20 @@ def _load_warnings(trace: Trace) -> list[TraceWarning]:
     return warnings
 
 
-def _one_step_warning(steady: SteadySteps) -> list[TraceWarning]:
+#: The one-step box's advice in a trace of `traceinsight run`: more steps in the window. Never
+#: ``--wait 2``: when the memory budget ended the window, or the script runs few steps, skipping
+#: more of them leaves no trace at all (a 2-step script).
+_MORE_STEPS_ADVICE = (
+    "record more steps: raise `--active` (5 by default), and `--max-memory` when the memory budget "
+    "ended the window (`traceinsight run` says so when it does)"
+)
+
+
+def _one_step_warning(steady: SteadySteps, run: RunProfile | None = None) -> list[TraceWarning]:
     """The findings rest on a single steady step: nothing shows whether what it finds repeats, and
     when it is the first step recorded it also carries a first pass's costs (mi250_rocm_toy: a 6.5 ms
-    first kernel launch in a 9.3 ms step)."""
+    first kernel launch in a 9.3 ms step). A trace of `traceinsight run` (``run``) is advised in its
+    own terms (:data:`_MORE_STEPS_ADVICE`)."""
     if len(steady.steady_steps) != 1:
         return []
     only = steady.steady_steps[0]
@@ -394,7 +404,7 @@ def _one_step_warning(steady: SteadySteps) -> list[TraceWarning]:
                 if first
                 else "): nothing shows that what it finds repeats in other steps."
             ),
-            _WAIT_ADVICE,
+            _WAIT_ADVICE if run is None else _MORE_STEPS_ADVICE,
         )
     ]
 
@@ -418,7 +428,11 @@ def _recording_warnings(trace: Trace, steady: SteadySteps) -> list[TraceWarning]
             f"({format_duration(before)}): recording operators, shapes{frames} slowed the host, and "
             "the host times here include that cost.",
             "compare with `traceinsight run --stacks none` (no frames, no lines) to see the host "
-            "times with less of it; GPU kernel times are not affected",
+            "times with less of it; GPU kernel times are not affected"
+            if run.stacks != "none"
+            # --stacks none is in use: what is left is the profiler's own cost per operator
+            else "the host times include the profiler's own cost per operator (--stacks none already "
+            "records no frames); GPU kernel times are not affected",
         )
     ]
 

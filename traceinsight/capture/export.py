@@ -18,14 +18,19 @@ its name ends in ``.gz``), fixing on the way what ``traceinsight run`` must not 
   as the ``python_function`` frames torch would have written, with ``"Call site": 0`` or ``1`` in
   their ``args`` (torch's own frames have none).
 - **the temporary file's path** torch writes as ``traceName`` (an absolute path, the user's folder
-  layout in a shared trace): the trace file's own name instead.
+  layout in a shared trace), unescaped: a ``"`` in a folder's or the trace's name used to end the
+  string there, leaving invalid JSON or, with a name like ``x", "distributedInfo": {…}, "z": "``,
+  keys of a stranger's choosing in the trace. The key is the last torch writes: from it to the end
+  of torch's text is dropped and written anew, the trace file's own name as a JSON string (never
+  text spliced into JSON).
 - **what `run` knows of how it profiled** is added as a top-level ``"traceinsight"`` object
   (:data:`RUN_RECORD_KEY`): ``stacks`` (``--stacks``), ``stepMarks`` (what ended steps:
   ``optimizer``, ``explicit`` for ``traceinsight.step()``, ``backward``, or ``none``: the whole run
   is one window) and ``unprofiledStepNs`` / ``unprofiledSteps`` (the median duration of the steps
   that ran just before the window without being recorded, and how many) and ``loaderFetch``
   (``"range only"`` when the DataLoader's fetch was recorded as its range, without its operators:
-  :mod:`.fetch`), so that ``analyze`` says
+  :mod:`.fetch`) and ``cutShort`` (``true`` when the memory budget stopped the window inside its
+  last step, which the trace holds only part of), so that ``analyze`` says
   the same of the file later, and what recording cost the steps can be told.
 
 The pass holds one event (a dozen lines) at a time, so memory does not grow with the trace.
@@ -51,8 +56,9 @@ __all__ = ["RUN_RECORD_KEY", "ExportResult", "write_trace"]
 RUN_RECORD_KEY = "traceinsight"
 """Top-level key of what `traceinsight run` recorded about how it profiled."""
 
-#: torch writes ``],"traceName": "…" }`` on the line that closes the events.
-_TRACE_NAME = re.compile(rb'"traceName": "(?:[^"\\]|\\.)*"')
+#: torch writes ``],"traceName": "…" }`` on the line that closes the events (torch 2.1-2.12:
+#: ``"traceName": "…"`` on a line of its own after them, then ``}``), the last key of its text.
+_TRACE_NAME_KEY = b'"traceName": '
 #: An event's name: its line's first key, or after another key on the line.
 _NAME_KEY = b'"name": "'
 #: What follows a name on its line in the older layout (``"name": "…", "pid": 1, "tid": 1,``),
@@ -170,9 +176,14 @@ def _copy_fixed(
                 event = []
         elif line.startswith(_EVENT_START):
             event.append(line)
-        elif trace_name is not None and b'"traceName": ' in line:
-            named = b'"traceName": ' + json.dumps(trace_name).encode().replace(b"\\", b"\\\\")
-            pending.append(_TRACE_NAME.sub(named, line))
+        elif trace_name is not None and _TRACE_NAME_KEY in line:
+            # torch's path is spliced in unescaped (a quote or a newline in it ends nothing it
+            # should): whatever follows the key is dropped, the file's own name written as JSON.
+            shown = trace_name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+            head = line[: line.index(_TRACE_NAME_KEY)]
+            pending.append(head + _TRACE_NAME_KEY + json.dumps(shown).encode() + b"\n}\n")
+            done = total
+            break
         else:
             pending.append(line)
         if len(pending) > 512:

@@ -10,7 +10,8 @@ window started; the script's own temporaries are freed by the end of a step, so 
 that growth is the events recorded). RSS growth alone misjudges both ways: the recording reuses heap
 pages the script had freed (LBFGS over ``LSTMCell``: +287 MB of RSS for +133 MB of events), and the
 stop's allocations do not always find free pages (a stop added 0.84 × the window's RSS growth on
-one run and 0.24 × on another). Where ``mallinfo2`` is missing, ``STOP_COST_FACTOR`` × the RSS
+one run and 0.24 × on another), so the window's part is the larger of its RSS growth and the
+bytes it holds. Where ``mallinfo2`` is missing, ``STOP_COST_FACTOR`` × the RSS
 growth is used instead.
 
 Measured with torch 2.13 on CPU, stopping with ``trace_only`` (torch then builds no Python event
@@ -49,6 +50,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from traceinsight.load.limits import parse_size
+
 __all__ = [
     "DEFAULT_MAX_MEMORY",
     "STOP_COST_FACTOR",
@@ -65,9 +68,12 @@ __all__ = [
 DEFAULT_MAX_MEMORY = 2 << 30
 """Default budget of one recording (``--max-memory``): 2 GiB, stop included."""
 
-STOP_PER_HELD_BYTE = 1.25
-"""Bytes the stop allocates per heap byte the recording holds, with ``trace_only`` (measured
-1.05-1.15)."""
+STOP_PER_HELD_BYTE = 2.0
+"""Bytes the stop and the export allocate per heap byte the recording holds, with ``trace_only``:
+1.68 × (LBFGS over a 101-step ``LSTMCell``, 4 closures a step, 3 steps: 180 MB held, 166 MB of
+JSON) and 1.77 × (201 steps, 8 closures: 742 MB held, 663 MB of JSON) measured from the stop's
+start to the peak of stop and export, issue 52; 1.25 before (measured 1.05-1.15 on a shorter
+stop), which put a 2 GiB window of the 400-step shape at 4.6 GB."""
 
 STOP_PER_HELD_BYTE_WITH_EVENTS = 4.0
 """The same when torch builds its Python events at the stop (``--stacks all``: measured 3.0 × on
@@ -150,18 +156,6 @@ def release_freed_memory() -> None:
         ctypes.CDLL(None).malloc_trim(0)
 
 
-def parse_size(text: str) -> int:
-    """``'2G'``, ``'512M'``, ``'1.5GB'``, ``'800MiB'`` or a number of bytes → bytes; ValueError if not."""
-    cleaned = text.strip().upper().removesuffix("B").removesuffix("I")
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    factor = units.get(cleaned[-1:], 1)
-    number = cleaned[:-1] if cleaned[-1:] in units else cleaned
-    value = float(number)
-    if value <= 0:
-        raise ValueError(text)
-    return int(value * factor)
-
-
 class MemoryGuard:
     """Watches RSS while a window records; asks the main thread to stop it before the budget passes."""
 
@@ -212,7 +206,10 @@ class MemoryGuard:
         heap = heap_in_use()
         if heap is None or self._heap_baseline is None:
             return int(growth * STOP_COST_FACTOR)
-        return int(growth + max(heap - self._heap_baseline, 0) * self.stop_per_held_byte)
+        held = max(heap - self._heap_baseline, 0)
+        # A recording that reuses pages the script freed grows RSS by less than it holds (the
+        # audit's LBFGS window: +0.72 GB of RSS, then +3.5 GB at the stop): count at least what it holds.
+        return int(max(growth, held) + held * self.stop_per_held_byte)
 
     def next_step_would_pass(self, steps_recorded: int) -> int | None:
         """At a step boundary: the estimated cost after one more step like the average one so far,

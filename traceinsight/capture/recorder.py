@@ -439,6 +439,9 @@ class TraceRecorder:
         options: dict[str, Any] = {
             "activities": activities,
             # The start-up window is usually thrown away: operators only (see the module doc).
+            # Shapes are what the FLOP count reads (analysis.flops); module frames come from our
+            # own tracer. ``with_flops`` is left off: torch 2.13 keeps its counts in Python
+            # objects and writes none into the trace (only a top-level ``"with_flops": 1``).
             "record_shapes": scheduled,
             "with_stack": scheduled and self.settings.stacks == "all",
             "profile_memory": self.settings.profile_memory,
@@ -665,6 +668,8 @@ class TraceRecorder:
         }
         if self._fetch.used:
             record["loaderFetch"] = LOADER_FETCH_RANGE_ONLY
+        if self._memory_stop == "window":
+            record["cutShort"] = True  # the budget stopped the window inside its last step
         baseline = sorted(self._window_baseline_ns)
         if baseline:
             record["unprofiledSteps"] = len(baseline)

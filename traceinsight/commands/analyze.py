@@ -150,7 +150,7 @@ def analyze(
                 read.wanted,
                 read.reading,
                 job,
-                source_root=read.source_root(source_root),
+                source_root=read.source_root(source_root, traces),
                 top=max(top, 10),
             )
             work_done()
@@ -167,7 +167,7 @@ def analyze(
                 trace,
                 read.wanted,
                 read.reading,
-                source_root=read.source_root(source_root),
+                source_root=read.source_root(source_root, traces),
                 progress=progress,
                 top=top,
                 head_start=head_start,

@@ -167,6 +167,14 @@ class _QuickOptions:
 class QuickCommand(_QuickOptions, TyperCommand):
     """A typer command whose options read their values as :func:`quick_value` says."""
 
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        """The usage line's words, a required argument as its name (``SCRIPT``, as the help
+        and the docs write it): typer 0.29 writes ``{SCRIPT}``, braces no shell or doc uses."""
+        return [_REQUIRED.sub(r"\1\2", piece) for piece in super().collect_usage_pieces(ctx)]
+
+
+_REQUIRED: Final = re.compile(r"\A\{([A-Z_]+)\}(\.\.\.)?\Z")
+
 
 class QuickGroup(_QuickOptions, TyperGroup):
     """The typer group of the commands, its own options (``--version``) read the same way."""

@@ -9,7 +9,7 @@ Nothing here imports polars or the analyses: ``--help`` of every command stays f
 
 from __future__ import annotations
 
-import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Final
@@ -96,8 +96,8 @@ ForceOption = Annotated[
 MaxSizeOption = Annotated[
     str | None,
     typer.Option("--max-size", metavar="SIZE", show_default=False,
-                 help="Refuse traces holding more JSON than SIZE (e.g. 8GB) [default: no limit for traces, "
-                 "16 MiB for a stored result; a gzip that expands more than 100 times is refused anyway]."),
+                 help="Refuse traces holding more JSON than SIZE (e.g. 8G; k, M, G, T are powers of 1024) "
+                 "[default: no limit for traces, 16 MiB for a stored result; a gzip that expands more than 100 times is refused anyway]."),
 ]  # fmt: skip
 FailOnOption = Annotated[
     str | None,
@@ -120,18 +120,19 @@ MaxSyncsOption = Annotated[
                  help="Gate: exit 1 when the host waits on the GPU more than N times per step."),
 ]  # fmt: skip
 
-_SIZE: Final = re.compile(r"(?i)\s*(\d+(?:\.\d+)?)\s*(b|[kmgt]i?b?)?\s*")
-_UNITS: Final = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 
+def parse_size(text: str, option: str = "--max-size") -> int:
+    """``512M``, ``2G``, ``1.5GB``, ``8GiB``, ``4096`` → bytes (:func:`traceinsight.load.limits.parse_size`:
+    k, M, G, T are powers of 1024), or one line naming ``option``."""
+    from traceinsight.load.limits import parse_size as size_of
 
-def parse_size(text: str) -> int:
-    """``500MB``, ``2GB``, ``1.5GiB``, ``4096`` → bytes (k/M/G/T are powers of 1000, with i of 1024)."""
-    match = _SIZE.fullmatch(text)
-    if match is None:
-        raise ConfigError(f"--max-size {text!r}: not a size; write it like 500MB, 2GB or 8GiB")
-    number, unit = float(match.group(1)), (match.group(2) or "").lower()
-    scale = 1024 ** ("kmgt".index(unit[0]) + 1) if len(unit) > 1 and unit[1] == "i" else _UNITS[unit[:1]]
-    return int(number * scale)
+    try:
+        return size_of(text)
+    except ValueError:
+        raise ConfigError(
+            f"{option} {text!r} is not a size; give e.g. 512M, 2G or a number of bytes "
+            "(k, M, G, T: powers of 1024)"
+        ) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,9 +180,11 @@ class Settings:
     reading: Reading
     budgets: Budgets
 
-    def source_root(self, given: Path | None) -> SourceRoot | None:
-        """Where code excerpts may be read from: ``--source-root``, else the project table's."""
-        return resolve_source_root(given, self.config)
+    def source_root(self, given: Path | None, traces: Sequence[Path] = ()) -> SourceRoot | None:
+        """Where code excerpts may be read from: ``--source-root``, else the project table's when
+        its file is in the working folder or a trace's own (a folder given as a job: itself)."""
+        folders = [trace if trace.is_dir() else trace.absolute().parent for trace in traces]
+        return resolve_source_root(given, self.config, folders)
 
 
 def one_on_stdout(*, page: str | None, json_out: str | None, markdown: str | None) -> None:

@@ -7,8 +7,11 @@ Registered by the CLI as::
 ``RUN_CONTEXT_SETTINGS`` stops option parsing at the script, so everything after it (including
 options that look like ours) reaches the script untouched.
 
-Exit status. Once the script has run, `run` exits with the script's own status, whatever happened
-to the trace or the report (what went wrong is said on stderr); only an error found before the
+Exit status. Once the script has run, `run` exits with the script's own status; when that is 0
+but a failure of ours left no report (the trace could not be written or read back, the profiler
+failed, the analysis failed), it exits non-zero instead (:func:`_no_report_status`), so a CI job
+never passes without its report. A run too short for the schedule (fewer steps than ``--wait +
+--warmup``) is not a failure: it says so and keeps the script's status. An error found before the
 script starts (bad path, no torch, unwritable folder) exits 2 without running it.
 """
 
@@ -21,6 +24,7 @@ import io
 import os
 import shlex
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -197,7 +201,7 @@ def run(
         typer.Option(
             "--max-memory",
             metavar="SIZE",
-            help="Memory one recording may add to the process (e.g. 2G, 512M): what the profiler "
+            help="Memory one recording may add to the process (e.g. 2G, 512M; powers of 1024): what the profiler "
             "holds while it records, and what stopping it then builds, counted from the RSS "
             "growth of the recorded window. When one more step would pass it, recording ends at "
             "that step boundary (a single step bigger than the budget is stopped inside it) and "
@@ -222,15 +226,17 @@ def run(
 
     Steps are marked without changing the script: every optimizer.step() of a torch.optim optimizer
     ends one; in a loop without one, every loss.backward() does (or call traceinsight.step() at the
-    end of each iteration). The trace and the report are written
-    even if the script fails or is interrupted; the exit status is the script's own. Under torchrun
+    end of each iteration). A script that ends before its first recorded step (--wait + --warmup
+    steps come first) leaves no trace and no report, and a line says so. The trace and the report are written
+    even if the script fails or is interrupted; the exit status is the script's own (when it is 0
+    and no report could be made, 2 or 3). Under torchrun
     every rank writes its own files; `traceinsight run -m torch.distributed.run ...` (or `run
     torchrun ...`) profiles the workers.
     """
     from traceinsight.capture.distributed import launcher_module, rank_info
-    from traceinsight.capture.memory import parse_size
     from traceinsight.capture.recorder import require_torch
     from traceinsight.capture.script import StagedRun, drive, module_target, script_target
+    from traceinsight.commands.options import parse_size
     from traceinsight.render.terminal import TerminalConsole
 
     console = TerminalConsole(stderr=True)  # 120 columns in a CI log, like analyze's
@@ -239,12 +245,7 @@ def run(
         words = (*(script_args or ()), *ctx.args)
         if stacks not in _STACKS:
             raise CaptureError(f"--stacks must be one of user, all, none (not {stacks!r})")
-        try:
-            budget = parse_size(max_memory)
-        except ValueError:
-            raise CaptureError(
-                f"--max-memory {max_memory!r} is not a size; give e.g. 2G, 512M or a number of bytes"
-            ) from None
+        budget = parse_size(max_memory, "--max-memory")
         if launcher_module(script, module):
             require_torch()
             status = _launch_workers(script, module, words, _forwarded_options(ctx))
@@ -382,13 +383,29 @@ def profile_and_report_steps(
         reason, failed = _no_trace_reason(target, capture, settings)
         # A failure of ours is an error; a run too short for the schedule is not (exit status 0).
         (say.error if failed else say)(reason)
+        if failed:
+            return _no_report_status(outcome, 2 if capture.export_error is not None else 3)
         return exit_like_python(outcome)
     _say_window_notes(say, capture, settings)
     context = _run_context(target, started, elapsed, outcome, capture, trace)
-    _analyze(trace, paths, settings, project, target, context, console if speaks else _quiet_console(), say)
+    failure = _analyze(
+        trace, paths, settings, project, target, context, console if speaks else _quiet_console(), say
+    )
+    if failure is not None:
+        return _no_report_status(outcome, failure)
     if rank is not None and rank.rank == 0:
         _say_job_files(say, paths, rank)
     return exit_like_python(outcome)
+
+
+def _no_report_status(outcome: ScriptOutcome, failure: int) -> int:
+    """The exit status of a run whose report a failure of ours prevented: the script's own when it
+    failed (or was interrupted: Python's way), else ``failure`` (2: the trace could not be written
+    or read; 3: a bug of ours or the profiler's), never 0 without a report."""
+    from traceinsight.capture.script import exit_like_python
+
+    status = exit_like_python(outcome)
+    return status if status != 0 else failure
 
 
 class _Speaker:
@@ -411,6 +428,17 @@ class _Speaker:
         if export.repaired_names:
             self(f"torch wrote {export.repaired_names} names with unescaped quotes; they were escaped")
 
+    def _stopping_lines(self, started: float, copying: threading.Event) -> None:
+        """Every :data:`_LOG_PROGRESS_SECONDS` until our pass over torch's export begins: how long
+        torch's stop and export have run, and the process's memory."""
+        from traceinsight.capture.memory import rss
+
+        while not copying.wait(_LOG_PROGRESS_SECONDS):
+            self(
+                f"stopping the profiler and exporting its trace: {time.monotonic() - started:.0f} s, "
+                f"process memory {rss() / 1e9:.1f} GB"
+            )
+
     def error(self, text: str) -> None:
         """A problem of ours (every rank says it; it does not change the exit status)."""
         sys.stderr.write(f"{self._prefix}error: {text}\n")
@@ -427,8 +455,10 @@ class _Speaker:
         if not console.is_terminal:
             started = time.monotonic()
             last = [started]
+            copying = threading.Event()  # our pass over torch's export has begun: it reports itself
 
             def logged(done: int, total: int) -> None:
+                copying.set()
                 now = time.monotonic()
                 if now - last[0] >= _LOG_PROGRESS_SECONDS and done < total:
                     last[0] = now
@@ -437,7 +467,20 @@ class _Speaker:
                         f"({100 * done // max(total, 1)} %, {now - started:.0f} s)"
                     )
 
-            yield logged
+            # torch's stop and its export say nothing while they run (a large window: 30 s, then a
+            # minute): a line every few seconds from the moment the stop begins.
+            heartbeat = threading.Thread(
+                target=self._stopping_lines,
+                args=(started, copying),
+                name="traceinsight-stop-log",
+                daemon=True,
+            )
+            heartbeat.start()
+            try:
+                yield logged
+            finally:
+                copying.set()
+                heartbeat.join(timeout=1)
             return
         with console.status(self._prefix + "stopping the profiler…", spinner="dots") as status:
 
@@ -525,10 +568,16 @@ def _say_window_notes(say: _Speaker, capture: CaptureResult, settings: ProfileSe
         )
         return
     if capture.memory_stop == "window":
+        # No complete step: "0 complete steps and part of the next" read beside the report's "Steps 1".
+        holds = (
+            "part of one step, stopped before its end"
+            if capture.steps_in_trace == 0
+            else f"{complete} and part of the next"
+        )
         say(
             f"recording was stopped inside a step at an estimated {estimate} with stopping the "
-            f"profiler (budget {budget}, --max-memory): the trace holds {complete} and part of the "
-            "next; raise --max-memory, or mark shorter steps with traceinsight.step()"
+            f"profiler (budget {budget}, --max-memory): the trace holds {holds}; raise --max-memory, "
+            "or mark shorter steps with traceinsight.step()"
         )
         return
     if capture.whole_run:
@@ -604,8 +653,9 @@ def _analyze(
     context: Any,
     console: Console,
     say: _Speaker,
-) -> None:
-    """Analyze the trace just written; on failure keep it and say how to retry."""
+) -> int | None:
+    """Analyze the trace just written; on failure keep it, say how to retry and return the exit
+    status the failure calls for (the error's own; 3 for a bug), else None."""
     from traceinsight.commands.options import Reading, Wanted
     from traceinsight.config import SourceRoot
     from traceinsight.process import libraries_loading
@@ -634,15 +684,16 @@ def _analyze(
             run=context,
         )
     except TraceInsightError as error:
-        reason = str(error)
+        reason, status = str(error), error.exit_code
     except Exception as error:  # an analysis bug must not lose the user's run
-        reason = f"{type(error).__name__}: {error}"
+        reason, status = f"{type(error).__name__}: {error}", 3
     else:
-        return
+        return None
     say.error(
         f"the trace {trace} was kept but no report was made ({reason}); "
         f"retry with: traceinsight analyze {trace}"
     )
+    return status
 
 
 def _say_job_files(say: _Speaker, paths: OutputPaths, rank: RankInfo) -> None:
@@ -650,11 +701,14 @@ def _say_job_files(say: _Speaker, paths: OutputPaths, rank: RankInfo) -> None:
     their own pace, so rank 0 does not wait for them)."""
     from traceinsight.capture.distributed import rank_path
 
-    traces = " ".join(str(rank_path(_rank_zero_name(paths.trace), r)) for r in range(rank.world_size))
+    # As the user would type them (relative inside the current folder), like every path run
+    # prints: a log shared with the report need not carry the user's folder layout.
+    traces = " ".join(str(_shown(rank_path(_rank_zero_name(paths.trace), r))) for r in range(rank.world_size))
+    folder = _shown(paths.trace.parent)
     say(
         f"this job has {rank.world_size} ranks, each with its own trace and report in "
-        f"{paths.trace.parent}; the summary above is rank 0's. When every rank has finished, "
-        f"the job report (stragglers, what each rank waits on): traceinsight analyze {paths.trace.parent}/ "
+        f"{folder}; the summary above is rank 0's. When every rank has finished, "
+        f"the job report (stragglers, what each rank waits on): traceinsight analyze {folder}/ "
         f"(the traces: {traces})"
     )
 

@@ -42,8 +42,9 @@ __all__ = ["RankProgress", "analyze_job", "pool_size", "rank_progress", "run_das
 RankProgress = Callable[[int, int], None]
 
 #: Peak memory of analyzing a trace, per byte of its JSON, rounded up: benchmarks/bench_analyze.py
-#: measured 1.2 to 1.7 times the JSON (results-2026-11-22.txt, 250 MB plain and gzip).
-MEMORY_PER_JSON_BYTE: Final = 2
+#: measured 1.2 to 1.7 times the JSON (results-2026-11-22.txt, 250 MB plain and gzip), and the
+#: audit of issue 52 about 3 times on a job's ranks (2 let a pool take more memory than there was).
+MEMORY_PER_JSON_BYTE: Final = 3
 #: What a worker holds before it reads a trace (interpreter, polars, the analysis' imports).
 WORKER_BASE_BYTES: Final = 250 * 2**20
 

@@ -39,7 +39,7 @@
 #endif
 
 #define MAX_FIELDS 32
-enum { ROLE_VALUE = 0, ROLE_TIME = 1, ROLE_CATEGORY = 2, ROLE_INSTANT = 3 };
+enum { ROLE_VALUE = 0, ROLE_TIME = 1, ROLE_CATEGORY = 2, ROLE_INSTANT = 3, ROLE_JSON = 4 };
 enum { K_NONE = 0, K_INT = 1, K_FLOAT = 2, K_STR = 3, K_NS = 4, K_BIG = 5 };
 /* Inside the scanner only: a float whose double is not made yet (its text is in the Val). */
 enum { K_FLOAT_TEXT = 6 };
@@ -109,6 +109,9 @@ static int f_category = -1;
 static unsigned char is_time[MAX_FIELDS];
 /* Whether each field is read only from "i" events (ROLE_INSTANT: a column of their own rows). */
 static unsigned char is_instant[MAX_FIELDS];
+/* Whether each field keeps a list or object value as its JSON text (ROLE_JSON: a string of the
+ * raw bytes, validated as they are skipped) instead of None. */
+static unsigned char is_json[MAX_FIELDS];
 static int n_instant = 0;
 /* The fields in ``args`` (reset when an event has a second "args"), as bits. */
 static uint32_t args_mask = 0;
@@ -1029,7 +1032,18 @@ static int object_fields(Lex *L, Out *o, Field *fields, uint32_t *seen, int *pha
         } else if (f >= 0) {
             Field *fd = &fields[f];
             *seen |= 1U << f;
-            if ((r = scalar(L, &fd->v, &fd->sp, &fd->sn, &fd->sesc, depth + 1)) != OK) return r;
+            if (is_json[f] && (*cur == '[' || *cur == '{')) {
+                const char *start = cur;
+                if ((r = skip_value(L, depth + 1)) != OK) return r;
+                fd->v.kind = K_STR;
+                fd->v.value = -1;
+                fd->sp = start;
+                fd->sn = cur - start;
+                fd->sesc = 0;
+            } else if ((r = scalar(L, &fd->v, &fd->sp, &fd->sn, &fd->sesc, depth + 1)) != OK)
+                return r;
+            else if (is_json[f])
+                fd->v.kind = K_NONE; /* a json field keeps only lists and objects */
         } else {
             if ((r = skip_value(L, depth + 1)) != OK) return r;
         }
@@ -1392,7 +1406,8 @@ static PyObject *events_start(PyObject *Py_UNUSED(self), PyObject *args) {
 
 /* configure(fields, limits): fields are (key: str, in_args: bool, role: int) with role 0 a value,
  * 1 a time (µs, converted to ns from the text where exact), 2 the category, 3 a value read only
- * from "i" events (its columns hold one row per "i" row, in order, after the phases); limits are (nesting
+ * from "i" events (its columns hold one row per "i" row, in order, after the phases), 4 a value whose
+ * list or object is kept as its JSON text; limits are (nesting
  * depth, string bytes, long-string bytes, long-string prefix bytes, integer digits). */
 static PyObject *configure(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *fields;
@@ -1438,6 +1453,7 @@ static PyObject *configure(PyObject *Py_UNUSED(self), PyObject *args) {
         if (specs[i].in_args) args_mask |= 1U << i;
         is_time[i] = specs[i].role == ROLE_TIME;
         is_instant[i] = specs[i].role == ROLE_INSTANT;
+        is_json[i] = specs[i].role == ROLE_JSON;
         n_instant += is_instant[i];
     }
     memset(key_count, 0, sizeof key_count);

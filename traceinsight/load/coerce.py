@@ -7,6 +7,7 @@ Every loader uses them, directly or through their column-wise twins here, so the
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from decimal import Decimal
@@ -79,6 +80,44 @@ def as_version(value: Scalar) -> str | None:
     if type(value) is int and value > 1000:
         return f"{value // 1000}.{(value % 1000) // 10}"
     return None if value is None else str(value)
+
+
+#: The longest JSON text a ``json`` field keeps (compact form); longer ones are null. Recorded shapes
+#: are tens of characters; an operator with 30 inputs a few hundred.
+JSON_TEXT_CHARS: Final = 4096
+
+
+def as_json_text(value: object) -> str | None:
+    """A list or object (as a JSON decoder gives it) → its compact JSON text (``[[2,3],[]]``), the
+    one form every loader gives for a ``json`` field; None for any other value and for a text longer
+    than :data:`JSON_TEXT_CHARS`. The text is only ever decoded again (never interpreted)."""
+    if not isinstance(value, (list, dict)):
+        return None
+    try:
+        text = json.dumps(value, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError):
+        return None
+    return text if len(text) <= JSON_TEXT_CHARS else None
+
+
+#: A raw text of only these characters is lists of non-negative integers (``Input Dims``): its
+#: compact form is the text without its whitespace, what :func:`as_json_text` would give.
+_PLAIN_DIMS: Final = re.compile(r"[\[\]0-9, \t\n\r]*")
+_JSON_WHITESPACE: Final = re.compile(r"[ \t\n\r]+")
+
+
+def json_text_of(raw: str | bytes) -> str | None:
+    """:func:`as_json_text` of a list or object given as its raw JSON text (the scanner's and
+    msgspec's ``Raw``); None when the text does not decode. Lists of non-negative integers (the
+    scanner validated the text) skip the decode and encode: their whitespace is dropped."""
+    text = raw if isinstance(raw, str) else None
+    if text is not None and text[:1] == "[" and _PLAIN_DIMS.fullmatch(text):
+        compact = _JSON_WHITESPACE.sub("", text)
+        return compact if len(compact) <= JSON_TEXT_CHARS else None
+    try:
+        return as_json_text(json.loads(raw))
+    except (ValueError, RecursionError):
+        return None
 
 
 # --- column-wise ------------------------------------------------------------------------------

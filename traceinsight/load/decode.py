@@ -48,6 +48,7 @@ class RunRecord(msgspec.Struct, gc=False):
     unprofiledStepNs: Scalar = None
     unprofiledSteps: Scalar = None
     loaderFetch: Scalar = None
+    cutShort: Scalar = None
 
 
 class TraceDocument(msgspec.Struct, gc=False):

@@ -34,7 +34,15 @@ import msgspec
 import polars as pl
 
 from traceinsight.load import limits, reference, schema
-from traceinsight.load.coerce import INT64_NS_LIMIT, Scalar, as_int, as_ns, end_ns, float_column_to_ns
+from traceinsight.load.coerce import (
+    INT64_NS_LIMIT,
+    Scalar,
+    as_int,
+    as_ns,
+    end_ns,
+    float_column_to_ns,
+    json_text_of,
+)
 from traceinsight.load.decode import UTF8_BOM, TraceDocument, check_start, json_error, parse_json
 from traceinsight.load.source import TraceFile
 from traceinsight.load.tables import (
@@ -52,9 +60,15 @@ from traceinsight.process import collector_paused
 # --- the structs, made from the one field list -------------------------------------------------
 
 
+_NO_RAW: Final = msgspec.Raw()
+
+
 def _fields(in_args: bool, memory: bool = False) -> list[tuple[str, Any, Any]]:
     return [
-        (f.name, Scalar, msgspec.field(default=None, name=f.key))
+        # a ``json`` field keeps its value's raw text (msgspec's ``Raw``; empty when missing)
+        (f.name, msgspec.Raw, msgspec.field(default=_NO_RAW, name=f.key))
+        if f.kind == "json"
+        else (f.name, Scalar, msgspec.field(default=None, name=f.key))
         for f in schema.EVENT_FIELDS
         if f.in_args is in_args and (memory or not f.memory)
     ]
@@ -191,10 +205,15 @@ def check_utf8(raw: bytes | bytearray, path: Path) -> None:
     view = memoryview(raw)
     step = 16 << 20
     for at in range(0, len(view), step):
+        # The decoder holds the start of a character cut by the last block: an error's position
+        # counts those bytes too (a character across a block's end moved the offset by them).
+        held = len(decoder.getstate()[0])
         try:
             decoder.decode(view[at : at + step], final=at + step >= len(view))
         except UnicodeDecodeError as exc:
-            raise json_error(path, f"invalid UTF-8 at byte {at + exc.start}", truncated=False) from None
+            raise json_error(
+                path, f"invalid UTF-8 at byte {at - held + exc.start}", truncated=False
+            ) from None
 
 
 def _checked(events: list[Any], path: Path) -> list[Any]:
@@ -260,6 +279,25 @@ def _texts(values: list[Scalar], convert: Callable[[Scalar], str | None], nulls:
     return pl.Series([v if type(v) is str else convert(v) for v in values], dtype=pl.String)
 
 
+def _json_texts(values: list[Any]) -> pl.Series:
+    """A ``json`` column from msgspec's raw values: :func:`.coerce.json_text_of` once per distinct
+    text (shapes repeat step after step)."""
+    known: dict[bytes, str | None] = {}
+    texts: list[str | None] = []
+    for value in values:
+        if value is None:
+            texts.append(None)
+            continue
+        raw = bytes(value)
+        if not raw:
+            texts.append(None)
+            continue
+        if raw not in known:
+            known[raw] = json_text_of(raw) if raw[:1] in (b"[", b"{") else None
+        texts.append(known[raw])
+    return pl.Series(texts, dtype=pl.String)
+
+
 def _name(value: Scalar) -> str:
     return value if isinstance(value, str) else str(value)
 
@@ -320,6 +358,10 @@ def _group_frame(
         "call_stack": lambda: clean_texts(_texts(arg("call_stack"), _stack, nulls=True)),
         "seq": lambda: _ids(arg("seq")),
         "process_group": lambda: clean_texts(_texts(arg("process_group"), _stack, nulls=True)),
+        "flops": lambda: _ids(arg("flops")),
+        "input_dims": lambda: _json_texts(arg("input_dims")),
+        "input_types": lambda: _json_texts(arg("input_types")),
+        "concrete_inputs": lambda: _json_texts(arg("concrete_inputs")),
     }
     columns = group_columns(group)
     return pl.DataFrame(

@@ -20,10 +20,11 @@ class EventField:
     """Its JSON key."""
     in_args: bool
     """Whether it sits in the event's ``args`` object."""
-    kind: Literal["category", "name", "text", "id", "time"]
+    kind: Literal["category", "name", "text", "id", "time", "json"]
     """How a value is read: ``category`` a string or "" (routes the event to its table), ``name``
     a string or the value's ``str``, ``text`` a string or null, ``id`` :func:`.coerce.as_int`,
-    ``time`` µs to ns by :func:`.coerce.as_ns`."""
+    ``time`` µs to ns by :func:`.coerce.as_ns`, ``json`` a list or object as its compact JSON text
+    (:func:`.coerce.as_json_text`; anything else null)."""
     memory: bool = False
     """Read only from ``[memory]`` instant events (:data:`MEMORY_EVENTS`), never from X events."""
 
@@ -52,6 +53,13 @@ EVENT_FIELDS: Final[tuple[EventField, ...]] = (
     # kernels since 2026 (kineto PRs 1296, 1483): what matches a collective across ranks.
     EventField("seq", "Seq", True, "id"),
     EventField("process_group", "Process Group Name", True, "text"),
+    # An operator's recorded shapes (``record_shapes=True``): its inputs' dims, dtypes and the values
+    # of its scalar and list inputs (stride, padding, ...), for the FLOP count (analysis.flops).
+    EventField("input_dims", "Input Dims", True, "json"),
+    EventField("input_types", "Input type", True, "json"),
+    EventField("concrete_inputs", "Concrete Inputs", True, "json"),
+    # torch's own FLOP count of an operator (``with_flops=True``).
+    EventField("flops", "flops", True, "id"),
     # The allocator's records (``profile_memory=True``); the totals since torch 1.10.
     EventField("device_type", "Device Type", True, "id", memory=True),
     EventField("device_id", "Device Id", True, "id", memory=True),

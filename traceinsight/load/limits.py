@@ -6,6 +6,7 @@ stops the load with one line and exit code 2; the README's "Safety" section list
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 #: Every string taken from a trace (names, categories, call stacks, device names) is cut to this
@@ -36,3 +37,23 @@ MAX_FIELDS_BYTES: Final = 64 << 20
 #: gzip's highest level, at most 34.7 times in all. A gzip bomb reaches about 1000.
 GZIP_RATIO: Final = 100
 GZIP_FLOOR_BYTES: Final = 1 << 20
+
+
+_SIZE: Final = re.compile(r"(?i)\s*(\d+(?:\.\d+)?)\s*(b|[kmgt]i?b?)?\s*")
+
+
+def parse_size(text: str) -> int:
+    """``512M``, ``2G``, ``1.5GB``, ``8GiB``, ``4096`` → bytes; ValueError for anything else or 0.
+
+    One reading for every size option (``--max-size``, ``--max-memory``): k, M, G and T are powers
+    of 1024, with or without ``B`` or ``iB`` (``--max-size 2G`` was 2.0e9 bytes while
+    ``--max-memory 2G`` was 2^31)."""
+    match = _SIZE.fullmatch(text)
+    if match is None:
+        raise ValueError(text)
+    number, unit = float(match.group(1)), (match.group(2) or "").lower()
+    scale = 1 if unit in ("", "b") else 1024 ** ("kmgt".index(unit[0]) + 1)
+    size = int(number * scale)
+    if size <= 0:
+        raise ValueError(text)
+    return size

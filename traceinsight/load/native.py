@@ -52,7 +52,7 @@ import polars as pl
 from traceinsight.arrays import series
 from traceinsight.errors import TraceFormatError, TraceInsightError
 from traceinsight.load import limits, schema
-from traceinsight.load.coerce import INT64_NS_LIMIT, as_int, as_ns, float_column_to_ns
+from traceinsight.load.coerce import INT64_NS_LIMIT, as_int, as_ns, float_column_to_ns, json_text_of
 from traceinsight.load.decode import (
     TraceDocument,
     check_start,
@@ -265,6 +265,20 @@ _GROUP_COLUMNS: Final = {group: group_columns(group) for group in GROUPS}
 _ID_FIELD: Final = {"parent_id": "python_parent_id"}
 #: Event columns read as text (a string or null): ``call_stack``, ``process_group``.
 _TEXT_FIELDS: Final = frozenset(f.name for f in schema.EVENT_FIELDS if f.kind == "text")
+#: Event columns read as JSON text (recorded shapes): the scanner hands a list's raw text over as a
+#: string; it is made compact here (:func:`.coerce.json_text_of`), once per distinct text.
+_JSON_FIELDS: Final = frozenset(f.name for f in schema.EVENT_FIELDS if f.kind == "json")
+
+
+def _json_texts(field: _Column, strings: list[str], cut: frozenset[int]) -> pl.Series:
+    """A ``json`` column: each distinct raw text made compact once; null where the scanner gave no
+    list or object, or only the start of a long one."""
+    is_text = field.kinds == _STR
+    if not is_text.any():
+        return pl.Series([None] * len(field.kinds), dtype=pl.String)
+    codes, inverse = np.unique(np.where(is_text, field.values, -1), return_inverse=True)
+    compact = [None if code < 0 or code in cut else json_text_of(strings[code]) for code in codes.tolist()]
+    return pl.Series(compact, dtype=pl.String).gather(series(inverse.astype(np.int64), dtype=pl.Int64))
 
 
 def _group_frame(
@@ -276,6 +290,8 @@ def _group_frame(
     cleaned: list[str],
     string_ints: np.ndarray,
     string_valid: np.ndarray,
+    raw_strings: list[str],
+    cut: frozenset[int],
 ) -> pl.DataFrame:
     """The event ``columns`` of the scanned ``rows`` of one group (their times ``ts`` in ns, all
     valid), converted as the reference does."""
@@ -295,6 +311,8 @@ def _group_frame(
             data[name] = taken("name").texts(texts, str)
         elif name in _TEXT_FIELDS:
             data[name] = taken(name).texts(texts, None)
+        elif name in _JSON_FIELDS:
+            data[name] = _json_texts(taken(name), raw_strings, cut)
         elif name == "ts":
             data[name] = series(ts, dtype=pl.Int64)
         elif name == "dur":
@@ -391,6 +409,8 @@ def block_tables(result: tuple[Any, ...]) -> ChunkTables:
             cleaned,
             string_ints,
             string_valid,
+            strings,
+            frozenset(index for index, _ in cut),
         )
         first += size
     tables, legacy = assemble(frames)

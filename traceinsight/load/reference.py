@@ -17,7 +17,7 @@ import polars as pl
 
 from traceinsight.errors import TraceFormatError
 from traceinsight.load import limits, schema, taxonomy
-from traceinsight.load.coerce import Scalar, as_int, as_ns
+from traceinsight.load.coerce import Scalar, as_int, as_json_text, as_ns
 from traceinsight.load.decode import (
     TraceDocument,
     document_from_value,
@@ -34,6 +34,8 @@ from traceinsight.load.text import clean_text, clean_texts
 _TOP: Final = {f.name: f.key for f in schema.EVENT_FIELDS if not f.in_args}
 _ARGS: Final = {f.name: f.key for f in schema.EVENT_FIELDS if f.in_args and not f.memory}
 _MEMORY_ARGS: Final = {f.name: f.key for f in schema.EVENT_FIELDS if f.memory}
+#: The ``json`` fields (recorded shapes): read whole, not as scalars.
+_JSON_ARGS: Final = {f.name: f.key for f in schema.EVENT_FIELDS if f.kind == "json"}
 
 
 def load_trace_reference(path: Path, limit: SizeLimit | None = None) -> Trace:
@@ -204,6 +206,10 @@ def build_tables(events: list[dict[str, Any]]) -> ChunkTables:
             target["end"].append(end)
             target["external_id"].append(external)
             target["call_stack"].append(stack)
+            if not is_annotation:
+                c["flops"].append(as_int(arg["flops"]))
+                for field in _JSON_ARGS:
+                    c[field].append(as_json_text(args.get(_JSON_ARGS[field])))
         elif cat in taxonomy.PYTHON_CATEGORIES:
             p["name"].append(name)
             p["pid"].append(as_int(pid))

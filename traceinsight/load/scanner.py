@@ -38,7 +38,7 @@ __all__ = [
     "line_boundary",
 ]
 
-_ROLE: Final = {"category": 2, "time": 1}
+_ROLE: Final = {"category": 2, "time": 1, "json": 4}
 _INSTANT_ROLE: Final = 3
 #: What the scanner is configured with: (JSON key, in args, role) per field of the schema.
 SCANNER_FIELDS: Final = tuple(

@@ -62,6 +62,14 @@ CPU_OPS: Final[pl.Schema] = pl.Schema(
         **_TIMED,
         "external_id": pl.Int64,
         "call_stack": pl.String,
+        # Recorded shapes (``record_shapes=True``), each the compact JSON text of the trace's list
+        # (:func:`.coerce.as_json_text`), null when not recorded: ``Input Dims``, ``Input type``,
+        # ``Concrete Inputs``.
+        "input_dims": pl.String,
+        "input_types": pl.String,
+        "concrete_inputs": pl.String,
+        #: torch's ``flops`` arg (``with_flops=True``; null elsewhere).
+        "flops": pl.Int64,
     }
 )
 
@@ -168,5 +176,9 @@ EVENT_COLUMNS: Final[pl.Schema] = pl.Schema(
         "call_stack": pl.String,
         "seq": pl.Int64,
         "process_group": pl.String,
+        "input_dims": pl.String,
+        "input_types": pl.String,
+        "concrete_inputs": pl.String,
+        "flops": pl.Int64,
     }
 )

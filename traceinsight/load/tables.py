@@ -78,6 +78,9 @@ class RunProfile:
     """``range only`` (:data:`~traceinsight.load.taxonomy.LOADER_FETCH_RANGE_ONLY`) when each
     DataLoader fetch was recorded as its range, without the operators inside it; None when they
     were recorded (traces before it, other profilers)."""
+    last_step_cut: bool = False
+    """``cutShort``: the memory budget stopped the window inside its last step, which the trace
+    holds only part of (a figure "per step" over it would be over part of one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,4 +381,5 @@ def _run_profile(document: TraceDocument) -> RunProfile | None:
         unprofiled_step_ns=as_int(record.unprofiledStepNs),
         unprofiled_steps=as_int(record.unprofiledSteps),
         loader_fetch=_text(record.loaderFetch),
+        last_step_cut=record.cutShort == 1,  # true (0/1 once read as a scalar)
     )

@@ -131,6 +131,23 @@ def comparison_renderables(comparison: Comparison) -> list[RenderableType]:
                 ],
             )
         )
+    if comparison.modules:
+        modules = Table(
+            title=f"Modules that changed most ({comparison.modules[0].time} time, {comparison.basis})",
+            title_justify="left",
+            show_edge=False,
+        )
+        modules.add_column("module", overflow="ellipsis", no_wrap=True, max_width=60)
+        for column in ("before", "after", "change"):
+            modules.add_column(column, justify="right", no_wrap=True)
+        for module in comparison.modules:
+            modules.add_row(
+                Text(printable(module.path)),
+                format_duration(module.before_us * 1000),
+                format_duration(module.after_us * 1000),
+                ("+" if module.change_us > 0 else "−") + format_duration(abs(module.change_us) * 1000),
+            )
+        parts.append(modules)
     return parts
 
 

@@ -37,10 +37,12 @@ from traceinsight.render.facts import (
     saving_text,
     time_split,
 )
+from traceinsight.render.flops_view import module_rows
 from traceinsight.render.scorecard import Score, scorecard
 from traceinsight.render.svg import Canvas
 from traceinsight.render.templates import environment, prepare, templates_dir
 from traceinsight.results import Report, Result
+from traceinsight.results.flops import scopes_of
 from traceinsight.results.trace import Finding
 from traceinsight.version import __version__
 
@@ -396,6 +398,11 @@ class HtmlRenderer:
             "memory_rows": memory_rows(report),
             "allocator_fact": allocator_fact(report),
             "host_ops": analysis.host.top_ops,
+            # the module tree (read from the result's ``scopes``: render/flops_view.py)
+            "module_rows": module_rows(scopes_of(analysis.scopes)),
+            "modules_per_step": bool(analysis.scopes.steps),
+            "modules_on_gpu": any(scope.gpu_ns for scope in analysis.scopes.modules),
+            "modules_outside": scopes_of(analysis.scopes).outside_modules_gpu_ns,
             "limits": {
                 "gaps": TOP_GAPS,
                 "sources": TOP_SOURCES,

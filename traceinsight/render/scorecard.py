@@ -9,6 +9,8 @@ from traceinsight.analysis.causes import CauseKind, cause_label
 from traceinsight.analysis.usage import total_usage
 from traceinsight.analysis.validity import GPU_RECORDS_LOST, NO_GPU_WORK, unrecorded_gpu
 from traceinsight.formatting import format_duration, format_share
+from traceinsight.render.flops_view import flops_scores
+from traceinsight.results.flops import flops_of
 from traceinsight.results.report import Report
 
 
@@ -177,6 +179,8 @@ def scorecard(report: Report) -> tuple[Score, ...]:
                 "info",
             )
         )
+    # FLOPs and MFU (traces with recorded shapes only), read from the result's ``flops``.
+    scores.extend(Score(*row) for row in flops_scores(flops_of(analysis.flops)))
     return tuple(scores)
 
 

@@ -34,9 +34,11 @@ from traceinsight.render.facts import (
     saving_text,
     time_split,
 )
+from traceinsight.render.flops_view import flop_kernel_table, module_table
 from traceinsight.render.scorecard import scorecard
 from traceinsight.render.tables import DataTable, KernelTable, data
 from traceinsight.results import Report, Result
+from traceinsight.results.flops import flops_of, scopes_of
 from traceinsight.rules.findings import Finding
 
 
@@ -270,6 +272,12 @@ def trace_renderables(report: Report, top: int = _TOP) -> list[RenderableType]:
                 ],
             )
         )
+    flop_kernels = flop_kernel_table(flops_of(analysis.flops), top)
+    if flop_kernels is not None:
+        parts.append(flop_kernels)
+    modules = module_table(scopes_of(analysis.scopes), top)
+    if modules is not None:
+        parts.append(modules)
     host = analysis.host
     if host.top_ops:
         ops = _detail_table("Busiest host operators (by self time)", ("operator", "count", "self", "total"))

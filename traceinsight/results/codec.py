@@ -26,8 +26,10 @@ every field is read as its type says, under the checks its metadata names (``che
 text whose newlines stay). Strings get the trace's cleaning (control characters replaced, a very
 long one cut). A missing key reads as null: null where the type allows it, else the field's
 default (fields added to a schema after its first files carry one), else one line naming the
-field (:class:`~traceinsight.errors.TraceFormatError`, exit 2). Keys the type does not know are
-left out, so nothing else of the file reaches a renderer.
+field (:class:`~traceinsight.errors.TraceFormatError`, exit 2). A class listing
+``REQUIRED_METRICS`` (a comparison, a rank's change) must hold a metric of each of those keys (the
+renderers and the gate look them up). Keys the type does not know are left out, so nothing else of
+the file reaches a renderer.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from enum import Enum
 from typing import Any, Final, NoReturn, TypeVar
 
 from traceinsight.errors import TraceFormatError
-from traceinsight.load.text import REPLACEMENT, printable
+from traceinsight.load.text import CONTROL_RANGES, REPLACEMENT, printable, without_lone_surrogates
 
 __all__ = [
     "MAX_INTEGER_DIGITS",
@@ -72,8 +74,15 @@ _MAX_US: Final = 1e15
 _INT64: Final = 1 << 63
 #: Rule ids and idle-cause keys: lowercase words joined by ``-`` or ``_``.
 _ID: Final = re.compile(r"[a-z][a-z0-9_-]{0,63}")
-#: Every control character but the newline (kept in ``code`` text: the advice's snippets).
-_CODE_CONTROLS: Final = {code: REPLACEMENT for code in (*range(0x00, 0x0A), *range(0x0B, 0x20))}
+#: Every control character of :data:`~traceinsight.load.text.CONTROL_RANGES` (C0, DEL, C1, the
+#: bidi embeddings, overrides and isolates) but the newline, kept in ``code`` text (the advice's
+#: snippets); and the line and paragraph separators.
+_CODE_CONTROLS: Final = {
+    code: REPLACEMENT
+    for first, last in (*CONTROL_RANGES, (0x2028, 0x2029))
+    for code in range(first, last + 1)
+    if code != 0x0A
+}
 
 
 def us(ns: float) -> float:
@@ -227,11 +236,14 @@ def _kind(value: Any) -> str:
 
 
 def _text(value: str, code: bool = False) -> str:
-    """A string of a stored result as a renderer may show it (see the module doc)."""
+    """A string of a stored result as a renderer may show it (see the module doc): a lone
+    surrogate (``"\\ud800"``, valid JSON, which no UTF-8 output can hold: ``diff`` exited 3 in its
+    terminal summary, ``.frames`` raised) read as U+FFFD."""
+    value = without_lone_surrogates(value)
     if len(value) > MAX_TEXT_CHARS:
         value = f"{value[: MAX_TEXT_CHARS - 32]}…(+{len(value) - MAX_TEXT_CHARS + 32} chars)"
     if code:
-        return value.translate(_CODE_CONTROLS).replace("\u2028", REPLACEMENT).replace("\u2029", REPLACEMENT)
+        return value.translate(_CODE_CONTROLS)
     return printable(value)
 
 
@@ -346,7 +358,14 @@ class Reader:
             if field.metadata.get("pairs", False):
                 item = None if item is None else [list(pair) for pair in self.object(item, here).items()]
             read[name] = self.read(hints[name], item, here, field.metadata.get("check"), micro)
-        return cls(**read)
+        made = cls(**read)
+        required: tuple[str, ...] = getattr(cls, "REQUIRED_METRICS", ())
+        if required:  # what the renderers and the gate look up by key (a lookup of none raised)
+            keys = {metric.key for metric in getattr(made, "metrics", ())}
+            missing = next((key for key in required if key not in keys), None)
+            if missing is not None:
+                raise self.refused(f"{where + '.' if where else ''}metrics has no {missing} metric")
+        return made
 
 
 def _nullable(kind: Any) -> bool:

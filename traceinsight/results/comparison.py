@@ -255,6 +255,24 @@ class KernelChange:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ModuleChange:
+    """An ``nn.Module`` path whose time changed: GPU time launched under it (host time where
+    neither run used a GPU), on the comparison's basis, and its FLOPs."""
+
+    path: str
+    before_us: float
+    after_us: float
+    #: ``gpu`` or ``host``: which time the figures are.
+    time: str = field(metadata={"check": "id"})
+    before_flops: int = 0
+    after_flops: int = 0
+
+    @property
+    def change_us(self) -> float:
+        return self.after_us - self.before_us
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DiffTool:
     """What wrote a comparison."""
 
@@ -267,6 +285,11 @@ class Comparison:
     """Everything ``traceinsight diff`` shows."""
 
     KIND: ClassVar[str] = "diff"
+    #: The metrics a stored comparison must hold (read back by :meth:`from_json`): the page's
+    #: bars and the gate look them up.
+    REQUIRED_METRICS: ClassVar[tuple[str, ...]] = (
+        "step_time", "compute_share", "communication_share", "copy_share",
+    )  # fmt: skip
     schema: int = SCHEMA_VERSION
     tool: DiffTool = field(default_factory=DiffTool)
     before: str
@@ -294,6 +317,8 @@ class Comparison:
     moved: tuple[str, ...] = ()
     #: Each fixed finding's predicted saving beside the measured change it targets.
     predictions: tuple[Prediction, ...] = ()
+    #: ``nn.Module`` paths whose time changed most (empty when neither run recorded module frames).
+    modules: tuple[ModuleChange, ...] = ()
 
     def to_json(self) -> str:
         """The comparison as ``diff --json`` writes it."""
@@ -591,6 +616,10 @@ def _base(before: Result, after: Result, before_label: str, after_label: str, to
         for key in dict.fromkeys([*was, *now])
     ]
     moved.sort(key=lambda change: (-abs(change.change_us), change.device, change.name))
+    for label, key in (("MFU", "mfu"), ("FLOPs per step" if basis == "per step" else "FLOPs", "flops")):
+        values = (_flop_metric(before, key, basis), _flop_metric(after, key, basis))
+        if values != (None, None):
+            metrics.append(Metric(key, label, "share" if key == "mfu" else "count", *values))
     return Comparison(
         before=before_label,
         after=after_label,
@@ -600,6 +629,7 @@ def _base(before: Result, after: Result, before_label: str, after_label: str, to
         idle=tuple(idle),
         findings=tuple(changes),
         kernels=tuple(change for change in moved[:top] if change.change_us),
+        modules=_module_changes(before, after, basis, top),
     )
 
 
@@ -984,3 +1014,48 @@ def predictions(comparison: Comparison) -> tuple[Prediction, ...]:
             )
         )
     return tuple(made)
+
+
+def _flop_metric(result: Result, key: str, basis: str) -> float | None:
+    """MFU (the first device's) or the counted FLOPs on the comparison's basis; None without."""
+    flops = result.flops
+    if key == "mfu":
+        known = [device.mfu for device in flops.mfu if device.mfu is not None]
+        return known[0] if known else None
+    if not flops.flops:
+        return None
+    if basis == "per step" and flops.flops_per_step is not None:
+        return float(flops.flops_per_step)
+    return float(flops.flops)
+
+
+def _module_changes(before: Result, after: Result, basis: str, top: int) -> tuple[ModuleChange, ...]:
+    """Module paths by the change in their time (GPU, else host), largest first."""
+    on_gpu = any(scope.gpu_ns for result in (before, after) for scope in result.scopes.modules)
+
+    def times(result: Result) -> dict[str, tuple[float, float]]:
+        scopes = result.scopes
+        # Scopes are per step when the result has steps; the comparison's basis may be totals.
+        scale = 1 if basis == "per step" or scopes.per != "step" else max(scopes.steps, 1)
+        return {
+            text(scope.path): (
+                us((scope.gpu_ns if on_gpu else scope.host_ns) * scale),
+                float(scope.flops * scale),
+            )
+            for scope in scopes.modules
+        }
+
+    was, now = times(before), times(after)
+    changes = [
+        ModuleChange(
+            path=path,
+            before_us=was.get(path, (0.0, 0.0))[0],
+            after_us=now.get(path, (0.0, 0.0))[0],
+            time="gpu" if on_gpu else "host",
+            before_flops=round(was.get(path, (0.0, 0.0))[1]),
+            after_flops=round(now.get(path, (0.0, 0.0))[1]),
+        )
+        for path in dict.fromkeys([*was, *now])
+    ]
+    changes.sort(key=lambda change: (-abs(change.change_us), change.path))
+    return tuple(change for change in changes[:top] if change.change_us)

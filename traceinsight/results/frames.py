@@ -8,7 +8,10 @@ every output; sizes in bytes. One trace's result (:func:`result_frames`):
 - ``idle_gaps``: every idle gap of a live result, the short ones too (``reported`` marks those of
   at least ``min_gap_us``, the ones the outputs list; only those carry a source line); a stored
   result holds only the reported ones;
-- ``kernels``: kernels by total time (the 50 longest); ``syncs``: the host's waits for the GPU by
+- ``kernels``: kernels by total time (the 50 longest), with ``flops`` and ``achieved_flops_per_s``
+  counted in the steady state (null where none were); ``flop_kernels``: every kernel name with
+  counted FLOPs; ``modules`` and ``regions``: GPU time, idle inside, FLOPs by ``nn.Module`` and by
+  ``record_function`` region per step (a tree: ``path``, ``depth``); ``syncs``: the host's waits for the GPU by
   call, operator and line (the sync hot spots); ``copies``: copies by device and kind;
 - ``findings``: one row per finding, largest saving first.
 
@@ -119,15 +122,32 @@ def _findings(owner: Result | JobResult) -> pl.DataFrame:
     return frame.with_columns(pl.col("severity").cast(pl.String)) if owner.findings else frame
 
 
+def _kernels(result: Result) -> pl.DataFrame:
+    """The kernels by total time, with the FLOPs counted for them in the steady state and their
+    achieved FLOP/s there (null where none were counted)."""
+    frame = _frame(result, "kernels")
+    counted = _frame(result.flops, "kernels")
+    if frame.is_empty() or counted.is_empty():
+        return frame.with_columns(
+            flops=pl.lit(None, dtype=pl.Int64), achieved_flops_per_s=pl.lit(None, dtype=pl.Float64)
+        )
+    return frame.join(
+        counted.select("device", "name", "flops", "achieved_flops_per_s"), on=["device", "name"], how="left"
+    )
+
+
 def result_frames(result: Result) -> dict[str, pl.DataFrame]:
     """One trace's tables (see the module doc)."""
     return {
         "steps": _frame(result, "steps"),
         "idle_gaps": _gaps(result),
-        "kernels": _frame(result, "kernels"),
+        "kernels": _kernels(result),
         "syncs": _frame(result, "sync_hotspots"),
         "copies": _frame(result, "memcpy"),
         "findings": _findings(result),
+        "modules": _frame(result.scopes, "modules"),
+        "regions": _frame(result.scopes, "regions"),
+        "flop_kernels": _frame(result.flops, "kernels"),
     }
 
 

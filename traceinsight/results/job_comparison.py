@@ -54,6 +54,10 @@ _ORDER = {"gone": 0, "fixed": 0, "new": 1, "still": 2}
 class RankChange:
     """One rank (by rank number) before and after: its figures per steady step."""
 
+    #: The metrics a stored rank's change must hold: the rank table's columns.
+    REQUIRED_METRICS: ClassVar[tuple[str, ...]] = (
+        "step_time", "busy_share", "idle", "communication_exposed", "syncs_per_step", "late_median", "waited",
+    )  # fmt: skip
     rank: int
     #: ``both``, or ``before`` / ``after`` for a rank in that job only.
     present: str = field(metadata={"check": "id"})
@@ -140,6 +144,8 @@ class JobComparison:
     """Everything ``traceinsight diff`` shows of two jobs."""
 
     KIND: ClassVar[str] = "job-diff"
+    #: The job metric a stored comparison of two jobs must hold (the page and the gate read it).
+    REQUIRED_METRICS: ClassVar[tuple[str, ...]] = ("step_time",)
     schema: int = SCHEMA_VERSION
     #: ``job-diff``: a diff of two jobs (``tool.kind`` is ``diff`` as for two traces).
     kind: str = "job-diff"

@@ -74,6 +74,9 @@ __all__ = [
     "CopyGroup",
     "Device",
     "Finding",
+    "FlopClass",
+    "FlopKernel",
+    "Flops",
     "Host",
     "HostOp",
     "IdleGap",
@@ -82,9 +85,12 @@ __all__ = [
     "Memory",
     "MemoryDevice",
     "MemorySample",
+    "Mfu",
     "Pace",
     "Result",
     "RunInfo",
+    "Scope",
+    "Scopes",
     "SteadyState",
     "Step",
     "StepUsage",
@@ -210,6 +216,124 @@ class Utilization:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class FlopClass:
+    """Counted FLOPs of one operator class in the steady state (see :mod:`traceinsight.analysis.flops`)."""
+
+    #: ``gemm``, ``conv`` or ``attention``.
+    op_class: str
+    flops: int = field(metadata=COUNT)
+    #: Time of the kernels the class's operators launched (0 on a CPU-only trace).
+    kernel_ns: int = field(metadata=DURATION)
+    operators: int = field(metadata=COUNT)
+    #: FLOPs over that kernel time (null without kernels).
+    achieved_flops_per_s: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlopKernel:
+    """One kernel name's counted FLOPs in the steady state, and its achieved FLOP/s."""
+
+    device: int
+    name: str
+    launches: int = field(metadata=COUNT)
+    kernel_ns: int = field(metadata=DURATION)
+    flops: int = field(metadata=COUNT)
+    op_class: str
+    #: ``fp32``, ``tf32``, ``bf16``, ``fp16``, ``fp8``, ``fp64`` (null: not recorded).
+    dtype: str | None
+    achieved_flops_per_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Mfu:
+    """MFU of one device over the steady window: ``mfu = busy_share × efficiency_while_busy``."""
+
+    device: int
+    #: The ``deviceProperties`` name, and the peak table's model it matched (null: none).
+    gpu_name: str | None
+    model: str | None
+    #: Where the peak comes from (a vendor datasheet).
+    peak_source: str | None
+    #: The data type with the most counted FLOPs, and its dense peak (null: unknown).
+    dtype: str | None
+    peak_flops_per_s: int | None
+    flops: int = field(metadata=COUNT)
+    window_ns: int = field(metadata=DURATION)
+    busy_ns: int = field(metadata=DURATION)
+    #: Counted FLOPs over the busy time.
+    achieved_flops_per_s: float | None
+    #: Σ FLOPs per data type / its peak, over the window (null: a GPU or data type without a peak).
+    mfu: float | None
+    busy_share: float = field(metadata=SHARE)
+    #: ``mfu / busy_share``: how near the peak the busy time ran.
+    efficiency_while_busy: float | None
+    #: Why there is no MFU, in words (null when there is one).
+    unknown: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Flops:
+    """FLOPs counted from recorded shapes in the steady state, and MFU (see
+    :mod:`traceinsight.analysis.flops`; all zero/empty when the trace has no shapes)."""
+
+    #: Whether any operator carries recorded shapes (``record_shapes=True``).
+    shapes_recorded: bool = False
+    operators_counted: int = field(default=0, metadata=COUNT)
+    #: FLOP-bearing calls whose count the shapes do not give (and not counted by a caller).
+    operators_unknown: int = field(default=0, metadata=COUNT)
+    flops: int = field(default=0, metadata=COUNT)
+    steps: int = field(default=0, metadata=COUNT)
+    flops_per_step: float | None = None
+    #: Steady kernel time, the part whose FLOPs are known, and that part's share (coverage).
+    kernel_ns: int = field(default=0, metadata=DURATION)
+    counted_kernel_ns: int = field(default=0, metadata=DURATION)
+    coverage: float | None = field(default=None, metadata=SHARE)
+    by_class: tuple[FlopClass, ...] = ()
+    #: Counted FLOPs per data type, most first.
+    by_dtype: dict[str, int] = field(default_factory=dict)
+    #: torch's ``flops`` args: operators carrying one, and this count over torch's on them.
+    torch_counted: int = field(default=0, metadata=COUNT)
+    torch_agreement: float | None = None
+    mfu: tuple[Mfu, ...] = ()
+    #: Kernel names with counted FLOPs, most FLOPs first (at most 200).
+    kernels: tuple[FlopKernel, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scope:
+    """One ``nn.Module`` or region path in the steady state, per step (see
+    :mod:`traceinsight.analysis.modules`): times inclusive of the scopes inside it."""
+
+    #: Names from the outermost scope down, joined by ``/`` (``Model_0/Block_3/Linear_0``).
+    path: str
+    name: str
+    depth: int = field(metadata=COUNT)
+    #: Calls in the steady state (all steps).
+    calls: int = field(metadata=COUNT)
+    host_ns: int = field(metadata=DURATION)
+    #: Kernel time launched under it, and the idle inside its calls' GPU spans.
+    gpu_ns: int = field(metadata=DURATION)
+    idle_ns: int = field(metadata=DURATION)
+    flops: int = field(metadata=COUNT)
+    #: FLOPs over its GPU time (null without GPU time).
+    achieved_flops_per_s: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scopes:
+    """GPU time by ``nn.Module`` and by ``record_function`` region, as trees (every path listed,
+    parents before children by path order; at most 500 of each)."""
+
+    #: ``step`` (figures per steady step) or ``window`` (totals over the steady window).
+    per: str = "window"
+    steps: int = field(default=0, metadata=COUNT)
+    modules: tuple[Scope, ...] = ()
+    regions: tuple[Scope, ...] = ()
+    #: Kernel time launched outside every module (backward, optimizer): shown apart.
+    outside_modules_gpu_ns: int = field(default=0, metadata=DURATION)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Result:
     """One trace's result: every figure ``analyze`` shows, as ``analyze --json`` writes it.
 
@@ -241,6 +365,8 @@ class Result:
     kernels: tuple[Kernel, ...] = ()
     host: Host
     memory: Memory = field(default_factory=Memory)
+    flops: Flops = field(default_factory=Flops)
+    scopes: Scopes = field(default_factory=Scopes)
     #: The analysis this result was made from (None for a stored result): what the terminal
     #: summary, the page and the Markdown are drawn from.
     report: Report | None = field(default=None, compare=False, repr=False, metadata={"local": True})

@@ -27,6 +27,7 @@ def builtin_rules() -> dict[str, Rule]:
     from traceinsight.rules import (  # noqa: F401  (registers the built-in rules)
         communication,
         copies,
+        efficiency,
         idle,
         launching,
         memory,

@@ -283,6 +283,14 @@ AMP: Final = Advice(
     "        loss = loss_fn(model(x), y)\n    scaler.scale(loss).backward()\n"
     "    scaler.step(optimizer)\n    scaler.update()",
 )
+EFFICIENCY: Final = Advice(
+    summary="Make the matrix work bigger and better shaped: batch many small GEMMs (larger batch, "
+    "fused or grouped projections), keep dimensions multiples of 8 (16 for fp8) for tensor cores, "
+    "run in bf16 where fp32 is not needed, and let torch.compile fuse the memory-bound work between them.",
+    before="q, k, v = q_proj(x), k_proj(x), v_proj(x)  # three small GEMMs",
+    after="q, k, v = qkv_proj(x).chunk(3, dim=-1)  # one GEMM three times as wide\n"
+    "model = torch.compile(model)  # fuses the elementwise work around it",
+)
 TF32: Final = Advice(
     summary="Let fp32 matrix multiplies use TF32 tensor cores (Ampere and newer): one line, fp32 "
     "range, about 10 bits of mantissa. For more, autocast to bf16.",

@@ -1,0 +1,95 @@
+"""The FLOP count and MFU of an analysis (:class:`~traceinsight.analysis.flops.FlopStats`) as the
+result's :class:`~.trace.Flops`."""
+
+from __future__ import annotations
+
+from traceinsight.analysis.flops import FlopStats
+from traceinsight.analysis.modules import ScopeTime, ScopeTimes
+from traceinsight.results import trace as t
+
+__all__ = ["flops_of", "scopes_of"]
+
+
+def flops_of(stats: FlopStats) -> t.Flops:
+    """The result's ``flops`` of an analysis' :class:`FlopStats`."""
+    return t.Flops(
+        shapes_recorded=stats.shapes_recorded,
+        operators_counted=stats.operators_counted,
+        operators_unknown=stats.operators_unknown,
+        flops=stats.flops,
+        steps=stats.steps,
+        flops_per_step=stats.flops_per_step,
+        kernel_ns=stats.kernel_ns,
+        counted_kernel_ns=stats.counted_kernel_ns,
+        coverage=stats.coverage,
+        by_class=tuple(
+            t.FlopClass(
+                op_class=c.op_class,
+                flops=c.flops,
+                kernel_ns=c.kernel_ns,
+                operators=c.operators,
+                achieved_flops_per_s=c.achieved_flops_per_s,
+            )
+            for c in stats.by_class
+        ),
+        by_dtype=dict(stats.by_dtype),
+        torch_counted=stats.torch_counted,
+        torch_agreement=stats.torch_agreement,
+        mfu=tuple(
+            t.Mfu(
+                device=d.device,
+                gpu_name=d.gpu_name,
+                model=d.model,
+                peak_source=d.peak_source,
+                dtype=d.dtype,
+                peak_flops_per_s=d.peak_flops_per_s,
+                flops=d.flops,
+                window_ns=d.window_ns,
+                busy_ns=d.busy_ns,
+                achieved_flops_per_s=d.achieved_flops_per_s,
+                mfu=d.mfu,
+                busy_share=min(d.busy_share, 1.0),
+                efficiency_while_busy=d.efficiency_while_busy,
+                unknown=d.unknown,
+            )
+            for d in stats.devices
+        ),
+        kernels=tuple(
+            t.FlopKernel(
+                device=k.device,
+                name=k.name,
+                launches=k.launches,
+                kernel_ns=k.kernel_ns,
+                flops=k.flops,
+                op_class=k.op_class,
+                dtype=k.dtype,
+                achieved_flops_per_s=k.achieved_flops_per_s,
+            )
+            for k in stats.top_kernels
+        ),
+    )
+
+
+def _scope(scope: ScopeTime, times: ScopeTimes) -> t.Scope:
+    return t.Scope(
+        path=scope.path,
+        name=scope.name,
+        depth=scope.depth,
+        calls=scope.calls,
+        host_ns=round(times.per_step(scope.host_ns)),
+        gpu_ns=round(times.per_step(scope.gpu_ns)),
+        idle_ns=round(times.per_step(scope.idle_ns)),
+        flops=round(times.per_step(scope.flops)),
+        achieved_flops_per_s=scope.achieved_flops_per_s,
+    )
+
+
+def scopes_of(times: ScopeTimes) -> t.Scopes:
+    """The result's ``scopes`` of an analysis' :class:`ScopeTimes` (figures per steady step)."""
+    return t.Scopes(
+        per="step" if times.steps else "window",
+        steps=times.steps,
+        modules=tuple(_scope(scope, times) for scope in times.modules),
+        regions=tuple(_scope(scope, times) for scope in times.regions),
+        outside_modules_gpu_ns=round(times.per_step(times.outside_modules_gpu_ns)),
+    )
