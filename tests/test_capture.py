@@ -642,10 +642,10 @@ def test_memory_budget_stopping_the_first_recorded_step_is_not_a_run_without_ste
 
 @pytest.mark.parametrize("slowed", [False, True])
 def test_recording_cost_is_told_from_the_steady_steps_after_the_window(slowed: bool, tmp_path: Path) -> None:
-    """Steps 1-3 are quick start-up steps, the rest take 20 ms: against the steps just before the
+    """Steps 1-3 are quick start-up steps, the rest take 80 ms: against the steps just before the
     window every recorded step looked many times slower. The trace now holds each step before the
     window, run's report adds those after it (preferred), and the warning comes only from a real
-    slowdown (100 ms while recording)."""
+    slowdown (400 ms while recording)."""
     words = ["--wait", "4", "--warmup", "0", "--active", "3"]  # steps 4-6 recorded
     script = str(SCRIPTS / "steps_slower_when_recorded.py")
     result, trace, _, findings = run_cli(tmp_path, *words, script, *(["slowed"] if slowed else []))
