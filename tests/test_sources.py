@@ -804,3 +804,50 @@ def test_a_function_entered_at_several_lines_is_not_labelled_as_defined_there() 
     assert label == "`batches` (entered at data.py:8 or a later line)"
     evidence = source_evidence("data.py:8", "user", "entry", "batches")
     assert "defined at" not in label + evidence and "yield" in evidence
+
+
+def test_a_real_trace_names_same_named_methods_by_their_callers() -> None:
+    """vllm on a B200: one caller runs three logits processors' ``update_state`` in turn (frames at
+    builtin.py lines 52, 199 and 134 under one ``Python parent id``: one generator or three methods,
+    the trace cannot say), while linear.py's two ``forward`` methods (557, 1388) are each entered
+    under callers of their own. Expected lines come from the raw events: the former are all named by
+    their lowest line as ``entry``, the latter keep their own def lines."""
+    import gzip
+    from collections import defaultdict
+
+    from tracebuild import SAMPLES
+
+    path = SAMPLES / "b200_eager_stacks.json.gz"
+    with gzip.open(path) as handle:
+        raw = json.load(handle)["traceEvents"]
+    frames = [e for e in raw if e.get("cat") == "python_function" and "(" in e["name"]]
+    by_caller: dict[tuple[Any, str, str], set[int]] = defaultdict(set)
+    for e in frames:
+        file, line, function = _line(e["name"])
+        by_caller[(e["args"].get("Python parent id"), file, function)].add(line)
+    shared = {(file, function): lines for (_, file, function), lines in by_caller.items() if len(lines) > 1}
+    update = ("vllm/v1/sample/logits_processor/builtin.py", "update_state")
+    forward = ("vllm/model_executor/layers/linear.py", "forward")
+    assert len(shared[update]) == 3 and forward not in shared
+    picked = [e for e in frames if _line(e["name"])[0::2] in (update, forward)]
+    trace = load_trace(path)
+    # each frame's start as loaded (the loader's clock), found by its Python id
+    starts = dict(trace.python.select("python_id", "ts").iter_rows())
+    points = pl.DataFrame(
+        {
+            "key": range(len(picked)),
+            "pid": [e["pid"] for e in picked],
+            "tid": [e["tid"] for e in picked],
+            "t": [starts[e["args"]["Python id"]] for e in picked],
+        },
+        schema={"key": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "t": pl.Int64},
+    )
+    found = {row["key"]: row for row in source_at(trace, points).iter_rows(named=True)}
+    for key, e in enumerate(picked):
+        file, line, function = _line(e["name"])
+        row = found[key]
+        assert row["source_function"] == function
+        if (file, function) == update:
+            assert (row["source"], row["source_line_kind"]) == (f"{file}:{min(shared[update])}", "entry")
+        else:
+            assert (row["source"], row["source_line_kind"]) == (f"{file}:{line}", "def")
