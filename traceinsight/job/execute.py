@@ -8,8 +8,9 @@ their own (:mod:`.worker`), never a copy of the caller's ``__main__``: a plain s
 ``traceinsight.analyze("traces/")`` needs no main guard, and the workers end with the caller.
 
 Dask (``--dask ADDRESS`` or ``TRACEINSIGHT_DASK``): the same :func:`~.rank.analyze_rank` goes to an
-existing cluster with ``client.map``; the paths must be readable where the workers run. Only this
-path imports dask.
+existing cluster with ``client.map``, in a thread of its own on the worker (out of dask's profiler,
+whose kept stacks otherwise grow a worker with its busy seconds); the paths must be readable where
+the workers run. Only this path imports dask.
 """
 
 from __future__ import annotations
