@@ -170,11 +170,11 @@ def _analyze_rank_unsampled(task: RankTask) -> RankResult:
     A dask worker's statistical profiler (``distributed.worker.profile``, on by default) samples
     the threads running tasks every 10 ms and keeps each second's tree of their stacks, for the
     last ``distributed.admin.low-level-log-length`` (1,000) seconds, twice (all tasks and per
-    task name). The analysis' stacks are deep and many, about 0.5 MiB of trees per second of
-    work: a worker grew by ~20 MiB over a 1,000-rank job of 40 s per worker, and would grow by
-    hundreds over a long one, whatever the ranks. Here the task's thread only waits, so each
-    sample is this one short stack and the worker stays at one rank's analysis
-    (benchmarks/job-results-2026-12-05-i49-dask.txt)."""
+    task name). The analysis' stacks are deep and many, about 0.4 MiB of trees per second of
+    work: a worker grew by ~20 MiB over a 1,000-rank job (about 50 s of work each), and at that
+    rate could grow by some hundreds over a long one (1,000 seconds kept). Here the task's thread
+    only waits, so each sample is this one short stack: 1,000 ranks left a worker within 1.1x of
+    one that analyzed one rank (benchmarks/job-results-2026-12-05-i49-dask.txt)."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="traceinsight-rank") as thread:
         return thread.submit(analyze_rank, task).result()
 
