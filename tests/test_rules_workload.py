@@ -443,6 +443,8 @@ def test_without_steps_the_scorecard_counts_the_would_be_syncs_the_findings_coun
     result = analysis_of(tmp_path, events, deviceProperties=[])
     score = next(s for s in scorecard(Report(result, evaluate(result))) if s.label.startswith("Host syncs"))
     assert (score.label, score.value) == ("Host syncs", "12 on a GPU")
+    # no steps to count the line's in: not "in 0 steps"
+    assert [(sync.steady_count, sync.steady_steps_with) for sync in result.latent_syncs] == [(12, None)]
 
 
 def test_a_run_trace_without_steps_says_how_to_mark_them_not_with_stack(tmp_path: Path) -> None:

@@ -138,7 +138,7 @@ def latent_syncs(
     )
     rows = rows.with_columns(unplaced_op=pl.when(pl.col("source").is_null()).then(pl.col("op")))
     groups = [
-        _one_line(group, cpu_value, source, module, framework_call, unplaced_op)
+        _one_line(group, cpu_value, source, module, framework_call, unplaced_op, bool(steady.steady_steps))
         for (cpu_value, source, module, framework_call, unplaced_op), group in rows.group_by(
             "cpu_value", "source", "module", "framework_call", "unplaced_op", maintain_order=True
         )
@@ -148,9 +148,16 @@ def latent_syncs(
 
 
 def _one_line(
-    group: pl.DataFrame, cpu_value: object, source: object, module: object, framework_call: object, op: object
+    group: pl.DataFrame,
+    cpu_value: object,
+    source: object,
+    module: object,
+    framework_call: object,
+    op: object,
+    counted: bool,
 ) -> LatentSync:
-    """The would-be sync of one line's rows (see :attr:`LatentSync.count`)."""
+    """The would-be sync of one line's rows (see :attr:`LatentSync.count`); ``counted``: the trace
+    has steady steps to count the line's in."""
     by_op = (
         group.group_by("op")
         .agg(
@@ -186,7 +193,10 @@ def _one_line(
         module=None if module is None else str(module),
         count=count,
         steady_count=steady_count,
-        steady_steps_with=group.filter("steady").get_column("step").drop_nulls().n_unique(),
+        # None without steady steps (a trace that marks none): nothing to count in
+        steady_steps_with=group.filter("steady").get_column("step").drop_nulls().n_unique()
+        if counted
+        else None,
         ops=tuple(by_op.get_column("op").to_list()),
         formatting=formats.height > 0,
         cpu_value=None if cpu_value is None else str(cpu_value),

@@ -320,6 +320,7 @@ def sync_hotspots(
         .with_columns(rank=pl.col("blocked") + pl.col("idle_after"))
         .sort(["rank", "count", "call"], descending=[True, True, False], nulls_last=True)
     )
+    has_steps = steady is not None and bool(steady.steady_steps)  # else: nothing to count in
     return tuple(
         SyncHotspot(
             call=row["call"],
@@ -334,7 +335,7 @@ def sync_hotspots(
             source_kind=row["source_kind"],
             keys=tuple(sorted(row["keys"])),
             steady_count=row["steady_count"],
-            steady_steps_with=row["steady_steps_with"],
+            steady_steps_with=row["steady_steps_with"] if has_steps else None,
             idle_caused_ns=row["caused"],
             module=row["module"],
             steady_blocked_ns=row["steady_blocked"],
