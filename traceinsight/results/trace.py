@@ -415,6 +415,10 @@ class Scope:
     flops: int = field(metadata=COUNT)
     #: FLOPs over its GPU time (null without GPU time).
     achieved_flops_per_s: float | None
+    #: Kernel time and counted FLOPs of the backward operators linked to its forward operators by
+    #: autograd's sequence numbers (modules only; inclusive; not in ``gpu_ns``/``flops``).
+    backward_gpu_ns: int = field(default=0, metadata=DURATION)
+    backward_flops: int = field(default=0, metadata=COUNT)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -429,6 +433,8 @@ class Scopes:
     regions: tuple[Scope, ...] = ()
     #: Kernel time launched outside every module (backward, optimizer): shown apart.
     outside_modules_gpu_ns: int = field(default=0, metadata=DURATION)
+    #: The part of ``outside_modules_gpu_ns`` counted as modules' backward time (``backward_gpu_ns``).
+    backward_linked_gpu_ns: int = field(default=0, metadata=DURATION)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
