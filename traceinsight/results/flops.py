@@ -67,6 +67,18 @@ def flops_of(stats: FlopStats) -> t.Flops:
             )
             for k in stats.top_kernels
         ),
+        memory_kernels=tuple(
+            t.MemoryKernel(
+                device=k.device,
+                name=k.name,
+                launches=k.launches,
+                kernel_ns=k.kernel_ns,
+                bytes_moved=k.bytes_moved,
+                operator=k.operator,
+                achieved_bytes_per_s=k.achieved_bytes_per_s,
+            )
+            for k in stats.memory_kernels
+        ),
     )
 
 

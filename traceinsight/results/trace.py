@@ -343,6 +343,22 @@ class FlopKernel:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryKernel:
+    """One kernel name whose FLOPs are not counted (elementwise and other memory-bound work), with
+    the bytes its operators read and write from recorded shapes (see
+    :mod:`traceinsight.analysis.membytes`), and its achieved bytes/s."""
+
+    device: int
+    name: str
+    launches: int = field(metadata=COUNT)
+    kernel_ns: int = field(metadata=DURATION)
+    bytes_moved: int = field(metadata=COUNT)
+    #: The operator most of its launches came from (``aten::add_``).
+    operator: str
+    achieved_bytes_per_s: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Mfu:
     """MFU of one device over the steady window: ``mfu = busy_share × efficiency_while_busy``."""
 
@@ -395,6 +411,9 @@ class Flops:
     mfu: tuple[Mfu, ...] = ()
     #: Kernel names with counted FLOPs, most FLOPs first (at most 200).
     kernels: tuple[FlopKernel, ...] = ()
+    #: Kernel names whose FLOPs are not counted but whose bytes moved are, most kernel time first
+    #: (at most 200; empty without shapes).
+    memory_kernels: tuple[MemoryKernel, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
