@@ -7,6 +7,7 @@ Report, never from the renderer's own output. Each trace is rendered once per mo
 from __future__ import annotations
 
 import gzip
+import html
 import json
 import os
 import re
@@ -36,6 +37,7 @@ from traceinsight.render.html import (
     templates_dir,
 )
 from traceinsight.render.scorecard import scorecard
+from traceinsight.render.templates import code_spans
 from traceinsight.results import Report, result_of
 from traceinsight.rules import evaluate
 
@@ -297,22 +299,30 @@ def test_every_other_sample_renders_a_bounded_self_contained_page(name: str, tmp
     assert len(page.html.encode("utf-8")) < MAX_PAGE_BYTES
     assert not any(tag in {"script", "link", "img", "iframe"} for tag, _ in page.parsed.tags)
     text = page.parsed.text
-    for finding in page.report.findings:
-        assert finding.rule in text and finding.title in text
+    words = _words(text)
+    for finding in page.report.findings:  # a title's `code` is set as code: its words, no backticks
+        assert finding.rule in text and _words(finding.title) in words
     assert ('id="timeline-title"' in page.html) == page.report.analysis.has_gpu
 
 
 # --- content ------------------------------------------------------------------------------------
 
 
+def _words(text: str) -> str:
+    """``text``'s words, a backtick-quoted part (shown as code on the page) as words too."""
+    return " ".join(text.replace("`", " ").split())
+
+
 def test_every_finding_appears_with_its_id_title_and_source(gpu_page: Page) -> None:
     text = gpu_page.parsed.text
+    words = _words(text)
     for finding in gpu_page.report.findings:
         assert finding.rule in text
-        assert finding.title in text
+        assert _words(finding.title) in words
         if finding.minor:  # listed in one line under "Minor findings", no card
             continue
-        assert finding.advice.summary in text
+        assert _words(finding.advice.summary) in words
+        assert "`" not in finding.advice.summary or "<code>" in gpu_page.html
         assert finding.advice.before in gpu_page.html or escape(finding.advice.before) in gpu_page.html
         if finding.source:
             assert finding.source in text
@@ -355,8 +365,8 @@ def test_findings_come_ranked_by_saving(gpu_page: Page) -> None:
     assert [f.savings_total_ns for f in findings] == sorted(
         (f.savings_total_ns for f in findings), reverse=True
     )
-    text = gpu_page.parsed.text
-    by_title = sorted(findings, key=lambda f: text.index(f.title))
+    words = _words(gpu_page.parsed.text)
+    by_title = sorted(findings, key=lambda f: words.index(_words(f.title)))
     savings = [finding.savings_total_ns for finding in by_title]
     assert savings == sorted(savings, reverse=True)
 
@@ -720,3 +730,20 @@ def test_the_page_from_compiled_templates_is_the_page(gp100: Page, tmp_path: Pat
     assert len(list(tmp_path.iterdir())) >= 5  # the page, its base, macros, cards and style
     assert pages[0] == pages[1] == renderer.render(result_of(gp100.report))
     assert isinstance(templates.environment().bytecode_cache, jinja2.FileSystemBytecodeCache)
+
+
+def test_the_top_finding_is_on_the_first_screen(gpu_page: Page) -> None:
+    """Before the scorecard (the first screen), one line names the top finding and links its card."""
+    head = gpu_page.html.split('id="scorecard"')[0]
+    top = next(f for f in gpu_page.report.findings if not f.minor)
+    assert 'class="top-finding"><a href="#finding-1">' in head
+    line = head.split('class="top-finding"')[1].split("</p>")[0]
+    assert _words(re.sub(r"<[^>]+>", "", html.unescape(line))).find(_words(top.title)) >= 0
+
+
+def test_backtick_quotes_are_code_and_text_stays_escaped() -> None:
+    """Words quoted with backticks are set as code; everything else is escaped; an odd number of
+    backticks is shown as written."""
+    assert str(code_spans("call `x.item()` <b>")) == "call <code>x.item()</code> &lt;b&gt;"
+    assert str(code_spans("`<script>`")) == "<code>&lt;script&gt;</code>"
+    assert str(code_spans("one ` tick")) == "one ` tick"

@@ -366,6 +366,9 @@ class HtmlRenderer:
             "no_findings": no_findings_text(report),
             "analysis": analysis,
             "has_gpu": analysis.has_gpu,
+            # source lines known without Python frame events (from the operators' stacks)
+            "sources_named": any(f.source for f in report.findings)
+            or any(g.source for g in analysis.idle_gaps),
             "foreign_accelerator": analysis.meta.foreign_accelerator,
             "gpus_unprofiled": analysis.meta.gpus_unprofiled,
             "scores": scores,
@@ -394,7 +397,7 @@ class HtmlRenderer:
             "memory_columns": MEMORY_COLUMNS,
             "memory_rows": memory_rows(report),
             "allocator_fact": allocator_fact(report),
-            "host_ops": list(zip(analysis.host.top_ops, analysis.host.top_ops_self, strict=True)),
+            "host_ops": analysis.host.top_ops,
             # the module tree (read from the result's ``scopes``: render/flops_view.py)
             "module_rows": module_rows(scopes_of(analysis.scopes)),
             "modules_per_step": bool(analysis.scopes.steps),

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import jinja2
+import markupsafe
 
 from traceinsight.errors import TraceInsightError
 from traceinsight.formatting import (
@@ -76,6 +77,19 @@ class _CompiledBeside(jinja2.FileSystemBytecodeCache):
             os.chmod(self._get_cache_filename(bucket), (os.stat(__file__).st_mode & 0o777) | 0o200)
 
 
+def code_spans(text: object) -> markupsafe.Markup:
+    r"""``text`` escaped, each part between backticks set as code (``\`x.item()\``` → ``<code>``):
+    the advice and warnings are written with Markdown's backticks, which the page showed raw. Text
+    with an odd number of backticks is shown as written."""
+    parts = str(text).split("`")
+    if len(parts) % 2 == 0:
+        return markupsafe.escape(text)
+    return markupsafe.Markup("").join(
+        markupsafe.Markup("<code>{}</code>").format(part) if index % 2 else markupsafe.escape(part)
+        for index, part in enumerate(parts)
+    )
+
+
 @functools.cache
 def environment() -> jinja2.Environment:
     """The pages' jinja2 environment, made once per process: it keeps each template compiled."""
@@ -100,6 +114,7 @@ def environment() -> jinja2.Environment:
         count=lambda value: f"{value:,}",
         launches=format_count,
         kernel_short=short_kernel_name,
+        ticks=code_spans,
     )
     return made
 
