@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from tests.tracebuild import SAMPLES, read_events, sample_report, sample_result
-from traceinsight.analysis.membytes import REDUCTIONS, operator_bytes
+from traceinsight.analysis.membytes import ELEMENTWISE, REDUCTIONS, operator_bytes
 from traceinsight.results.frames import result_frames
 
 
@@ -28,6 +28,9 @@ def test_out_of_place_reads_its_inputs_and_writes_their_broadcast() -> None:
 def test_in_place_writes_its_first_input_and_a_reduction_nothing() -> None:
     assert operator_bytes("aten::add_", [[1024], [1024], []], ["float", "float", "Scalar"]) == 3 * 1024 * 4
     assert (
+        operator_bytes("aten::copy_", [[1024], [1024], []], ["float", "c10::BFloat16", "Scalar"]) == 1024 * 6
+    )
+    assert (
         operator_bytes("aten::sum", [[64, 10], [], [], []], ["float", "ScalarList", "Scalar", ""]) == 640 * 4
     )
     two = [[256, 256], [256]]
@@ -35,6 +38,17 @@ def test_in_place_writes_its_first_input_and_a_reduction_nothing() -> None:
         3 * (256 * 256 + 256) * 4
     )
     assert operator_bytes("aten::fill_", [[], []], ["ScalarList", "Scalar"]) is None
+
+
+def test_operators_that_read_part_of_their_inputs_have_no_count() -> None:
+    # a gather reads the rows its index names, a KV-cache write a slot of the cache: not the shapes
+    assert (
+        operator_bytes("aten::gather", [[50000, 512], [], [64, 512]], ["float", "Scalar", "long int"]) is None
+    )
+    cache = [[64, 16], [4096, 16, 8, 64], []]
+    assert (
+        operator_bytes("_C_cache_ops::reshape_and_cache_flash", cache, ["c10::BFloat16"] * 2 + [""]) is None
+    )
 
 
 _SIZE = {"float": 4, "long int": 8, "bool": 1, "c10::BFloat16": 2, "c10::Half": 2, "int": 4}
@@ -51,6 +65,8 @@ _REDUCE = REDUCTIONS  # the convention's table of reductions (what the count is 
 
 def _plain_bytes(name: str, dims: list[Any], types: list[Any]) -> int | None:
     """The convention again, written out over one event's args."""
+    if name not in ELEMENTWISE and not name.startswith("aten::_foreach_"):
+        return None
     tensors = []
     lists = 0
     for d, kind in zip(dims, types, strict=False):
@@ -67,6 +83,8 @@ def _plain_bytes(name: str, dims: list[Any], types: list[Any]) -> int | None:
         if types[0] != "TensorList"
         else sum(eval_elements(s) for s in dims[0]) * 4
     )
+    if name in ("aten::copy_", "aten::fill_", "aten::zero_"):
+        return read  # the destination is written, not read: once
     if name.endswith("_"):
         return read + first
     if name in _REDUCE or not tensors:
@@ -88,7 +106,12 @@ def eval_elements(shape: list[int]) -> int:
 
 
 @pytest.mark.parametrize(
-    "name", ["h200_run_tensor_branch.pt.trace.json.gz", "h100_bert_small_stacks.json.gz"]
+    "name",
+    [
+        "h200_run_tensor_branch.pt.trace.json.gz",
+        "h100_bert_small_stacks.json.gz",
+        "b200_eager_stacks.json.gz",
+    ],
 )
 def test_bytes_per_kernel_name_match_a_count_over_the_raw_events(name: str) -> None:
     path = SAMPLES / name

@@ -3,11 +3,15 @@ from recorded shapes, and their achieved bytes/s.
 
 **Convention.** An operator reads each tensor input once (``Input Dims`` × the size of its ``Input
 type``; a ``TensorList`` every tensor in it; a 0-dim tensor one element) and writes one output: an
-in-place operator (its name ends with ``_``: ``aten::add_``, ``aten::copy_``, ``aten::fill_``,
-``aten::_foreach_mul_``) its first input (list) again; a reduction (:data:`REDUCTIONS`) nothing
+in-place operator (its name ends with ``_``: ``aten::add_``, ``aten::_foreach_mul_``) its first
+input (list) again, except that ``copy_``, ``fill_`` and ``zero_`` (:data:`OVERWRITES`) only write
+it (counted once); a reduction (:data:`REDUCTIONS`) nothing
 counted (its output is small); any other operator the broadcast of its tensor inputs' shapes, in
 its first tensor's type. Scalars, lists of ints and types this table does not know count 0; an
-operator with no tensor of a known type has no count.
+operator with no tensor of a known type has no count. Only the operators of :data:`ELEMENTWISE`
+(elementwise, softmax, layer norm, dropout, casts, reductions) and the ``_foreach_`` ones are
+counted: a gather, an index or a custom operator (vLLM's KV cache writes) reads a part of its inputs
+that the shapes do not show.
 
 **Attribution.** A kernel whose FLOPs are not counted belongs to the operator that launched it (the
 innermost around its launch: the kernel's ``External id`` is that operator's), where that operator's
@@ -24,7 +28,15 @@ from typing import Final
 
 import polars as pl
 
-__all__ = ["DTYPE_BYTES", "REDUCTIONS", "MemoryKernel", "memory_kernels", "operator_bytes"]
+__all__ = [
+    "DTYPE_BYTES",
+    "ELEMENTWISE",
+    "OVERWRITES",
+    "REDUCTIONS",
+    "MemoryKernel",
+    "memory_kernels",
+    "operator_bytes",
+]
 
 #: Bytes per element of each ``Input type`` torch records.
 DTYPE_BYTES: Final[dict[str, int]] = {
@@ -70,6 +82,88 @@ REDUCTIONS: Final = frozenset(
     }
 )
 
+_POINTWISE: Final = [
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "neg",
+    "abs",
+    "exp",
+    "exp2",
+    "log",
+    "log1p",
+    "sqrt",
+    "rsqrt",
+    "reciprocal",
+    "pow",
+    "sign",
+    "relu",
+    "gelu",
+    "silu",
+    "sigmoid",
+    "tanh",
+    "hardtanh",
+    "leaky_relu",
+    "elu",
+    "softplus",
+    "clamp",
+    "clamp_min",
+    "clamp_max",
+    "where",
+    "masked_fill",
+    "copy",
+    "fill",
+    "zero",
+    "eq",
+    "ne",
+    "gt",
+    "lt",
+    "ge",
+    "le",
+    "maximum",
+    "minimum",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_not",
+    "logical_not",
+    "addcmul",
+    "addcdiv",
+    "lerp",
+]
+#: The operators whose bytes are counted: elementwise (in place or not; their ``_``-suffixed and
+#: backward forms), softmax, layer norm, dropout, type casts, the reductions of :data:`REDUCTIONS`
+#: and the ``_foreach_`` optimizer operators. Others (gathers, indexing, custom and fused
+#: operators, whose kernels read only part of their inputs or inputs the shapes do not show) have no
+#: count.
+ELEMENTWISE: Final = frozenset(
+    {f"aten::{name}" for name in _POINTWISE}
+    | {f"aten::{name}_" for name in _POINTWISE}
+    | {
+        "aten::threshold_backward",
+        "aten::gelu_backward",
+        "aten::silu_backward",
+        "aten::sigmoid_backward",
+        "aten::tanh_backward",
+        "aten::_softmax",
+        "aten::_log_softmax",
+        "aten::_softmax_backward_data",
+        "aten::_log_softmax_backward_data",
+        "aten::native_layer_norm",
+        "aten::native_layer_norm_backward",
+        "aten::native_dropout",
+        "aten::native_dropout_backward",
+        "aten::_to_copy",
+    }
+    | REDUCTIONS
+)
+_FOREACH: Final = "aten::_foreach_"
+#: In-place operators that overwrite their first input without reading it: its bytes count once.
+OVERWRITES: Final = frozenset({"aten::copy_", "aten::fill_", "aten::zero_"})
+
+#: No memory moves 1 PB/s (today's fastest, HBM3e, about 8 TB/s): a rate above it is left unknown.
+MAX_BYTES_PER_S: Final = 1e15
+
 #: Kernel names kept in :attr:`FlopStats.memory_kernels` (the most kernel time first).
 TOP_MEMORY_KERNELS: Final = 200
 
@@ -96,8 +190,10 @@ def _broadcast(shapes: list[list[int]]) -> list[int]:
 
 
 def operator_bytes(name: str, dims: Sequence[object], types: Sequence[object]) -> int | None:
-    """Bytes an operator reads and writes under the module doc's convention (None: no tensor of a
-    known type among its inputs)."""
+    """Bytes an operator reads and writes under the module doc's convention (None: not an operator
+    of :data:`ELEMENTWISE` or ``_foreach_``, or no tensor of a known type among its inputs)."""
+    if name not in ELEMENTWISE and not name.startswith(_FOREACH):
+        return None
     read = 0
     first: tuple[int, int] | None = None  # (element size, bytes) of the first tensor input (list)
     shapes: list[list[int]] = []
@@ -121,6 +217,8 @@ def operator_bytes(name: str, dims: Sequence[object], types: Sequence[object]) -
             first = (element, nbytes)
     if first is None:
         return None
+    if name in OVERWRITES:
+        return read
     if name.endswith("_"):
         return read + first[1]
     if name in REDUCTIONS or not shapes:
@@ -143,8 +241,10 @@ class MemoryKernel:
 
     @property
     def achieved_bytes_per_s(self) -> float | None:
-        """Bytes moved over kernel time (None without kernel time)."""
-        return self.bytes_moved / self.kernel_ns * 1e9 if self.kernel_ns else None
+        """Bytes moved over kernel time (None without kernel time, or above :data:`MAX_BYTES_PER_S`:
+        shapes that cannot be what the kernels moved)."""
+        rate = self.bytes_moved / self.kernel_ns * 1e9 if self.kernel_ns else None
+        return rate if rate is not None and rate <= MAX_BYTES_PER_S else None
 
 
 def memory_kernels(
