@@ -713,6 +713,73 @@ def test_no_compiled_template_is_written_under_dont_write_bytecode(
     assert len(list(tmp_path.iterdir())) == 1
 
 
+def test_a_kept_template_whose_code_was_damaged_is_compiled_again_never_unmarshalled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import marshal
+
+    import jinja2.bccache
+
+    _environment(tmp_path, {"a.html": "{{ x }}"}).get_template("a.html")
+    (kept,) = tmp_path.iterdir()
+    data = bytearray(kept.read_bytes())
+    for place in range(len(data) - 40, len(data)):  # the compiled code's end, past every header
+        data[place] ^= 0x5A
+    kept.write_bytes(bytes(data))
+    unmarshalled: list[object] = []
+    original = marshal.load
+
+    def counting(source: Any) -> Any:
+        unmarshalled.append(source)
+        return original(source)
+
+    monkeypatch.setattr(jinja2.bccache.marshal, "load", counting)
+    compiled = _compiles(monkeypatch)
+    assert _environment(tmp_path, {"a.html": "{{ x }}"}).get_template("a.html").render(x=3) == "3"
+    assert compiled == ["a.html"] and unmarshalled == []  # the digest refused it before marshal
+    assert kept.read_bytes() != bytes(data)  # written anew
+
+
+def test_the_template_cache_never_writes_or_reads_through_a_link(tmp_path: Path) -> None:
+    folder, elsewhere = tmp_path / "cache", tmp_path / "elsewhere"
+    folder.mkdir()
+    elsewhere.mkdir()
+    _environment(elsewhere, {"a.html": "{{ x }}"}).get_template("a.html")
+    (real,) = elsewhere.iterdir()
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"someone else's")
+    victim.chmod(0o600)
+    (folder / real.name).symlink_to(victim)
+    _environment(folder, {"a.html": "{{ x }}"}).get_template("a.html")
+    assert victim.read_bytes() == b"someone else's" and victim.stat().st_mode & 0o777 == 0o600
+    assert not (folder / real.name).is_symlink()  # the link replaced by a file of its own
+    # a link to a valid kept file is not read either: the template is compiled
+    (folder / real.name).unlink()
+    (folder / real.name).symlink_to(real)
+    compiled: list[str] = []
+    import jinja2
+
+    original = jinja2.Environment.compile
+
+    def counting(self: Any, source: Any, name: Any = None, *args: Any, **kwargs: Any) -> Any:
+        compiled.append(name)
+        return original(self, source, name, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(jinja2.Environment, "compile", counting)
+        _environment(folder, {"a.html": "{{ x }}"}).get_template("a.html")
+    assert compiled == ["a.html"]
+
+
+def test_the_template_cache_follows_pycache_prefix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from traceinsight.render import templates
+
+    here = Path(templates.__file__).resolve().parent
+    assert templates._beside_code() == here / "__pycache__"
+    monkeypatch.setattr(sys, "pycache_prefix", str(tmp_path))
+    assert templates._beside_code() == tmp_path / here.relative_to(here.anchor)
+
+
 def test_the_page_from_compiled_templates_is_the_page(gp100: Page, tmp_path: Path) -> None:
     import jinja2
 

@@ -76,6 +76,8 @@ def steps_fact(report: Report) -> str:
     kind = (
         "ProfilerStep ranges"
         if steady.source == "ProfilerStep"
+        else f"requests: the host's repeating pattern, each beginning with {steady.request_name}, no step markers"
+        if steady.source == "request" and steady.request_from_pattern
         else f"requests: repeating {steady.request_name} ranges, no step markers"
         if steady.source == "request"
         else "between Optimizer.step calls"

@@ -435,7 +435,7 @@ def finding_site(finding: Finding) -> str:
 
 def finding_site_label(finding: Finding) -> str:
     """:func:`finding_site` as the report writes it: a source line that is not the call's (a
-    ``source_line_kind`` of ``def`` or ``recording-start``) is named as what it is; else the site."""
+    ``source_line_kind`` of ``def``, ``recording-start`` or ``entry``) is named as what it is; else the site."""
     site = finding_site(finding)
     line_kind, function = finding.source_line_kind, finding.source_function
     if not finding.source or function is None or line_kind == "call":

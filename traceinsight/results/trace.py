@@ -20,7 +20,9 @@ value ``other-gpu`` (a GPU waiting for another GPU of its process: a pipeline bu
 finding rule ``pipeline-bubble``; beside each ``source`` (idle gaps, sync hot spots, findings)
 ``source_line_kind`` (what the line is: ``call``, the call's line; ``def``, the first line of
 ``source_function``, as torch's stack names it; ``recording-start``, the line ``source_function``
-was on when recording began; null when the trace does not say) and ``source_function``; on sync
+was on when recording began; ``entry``, the lowest of several lines one caller entered a function
+of that name at: a generator's ``yield``s or several same-named functions, no def line claimed;
+null when the trace does not say) and ``source_function``; on sync
 hot spots and findings ``framework_call`` (framework code the calls happen in that reads values on
 the host by design, such as ``torch.optim.LBFGS``). ``source`` keeps its meaning: the frame's
 ``file:line``.
