@@ -45,6 +45,7 @@ import polars as pl
 
 from traceinsight.analysis import peaks
 from traceinsight.analysis.intervals import within
+from traceinsight.analysis.membytes import MemoryKernel, memory_kernels
 from traceinsight.analysis.steady import SteadySteps
 from traceinsight.load import Trace
 
@@ -497,6 +498,9 @@ class FlopStats:
     operators: pl.DataFrame = field(
         default_factory=lambda: pl.DataFrame(schema=OPERATOR_SCHEMA), compare=False
     )
+    #: Kernels whose FLOPs are not counted, with the bytes their operators move
+    #: (:mod:`.membytes`): memory-bound work's achieved bytes/s.
+    memory_kernels: tuple[MemoryKernel, ...] = ()
 
     @property
     def flops_per_step(self) -> float | None:
@@ -688,7 +692,7 @@ def flop_stats(
     in_window = counted.filter(within(counted.get_column("ts"), windows)) if windows else counted
     # Kernels of each counted operator: launch calls on its thread while it ran.
     kernels = trace.gpu.filter(pl.col("kind") == "kernel").select(
-        "name", "device", "stream", "ts", "dur", "correlation"
+        "name", "device", "stream", "ts", "dur", "correlation", "external_id"
     )
     if classes is not None and "tensor_core" in classes.columns:
         tensor = classes.filter(pl.col("kind") == "kernel").select("correlation", "ts", "tensor_core")
@@ -756,6 +760,7 @@ def flop_stats(
         else attributed
     )
     kernel_table = steady_kernels.select(list(KERNEL_SCHEMA)).cast(KERNEL_SCHEMA).sort("ts")
+    memory, _ = memory_kernels(ops, steady_kernels.filter(pl.col("op").is_null()))
     counted_kernels = steady_kernels.filter(pl.col("op").is_not_null())
     # FLOPs by class and data type: from the operators (a CPU trace has no kernels); tf32 where the
     # operator's kernels ran on tensor cores.
@@ -822,6 +827,7 @@ def flop_stats(
         torch_agreement=(int(with_torch.get_column("flops").sum()) / torch_sum) if torch_sum else None,
         kernels=kernel_table,
         operators=counted,
+        memory_kernels=memory,
     )
 
 

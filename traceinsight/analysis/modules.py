@@ -9,8 +9,19 @@ nest by time on their thread; a scope's **path** joins the names from the outerm
 **Attribution.** A kernel counts for the innermost scope holding its launch call (same thread) and,
 inclusively, for every scope around it; an operator's FLOPs (:mod:`.flops`) likewise, by the
 operator's start. Kernels launched outside every module (autograd's backward thread, the optimizer)
-are shown apart (``outside``): torch links a backward operator to its forward one only through
-sequence numbers on operators, not to a module frame, so no backward time is attributed to a module.
+are shown apart (``outside``), except backward time linked to its forward module (below).
+
+**Backward.** autograd gives each operator a ``Sequence number``; a backward operator (``Fwd thread
+id`` > 0: ``AddmmBackward0`` and the ``autograd::engine::evaluate_function:`` range around it)
+carries the number of the forward operator that made its graph node. That forward operator is the
+last one with the number on the forward side (of the same process) started before the backward one
+(the operators around a node's maker record the next number to be given, so the maker is the last
+with its number; torch's ``fwdbwd`` flow arrows link the same pair). A kernel launched outside every
+module, under a backward operator (the innermost on its thread), counts as **backward** time of the
+innermost module around that forward operator (and, inclusively, of every module around it), and
+an operator's FLOPs likewise: ``backward_ns`` / ``backward_flops``, apart from the forward
+``gpu_ns`` / ``flops``. Kernels of backward operators whose forward operator ran outside every
+module, and all kernels without a backward operator around their launch, stay ``outside``.
 
 **Idle inside.** Per call: from the first of its kernels' starts to the last one's end, the time
 its kernels do not cover; summed over calls.
@@ -58,6 +69,11 @@ class ScopeTime:
     """Within each call's GPU span, the time its kernels did not cover (summed)."""
     flops: int
     """Counted FLOPs of the operators it ran (inclusive)."""
+    backward_ns: int = 0
+    """Kernel time of the backward operators linked to its forward operators (inclusive; module
+    trees only, see the module doc); not in ``gpu_ns``."""
+    backward_flops: int = 0
+    """Counted FLOPs of those backward operators (inclusive); not in ``flops``."""
 
     @property
     def achieved_flops_per_s(self) -> float | None:
@@ -81,6 +97,8 @@ class ScopeTimes:
     #: Steady kernel time launched outside every module (backward, optimizer, ...), and in all.
     outside_modules_gpu_ns: int
     kernel_ns: int
+    #: The part of ``outside_modules_gpu_ns`` counted as modules' backward time.
+    backward_linked_gpu_ns: int = 0
 
     def per_step(self, ns: int) -> float:
         """``ns`` per steady step (the total without steps)."""
@@ -143,20 +161,71 @@ def _innermost(points: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
     return found.drop("end", "parent", strict=False)
 
 
+def _backward_ops(cpu_ops: pl.DataFrame) -> pl.DataFrame:
+    """autograd's backward operators (``Fwd thread id`` > 0) as spans (pid, tid, ts, end), each with
+    the point of its forward operator (``fwd_pid``, ``fwd_tid``, ``fwd_ts``): the last operator of
+    the forward side with its ``Sequence number`` in its process started before it. Empty without
+    sequence numbers or without a forward operator found."""
+    ops = cpu_ops.filter(pl.col("sequence_number").is_not_null() & pl.col("end").is_not_null()).select(
+        "pid", "tid", "ts", "end", "sequence_number", "fwd_thread_id"
+    )
+    is_backward = pl.col("fwd_thread_id").fill_null(0) > 0
+    backward = ops.filter(is_backward)
+    if backward.is_empty():
+        return backward.select("pid", "tid", "ts", "end", fwd_pid="pid", fwd_tid="tid", fwd_ts="ts")
+    forward = (
+        ops.filter(~is_backward)
+        .select("pid", "sequence_number", fwd_tid="tid", fwd_ts="ts")
+        .with_columns(fwd_pid="pid")
+        .sort("fwd_ts")
+    )
+    return (
+        backward.sort("ts")
+        .join_asof(
+            forward,
+            left_on="ts",
+            right_on="fwd_ts",
+            by=["pid", "sequence_number"],
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .filter(pl.col("fwd_ts").is_not_null())
+        .select("pid", "tid", "ts", "end", "fwd_pid", "fwd_tid", "fwd_ts")
+    )
+
+
+def _backward_spans(points: pl.DataFrame, backward: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+    """``points`` (pid, tid, at, and figures) outside every span, each with ``span``: the innermost
+    module span around the forward operator of the innermost backward operator holding it (null:
+    none)."""
+    ops = _spans_with_paths(backward.with_columns(label=pl.lit("")))
+    held = _innermost(points, ops).filter(pl.col("span").is_not_null())
+    forward = held.join(ops.select("span", "fwd_pid", "fwd_tid", "fwd_ts"), on="span", how="inner")
+    return _innermost(
+        forward.drop("span", "pid", "tid", "at").rename({"fwd_pid": "pid", "fwd_tid": "tid", "fwd_ts": "at"}),
+        spans,
+    )
+
+
 def _tree(
-    spans: pl.DataFrame, kernels: pl.DataFrame, flop_ops: pl.DataFrame, windows: tuple[tuple[int, int], ...]
-) -> tuple[tuple[ScopeTime, ...], int]:
-    """The scopes of ``spans`` by path, with kernel time, idle inside and FLOPs; and the kernel
-    time launched outside every span."""
+    spans: pl.DataFrame,
+    kernels: pl.DataFrame,
+    flop_ops: pl.DataFrame,
+    windows: tuple[tuple[int, int], ...],
+    backward: pl.DataFrame | None = None,
+) -> tuple[tuple[ScopeTime, ...], int, int]:
+    """The scopes of ``spans`` by path, with kernel time, idle inside and FLOPs (and, given
+    ``backward`` (:func:`_backward_ops`), the backward time and FLOPs linked to them); the kernel
+    time launched outside every span, and the part of it linked as backward time."""
     if spans.is_empty():
-        return (), int(kernels.get_column("dur").sum() or 0)
+        return (), int(kernels.get_column("dur").sum() or 0), 0
     spans = _spans_with_paths(spans)
     k = _innermost(kernels.rename({"call_ts": "at"}), spans)
     outside = int(k.filter(pl.col("span").is_null()).get_column("dur").sum() or 0)
     f = (
         _innermost(flop_ops.rename({"ts": "at"}), spans)
         if flop_ops.height
-        else flop_ops.with_columns(span=pl.lit(None, dtype=pl.Int64))
+        else flop_ops.rename({"ts": "at"}).with_columns(span=pl.lit(None, dtype=pl.Int64))
     )
     direct_k = (
         k.filter(pl.col("span").is_not_null())
@@ -165,10 +234,30 @@ def _tree(
     )
     direct_f = f.filter(pl.col("span").is_not_null()).group_by("span").agg(flops=pl.col("flops").sum())
     table = spans.join(direct_k, on="span", how="left").join(direct_f, on="span", how="left")
+    linked = 0
+    if backward is not None and backward.height:
+        bk = _backward_spans(
+            k.filter(pl.col("span").is_null()).drop("span").select("pid", "tid", "at", "dur"), backward, spans
+        ).filter(pl.col("span").is_not_null())
+        linked = int(bk.get_column("dur").sum() or 0)
+        bf = _backward_spans(
+            f.filter(pl.col("span").is_null()).drop("span").select("pid", "tid", "at", "flops"),
+            backward,
+            spans,
+        ).filter(pl.col("span").is_not_null())
+        table = table.join(bk.group_by("span").agg(backward=pl.col("dur").sum()), on="span", how="left").join(
+            bf.group_by("span").agg(backward_flops=pl.col("flops").sum()), on="span", how="left"
+        )
+    else:
+        table = table.with_columns(
+            backward=pl.lit(None, dtype=pl.Int64), backward_flops=pl.lit(None, dtype=pl.Int64)
+        )
     # Inclusive sums: children before parents (a child starts after its parent: reverse order).
     parent = table.get_column("parent").to_list()
     gpu = [int(v or 0) for v in table.get_column("gpu").to_list()]
     flops = [int(v or 0) for v in table.get_column("flops").to_list()]
+    back = [int(v or 0) for v in table.get_column("backward").to_list()]
+    back_flops = [int(v or 0) for v in table.get_column("backward_flops").to_list()]
     first = table.get_column("first").to_list()
     last = table.get_column("last").to_list()
     for row in range(len(parent) - 1, -1, -1):
@@ -177,6 +266,8 @@ def _tree(
             continue
         gpu[up] += gpu[row]
         flops[up] += flops[row]
+        back[up] += back[row]
+        back_flops[up] += back_flops[row]
         if first[row] is not None:
             first[up] = first[row] if first[up] is None else min(first[up], first[row])
             last[up] = last[row] if last[up] is None else max(last[up], last[row])
@@ -187,6 +278,8 @@ def _tree(
     table = table.with_columns(
         gpu=pl.Series(gpu, dtype=pl.Int64),
         flops=pl.Series(flops, dtype=pl.Int64),
+        backward=pl.Series(back, dtype=pl.Int64),
+        backward_flops=pl.Series(back_flops, dtype=pl.Int64),
         idle=pl.Series(idle, dtype=pl.Int64),
         host=pl.col("end") - pl.col("ts"),
     )
@@ -201,6 +294,8 @@ def _tree(
             gpu=pl.col("gpu").sum(),
             idle=pl.col("idle").sum(),
             flops=pl.col("flops").sum(),
+            backward=pl.col("backward").sum(),
+            backward_flops=pl.col("backward_flops").sum(),
         )
         .sort("gpu", "host", "path", descending=[True, True, False])
         .head(MAX_SCOPES)
@@ -217,12 +312,15 @@ def _tree(
                 gpu_ns=gpu_ns,
                 idle_ns=idle_ns,
                 flops=flop_count,
+                backward_ns=backward_ns,
+                backward_flops=backward_flops,
             )
-            for path, name, calls, host, gpu_ns, idle_ns, flop_count in grouped.select(
-                "path", "name", "calls", "host", "gpu", "idle", "flops"
+            for path, name, calls, host, gpu_ns, idle_ns, flop_count, backward_ns, backward_flops in grouped.select(
+                "path", "name", "calls", "host", "gpu", "idle", "flops", "backward", "backward_flops"
             ).iter_rows()
         ),
         outside,
+        linked,
     )
 
 
@@ -255,13 +353,14 @@ def scope_times(trace: Trace, steady: SteadySteps, flops: FlopStats) -> ScopeTim
     windows = steady.windows
     if windows and flop_ops.height:
         flop_ops = flop_ops.filter(within(flop_ops.get_column("ts"), windows))
-    module_tree, outside = _tree(
+    module_tree, outside, linked = _tree(
         module_frames.select("pid", "tid", "ts", "end", label=pl.col("name").str.strip_prefix(MODULE_PREFIX)),
         kernels,
         flop_ops,
         windows,
+        _backward_ops(trace.cpu_ops) if module_frames.height else None,
     )
-    region_tree, _ = _tree(
+    region_tree, _, _ = _tree(
         regions.select("pid", "tid", "ts", "end", label=pl.col("name").str.replace_all("/", "∕")),
         kernels,
         flop_ops,
@@ -273,4 +372,5 @@ def scope_times(trace: Trace, steady: SteadySteps, flops: FlopStats) -> ScopeTim
         regions=region_tree,
         outside_modules_gpu_ns=outside if module_tree else 0,
         kernel_ns=int(kernels.get_column("dur").sum() or 0),
+        backward_linked_gpu_ns=linked if module_tree else 0,
     )

@@ -359,6 +359,8 @@ def _group_frame(
         "seq": lambda: _ids(arg("seq")),
         "process_group": lambda: clean_texts(_texts(arg("process_group"), _stack, nulls=True)),
         "flops": lambda: _ids(arg("flops")),
+        "sequence_number": lambda: _ids(arg("sequence_number")),
+        "fwd_thread_id": lambda: _ids(arg("fwd_thread_id")),
         "input_dims": lambda: _json_texts(arg("input_dims")),
         "input_types": lambda: _json_texts(arg("input_types")),
         "concrete_inputs": lambda: _json_texts(arg("concrete_inputs")),

@@ -60,6 +60,11 @@ EVENT_FIELDS: Final[tuple[EventField, ...]] = (
     EventField("concrete_inputs", "Concrete Inputs", True, "json"),
     # torch's own FLOP count of an operator (``with_flops=True``).
     EventField("flops", "flops", True, "id"),
+    # autograd's sequence number of an operator (``record_shapes`` / any 2.x trace): a backward
+    # operator carries its forward operator's, and ``Fwd thread id`` > 0 (0 on forward operators):
+    # what links backward time to the forward module (analysis.modules).
+    EventField("sequence_number", "Sequence number", True, "id"),
+    EventField("fwd_thread_id", "Fwd thread id", True, "id"),
     # The allocator's records (``profile_memory=True``); the totals since torch 1.10.
     EventField("device_type", "Device Type", True, "id", memory=True),
     EventField("device_id", "Device Id", True, "id", memory=True),

@@ -208,6 +208,8 @@ def build_tables(events: list[dict[str, Any]]) -> ChunkTables:
             target["call_stack"].append(stack)
             if not is_annotation:
                 c["flops"].append(as_int(arg["flops"]))
+                c["sequence_number"].append(as_int(arg["sequence_number"]))
+                c["fwd_thread_id"].append(as_int(arg["fwd_thread_id"]))
                 for field in _JSON_ARGS:
                     c[field].append(as_json_text(args.get(_JSON_ARGS[field])))
         elif cat in taxonomy.PYTHON_CATEGORIES:

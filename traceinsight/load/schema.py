@@ -70,6 +70,9 @@ CPU_OPS: Final[pl.Schema] = pl.Schema(
         "concrete_inputs": pl.String,
         #: torch's ``flops`` arg (``with_flops=True``; null elsewhere).
         "flops": pl.Int64,
+        #: autograd's ``Sequence number`` and ``Fwd thread id`` (> 0 on backward operators).
+        "sequence_number": pl.Int64,
+        "fwd_thread_id": pl.Int64,
     }
 )
 
@@ -180,5 +183,7 @@ EVENT_COLUMNS: Final[pl.Schema] = pl.Schema(
         "input_types": pl.String,
         "concrete_inputs": pl.String,
         "flops": pl.Int64,
+        "sequence_number": pl.Int64,
+        "fwd_thread_id": pl.Int64,
     }
 )

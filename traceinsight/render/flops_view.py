@@ -129,24 +129,37 @@ def module_table(scopes: Scopes, top: int) -> Table | None:
         show_edge=False,
     )
     table.add_column("module", overflow="ellipsis", no_wrap=True, max_width=60)
+    backward = on_gpu and any(scope.backward_gpu_ns for scope in scopes.modules)
     columns = ("GPU", "idle inside", "FLOPs", "achieved") if on_gpu else ("host", "FLOPs")
     for column in columns:
         table.add_column(column, justify="right", no_wrap=True)
+    if backward:
+        table.add_column("backward", justify="right", no_wrap=True)
     for scope in rows:
         label = "  " * scope.depth + scope.name
         if on_gpu:
-            table.add_row(
-                data(label),
+            cells = [
                 format_duration(scope.gpu_ns),
                 format_duration(scope.idle_ns),
                 format_flops(scope.flops) if scope.flops else "—",
                 format_rate(scope.achieved_flops_per_s) if scope.flops else "—",
-            )
+            ]
+            if backward:
+                cells.append(format_duration(scope.backward_gpu_ns) if scope.backward_gpu_ns else "—")
+            table.add_row(data(label), *cells)
         else:
             table.add_row(
                 data(label), format_duration(scope.host_ns), format_flops(scope.flops) if scope.flops else "—"
             )
-    if on_gpu and scopes.outside_modules_gpu_ns:
+    if backward:
+        table.caption = (
+            f"backward: kernel time of the backward operators linked to the module's forward ones "
+            f"(autograd's sequence numbers), {format_duration(scopes.backward_linked_gpu_ns)} {per} in all; "
+            f"the rest launched outside every module (optimizer, backward not linked): "
+            f"{format_duration(scopes.outside_modules_gpu_ns - scopes.backward_linked_gpu_ns)} {per}, "
+            "not in these rows."
+        )
+    elif on_gpu and scopes.outside_modules_gpu_ns:
         table.caption = (
             f"Kernels launched outside every module (backward, optimizer): "
             f"{format_duration(scopes.outside_modules_gpu_ns)} {per}, not in these rows."
@@ -168,6 +181,8 @@ class ModuleRow:
     flops: str
     achieved: str
     bar_percent: float
+    backward: str = "—"
+    """Its backward kernel time (autograd-linked), "—" where none."""
 
 
 def module_rows(scopes: Scopes) -> list[ModuleRow]:
@@ -192,6 +207,7 @@ def module_rows(scopes: Scopes) -> list[ModuleRow]:
             flops=format_flops(scope.flops) if scope.flops else "—",
             achieved=format_rate(scope.achieved_flops_per_s) if scope.flops and on_gpu else "—",
             bar_percent=round(min(100.0, 100.0 * time_of(scope) / largest), 1),
+            backward=format_duration(scope.backward_gpu_ns) if scope.backward_gpu_ns and on_gpu else "—",
         )
         for scope in sorted(scopes.modules, key=lambda scope: scope.path)
     ]

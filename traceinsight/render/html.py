@@ -409,6 +409,9 @@ class HtmlRenderer:
             "modules_per_step": bool(analysis.scopes.steps),
             "modules_on_gpu": any(scope.gpu_ns for scope in analysis.scopes.modules),
             "modules_outside": scopes_of(analysis.scopes).outside_modules_gpu_ns,
+            "modules_backward": scopes_of(analysis.scopes).backward_linked_gpu_ns
+            if any(scope.gpu_ns for scope in analysis.scopes.modules)
+            else 0,
             "limits": {
                 "gaps": TOP_GAPS,
                 "sources": TOP_SOURCES,

@@ -67,6 +67,18 @@ def flops_of(stats: FlopStats) -> t.Flops:
             )
             for k in stats.top_kernels
         ),
+        memory_kernels=tuple(
+            t.MemoryKernel(
+                device=k.device,
+                name=k.name,
+                launches=k.launches,
+                kernel_ns=k.kernel_ns,
+                bytes_moved=k.bytes_moved,
+                operator=k.operator,
+                achieved_bytes_per_s=k.achieved_bytes_per_s,
+            )
+            for k in stats.memory_kernels
+        ),
     )
 
 
@@ -81,6 +93,8 @@ def _scope(scope: ScopeTime, times: ScopeTimes) -> t.Scope:
         idle_ns=round(times.per_step(scope.idle_ns)),
         flops=round(times.per_step(scope.flops)),
         achieved_flops_per_s=scope.achieved_flops_per_s,
+        backward_gpu_ns=round(times.per_step(scope.backward_ns)),
+        backward_flops=round(times.per_step(scope.backward_flops)),
     )
 
 
@@ -92,4 +106,5 @@ def scopes_of(times: ScopeTimes) -> t.Scopes:
         modules=tuple(_scope(scope, times) for scope in times.modules),
         regions=tuple(_scope(scope, times) for scope in times.regions),
         outside_modules_gpu_ns=round(times.per_step(times.outside_modules_gpu_ns)),
+        backward_linked_gpu_ns=round(times.per_step(times.backward_linked_gpu_ns)),
     )

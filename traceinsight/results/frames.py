@@ -9,7 +9,8 @@ every output; sizes in bytes. One trace's result (:func:`result_frames`):
   at least ``min_gap_us``, the ones the outputs list; only those carry a source line); a stored
   result holds only the reported ones;
 - ``kernels``: kernels by total time (the 50 longest), with ``flops`` and ``achieved_flops_per_s``
-  counted in the steady state (null where none were); ``flop_kernels``: every kernel name with
+  counted in the steady state (null where none were), and for memory-bound kernels (FLOPs not
+  counted) ``bytes_moved`` and ``achieved_bytes_per_s`` from recorded shapes (null where unknown); ``flop_kernels``: every kernel name with
   counted FLOPs; ``modules`` and ``regions``: GPU time, idle inside, FLOPs by ``nn.Module`` and by
   ``record_function`` region per step (a tree: ``path``, ``depth``); ``syncs``: the host's waits for the GPU by
   call, operator and line (the sync hot spots); ``copies``: copies by device and kind;
@@ -124,15 +125,29 @@ def _findings(owner: Result | JobResult) -> pl.DataFrame:
 
 def _kernels(result: Result) -> pl.DataFrame:
     """The kernels by total time, with the FLOPs counted for them in the steady state and their
-    achieved FLOP/s there (null where none were counted)."""
+    achieved FLOP/s there (null where none were counted); the bytes moved by those whose FLOPs are
+    not counted, and their achieved bytes/s (null where unknown)."""
     frame = _frame(result, "kernels")
     counted = _frame(result.flops, "kernels")
     if frame.is_empty() or counted.is_empty():
-        return frame.with_columns(
+        frame = frame.with_columns(
             flops=pl.lit(None, dtype=pl.Int64), achieved_flops_per_s=pl.lit(None, dtype=pl.Float64)
         )
+    else:
+        frame = frame.join(
+            counted.select("device", "name", "flops", "achieved_flops_per_s"),
+            on=["device", "name"],
+            how="left",
+        )
+    moved = _frame(result.flops, "memory_kernels")
+    if frame.is_empty() or moved.is_empty():
+        return frame.with_columns(
+            bytes_moved=pl.lit(None, dtype=pl.Int64), achieved_bytes_per_s=pl.lit(None, dtype=pl.Float64)
+        )
     return frame.join(
-        counted.select("device", "name", "flops", "achieved_flops_per_s"), on=["device", "name"], how="left"
+        moved.select("device", "name", "bytes_moved", "achieved_bytes_per_s"),
+        on=["device", "name"],
+        how="left",
     )
 
 

@@ -247,6 +247,22 @@ class FlopKernel:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryKernel:
+    """One kernel name whose FLOPs are not counted (elementwise and other memory-bound work), with
+    the bytes its operators read and write from recorded shapes (see
+    :mod:`traceinsight.analysis.membytes`), and its achieved bytes/s."""
+
+    device: int
+    name: str
+    launches: int = field(metadata=COUNT)
+    kernel_ns: int = field(metadata=DURATION)
+    bytes_moved: int = field(metadata=COUNT)
+    #: The operator most of its launches came from (``aten::add_``).
+    operator: str
+    achieved_bytes_per_s: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Mfu:
     """MFU of one device over the steady window: ``mfu = busy_share × efficiency_while_busy``."""
 
@@ -299,6 +315,9 @@ class Flops:
     mfu: tuple[Mfu, ...] = ()
     #: Kernel names with counted FLOPs, most FLOPs first (at most 200).
     kernels: tuple[FlopKernel, ...] = ()
+    #: Kernel names whose FLOPs are not counted but whose bytes moved are, most kernel time first
+    #: (at most 200; empty without shapes).
+    memory_kernels: tuple[MemoryKernel, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -319,6 +338,10 @@ class Scope:
     flops: int = field(metadata=COUNT)
     #: FLOPs over its GPU time (null without GPU time).
     achieved_flops_per_s: float | None
+    #: Kernel time and counted FLOPs of the backward operators linked to its forward operators by
+    #: autograd's sequence numbers (modules only; inclusive; not in ``gpu_ns``/``flops``).
+    backward_gpu_ns: int = field(default=0, metadata=DURATION)
+    backward_flops: int = field(default=0, metadata=COUNT)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -333,6 +356,8 @@ class Scopes:
     regions: tuple[Scope, ...] = ()
     #: Kernel time launched outside every module (backward, optimizer): shown apart.
     outside_modules_gpu_ns: int = field(default=0, metadata=DURATION)
+    #: The part of ``outside_modules_gpu_ns`` counted as modules' backward time (``backward_gpu_ns``).
+    backward_linked_gpu_ns: int = field(default=0, metadata=DURATION)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
