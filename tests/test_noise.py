@@ -430,3 +430,46 @@ def test_several_runs_beside_a_job_are_refused_in_one_line(stored: dict[str, Pat
     code, _, stderr = invoke("diff", str(folder), str(SAMPLES / "two_ranks"), "--no-html")
     (line,) = [line for line in stderr.splitlines() if line.startswith("traceinsight: error: ")]
     assert code == 2 and "the results of 2 runs" in line and "Traceback" not in stderr
+
+
+def test_run_repeat_keeps_cycles_that_a_diff_pools(tmp_path: Path) -> None:
+    """``run --repeat 2`` twice (nothing changed in between), each into its own folder: every cycle's
+    trace is kept, and a diff of the two folders pools them, 2 runs a side, without breaking
+    ``--max-regression 5``. The pooled step time lies among the raw steps of its side's cycles."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    (tmp_path / "train.py").write_text(TRAIN)
+    repo = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    for side in ("before", "after"):
+        (tmp_path / side).mkdir()
+        done = subprocess.run(
+            [sys.executable, "-m", "traceinsight", "run", "--no-html", "--stacks", "none",
+             "--wait", "1", "--warmup", "1", "--active", "4", "--repeat", "2",
+             "--trace", f"{side}/train.pt.trace.json.gz", "train.py"],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert "kept 2 profiler cycles" in done.stderr
+    raw = {
+        side: [raw_step_times_us(path) for path in sorted((tmp_path / side).iterdir())]
+        for side in ("before", "after")
+    }
+    assert [len(steps) for side in raw.values() for steps in side] == [4, 4, 4, 4]
+    out = tmp_path / "pooled.json"
+    code, stdout, stderr = invoke(
+        "diff", str(tmp_path / "before"), str(tmp_path / "after"), "--no-html", "--json", str(out),
+        "--max-regression", "5",
+    )  # fmt: skip
+    assert code == 0, stderr
+    assert "pooled 2 runs before and 2 after" in stdout
+    document = json.loads(out.read_text())
+    assert document["before_runs"] == document["after_runs"] == 2
+    step = next(m for m in document["metrics"] if m["key"] == "step_time")
+    for name, side in (("before", raw["before"]), ("after", raw["after"])):
+        steps = [value for cycle in side for value in cycle]
+        assert min(steps) - 0.01 <= step[name] <= max(steps) + 0.01
+    assert step["verdict"] != "slower"
