@@ -89,14 +89,11 @@ msgspec.json.decode(raw, type=Nothing)
 """
 #: The libraries' share of a small job: each third-party module the job imports (read from one
 #: job's ``-X importtime``), imported in the job's order in a fresh interpreter, as the job imports
-#: them: with its settings, the cyclic collector paused, and the dataclasses' methods served from
-#: the package's compiled file (``traceinsight.process``, which the job imports first too). One the
-#: job tries and does not find is tried here too.
+#: them: with its settings and the cyclic collector paused. One the job tries and does not find is
+#: tried here too.
 LIBRARIES = """
 import gc, importlib, os
 gc.disable()
-from traceinsight.process import dataclass_code_kept
-dataclass_code_kept()
 os.environ.update({settings!r})
 for name in {names!r}:
     try:
@@ -362,13 +359,10 @@ def main() -> None:
     )
     # An installed package has its bytecode; a checkout run with PYTHONDONTWRITEBYTECODE=1 would
     # compile every module it changed on each run (about 50 ms for ten modules on a small trace),
-    # and the page's templates (0.1 s) and its dataclasses' methods (0.1 s) when no run has kept
-    # them compiled yet.
+    # and the page's templates (0.1 s) when no run has kept them compiled yet.
     compileall.compile_dir(ROOT / "traceinsight", quiet=1)
     subprocess.run(
-        # the dataclasses first: their precompile must come before any module of the package
-        [sys.executable, "-c", "from traceinsight.process import precompile_dataclasses; precompile_dataclasses()\n"
-         "from traceinsight.render.templates import precompile; precompile()"],
+        [sys.executable, "-c", "from traceinsight.render.templates import precompile; precompile()"],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True,
     )  # fmt: skip
     rows: list[str] = []

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from matplotlib.colors import to_hex
+from matplotlib.figure import Figure
 from reference_split import GPU_KINDS, _ns
 from tracebuild import SAMPLES, read_events
 from typer.testing import CliRunner
@@ -19,6 +21,8 @@ from typer.testing import CliRunner
 import traceinsight
 from traceinsight.commands import app
 from traceinsight.errors import TraceInsightError
+from traceinsight.render.html import HtmlRenderer
+from traceinsight.render.mpl import INK
 
 runner = CliRunner()
 
@@ -285,6 +289,12 @@ def test_a_comparison_and_a_job_show_their_pages(
     shown = job._repr_html_()
     assert shown is not None
     _self_contained(shown)
+    # JupyterLab lays output tables out fixed; the job's table, with cells that do not wrap, drew
+    # over itself: the notebook's style sets them back to auto, after the page's own.
+    assert (
+        shown.index(".traceinsight-notebook table.data { table-layout: auto; }")
+        > shown.index("</style>") - 200
+    )
     for rank in job.ranks:
         assert f"<tr><td>{rank.rank}</td>" in shown
     for finding in job.findings:
@@ -300,14 +310,75 @@ def test_text_from_the_trace_shows_as_text_not_markup(gp100: traceinsight.Result
 
 
 def test_charts_are_the_pages_own(gp100: traceinsight.Result) -> None:
-    """Result.charts are the page's charts: each one's SVG is the one the page inlines."""
-    from traceinsight.render.html import HtmlRenderer
-
+    """Result.charts are the page's charts as matplotlib Figures: each one's SVG is the one the
+    page inlines, and the Figure writes the same words in the same colours."""
     charts = gp100.charts
     page = HtmlRenderer().render(gp100)
-    assert charts and all(chart._repr_svg_() in page for chart in charts.values())
+    assert charts and all(isinstance(chart, Figure) and chart.svg in page for chart in charts.values())
+    for chart in charts.values():
+        (axes,) = chart.axes
+        words = [text.get_text() for text in axes.texts]
+        assert words == [
+            html.unescape(found) for found in re.findall(r"<text[^>]*>([^<]*)</text>", chart.svg)
+        ]
+        svg_fills = {fill.lower() for fill in re.findall(r'fill="(#[0-9A-Fa-f]{6})"', chart.svg)}
+        drawn = {to_hex(patch.get_facecolor()) for patch in axes.patches} | {
+            to_hex(color) for collection in axes.collections for color in collection.get_facecolors()
+        }
+        assert drawn <= svg_fills | {to_hex(INK)}
+        assert chart._repr_png_().startswith(b"\x89PNG")
     assert {"timeline", "steps"} <= set(charts)
     assert gp100.charts is charts  # made once
     stored = traceinsight.Result.from_json(gp100.to_json())
     with pytest.raises(TraceInsightError, match="stored result"):
         stored.charts  # noqa: B018
+
+
+def test_a_results_repr_is_one_short_line(gp100: traceinsight.Result, job: traceinsight.JobResult) -> None:
+    """``repr`` names the result in one line (it was the whole dataclass tree: 193 KB); the page
+    is ``_repr_html_``'s."""
+    comparison = traceinsight.diff(gp100, gp100)
+    for value in (gp100, job, comparison, traceinsight.diff(job, job)):
+        text = repr(value)
+        assert "\n" not in text and len(text) < 200
+    assert GP100.name in repr(gp100) and f"{len(gp100.findings)} findings" in repr(gp100)
+    assert f"{job.job.ranks} ranks" in repr(job)
+
+
+def test_a_comparisons_tables(gp100: traceinsight.Result, job: traceinsight.JobResult) -> None:
+    """``frames["metrics" | "findings" | "kernels"]`` of a comparison: one row per figure, per
+    finding matched, per kernel changed; of two jobs, ``ranks`` with each rank's figures."""
+    comparison = traceinsight.diff(gp100, str(ALEXNET))
+    assert isinstance(comparison, traceinsight.Comparison)
+    frames = comparison.frames
+    metrics = frames["metrics"]
+    assert metrics.height == len(comparison.metrics) + len(comparison.idle)
+    assert metrics.filter(pl.col("group") == "metric")["key"].to_list() == [m.key for m in comparison.metrics]
+    assert metrics["before"].to_list() == [m.before for m in (*comparison.metrics, *comparison.idle)]
+    assert frames["findings"]["rule"].to_list() == [f.rule for f in comparison.findings]
+    assert frames["kernels"]["name"].to_list() == [k.name for k in comparison.kernels]
+    of_jobs = traceinsight.diff(job, job).frames
+    assert of_jobs["ranks"]["rank"].to_list() == [rank.rank for rank in job.ranks]
+    assert "step_time_before" in of_jobs["ranks"].columns
+
+
+def test_a_comparisons_chart_is_its_pages_own(gp100: traceinsight.Result) -> None:
+    """A comparison's chart (step time before and after) is a Figure drawn from its page's chart."""
+    comparison = traceinsight.diff(gp100, str(ALEXNET))
+    assert isinstance(comparison, traceinsight.Comparison)
+    (chart,) = comparison.charts.values()
+    assert isinstance(chart, Figure) and chart.svg in HtmlRenderer().render(comparison)
+    (axes,) = chart.axes
+    assert [text.get_text() for text in axes.texts] == [
+        html.unescape(found) for found in re.findall(r"<text[^>]*>([^<]*)</text>", chart.svg)
+    ]
+
+
+def test_a_jobs_chart_is_its_pages_own(job: traceinsight.JobResult) -> None:
+    """A live job's chart (the collectives' arrivals) is a Figure drawn from its page's chart; a
+    stored job has no arrivals to draw: one clear error."""
+    charts = job.charts
+    page = HtmlRenderer().render(job)
+    assert charts and all(isinstance(chart, Figure) and chart.svg in page for chart in charts.values())
+    with pytest.raises(TraceInsightError, match="stored result"):
+        traceinsight.JobResult.from_json(job.to_json()).charts  # noqa: B018

@@ -54,20 +54,20 @@ def test_self_time_equals_a_plain_stack_walk(name: str) -> None:
     own = dict(timed.group_by("name").agg(pl.col("self").sum()).iter_rows())
     assert own == expected_self
     host = sample_report(name).analysis.host
-    for (op, _, inclusive), self_ns in zip(host.top_ops, host.top_ops_self, strict=True):
-        assert self_ns == expected_self[op]
-        assert inclusive == expected_total[op]
+    for op in host.top_ops:
+        assert op.self_ns == expected_self[op.name]
+        assert op.total_ns == expected_total[op.name]
     ranked = sorted(expected_self.items(), key=lambda item: (-item[1], item[0]))[: len(host.top_ops)]
-    assert [op for op, _, _ in host.top_ops] == [op for op, _ in ranked]
+    assert [op.name for op in host.top_ops] == [name for name, _ in ranked]
 
 
 def test_a_chain_of_wrappers_is_one_row_of_self_time() -> None:
     """alexnet's 30 s CUDA start-up sits in aten::to > aten::_to_copy > aten::empty_strided: by self
     time it is one operator's, not three rows of the same 30 s."""
     host = sample_report("a100_alexnet_cuda_sync.json.gz").analysis.host
-    first = host.top_ops[0][0]
+    first = host.top_ops[0].name
     assert first == "aten::empty_strided"
-    names = [op for op, _, _ in host.top_ops[:3]]
+    names = [op.name for op in host.top_ops[:3]]
     assert "aten::to" not in names and "aten::_to_copy" not in names
 
 

@@ -7,6 +7,7 @@ Report, never from the renderer's own output. Each trace is rendered once per mo
 from __future__ import annotations
 
 import gzip
+import html
 import json
 import os
 import re
@@ -36,6 +37,7 @@ from traceinsight.render.html import (
     templates_dir,
 )
 from traceinsight.render.scorecard import scorecard
+from traceinsight.render.templates import code_spans
 from traceinsight.results import Report, result_of
 from traceinsight.rules import evaluate
 
@@ -297,22 +299,30 @@ def test_every_other_sample_renders_a_bounded_self_contained_page(name: str, tmp
     assert len(page.html.encode("utf-8")) < MAX_PAGE_BYTES
     assert not any(tag in {"script", "link", "img", "iframe"} for tag, _ in page.parsed.tags)
     text = page.parsed.text
-    for finding in page.report.findings:
-        assert finding.rule in text and finding.title in text
+    words = _words(text)
+    for finding in page.report.findings:  # a title's `code` is set as code: its words, no backticks
+        assert finding.rule in text and _words(finding.title) in words
     assert ('id="timeline-title"' in page.html) == page.report.analysis.has_gpu
 
 
 # --- content ------------------------------------------------------------------------------------
 
 
+def _words(text: str) -> str:
+    """``text``'s words, a backtick-quoted part (shown as code on the page) as words too."""
+    return " ".join(text.replace("`", " ").split())
+
+
 def test_every_finding_appears_with_its_id_title_and_source(gpu_page: Page) -> None:
     text = gpu_page.parsed.text
+    words = _words(text)
     for finding in gpu_page.report.findings:
         assert finding.rule in text
-        assert finding.title in text
+        assert _words(finding.title) in words
         if finding.minor:  # listed in one line under "Minor findings", no card
             continue
-        assert finding.advice.summary in text
+        assert _words(finding.advice.summary) in words
+        assert "`" not in finding.advice.summary or "<code>" in gpu_page.html
         assert finding.advice.before in gpu_page.html or escape(finding.advice.before) in gpu_page.html
         if finding.source:
             assert finding.source in text
@@ -355,8 +365,8 @@ def test_findings_come_ranked_by_saving(gpu_page: Page) -> None:
     assert [f.savings_total_ns for f in findings] == sorted(
         (f.savings_total_ns for f in findings), reverse=True
     )
-    text = gpu_page.parsed.text
-    by_title = sorted(findings, key=lambda f: text.index(f.title))
+    words = _words(gpu_page.parsed.text)
+    by_title = sorted(findings, key=lambda f: words.index(_words(f.title)))
     savings = [finding.savings_total_ns for finding in by_title]
     assert savings == sorted(savings, reverse=True)
 
@@ -703,6 +713,73 @@ def test_no_compiled_template_is_written_under_dont_write_bytecode(
     assert len(list(tmp_path.iterdir())) == 1
 
 
+def test_a_kept_template_whose_code_was_damaged_is_compiled_again_never_unmarshalled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import marshal
+
+    import jinja2.bccache
+
+    _environment(tmp_path, {"a.html": "{{ x }}"}).get_template("a.html")
+    (kept,) = tmp_path.iterdir()
+    data = bytearray(kept.read_bytes())
+    for place in range(len(data) - 40, len(data)):  # the compiled code's end, past every header
+        data[place] ^= 0x5A
+    kept.write_bytes(bytes(data))
+    unmarshalled: list[object] = []
+    original = marshal.load
+
+    def counting(source: Any) -> Any:
+        unmarshalled.append(source)
+        return original(source)
+
+    monkeypatch.setattr(jinja2.bccache.marshal, "load", counting)
+    compiled = _compiles(monkeypatch)
+    assert _environment(tmp_path, {"a.html": "{{ x }}"}).get_template("a.html").render(x=3) == "3"
+    assert compiled == ["a.html"] and unmarshalled == []  # the digest refused it before marshal
+    assert kept.read_bytes() != bytes(data)  # written anew
+
+
+def test_the_template_cache_never_writes_or_reads_through_a_link(tmp_path: Path) -> None:
+    folder, elsewhere = tmp_path / "cache", tmp_path / "elsewhere"
+    folder.mkdir()
+    elsewhere.mkdir()
+    _environment(elsewhere, {"a.html": "{{ x }}"}).get_template("a.html")
+    (real,) = elsewhere.iterdir()
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"someone else's")
+    victim.chmod(0o600)
+    (folder / real.name).symlink_to(victim)
+    _environment(folder, {"a.html": "{{ x }}"}).get_template("a.html")
+    assert victim.read_bytes() == b"someone else's" and victim.stat().st_mode & 0o777 == 0o600
+    assert not (folder / real.name).is_symlink()  # the link replaced by a file of its own
+    # a link to a valid kept file is not read either: the template is compiled
+    (folder / real.name).unlink()
+    (folder / real.name).symlink_to(real)
+    compiled: list[str] = []
+    import jinja2
+
+    original = jinja2.Environment.compile
+
+    def counting(self: Any, source: Any, name: Any = None, *args: Any, **kwargs: Any) -> Any:
+        compiled.append(name)
+        return original(self, source, name, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(jinja2.Environment, "compile", counting)
+        _environment(folder, {"a.html": "{{ x }}"}).get_template("a.html")
+    assert compiled == ["a.html"]
+
+
+def test_the_template_cache_follows_pycache_prefix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from traceinsight.render import templates
+
+    here = Path(templates.__file__).resolve().parent
+    assert templates._beside_code() == here / "__pycache__"
+    monkeypatch.setattr(sys, "pycache_prefix", str(tmp_path))
+    assert templates._beside_code() == tmp_path / here.relative_to(here.anchor)
+
+
 def test_the_page_from_compiled_templates_is_the_page(gp100: Page, tmp_path: Path) -> None:
     import jinja2
 
@@ -720,3 +797,20 @@ def test_the_page_from_compiled_templates_is_the_page(gp100: Page, tmp_path: Pat
     assert len(list(tmp_path.iterdir())) >= 5  # the page, its base, macros, cards and style
     assert pages[0] == pages[1] == renderer.render(result_of(gp100.report))
     assert isinstance(templates.environment().bytecode_cache, jinja2.FileSystemBytecodeCache)
+
+
+def test_the_top_finding_is_on_the_first_screen(gpu_page: Page) -> None:
+    """Before the scorecard (the first screen), one line names the top finding and links its card."""
+    head = gpu_page.html.split('id="scorecard"')[0]
+    top = next(f for f in gpu_page.report.findings if not f.minor)
+    assert 'class="top-finding"><a href="#finding-1">' in head
+    line = head.split('class="top-finding"')[1].split("</p>")[0]
+    assert _words(re.sub(r"<[^>]+>", "", html.unescape(line))).find(_words(top.title)) >= 0
+
+
+def test_backtick_quotes_are_code_and_text_stays_escaped() -> None:
+    """Words quoted with backticks are set as code; everything else is escaped; an odd number of
+    backticks is shown as written."""
+    assert str(code_spans("call `x.item()` <b>")) == "call <code>x.item()</code> &lt;b&gt;"
+    assert str(code_spans("`<script>`")) == "<code>&lt;script&gt;</code>"
+    assert str(code_spans("one ` tick")) == "one ` tick"

@@ -6,9 +6,11 @@ from __future__ import annotations
 import gzip
 import json
 import pickle
+import signal
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from statistics import median_low
 from typing import Any
@@ -851,3 +853,74 @@ def test_a_job_gate_on_a_rule_counts_every_rank(tmp_path: Path) -> None:
     gate = [line for line in result.stderr.splitlines() if line.startswith("traceinsight: gate: ")]
     assert result.exit_code == 1
     assert sorted(line.split(":")[2].strip() for line in gate) == ["rank 0", "rank 1"]
+
+
+# --- the API from a plain script -------------------------------------------------------------
+
+
+_PLAIN_SCRIPT = """\
+import sys
+import traceinsight
+job = traceinsight.analyze(sys.argv[1])  # module level: no main guard
+open(sys.argv[2], "w", encoding="utf-8").write(job.to_json())
+"""
+
+
+def test_a_plain_script_analyzes_a_job_folder_with_stray_json_as_the_command_does(tmp_path: Path) -> None:
+    """``traceinsight.analyze(folder)`` at a script's module level (no ``if __name__ ==
+    "__main__":``): the workers never import the script (a multiprocessing pool did, and died with
+    BrokenProcessPool); a config.json beside the traces is skipped with the command's note; the
+    JSON is the command's, byte for byte."""
+    folder = tmp_path / "job"
+    traces = _two_ranks(folder)
+    (folder / "config.json").write_text('{"lr": 0.1}', encoding="utf-8")
+    script = tmp_path / "plain.py"
+    script.write_text(_PLAIN_SCRIPT, encoding="utf-8")
+    written = tmp_path / "api.json"
+    environment = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    done = subprocess.run(
+        [sys.executable, str(script), str(folder), str(written)],
+        capture_output=True, text=True, env=environment, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    api = json.loads(written.read_text(encoding="utf-8"))
+    assert [rank["rank"] for rank in api["ranks"]] == [0, 1] and len(traces) == 2
+    assert any("config.json" in warning for warning in api["warnings"])
+    command = tmp_path / "command.json"
+    _analyze(str(folder), "--no-html", "--workers", "2", "--json", str(command))
+    assert written.read_bytes() == command.read_bytes()
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+def test_the_job_workers_end_with_the_process_that_started_them() -> None:
+    """SIGTERM (or SIGKILL) to the process that started the workers: they end too, never
+    orphans analyzing on."""
+
+    code = (
+        "import os, sys, time\n"
+        "from traceinsight.job.worker import Workers\n"
+        "pool = Workers(2)\n"
+        "print(' '.join(str(worker.pid) for worker in pool._started), flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    environment = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    parent = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=environment
+    )
+    assert parent.stdout is not None
+    workers = [int(pid) for pid in parent.stdout.readline().split()]
+    assert len(workers) == 2
+    parent.send_signal(signal.SIGTERM)
+    parent.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    alive = set(workers)
+    while alive and time.monotonic() < deadline:
+        for pid in list(alive):
+            status = Path(f"/proc/{pid}/status")
+            try:
+                if "\tZ" in status.read_text() or not status.exists():  # gone, or a zombie
+                    alive.discard(pid)
+            except OSError:
+                alive.discard(pid)
+        time.sleep(0.1)
+    assert not alive

@@ -121,7 +121,7 @@ def test_peaks_total_and_a_bounded_series_that_keeps_the_peak(tmp_path: Path) ->
     analysis = analyze(load_trace(path), Thresholds(memory_series_points=10))
     (device,) = analysis.memory.devices
     records = [e for e in events if e.get("name") == "[memory]"]
-    assert device.label == "GPU 0"
+    assert device.device == "GPU 0"
     assert device.records == len(records) == 80
     assert (
         device.peak_allocated_bytes
@@ -133,8 +133,8 @@ def test_peaks_total_and_a_bounded_series_that_keeps_the_peak(tmp_path: Path) ->
     assert device.peak_share == pytest.approx(9 / 16)
     assert not device.allocated_is_lower_bound
     assert len(device.series) <= 10
-    assert max(allocated for _, allocated, _ in device.series) == device.peak_allocated_bytes
-    times = [t for t, _, _ in device.series]
+    assert max(sample.allocated_bytes or 0 for sample in device.series) == device.peak_allocated_bytes
+    times = [sample.at_ns for sample in device.series]
     assert times == sorted(times) and times[0] == round(records[0]["ts"] * 1000)
 
 
@@ -157,7 +157,7 @@ def test_cpu_records_have_no_total_and_their_own_row(tmp_path: Path) -> None:
         memory_record(4, -64, allocated=0, reserved=0, device=-1, device_type=0),
     ]
     analysis = analysis_of(tmp_path, events, deviceProperties=gpu())
-    labels = [(d.label, d.peak_allocated_bytes, d.total_memory_bytes) for d in analysis.memory.devices]
+    labels = [(d.device, d.peak_allocated_bytes, d.total_memory_bytes) for d in analysis.memory.devices]
     assert labels == [("CPU", 64, None), ("GPU 0", 6 * GIB + 512 * MIB, 16 * GIB)]
 
 
@@ -221,7 +221,7 @@ def test_allocator_calls_every_step_are_churn_with_a_replayed_saving(tmp_path: P
 
 def test_allocator_calls_only_while_the_cache_warms_up_are_quiet(tmp_path: Path) -> None:
     analysis = analysis_of(tmp_path, training_loop(steps=4, churn_steps={0}), deviceProperties=gpu())
-    churn = analysis.memory.churn
+    churn = analysis.memory.allocator_calls
     assert (churn.steps_with_calls, churn.steady_steps) == (1, 4)
     assert memory_findings(analysis) == []
 
@@ -241,7 +241,7 @@ def test_real_peaks_against_the_device_memory() -> None:
     records = [e["args"] for e in raw_records(qwen) if e["args"]["Device Type"] == 1]
     (props,) = json.loads(gzip.decompress(qwen.read_bytes()))["deviceProperties"]
     gpu_memory = sample_report(qwen.name).analysis.memory.devices[-1]
-    assert gpu_memory.label == "GPU 0"
+    assert gpu_memory.device == "GPU 0"
     assert gpu_memory.peak_allocated_bytes == max(r["Total Allocated"] for r in records)
     assert gpu_memory.peak_reserved_bytes == max(r["Total Reserved"] for r in records)
     assert gpu_memory.total_memory_bytes == props["totalGlobalMem"]

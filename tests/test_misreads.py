@@ -368,10 +368,11 @@ def test_the_alexnet_benchmarks_cuda_malloc_gaps_are_the_allocators() -> None:
 # --- 6. request-driven traces -------------------------------------------------------------------
 
 
-def request_server(requests: int = 8) -> list[dict[str, Any]]:
+def request_server(requests: int = 8, *, ranges: bool = True) -> list[dict[str, Any]]:
     """A server with no step markers. Each ``handle_request``: 1.5 ms of ``tokenize`` on the host,
     40 kernels of 20 µs launched 8 µs apart, a blocking ``.cpu()`` of the answer; then 2-2.5 ms with
-    nothing recorded until the next request arrives."""
+    nothing recorded until the next request arrives. ``ranges=False``: no ``handle_request`` range
+    (nor any other ``record_function``)."""
     events: list[dict[str, Any]] = []
     t = 0.0
     gpu_free = 0.0
@@ -397,7 +398,8 @@ def request_server(requests: int = 8) -> list[dict[str, Any]]:
         ]
         gpu_free = copy_at + 2
         t = returned + 5
-        events.append(annotation("handle_request", start, t - start))
+        if ranges:
+            events.append(annotation("handle_request", start, t - start))
         t += 2000 + 500 * (index % 2)  # waiting for the next request: nothing recorded
     return events
 
@@ -442,6 +444,77 @@ def test_a_request_server_without_step_markers_is_judged_per_request(tmp_path: P
     assert {g.cause for g in analysis.idle_gaps if g.cause_kind == CauseKind.HOST_OP.value} == {"tokenize"}
     kinds = [w.kind for w in analysis.warnings]
     assert "steps-from-requests" in kinds and "no-steps" not in kinds
+
+
+def test_a_request_server_without_any_range_is_cut_into_requests_by_its_host_pattern(tmp_path: Path) -> None:
+    """The same server with no ``record_function`` range at all: the host's repeating top-level
+    pattern (``tokenize``, launches, the ``.cpu()``, then a silence with nothing recorded and the GPU
+    idle) is taken as the requests. Each request's host range, the waiting between them, and the
+    saving of the end-of-request sync are checked against the raw events."""
+    from traceinsight.analysis.causes import CauseKind
+
+    events = request_server(ranges=False)
+    assert not [e for e in events if e["cat"] == "user_annotation"]
+    analysis = analysis_of(tmp_path, events)
+    host = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["cat"] in ("cpu_op", "cuda_runtime"))
+    gpu = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["cat"] in ("kernel", "gpu_memcpy"))
+    # the requests from the raw events: host activity cut at silences of 1 ms or more
+    pieces: list[list[float]] = []
+    for start, end in host:
+        if pieces and start - pieces[-1][1] < 1000:
+            pieces[-1][1] = max(pieces[-1][1], end)
+        else:
+            pieces.append([start, end])
+    assert len(pieces) == 8
+    steady = analysis.steady
+    assert steady.source == "request" and steady.request_from_pattern
+    assert steady.request_name == "tokenize"
+    assert [(s.start_ns, s.end_ns) for s in steady.steps] == [
+        (round(a * 1000), round(b * 1000)) for a, b in pieces
+    ]
+    done = [max(b, max(g1 for g0, g1 in gpu if a <= g0 < b + 100)) for a, b in pieces]
+    kept = {step.start_ns for step in steady.steady_steps}
+    waiting_us = sum(
+        pieces[i + 1][0] - done[i]
+        for i in range(len(pieces) - 1)
+        if round(pieces[i][0] * 1000) in kept and round(pieces[i + 1][0] * 1000) in kept
+    )
+    assert waiting_us > 0.4 * sum(b - a for a, b in pieces)  # the silences are a large part of the time
+    assert steady.waiting_ns == round(waiting_us * 1000)
+    device_idle = dict(analysis.devices[0].idle_by_cause_ns)
+    assert device_idle[CauseKind.WAITING.value] == round(waiting_us * 1000)
+    (usage,) = analysis.usage
+    assert CauseKind.WAITING not in dict(usage.idle)
+    assert dict(usage.idle).get(CauseKind.LAUNCH, 0) < 0.01 * usage.window_ns
+    findings = evaluate(analysis)
+    syncs = [f for f in findings if f.rule in ("sync-in-loop", "sync-in-forward")]
+    for finding in syncs:
+        assert finding.minor and finding.savings_total_ns < 0.01 * usage.window_ns
+    assert not [f for f in findings if f.rule == "launch-bound"]
+    assert "tokenize" in [name for name, _ in analysis.step_leads.ops]
+    (warning,) = (w for w in analysis.warnings if w.kind == "steps-from-requests")
+    assert "`tokenize`" in warning.message and "8 times" in warning.message
+
+
+def test_a_training_loop_with_untraced_pauses_is_not_taken_for_requests(tmp_path: Path) -> None:
+    """The same shape with a backward operator in each piece is a training loop: its silences are
+    its own untraced work, so no requests are made of it (the trace is judged as one window)."""
+    events = request_server(ranges=False)
+    tokenizes = [e for e in events if e["name"] == "tokenize"]
+    for op in tokenizes:
+        events.append(cpu_op("autograd::engine::evaluate_function: MmBackward0", op["ts"] + 10, 100))
+    analysis = analysis_of(tmp_path, events)
+    assert analysis.steady.source == "none" and not analysis.steady.request_from_pattern
+
+
+def test_pieces_that_begin_differently_are_not_a_request_pattern(tmp_path: Path) -> None:
+    """Silences alone are not enough: when the pieces do not all begin with the same operator, the
+    trace is left as one window."""
+    events = request_server(ranges=False)
+    second = [e for e in events if e["name"] == "tokenize"][1]
+    second["name"] = "detokenize"
+    analysis = analysis_of(tmp_path, events)
+    assert analysis.steady.source == "none"
 
 
 # --- 4. a window of first calls claims nothing --------------------------------------------------

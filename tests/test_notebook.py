@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from matplotlib.figure import Figure
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "notebook.ipynb"
 
@@ -42,8 +43,7 @@ def test_the_example_notebook_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     # the first cell shows the result's cards; the chart cell a figure
     result = namespace["result"]
     assert result.findings and result.findings[0].title.split(":")[0] in shown[0]
-    from traceinsight.render.figures import Drawing
 
     timeline = namespace["result"].charts["timeline"]
-    assert isinstance(timeline, Drawing) and timeline._repr_svg_().startswith("<svg")
+    assert isinstance(timeline, Figure) and timeline.svg.startswith("<svg")
     assert os.path.basename(os.getcwd()) == "examples"

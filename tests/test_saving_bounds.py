@@ -85,7 +85,7 @@ def test_allocator_calls_after_the_gpus_last_work_are_teardown_not_churn(tmp_pat
     finding = one(analysis, "memory-pressure")
     evidence = dict(finding.evidence)
     assert evidence["allocator calls in the steady state"] == "8 (cudaMalloc 8)"
-    assert analysis.memory.churn.call_ns == ns(sum(e["dur"] for e in during))
+    assert analysis.memory.allocator_calls.host_ns == ns(sum(e["dur"] for e in during))
     span_us = last - first
     busy_us = sum(e["dur"] for e in kernels)
     assert finding.savings_total_ns == pytest.approx(ns(span_us - busy_us), rel=0.01)
@@ -110,7 +110,7 @@ def test_allocator_churn_on_the_alexnet_benchmark_stops_at_the_gpus_last_work() 
     assert dict(finding.evidence)["allocator calls in the steady state"] == (
         f"{len(calls)} (cudaMalloc {mallocs}, cudaFree {len(calls) - mallocs})"
     )
-    assert report.analysis.memory.churn.call_ns == ns(sum(e["dur"] for e in calls))
+    assert report.analysis.memory.allocator_calls.host_ns == ns(sum(e["dur"] for e in calls))
     # what it frees is GPU idle inside the window: at most the window less the GPU's busy time
     kernels = sorted(
         (e["ts"], e["ts"] + e["dur"])

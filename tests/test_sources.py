@@ -724,3 +724,130 @@ def test_a_module_frame_named_past_line_1_is_where_recording_began_not_a_definit
     file, number, function = _line("script.py(60): <module>")
     assert (line["source"], line["source_function"]) == (f"{file}:{number}", function)
     assert number != 1 and line["source_line_kind"] == "recording-start"
+
+
+# --- one function, several lines (issue 51, item 8) ----------------------------------------------
+
+
+def _generator_and_forwards(*, started_before_recording: bool) -> tuple[list[dict[str, Any]], list[float]]:
+    """torch's frames of a loop in ``main`` (running when recording began) that pulls batches from
+    the generator ``batches`` (def line 8, ``yield``s at 11, 14 and 17: torch names each resumed
+    frame by its yield line) and calls two different ``forward`` methods of model.py (def lines 20
+    and 40), each under its own ``_call_impl`` frame. Each frame holds an ``aten::item``; the times
+    returned are inside those ops: the generator's frames first, then the two forwards."""
+    events: list[dict[str, Any]] = [
+        frame("train.py(40): <module>", 0, 100_000, python_id=1),
+        frame("train.py(25): main", 0.5, 99_999, python_id=2, parent=1),
+        annotation("ProfilerStep#1", 5, 90_000),
+    ]
+    lines = [11, 14, 17, 11, 14, 17] if started_before_recording else [8, 11, 14, 17, 8, 11]
+    times: list[float] = []
+    python_id = 10
+    at = 100.0
+    for line in lines:
+        events.append(frame(f"data.py({line}): batches", at, 50, python_id=python_id, parent=2))
+        events.append(cpu_op("aten::item", at + 10, 5))
+        times.append(at + 12)
+        python_id += 1
+        at += 1_000
+    for line in (20, 40):
+        call_impl = python_id
+        events.append(
+            frame("torch/nn/modules/module.py(1750): _call_impl", at, 200, python_id=call_impl, parent=2)
+        )
+        events.append(
+            frame(f"model.py({line}): forward", at + 10, 100, python_id=call_impl + 1, parent=call_impl)
+        )
+        events.append(cpu_op("aten::item", at + 20, 5))
+        times.append(at + 22)
+        python_id += 2
+        at += 1_000
+    return events, times
+
+
+@pytest.mark.parametrize("started_before_recording", [False, True])
+def test_a_generator_resumed_at_its_yields_is_named_once_and_never_defined_at_a_yield(
+    tmp_path: Path, started_before_recording: bool
+) -> None:
+    """One generator that torch names at four lines (its def line and three yields), or at three
+    yields when it was running before recording began: every frame of it is named by one line, the
+    lowest the trace shows, as "entered at", never "defined at". The two ``forward`` methods under
+    different callers are two functions and keep their own def lines."""
+    events, times = _generator_and_forwards(started_before_recording=started_before_recording)
+    found = lines_at(tmp_path, events, times)
+    generator_names = [e["name"] for e in events if e["name"].startswith("data.py(")]
+    shown_lines = {_line(name)[1] for name in generator_names}
+    assert len(shown_lines) == (3 if started_before_recording else 4)
+    lowest = f"data.py:{min(shown_lines)}"
+    *generator, first_forward, second_forward = found
+    assert [(g["source"], g["source_line_kind"], g["source_function"]) for g in generator] == [
+        (lowest, "entry", "batches")
+    ] * len(generator_names)
+    forwards = [_line(e["name"]) for e in events if e["name"].startswith("model.py(")]
+    assert (first_forward["source"], first_forward["source_line_kind"]) == (
+        f"{forwards[0][0]}:{forwards[0][1]}",
+        "def",
+    )
+    assert (second_forward["source"], second_forward["source_line_kind"]) == (
+        f"{forwards[1][0]}:{forwards[1][1]}",
+        "def",
+    )
+    assert forwards[0][1] != forwards[1][1] and forwards[0][2] == forwards[1][2] == "forward"
+
+
+def test_a_function_entered_at_several_lines_is_not_labelled_as_defined_there() -> None:
+    """The label and the evidence for such a line say what it is: entered at, or a later line."""
+    from traceinsight.formatting import source_label
+    from traceinsight.rules.common import source_evidence
+
+    label = source_label("data.py:8", "user", "entry", "batches")
+    assert label == "`batches` (entered at data.py:8 or a later line)"
+    evidence = source_evidence("data.py:8", "user", "entry", "batches")
+    assert "defined at" not in label + evidence and "yield" in evidence
+
+
+def test_a_real_trace_names_same_named_methods_by_their_callers() -> None:
+    """vllm on a B200: one caller runs three logits processors' ``update_state`` in turn (frames at
+    builtin.py lines 52, 199 and 134 under one ``Python parent id``: one generator or three methods,
+    the trace cannot say), while linear.py's two ``forward`` methods (557, 1388) are each entered
+    under callers of their own. Expected lines come from the raw events: the former are all named by
+    their lowest line as ``entry``, the latter keep their own def lines."""
+    import gzip
+    from collections import defaultdict
+
+    from tracebuild import SAMPLES
+
+    path = SAMPLES / "b200_eager_stacks.json.gz"
+    with gzip.open(path) as handle:
+        raw = json.load(handle)["traceEvents"]
+    frames = [e for e in raw if e.get("cat") == "python_function" and "(" in e["name"]]
+    by_caller: dict[tuple[Any, str, str], set[int]] = defaultdict(set)
+    for e in frames:
+        file, line, function = _line(e["name"])
+        by_caller[(e["args"].get("Python parent id"), file, function)].add(line)
+    shared = {(file, function): lines for (_, file, function), lines in by_caller.items() if len(lines) > 1}
+    update = ("vllm/v1/sample/logits_processor/builtin.py", "update_state")
+    forward = ("vllm/model_executor/layers/linear.py", "forward")
+    assert len(shared[update]) == 3 and forward not in shared
+    picked = [e for e in frames if _line(e["name"])[0::2] in (update, forward)]
+    trace = load_trace(path)
+    # each frame's start as loaded (the loader's clock), found by its Python id
+    starts = dict(trace.python.select("python_id", "ts").iter_rows())
+    points = pl.DataFrame(
+        {
+            "key": range(len(picked)),
+            "pid": [e["pid"] for e in picked],
+            "tid": [e["tid"] for e in picked],
+            "t": [starts[e["args"]["Python id"]] for e in picked],
+        },
+        schema={"key": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "t": pl.Int64},
+    )
+    found = {row["key"]: row for row in source_at(trace, points).iter_rows(named=True)}
+    for key, e in enumerate(picked):
+        file, line, function = _line(e["name"])
+        row = found[key]
+        assert row["source_function"] == function
+        if (file, function) == update:
+            assert (row["source"], row["source_line_kind"]) == (f"{file}:{min(shared[update])}", "entry")
+        else:
+            assert (row["source"], row["source_line_kind"]) == (f"{file}:{line}", "def")

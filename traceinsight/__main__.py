@@ -41,9 +41,8 @@ def _begin() -> tuple[Any, Any]:
     which ends the process in there)."""
     try:
         # inside: process.py's own imports (concurrent.futures, logging) are part of the start-up
-        from traceinsight.process import collector_paused, dataclass_code_kept
+        from traceinsight.process import collector_paused
 
-        dataclass_code_kept()
         with collector_paused():
             from traceinsight.commands import begin_script, start_main
     except KeyboardInterrupt:

@@ -20,12 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from traceinsight.errors import ConfigError, TraceInsightError
-from traceinsight.job import discover_ranks, is_job
+from traceinsight.job import is_job
 from traceinsight.job.execute import analyze_job
-from traceinsight.job.triage import triage
+from traceinsight.job.triage import job_files
 from traceinsight.load import SizeLimit, Trace, load_trace
 from traceinsight.load.text import printable
-from traceinsight.process import give_back_freed_memory
 from traceinsight.render import figures, notebook  # noqa: F401 (register what results show in a notebook)
 from traceinsight.results import (
     Comparison,
@@ -94,12 +93,21 @@ def analyze(
     paths = _paths(trace)
     code = tuple(user_code)
     if is_job(paths):
-        return job_result_of(analyze_job(discover_ranks(paths), thresholds=limits, user_code=code))
+        return _job(paths, limits, code)
     loaded = load_trace(paths[0])
-    give_back_freed_memory()
     report = report_for(loaded, limits, code, every_gap=True)
     root = None if source_root is None else Path(source_root)
     return result_of(dataclasses.replace(report, source_root=root))
+
+
+def _job(paths: list[Path], thresholds: Thresholds, user_code: tuple[str, ...]) -> JobResult:
+    """A job's result, its files found and sorted as the command does (a job folder's own result
+    or config skipped with a note: :func:`~traceinsight.job.triage.job_files`)."""
+    found = job_files(paths)
+    combined = analyze_job(
+        found.discovery, thresholds=thresholds, user_code=user_code, cycles_of=found.cycles_of
+    )
+    return job_result_of(combined)
 
 
 def _side(
@@ -111,20 +119,11 @@ def _side(
         return side
     path = Path(side)
     if is_job([path]):
-        discovery = discover_ranks([path])
-        sorted_out = triage(discovery.files)
-        discovery = dataclasses.replace(
-            discovery, files=sorted_out.files, notes=(*discovery.notes, *sorted_out.notes)
-        )
-        combined = analyze_job(
-            discovery, thresholds=thresholds, user_code=user_code, cycles_of=sorted_out.cycles_of
-        )
-        return job_result_of(combined)
+        return _job([path], thresholds, user_code)
     stored = read_stored(path, (Result, JobResult))
     if stored is not None:
         return stored
     loaded = load_trace(path)
-    give_back_freed_memory()
     return result_of(report_for(loaded, thresholds, user_code))
 
 

@@ -112,13 +112,18 @@ def source_label(source: str, source_kind: str | None, line_kind: str | None, fu
     """A source line as a table shows it, saying what the line is (see
     :class:`traceinsight.load.taxonomy.LineKind`): "train.py:18" for a call's line,
     "`log_metrics` (defined at train.py:4)" for a function's first line, "`main` (recorded from
-    train.py:21)" for the line a function was on when recording began, "`main` (train.py:17)" when
+    train.py:21)" for the line a function was on when recording began, "`batches` (entered at
+    data.py:8 or a later line)" for the lowest of several lines a function of that name was entered
+    at (a generator's ``yield``s, or several functions of one name), "`main` (train.py:17)" when
     the trace does not say; "library code" added for a library's line."""
     library = source_kind == "library"
     if line_kind == "call" or function is None:
         return f"{source} (library code)" if library else source
-    what = {"def": "defined at ", "recording-start": "recorded from "}.get(line_kind or "", "")
-    return f"`{function}` ({what}{source}{', library code' if library else ''})"
+    what = {"def": "defined at ", "recording-start": "recorded from ", "entry": "entered at "}.get(
+        line_kind or "", ""
+    )
+    later = " or a later line" if line_kind == "entry" else ""
+    return f"`{function}` ({what}{source}{later}{', library code' if library else ''})"
 
 
 def source_place(source: str, source_kind: str | None, line_kind: str | None, function: str | None) -> str:

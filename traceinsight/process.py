@@ -14,21 +14,17 @@ The figures are medians of paired runs on the 0.5 GB benchmark traces on a 2-cor
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import gc
 import importlib
 import importlib.util
-import marshal
 import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
-from pathlib import Path
-from types import CodeType
-from typing import Any, Final, NoReturn, ParamSpec, TypeVar
+from typing import Final, NoReturn, ParamSpec, TypeVar
 
 from traceinsight.cores import available_cores
 
@@ -39,13 +35,10 @@ __all__ = [
     "LOAD_SETTINGS",
     "Beside",
     "collector_paused",
-    "dataclass_code_kept",
-    "dataclass_code_released",
     "ends_at_once",
     "flush_and_exit",
     "give_back_freed_memory",
     "libraries_loading",
-    "precompile_dataclasses",
     "prepare_beside",
     "quiet_blas",
     "threads_per_worker",
@@ -117,160 +110,6 @@ def quiet_blas() -> None:
     user's): numpy's OpenBLAS starts a spinning thread per core at import, and matplotlib imports
     numpy again for the page (see :data:`BLAS_VARIABLE`)."""
     os.environ.setdefault(BLAS_VARIABLE, "1")
-
-
-# --- dataclasses' methods, compiled once ------------------------------------------------------------
-
-
-class _DataclassCode:
-    """The code of dataclasses' generated methods, kept as Python keeps compiled modules.
-
-    :mod:`dataclasses` writes each class's ``__init__``, ``__repr__``, ``__eq__``, ``__hash__`` (and
-    a frozen class's ``__setattr__``/``__delattr__``) as text and compiles it, at every import: an
-    `analyze` of a small trace defines 141 dataclasses (the results, the analyses, the libraries')
-    and compiled 752 such texts, 0.14 s of a 1.1 s run (2 cores at a load of 2). Here ``exec`` of
-    :mod:`dataclasses` (a name of that module, standing in for the builtin) looks each text up
-    first: the code of a text seen before comes from the file beside the package's own compiled
-    modules (read once, ~2 ms), compiled as the builtin would compile it (no ``__future__`` flags
-    of ours: ``dont_inherit``). Written when a run compiled something new, where ``.pyc`` files
-    would be (not under ``PYTHONDONTWRITEBYTECODE``, unless :func:`precompile_dataclasses` asks);
-    a missing, damaged or other Python's file is compiled again. What ``exec`` runs is the same.
-    """
-
-    #: Texts kept at most (the package's and its libraries' classes are ~900): past it (texts of
-    #: older releases, after upgrades), only those this run used are written.
-    limit: Final = 5_000
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.codes: dict[str, CodeType] = {}
-        self.added = 0
-        self.used: set[str] = set()
-        self.always = False
-        with suppress(Exception):  # missing, unreadable, damaged, another Python's: compiled again
-            raw = path.read_bytes()
-            if raw.startswith(_MAGIC):
-                loaded = marshal.loads(raw[len(_MAGIC) :])
-                if isinstance(loaded, dict):
-                    self.codes = {
-                        text: code
-                        for text, code in loaded.items()
-                        if isinstance(text, str) and isinstance(code, CodeType)
-                    }
-
-    def exec(self, source: Any, /, *args: Any, **kwargs: Any) -> None:
-        """``builtins.exec``, with the code of a text seen before taken from the file."""
-        if isinstance(source, str):
-            code = self.codes.get(source)
-            if code is None:
-                code = self.codes[source] = compile(source, "<string>", "exec", dont_inherit=True)
-                self.added += 1
-            self.used.add(source)
-            source = code
-        builtins.exec(source, *args, **kwargs)
-
-    def save(self) -> None:
-        """Write what is new (see the class doc); nothing on failure."""
-        if not self.added or (sys.dont_write_bytecode and not self.always):
-            return
-        partial = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-        with suppress(Exception):  # a read-only install: compiled in each run, as before
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            codes = self.codes
-            if len(codes) > self.limit:
-                codes = {text: code for text, code in codes.items() if text in self.used}
-            partial.write_bytes(_MAGIC + marshal.dumps(codes))
-            os.chmod(partial, (os.stat(__file__).st_mode & 0o777) | 0o200)
-            os.replace(partial, self.path)
-            self.added = 0
-        partial.unlink(missing_ok=True)
-
-
-#: What the file starts with: this Python's bytecode magic (another Python's file is not read).
-_MAGIC: Final = importlib.util.MAGIC_NUMBER + b"traceinsight dataclass methods\n"
-_DATACLASS_CODE_FILE: Final = (
-    Path(__file__).resolve().parent
-    / "__pycache__"
-    / f"dataclass-methods.{sys.implementation.cache_tag}.opt-{sys.flags.optimize}.marshal"
-)
-
-
-class _Kept:
-    """The process's :class:`_DataclassCode`, while it stands in for ``exec`` in dataclasses."""
-
-    code: _DataclassCode | None = None
-
-
-def dataclass_code_kept(path: Path = _DATACLASS_CODE_FILE) -> None:
-    """From now on dataclasses' generated methods come compiled from ``path`` where they can (see
-    :class:`_DataclassCode`); what is new is written at the end (:func:`flush_and_exit`, or at exit).
-    A command calls this first thing; `run` stops it before the user's script runs
-    (:func:`dataclass_code_released`), whose classes are its own business."""
-    import dataclasses
-
-    if _Kept.code is not None or getattr(dataclasses, "exec", builtins.exec) is not builtins.exec:
-        return
-    _Kept.code = _DataclassCode(path)
-    dataclasses.exec = _Kept.code.exec  # type: ignore[attr-defined]
-    import atexit
-
-    atexit.register(dataclass_code_released)
-
-
-def dataclass_code_released() -> None:
-    """Write what is new and give dataclasses the builtin ``exec`` back."""
-    kept, _Kept.code = _Kept.code, None
-    if kept is None:
-        return
-    import dataclasses
-
-    if getattr(dataclasses, "exec", None) == kept.exec:
-        del dataclasses.exec  # type: ignore[attr-defined]
-    kept.save()
-
-
-_PACKAGE: Final = __name__.rpartition(".")[0]
-#: What importing this module imports of the package (none of them defines a dataclass).
-_IMPORTED_WITH_THIS_MODULE: Final = frozenset(
-    {f"{_PACKAGE}.cores", f"{_PACKAGE}.process", f"{_PACKAGE}.version"}
-)
-#: The libraries whose dataclasses the file keeps too (the command's, the page's, the tables').
-_LIBRARIES_KEPT: Final = ("click", "jinja2", "markupsafe", "msgspec", "numpy", "polars", "rich", "typer")
-
-
-def precompile_dataclasses(path: Path = _DATACLASS_CODE_FILE) -> None:
-    """Compile the methods of every dataclass the package defines into ``path`` (the file beside its code),
-    even under ``PYTHONDONTWRITEBYTECODE`` (as ``compileall`` does): what an install's first run
-    leaves. Imports every module of the package by name (as :func:`prepare_beside` imports the one
-    it is given), but `run`'s capture (which would import torch).
-
-    It must come first in its process: a module imported before (its classes already made) would
-    not be imported again, and its classes' methods would be missing from the file (the benchmark
-    once prepared the page's templates first and kept 381 of the 936 texts; each run then compiled
-    the rest, 0.05 s of a small trace's job). Raises RuntimeError naming such modules of the package
-    and of the libraries it keeps (:data:`_LIBRARIES_KEPT`), and when methods are already being kept."""
-    import pkgutil
-
-    package = _PACKAGE
-    before = sorted(
-        name
-        for name in sys.modules
-        if (name.startswith(f"{package}.") and name not in _IMPORTED_WITH_THIS_MODULE)
-        or name.partition(".")[0] in _LIBRARIES_KEPT
-    )
-    if before or _Kept.code is not None:
-        raise RuntimeError(
-            "precompile_dataclasses() must come first in its process; imported before it: "
-            + (", ".join(before) or "none, but dataclasses' methods were already being kept")
-        )
-    dataclass_code_kept(path)
-    assert _Kept.code is not None
-    _Kept.code.always = True
-    for module in pkgutil.walk_packages([str(Path(__file__).resolve().parent)], f"{package}."):
-        if not module.name.startswith((f"{package}.capture", f"{package}.__main__")):
-            with suppress(Exception):
-                importlib.import_module(module.name)
-    dataclass_code_released()
 
 
 # --- the cyclic garbage collector -----------------------------------------------------------------
@@ -418,5 +257,4 @@ def flush_and_exit(code: int) -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         with suppress(BrokenPipeError):  # its reader went away (`| head`): what is left is dropped
             stream.flush()
-    dataclass_code_released()
     os._exit(code)

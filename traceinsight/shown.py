@@ -11,7 +11,7 @@ and has no charts to give.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from collections.abc import Mapping
 
 from traceinsight.errors import TraceInsightError
 
@@ -26,7 +26,7 @@ def html_of(value: object) -> str | None:
 
 
 @functools.singledispatch
-def figures_of(value: object) -> dict[str, Any]:
+def figures_of(value: object) -> Mapping[str, object]:
     """The page's charts of ``value`` as SVG drawings, by name."""
     raise TraceInsightError(
         "no renderer is loaded to draw the charts: use the result through the public API "

@@ -24,7 +24,7 @@ from traceinsight.analysis.intervals import joined_where, overlap_ns, within
 from traceinsight.analysis.kernels import TopKernels, top_kernels
 from traceinsight.analysis.latent import LatentSync, latent_syncs
 from traceinsight.analysis.launching import LaunchStats, launch_stats
-from traceinsight.analysis.memory import MemoryUsage, memory_usage
+from traceinsight.analysis.memory import Memory, memory_usage
 from traceinsight.analysis.modules import NO_SCOPES, ScopeTimes, scope_times
 from traceinsight.analysis.optimizer import OptimizerStats, optimizer_stats
 from traceinsight.analysis.pace import Pace, step_pace
@@ -33,9 +33,9 @@ from traceinsight.analysis.preprocessing import StepLeads, step_leads
 from traceinsight.analysis.replay import Replay, prepare_replay
 from traceinsight.analysis.results import (
     CopyGroup,
-    DeviceTime,
+    Device,
     H2DCopy,
-    HostSummary,
+    Host,
     IdleGap,
     Step,
     SyncCall,
@@ -81,14 +81,14 @@ class Analysis:
     has_gpu: bool
     iterations: int | None  # ProfilerStep spans, else Optimizer.step ranges, else None
     steps_marked: bool  # True when iterations come from ProfilerStep#N spans
-    devices: tuple[DeviceTime, ...]
+    devices: tuple[Device, ...]
     steps: tuple[Step, ...]
     idle_gaps: tuple[IdleGap, ...]
     copies: tuple[CopyGroup, ...]
     overlap: dict[str, float | None]
     syncs: tuple[SyncCall, ...]
     sync_hotspots: tuple[SyncHotspot, ...]
-    host: HostSummary
+    host: Host
     timeline: Timeline  # downsampled busy blocks and sync marks per device, for charts
     kernels: TopKernels  # kernels by total time
     steady: SteadySteps  # the steps, which are steady, and the steady-state windows
@@ -100,7 +100,7 @@ class Analysis:
     launching: LaunchStats  # kernels per step, kernel vs launch times, operators dispatching in gaps
     optimizer: OptimizerStats  # optimizer.step() and zero_grad() kernels
     latent_syncs: tuple[LatentSync, ...]  # without GPU work: ops that would wait for a GPU
-    memory: MemoryUsage  # per device: peak memory vs the total, over time; allocator calls in steps
+    memory: Memory  # per device: peak memory vs the total, over time; allocator calls in steps
     #: Processes that launched work on more than one GPU (``nn.DataParallel``'s single process).
     multi_gpu_processes: int
     #: Collectives per device and kind in the steady state, and the wrapper that issued them.
@@ -266,7 +266,7 @@ class _SteadyOnly(NamedTuple):
     kernels: TopKernels
     precision: tuple[PrecisionMix, ...]
     latent_syncs: tuple[LatentSync, ...]
-    memory: MemoryUsage
+    memory: Memory
     flops: FlopStats
 
 

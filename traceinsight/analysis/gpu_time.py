@@ -23,7 +23,7 @@ import polars as pl
 
 from traceinsight.analysis.causes import CauseKind
 from traceinsight.analysis.intervals import merge_intervals, overlap_ns, plain_ints
-from traceinsight.analysis.results import DeviceTime, Step
+from traceinsight.analysis.results import Device, Step
 from traceinsight.analysis.shared import gpu_classes
 from traceinsight.analysis.steady import SteadySteps
 from traceinsight.analysis.usage import Usage
@@ -140,7 +140,7 @@ def device_times(
     compute: pl.DataFrame,
     gaps: pl.DataFrame,
     steady: SteadySteps,
-) -> tuple[DeviceTime, ...]:
+) -> tuple[Device, ...]:
     """Busy (by class), span, and idle split by cause per device (see the module doc)."""
     if trace.gpu.is_empty() or busy.is_empty():
         return ()
@@ -160,20 +160,23 @@ def device_times(
         device = row["device"]
         kernel = kernel_busy.get(device, 0)
         compute_ns = compute_busy.get(device, 0)
+        span = row["last"] - row["first"]
         result.append(
-            DeviceTime(
+            Device(
                 device=device,
                 name=names.get(device),
-                span_ns=row["last"] - row["first"],
+                span_ns=span,
                 busy_ns=row["busy"],
+                idle_ns=span - row["busy"],
                 kernel_ns=kernel,
                 copy_ns=copies.get(device, 0) or 0,
-                first_ns=row["first"],
-                last_ns=row["last"],
+                utilization=round(row["busy"] / span, 4) if span else 0.0,
                 compute_ns=compute_ns,
                 communication_ns=kernel - compute_ns,
                 copy_exposed_ns=row["busy"] - kernel,
-                idle_by_cause_ns=split.get(device, ()),
+                idle_by_cause_ns=dict(split.get(device, ())),
+                first_ns=row["first"],
+                last_ns=row["last"],
             )
         )
     return tuple(result)
@@ -400,7 +403,7 @@ def step_times(
 
 
 def steady_usage(
-    devices: tuple[DeviceTime, ...],
+    devices: tuple[Device, ...],
     steps: tuple[Step, ...],
     busy: pl.DataFrame,
     kernels: pl.DataFrame,
@@ -417,7 +420,7 @@ def steady_usage(
     result = []
     for device in devices:
         mine = [step for step in steps if step.device == device.device and step.steady]
-        outside = dict(device.idle_by_cause_ns).get(CauseKind.OUTSIDE_STEADY.value, 0)
+        outside = device.idle_by_cause_ns.get(CauseKind.OUTSIDE_STEADY.value, 0)
         totals: dict[str, int] = defaultdict(int)
         if mine:
             for step in mine:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from traceinsight.analysis.results import HostSummary
+from traceinsight.analysis.results import Host, HostOp
 from traceinsight.arrays import series
 from traceinsight.load import Trace, taxonomy
 
@@ -182,7 +182,7 @@ def _walked(timed: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def host_summary(trace: Trace, top: int = 10) -> HostSummary:
+def host_summary(trace: Trace, top: int = 10) -> Host:
     """The operators with the most self time (with their count and inclusive time, a call inside a
     call of the same name counted once), DataLoader time, threads."""
     ops = trace.cpu_ops
@@ -208,14 +208,14 @@ def host_summary(trace: Trace, top: int = 10) -> HostSummary:
         .collect(engine="streaming")
         .height
     )
-    return HostSummary(
+    return Host(
         threads=threads,
         cpu_ops=ops.height,
-        top_ops=tuple(
-            (row[0], row[1], row[2]) for row in ranked.select("name", "count", "total").iter_rows()
-        ),
+        python_frames=trace.python.height,
         dataloader_ns=int(dataloader.get_column("dur").sum()),
         dataloader_count=dataloader.height,
-        python_frames=trace.python.height,
-        top_ops_self=tuple(int(value) for value in ranked.get_column("self")),
+        top_ops=tuple(
+            HostOp(name=name, count=count, total_ns=total, self_ns=int(own))
+            for name, count, total, own in ranked.select("name", "count", "total", "self").iter_rows()
+        ),
     )

@@ -2,37 +2,35 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import polars as pl
 
+from traceinsight.analysis.results import COUNT, DURATION
 from traceinsight.load import Trace
 
-__all__ = ["KernelStat", "TopKernels", "top_kernels"]
+__all__ = ["Kernel", "TopKernels", "top_kernels"]
 
 
-@dataclass(frozen=True, slots=True)
-class KernelStat:
-    """All launches of one kernel name on one device."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Kernel:
+    """All launches of one kernel name on one device, by total time."""
 
     device: int
     name: str
-    count: int
+    count: int = field(metadata=COUNT)
     #: Summed kernel durations (kernels on different streams may run at the same time).
-    total_ns: int
-    max_ns: int
-
-    @property
-    def mean_ns(self) -> int:
-        """Average duration of one launch."""
-        return self.total_ns // self.count if self.count else 0
+    total_ns: int = field(metadata=DURATION)
+    #: Average duration of one launch (total // count).
+    mean_ns: int = 0
+    max_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class TopKernels:
     """The ``top`` kernels by summed duration, and totals over every kernel of the trace."""
 
-    kernels: tuple[KernelStat, ...]
+    kernels: tuple[Kernel, ...]
     #: Kernel launches in the trace, all devices.
     kernel_count: int
     #: Distinct (device, name) pairs in the trace.
@@ -55,7 +53,14 @@ def top_kernels(trace: Trace, top: int = 20) -> TopKernels:
     totals = kernels.group_by("device").agg(total=pl.col("dur").sum()).sort("device")
     return TopKernels(
         kernels=tuple(
-            KernelStat(device=row[0], name=row[1], count=row[2], total_ns=row[3], max_ns=row[4])
+            Kernel(
+                device=row[0],
+                name=row[1],
+                count=row[2],
+                total_ns=row[3],
+                mean_ns=row[3] // row[2] if row[2] else 0,
+                max_ns=row[4],
+            )
             for row in ranked.select("device", "name", "count", "total", "longest").iter_rows()
         ),
         kernel_count=kernels.height,

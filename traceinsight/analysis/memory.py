@@ -19,29 +19,42 @@ the limit that a failed allocation frees the cache and retries).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import polars as pl
 
 from traceinsight.analysis.intervals import within
+from traceinsight.analysis.results import LOCAL
 from traceinsight.analysis.steady import SteadySteps
 from traceinsight.load import Trace, taxonomy
 
-__all__ = ["AllocatorChurn", "DeviceMemory", "MemoryUsage", "memory_usage"]
+__all__ = ["AllocatorCall", "AllocatorCalls", "Memory", "MemoryDevice", "MemorySample", "memory_usage"]
 
 _INT64_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
-class DeviceMemory:
+class MemorySample:
+    """``[start_us, allocated, reserved]``: a time slice's start (from the trace's first event)
+    and its largest values."""
+
+    JSON_ARRAY: ClassVar[bool] = True
+    at_ns: int
+    allocated_bytes: int | None
+    reserved_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryDevice:
     """One allocator's records: a device's peak memory and its memory over time."""
 
+    device: str
+    """``GPU 0``, ``CPU``: what the report calls it."""
     device_type: int
     """c10's ``DeviceType`` of the records (0 CPU, 1 GPU; -1 when not recorded)."""
     device_id: int
     """The device's index (-1 for the CPU or when not recorded)."""
-    label: str
-    """``GPU 0``, ``CPU``: what the report calls it."""
     records: int
     """``[memory]`` records (allocations and frees)."""
     peak_allocated_bytes: int
@@ -56,49 +69,54 @@ class DeviceMemory:
     not recorded)."""
     total_memory_bytes: int | None
     """The GPU's memory (``deviceProperties.totalGlobalMem``); None for the CPU or when not listed."""
-    series: tuple[tuple[int, int, int | None], ...]
-    """(ns from the origin, allocated, reserved) at most ``memory_series_points`` points: the
-    records cut into equal time buckets, each point the bucket's start and its largest values (so
-    the peak is always drawn)."""
+    peak_share: float | None
+    """The peak's (the larger of the two) share of the device's memory, 4 decimals (None without
+    a total)."""
+    series: tuple[MemorySample, ...] = ()
+    """At most ``memory_series_points`` samples: the records cut into equal time buckets, each
+    sample the bucket's start and its largest values (so the peak is always drawn)."""
 
     @property
     def peak_bytes(self) -> int:
         """The larger of the two peaks: what the device had to hold."""
         return max(self.peak_allocated_bytes, self.peak_reserved_bytes or 0)
 
-    @property
-    def peak_share(self) -> float | None:
-        """The peak's share of the device's memory (None without a total)."""
-        if not self.total_memory_bytes or self.total_memory_bytes <= 0:
-            return None
-        return self.peak_bytes / self.total_memory_bytes
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AllocatorCall:
+    """One allocator call's count and host time in the steady state."""
+
+    call: str
+    count: int
+    host_ns: int
 
 
-@dataclass(frozen=True, slots=True)
-class AllocatorChurn:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AllocatorCalls:
     """Allocator runtime calls inside the steady state."""
 
-    calls: int
+    count: int = 0
     """``cudaMalloc``/``cudaFree``/``hipMalloc``/``hipFree`` calls in the steady steps; without
     steps, in the steady window while the GPU has work to do (see :func:`busy_windows`)."""
-    call_ns: int
+    host_ns: int = 0
     """Their summed host time."""
-    by_name: tuple[tuple[str, int, int], ...]
-    """(call name, count, host time) by name."""
-    steady_steps: int
+    by_name: tuple[AllocatorCall, ...] = ()
+    steady_steps: int = 0
     """Steady steps (0 for a trace without steps)."""
-    steps_with_calls: int
+    steps_with_calls: int = 0
     """Steady steps holding at least one of the calls."""
-    ranges: tuple[tuple[int, int], ...]
-    """Each call's (start, end) host range (ns, trace clock): what the fix removes in the replay."""
+    ranges: tuple[tuple[int, int], ...] = field(default=(), compare=False, repr=False, metadata=LOCAL)
+    """Each call's (start, end) host range (ns, trace clock): what the fix removes in the replay.
+    Live only."""
 
 
-@dataclass(frozen=True, slots=True)
-class MemoryUsage:
-    """Every device's memory from the ``[memory]`` records, and the allocator's churn."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Memory:
+    """Peak memory per device and its series (from the ``[memory]`` records); the allocator's
+    calls in the steady state."""
 
-    devices: tuple[DeviceMemory, ...]
-    churn: AllocatorChurn
+    devices: tuple[MemoryDevice, ...] = ()
+    allocator_calls: AllocatorCalls = field(default_factory=AllocatorCalls)
 
     @property
     def recorded(self) -> bool:
@@ -127,7 +145,7 @@ def _allocated(records: pl.DataFrame) -> tuple[pl.Series, bool]:
 
 def _series(
     times: pl.Series, allocated: pl.Series, reserved: pl.Series, points: int
-) -> tuple[tuple[int, int, int | None], ...]:
+) -> tuple[MemorySample, ...]:
     """At most ``points`` (time, allocated, reserved): equal time buckets, each at its first
     record's time with its largest values."""
     frame = pl.DataFrame({"t": times, "a": allocated, "r": reserved})
@@ -140,12 +158,12 @@ def _series(
         .sort("t")
     )
     return tuple(
-        (int(t), int(a), None if r is None else int(r))
+        MemorySample(int(t), int(a), None if r is None else int(r))
         for t, a, r in buckets.select("t", "a", "r").iter_rows()
     )
 
 
-def device_memory(trace: Trace, points: int) -> tuple[DeviceMemory, ...]:
+def device_memory(trace: Trace, points: int) -> tuple[MemoryDevice, ...]:
     """Per (device type, device id) of the ``[memory]`` records: peaks, total, series."""
     records = trace.memory
     if records.is_empty():
@@ -167,17 +185,22 @@ def device_memory(trace: Trace, points: int) -> tuple[DeviceMemory, ...]:
         times = group.get_column("ts") - origin
         at = int(allocated.arg_max() or 0)
         peak_reserved = reserved.max()
+        peak_allocated = int(allocated.max() or 0)  # type: ignore[arg-type]
+        reserved_bytes = None if peak_reserved is None else int(peak_reserved)  # type: ignore[arg-type]
+        total = totals.get(index) if kind == taxonomy.GPU_DEVICE_TYPE else None
+        peak = max(peak_allocated, reserved_bytes or 0)
         devices.append(
-            DeviceMemory(
+            MemoryDevice(
+                device=_label(kind, index),
                 device_type=kind,
                 device_id=index,
-                label=_label(kind, index),
                 records=group.height,
-                peak_allocated_bytes=int(allocated.max() or 0),  # type: ignore[arg-type]
+                peak_allocated_bytes=peak_allocated,
                 peak_allocated_at_ns=int(times[at]),
                 allocated_is_lower_bound=lower_bound,
-                peak_reserved_bytes=None if peak_reserved is None else int(peak_reserved),  # type: ignore[arg-type]
-                total_memory_bytes=totals.get(index) if kind == taxonomy.GPU_DEVICE_TYPE else None,
+                peak_reserved_bytes=reserved_bytes,
+                total_memory_bytes=total,
+                peak_share=round(peak / total, 4) if total and total > 0 else None,
                 series=_series(times, allocated, reserved, points),
             )
         )
@@ -200,7 +223,7 @@ def busy_windows(trace: Trace, windows: tuple[tuple[int, int], ...]) -> tuple[tu
     return tuple(cut)
 
 
-def allocator_churn(trace: Trace, steady: SteadySteps) -> AllocatorChurn:
+def allocator_churn(trace: Trace, steady: SteadySteps) -> AllocatorCalls:
     """The allocator's runtime calls inside the steady steps (without steps: in the steady window
     while the GPU has work to do, :func:`busy_windows`), and the steady steps holding them."""
     calls = trace.runtime.filter(pl.col("name").is_in(list(taxonomy.ALLOCATOR_CALLS)))
@@ -214,10 +237,12 @@ def allocator_churn(trace: Trace, steady: SteadySteps) -> AllocatorChurn:
     steps = steady.steady_steps
     starts = calls.get_column("ts")
     with_calls = sum(1 for step in steps if bool(((starts >= step.start_ns) & (starts < step.end_ns)).any()))
-    return AllocatorChurn(
-        calls=calls.height,
-        call_ns=int(calls.get_column("dur").sum()),
-        by_name=tuple((str(n), int(c), int(d)) for n, c, d in by_name.iter_rows()),
+    return AllocatorCalls(
+        count=calls.height,
+        host_ns=int(calls.get_column("dur").sum()),
+        by_name=tuple(
+            AllocatorCall(call=str(n), count=int(c), host_ns=int(d)) for n, c, d in by_name.iter_rows()
+        ),
         steady_steps=len(steps),
         steps_with_calls=with_calls,
         ranges=tuple(
@@ -227,6 +252,6 @@ def allocator_churn(trace: Trace, steady: SteadySteps) -> AllocatorChurn:
     )
 
 
-def memory_usage(trace: Trace, steady: SteadySteps, points: int = 600) -> MemoryUsage:
-    """Every device's memory and the allocator's churn (see the module docstring)."""
-    return MemoryUsage(devices=device_memory(trace, points), churn=allocator_churn(trace, steady))
+def memory_usage(trace: Trace, steady: SteadySteps, points: int = 600) -> Memory:
+    """Every device's memory and the allocator's calls in the steady state (see the module docstring)."""
+    return Memory(devices=device_memory(trace, points), allocator_calls=allocator_churn(trace, steady))

@@ -67,8 +67,8 @@ def from_columns(cls: type[_Record], columns: Sequence[Sequence[Any]]) -> tuple[
     return tuple(made)
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceTime:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Device:
     """GPU time on one device.
 
     busy = length of the union of kernel, copy and memset intervals on the device (all streams);
@@ -81,29 +81,24 @@ class DeviceTime:
     name: str | None
     span_ns: int
     busy_ns: int
+    #: Span minus busy.
+    idle_ns: int
     kernel_ns: int  # union of kernel intervals only (communication kernels included)
     copy_ns: int  # summed copy durations
-    first_ns: int
-    last_ns: int
+    #: busy / span, 4 decimals (0 for an empty span).
+    utilization: float
     #: Union of non-communication kernels.
     compute_ns: int = 0
     #: Communication kernel time not overlapped by compute.
     communication_ns: int = 0
     #: Copy and memset time while no kernel ran.
     copy_exposed_ns: int = 0
-    #: Idle split by cause (``CauseKind`` values), adding up to ``idle_ns`` exactly; time outside
-    #: the steady-state steps is ``outside-steady-state``.
-    idle_by_cause_ns: tuple[tuple[str, int], ...] = ()
-
-    @property
-    def idle_ns(self) -> int:
-        """Span minus busy."""
-        return self.span_ns - self.busy_ns
-
-    @property
-    def utilization(self) -> float:
-        """busy / span (0 for an empty span)."""
-        return self.busy_ns / self.span_ns if self.span_ns else 0.0
+    #: Idle split by cause (``CauseKind`` values), largest first, adding up to ``idle_ns`` exactly;
+    #: time outside the steady-state steps is ``outside-steady-state``.
+    idle_by_cause_ns: dict[str, int] = field(default_factory=dict)
+    #: The first GPU activity's start and the last one's end, on the trace's clock. Live only.
+    first_ns: int = field(default=0, compare=False, repr=False, metadata=LOCAL)
+    last_ns: int = field(default=0, compare=False, repr=False, metadata=LOCAL)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -301,16 +296,25 @@ class SyncHotspot:
         return f"{self.call} + {self.then_call}" if self.then_call else self.call
 
 
-@dataclass(frozen=True, slots=True)
-class HostSummary:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostOp:
+    """A host operator: its top-level occurrences, their total and their own (self) time."""
+
+    name: str
+    count: int
+    total_ns: int
+    #: Total minus the operators it calls directly.
+    self_ns: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Host:
     """The host-side view, available with or without GPU activity."""
 
     threads: int
     cpu_ops: int
-    #: (name, count, total ns of top-level occurrences), by self time, most first.
-    top_ops: tuple[tuple[str, int, int], ...]
+    python_frames: int
     dataloader_ns: int
     dataloader_count: int
-    python_frames: int
-    #: Self time of each of ``top_ops`` (duration minus the operators it calls directly), ns.
-    top_ops_self: tuple[int, ...] = ()
+    #: The busiest operators by self time, most first.
+    top_ops: tuple[HostOp, ...] = ()

@@ -17,6 +17,15 @@ What a frame's line is (``source_line_kind``) depends on who wrote the frame:
   for the whole window). They are found as torch records them: per thread, a chain of frames
   (each the parent of the next, the first without one) that starts before any operator, runtime
   call or built-in call of the trace was recorded.
+- ``entry``: torch names a frame by its def line, but a generator resumed mid-body by the line of
+  its ``yield`` (``torch/utils/_pytree.py(917): tree_iter``, then ``(931)``, ``(923)``). When one
+  caller's frame (one ``Python parent id``) entered a function of one file and name at several
+  lines, those lines are one generator resumed or several functions of that name called in turn
+  (vllm's ``update_state`` methods): the trace cannot say which, so no line of them is a known def
+  line. Every such frame is named by the lowest line of the set (linked through any caller that
+  entered two of them), the same for all: one name for one generator, and never "defined at" a
+  ``yield``. Same-named functions entered under different callers (several ``forward`` methods,
+  each under its own ``_call_impl``) are told apart and keep their def lines.
 - None: a frame without torch's ``Python id`` and without ``run``'s mark (an older ``run`` trace,
   another tool): its line may be either.
 
@@ -46,7 +55,7 @@ _FRAMEWORK_PACKAGES = frozenset(
 #: ``source_kind`` values.
 USER, LIBRARY = "user", "library"
 #: ``source_line_kind`` values (see the module doc).
-CALL, DEF, RECORDING_START = (kind.value for kind in taxonomy.LineKind)
+CALL, DEF, RECORDING_START, ENTRY = (kind.value for kind in taxonomy.LineKind)
 
 #: The columns :func:`source_at` returns besides ``key``.
 SOURCE_COLUMNS: pl.Schema = pl.Schema(
@@ -167,6 +176,68 @@ def recording_start_frames(trace: Trace) -> pl.DataFrame:
     )
 
 
+def entered_lines(trace: Trace, located: pl.DataFrame, at_start: pl.DataFrame) -> pl.DataFrame:
+    """``name, entry_source``: for each frame name whose function (same file, same name) torch's
+    tracer saw entered at several lines under one caller, the lowest line of those linked so
+    (``file:line``); see the module doc (``entry``). ``located``: :func:`_frame_locations`'s table;
+    ``at_start``: the frames of :func:`recording_start_frames` (their lines are not entries).
+
+    Lines are linked when one caller's frame (``Python parent id``) entered the function at both,
+    and transitively; frames ``run`` wrote (``call_site``), frames without a ``Python id`` or a
+    parent, and frames running when recording began are left out."""
+    empty = pl.DataFrame(schema={"name": pl.String, "entry_source": pl.String})
+    candidates: dict[str, tuple[str, str, int]] = {}
+    lines_of: dict[tuple[str, str], set[int]] = {}
+    for name in located.get_column("name").unique().to_list():
+        frame = taxonomy.parse_frame(name)
+        if frame is None:
+            continue
+        candidates[name] = (frame.file, frame.function, frame.line)
+        lines_of.setdefault((frame.file, frame.function), set()).add(frame.line)
+    several = {name: key for name, key in candidates.items() if len(lines_of[key[:2]]) > 1}
+    if not several or trace.python.is_empty():
+        return empty
+    frames = (
+        trace.python.lazy()
+        .filter(
+            pl.col("name").is_in(list(several))
+            & pl.col("python_id").is_not_null()
+            & pl.col("parent_id").is_not_null()
+            & pl.col("call_site").is_null()
+        )
+        .select("pid", "tid", "python_id", "parent_id", "name")
+        .join(at_start.lazy().select("pid", "tid", "python_id"), on=["pid", "tid", "python_id"], how="anti")
+        .unique(["pid", "tid", "parent_id", "name"])
+        .collect(engine="in-memory")
+    )
+    # one caller's distinct names of the function (same file and function, several lines)
+    parent: dict[tuple[str, str, int], tuple[str, str, int]] = {}
+
+    def root(node: tuple[str, str, int]) -> tuple[str, str, int]:
+        while parent.get(node, node) != node:
+            node = parent[node]
+        return node
+
+    callers: dict[tuple[int, int, int, str, str], int] = {}
+    for pid, tid, caller, name in frames.select("pid", "tid", "parent_id", "name").iter_rows():
+        file, function, line = several[name]
+        node = (file, function, line)
+        seen = callers.setdefault((pid, tid, caller, file, function), line)
+        if seen != line:
+            first, second = root((file, function, seen)), root(node)
+            if first != second:
+                low, high = sorted((first, second), key=lambda item: item[2])
+                parent[high] = low
+                parent.setdefault(low, low)
+    rows = [
+        (name, f"{low[0]}:{low[2]}")
+        for name, node in several.items()
+        if node in parent
+        for low in [root(node)]
+    ]
+    return pl.DataFrame(rows, schema=empty.schema, orient="row") if rows else empty
+
+
 class FrameIndex:
     """What :func:`source_at` needs of a trace whatever its points, made on first use and then kept:
     each distinct frame name's location and rank (:func:`_frame_locations`, with ``user_code``) and
@@ -184,14 +255,17 @@ class FrameIndex:
         self._tables: tuple[pl.DataFrame, pl.DataFrame] | None = None
 
     def tables(self) -> tuple[pl.DataFrame, pl.DataFrame]:
-        """``located`` (``name, source, function, rank, framework_call``) and ``at_start``
-        (``pid, tid, python_id, at_start``: the frames of :func:`recording_start_frames`)."""
+        """``located`` (``name, source, function, rank, framework_call, entry_source``: the last
+        from :func:`entered_lines`, null for most names) and ``at_start`` (``pid, tid, python_id,
+        at_start``: the frames of :func:`recording_start_frames`)."""
         with self._lock:
             if self._tables is None:
-                self._tables = (
-                    _frame_locations(self.trace.python.get_column("name"), self.user_code),
-                    recording_start_frames(self.trace).with_columns(at_start=pl.lit(True)),
+                located = _frame_locations(self.trace.python.get_column("name"), self.user_code)
+                at_start = recording_start_frames(self.trace).with_columns(at_start=pl.lit(True))
+                located = located.join(
+                    entered_lines(self.trace, located, at_start), on="name", how="left", maintain_order="left"
                 )
+                self._tables = (located, at_start)
             return self._tables
 
 
@@ -323,10 +397,26 @@ def source_at(
                 "rank",
                 f_ts="ts",
                 f_end="end",
-                source="source",
                 function="function",
                 framework_call="framework_call",
                 line_kind=_line_kind(),
+                entry_source="entry_source",
+                source="source",
+            )
+            # a frame named at one of several lines its function was entered at under one caller:
+            # the lowest of them, for every such frame, and no def line claimed (module doc: entry)
+            .with_columns(
+                pl.when((pl.col("line_kind") == DEF) & pl.col("entry_source").is_not_null())
+                .then(pl.col("entry_source"))
+                .otherwise(pl.col("source"))
+                .alias("source"),
+                pl.when((pl.col("line_kind") == DEF) & pl.col("entry_source").is_not_null())
+                .then(pl.lit(ENTRY))
+                .otherwise(pl.col("line_kind"))
+                .alias("line_kind"),
+            )
+            .select(
+                "pid", "tid", "rank", "f_ts", "f_end", "source", "function", "framework_call", "line_kind"
             )
             .collect(engine="in-memory")
         )

@@ -12,7 +12,10 @@ consecutive ``Optimizer.step#`` ranges, else from requests: a ``record_function`
 half of the trace's launches (of such names, the one holding the most, then the longest: the
 outermost). A request server's requests do not follow each other: the time between one request's
 done and the next one's start is the server waiting for work, outside every step (each request is
-its own window; nothing the host does in one request makes the next one arrive sooner). A step ends when its work ends: each GPU activity belongs to
+its own window; nothing the host does in one request makes the next one arrive sooner). With no
+such range, the host's repeating top-level pattern is tried (:func:`pattern_requests`: silences with
+nothing recorded and the GPU idle cut the launching thread's work into pieces that each begin with
+the same operator and hold no training), only when the evidence is that strong. A step ends when its work ends: each GPU activity belongs to
 the step whose host range holds the runtime call that launched it (correlation id), and to
 ``ProfilerStep#N`` where a ``gpu_user_annotation`` of that name covers it on a GPU row. A step is
 *done* at the later of its host range's end and the end of the last GPU work it launched, and never
@@ -123,8 +126,13 @@ class SteadySteps:
     #: (step, device) → start of the first GPU activity the step launched on the device (the host
     #: range holds its launch call; see :func:`owned_work`). Empty without steps.
     first_work: Mapping[tuple[int, int], int] = field(default_factory=dict, compare=False, repr=False)
-    #: With ``source == "request"``: the repeating range taken as a request (``handle_request``).
+    #: With ``source == "request"``: the repeating range taken as a request (``handle_request``),
+    #: or with :attr:`request_from_pattern` the operator each request of the host's pattern begins
+    #: with (``tokenize``).
     request_name: str | None = None
+    #: The requests are the host's repeating top-level pattern (:func:`pattern_requests`), not
+    #: ``record_function`` ranges.
+    request_from_pattern: bool = False
 
     @property
     def between_requests(self) -> tuple[tuple[int, int], ...]:
@@ -204,7 +212,7 @@ def step_windows(trace: Trace, requests: bool = True) -> tuple[str, pl.DataFrame
         ).filter(pl.col("end") > pl.col("start"))
         if windows.height:
             return "optimizer", windows.with_row_index("step").with_columns(pl.col("step").cast(pl.Int64))
-    found = request_ranges(trace) if requests else None
+    found = (request_ranges(trace) or pattern_requests(trace)) if requests else None
     if found is not None:
         return "request", found[1]
     return "none", pl.DataFrame(schema={"step": pl.Int64, "start": pl.Int64, "end": pl.Int64})
@@ -304,6 +312,101 @@ def request_ranges(trace: Trace) -> tuple[str, pl.DataFrame] | None:
     return name, chosen.select(
         step=pl.int_range(pl.len(), dtype=pl.Int64), start=pl.col("ts"), end=pl.col("end")
     )
+
+
+#: A host pattern is taken as requests only when it repeats at least this often.
+_MIN_PATTERN_REQUESTS = 4
+#: The shortest silence between two requests of a host pattern (ns): nothing recorded on the
+#: launching thread and the GPU idle throughout.
+_MIN_WAIT_NS = 1_000_000
+#: Operators of training (backward, the optimizer): a loop doing them is not serving requests, and
+#: a silence between its iterations is its own untraced work, not waiting.
+_TRAINING_OPS = ("autograd::engine", "Backward", "Optimizer.")
+
+
+def pattern_requests(trace: Trace) -> tuple[str, pl.DataFrame] | None:
+    """Requests from the repeating pattern of the host's top-level work, for a trace with no step
+    markers and no repeating ``record_function`` range → (the first operator of every request,
+    frame ``step, start, end`` in start order); None unless the evidence is strong.
+
+    On the thread that launched the most GPU work, the host's recorded activity (operators,
+    runtime calls, annotations) is cut at every silence of at least :data:`_MIN_WAIT_NS` in which
+    nothing is recorded on that thread and no GPU activity runs on any device. The pieces are the
+    requests when there are at least :data:`_MIN_PATTERN_REQUESTS`, each launches GPU work, each
+    begins with an operator of the same name (``tokenize``: the request's own first host work), and
+    none holds training's operators (backward, the optimizer: a training loop's silences are its
+    own untraced work). A silence is then the server waiting for the next request."""
+    if trace.gpu.is_empty():
+        return None
+    launches = launch_calls(trace)
+    if launches.is_empty():
+        return None
+    pid, tid = (
+        launches.group_by("pid", "tid")
+        .len()
+        .sort("len", "pid", "tid", descending=[True, False, False])
+        .row(0)[:2]
+    )
+    on_thread = (pl.col("pid") == pid) & (pl.col("tid") == tid)
+    ops = (
+        trace.cpu_ops.filter(on_thread)
+        .select("name", "ts", "end")
+        .sort("ts", pl.col("end"), descending=[False, True])
+    )
+    host = (
+        pl.concat(
+            [
+                table.filter(on_thread).select("ts", "end")
+                for table in (trace.cpu_ops, trace.runtime, trace.annotations)
+            ]
+        )
+        .sort("ts")
+        .with_columns(reach=pl.col("end").cum_max())
+        .with_columns(silence=pl.col("ts") - pl.col("reach").shift(1))
+    )
+    cuts = host.filter(pl.col("silence") >= _MIN_WAIT_NS).select(
+        start=pl.col("ts") - pl.col("silence"), end=pl.col("ts")
+    )
+    if cuts.height + 1 < _MIN_PATTERN_REQUESTS:
+        return None
+    # the GPU idle throughout each silence: no activity that started before its end reaches past its start
+    gpu = trace.gpu.select("ts", "end").sort("ts").with_columns(reach=pl.col("end").cum_max())
+    busy = cuts.sort("end").join_asof(
+        gpu.select("ts", "reach"), left_on="end", right_on="ts", strategy="backward"
+    )
+    if busy.filter(pl.col("reach") > pl.col("start")).height:
+        return None
+    bounds = cuts.sort("start")
+    starts = [host.item(0, "ts"), *bounds.get_column("end").to_list()]
+    ends = [*bounds.get_column("start").to_list(), host.get_column("reach").max()]
+    segments = pl.DataFrame(
+        {"step": range(len(starts)), "start": starts, "end": ends},
+        schema={"step": pl.Int64, "start": pl.Int64, "end": pl.Int64},
+    )
+    firsts = ops.join_asof(
+        segments.select(s_start="start", s_step="step"), left_on="ts", right_on="s_start", strategy="backward"
+    )
+    first_names = firsts.group_by("s_step").agg(pl.col("name").first())
+    names = set(first_names.get_column("name").to_list())
+    if first_names.height != segments.height or len(names) != 1:
+        return None
+    launched = (
+        launches.filter(on_thread)
+        .sort("l_ts")
+        .join_asof(segments.select("start", "step"), left_on="l_ts", right_on="start", strategy="backward")
+        .get_column("step")
+        .n_unique()
+    )
+    training = (
+        trace.cpu_ops.filter(
+            on_thread
+            & pl.any_horizontal(pl.col("name").str.contains(name, literal=True) for name in _TRAINING_OPS)
+        ).height
+        + trace.annotations.filter(pl.col("name").str.starts_with(taxonomy.OPTIMIZER_STEP_PREFIX)).height
+    )
+    if launched != segments.height or training:
+        return None
+    return names.pop(), segments
 
 
 def owned_work(trace: Trace, ranges: pl.DataFrame, launches: pl.DataFrame | None = None) -> pl.DataFrame:
@@ -559,6 +662,9 @@ def steady_state(
     limits = limits or Thresholds()
     source, windows = step_windows(trace, requests=False)
     request = request_ranges(trace) if source == "none" else None
+    pattern = request is None and source == "none"
+    if pattern:
+        request = pattern_requests(trace)
     if request is not None:
         source, windows = "request", request[1]
     if source != "none":
@@ -571,6 +677,7 @@ def steady_state(
             gpu_windows=_runs(steps, device=True, apart=requests),
             first_work=first_work,
             request_name=request[0] if request is not None else None,
+            request_from_pattern=pattern and request is not None,
         )
     extent = _trace_extent(trace)
     if extent is None:

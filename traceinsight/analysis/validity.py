@@ -62,15 +62,26 @@ def _step_warnings(steady: SteadySteps, run: RunProfile | None = None) -> list[T
             if steady.waiting_ns
             else ""
         )
-        warnings.append(
-            TraceWarning(
-                "steps-from-requests",
+        if steady.request_from_pattern:
+            taken = (
+                f"No step markers and no repeating range: the host's work repeats {len(steady.steps)} times, "
+                f"each beginning with `{steady.request_name}` and followed by a silence with nothing recorded "
+                f"on the host and the GPU idle; each is taken as a step (a request){waiting}. A request's "
+                "saving is within the request: the next one does not arrive sooner."
+            )
+            advice = (
+                "if the host prepares the next input in those silences (untraced Python), that time is the "
+                "host's, not waiting: wrap each request in `record_function`, or call `prof.step()` once per "
+                "request"
+            )
+        else:
+            taken = (
                 f"No step markers: each of the {len(steady.steps)} `{steady.request_name}` ranges is taken "
                 f"as a step (a request){waiting}. A request's saving is within the request: the next "
-                "one does not arrive sooner.",
-                "nothing to do; to mark steps yourself, call `prof.step()` once per request",
+                "one does not arrive sooner."
             )
-        )
+            advice = "nothing to do; to mark steps yourself, call `prof.step()` once per request"
+        warnings.append(TraceWarning("steps-from-requests", taken, advice))
     if steady.source == "none":
         if steady.startup_end_ns is not None:
             warnings.append(

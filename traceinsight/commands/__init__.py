@@ -27,7 +27,7 @@ from traceinsight.commands import analyze, diff, run
 from traceinsight.commands.coercion import QuickCommand, QuickGroup
 from traceinsight.commands.options import EXIT_CODES
 from traceinsight.errors import TraceInsightError
-from traceinsight.process import dataclass_code_released, ends_at_once, flush_and_exit
+from traceinsight.process import ends_at_once, flush_and_exit
 from traceinsight.version import __version__
 
 if TYPE_CHECKING:
@@ -195,7 +195,6 @@ def begin_script(staged: StagedRun[int]) -> ScriptCode | None:
         code = staged.start()
     except KeyboardInterrupt:
         _exit_interrupted()
-    dataclass_code_released()  # the script's own dataclasses are compiled as Python would
     return code
 
 

@@ -25,7 +25,7 @@ from traceinsight.load import load_trace
 from traceinsight.load.head_start import HeadStart
 from traceinsight.load.progress import ProgressCallback
 from traceinsight.load.text import printable
-from traceinsight.process import give_back_freed_memory, prepare_beside
+from traceinsight.process import prepare_beside
 from traceinsight.render import AnyResult
 from traceinsight.render.html import HtmlRenderer
 from traceinsight.render.terminal import TerminalConsole, TerminalRenderer, reader_gone
@@ -95,7 +95,6 @@ def read_trace(
     prepared beside the analysis."""
     with timed("load"):
         loaded = load_trace(trace, progress=progress, limit=reading.limit, head_start=head_start)
-        give_back_freed_memory()
     if page:
         prepare_beside(PAGE_RENDERER)
     with stage(f"analyzing {trace.name}"), timed("analysis"):

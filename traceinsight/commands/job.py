@@ -9,7 +9,6 @@ own checks have passed.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import re
 import shutil
@@ -26,10 +25,9 @@ from traceinsight.commands.options import STDOUT, Reading, Wanted
 from traceinsight.commands.outputs import Kind, Output, check_outputs, publish, stage
 from traceinsight.config import SourceRoot
 from traceinsight.errors import OutputError
-from traceinsight.job import RankReports, discover_ranks
-from traceinsight.job.discover import Discovery
+from traceinsight.job import RankReports
 from traceinsight.job.execute import analyze_job, rank_progress
-from traceinsight.job.triage import triage
+from traceinsight.job.triage import JobFiles, job_files
 from traceinsight.render.html import HtmlRenderer
 from traceinsight.results import JobResult, Result
 from traceinsight.results.job import JobReport, RankResult, job_result_of
@@ -75,31 +73,6 @@ def stage_rank_reports(
             (f"rank-{rank}.html", HtmlRenderer(root).render(result)),
         )
     )
-
-
-@dataclass(frozen=True, slots=True)
-class JobFiles:
-    """A job's traces, found and sorted before any rank is analyzed (:func:`job_files`)."""
-
-    discovery: Discovery
-    #: The process whose profiler cycles the files are (None: they are ranks; see :mod:`~traceinsight.job.triage`).
-    cycles_of: str | None
-
-    @property
-    def paths(self) -> list[Path]:
-        """The traces' paths (the inputs no output may replace)."""
-        return [file.path for file in self.discovery.files]
-
-
-def job_files(arguments: Sequence[Path], *, follow_symlinks: bool = False) -> JobFiles:
-    """The job's traces among ``arguments`` (traces, folders, patterns): what is not a trace (a job's
-    own result, a config) skipped with a note, before any rank is analyzed."""
-    discovery = discover_ranks(list(arguments), follow_symlinks=follow_symlinks)
-    sorted_out = triage(discovery.files)
-    discovery = dataclasses.replace(
-        discovery, files=sorted_out.files, notes=(*discovery.notes, *sorted_out.notes)
-    )
-    return JobFiles(discovery, sorted_out.cycles_of)
 
 
 def run_job(

@@ -3,8 +3,9 @@
 Local (the default): a pool of worker processes sized to the cores and to the memory available
 (:func:`pool_size`: the largest rank measured from the files themselves, never a gzip trailer's
 claim), each worker analyzing one rank at a time and freeing it before the next, so peak memory
-is about ``workers × the largest rank``, never the sum of the ranks. Workers start
-from a fork server that has imported the analysis once (``spawn`` where there is no fork).
+is about ``workers × the largest rank``, never the sum of the ranks. The workers are processes of
+their own (:mod:`.worker`), never a copy of the caller's ``__main__``: a plain script calling
+``traceinsight.analyze("traces/")`` needs no main guard, and the workers end with the caller.
 
 Dask (``--dask ADDRESS`` or ``TRACEINSIGHT_DASK``): the same :func:`~.rank.analyze_rank` goes to an
 existing cluster with ``client.map``; the paths must be readable where the workers run. Only this
@@ -15,11 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import multiprocessing
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
@@ -29,6 +29,7 @@ from traceinsight.errors import ConfigError, TraceInsightError
 from traceinsight.job.combine import combine
 from traceinsight.job.discover import Discovery
 from traceinsight.job.rank import RankReports, RankTask, analyze_rank
+from traceinsight.job.worker import Workers
 from traceinsight.load.limits import GZIP_RATIO
 from traceinsight.load.source import GZIP_MAGIC, SizeLimit, open_trace
 from traceinsight.process import threads_per_worker
@@ -126,14 +127,6 @@ def pool_size(tasks: Sequence[RankTask], requested: int | None = None) -> int:
     return workers_for(largest)
 
 
-def _context() -> multiprocessing.context.BaseContext:
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["traceinsight.job.rank"])
-        return context
-    return multiprocessing.get_context("spawn")
-
-
 def run_local(
     tasks: Sequence[RankTask], *, workers: int | None = None, progress: RankProgress | None = None
 ) -> list[RankResult]:
@@ -146,9 +139,13 @@ def run_local(
             if progress is not None:
                 progress(done, len(tasks))
         return results
-    with threads_per_worker(size), ProcessPoolExecutor(max_workers=size, mp_context=_context()) as pool:
+    with (
+        threads_per_worker(size),
+        ThreadPoolExecutor(max_workers=size, thread_name_prefix="traceinsight-rank") as threads,
+        Workers(size) as pool,  # stopped first on the way out: no thread waits on a worker then
+    ):
         futures: dict[Future[RankResult], int] = {
-            pool.submit(analyze_rank, task): index for index, task in enumerate(tasks)
+            threads.submit(pool.run, task): index for index, task in enumerate(tasks)
         }
         found: dict[int, RankResult] = {}
         pending = set(futures)

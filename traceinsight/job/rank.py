@@ -178,7 +178,6 @@ def analyze_rank(task: RankTask) -> RankResult:
     trace = load_trace(Path(task.path), limit=SizeLimit(task.max_bytes, force=task.force))
     if task.shown_path is not None:  # the rank's own report names its trace as the user did
         trace = dataclasses.replace(trace, meta=dataclasses.replace(trace.meta, path=task.shown_path))
-    give_back_freed_memory()
     if _has_distributed_info(trace):
         rank, rank_from = trace.meta.rank, "distributedInfo"
     elif task.name_rank is not None:

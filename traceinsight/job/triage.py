@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import Final, Literal
 
 from traceinsight.errors import TraceFormatError, TraceNotFound, TraceUnreadable
-from traceinsight.job.discover import RankFile
+from traceinsight.job.discover import Discovery, RankFile, discover_ranks
 from traceinsight.load.text import printable
 
-__all__ = ["HEAD_BYTES", "Sniffed", "Triage", "sniff", "triage"]
+__all__ = ["HEAD_BYTES", "JobFiles", "Sniffed", "Triage", "job_files", "sniff", "triage"]
 
 #: How much of a file's JSON is read to sort it (a trace's ``traceEvents`` key comes after its
 #: device properties and distributed info: a few kB, tens of kB for thousands of ranks).
@@ -180,3 +180,26 @@ def _refuse_duplicate_ranks(kept: Sequence[tuple[RankFile, Sniffed]]) -> None:
                 "(rank taken from distributedInfo); give each rank's trace once"
             )
         seen[found.rank] = file.shown
+
+
+@dataclass(frozen=True, slots=True)
+class JobFiles:
+    """A job's traces, found and sorted before any rank is analyzed (:func:`job_files`)."""
+
+    discovery: Discovery
+    #: The process whose profiler cycles the files are (None: they are ranks; see :mod:`~traceinsight.job.triage`).
+    cycles_of: str | None
+
+    @property
+    def paths(self) -> list[Path]:
+        """The traces' paths (the inputs no output may replace)."""
+        return [file.path for file in self.discovery.files]
+
+
+def job_files(arguments: Sequence[Path], *, follow_symlinks: bool = False) -> JobFiles:
+    """The job's traces among ``arguments`` (traces, folders, patterns): what is not a trace (a job's
+    own result, a config) skipped with a note, before any rank is analyzed."""
+    discovery = discover_ranks(list(arguments), follow_symlinks=follow_symlinks)
+    sorted_out = triage(discovery.files)
+    discovery = replace(discovery, files=sorted_out.files, notes=(*discovery.notes, *sorted_out.notes))
+    return JobFiles(discovery, sorted_out.cycles_of)

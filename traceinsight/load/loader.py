@@ -19,6 +19,7 @@ from traceinsight.load.progress import ProgressCallback
 from traceinsight.load.repair import MendedText, mends_line_at
 from traceinsight.load.source import SizeLimit, TraceFile, open_trace
 from traceinsight.load.tables import ChunkTables, Trace, trace_for
+from traceinsight.process import give_back_freed_memory
 
 __all__ = ["BLOCK_BYTES", "MEND_REACH", "Loader", "choose_loader", "load_pure", "load_trace"]
 
@@ -103,12 +104,17 @@ def load_trace(
 
     ``head_start``: scans of ``path`` begun before (:func:`.head_start.begin`), which the scanner
     takes where they are the ones it would make; closed here whatever happens.
+
+    The heap the load freed is given back before the tables are returned
+    (:func:`~traceinsight.process.give_back_freed_memory`): every caller, one place.
     """
     try:
-        return _load_trace(path, progress, limit, head_start)
+        loaded = _load_trace(path, progress, limit, head_start)
     finally:
         if head_start is not None:
             head_start.close()
+    give_back_freed_memory()
+    return loaded
 
 
 def _load_trace(

@@ -229,6 +229,10 @@ class LineKind(StrEnum):
     """The function's first line: torch's tracer names the frames it sees entered so."""
     RECORDING_START = "recording-start"
     """The line the function was on when recording began (torch's frames already running then)."""
+    ENTRY = "entry"
+    """One of several lines a function of one name was entered at under one caller: torch names a
+    frame by its def line, but a generator resumed by the line of its ``yield``, so these are one
+    generator or several functions of that name; the lowest line is given, no def line claimed."""
 
 
 @dataclass(frozen=True, slots=True)

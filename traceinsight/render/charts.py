@@ -17,8 +17,8 @@ from typing import Final
 
 from traceinsight.analysis import causes
 from traceinsight.analysis.causes import CauseKind
-from traceinsight.analysis.memory import DeviceMemory
-from traceinsight.analysis.results import CopyGroup, HostSummary, IdleGap, Step, SyncHotspot
+from traceinsight.analysis.memory import MemoryDevice
+from traceinsight.analysis.results import CopyGroup, Host, IdleGap, Step, SyncHotspot
 from traceinsight.analysis.timeline import Timeline
 from traceinsight.formatting import format_duration, format_size
 from traceinsight.render.svg import (
@@ -331,23 +331,24 @@ def copies_chart(copies: Sequence[CopyGroup], top: int = 10) -> Canvas | None:
     return _bar_chart(bars, f"copy time ({unit})", legend, columns=2)
 
 
-def host_ops_chart(host: HostSummary) -> Canvas | None:
+def host_ops_chart(host: Host) -> Canvas | None:
     """The busiest host operators by self time (their own time, without the operators they call),
     in the order of the table below; the rest of their total time (inside the operators they call)
     drawn lighter after it."""
     if not host.top_ops:
         return None
-    selves = host.top_ops_self or tuple(total for _, _, total in host.top_ops)
-    per_unit, unit = _unit(
-        max(max(total, own) for (_, _, total), own in zip(host.top_ops, selves, strict=True))
-    )
+    per_unit, unit = _unit(max(max(op.total_ns, op.self_ns) for op in host.top_ops))
     bars = [
         _Bar(
-            label=(_text(name, 60),),
-            segments=(_Segment(own / per_unit, BUSY), _Segment(max(total - own, 0) / per_unit, BUSY, 0.35)),
-            note=f"self {format_duration(own)} of {format_duration(total)} in {_plural(count, 'call', 'calls')}",
+            label=(_text(op.name, 60),),
+            segments=(
+                _Segment(op.self_ns / per_unit, BUSY),
+                _Segment(max(op.total_ns - op.self_ns, 0) / per_unit, BUSY, 0.35),
+            ),
+            note=f"self {format_duration(op.self_ns)} of {format_duration(op.total_ns)} in "
+            f"{_plural(op.count, 'call', 'calls')}",
         )
-        for (name, count, total), own in zip(host.top_ops, selves, strict=True)
+        for op in host.top_ops
     ]
     legend = [
         LegendItem("self time", BUSY),
@@ -520,7 +521,7 @@ def _size_unit(largest: float) -> tuple[float, str]:
     return 1.0, "B"
 
 
-def memory_chart(devices: Sequence[DeviceMemory]) -> Canvas | None:
+def memory_chart(devices: Sequence[MemoryDevice]) -> Canvas | None:
     """Memory over time per device: allocated (solid), reserved by the caching allocator (dashed)
     and the device's total (dotted), from the bounded series of the analysis. None when the trace
     holds no ``[memory]`` records."""
@@ -529,20 +530,20 @@ def memory_chart(devices: Sequence[DeviceMemory]) -> Canvas | None:
         return None
     largest = max(max(device.peak_bytes, device.total_memory_bytes or 0) for device in drawn)
     per_byte, size_unit = _size_unit(float(largest))
-    first = min(min(t for t, _, _ in device.series) for device in drawn)
-    last = max(max(t for t, _, _ in device.series) for device in drawn)
+    first = min(min(sample.at_ns for sample in device.series) for device in drawn)
+    last = max(max(sample.at_ns for sample in device.series) for device in drawn)
     per_unit, unit = _unit(last)
     legend: list[LegendItem] = []
     for index, device in enumerate(drawn):
         color = _MEMORY_COLORS[index % len(_MEMORY_COLORS)]
         bound = " (at least)" if device.allocated_is_lower_bound else ""
-        legend.append(LegendItem(f"{device.label} allocated{bound}", color, shape="line"))
+        legend.append(LegendItem(f"{device.device} allocated{bound}", color, shape="line"))
         if device.peak_reserved_bytes:  # the CPU allocator records 0 reserved: not drawn
-            legend.append(LegendItem(f"{device.label} reserved", color, shape="dashed"))
+            legend.append(LegendItem(f"{device.device} reserved", color, shape="dashed"))
         if device.total_memory_bytes:
             legend.append(
                 LegendItem(
-                    f"{device.label} total ({format_size(device.total_memory_bytes)})", color, shape="dotted"
+                    f"{device.device} total ({format_size(device.total_memory_bytes)})", color, shape="dotted"
                 )
             )
     top, bottom = 20.0, 200.0
@@ -555,11 +556,11 @@ def memory_chart(devices: Sequence[DeviceMemory]) -> Canvas | None:
     canvas.x_axis(x_axis, top, bottom, f"time from the trace's first event ({unit})")
     canvas.y_axis(y_axis, left, right, size_unit)
 
-    def steps_post(device: DeviceMemory, values: Sequence[float]) -> list[tuple[float, float]]:
+    def steps_post(device: MemoryDevice, values: Sequence[float]) -> list[tuple[float, float]]:
         """The series drawn as steps: each value holds until the next point's time."""
         points: list[tuple[float, float]] = []
-        for position, ((t, _, _), value) in enumerate(zip(device.series, values, strict=True)):
-            x = x_axis(t / per_unit)
+        for position, (sample, value) in enumerate(zip(device.series, values, strict=True)):
+            x = x_axis(sample.at_ns / per_unit)
             if position:
                 points.append((x, points[-1][1]))
             points.append((x, y_axis(value / per_byte)))
@@ -567,9 +568,11 @@ def memory_chart(devices: Sequence[DeviceMemory]) -> Canvas | None:
 
     for index, device in enumerate(drawn):
         color = _MEMORY_COLORS[index % len(_MEMORY_COLORS)]
-        canvas.polyline(steps_post(device, [a for _, a, _ in device.series]), color)
+        canvas.polyline(steps_post(device, [s.allocated_bytes or 0 for s in device.series]), color)
         if device.peak_reserved_bytes:
-            canvas.polyline(steps_post(device, [r or 0 for _, _, r in device.series]), color, dash="5 2.5")
+            canvas.polyline(
+                steps_post(device, [s.reserved_bytes or 0 for s in device.series]), color, dash="5 2.5"
+            )
         if device.total_memory_bytes:
             level = y_axis(device.total_memory_bytes / per_byte)
             canvas.line(left, level, right, level, color, 1.5, "1.5 2.5")

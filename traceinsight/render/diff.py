@@ -10,7 +10,7 @@ in every terminal cell, never rich markup; autoescaped HTML).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from markupsafe import Markup
 from rich.console import RenderableType
@@ -22,6 +22,7 @@ from traceinsight.analysis.causes import cause_label
 from traceinsight.formatting import format_count, format_duration, short_kernel_name
 from traceinsight.load.text import printable
 from traceinsight.render import charts
+from traceinsight.render.svg import Canvas
 from traceinsight.render.tables import KernelTable
 from traceinsight.render.templates import environment
 from traceinsight.results import Comparison
@@ -207,13 +208,22 @@ def _dots(comparison: Comparison) -> list[Markup | None]:
     return drawn
 
 
-def page_values(comparison: Comparison) -> dict[str, Any]:
-    """What ``templates/diff.html`` shows."""
+#: The comparison's one chart: its id and title.
+BEFORE_AFTER: Final = ("before-after", "Step time before and after")
+
+
+def before_after_canvas(comparison: Comparison) -> Canvas | None:
+    """The step time before and after, split by where it went (None when neither side has one)."""
     step = comparison.metric("step_time")
     longest = max(value for value in (step.before, step.after, 1.0) if value)
     per_unit, unit = (1e6, "ms") if longest * 1000 >= 1e6 else (1e3, "µs")
-    canvas = charts.before_after_chart(_bars(comparison), per_unit, f"{unit} {comparison.basis}")
-    chart = None if canvas is None else Markup(canvas.svg("before-after", "Step time before and after"))
+    return charts.before_after_chart(_bars(comparison), per_unit, f"{unit} {comparison.basis}")
+
+
+def page_values(comparison: Comparison) -> dict[str, Any]:
+    """What ``templates/diff.html`` shows."""
+    canvas = before_after_canvas(comparison)
+    chart = None if canvas is None else Markup(canvas.svg(*BEFORE_AFTER))
     return {
         "version": __version__,
         "comparison": comparison,

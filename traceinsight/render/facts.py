@@ -41,7 +41,7 @@ def memory_rows(report: Report) -> list[tuple[str, ...]]:
         allocated = format_size(device.peak_allocated_bytes)
         rows.append(
             (
-                device.label,
+                device.device,
                 f"≥ {allocated}" if device.allocated_is_lower_bound else allocated,
                 "—" if device.peak_reserved_bytes is None else format_size(device.peak_reserved_bytes),
                 "—" if device.total_memory_bytes is None else format_size(device.total_memory_bytes),
@@ -55,14 +55,14 @@ def memory_rows(report: Report) -> list[tuple[str, ...]]:
 def allocator_fact(report: Report) -> str | None:
     """``cudaMalloc 5, cudaFree 11 in the steady state: 52.91 ms of host time (in 3 of 4 steady
     steps)``; None when the steady state holds no allocator call."""
-    churn = report.analysis.memory.churn
-    if not churn.calls:
+    churn = report.analysis.memory.allocator_calls
+    if not churn.count:
         return None
-    names = ", ".join(f"{name} {count:,}" for name, count, _ in churn.by_name)
+    names = ", ".join(f"{call.call} {call.count:,}" for call in churn.by_name)
     steps = (
         f" (in {churn.steps_with_calls} of {churn.steady_steps} steady steps)" if churn.steady_steps else ""
     )
-    return f"{names} in the steady state: {format_duration(churn.call_ns)} of host time{steps}"
+    return f"{names} in the steady state: {format_duration(churn.host_ns)} of host time{steps}"
 
 
 def steps_fact(report: Report) -> str:
@@ -76,6 +76,8 @@ def steps_fact(report: Report) -> str:
     kind = (
         "ProfilerStep ranges"
         if steady.source == "ProfilerStep"
+        else f"requests: the host's repeating pattern, each beginning with {steady.request_name}, no step markers"
+        if steady.source == "request" and steady.request_from_pattern
         else f"requests: repeating {steady.request_name} ranges, no step markers"
         if steady.source == "request"
         else "between Optimizer.step calls"

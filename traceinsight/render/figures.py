@@ -1,45 +1,31 @@
-"""A trace's result's charts (``Result.charts``), for a notebook: the page's own charts.
+"""A trace's result's charts (``Result.charts``), for a notebook: the page's own charts as
+matplotlib Figures.
 
 Registered into :mod:`traceinsight.shown` when this module is imported (the public API
-does). The charts are the page's (:func:`traceinsight.render.html.chart_specs`), written as SVG
-when first asked for (issue 34: the page draws no charts with matplotlib, so nothing here imports a
-plotting library). Each shows itself in a notebook (``_repr_svg_``) and can be saved as a file.
+does). The charts are the page's (:func:`traceinsight.render.html.chart_specs`): each chart's
+marks, the spec the page's SVG is written from, drawn by matplotlib (:mod:`.mpl`) when first asked
+for; the page itself draws no chart with matplotlib (issue 34: its import is 0.3 s of a small
+trace's ``analyze``), so matplotlib is imported here only then.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from traceinsight.render import NotLive
-from traceinsight.results import Result
+from traceinsight.render.diff import BEFORE_AFTER, before_after_canvas
+from traceinsight.render.job_html import ARRIVALS, arrivals_chart
+from traceinsight.results import Comparison, JobResult, Result
 from traceinsight.shown import figures_of
 
-__all__ = ["Drawing", "result_figures"]
+if TYPE_CHECKING:
+    from traceinsight.render.mpl import ChartFigure
+
+__all__ = ["result_figures"]
 
 
-@dataclass(frozen=True, slots=True)
-class Drawing:
-    """One of the page's charts: its name, title, one-line caption and SVG markup."""
-
-    name: str
-    title: str
-    caption: str
-    svg: str
-
-    def _repr_svg_(self) -> str:
-        return self.svg
-
-    def save(self, path: str | Path) -> Path:
-        """Write the chart as an SVG file at ``path``; the path written."""
-        target = Path(path)
-        target.write_text(self.svg, encoding="utf-8")
-        return target
-
-
-@figures_of.register
-def result_figures(result: Result) -> dict[str, Any]:
+@figures_of.register(Result)  # by class: the annotations name types imported for the checker only
+def result_figures(result: Result) -> dict[str, ChartFigure]:
     """A live result's page charts, by name (those with something to show)."""
     from traceinsight.render.html import chart_specs
 
@@ -48,10 +34,38 @@ def result_figures(result: Result) -> dict[str, Any]:
             f"cannot draw the charts of {result.trace.name} from a stored result: it holds the figures, "
             "not the timeline; analyze its trace"
         )
-    drawings: dict[str, Any] = {}
+    from traceinsight.render.mpl import figure_of  # matplotlib, only when a chart is asked for
+
+    drawings: dict[str, ChartFigure] = {}
     for spec in chart_specs(result.report.analysis):
         canvas = spec.build()
         if canvas is not None:
             svg = canvas.svg(spec.chart_id, spec.title)
-            drawings[spec.chart_id] = Drawing(spec.chart_id, spec.title, spec.caption, svg)
+            drawings[spec.chart_id] = figure_of(canvas, spec.title, spec.caption, svg)
     return drawings
+
+
+@figures_of.register(JobResult)
+def job_figures(job: JobResult) -> dict[str, ChartFigure]:
+    """A live job's chart (each collective's arrivals across ranks, as on its page), by name."""
+    from traceinsight.render.mpl import figure_of  # matplotlib, only when a chart is asked for
+
+    if job.report is None:
+        raise NotLive("cannot draw the charts of a job from a stored result: analyze the job's traces")
+    canvas = arrivals_chart(job.report.arrivals)
+    if canvas is None:
+        return {}
+    name, title = ARRIVALS
+    return {name: figure_of(canvas, title, svg=canvas.svg(name, title))}
+
+
+@figures_of.register(Comparison)
+def comparison_figures(comparison: Comparison) -> dict[str, ChartFigure]:
+    """A comparison's chart (the step time before and after, as on its page), by name."""
+    from traceinsight.render.mpl import figure_of  # matplotlib, only when a chart is asked for
+
+    canvas = before_after_canvas(comparison)
+    if canvas is None:
+        return {}
+    name, title = BEFORE_AFTER
+    return {name: figure_of(canvas, title, svg=canvas.svg(name, title))}

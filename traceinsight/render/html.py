@@ -22,7 +22,7 @@ from markupsafe import Markup
 
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.results import IdleGap
-from traceinsight.analysis.sources import CALL, DEF, RECORDING_START, Located
+from traceinsight.analysis.sources import CALL, DEF, ENTRY, RECORDING_START, Located
 from traceinsight.formatting import (
     source_label,
 )
@@ -191,6 +191,12 @@ def _line_note(finding: Finding) -> str | None:
             f"{finding.source} is the line `{function}` was on when recording began: torch's stack keeps "
             "that line for a function already running"
         )
+    elif line_kind == ENTRY:
+        what = (
+            f"`{function}` was entered at {finding.source} and at later lines of that file under one caller: "
+            "torch's stack names a frame by its `def` line but a generator resumed by its `yield` line, so "
+            "none of them is known to be where it is defined"
+        )
     else:
         what = f"this trace's frames do not say whether {finding.source} is the call's line or where `{function}` begins"
     return (
@@ -201,9 +207,9 @@ def _line_note(finding: Finding) -> str | None:
 
 def _excerpt(finding: Finding, root: Path | None) -> SourceExcerpt | None:
     """The code excerpt of a card: around a call's line; from a function's first line on (its body
-    holds the call); none for the line a running function was on when recording began (it is not
-    where the finding happens)."""
-    if finding.source is None or finding.minor or finding.source_line_kind == RECORDING_START:
+    holds the call); none for the line a running function was on when recording began, nor for one
+    of several lines a function was entered at (neither is where the finding happens)."""
+    if finding.source is None or finding.minor or finding.source_line_kind in (RECORDING_START, ENTRY):
         return None
     return source_excerpt(finding.source, root, from_line=finding.source_line_kind == DEF)
 
@@ -366,6 +372,9 @@ class HtmlRenderer:
             "no_findings": no_findings_text(report),
             "analysis": analysis,
             "has_gpu": analysis.has_gpu,
+            # source lines known without Python frame events (from the operators' stacks)
+            "sources_named": any(f.source for f in report.findings)
+            or any(g.source for g in analysis.idle_gaps),
             "foreign_accelerator": analysis.meta.foreign_accelerator,
             "gpus_unprofiled": analysis.meta.gpus_unprofiled,
             "scores": scores,
@@ -394,7 +403,7 @@ class HtmlRenderer:
             "memory_columns": MEMORY_COLUMNS,
             "memory_rows": memory_rows(report),
             "allocator_fact": allocator_fact(report),
-            "host_ops": list(zip(analysis.host.top_ops, analysis.host.top_ops_self, strict=True)),
+            "host_ops": analysis.host.top_ops,
             # the module tree (read from the result's ``scopes``: render/flops_view.py)
             "module_rows": module_rows(scopes_of(analysis.scopes)),
             "modules_per_step": bool(analysis.scopes.steps),

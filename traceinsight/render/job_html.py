@@ -77,15 +77,17 @@ def arrivals_chart(arrivals: Sequence[Arrival]) -> Canvas | None:
     return canvas
 
 
+#: The job page's chart: its id and title.
+ARRIVALS: Final = ("arrivals", "Each collective's arrivals across ranks")
+
+
 def page_values(job: JobReport) -> dict[str, Any]:
     """What ``templates/job.html`` shows (every rank in the table)."""
     chart = arrivals_chart(job.arrivals)
     return {
         "version": __version__,
         # the SVG is ours (every text in it escaped by the canvas), so it goes in as markup
-        "arrivals_svg": Markup(chart.svg("arrivals", "Each collective's arrivals across ranks"))
-        if chart
-        else None,
+        "arrivals_svg": Markup(chart.svg(*ARRIVALS)) if chart else None,
         "job": job,
         "headline": job_headline(job),
         "unit": "rank" if job.cycles_of is None else "cycle",

@@ -17,7 +17,7 @@ import math
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from markupsafe import escape
 
@@ -150,18 +150,27 @@ def legend_height(items: Sequence[LegendItem], columns: int, width: float = WIDT
     return math.ceil(len(items) / per_row) * _LEGEND_ROW + 6
 
 
+#: One drawn mark, as :meth:`Canvas.marks` keeps it: its kind (``rect``, ``spans``, ``line``,
+#: ``polyline``, ``triangles``, ``text``) and the drawing method's arguments.
+Mark = tuple[str, tuple[Any, ...]]
+
+
 class Canvas:
-    """SVG elements of one chart, ``height`` points tall and :data:`WIDTH` wide."""
+    """One chart, ``height`` points tall and :data:`WIDTH` wide: its marks (the chart's spec, read
+    by every backend: :meth:`svg` for the page, :func:`traceinsight.render.figures.figure_of` for
+    a matplotlib Figure) and their SVG elements."""
 
     def __init__(self, height: float, width: float = WIDTH) -> None:
         self.width = width
         self.height = height
         self._parts: list[str] = []
+        self.marks: list[Mark] = []
 
     def rect(self, x: float, y: float, width: float, height: float, fill: str, opacity: float = 1.0) -> None:
         """One filled rectangle (nothing when it has no width)."""
         if width <= 0 or height <= 0:
             return
+        self.marks.append(("rect", (x, y, width, height, fill, opacity)))
         self._parts.append(
             f'<rect x="{number(x)}" y="{number(y)}" width="{number(width)}" height="{number(height)}" '
             f'fill="{fill}"{_opacity(opacity)}/>'
@@ -174,6 +183,7 @@ class Canvas:
         than one element each. Each is at least 0.5 points wide so that it shows."""
         if not spans:
             return
+        self.marks.append(("spans", (tuple(spans), y, height, fill, opacity)))
         top, tall = number(y), number(height)
         moves = "".join(
             f"M{number(x0)} {top}h{number(max(x1 - x0, 0.5))}v{tall}h{number(-max(x1 - x0, 0.5))}z"
@@ -193,6 +203,7 @@ class Canvas:
         opacity: float = 1.0,
     ) -> None:
         """A straight line."""
+        self.marks.append(("line", (x1, y1, x2, y2, color, width, dash, opacity)))
         self._parts.append(
             f'<line x1="{number(x1)}" y1="{number(y1)}" x2="{number(x2)}" y2="{number(y2)}" '
             f'stroke="{color}" stroke-width="{number(width)}"'
@@ -206,6 +217,7 @@ class Canvas:
         """An open line through ``points``."""
         if len(points) < 2:
             return
+        self.marks.append(("polyline", (tuple(points), color, width, dash)))
         path = "M" + "L".join(f"{number(x)} {number(y)}" for x, y in points)
         self._parts.append(
             f'<path d="{path}" fill="none" stroke="{color}" stroke-width="{number(width)}"'
@@ -216,6 +228,7 @@ class Canvas:
         """Downward triangles centred on each x with their tip at ``y`` + ``size``, as one path."""
         if not xs:
             return
+        self.marks.append(("triangles", (tuple(xs), y, size, color)))
         half = size / 2
         path = "".join(
             f"M{number(x - half)} {number(y)}h{number(size)}l{number(-half)} {number(size)}z" for x in xs
@@ -233,6 +246,7 @@ class Canvas:
         color: str = FOREGROUND,
     ) -> None:
         """``text`` with its baseline's ``anchor`` point at (x, y); escaped, never interpreted."""
+        self.marks.append(("text", (x, y, text, size, anchor, opacity, color)))
         anchor_attribute = "" if anchor == "start" else f' text-anchor="{anchor}"'
         size_attribute = "" if size == FONT_SIZE else f' font-size="{number(size)}"'
         self._parts.append(

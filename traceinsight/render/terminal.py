@@ -282,8 +282,10 @@ def trace_renderables(report: Report, top: int = _TOP) -> list[RenderableType]:
     if host.top_ops:
         ops = _detail_table("Busiest host operators (by self time)", ("operator", "count", "self", "total"))
         shown = len(host.top_ops) if not analysis.has_gpu else top
-        for (name, count, total), own in list(zip(host.top_ops, host.top_ops_self, strict=True))[:shown]:
-            ops.add_row(data(name), str(count), format_duration(own), format_duration(total))
+        for op in host.top_ops[:shown]:
+            ops.add_row(
+                data(op.name), str(op.count), format_duration(op.self_ns), format_duration(op.total_ns)
+            )
         parts.append(ops)
     return parts
 

@@ -11,14 +11,15 @@ microseconds as the JSON writes them (:func:`.codec.us`). :class:`Comparison` is
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from traceinsight.analysis.causes import cause_label
 from traceinsight.formatting import format_duration, format_share, source_label
 from traceinsight.load.text import clean_text
 from traceinsight.results.codec import document_of, us
+from traceinsight.results.frames import comparison_frames
 from traceinsight.results.noise import (
     CONFIDENCE,
     GPU_RUN_SPREAD,
@@ -33,7 +34,10 @@ from traceinsight.results.stored import from_text
 from traceinsight.results.trace import SCHEMA_VERSION, Finding, Result
 from traceinsight.results.writer import strict_json
 from traceinsight.rules.findings import Severity
-from traceinsight.shown import html_of
+from traceinsight.shown import figures_of, html_of
+
+if TYPE_CHECKING:
+    import polars as pl
 
 __all__ = [
     "Comparison",
@@ -328,6 +332,20 @@ class Comparison:
     def _repr_html_(self) -> str | None:
         return html_of(self)
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.before!r} -> {self.after!r}, {len(self.findings)} findings)"
+
+    @property
+    def charts(self) -> Mapping[str, object]:
+        """The page's chart as a matplotlib Figure (``before-after``: the step time before and
+        after, by where it went), drawn on each call; empty when neither side has a step time."""
+        return figures_of(self)
+
+    @property
+    def frames(self) -> dict[str, pl.DataFrame]:
+        """The comparison's tables as polars DataFrames (see :mod:`.frames`), made on each call."""
+        return comparison_frames(self)
+
     @property
     def shown(self) -> tuple[Metric, ...]:
         """The metrics and idle causes with a value on either side (what the renderers list; a run
@@ -417,7 +435,7 @@ def finding_site(finding: Finding) -> str:
 
 def finding_site_label(finding: Finding) -> str:
     """:func:`finding_site` as the report writes it: a source line that is not the call's (a
-    ``source_line_kind`` of ``def`` or ``recording-start``) is named as what it is; else the site."""
+    ``source_line_kind`` of ``def``, ``recording-start`` or ``entry``) is named as what it is; else the site."""
     site = finding_site(finding)
     line_kind, function = finding.source_line_kind, finding.source_function
     if not finding.source or function is None or line_kind == "call":

@@ -20,10 +20,6 @@ def _share(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
-def _causes(pairs: tuple[tuple[str, int], ...]) -> dict[str, int]:
-    return dict(pairs)
-
-
 def utilization_of(usage: Usage, judged: bool) -> t.Utilization:
     """``utilization``: the time judged, busy by class, idle by cause (``judged``: whether the
     trace had a steady state on a GPU; ``of`` is null when not)."""
@@ -41,40 +37,6 @@ def utilization_of(usage: Usage, judged: bool) -> t.Utilization:
         copy_share=share(usage.copy_ns),
         idle_share=share(usage.idle_ns),
         idle_by_cause_ns={kind.value: ns for kind, ns in usage.idle},
-    )
-
-
-def _memory(report: Report) -> t.Memory:
-    memory = report.analysis.memory
-    churn = memory.churn
-    return t.Memory(
-        devices=tuple(
-            t.MemoryDevice(
-                device=device.label,
-                device_type=device.device_type,
-                device_id=device.device_id,
-                records=device.records,
-                peak_allocated_bytes=device.peak_allocated_bytes,
-                peak_allocated_at_ns=device.peak_allocated_at_ns,
-                allocated_is_lower_bound=device.allocated_is_lower_bound,
-                peak_reserved_bytes=device.peak_reserved_bytes,
-                total_memory_bytes=device.total_memory_bytes,
-                peak_share=_share(device.peak_share),
-                series=tuple(
-                    t.MemorySample(at, allocated, reserved) for at, allocated, reserved in device.series
-                ),
-            )
-            for device in memory.devices
-        ),
-        allocator_calls=t.AllocatorCalls(
-            count=churn.calls,
-            host_ns=churn.call_ns,
-            by_name=tuple(
-                t.AllocatorCall(call=name, count=count, host_ns=ns) for name, count, ns in churn.by_name
-            ),
-            steady_steps=churn.steady_steps,
-            steps_with_calls=churn.steps_with_calls,
-        ),
     )
 
 
@@ -135,23 +97,7 @@ def result_of(report: Report) -> t.Result:
             step_syncs=analysis.step_syncs,
         ),
         utilization=utilization_of(total_usage(analysis.usage), bool(analysis.usage)),
-        devices=tuple(
-            t.Device(
-                device=device.device,
-                name=device.name,
-                span_ns=device.span_ns,
-                busy_ns=device.busy_ns,
-                idle_ns=device.idle_ns,
-                kernel_ns=device.kernel_ns,
-                copy_ns=device.copy_ns,
-                utilization=round(device.utilization, 4),
-                compute_ns=device.compute_ns,
-                communication_ns=device.communication_ns,
-                copy_exposed_ns=device.copy_exposed_ns,
-                idle_by_cause_ns=_causes(device.idle_by_cause_ns),
-            )
-            for device in analysis.devices
-        ),
+        devices=analysis.devices,
         steps=analysis.steps,
         idle_gaps=analysis.idle_gaps,
         memcpy=analysis.copies,
@@ -160,31 +106,9 @@ def result_of(report: Report) -> t.Result:
         sync_hotspots=analysis.sync_hotspots,
         latent_syncs=analysis.latent_syncs,
         findings=report.findings,
-        kernels=tuple(
-            t.Kernel(
-                device=stat.device,
-                name=stat.name,
-                count=stat.count,
-                total_ns=stat.total_ns,
-                mean_ns=stat.mean_ns,
-                max_ns=stat.max_ns,
-            )
-            for stat in analysis.kernels.kernels
-        ),
-        host=t.Host(
-            threads=analysis.host.threads,
-            cpu_ops=analysis.host.cpu_ops,
-            python_frames=analysis.host.python_frames,
-            dataloader_ns=analysis.host.dataloader_ns,
-            dataloader_count=analysis.host.dataloader_count,
-            top_ops=tuple(
-                t.HostOp(name=name, count=count, total_ns=total, self_ns=own)
-                for (name, count, total), own in zip(
-                    analysis.host.top_ops, analysis.host.top_ops_self, strict=True
-                )
-            ),
-        ),
-        memory=_memory(report),
+        kernels=analysis.kernels.kernels,
+        host=analysis.host,
+        memory=analysis.memory,
         flops=flops_of(analysis.flops),
         scopes=scopes_of(analysis.scopes),
         report=report,

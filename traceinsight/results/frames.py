@@ -18,6 +18,11 @@ every output; sizes in bytes. One trace's result (:func:`result_frames`):
 A job's result (:func:`job_frames`): ``ranks`` (one row per rank: step time, shares, time per step,
 lateness in collectives), ``rank_steps`` (per rank and steady step: wait, transfer, the rank waited
 for), ``stragglers`` and ``findings`` (each rule once, over the ranks).
+
+A comparison (:func:`comparison_frames`): ``metrics`` (one row per figure before and after, the
+idle causes after the metrics, ``group`` telling them apart), ``findings`` (fixed, new, still)
+and, of two traces, ``kernels``; of two jobs, ``ranks`` (each rank's figures as ``<key>_before``
+and ``<key>_after`` columns) and ``stragglers``.
 """
 
 from __future__ import annotations
@@ -30,10 +35,12 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 if TYPE_CHECKING:
+    from traceinsight.results.comparison import Comparison
     from traceinsight.results.job import JobResult
+    from traceinsight.results.job_comparison import JobComparison
     from traceinsight.results.trace import Result
 
-__all__ = ["job_frames", "result_frames"]
+__all__ = ["comparison_frames", "job_frames", "result_frames"]
 
 
 def _rows(items: Iterable[Any], drop: tuple[str, ...] = ()) -> list[dict[str, Any]]:
@@ -168,3 +175,41 @@ def job_frames(job: JobResult) -> dict[str, pl.DataFrame]:
         "stragglers": _frame(job, "stragglers"),
         "findings": _findings(job),
     }
+
+
+def _metrics(comparison: Comparison | JobComparison) -> pl.DataFrame:
+    rows = [
+        {"group": group, **row}
+        for group, metrics in (("metric", comparison.metrics), ("idle", comparison.idle))
+        for row in _rows(metrics)
+    ]
+    columns = {"group": pl.String, "key": pl.String, "label": pl.String, "unit": pl.String,
+               "before": pl.Float64, "after": pl.Float64}  # fmt: skip
+    return pl.DataFrame(rows, schema=columns)
+
+
+def comparison_frames(comparison: Comparison | JobComparison) -> dict[str, pl.DataFrame]:
+    """A comparison's tables (see the module doc)."""
+    frames = {"metrics": _metrics(comparison), "findings": _frame(comparison, "findings")}
+    for name in ("kernels", "stragglers"):
+        if hasattr(comparison, name):
+            frames[name] = _frame(comparison, name)
+    ranks = getattr(comparison, "ranks", None)
+    if ranks is not None:  # each rank's metrics as ``<key>_before`` and ``<key>_after`` columns
+        frames["ranks"] = pl.from_dicts(
+            [
+                {
+                    **{key: value for key, value in row.items() if key != "metrics"},
+                    **{
+                        f"{m.key}_{side}": getattr(m, side)
+                        for m in rank.metrics
+                        for side in ("before", "after")
+                    },
+                }
+                for rank, row in zip(ranks, _rows(ranks), strict=True)
+            ],
+            infer_schema_length=None,
+        )
+    if "severity" in frames["findings"].columns:
+        frames["findings"] = frames["findings"].with_columns(pl.col("severity").cast(pl.String))
+    return frames

@@ -17,9 +17,10 @@ the three kinds shared it, with the same keys).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from traceinsight.analysis.causes import CauseKind
 from traceinsight.analysis.usage import Usage
@@ -30,7 +31,10 @@ from traceinsight.results.stored import from_text
 from traceinsight.results.trace import SCHEMA_VERSION, Tool, Utilization
 from traceinsight.results.writer import strict_json
 from traceinsight.rules.findings import Severity
-from traceinsight.shown import html_of
+from traceinsight.shown import figures_of, html_of
+
+if TYPE_CHECKING:
+    import polars as pl
 
 #: A rank's clock is aligned on its collectives' ends when every end lies this close to the
 #: collective's median end once shifted (:mod:`traceinsight.job.combine`).
@@ -554,13 +558,22 @@ class JobResult:
         """A job's result from its JSON, read as untrusted input."""
         return from_text(text, cls)
 
+    def __repr__(self) -> str:
+        return f"JobResult({self.job.ranks} ranks, {len(self.findings)} findings)"
+
     @property
-    def frames(self) -> dict[str, Any]:
+    def charts(self) -> Mapping[str, object]:
+        """The job page's chart as a matplotlib Figure (``arrivals``: each collective's arrivals
+        across ranks), drawn on each call (a live job only); empty without matched collectives."""
+        return figures_of(self)
+
+    @property
+    def frames(self) -> dict[str, pl.DataFrame]:
         """The job's tables as polars DataFrames (``ranks``, ``stragglers``, ``findings``), made on
         first use (see :mod:`.frames`)."""
         if "frames" not in self._cache:
             self._cache["frames"] = job_frames(self)
-        frames: dict[str, Any] = self._cache["frames"]
+        frames: dict[str, pl.DataFrame] = self._cache["frames"]
         return frames
 
     def _repr_html_(self) -> str | None:

@@ -23,10 +23,11 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from statistics import median_low
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from traceinsight.results.codec import document_of, us
 from traceinsight.results.comparison import DiffTool, Metric, text
+from traceinsight.results.frames import comparison_frames
 from traceinsight.results.job import CAUSE_WORDS, JobFindingEntry, JobResult, Rank, StragglerEntry
 from traceinsight.results.noise import HOST_RUN_SPREAD, NO_CHANGE_MARGIN, estimate
 from traceinsight.results.stored import from_text
@@ -34,6 +35,9 @@ from traceinsight.results.trace import SCHEMA_VERSION
 from traceinsight.results.writer import strict_json
 from traceinsight.rules.findings import Severity
 from traceinsight.shown import html_of
+
+if TYPE_CHECKING:
+    import polars as pl
 
 __all__ = [
     "JobComparison",
@@ -184,6 +188,14 @@ class JobComparison:
 
     def _repr_html_(self) -> str | None:
         return html_of(self)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.before!r} -> {self.after!r}, {len(self.findings)} findings)"
+
+    @property
+    def frames(self) -> dict[str, pl.DataFrame]:
+        """The comparison's tables as polars DataFrames (see :mod:`.frames`), made on each call."""
+        return comparison_frames(self)
 
     @property
     def shown(self) -> tuple[Metric, ...]:

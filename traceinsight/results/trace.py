@@ -20,7 +20,9 @@ value ``other-gpu`` (a GPU waiting for another GPU of its process: a pipeline bu
 finding rule ``pipeline-bubble``; beside each ``source`` (idle gaps, sync hot spots, findings)
 ``source_line_kind`` (what the line is: ``call``, the call's line; ``def``, the first line of
 ``source_function``, as torch's stack names it; ``recording-start``, the line ``source_function``
-was on when recording began; null when the trace does not say) and ``source_function``; on sync
+was on when recording began; ``entry``, the lowest of several lines one caller entered a function
+of that name at: a generator's ``yield``s or several same-named functions, no def line claimed;
+null when the trace does not say) and ``source_function``; on sync
 hot spots and findings ``framework_call`` (framework code the calls happen in that reads values on
 the host by design, such as ``torch.optim.LBFGS``). ``source`` keeps its meaning: the frame's
 ``file:line``.
@@ -34,15 +36,20 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
+from traceinsight.analysis.kernels import Kernel
 from traceinsight.analysis.latent import LatentSync
+from traceinsight.analysis.memory import AllocatorCall, AllocatorCalls, Memory, MemoryDevice, MemorySample
 from traceinsight.analysis.pace import Pace
 from traceinsight.analysis.results import (
     COUNT,
     DURATION,
     SHARE,
     CopyGroup,
+    Device,
+    Host,
+    HostOp,
     IdleGap,
     Step,
     SyncCall,
@@ -56,6 +63,10 @@ from traceinsight.results.writer import result_json
 from traceinsight.rules.findings import Advice, Finding
 from traceinsight.shown import figures_of, html_of
 from traceinsight.version import __version__
+
+if TYPE_CHECKING:
+    import polars as pl
+    from matplotlib.figure import Figure
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -208,113 +219,6 @@ class Utilization:
     idle_share: float | None = field(metadata=SHARE)
     #: Idle by cause (:class:`~traceinsight.analysis.causes.CauseKind` values), largest first.
     idle_by_cause_ns: dict[str, int] = field(default_factory=dict, metadata={"check": "id"})
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Device:
-    """GPU time on one device (see :class:`traceinsight.analysis.results.DeviceTime`)."""
-
-    device: int
-    name: str | None
-    span_ns: int
-    busy_ns: int
-    idle_ns: int
-    kernel_ns: int
-    copy_ns: int
-    utilization: float
-    compute_ns: int
-    communication_ns: int
-    copy_exposed_ns: int
-    idle_by_cause_ns: dict[str, int]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Kernel:
-    """A kernel's launches on one device, by total time."""
-
-    device: int
-    name: str
-    count: int = field(metadata=COUNT)
-    total_ns: int = field(metadata=DURATION)
-    mean_ns: int = 0
-    max_ns: int = 0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class HostOp:
-    """A host operator: its top-level occurrences, their total and their own (self) time."""
-
-    name: str
-    count: int
-    total_ns: int
-    self_ns: int = 0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Host:
-    """The host-side view (see :class:`traceinsight.analysis.results.HostSummary`)."""
-
-    threads: int
-    cpu_ops: int
-    python_frames: int
-    dataloader_ns: int
-    dataloader_count: int
-    top_ops: tuple[HostOp, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class MemorySample:
-    """``[start_us, allocated, reserved]``: the largest values of a time slice."""
-
-    JSON_ARRAY: ClassVar[bool] = True
-    at_ns: int
-    allocated_bytes: int | None
-    reserved_bytes: int | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MemoryDevice:
-    """One device's memory (see :class:`traceinsight.analysis.memory.DeviceMemory`)."""
-
-    device: str
-    device_type: int
-    device_id: int
-    records: int
-    peak_allocated_bytes: int
-    peak_allocated_at_ns: int
-    allocated_is_lower_bound: bool
-    peak_reserved_bytes: int | None
-    total_memory_bytes: int | None
-    peak_share: float | None
-    series: tuple[MemorySample, ...] = ()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AllocatorCall:
-    """One allocator call's count and host time in the steady state."""
-
-    call: str
-    count: int
-    host_ns: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AllocatorCalls:
-    """The allocator's calls in the steady state."""
-
-    count: int = 0
-    host_ns: int = 0
-    by_name: tuple[AllocatorCall, ...] = ()
-    steady_steps: int = 0
-    steps_with_calls: int = 0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Memory:
-    """Peak memory per device and its series; the allocator's calls in the steady state."""
-
-    devices: tuple[MemoryDevice, ...] = ()
-    allocator_calls: AllocatorCalls = field(default_factory=AllocatorCalls)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -490,25 +394,32 @@ class Result:
         return self.trace.name
 
     @property
-    def frames(self) -> dict[str, Any]:
+    def frames(self) -> dict[str, pl.DataFrame]:
         """The result's tables as polars DataFrames (see :mod:`.frames`), made on first use."""
         if "frames" not in self._cache:
             self._cache["frames"] = result_frames(self)
-        frames: dict[str, Any] = self._cache["frames"]
+        frames: dict[str, pl.DataFrame] = self._cache["frames"]
         return frames
 
     @property
-    def charts(self) -> dict[str, Any]:
-        """The page's charts as SVG drawings (:class:`traceinsight.render.figures.Drawing`: each
-        shows itself in a notebook, ``.svg`` is its markup, ``.save(path)`` writes it), keyed by
-        name, made on first use (a live result only: a stored one has no timeline to draw)."""
+    def charts(self) -> dict[str, Figure]:
+        """The page's charts as matplotlib Figures (:class:`traceinsight.render.mpl.ChartFigure`:
+        drawn from the marks the page's SVG is written from, with its labels and colours; each
+        shows itself in a notebook, ``savefig`` writes PNG or PDF, ``.svg`` is the page's markup),
+        keyed by name, made on first use (a live result only: a stored one has no timeline to draw).
+        matplotlib is imported then, never by ``analyze``."""
         if "charts" not in self._cache:
             self._cache["charts"] = figures_of(self)
-        charts: dict[str, Any] = self._cache["charts"]
+        charts: dict[str, Figure] = self._cache["charts"]
         return charts
 
     def _repr_html_(self) -> str | None:
         return html_of(self)
+
+    def __repr__(self) -> str:
+        step = self.steady_state.step_time_ns
+        shown = "no steps" if step is None else f"step {step / 1e6:.2f} ms"
+        return f"Result({self.trace.name!r}, {shown}, {len(self.findings)} findings)"
 
     def replace(self, **changes: Any) -> Result:
         """A copy with ``changes`` (``dataclasses.replace``; the copy draws its tables afresh)."""

@@ -9,7 +9,7 @@ from traceinsight.analysis import Analysis
 from traceinsight.analysis.causes import CauseKind
 from traceinsight.analysis.replay import Fix
 from traceinsight.analysis.results import SyncHotspot, share_of
-from traceinsight.analysis.sources import CALL, DEF, LIBRARY, RECORDING_START, Located
+from traceinsight.analysis.sources import CALL, DEF, ENTRY, LIBRARY, RECORDING_START, Located
 from traceinsight.analysis.usage import Usage
 from traceinsight.formatting import format_duration, format_share, source_label, source_place
 from traceinsight.load import RunProfile
@@ -202,6 +202,13 @@ def source_evidence(
         what = (
             f"in `{function}`, on {source} when recording began: torch's stack keeps that line for a "
             "function already running, not the line of the call"
+        )
+    elif line_kind == ENTRY:
+        what = (
+            f"in `{function}`, entered at {source} or a later line of that file: torch's stack names a "
+            "frame by its `def` line, but a generator resumed by the line of its `yield`, and one caller "
+            f"entered `{function}` at several lines, so they are one generator or several functions "
+            "of that name; none is known to be where it is defined, nor the line of the call"
         )
     else:
         what = (

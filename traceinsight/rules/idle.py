@@ -394,7 +394,7 @@ def low_gpu_utilization(analysis: Analysis) -> Iterator[Finding]:
         claimed = {CauseKind.LAUNCH: launch_idle(analysis, usage) or 0}
         # the allocator's gaps are memory-pressure's when it fires (its churn card replays them)
         explained = _EXPLAINED | (
-            {CauseKind.ALLOCATOR} if churning(analysis, analysis.memory.churn) else frozenset()
+            {CauseKind.ALLOCATOR} if churning(analysis, analysis.memory.allocator_calls) else frozenset()
         )
         unexplained = sorted(
             (

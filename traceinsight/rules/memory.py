@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from traceinsight.analysis import Analysis
-from traceinsight.analysis.memory import AllocatorChurn, DeviceMemory
+from traceinsight.analysis.memory import AllocatorCalls, MemoryDevice
 from traceinsight.analysis.replay import Fix
 from traceinsight.formatting import format_duration, format_share, format_size
 from traceinsight.rules import advice
@@ -14,7 +14,7 @@ from traceinsight.rules.findings import Finding, Severity
 from traceinsight.rules.registry import rule
 
 
-def churning(analysis: Analysis, churn: AllocatorChurn) -> bool:
+def churning(analysis: Analysis, churn: AllocatorCalls) -> bool:
     """Allocator calls in at least ``allocator_churn_step_share`` of the steady steps (two at
     least); with fewer than two steady steps, at least ``allocator_churn_min_calls`` calls."""
     limits = analysis.thresholds
@@ -23,10 +23,10 @@ def churning(analysis: Analysis, churn: AllocatorChurn) -> bool:
             churn.steps_with_calls >= 2
             and churn.steps_with_calls / churn.steady_steps >= limits.allocator_churn_step_share
         )
-    return churn.calls >= limits.allocator_churn_min_calls
+    return churn.count >= limits.allocator_churn_min_calls
 
 
-def _near_limit(analysis: Analysis, device: DeviceMemory) -> Finding:
+def _near_limit(analysis: Analysis, device: MemoryDevice) -> Finding:
     share = device.peak_share or 0.0
     total = device.total_memory_bytes or 0
     which = "reserved" if (device.peak_reserved_bytes or 0) >= device.peak_allocated_bytes else "allocated"
@@ -49,7 +49,7 @@ def _near_limit(analysis: Analysis, device: DeviceMemory) -> Finding:
     return make_finding(
         analysis,
         saving_from_total(analysis, 0),
-        title=f"{device.label} reached {share:.0%} of its memory: {format_size(device.peak_bytes)} "
+        title=f"{device.device} reached {share:.0%} of its memory: {format_size(device.peak_bytes)} "
         f"{which} of {format_size(total)}",
         evidence=evidence,
         advice=advice.NEAR_MEMORY_LIMIT,
@@ -61,16 +61,16 @@ def _near_limit(analysis: Analysis, device: DeviceMemory) -> Finding:
     ).with_(saving_known=False, severity=Severity.MEDIUM)
 
 
-def _churn(analysis: Analysis, churn: AllocatorChurn) -> Finding:
-    names = ", ".join(f"{name} {count:,}" for name, count, _ in churn.by_name)
+def _churn(analysis: Analysis, churn: AllocatorCalls) -> Finding:
+    names = ", ".join(f"{call.call} {call.count:,}" for call in churn.by_name)
     place = (
         f"in {churn.steps_with_calls} of {churn.steady_steps} steady steps"
         if churn.steady_steps
         else "in the steady state"
     )
     evidence = [
-        ("allocator calls in the steady state", f"{churn.calls:,} ({names})"),
-        ("host time in them", in_saving_unit(analysis, churn.call_ns)),
+        ("allocator calls in the steady state", f"{churn.count:,} ({names})"),
+        ("host time in them", in_saving_unit(analysis, churn.host_ns)),
     ]
     if churn.steady_steps:
         evidence.append(
@@ -82,8 +82,8 @@ def _churn(analysis: Analysis, churn: AllocatorChurn) -> Finding:
     finding = make_finding(
         analysis,
         saving,
-        title=f"The allocator calls {' and '.join(name for name, _, _ in churn.by_name)} {place}: "
-        f"{churn.calls:,} calls, {per_step(analysis, churn.call_ns)} of host time",
+        title=f"The allocator calls {' and '.join(call.call for call in churn.by_name)} {place}: "
+        f"{churn.count:,} calls, {per_step(analysis, churn.host_ns)} of host time",
         evidence=evidence,
         advice=advice.ALLOCATOR_CHURN,
         why="Each cudaMalloc/cudaFree is a slow driver call, and cudaFree waits for the whole GPU "
@@ -102,5 +102,5 @@ def memory_pressure(analysis: Analysis) -> Iterator[Finding]:
         share = device.peak_share
         if share is not None and share >= limits.memory_pressure_share:
             yield _near_limit(analysis, device)
-    if churning(analysis, analysis.memory.churn):
-        yield _churn(analysis, analysis.memory.churn)
+    if churning(analysis, analysis.memory.allocator_calls):
+        yield _churn(analysis, analysis.memory.allocator_calls)

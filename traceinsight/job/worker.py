@@ -1,0 +1,163 @@
+"""A job's local workers: ``python -m traceinsight.job.worker`` processes, each analyzing one rank
+at a time (:func:`~.rank.analyze_rank`), driven by :class:`Workers`.
+
+A worker is a fresh interpreter started from this module, so it never imports the caller's
+``__main__``: ``traceinsight.analyze("traces/")`` works from a plain script with no ``if __name__
+== "__main__":`` guard (a ``multiprocessing`` pool, forkserver or spawn, re-imports that script in
+every worker, which then starts a pool of its own and dies: ``BrokenProcessPool``). Tasks go in
+on the worker's stdin and results come back on its own copy of stdout, pickled, one frame each
+(an 8-byte length, then the pickle): between this process and the workers it started, nothing
+else reads them. Whatever the analysis prints goes to stderr.
+
+A worker ends with the process that started it: it checks its parent every
+:data:`PARENT_CHECK_S` seconds and exits when the parent is gone (killed by ``SIGTERM`` or
+``SIGKILL``, whose ``finally`` never runs); ``SIGINT`` at a terminal reaches the whole process
+group, and :class:`Workers` stops its workers on the way out of any error.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Final
+
+from traceinsight.errors import TraceInsightError
+from traceinsight.job.rank import RankTask, analyze_rank
+from traceinsight.results.job import RankResult
+
+__all__ = ["PARENT_CHECK_S", "Workers", "serve"]
+
+#: How often a worker looks whether the process that started it is still there.
+PARENT_CHECK_S: Final = 0.5
+_LENGTH: Final = struct.Struct("<Q")
+
+
+class WorkerDied(TraceInsightError):
+    """A worker process ended without answering (killed, out of memory)."""
+
+
+def _send(stream: IO[bytes], value: object) -> None:
+    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_LENGTH.pack(len(data)) + data)
+    stream.flush()
+
+
+def _receive(stream: IO[bytes]) -> object | None:
+    """The next frame's value; None at the end of the stream."""
+    head = stream.read(_LENGTH.size)
+    if len(head) < _LENGTH.size:
+        return None
+    (length,) = _LENGTH.unpack(head)
+    data = stream.read(length)
+    if len(data) < length:
+        return None
+    value: object = pickle.loads(data)  # written by the process that started this one (or it)
+    return value
+
+
+def _watch_parent(parent: int) -> None:
+    """Exit this process once ``parent`` is no longer its parent (it ended)."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_CHECK_S)
+    os._exit(1)
+
+
+class Workers:
+    """``size`` worker processes; :meth:`run` analyzes one rank on an idle one (call it from up to
+    ``size`` threads at once). A context manager: leaving it stops every worker."""
+
+    def __init__(self, size: int) -> None:
+        command = [sys.executable, "-m", "traceinsight.job.worker", str(os.getpid())]
+        # The package where this process found it (a script may have put it on sys.path itself).
+        package_parent = str(Path(__file__).resolve().parents[2])
+        environment = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            [package_parent, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        )}  # fmt: skip
+        self._started: list[subprocess.Popen[bytes]] = []
+        self._idle: queue.SimpleQueue[subprocess.Popen[bytes] | None] = queue.SimpleQueue()
+        try:
+            for _ in range(size):
+                worker = subprocess.Popen(
+                    command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=environment
+                )
+                self._started.append(worker)
+                self._idle.put(worker)
+        except BaseException:
+            self.close()
+            raise
+
+    def run(self, task: RankTask) -> RankResult:
+        """``analyze_rank(task)`` in a worker: its result, or the error it raised, raised here."""
+        worker = self._idle.get()
+        if worker is None:  # closed
+            raise WorkerDied("the job's workers were stopped")
+        assert worker.stdin is not None and worker.stdout is not None
+        try:
+            _send(worker.stdin, task)
+            answer = _receive(worker.stdout)
+        except OSError:
+            answer = None
+        if answer is None:
+            raise WorkerDied(
+                f"the worker analyzing {task.shown_path or task.path} ended without a result (exit status "
+                f"{worker.wait()}); if it ran out of memory, give fewer --workers"
+            )
+        self._idle.put(worker)
+        if isinstance(answer, tuple) and len(answer) == 2 and isinstance(answer[1], RankResult):
+            return answer[1]
+        if isinstance(answer, tuple) and len(answer) == 2 and isinstance(answer[1], BaseException):
+            raise answer[1]
+        raise WorkerDied(
+            f"the worker analyzing {task.shown_path or task.path} answered {type(answer).__name__}"
+        )
+
+    def close(self) -> None:
+        """Stop every worker, and wake every :meth:`run` waiting for one."""
+        for _ in self._started:
+            self._idle.put(None)
+        for worker in self._started:
+            if worker.stdin is not None:
+                worker.stdin.close()
+            worker.kill()
+        for worker in self._started:
+            worker.wait()
+            if worker.stdout is not None:
+                worker.stdout.close()
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def serve(parent: int) -> None:
+    """A worker's loop: each task read from stdin analyzed, its result (or error) written back."""
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="traceinsight-parent").start()
+    tasks = os.fdopen(os.dup(0), "rb")
+    answers = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # what the analysis prints goes to stderr, never into the answers
+    while (task := _receive(tasks)) is not None:
+        assert isinstance(task, RankTask)
+        try:
+            answer: tuple[bool, object] = (True, analyze_rank(task))
+        except Exception as error:  # raised again where the task came from
+            answer = (False, error)
+        try:
+            _send(answers, answer)
+        except (pickle.PicklingError, TypeError, AttributeError) as error:  # an error that does not pickle
+            _send(answers, (False, TraceInsightError(f"{type(answer[1]).__name__}: {answer[1]} ({error})")))
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]))
