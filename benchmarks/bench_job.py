@@ -19,6 +19,11 @@ With ``--ahead`` the jobs are ``jobbuild.AheadPlan`` ones instead (small synthet
 collectives end together: a DataLoader rank and an ``.item()`` rank, 3 steps, 3.0 ms transfer), for
 many ranks at little cost per rank: the combining step (the wait/transfer split over every rank's
 small table of collectives) is then a larger share of the job, and "one rank alone" is one of them.
+For ``dask`` it also prints each worker's own maximum RSS (``ru_maxrss``, asked of the workers after
+the job: no poll misses a peak) against two baselines of one rank: ``analyze_rank`` alone in a bare
+process (``ru_maxrss``), and a worker of the same cluster that analyzed one rank through
+:func:`~traceinsight.job.execute.run_dask` (``ru_maxrss``), which holds what any dask worker holds
+(distributed, tornado, the worker's own state: about 30 MiB more here).
 
 Run::
 
@@ -65,7 +70,33 @@ if __name__ == "__main__":
     job = analyze_job_and_write([folder], Wanted(write_html=False, json=out), Reading(), JobOptions(dask=address),
                                 console=__import__("rich.console").console.Console(file=open("/dev/null", "w")))
     wall = time.perf_counter() - started
-    print(json.dumps({"wall": wall, "setup": setup, "stragglers": [s.rank for s in job.stragglers]}))
+    peaks = []
+    if mode == "dask":  # each worker's own maximum RSS, as the kernel counts it (no polling missed)
+        from distributed import Client
+        with Client(address) as client:
+            peaks = list(client.run(_maxrss).values())
+    print(json.dumps({"wall": wall, "setup": setup, "stragglers": [s.rank for s in job.stragglers],
+                      "worker_maxrss": max(peaks, default=0)}))
+"""
+
+MAXRSS = """
+def _maxrss():
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+"""
+
+ONE_RANK_DASK = """
+import sys
+from distributed import Client, LocalCluster
+from traceinsight.job import RankTask
+from traceinsight.job.execute import run_dask
+from traceinsight.thresholds import Thresholds
+
+if __name__ == "__main__":
+    cluster = LocalCluster(processes=True, n_workers=2, threads_per_worker=1, dashboard_address=None)
+    run_dask([RankTask(sys.argv[1], 0, 0, Thresholds())], cluster.scheduler_address)
+    with Client(cluster.scheduler_address) as client:
+        print(max(client.run(_maxrss).values()))
 """
 
 ONE_RANK = """
@@ -101,7 +132,7 @@ def run_job(folder: Path, mode: str) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "job.json"
         child = psutil.Popen(
-            [sys.executable, "-c", CHILD, str(folder), mode, str(out)],
+            [sys.executable, "-c", MAXRSS + CHILD, str(folder), mode, str(out)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -126,6 +157,18 @@ def one_rank_peak(path: Path = BASE) -> int:
         [sys.executable, "-c", ONE_RANK, str(path)], capture_output=True, text=True, check=True
     )
     return int(done.stdout.strip())
+
+
+def one_rank_dask_peak(path: Path) -> int:
+    """The maximum RSS of a dask worker (same cluster as ``dask`` jobs) that analyzed one rank."""
+    done = subprocess.run(
+        [sys.executable, "-c", MAXRSS + ONE_RANK_DASK, str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    return int(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -174,9 +217,11 @@ def ahead(args: argparse.Namespace) -> None:
         if not (folder / f"rank-{ranks - 1}.json").exists():
             make_ahead_job(folder, plan)
         one = one_rank_peak(folder / "rank-0.json")
+        one_dask = one_rank_dask_peak(folder / "rank-0.json") if "dask" in args.modes else 0
         size = sum(path.stat().st_size for path in folder.glob("rank-*.json"))
         print(
             f"{ranks} ranks, {size / 1e6:.0f} MB of JSON; analyze_rank on one rank alone: max RSS {one / 2**20:.0f} MiB"
+            + (f"; a dask worker that analyzed one rank: {one_dask / 2**20:.0f} MiB" if one_dask else "")
         )
         for mode in args.modes:
             figures = run_job(folder, mode)
@@ -188,6 +233,10 @@ def ahead(args: argparse.Namespace) -> None:
                   f"({worker / one:.2f}x one rank alone), of the job's process {main / 2**20:.0f} MiB "
                   f"({main / one:.2f}x), tree {int(figures['sum']) / 2**20:.0f} MiB; "  # type: ignore[call-overload]
                   f"stragglers {found} {check}", flush=True)  # fmt: skip
+            if mode == "dask":
+                exact = int(figures["worker_maxrss"])  # type: ignore[call-overload]
+                print(f"{ranks:>5}  dask a worker's own max RSS {exact / 2**20:.0f} MiB: {exact / one:.2f}x one rank "
+                      f"alone, {exact / one_dask:.2f}x a dask worker that analyzed one rank", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

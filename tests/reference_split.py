@@ -96,8 +96,27 @@ class StepWindow(NamedTuple):
     done: int
 
 
-def step_windows(events: list[dict[str, Any]], ns: Callable[[Any], int] | None = None) -> list[StepWindow]:
+def run_records_frames(document: dict[str, Any] | None) -> bool:
+    """Whether ``traceinsight run`` wrote the trace with frames recorded (``--stacks user``/``all``):
+    then its first ProfilerStep starts at its first recorded event (torch opens the range before
+    ``run`` switches its own recording on; that time is the tool's, not the user's step)."""
+    record = (document or {}).get("traceinsight")
+    return isinstance(record, dict) and record.get("stacks") in ("user", "all")
+
+
+#: The host categories whose first event inside the first step marks where ``run``'s recording began.
+_FIRST_EVENT_CATS = {"cpu_op", "python_function", "cuda_runtime", "cuda_driver", "user_annotation"}
+
+
+def step_windows(
+    events: list[dict[str, Any]],
+    ns: Callable[[Any], int] | None = None,
+    *,
+    first_at_first_event: bool = False,
+) -> list[StepWindow]:
     """The trace's steps in start order, from the raw events alone (see the module doc).
+    ``first_at_first_event`` (a trace of ``run`` recording frames, :func:`run_records_frames`):
+    the first ProfilerStep starts at the first host event inside it.
 
     Host ranges: ``ProfilerStep#N`` (the first of each N), else the windows between the ends of
     consecutive ``Optimizer.step#`` ranges of the most frequent name. Each GPU activity belongs to
@@ -129,6 +148,19 @@ def step_windows(events: list[dict[str, Any]], ns: Callable[[Any], int] | None =
             first_launch.setdefault(args["correlation"], ts)
         elif cat in GPU_KINDS:
             gpu.append((end, args.get("correlation"), int(args.get("device", e.get("pid"))), ts))
+    if profiler and first_at_first_event:
+        first = min(profiler, key=lambda s: (profiler[s], s))
+        start, stop = profiler[first]
+        inside = [
+            ns(e["ts"])
+            for e in events
+            if e.get("ph") == "X"
+            and e.get("cat") in _FIRST_EVENT_CATS
+            and not str(e.get("name", "")).startswith("ProfilerStep#")
+            and start <= ns(e["ts"]) < stop
+        ]
+        if inside and min(inside) > start:
+            profiler[first] = (min(inside), stop)
     if profiler:
         ranges = [(step, *profiler[step]) for step in sorted(profiler, key=lambda s: (profiler[s], s))]
     else:
@@ -176,7 +208,7 @@ def reference_split(path: Path) -> Split:
 
 def reference_gaps(path: Path) -> Gaps:
     """Each gap's cause, as the docs describe the rules (see the module doc)."""
-    _, events = read_events(path)
+    document, events = read_events(path)
     gpu: list[tuple[int, int, int, int | None, str]] = []  # device, start, end, correlation, name
     runtime: list[tuple[int, int, int, int, str, int | None]] = []  # pid, tid, ts, end, name, correlation
     ops: list[tuple[int, int, int, int, str]] = []
@@ -370,7 +402,10 @@ def reference_gaps(path: Path) -> Gaps:
     classified = [(device, start, end, cause(device, start, end)) for device, start, end in gaps]
 
     # steps on the GPU's clock; all steady in these traces
-    windows = [(step, begin, done) for step, _, _, begin, done in step_windows(events)]
+    windows = [
+        (step, begin, done)
+        for step, _, _, begin, done in step_windows(events, first_at_first_event=run_records_frames(document))
+    ]
     return Gaps(classified, windows, extent)
 
 

@@ -350,15 +350,19 @@ def test_a_run_on_a_gpu_names_the_examples_own_line_of_each_wait(name: str) -> N
 def test_per_step_busy_matches_a_plain_clipped_union(name: str) -> None:
     """Each step's GPU figures are over its window on the GPU's clock: from the step before's done
     to its own (the later of its ProfilerStep's end and the end of the GPU work it launched)."""
-    from reference_split import step_windows
+    from reference_split import run_records_frames, step_windows
 
-    raw = events(name)
+    document, raw = read_events(SAMPLES / name)
     gpu = [
         (_exact_ns(e["ts"]), _exact_ns(e["ts"]) + _exact_ns(e["dur"]))
         for e in raw
         if e.get("cat") in GPU_CATS
     ]
-    windows = {w.step: (w.begin, w.done) for w in step_windows(raw, _exact_ns)}
+    first_at_first_event = run_records_frames(document)
+    windows = {
+        w.step: (w.begin, w.done)
+        for w in step_windows(raw, _exact_ns, first_at_first_event=first_at_first_event)
+    }
     steps = {step.step: step for step in report(name).analysis.steps}
     assert sorted(steps) == sorted(windows)
     first_gpu = min(start for start, _ in gpu)

@@ -322,6 +322,44 @@ def test_dask_and_local_give_byte_identical_json(job8: Path, tmp_path: Path) -> 
     assert {s["rank"] for s in json.loads(local.read_text())["stragglers"]} == {2, 5}
 
 
+def _profiled_files(tree: dict[str, Any]) -> set[str]:
+    """Every file named in a dask profile tree (``client.profile()``)."""
+    files = {str(tree.get("description", {}).get("filename", ""))}
+    for child in tree.get("children", {}).values():
+        files |= _profiled_files(child)
+    return files
+
+
+def _profile_trees(dask_worker: Any) -> list[dict[str, Any]]:
+    """What a dask worker's profiler keeps: this second's tree and each past second's."""
+    return [dask_worker.profile_recent, *(tree for _, tree in dask_worker.profile_history)]
+
+
+def test_a_dask_workers_profiler_keeps_none_of_the_analysis_stacks(job8: Path) -> None:
+    """A dask worker's statistical profiler samples the threads running tasks every 10 ms and keeps
+    each second's tree of their stacks for 1,000 seconds: the analysis' deep stacks grew a worker
+    by about 0.5 MiB per second of work (issue 49). The rank is analyzed in a thread the profiler
+    does not sample: it samples the task waiting, in execute.py, and no frame of the analysis."""
+    distributed = pytest.importorskip("distributed")
+    from traceinsight.job import RankTask
+    from traceinsight.job.execute import run_dask
+    from traceinsight.thresholds import Thresholds
+
+    tasks = [RankTask(str(job8 / f"rank-{rank}.json.gz"), rank, rank, Thresholds()) for rank in (0, 1)]
+    with (
+        distributed.LocalCluster(
+            processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        results = run_dask(tasks, cluster.scheduler_address)
+        trees = [tree for kept in client.run(_profile_trees).values() for tree in kept]
+    assert [result.rank for result in results] == [0, 1]
+    ours = {name for tree in trees for name in _profiled_files(tree) if "traceinsight" in name}
+    assert sum(tree["count"] for tree in trees) > 0 and ours, "the profiler sampled the tasks"
+    assert {Path(name).name for name in ours} == {"execute.py"}, ours
+
+
 def test_local_job_never_imports_dask(job8: Path, tmp_path: Path) -> None:
     code = (
         "import sys\n"

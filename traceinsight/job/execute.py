@@ -8,8 +8,9 @@ their own (:mod:`.worker`), never a copy of the caller's ``__main__``: a plain s
 ``traceinsight.analyze("traces/")`` needs no main guard, and the workers end with the caller.
 
 Dask (``--dask ADDRESS`` or ``TRACEINSIGHT_DASK``): the same :func:`~.rank.analyze_rank` goes to an
-existing cluster with ``client.map``; the paths must be readable where the workers run. Only this
-path imports dask.
+existing cluster with ``client.map``, in a thread of its own on the worker (out of dask's profiler,
+whose kept stacks otherwise grow a worker with its busy seconds); the paths must be readable where
+the workers run. Only this path imports dask.
 """
 
 from __future__ import annotations
@@ -163,6 +164,21 @@ def run_local(
     return [found[index] for index in range(len(tasks))]
 
 
+def _analyze_rank_unsampled(task: RankTask) -> RankResult:
+    """:func:`~.rank.analyze_rank` in a thread of its own, for a dask worker.
+
+    A dask worker's statistical profiler (``distributed.worker.profile``, on by default) samples
+    the threads running tasks every 10 ms and keeps each second's tree of their stacks, for the
+    last ``distributed.admin.low-level-log-length`` (1,000) seconds, twice (all tasks and per
+    task name). The analysis' stacks are deep and many, about 0.4 MiB of trees per second of
+    work: a worker grew by ~20 MiB over a 1,000-rank job (about 50 s of work each), and at that
+    rate could grow by some hundreds over a long one (1,000 seconds kept). Here the task's thread
+    only waits, so each sample is this one short stack: 1,000 ranks left a worker within 1.1x of
+    one that analyzed one rank (benchmarks/job-results-2026-12-05-i49-dask.txt)."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="traceinsight-rank") as thread:
+        return thread.submit(analyze_rank, task).result()
+
+
 def run_dask(
     tasks: Sequence[RankTask],
     address: str,
@@ -185,7 +201,7 @@ def run_dask(
             "or drop --dask / TRACEINSIGHT_DASK to analyze locally"
         ) from None
     with client:
-        futures = client.map(analyze_rank, list(tasks), pure=False)
+        futures = client.map(_analyze_rank_unsampled, list(tasks), pure=False)
         for done, _ in enumerate(distributed.as_completed(futures), start=1):
             if progress is not None:
                 progress(done, len(tasks))
