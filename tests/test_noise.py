@@ -430,3 +430,133 @@ def test_several_runs_beside_a_job_are_refused_in_one_line(stored: dict[str, Pat
     code, _, stderr = invoke("diff", str(folder), str(SAMPLES / "two_ranks"), "--no-html")
     (line,) = [line for line in stderr.splitlines() if line.startswith("traceinsight: error: ")]
     assert code == 2 and "the results of 2 runs" in line and "Traceback" not in stderr
+
+
+def test_run_repeat_keeps_cycles_that_a_diff_pools(tmp_path: Path) -> None:
+    """``run --repeat 2`` twice (nothing changed), each into its own folder: every cycle's
+    trace is kept, and a diff of the two folders pools them, 2 runs a side, without breaking
+    ``--max-regression 5``. The pooled step time lies among the raw steps of its side's cycles."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    (tmp_path / "train.py").write_text(TRAIN)
+    repo = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    # The two runs side by side, so that both meet the same load on a shared machine (one after
+    # the other, a load that came or went between them moved the step time 90x here).
+    running = {}
+    for side in ("before", "after"):
+        (tmp_path / side).mkdir()
+        running[side] = subprocess.Popen(
+            [sys.executable, "-m", "traceinsight", "run", "--no-html", "--stacks", "none",
+             "--wait", "1", "--warmup", "1", "--active", "4", "--repeat", "2",
+             "--trace", f"{side}/train.pt.trace.json.gz", "train.py"],
+            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+    for process in running.values():
+        _, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, stderr
+        assert "kept 2 profiler cycles" in stderr
+    raw = {
+        side: [raw_step_times_us(path) for path in sorted((tmp_path / side).iterdir())]
+        for side in ("before", "after")
+    }
+    assert [len(steps) for side in raw.values() for steps in side] == [4, 4, 4, 4]
+    out = tmp_path / "pooled.json"
+    code, stdout, stderr = invoke(
+        "diff", str(tmp_path / "before"), str(tmp_path / "after"), "--no-html", "--json", str(out),
+        "--max-regression", "5",
+    )  # fmt: skip
+    assert code == 0, stderr
+    assert "pooled 2 runs before and 2 after" in stdout
+    document = json.loads(out.read_text())
+    assert document["before_runs"] == document["after_runs"] == 2
+    step = next(m for m in document["metrics"] if m["key"] == "step_time")
+    for name, side in (("before", raw["before"]), ("after", raw["after"])):
+        steps = [value for cycle in side for value in cycle]
+        assert min(steps) - 0.01 <= step[name] <= max(steps) + 0.01
+    assert step["verdict"] != "slower"
+
+
+# --- host syncs per step: a count with an interval ------------------------------------------------
+
+
+def _sync_steps(path: Path, syncs: list[int]) -> Path:
+    """A trace of ``len(syncs)`` steps of 1 ms, each with two kernels and ``syncs[i]``
+    cudaStreamSynchronize calls (each after a kernel, so the GPU idles after it)."""
+    from tracebuild import annotation, launch, runtime, write_trace
+
+    events: list[dict[str, object]] = []
+    for step, count in enumerate(syncs):
+        start = step * 1000
+        events.append(annotation(f"ProfilerStep#{step}", start, 1000))
+        events += launch(start + 10, start + 20, 100)
+        for k in range(count):
+            events.append(runtime("cudaStreamSynchronize", start + 200 + k * 50, 30))
+        events += launch(start + 700, start + 710, 100)
+    return write_trace(path, events)
+
+
+def _steps_in(path: Path, name: str) -> list[int]:
+    """Per ProfilerStep range (raw events, in order): how many ``name`` runtime calls start in it."""
+    _, events = read_events(path)
+    steps = sorted(
+        (
+            e
+            for e in events
+            if e.get("cat") == "user_annotation" and str(e["name"]).startswith("ProfilerStep#")
+        ),
+        key=lambda e: float(e["ts"]),
+    )
+    calls = [float(e["ts"]) for e in events if e.get("cat") == "cuda_runtime" and e["name"] == name]
+    return [sum(float(s["ts"]) <= ts < float(s["ts"]) + float(s["dur"]) for ts in calls) for s in steps]
+
+
+def test_each_steady_step_keeps_its_host_syncs_counted_from_the_raw_events(tmp_path: Path) -> None:
+    """``steady_state.step_syncs``: one count per steady step, the same as the raw events'
+    cudaStreamSynchronize calls inside that step (a real run: ``.item()`` every step, whose
+    cudaMemcpyAsync + cudaStreamSynchronize are one wait; a hand-made trace, 0-3 a step)."""
+    out = tmp_path / "item.json"
+    trace = SAMPLES / "h200_run_item_every_step.pt.trace.json.gz"
+    assert invoke("analyze", str(trace), "--no-html", "--json", str(out))[0] == 0
+    document = json.loads(out.read_text())
+    steady = sorted({step["step"] for step in document["steps"] if step["steady"]})
+    raw = dict(zip(range(3, 8), _steps_in(trace, "cudaStreamSynchronize")[:5], strict=True))
+    assert steady and document["steady_state"]["step_syncs"] == [raw[n] for n in steady]
+    made = _sync_steps(tmp_path / "made.json", [0, 2, 1, 3, 2, 0, 1, 2])
+    out = tmp_path / "made-result.json"
+    assert invoke("analyze", str(made), "--no-html", "--json", str(out))[0] == 0
+    document = json.loads(out.read_text())
+    steady = sorted({step["step"] for step in document["steps"] if step["steady"]})
+    counts = _steps_in(made, "cudaStreamSynchronize")
+    assert len(steady) >= 4 and document["steady_state"]["step_syncs"] == [counts[n] for n in steady]
+
+
+def test_syncs_per_step_gets_an_interval_and_a_verdict(tmp_path: Path) -> None:
+    """The same syncs every step: ``no change`` (0 to 0); two more in every step: ``higher``, the
+    interval exactly +2 (no step varies, and a count has no run-to-run allowance); counts that vary
+    from step to step: an interval around the change that holds it."""
+    same = _sync_steps(tmp_path / "same.json", [1] * 8)
+    more = _sync_steps(tmp_path / "more.json", [3] * 8)
+    varied = _sync_steps(tmp_path / "varied.json", [0, 3, 1, 4, 0, 3, 1, 4])
+
+    def syncs(before: Path, after: Path) -> dict[str, object]:
+        out = tmp_path / "diff.json"
+        assert invoke("diff", str(before), str(after), "--no-html", "--json", str(out))[0] == 0
+        metric: dict[str, object] = next(
+            m for m in json.loads(out.read_text())["metrics"] if m["key"] == "syncs_per_step"
+        )
+        return metric
+
+    unchanged = syncs(same, same)
+    assert (unchanged["lower"], unchanged["upper"], unchanged["verdict"]) == (0, 0, "no change")
+    grew = syncs(same, more)
+    raw_same, raw_more = _steps_in(same, "cudaStreamSynchronize"), _steps_in(more, "cudaStreamSynchronize")
+    step_change = statistics.median(raw_more) - statistics.median(raw_same)
+    assert step_change == 2 and grew["change"] == step_change
+    assert (grew["lower"], grew["upper"], grew["verdict"]) == (2, 2, "higher")
+    spread = syncs(same, varied)
+    assert isinstance(spread["lower"], float) and isinstance(spread["upper"], float)
+    assert spread["lower"] < spread["change"] < spread["upper"] and spread["upper"] > spread["lower"] + 0.5

@@ -205,13 +205,24 @@ def test_script_ending_inside_the_active_window_keeps_the_partial_window(
     assert "the trace holds 2 complete steps of the 5 asked for" in run.stderr
 
 
-def test_schedule_options_and_the_last_complete_window_is_kept(tmp_path: Path, probe_record: Path) -> None:
+def test_schedule_options_and_every_cycle_of_repeat_is_kept(tmp_path: Path, probe_record: Path) -> None:
+    """``--repeat 2``: each cycle's window in a file of its own, named as tensorboard_trace_handler
+    names cycles (``run.<time_ns>.pt.trace.json.gz``); the report is of the last; nothing is
+    written at ``--trace``'s own name."""
     run = run_in_process(
         tmp_path, "--wait", "2", "--warmup", "1", "--active", "3", "--repeat", "2", str(PROBE), "steps=20"
     )
     assert run.exit_code == 0, run.stderr
-    # Cycles of 6 steps: active 3-5, then 9-11; the second window is the one kept.
-    assert run.step_names() == ["ProfilerStep#9", "ProfilerStep#10", "ProfilerStep#11"]
+    assert not run.trace.exists()
+    cycles = sorted(tmp_path.glob("run.*.pt.trace.json.gz"), key=lambda path: int(path.name.split(".")[1]))
+    assert len(cycles) == 2 and all(len(path.name.split(".")[1]) >= 10 for path in cycles), cycles
+    # Cycles of 6 steps: active 3-5, then 9-11, each in its own file.
+    names = [RunResult(0, "", "", path, run.report).step_names() for path in cycles]
+    assert names == [[f"ProfilerStep#{n}" for n in (3, 4, 5)], [f"ProfilerStep#{n}" for n in (9, 10, 11)]]
+    assert f"kept 2 profiler cycles, one trace each, in {tmp_path}" in run.stderr.replace("\n", " ")
+    assert f"trace written: {cycles[1]}" in run.stderr or f"trace written: {cycles[1].name}" in run.stderr
+    # The report is of the last cycle: its page names that file.
+    assert cycles[1].name in run.report.read_text(encoding="utf-8")
 
 
 def test_schedule_recording_from_step_zero(tmp_path: Path, probe_record: Path) -> None:

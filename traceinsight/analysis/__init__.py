@@ -119,6 +119,8 @@ class Analysis:
     #: GPU time, idle inside and FLOPs by ``nn.Module`` and by ``record_function`` region, as
     #: trees over the steady state (:mod:`.modules`).
     scopes: ScopeTimes = NO_SCOPES
+    #: Each steady step's host syncs (waits), in the steps' order (:func:`.syncs.steady_step_syncs`).
+    step_syncs: tuple[int, ...] = ()
 
     @property
     def span_ns(self) -> int:
@@ -353,6 +355,7 @@ def _analyze(
         overlap=copies.overlap_ratios(copy_groups),
         syncs=syncs.sync_calls(calls),
         sync_hotspots=syncs.sync_hotspots(calls, idle_after, iterations, classified, steady),
+        step_syncs=syncs.steady_step_syncs(calls, steady),
         host=host_ops,
         timeline=timeline_later(),
         kernels=steady_only.kernels,

@@ -231,6 +231,27 @@ def sync_calls(calls: pl.DataFrame) -> tuple[SyncCall, ...]:
     )
 
 
+def steady_step_syncs(calls: pl.DataFrame, steady: SteadySteps) -> tuple[int, ...]:
+    """Each steady step's host syncs, in the steps' order: the waits (as
+    :func:`sync_hotspots` counts them, a copy call and the sync right after it one wait) whose
+    first call starts inside the step's host range and the steady state's windows. Their sum is
+    the hot spots' ``steady_count`` summed (a wait inside the steady state is inside one of its
+    steps' host ranges). Empty without steady steps."""
+    steps = steady.steady_steps
+    if not steps:
+        return ()
+    if calls.is_empty():
+        return (0,) * len(steps)
+    firsts = (
+        calls.sort("key").group_by("wait", maintain_order=True).agg(pl.col("ts").first()).get_column("ts")
+    )
+    firsts = firsts.filter(within(firsts, steady.windows)).cast(pl.Int64).sort()
+    # Disjoint host ranges [start, end): each wait counted in the one that holds it.
+    low = firsts.search_sorted(pl.Series([step.start_ns for step in steps], dtype=pl.Int64), side="left")
+    high = firsts.search_sorted(pl.Series([step.end_ns for step in steps], dtype=pl.Int64), side="left")
+    return tuple(int(count) for count in (high.cast(pl.Int64) - low.cast(pl.Int64)).to_list())
+
+
 def sync_hotspots(
     calls: pl.DataFrame,
     idle_after: pl.DataFrame,

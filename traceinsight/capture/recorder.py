@@ -12,7 +12,10 @@ How the windows work. Steps are numbered from 0; step 0 is the start-up plus the
   active, repeat)``, numbered so that its ``ProfilerStep#N`` is global step N) records the active
   steps with shapes and the stacks ``--stacks`` asks for (``user``: :mod:`.frames`; ``all``:
   torch's own tracer; ``none``). Each completed active window is exported over the same file
-  (:mod:`.export`), so the file holds the last complete window.
+  (:mod:`.export`), so the file holds the last complete window; with ``--repeat`` other than 1
+  (:attr:`.settings.ProfileSettings.keeps_cycles`) each window goes to a file of its own instead,
+  named as ``tensorboard_trace_handler`` names its cycles (:func:`cycle_path`), so that ``diff``
+  pools the cycles of a run (and of repeated runs) as one side of several runs.
 - When the script ends in the middle of an active window, that partial window is exported only if
   no complete window was written before it.
 - The memory budget (:mod:`.memory`): when a window would cost more, the start-up recording is
@@ -80,6 +83,7 @@ __all__ = [
     "Stacks",
     "TraceRecorder",
     "cuda_available",
+    "cycle_path",
     "require_torch",
 ]
 
@@ -128,6 +132,9 @@ class CaptureResult:
     """Wall time of each step that ran unrecorded after the written window (the first
     :data:`_BASELINE_STEPS`, in order; the first one also wrote the trace): the steady steps that
     tell what recording cost, which the trace cannot hold (it is written before they run)."""
+    cycles: tuple[Path, ...] = field(default_factory=tuple)
+    """With :attr:`~.settings.ProfileSettings.keeps_cycles`: every window's file, in the order
+    written (:attr:`trace` is the last)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +150,22 @@ class StepUsage:
     cpu_wait_ns: int | None
     #: The machine's 1-minute load average at the step's end (None where not measured).
     load_1m: float | None
+
+
+def cycle_path(trace: Path, time_ns: int) -> Path:
+    """Where one cycle's window is written when every cycle is kept: ``--trace``'s name with the
+    cycle's time (ns since the epoch) before ``.pt.trace.json[.gz]``, as
+    ``tensorboard_trace_handler`` names its cycles (``<worker>.<time_ns>.pt.trace.json``):
+    ``run.pt.trace.json.gz`` → ``run.1733390000123456789.pt.trace.json.gz``. Kept gzip'd when
+    ``--trace`` is."""
+    name = trace.name
+    gz = name.endswith(".gz")
+    stem = name[: -len(".gz")] if gz else name
+    for suffix in (".pt.trace.json", ".json"):
+        if stem.endswith(suffix):
+            stem = stem[: -len(suffix)]
+            break
+    return trace.with_name(f"{stem or 'trace'}.{time_ns}.pt.trace.json{'.gz' if gz else ''}")
 
 
 def _cpu_wait_ns() -> int | None:
@@ -249,6 +272,7 @@ class TraceRecorder:
         self._steps_in_window = 0
         self._steps_in_trace = 0
         self._trace_written = False
+        self._cycles: list[Path] = []
         self._export: ExportResult | None = None
         self._export_error: str | None = None
         self._profiler_error: str | None = None
@@ -391,7 +415,7 @@ class TraceRecorder:
 
     def _result(self) -> CaptureResult:
         return CaptureResult(
-            trace=self.trace_path if self._trace_written else None,
+            trace=(self._cycles[-1] if self._cycles else self.trace_path) if self._trace_written else None,
             steps_run=self._marker.steps_ended,
             steps_in_trace=self._steps_in_trace,
             # a window stopped for memory stopped counting steps too: it is not the whole run
@@ -408,6 +432,7 @@ class TraceRecorder:
             foreign_partial=tuple(sorted(self._foreign.partial)),
             step_usage=tuple(self._window_usage),
             after_window_ns=tuple(self._after_window_ns) if self._trace_written else (),
+            cycles=tuple(self._cycles),
         )
 
     @contextlib.contextmanager
@@ -565,7 +590,7 @@ class TraceRecorder:
             steps = self._steps_in_window
             self.events.say(f"recorded {steps} step{'' if steps == 1 else 's'}; writing the trace…")
             with warnings.catch_warnings(), self._writing_window():
-                # Said when a second cycle starts; keeping only the last window is what we want.
+                # Said when a second cycle starts: each window was written when it closed.
                 warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
                 self._scheduled_profiler.step()
             self._release_written()
@@ -725,11 +750,16 @@ class TraceRecorder:
             return  # keep the last complete window rather than the partial one the script ended in
         steps_in_window = self._steps_in_window
         self._steps_in_window = 0
+        destination = self.trace_path
+        if self.settings.keeps_cycles:
+            destination = cycle_path(self.trace_path, time.time_ns())
         try:
-            self._export = write_trace(profiler, self.trace_path, self._progress, self._run_record())
+            self._export = write_trace(profiler, destination, self._progress, self._run_record())
         except OSError as error:
             self._export_error = f"{error.strerror or error}"
             return
+        if self.settings.keeps_cycles:
+            self._cycles.append(destination)
         self._trace_written = True
         self._steps_in_trace = steps_in_window
         self.events.written(self._export)

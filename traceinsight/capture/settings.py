@@ -26,7 +26,8 @@ class ProfileSettings:
     active: int = 5
     """Steps recorded into the trace."""
     repeat: int = 1
-    """How many wait/warm-up/active cycles to run (0: until the script ends); the last one is kept."""
+    """How many wait/warm-up/active cycles to run (0: until the script ends); with more than one,
+    every cycle's trace is kept (:attr:`keeps_cycles`)."""
     profile_memory: bool = False
     """Record allocator events (``[memory]`` instant events)."""
     stacks: Stacks = "user"
@@ -38,6 +39,16 @@ class ProfileSettings:
     record_startup: bool = True
     """Record from the start (the start-up window). False under torchrun: a gloo process group and
     DDP built while a profiler records deadlock at exit (see :mod:`.distributed`)."""
+
+    keep_cycles: bool = True
+    """With ``repeat`` other than 1, write each cycle to its own file (named as
+    ``tensorboard_trace_handler`` names its cycles, so that ``diff`` pools them); False under
+    torchrun, where a folder of ranks' traces must stay one trace a rank (the last cycle is kept)."""
+
+    @property
+    def keeps_cycles(self) -> bool:
+        """True when every cycle is written to its own file, not the last one over the trace."""
+        return self.repeat != 1 and self.keep_cycles
 
     @property
     def first_active_step(self) -> int:

@@ -166,7 +166,10 @@ def run(
         typer.Option(
             metavar="N",
             min=0,
-            help="Wait/warm-up/active cycles (0: until the script ends); the last is kept.",
+            help="Wait/warm-up/active cycles (0: until the script ends). With more than one, every "
+            "cycle's trace is kept, named as tensorboard_trace_handler names its cycles (--trace's name "
+            "with the cycle's time: run.<time_ns>.pt.trace.json.gz); the report is of the last. "
+            "traceinsight diff pools a folder (or quoted pattern) of them as one side of several runs.",
         ),
     ] = _DEFAULTS.repeat,
     memory: Annotated[
@@ -265,7 +268,7 @@ def run(
         )
         rank = rank_info()
         if rank is not None:
-            settings = dataclasses.replace(settings, record_startup=False)
+            settings = dataclasses.replace(settings, record_startup=False, keep_cycles=False)
         paths = _output_paths(target, trace, output, json_out, rank, force=force, markdown=markdown,
                               write_html=not no_html)  # fmt: skip
     except TraceInsightError as error:
@@ -395,7 +398,21 @@ def profile_and_report_steps(
         return _no_report_status(outcome, failure)
     if rank is not None and rank.rank == 0:
         _say_job_files(say, paths, rank)
+    if len(capture.cycles) > 1:
+        _say_cycles(say, capture.cycles)
     return exit_like_python(outcome)
+
+
+def _say_cycles(say: _Speaker, cycles: tuple[Path, ...]) -> None:
+    """With ``--repeat``: the cycles kept, and how a diff pools them (the summary is the last's)."""
+    folder = _shown(cycles[0].parent)
+    say(
+        f"kept {len(cycles)} profiler cycles, one trace each, in {folder}: "
+        + ", ".join(path.name for path in cycles)
+        + "; the report above is of the last. traceinsight diff pools a folder of one run's cycles "
+        "(or a quoted pattern of them) as one side of several runs: traceinsight diff BEFORE_FOLDER "
+        "AFTER_FOLDER"
+    )
 
 
 def _no_report_status(outcome: ScriptOutcome, failure: int) -> int:

@@ -690,6 +690,8 @@ def step_figures(result: Result) -> dict[str, list[float]]:
             add("step_time", us(max(step.span_ns for step in steps)))
     if times:
         figures["step_time"] = times
+    if result.steady_state.step_syncs:
+        figures["syncs_per_step"] = [float(count) for count in result.steady_state.step_syncs]
     return figures
 
 
@@ -753,6 +755,11 @@ def compare(
         if metric.key == "gpu_work":
             spreads = (GPU_RUN_SPREAD * middle_before, GPU_RUN_SPREAD * middle_after)
             margin = NO_CHANGE_MARGIN * middle_before
+        elif metric.key == "syncs_per_step":
+            # A count the code sets, not the machine: no run-to-run allowance (several runs a side
+            # still add their own spread); less than one sync per step either way is no change.
+            spreads = (0.0, 0.0)
+            margin = SYNCS_NO_CHANGE
         elif metric.unit == "share":
             spreads = (HOST_RUN_SPREAD * middle_before, HOST_RUN_SPREAD * middle_after)
             margin = NO_CHANGE_MARGIN
@@ -862,6 +869,10 @@ def compare(
         moved=(*lines, *what_moved(comparison)),
         predictions=predictions(comparison),
     )
+
+
+#: The largest change of host syncs per step that is "no change": under one sync per step.
+SYNCS_NO_CHANGE: Final = 0.5
 
 
 #: A run whose steps' thread waited for a CPU this share of their wall time (median) or more was

@@ -94,6 +94,7 @@ def result_of(report: Report) -> t.Result:
             startup_end_ns=None if steady.startup_end_ns is None else steady.startup_end_ns - origin,
             startup_evidence=steady.startup_evidence,
             step_times_ns=tuple(step.duration_ns for step in steady.steady_steps),
+            step_syncs=analysis.step_syncs,
         ),
         utilization=utilization_of(total_usage(analysis.usage), bool(analysis.usage)),
         devices=analysis.devices,

@@ -199,6 +199,10 @@ class SteadyState:
     #: Every steady step's time, in the trace's order (``step_time_ns`` is their median): what a
     #: diff's interval is drawn from when the trace has no GPU steps (schema 3).
     step_times_ns: tuple[int, ...] = ()
+    #: Every steady step's host syncs (waits, as ``sync_hotspots`` count them), in the same
+    #: order: what a diff's interval of the syncs per step is drawn from (schema 3; empty in a
+    #: file written before it, whose syncs per step are then shown, not judged).
+    step_syncs: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
