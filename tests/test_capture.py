@@ -638,3 +638,26 @@ def test_memory_budget_stopping_the_first_recorded_step_is_not_a_run_without_ste
     assert run["steps_recorded"] == 0
     with gzip.open(tmp_path / "t.pt.trace.json.gz", "rt", encoding="utf-8") as stream:
         assert json.load(stream)["traceinsight"]["cutShort"] is True  # no count "per step" over it
+
+
+@pytest.mark.parametrize("slowed", [False, True])
+def test_recording_cost_is_told_from_the_steady_steps_after_the_window(slowed: bool, tmp_path: Path) -> None:
+    """Steps 1-3 are quick start-up steps, the rest take 80 ms: against the steps just before the
+    window every recorded step looked many times slower. The trace now holds each step before the
+    window, run's report adds those after it (preferred), and the warning comes only from a real
+    slowdown (400 ms while recording)."""
+    words = ["--wait", "4", "--warmup", "0", "--active", "3"]  # steps 4-6 recorded
+    script = str(SCRIPTS / "steps_slower_when_recorded.py")
+    result, trace, _, findings = run_cli(tmp_path, *words, script, *(["slowed"] if slowed else []))
+    assert result.exit_code == 0, result.stderr
+    with gzip.open(trace, "rt", encoding="utf-8") as stream:
+        record = json.load(stream)["traceinsight"]
+    # the steps that ran unrecorded before the window (step 0 is never kept): all but the first
+    # (which also started the profiler) were quick ones, the baseline that said "N % more" before
+    before = record["unprofiledStepsNs"]
+    assert len(before) == 3 and max(before[1:]) < 10_000_000, before
+    document = json.loads(findings.read_text())
+    cost = [w for w in document["warnings"] if w["kind"] == "recording-cost"]
+    assert bool(cost) == slowed, cost
+    if slowed:
+        assert "unrecorded steps after the window" in cost[0]["message"]

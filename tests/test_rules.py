@@ -130,6 +130,53 @@ def test_a_sync_in_most_steps_gets_its_card_counted_as_it_is(tmp_path: Path) -> 
     assert not any(f.rule == "sync-in-loop" and "train.py:60" in f.title for f in evaluate(analysis))
 
 
+def test_three_syncs_in_one_step_are_not_a_sync_in_most_steps(tmp_path: Path) -> None:
+    """The "most steps" rule counted occurrences: three ``.item()`` at one line inside one of five steady
+    steps passed as most steps and got a card. The steps are counted now, from the raw events."""
+    import copy
+
+    loop = item_loop(steps=5)
+    frames = [e for e in loop.events if e.get("cat") == "python_function"]
+    kept = 3  # only this step's item() stays on line 52; the others move to lines of their own
+    for index, (start, end) in enumerate(loop.steps):
+        (inside,) = [e for e in frames if start <= e["ts"] < end]
+        if index != kept:
+            inside["name"] = f"train.py({60 + index}): train_step"
+    start, end = loop.steps[kept]
+    first = [e for e in loop.events if e.get("pid") == 100 and start <= e["ts"] < end and e.get("cat") in
+             ("python_function", "cpu_op", "cuda_runtime") and not e["name"].startswith("cudaLaunch")]  # fmt: skip
+    copy_event = next(
+        e for e in loop.events if e.get("cat") == "gpu_memcpy" and start <= e["ts"] < end + 3000
+    )
+    gpu_free = max(e["ts"] + e["dur"] for e in loop.events if e.get("pid") == 0)
+    for repeat in (1, 2):  # two more item() at line 52 in the host time after the first one
+        shift = first[-1]["ts"] + first[-1]["dur"] + 60 * repeat - first[0]["ts"]
+        correlation = 900_000 + repeat
+        for event in [*first, copy_event]:
+            twin = copy.deepcopy(event)
+            twin["ts"] = (
+                max(event["ts"] + shift, gpu_free + 10 * repeat)
+                if event is copy_event
+                else event["ts"] + shift
+            )
+            if twin["name"] == "cudaStreamSynchronize":
+                twin["dur"] = 4
+            elif twin.get("cat") in ("python_function", "cpu_op"):
+                twin["dur"] = 8
+            if twin["name"] in ("cudaMemcpyAsync", "Memcpy DtoH (Device -> Pageable)"):
+                twin["args"]["correlation"] = correlation
+            loop.events.append(twin)
+    analysis = analysis_of(tmp_path, loop.events)
+    steady = [step.step for step in analysis.steady.steady_steps]
+    at_52 = [e for e in loop.events if e.get("name") == "train.py(52): train_step"]
+    in_steps = {n for n in steady for e in at_52 if loop.steps[n][0] <= e["ts"] < loop.steps[n][1]}
+    in_steady = [e for e in at_52 if any(loop.steps[n][0] <= e["ts"] < loop.steps[n][1] for n in steady)]
+    assert len(in_steady) == 3 and len(in_steps) == 1 and len(steady) == 5  # 3 > 5 / 2, yet in one step
+    assert not [f.title for f in evaluate(analysis) if "train.py:52" in f.title]
+    (hotspot,) = [h for h in analysis.sync_hotspots if h.source == "train.py:52"]
+    assert (hotspot.steady_count, hotspot.steady_steps_with) == (3, 1)
+
+
 def test_sync_in_loop_quiet_when_the_sync_happens_once(tmp_path: Path) -> None:
     events = copy_loop(kind="Memcpy HtoD (Pinned -> Device)", sync_after=False, copy_stream=9).events
     events.append(runtime("cudaDeviceSynchronize", 400, 10))

@@ -58,6 +58,8 @@ class LatentSync:
     frequent operator; for CPU-value reads (:attr:`cpu_value`), every read."""
     steady_count: int = field(default=0, metadata=COUNT)
     """Occurrences inside the steady-state steps."""
+    steady_steps_with: int | None = field(default=None, metadata=COUNT)
+    """Steady steps the line reads a value in at least once (None: a result stored before it)."""
     formatting: bool = False
     """True when the line formats a tensor (``print(loss)``, ``f"{loss}"``): its reads are that."""
     cpu_value: str | None = None
@@ -121,12 +123,13 @@ def latent_syncs(
     )
     outermost = ops.join(nested, on="key", how="anti")
     outermost = outermost.with_columns(
-        steady=within(outermost.get_column("ts"), steady.windows) if steady.windows else pl.lit(True)
+        steady=within(outermost.get_column("ts"), steady.windows) if steady.windows else pl.lit(True),
+        step=steady.steady_step_of(outermost.get_column("ts")),
     )
     points = outermost.select("key", "pid", "tid", t=pl.col("ts") + 1)
     chains = enclosing_ops(trace, points).select("key", "op_chain")
     rows = (
-        outermost.select("key", "steady", op="name")
+        outermost.select("key", "steady", "step", op="name")
         .join(chains, on="key", how="left")
         .join(source_at(trace, points, user_code, frame_index=frame_index), on="key", how="left")
         .join(module_at(trace, points), on="key", how="left")
@@ -135,7 +138,7 @@ def latent_syncs(
     )
     rows = rows.with_columns(unplaced_op=pl.when(pl.col("source").is_null()).then(pl.col("op")))
     groups = [
-        _one_line(group, cpu_value, source, module, framework_call, unplaced_op)
+        _one_line(group, cpu_value, source, module, framework_call, unplaced_op, bool(steady.steady_steps))
         for (cpu_value, source, module, framework_call, unplaced_op), group in rows.group_by(
             "cpu_value", "source", "module", "framework_call", "unplaced_op", maintain_order=True
         )
@@ -145,9 +148,16 @@ def latent_syncs(
 
 
 def _one_line(
-    group: pl.DataFrame, cpu_value: object, source: object, module: object, framework_call: object, op: object
+    group: pl.DataFrame,
+    cpu_value: object,
+    source: object,
+    module: object,
+    framework_call: object,
+    op: object,
+    counted: bool,
 ) -> LatentSync:
-    """The would-be sync of one line's rows (see :attr:`LatentSync.count`)."""
+    """The would-be sync of one line's rows (see :attr:`LatentSync.count`); ``counted``: the trace
+    has steady steps to count the line's in."""
     by_op = (
         group.group_by("op")
         .agg(
@@ -183,6 +193,10 @@ def _one_line(
         module=None if module is None else str(module),
         count=count,
         steady_count=steady_count,
+        # None without steady steps (a trace that marks none): nothing to count in
+        steady_steps_with=group.filter("steady").get_column("step").drop_nulls().n_unique()
+        if counted
+        else None,
         ops=tuple(by_op.get_column("op").to_list()),
         formatting=formats.height > 0,
         cpu_value=None if cpu_value is None else str(cpu_value),

@@ -265,6 +265,8 @@ class SyncHotspot:
     source_kind: str | None
     #: Calls inside the steady-state steps.
     steady_count: int = field(default=0, metadata=COUNT)
+    #: Steady steps with at least one of these calls (None: a result stored before it).
+    steady_steps_with: int | None = field(default=None, metadata=COUNT)
     #: GPU idle in gaps whose cause is these calls (``sync`` or ``copy``), inside the steady state.
     idle_caused_ns: int = 0
     #: The sync that completes each wait after a copy call (``cudaStreamSynchronize`` after the

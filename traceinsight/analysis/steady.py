@@ -53,6 +53,7 @@ from typing import Any
 
 import polars as pl
 
+from traceinsight.analysis.intervals import within
 from traceinsight.analysis.shared import launch_calls
 from traceinsight.formatting import format_duration
 from traceinsight.load import Trace, taxonomy
@@ -168,6 +169,17 @@ class SteadySteps:
         """Median length of the steady steps' host ranges (None without steps)."""
         steady = [step.host_ns for step in self.steady_steps]
         return round(median(steady)) if steady else None
+
+    def steady_step_of(self, times: pl.Series) -> pl.Series:
+        """For each host time in the steady state, which steady step it falls in (an index over the
+        steady steps in order of their host starts: the ranges :attr:`windows` merges); null
+        elsewhere. What tells "in 4 of 5 steps" from "4 times in one step"."""
+        inside = within(times, self.windows)
+        starts = pl.Series(sorted(step.start_ns for step in self.steady_steps), dtype=pl.Int64)
+        if not starts.len():
+            return pl.Series(times.name, [None] * times.len(), dtype=pl.Int64)
+        index = starts.search_sorted(times, side="right").cast(pl.Int64) - 1
+        return pl.select(pl.when(inside & (index >= 0)).then(index)).to_series().alias(times.name)
 
     @property
     def device_windows(self) -> tuple[tuple[int, int], ...]:

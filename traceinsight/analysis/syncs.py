@@ -289,8 +289,13 @@ def sync_hotspots(
             .group_by(key="sync_key")
             .agg(caused=overlap_ns("start", "end", "w_start", "w_end").sum())
         )
+    step = (
+        steady.steady_step_of(calls.get_column("ts"))
+        if steady is not None
+        else pl.Series("ts", [None] * calls.height, dtype=pl.Int64)
+    )
     waits = (
-        calls.with_columns(steady=in_steady)
+        calls.with_columns(steady=in_steady, step=step)
         .join(idle_after, on="key", how="left")
         .join(caused, on="key", how="left")
         .with_columns(pl.col("idle_after").fill_null(0), pl.col("caused").fill_null(0))
@@ -313,6 +318,7 @@ def sync_hotspots(
             caused=pl.col("caused").sum(),
             keys=pl.col("key"),
             steady=pl.col("steady").first(),
+            step=pl.col("step").first(),
         )
     )
     table = (
@@ -328,12 +334,14 @@ def sync_hotspots(
             idle_after=pl.col("idle_after").sum(),
             keys=pl.col("keys").list.explode(keep_nulls=False, empty_as_null=False),
             steady_count=pl.col("steady").sum(),
+            steady_steps_with=pl.col("step").drop_nulls().n_unique(),
             steady_blocked=pl.col("dur").filter(pl.col("steady")).sum(),
             caused=pl.col("caused").sum(),
         )
         .with_columns(rank=pl.col("blocked") + pl.col("idle_after"))
         .sort(["rank", "count", "call"], descending=[True, True, False], nulls_last=True)
     )
+    has_steps = steady is not None and bool(steady.steady_steps)  # else: nothing to count in
     return tuple(
         SyncHotspot(
             call=row["call"],
@@ -348,6 +356,7 @@ def sync_hotspots(
             source_kind=row["source_kind"],
             keys=tuple(sorted(row["keys"])),
             steady_count=row["steady_count"],
+            steady_steps_with=row["steady_steps_with"] if has_steps else None,
             idle_caused_ns=row["caused"],
             module=row["module"],
             steady_blocked_ns=row["steady_blocked"],

@@ -420,24 +420,43 @@ def _one_step_warning(steady: SteadySteps, run: RunProfile | None = None) -> lis
     ]
 
 
+def _recording_baseline(run: RunProfile) -> tuple[int, str] | None:
+    """The steady unrecorded steps' median wall time and what they were, or None when the run has
+    no such steps. The first steps are left out: the one after the window also wrote the trace,
+    and the first ones before it are often start-up (first calls, allocation, autotuning); a
+    baseline of those said "538 % slower" of a steady loop. Steps after the window come first
+    (only ``run``'s own report has them); then those before it; at least
+    :data:`_BASELINE_STEADY_STEPS` must be left."""
+    for steps, where, skipped in (
+        (run.after_window_ns, "after the window", "the first one, which wrote the trace"),
+        (run.unprofiled_each_ns, "before the window", "the first one, often start-up"),
+    ):
+        steady = sorted(steps[1:])
+        if len(steady) >= _BASELINE_STEADY_STEPS:
+            return steady[len(steady) // 2], (
+                f"the median of the {len(steady)} unrecorded steps {where} ({skipped} left out)"
+            )
+    return None
+
+
 def _recording_warnings(trace: Trace, steady: SteadySteps) -> list[TraceWarning]:
     """A trace of `traceinsight run` whose recorded steps ran more than a tenth slower than the
-    same script's steps just before recording: what recording cost them is in the host times."""
+    same script's steady unrecorded steps (:func:`_recording_baseline`): what recording cost them
+    is in the host times."""
     run = trace.meta.recorded_by_run
-    if run is None or not run.unprofiled_step_ns or not steady.step_ns:
+    baseline = None if run is None else _recording_baseline(run)
+    if run is None or baseline is None or not steady.step_ns:
         return []
-    before, recorded = run.unprofiled_step_ns, steady.step_ns
+    (before, what), recorded = baseline, steady.step_ns
     if recorded <= before * (1 + _RECORDING_COST_SHARE):
         return []
     frames = " and the frames of your code (--stacks user)" if run.stacks == "user" else ""
-    steps = run.unprofiled_steps or 0
     return [
         TraceWarning(
             "recording-cost",
             f"Recorded steps took {format_duration(recorded)} (median), {recorded / before - 1:.0%} more "
-            f"than the {steps} step{'s' if steps != 1 else ''} just before recording "
-            f"({format_duration(before)}): recording operators, shapes{frames} slowed the host, and "
-            "the host times here include that cost.",
+            f"than unrecorded ones: {format_duration(before)}, {what}. Recording operators, "
+            f"shapes{frames} slowed the host, and the host times here include that cost.",
             "compare with `traceinsight run --stacks none` (no frames, no lines) to see the host "
             "times with less of it; GPU kernel times are not affected"
             if run.stacks != "none"
@@ -447,6 +466,9 @@ def _recording_warnings(trace: Trace, steady: SteadySteps) -> list[TraceWarning]
         )
     ]
 
+
+#: Steady unrecorded steps (after leaving out the first) a recording-cost baseline needs.
+_BASELINE_STEADY_STEPS = 2
 
 #: Recorded steps this much slower than the unrecorded ones get a warning.
 _RECORDING_COST_SHARE = 0.10

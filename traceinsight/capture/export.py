@@ -27,7 +27,9 @@ its name ends in ``.gz``), fixing on the way what ``traceinsight run`` must not 
   (:data:`RUN_RECORD_KEY`): ``stacks`` (``--stacks``), ``stepMarks`` (what ended steps:
   ``optimizer``, ``explicit`` for ``traceinsight.step()``, ``backward``, or ``none``: the whole run
   is one window) and ``unprofiledStepNs`` / ``unprofiledSteps`` (the median duration of the steps
-  that ran just before the window without being recorded, and how many) and ``loaderFetch``
+  that ran just before the window without being recorded, and how many), ``unprofiledStepsNs``
+  (each of those steps, in order: the first ones are often start-up, which a fair baseline leaves
+  out) and ``loaderFetch``
   (``"range only"`` when the DataLoader's fetch was recorded as its range, without its operators:
   :mod:`.fetch`) and ``cutShort`` (``true`` when the memory budget stopped the window inside its
   last step, which the trace holds only part of), so that ``analyze`` says

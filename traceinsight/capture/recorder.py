@@ -128,6 +128,10 @@ class CaptureResult:
     """Those of :attr:`foreign_traces` exported when a scheduled profiler stopped mid-window."""
     step_usage: tuple[StepUsage, ...] = field(default_factory=tuple)
     """Each step of the written window as the process lived it (see :class:`StepUsage`)."""
+    after_window_ns: tuple[int, ...] = field(default_factory=tuple)
+    """Wall time of each step that ran unrecorded after the written window (the first
+    :data:`_BASELINE_STEPS`, in order; the first one also wrote the trace): the steady steps that
+    tell what recording cost, which the trace cannot hold (it is written before they run)."""
     cycles: tuple[Path, ...] = field(default_factory=tuple)
     """With :attr:`~.settings.ProfileSettings.keeps_cycles`: every window's file, in the order
     written (:attr:`trace` is the last)."""
@@ -257,6 +261,7 @@ class TraceRecorder:
         self._window_usage: list[StepUsage] = []
         self._unprofiled_ns: list[int] = []
         self._window_baseline_ns: list[int] = []
+        self._after_window_ns: list[int] = []
         self._foreign = ForeignProfilerWatch(self._step_aside)
         self._fetch = FetchOpsPaused(self._records_now, self._traces_with)
         self._kineto_lines = KinetoLinesDropped()
@@ -426,6 +431,7 @@ class TraceRecorder:
             foreign_traces=tuple(path for path in self._foreign.exported if path.is_file()),
             foreign_partial=tuple(sorted(self._foreign.partial)),
             step_usage=tuple(self._window_usage),
+            after_window_ns=tuple(self._after_window_ns) if self._trace_written else (),
             cycles=tuple(self._cycles),
         )
 
@@ -527,6 +533,8 @@ class TraceRecorder:
         if last is None or profiler is None or self._records(profiler.current_action):
             return
         self._unprofiled_ns = [*self._unprofiled_ns[-(_BASELINE_STEPS - 1) :], now - last]
+        if self._trace_written and len(self._after_window_ns) < _BASELINE_STEPS:
+            self._after_window_ns.append(now - last)
 
     def _move_schedule(self) -> None:
         if self._profiler_error is not None or self._done:
@@ -627,6 +635,7 @@ class TraceRecorder:
             self._frames.start()
         if not self._guard.armed:  # from the window's start: what the whole window holds
             self._window_baseline_ns, self._unprofiled_ns = self._unprofiled_ns, []
+            self._after_window_ns = []
             self._window_usage = []
             self._fetch.used = False
             self._guard.arm()
@@ -699,6 +708,7 @@ class TraceRecorder:
         if baseline:
             record["unprofiledSteps"] = len(baseline)
             record["unprofiledStepNs"] = baseline[len(baseline) // 2]
+            record["unprofiledStepsNs"] = list(self._window_baseline_ns)  # in order: start-up first
         return record
 
     def _step_aside(self) -> None:

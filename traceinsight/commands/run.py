@@ -658,6 +658,7 @@ def _run_context(
         )
         if ours
         else (),
+        after_window_ns=capture.after_window_ns if ours else (),
     )
 
 

@@ -47,6 +47,8 @@ class RunRecord(msgspec.Struct, gc=False):
     stepMarks: Scalar = None
     unprofiledStepNs: Scalar = None
     unprofiledSteps: Scalar = None
+    #: Each unrecorded step before the window, in order (any JSON value: checked when read).
+    unprofiledStepsNs: Any = None
     loaderFetch: Scalar = None
     cutShort: Scalar = None
 
@@ -190,6 +192,15 @@ def scalar(value: Any) -> Scalar:
     return value if isinstance(value, int | float) else None
 
 
+def _run_value(run: dict[str, Any], key: str) -> Any:
+    """One field of the run record: a scalar, or for ``unprofiledStepsNs`` a list of scalars (at
+    most 64: ``run`` writes 8)."""
+    value = run.get(key)
+    if key == "unprofiledStepsNs" and isinstance(value, list):
+        return [scalar(item) for item in value[:64]]
+    return scalar(value)
+
+
 def document_from_value(value: dict[str, Any]) -> TraceDocument:
     """The :class:`TraceDocument` of a parsed top-level object."""
     devices = value.get("deviceProperties")
@@ -217,7 +228,7 @@ def document_from_value(value: dict[str, Any]) -> TraceDocument:
         cuda_driver_version=scalar(value.get("cuda_driver_version")),
         hip_runtime_version=scalar(value.get("hip_runtime_version")),
         with_stack=scalar(value.get("with_stack")),
-        traceinsight=RunRecord(**{k: scalar(run.get(k)) for k in RunRecord.__struct_fields__})
+        traceinsight=RunRecord(**{k: _run_value(run, k) for k in RunRecord.__struct_fields__})
         if isinstance(run, dict)
         else None,
     )

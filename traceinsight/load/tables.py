@@ -74,6 +74,13 @@ class RunProfile:
     tell what recording cost the recorded steps); None when no such step ran."""
     unprofiled_steps: int | None
     """How many steps that median is of."""
+    unprofiled_each_ns: tuple[int, ...] = ()
+    """``unprofiledStepsNs``: each step that ran unrecorded before the window, in order (the first
+    ones are often start-up); empty in traces before it."""
+    after_window_ns: tuple[int, ...] = ()
+    """Each step that ran unrecorded after the window, in order (the first one also wrote the
+    trace). Never in the file, which is written before they run: ``run`` adds them to its own
+    report (:class:`traceinsight.results.RunContext`)."""
     loader_fetch: str | None = None
     """``range only`` (:data:`~traceinsight.load.taxonomy.LOADER_FETCH_RANGE_ONLY`) when each
     DataLoader fetch was recorded as its range, without the operators inside it; None when they
@@ -371,6 +378,19 @@ def trace_for(path: Path, document: TraceDocument, part: ChunkTables) -> Trace:
     return Trace(meta=meta, **part.tables)
 
 
+#: Step durations read from a run record at most (``run`` writes 8).
+_RUN_STEPS_READ = 64
+
+
+def _durations(value: object) -> tuple[int, ...]:
+    """A run record's list of step durations (ns): the positive ints of a list, at most
+    :data:`_RUN_STEPS_READ`; anything else reads as none."""
+    if not isinstance(value, list):
+        return ()
+    kept = (as_int(item) if isinstance(item, int) else None for item in value[:_RUN_STEPS_READ])
+    return tuple(item for item in kept if item is not None and item > 0)
+
+
 def _run_profile(document: TraceDocument) -> RunProfile | None:
     record = document.traceinsight
     if record is None:
@@ -380,6 +400,7 @@ def _run_profile(document: TraceDocument) -> RunProfile | None:
         step_marks=_text(record.stepMarks),
         unprofiled_step_ns=as_int(record.unprofiledStepNs),
         unprofiled_steps=as_int(record.unprofiledSteps),
+        unprofiled_each_ns=_durations(record.unprofiledStepsNs),
         loader_fetch=_text(record.loaderFetch),
         last_step_cut=record.cutShort == 1,  # true (0/1 once read as a scalar)
     )

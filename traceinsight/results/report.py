@@ -46,6 +46,10 @@ class RunContext:
     step_usage: tuple[tuple[int, int, int | None, float | None], ...] = ()
     """Each recorded step's (wall ns, the process's CPU ns, ns its thread waited for a CPU or None,
     the machine's 1-minute load or None), as :class:`traceinsight.capture.recorder.StepUsage`."""
+    after_window_ns: tuple[int, ...] = ()
+    """Wall time of each step that ran unrecorded after the window, in order (the first one also
+    wrote the trace): the baseline of the ``recording-cost`` warning, which the trace file cannot
+    hold (:attr:`traceinsight.load.tables.RunProfile.after_window_ns`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +80,17 @@ def report_for(
 ) -> Report:
     """Analyze a loaded trace and evaluate the rules on it (``every_gap``: keep the table of every
     idle gap, :attr:`~traceinsight.analysis.Analysis.every_gap`)."""
-    analysis = analyze(trace, thresholds, user_code, every_gap=every_gap)
+    analysis = analyze(_with_steps_after(trace, run), thresholds, user_code, every_gap=every_gap)
     return Report(analysis=_script_named(analysis, run), findings=evaluate(analysis), run=run)
+
+
+def _with_steps_after(trace: Trace, run: RunContext | None) -> Trace:
+    """``trace`` with the steps ``run`` saw after its window (the trace was written before them)."""
+    recorded = trace.meta.recorded_by_run
+    if run is None or recorded is None or not run.after_window_ns:
+        return trace
+    recorded = dataclasses.replace(recorded, after_window_ns=run.after_window_ns)
+    return dataclasses.replace(trace, meta=dataclasses.replace(trace.meta, recorded_by_run=recorded))
 
 
 def _script_named(analysis: Analysis, run: RunContext | None) -> Analysis:

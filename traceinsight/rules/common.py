@@ -241,8 +241,10 @@ def no_line_hint(run: RunProfile | None) -> str:
     return "no frame of your code was running around it"
 
 
-def how_often(analysis: Analysis, count: int) -> str:
-    """``every step``, ``3× per step``, ``in 2 of 5 steps`` or ``5 times`` (steady state)."""
+def how_often(analysis: Analysis, count: int, steps_with: int | None = None) -> str:
+    """``every step``, ``3× per step``, ``in 2 of 5 steps`` (``in 1 of 5 steps, 3 times``) or
+    ``5 times`` (steady state). ``steps_with``: the steady steps it happens in (None: unknown,
+    taken as ``count``)."""
     steps = len(analysis.steady.steady_steps)
     run = analysis.meta.recorded_by_run
     if not steps or (steps == 1 and run is not None and run.last_step_cut):
@@ -250,6 +252,8 @@ def how_often(analysis: Analysis, count: int) -> str:
         cut = " in the part of a step recorded" if steps else ""
         return f"{count} time{'s' if count != 1 else ''}{cut}"
     per_step = count / steps
+    if steps_with is not None and steps_with < steps:
+        return f"in {steps_with} of {steps} steps" + (f", {count} times" if count != steps_with else "")
     if count == steps:
         return "every step"
     if per_step > 1:
@@ -267,14 +271,17 @@ def hotspot_place(hotspot: SyncHotspot) -> str:
     return ""
 
 
-def repeats(analysis: Analysis, count: int) -> bool:
+def repeats(analysis: Analysis, count: int, steps_with: int | None = None) -> bool:
     """True when something happens in most steady steps, more than half of them (or, without
     steps, often enough to be a loop). Every step was asked before: a sync in 4 of 5 steps (a
     step's ``.item()`` that a recording start or the window's end cut off) got no card; it is
-    counted as it is (:func:`how_often`: ``in 4 of 5 steps``)."""
+    counted as it is (:func:`how_often`: ``in 4 of 5 steps``). The steps are counted, not the
+    occurrences (``steps_with``; None: a stored result without it, its count taken): three
+    syncs in one of five steps are not in most steps."""
     steps = len(analysis.steady.steady_steps)
     if steps:
-        return 2 * count > steps and (count >= 2 or analysis.steps_marked)
+        present = count if steps_with is None else steps_with
+        return 2 * present > steps and (count >= 2 or analysis.steps_marked)
     return count >= analysis.thresholds.sync_min_repeats
 
 

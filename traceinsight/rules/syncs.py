@@ -75,13 +75,13 @@ def _sync_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
     for hotspot in analysis.sync_hotspots:
         if (hotspot.module is not None) != in_forward:
             continue
-        if waits_for_h2d(hotspot) or not repeats(analysis, hotspot.steady_count):
+        if waits_for_h2d(hotspot) or not repeats(analysis, hotspot.steady_count, hotspot.steady_steps_with):
             continue
         if not hotspot.idle_caused_ns and not hotspot.idle_after_ns:
             continue  # the GPU never idled after these calls: they cost the host, not the GPU
         saving = saving_of(analysis, Fix(remove_calls=frozenset(hotspot.keys)))
         what, fix_advice = what_syncs(hotspot)
-        often = how_often(analysis, hotspot.steady_count)
+        often = how_often(analysis, hotspot.steady_count, hotspot.steady_steps_with)
         evidence = [
             ("call", hotspot.call_text),
             ("operator chain", hotspot.op_chain or "not recorded"),
@@ -241,10 +241,12 @@ def _latent_findings(analysis: Analysis, in_forward: bool) -> Iterator[Finding]:
     for latent in analysis.latent_syncs:
         if latent.cpu_value is not None:
             continue  # reads a CPU value whatever the device: no wait on a GPU
-        if (latent.module is not None) != in_forward or not repeats(analysis, latent.steady_count):
+        if (latent.module is not None) != in_forward or not repeats(
+            analysis, latent.steady_count, latent.steady_steps_with
+        ):
             continue
         what, fix_advice = latent_what(latent)
-        often = how_often(analysis, latent.steady_count)
+        often = how_often(analysis, latent.steady_count, latent.steady_steps_with)
         at = place(latent)
         listed = analysis.meta.gpus_unprofiled
         lost = unrecorded_gpu(analysis.warnings) == GPU_RECORDS_LOST
