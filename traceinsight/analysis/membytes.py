@@ -296,13 +296,12 @@ def memory_kernels(
     owned = owned.join(sized, on=["operator", "dims", "types"], how="left", nulls_equal=True).filter(
         pl.col("op_bytes").is_not_null()
     )
+    # The share's denominator is null (not 0) where an operator's kernels took no time: polars
+    # evaluates both branches, and a NaN of 0 / 0 cannot be cast to an integer (polars 1.37 refuses it).
+    kernel_ns = pl.when(pl.col("op_kernel_ns") > 0).then(pl.col("op_kernel_ns"))
     owned = owned.with_columns(op_kernel_ns=pl.col("dur").sum().over("op")).with_columns(
         bytes_moved=pl.when(pl.col("op_kernel_ns") > 0)
-        .then(
-            (pl.col("op_bytes").cast(pl.Float64) * pl.col("dur") / pl.col("op_kernel_ns"))
-            .round()
-            .cast(pl.Int64)
-        )
+        .then((pl.col("op_bytes").cast(pl.Float64) * pl.col("dur") / kernel_ns).round().cast(pl.Int64))
         .otherwise(pl.col("op_bytes") // pl.len().over("op"))
     )
     grouped = (
