@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import pickle
+import shutil
 import signal
 import statistics
 import subprocess
@@ -962,3 +964,34 @@ def test_the_job_workers_end_with_the_process_that_started_them() -> None:
                 alive.discard(pid)
         time.sleep(0.1)
     assert not alive
+
+
+def test_the_job_workers_import_nothing_from_the_working_folder(tmp_path: Path) -> None:
+    """A job analyzed where a stranger's files were unpacked: a ``pickle.py`` (or a ``traceinsight/``)
+    planted in the working folder never runs in a worker (``python -m``/``-c`` put that folder first
+    on ``sys.path``)."""
+    unpacked = tmp_path / "unpacked"
+    (unpacked / "traceinsight").mkdir(parents=True)
+    marker = tmp_path / "planted-code-ran"
+    planted = f"open({str(marker)!r}, 'a').write('x')\n"
+    (unpacked / "pickle.py").write_text(planted + "raise ImportError('planted')\n")
+    (unpacked / "traceinsight" / "__init__.py").write_text(planted)
+    folder = unpacked / "job"
+    folder.mkdir()
+    for trace in (SAMPLES / "two_ranks").iterdir():
+        shutil.copyfile(trace, folder / trace.name)
+    code = "from traceinsight.api import analyze\nprint(len(analyze('job').ranks))\n"
+    script = tmp_path / "drive.py"  # outside the working folder: the script's own folder is first
+    script.write_text(code)
+    environment = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=unpacked,
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["2"]
+    assert not marker.exists()

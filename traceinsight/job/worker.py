@@ -1,7 +1,11 @@
-"""A job's local workers: ``python -m traceinsight.job.worker`` processes, each analyzing one rank
-at a time (:func:`~.rank.analyze_rank`), driven by :class:`Workers`.
+"""A job's local workers: fresh interpreters running :func:`serve`, each analyzing one rank at a
+time (:func:`~.rank.analyze_rank`), driven by :class:`Workers`.
 
-A worker is a fresh interpreter started from this module, so it never imports the caller's
+A worker is started with ``python -c`` (:data:`_BOOT`), never ``-m``: ``-m`` and ``-c`` put the working
+folder first on ``sys.path``, and a job is often analyzed where a stranger's files were unpacked (a
+planted ``pickle.py`` or ``traceinsight/`` there would run in every worker). The boot line puts the
+folder this package was found in there instead, before anything is imported, and moves stdout aside
+before any import could print into the answers. A worker never imports the caller's
 ``__main__``: ``traceinsight.analyze("traces/")`` works from a plain script with no ``if __name__
 == "__main__":`` guard (a ``multiprocessing`` pool, forkserver or spawn, re-imports that script in
 every worker, which then starts a pool of its own and dies: ``BrokenProcessPool``). Tasks go in
@@ -37,6 +41,15 @@ __all__ = ["PARENT_CHECK_S", "Workers", "serve"]
 
 #: How often a worker looks whether the process that started it is still there.
 PARENT_CHECK_S: Final = 0.5
+#: A worker's command line after ``python -c``; its arguments: the folder holding this package, the
+#: parent's pid. The working folder ``-c`` put first on ``sys.path`` is dropped before any import
+#: (replaced by the package's folder where the path lacks it: a script put it there itself),
+#: and stdout (fd 1) is kept for the answers and pointed at stderr before the analysis is imported.
+_BOOT: Final = (
+    "import os, sys; p = sys.argv[1]; sys.path[0:1] = [] if p in sys.path[1:] else [p]; "
+    "answers = os.dup(1); os.dup2(2, 1); "
+    "from traceinsight.job.worker import serve; serve(int(sys.argv[2]), answers)"
+)
 _LENGTH: Final = struct.Struct("<Q")
 
 
@@ -75,19 +88,14 @@ class Workers:
     ``size`` threads at once). A context manager: leaving it stops every worker."""
 
     def __init__(self, size: int) -> None:
-        command = [sys.executable, "-m", "traceinsight.job.worker", str(os.getpid())]
         # The package where this process found it (a script may have put it on sys.path itself).
         package_parent = str(Path(__file__).resolve().parents[2])
-        environment = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            [package_parent, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-        )}  # fmt: skip
+        command = [sys.executable, "-c", _BOOT, package_parent, str(os.getpid())]
         self._started: list[subprocess.Popen[bytes]] = []
         self._idle: queue.SimpleQueue[subprocess.Popen[bytes] | None] = queue.SimpleQueue()
         try:
             for _ in range(size):
-                worker = subprocess.Popen(
-                    command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=environment
-                )
+                worker = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
                 self._started.append(worker)
                 self._idle.put(worker)
         except BaseException:
@@ -141,12 +149,12 @@ class Workers:
         self.close()
 
 
-def serve(parent: int) -> None:
-    """A worker's loop: each task read from stdin analyzed, its result (or error) written back."""
+def serve(parent: int, answers_fd: int) -> None:
+    """A worker's loop: each task read from stdin analyzed, its result (or error) written back on
+    ``answers_fd`` (the worker's stdout, kept aside by :data:`_BOOT`)."""
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="traceinsight-parent").start()
     tasks = os.fdopen(os.dup(0), "rb")
-    answers = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # what the analysis prints goes to stderr, never into the answers
+    answers = os.fdopen(answers_fd, "wb")
     while (task := _receive(tasks)) is not None:
         assert isinstance(task, RankTask)
         try:
@@ -157,7 +165,3 @@ def serve(parent: int) -> None:
             _send(answers, answer)
         except (pickle.PicklingError, TypeError, AttributeError) as error:  # an error that does not pickle
             _send(answers, (False, TraceInsightError(f"{type(answer[1]).__name__}: {answer[1]} ({error})")))
-
-
-if __name__ == "__main__":
-    serve(int(sys.argv[1]))
