@@ -29,7 +29,9 @@ from traceinsight.results.noise import (
     bootstrap_medians,
     estimate,
     median,
+    step_verdict,
 )
+from traceinsight.results.noise import verdict as interval_verdict
 from traceinsight.results.stored import from_text
 from traceinsight.results.trace import SCHEMA_VERSION, Finding, Result
 from traceinsight.results.writer import strict_json
@@ -794,16 +796,9 @@ def compare(
             lower = max(lower, -metric.before)
             if metric.unit == "share":
                 upper = min(upper, 1.0 - metric.before)
-        if lower > 0:
-            verdict = "higher"
-        elif upper < 0:
-            verdict = "lower"
-        elif -margin <= lower and upper <= margin:
-            verdict = "no change"
-        else:
-            verdict = "cannot tell"
+        verdict = interval_verdict(lower, upper, margin)
         if metric.key == "step_time":
-            verdict = {"higher": "slower", "lower": "faster"}.get(verdict, verdict)
+            verdict = step_verdict(verdict)
         relative = metric.before if metric.before else None
         return replace(
             metric,

@@ -29,7 +29,7 @@ from traceinsight.results.codec import document_of, us
 from traceinsight.results.comparison import DiffTool, Metric, text
 from traceinsight.results.frames import comparison_frames
 from traceinsight.results.job import CAUSE_WORDS, JobFindingEntry, JobResult, Rank, StragglerEntry
-from traceinsight.results.noise import HOST_RUN_SPREAD, NO_CHANGE_MARGIN, estimate
+from traceinsight.results.noise import HOST_RUN_SPREAD, NO_CHANGE_MARGIN, estimate, step_verdict
 from traceinsight.results.stored import from_text
 from traceinsight.results.trace import SCHEMA_VERSION
 from traceinsight.results.writer import strict_json
@@ -495,13 +495,14 @@ def _judged_step(metric: Metric) -> Metric:
     found = estimate(
         [[metric.before]],
         [[metric.after]],
+        drawn=([metric.before], [metric.after]),  # one value a side: no resampling can move it
         run_sd_before=HOST_RUN_SPREAD * metric.before,
         run_sd_after=HOST_RUN_SPREAD * metric.after,
         margin=NO_CHANGE_MARGIN * metric.before,
     )
     if found is None:
         return metric
-    verdict = {"higher": "slower", "lower": "faster"}.get(found.verdict, found.verdict)
+    verdict = step_verdict(found.verdict)
     return dataclasses.replace(
         metric,
         lower=round(found.lower, 3),

@@ -41,6 +41,8 @@ __all__ = [
     "Estimate",
     "estimate",
     "median",
+    "step_verdict",
+    "verdict",
 ]
 
 #: The share of the bootstrap's differences the interval holds (a 95 % interval).
@@ -195,7 +197,7 @@ def estimate(
     within = (_percentile(differences, 0.84135) - _percentile(differences, 0.15865)) / 2
     spread = math.sqrt(within**2 + _between(before, run_sd_before) + _between(after, run_sd_after))
     change = middle_after - middle_before
-    half = _Z[confidence] * spread if confidence in _Z else _z(confidence) * spread
+    half = _Z.get(confidence, statistics.NormalDist().inv_cdf((1 + confidence) / 2)) * spread
     low, high = change - half, change + half
     relative = relative_low = relative_high = None
     if middle_before > 0:
@@ -204,14 +206,6 @@ def estimate(
             low / middle_before,
             high / middle_before,
         )
-    if low > 0:
-        verdict = "higher"
-    elif high < 0:
-        verdict = "lower"
-    elif -margin <= low and high <= margin:
-        verdict = "no change"
-    else:
-        verdict = "cannot tell"
     return Estimate(
         change=change,
         lower=low,
@@ -220,23 +214,26 @@ def estimate(
         relative_lower=relative_low,
         relative_upper=relative_high,
         confidence=confidence,
-        verdict=verdict,
+        verdict=verdict(low, high, margin),
     )
+
+
+def verdict(lower: float, upper: float, margin: float) -> str:
+    """The verdict of an interval [``lower``, ``upper``] of a change: ``higher`` when all of it is
+    above 0, ``lower`` when below, ``no change`` when it lies within ± ``margin``, else ``cannot tell``."""
+    if lower > 0:
+        return "higher"
+    if upper < 0:
+        return "lower"
+    if -margin <= lower and upper <= margin:
+        return "no change"
+    return "cannot tell"
+
+
+def step_verdict(verdict: str) -> str:
+    """A step time's verdict in its own words: ``higher`` is ``slower``, ``lower`` ``faster``."""
+    return {"higher": "slower", "lower": "faster"}.get(verdict, verdict)
 
 
 #: Two-sided normal quantiles of the confidences used.
 _Z: Final = {0.95: 1.959964, 0.9: 1.644854, 0.99: 2.575829}
-
-
-def _z(confidence: float) -> float:
-    """The two-sided normal quantile of ``confidence`` (bisection on the error function)."""
-    low, high = 0.0, 10.0
-    for _ in range(60):
-        middle = (low + high) / 2
-        low, high = (middle, high) if math.erf(middle / math.sqrt(2)) < confidence else (low, middle)
-    return (low + high) / 2
-
-
-def _count(runs: Sequence[Sequence[float]]) -> int:
-    """Runs with steps."""
-    return sum(1 for run in runs if len(run))

@@ -48,7 +48,7 @@ def _claims_nothing(finding: Finding) -> Finding:
         savings_per_step_ns=None,
         saving_share=None,
         saving_known=False,
-        severity=Severity.LOW.value,
+        severity=Severity.LOW,
         saving_note=why,
     )
 
