@@ -194,11 +194,10 @@ def _backward_ops(cpu_ops: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _backward_spans(points: pl.DataFrame, backward: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+def _backward_spans(points: pl.DataFrame, ops: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
     """``points`` (pid, tid, at, and figures) outside every span, each with ``span``: the innermost
     module span around the forward operator of the innermost backward operator holding it (null:
-    none)."""
-    ops = _spans_with_paths(backward.with_columns(label=pl.lit("")))
+    none). ``ops``: the backward operators as spans (:func:`_spans_with_paths`)."""
     held = _innermost(points, ops).filter(pl.col("span").is_not_null())
     forward = held.join(ops.select("span", "fwd_pid", "fwd_tid", "fwd_ts"), on="span", how="inner")
     return _innermost(
@@ -233,20 +232,32 @@ def _tree(
         .agg(gpu=pl.col("dur").sum(), first=pl.col("ts").min(), last=(pl.col("ts") + pl.col("dur")).max())
     )
     direct_f = f.filter(pl.col("span").is_not_null()).group_by("span").agg(flops=pl.col("flops").sum())
-    table = spans.join(direct_k, on="span", how="left").join(direct_f, on="span", how="left")
+    # The inclusive sums below index rows by position: every join keeps the spans' order.
+    table = spans.join(direct_k, on="span", how="left", maintain_order="left").join(
+        direct_f, on="span", how="left", maintain_order="left"
+    )
     linked = 0
     if backward is not None and backward.height:
+        ops = _spans_with_paths(backward.with_columns(label=pl.lit("")))  # once, for kernels and FLOPs
         bk = _backward_spans(
-            k.filter(pl.col("span").is_null()).drop("span").select("pid", "tid", "at", "dur"), backward, spans
+            k.filter(pl.col("span").is_null()).drop("span").select("pid", "tid", "at", "dur"), ops, spans
         ).filter(pl.col("span").is_not_null())
         linked = int(bk.get_column("dur").sum() or 0)
         bf = _backward_spans(
             f.filter(pl.col("span").is_null()).drop("span").select("pid", "tid", "at", "flops"),
-            backward,
+            ops,
             spans,
         ).filter(pl.col("span").is_not_null())
-        table = table.join(bk.group_by("span").agg(backward=pl.col("dur").sum()), on="span", how="left").join(
-            bf.group_by("span").agg(backward_flops=pl.col("flops").sum()), on="span", how="left"
+        table = table.join(
+            bk.group_by("span").agg(backward=pl.col("dur").sum()),
+            on="span",
+            how="left",
+            maintain_order="left",
+        ).join(
+            bf.group_by("span").agg(backward_flops=pl.col("flops").sum()),
+            on="span",
+            how="left",
+            maintain_order="left",
         )
     else:
         table = table.with_columns(
