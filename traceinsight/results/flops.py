@@ -3,11 +3,25 @@ result's :class:`~.trace.Flops`."""
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
+from typing import TYPE_CHECKING, TypeVar
+
 from traceinsight.analysis.flops import FlopStats
 from traceinsight.analysis.modules import ScopeTime, ScopeTimes
 from traceinsight.results import trace as t
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 __all__ = ["flops_of", "scopes_of"]
+
+_Entry = TypeVar("_Entry", bound="DataclassInstance")
+
+
+def _mirrored(entry: type[_Entry], source: object) -> _Entry:
+    """``entry`` made from the fields (or properties) of ``source`` that it shares by name: an
+    analysis figure the result keeps as it is."""
+    return entry(**{item.name: getattr(source, item.name) for item in fields(entry)})
 
 
 def flops_of(stats: FlopStats) -> t.Flops:
@@ -22,63 +36,13 @@ def flops_of(stats: FlopStats) -> t.Flops:
         kernel_ns=stats.kernel_ns,
         counted_kernel_ns=stats.counted_kernel_ns,
         coverage=stats.coverage,
-        by_class=tuple(
-            t.FlopClass(
-                op_class=c.op_class,
-                flops=c.flops,
-                kernel_ns=c.kernel_ns,
-                operators=c.operators,
-                achieved_flops_per_s=c.achieved_flops_per_s,
-            )
-            for c in stats.by_class
-        ),
+        by_class=tuple(_mirrored(t.FlopClass, c) for c in stats.by_class),
         by_dtype=dict(stats.by_dtype),
         torch_counted=stats.torch_counted,
         torch_agreement=stats.torch_agreement,
-        mfu=tuple(
-            t.Mfu(
-                device=d.device,
-                gpu_name=d.gpu_name,
-                model=d.model,
-                peak_source=d.peak_source,
-                dtype=d.dtype,
-                peak_flops_per_s=d.peak_flops_per_s,
-                flops=d.flops,
-                window_ns=d.window_ns,
-                busy_ns=d.busy_ns,
-                achieved_flops_per_s=d.achieved_flops_per_s,
-                mfu=d.mfu,
-                busy_share=min(d.busy_share, 1.0),
-                efficiency_while_busy=d.efficiency_while_busy,
-                unknown=d.unknown,
-            )
-            for d in stats.devices
-        ),
-        kernels=tuple(
-            t.FlopKernel(
-                device=k.device,
-                name=k.name,
-                launches=k.launches,
-                kernel_ns=k.kernel_ns,
-                flops=k.flops,
-                op_class=k.op_class,
-                dtype=k.dtype,
-                achieved_flops_per_s=k.achieved_flops_per_s,
-            )
-            for k in stats.top_kernels
-        ),
-        memory_kernels=tuple(
-            t.MemoryKernel(
-                device=k.device,
-                name=k.name,
-                launches=k.launches,
-                kernel_ns=k.kernel_ns,
-                bytes_moved=k.bytes_moved,
-                operator=k.operator,
-                achieved_bytes_per_s=k.achieved_bytes_per_s,
-            )
-            for k in stats.memory_kernels
-        ),
+        mfu=tuple(replace(_mirrored(t.Mfu, d), busy_share=min(d.busy_share, 1.0)) for d in stats.devices),
+        kernels=tuple(_mirrored(t.FlopKernel, k) for k in stats.top_kernels),
+        memory_kernels=tuple(_mirrored(t.MemoryKernel, k) for k in stats.memory_kernels),
     )
 
 
