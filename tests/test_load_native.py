@@ -428,6 +428,36 @@ def test_a_name_of_71_digits_reads_alike_in_every_loader(
     assert_same_trace(load_trace(path), reference)
 
 
+@needs_native
+@pytest.mark.parametrize(
+    ("dims", "kept"),
+    [
+        # whitespace past the scanner's cut inside a shape: the shape Python's json reads
+        ("[[1024, 64],PAD[], [\"a \\\" b\"]]", '[[1024,64],[],["a \\" b"]]'),
+        # still longer than the cut without its whitespace: no shape, as its compact text is too long
+        ("[" + ",".join(["[1]"] * 20_000) + "]", None),
+    ],
+)
+def test_a_shape_longer_than_the_scanners_cut_reads_as_the_reference(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dims: str, kept: str | None
+) -> None:
+    """A fuzzed trace padded an ``Input Dims`` list with 70 kB of spaces: the native loader took it for
+    a cut string (null), the reference for the short shape it is. Lists and objects longer than the
+    cut are read without their whitespace, at every block size."""
+    dims = dims.replace("PAD", " " * (scanner.CUT_BYTES + 10))
+    assert len(dims) > scanner.CUT_BYTES
+    op = '{"ph": "X", "cat": "cpu_op", "name": "aten::to", "pid": 1, "tid": 1, "ts": 10, "dur": 5, "args": {"Input Dims": D}}'
+    path = tmp_path / "padded.json"
+    path.write_text('{"traceEvents": [' + op.replace("D}", dims + "}") + ", " + op.replace("D}", "[[2]]}") + "]}")
+    reference = load_trace_reference(path)
+    assert reference.cpu_ops.get_column("input_dims").to_list() == [kept, "[[2]]"]
+    for block in (4096, 1 << 20):
+        monkeypatch.setattr(native, "BLOCK_BYTES", block)
+        assert_same_trace(_native(path), reference)
+    monkeypatch.setenv("TRACEINSIGHT_NATIVE", "0")
+    assert_same_trace(load_trace(path), reference)
+
+
 def _times_trace(tmp_path: Path, texts: list[str]) -> Path:
     """A trace of one operator ``n<i>`` per text, the text written as its ``ts`` and its ``dur``."""
     events = ",\n".join(

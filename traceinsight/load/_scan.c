@@ -188,6 +188,9 @@ typedef struct {
     int64_t events, skipped, other_cat, other_seq, cat_seq;
     /* the two last keys seen at each member of an event [0] and of its "args" [1] */
     Pred pred[2][PRED_MEMBERS][2];
+    /* copies of long json values with their whitespace dropped (see compact_json), freed with Out */
+    char **owned;
+    Py_ssize_t n_owned, cap_owned;
 } Out;
 
 typedef struct {
@@ -339,6 +342,41 @@ static inline void skip_ws(Lex *L) {
     const char *p = cur, *e = end_;
     while (p < e && WHITESPACE[(unsigned char)*p]) p++;
     cur = p;
+}
+
+/* A json value (validated) longer than cut_string, in a copy with its whitespace outside strings
+ * dropped, kept by ``o`` until the scan's end: what the compact JSON text of a shape needs of it,
+ * so that a list padded with whitespace past cut_string reads as Python's json reads it (not as a
+ * cut string, null). NULL, and nothing kept, when the copy is still longer than cut_string (it
+ * stays a cut string) or memory runs out. */
+static const char *compact_json(Out *o, const char *p, Py_ssize_t n, Py_ssize_t *len) {
+    if (o->n_owned == o->cap_owned) {
+        Py_ssize_t cap = o->cap_owned ? o->cap_owned * 2 : 4;
+        char **owned = realloc(o->owned, (size_t)cap * sizeof(char *));
+        if (!owned) return NULL;
+        o->owned = owned;
+        o->cap_owned = cap;
+    }
+    char *out = malloc((size_t)cut_string);
+    if (!out) return NULL;
+    Py_ssize_t k = 0;
+    int in_string = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        char c = p[i];
+        if (!in_string && WHITESPACE[(unsigned char)c]) continue;
+        if (k + 2 > cut_string) {
+            free(out);
+            return NULL;
+        }
+        out[k++] = c;
+        if (c == '"')
+            in_string = !in_string;
+        else if (c == '\\' && in_string)
+            out[k++] = p[++i]; /* the escaped byte (the value is validated: one follows) */
+    }
+    o->owned[o->n_owned++] = out;
+    *len = k;
+    return out;
 }
 
 /* One UTF-8 sequence starting at a byte >= 0x80 (cur points at it); strict like Python's codec. */
@@ -1040,6 +1078,14 @@ static int object_fields(Lex *L, Out *o, Field *fields, uint32_t *seen, int *pha
                 fd->sp = start;
                 fd->sn = cur - start;
                 fd->sesc = 0;
+                if (fd->sn > cut_string) {
+                    Py_ssize_t len;
+                    const char *compact = compact_json(o, start, fd->sn, &len);
+                    if (compact) {
+                        fd->sp = compact;
+                        fd->sn = len;
+                    }
+                }
             } else if ((r = scalar(L, &fd->v, &fd->sp, &fd->sn, &fd->sesc, depth + 1)) != OK)
                 return r;
             else if (is_json[f])
@@ -1207,6 +1253,8 @@ static int events(Lex *L, Out *o, int *state, int *done, const char **resume, in
 }
 
 static void out_free(Out *o) {
+    for (Py_ssize_t i = 0; i < o->n_owned; i++) free(o->owned[i]);
+    free(o->owned);
     free(o->entries);
     free(o->slots);
     for (int i = 0; i < MAX_FIELDS; i++) {
