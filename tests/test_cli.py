@@ -284,16 +284,16 @@ def test_the_cycle_collector_is_paused_while_one_trace_is_analyzed(
     an error."""
     import gc
 
-    import traceinsight.commands.analyze
+    import traceinsight.commands.common
 
-    analyze_and_write = traceinsight.commands.analyze.analyze_and_write
+    analyze_and_write = traceinsight.commands.common.analyze_and_write
     seen: list[bool] = []
 
     def spy(*args: object, **kwargs: object) -> object:
         seen.append(gc.isenabled())
         return analyze_and_write(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(traceinsight.commands.analyze, "analyze_and_write", spy)
+    monkeypatch.setattr(traceinsight.commands.common, "analyze_and_write", spy)
     assert gc.isenabled()
     result = runner.invoke(
         app, ["analyze", str(SAMPLES / trace), "--no-html", "--json", str(tmp_path / "r.json")]

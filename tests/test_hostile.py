@@ -793,7 +793,7 @@ def test_an_escape_laden_file_name_never_drives_the_terminal(
 
     import rich.console
 
-    from traceinsight.commands.analyze import analyze_and_write
+    from traceinsight.commands.common import analyze_and_write
     from traceinsight.commands.options import Reading, Wanted
     from traceinsight.load import progress as progress_module
 

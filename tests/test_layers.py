@@ -21,9 +21,9 @@ PACKAGE = ROOT / "traceinsight"
 
 #: Each room of the package and its floor: a module may import its own room and the floors below,
 #: never a room beside it or above. The floors are the issue's: load < analysis < rules < results
-#: < job < render < commands; the small modules every layer uses are the ground floor; capture
+#: < job < render < api < commands; the small modules every layer uses are the ground floor; capture
 #: (the only room with torch) reads the trace format's words from load and nothing more; the
-#: public API sits with the commands on the top floor.
+#: commands run on the public API (one flow, two doors), so it sits below them.
 FLOORS: dict[str, int] = {
     "ground": 0,
     "load": 1,
@@ -32,8 +32,9 @@ FLOORS: dict[str, int] = {
     "results": 4,
     "job": 5,
     "render": 6,
-    "commands": 7, "api": 7,
-    "__init__": 8, "__main__": 8,
+    "api": 7,
+    "commands": 8,
+    "__init__": 9, "__main__": 9,
 }  # fmt: skip
 
 

@@ -267,12 +267,12 @@ def test_a_run_that_writes_no_report_does_not_exit_0(
 ) -> None:
     """A trace that cannot be read back (torch's unescaped ``traceName`` made one) or an analysis
     bug left no report, no ``--json`` file and exit 0; a failing script keeps its own status."""
-    import traceinsight.commands.analyze
+    import traceinsight.commands.common
 
     def failing(*args: object, **kwargs: object) -> None:
         raise error
 
-    monkeypatch.setattr(traceinsight.commands.analyze, "analyze_and_write", failing)
+    monkeypatch.setattr(traceinsight.commands.common, "analyze_and_write", failing)
     run = run_in_process(tmp_path, str(PROBE), "steps=4")
     assert run.exit_code == status, run.stderr
     assert "no report was made" in error_line(run.stderr) and not run.report.exists()
@@ -444,7 +444,7 @@ def test_analysis_failure_keeps_the_trace_and_prints_its_path(
     def failing_analysis(trace: Path, *_: object, **__: object) -> None:
         raise TraceFormatError(f"cannot analyze {trace}: made to fail by the test")
 
-    monkeypatch.setattr("traceinsight.commands.analyze.analyze_and_write", failing_analysis)
+    monkeypatch.setattr("traceinsight.commands.common.analyze_and_write", failing_analysis)
     run = run_in_process(tmp_path, str(PROBE), "steps=10", "end=exit3")
     assert run.exit_code == 3  # the script's status wins over ours
     assert f"trace written: {run.trace}" in run.stderr

@@ -13,8 +13,9 @@ import pytest
 from rich.console import Console
 from tracebuild import SAMPLES
 
+import traceinsight.api
 import traceinsight.commands.common
-from traceinsight.commands.analyze import analyze_and_write
+from traceinsight.commands.common import analyze_and_write
 from traceinsight.commands.options import Reading, Wanted
 from traceinsight.errors import TraceFormatError
 
@@ -56,7 +57,7 @@ def test_the_renderer_is_prepared_after_the_trace_loaded(
     """The renderer's imports start once the load is done (they took a core from the load), and a
     trace that does not load costs none of them."""
     events: list[str] = []
-    load_trace = traceinsight.commands.common.load_trace
+    load_trace = traceinsight.api.load_trace
 
     def load(*args: object, **kwargs: object) -> object:
         events.append("load starts")
@@ -65,7 +66,7 @@ def test_the_renderer_is_prepared_after_the_trace_loaded(
         finally:
             events.append("load ends")
 
-    monkeypatch.setattr(traceinsight.commands.common, "load_trace", load)
+    monkeypatch.setattr(traceinsight.api, "load_trace", load)
     monkeypatch.setattr(
         traceinsight.commands.common, "prepare_beside", lambda module: events.append("prepare")
     )

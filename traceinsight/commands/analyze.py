@@ -1,9 +1,10 @@
 """`traceinsight analyze`: one trace's result, or a distributed job's (:mod:`.job`), in every output.
 
 The command reads its options (:mod:`.options`), loads the libraries (:func:`~traceinsight.process.libraries_loading`),
-and runs the one flow a trace goes through, :func:`analyze_and_write`; `run` hands the trace it
-recorded to the same flow, so a report made right after a capture is the one made later from the
-file alone.
+and runs the one flow a trace goes through, :func:`~.common.analyze_and_write` (a job's:
+:func:`~.job.analyze_job_and_write`), both on the public API (:mod:`traceinsight.api`); `run`
+hands the trace it recorded to the same flow, so a report made right after a capture is the one
+made later from the file alone.
 """
 
 from __future__ import annotations
@@ -11,23 +12,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from traceinsight.commands import options
+from traceinsight.load.head_start import HeadStart, begin
+from traceinsight.load.progress import terminal_progress
 from traceinsight.process import collector_paused, libraries_loading, quiet_blas, work_done
 
-if TYPE_CHECKING:
-    from rich.console import Console
-
-    from traceinsight.commands.options import Reading, Wanted
-    from traceinsight.config import SourceRoot
-    from traceinsight.load.head_start import HeadStart
-    from traceinsight.load.progress import ProgressCallback
-    from traceinsight.results import Result, RunContext
-
-__all__ = ["analyze", "analyze_and_write"]
+__all__ = ["analyze"]
 
 
 def analyze(
@@ -129,51 +123,40 @@ def analyze(
     quiet_blas()
     with _head_start(traces) as head_start:  # a large trace's scan begun while the libraries load
         with libraries_loading():
-            from traceinsight.commands.common import gate
-            from traceinsight.load.progress import terminal_progress
-            from traceinsight.results.gate import broken
+            # The flow and what it loads (polars, numpy, the analyses, the renderers): ~0.8 s that
+            # --help, --version and `run` before its script never pay (tests/test_cli.py).
+            from traceinsight import api
+            from traceinsight.commands import common
+            from traceinsight.results.gate import broken, broken_job
 
         read = options.settings(
             output=output, json_out=json_out, markdown=markdown, no_html=no_html, force=force, user_code=user_code,
             max_size=max_size, min_gap_us=min_gap_us, low_utilization=low_utilization, fail_on=fail_on,
             fail_on_rules=fail_on_rule, max_idle=max_idle, max_syncs_per_step=max_syncs_per_step,
         )  # fmt: skip
-        if _job(traces):
+        source = read.source_root(source_root, traces)
+        if api.is_job(traces):
             with libraries_loading():
-                from traceinsight.commands.job import JobOptions, analyze_job_and_write
-                from traceinsight.results.gate import broken_ranks
-            job = JobOptions(
+                # A job's flow and types: ~0.03 s that one trace's analyze never pays (NOT_FOR_ONE_TRACE).
+                from traceinsight.commands import job
+
+            options_of_job = job.JobOptions(
                 per_rank=per_rank, dask=dask or None, workers=workers, follow_symlinks=follow_symlinks
             )
-            job_result = analyze_job_and_write(
-                traces,
-                read.wanted,
-                read.reading,
-                job,
-                source_root=read.source_root(source_root, traces),
-                top=max(top, 10),
+            job_result = job.analyze_job_and_write(
+                traces, read.wanted, read.reading, options_of_job, source_root=source, top=max(top, 10)
             )
             work_done()
-            combined = job_result.report
-            if not read.budgets.empty and combined is not None:
-                unit = "rank" if combined.cycles_of is None else "cycle"
-                status = gate(broken_ranks(combined.ranks, read.budgets, unit))
-                if status:
-                    raise typer.Exit(status)
-            return
-        trace = traces[0]
-        with collector_paused(), terminal_progress(f"reading {trace.name}") as progress:
-            result = analyze_and_write(
-                trace,
-                read.wanted,
-                read.reading,
-                source_root=read.source_root(source_root, traces),
-                progress=progress,
-                top=top,
-                head_start=head_start,
-            )
-        work_done()
-        status = gate(broken(result, read.budgets)) if not read.budgets.empty else 0
+            status = common.gate(broken_job(job_result, read.budgets)) if not read.budgets.empty else 0
+        else:
+            trace = traces[0]
+            with collector_paused(), terminal_progress(f"reading {trace.name}") as progress:
+                result = common.analyze_and_write(
+                    trace, read.wanted, read.reading, source_root=source, progress=progress, top=top,
+                    head_start=head_start,
+                )  # fmt: skip
+            work_done()
+            status = common.gate(broken(result, read.budgets)) if not read.budgets.empty else 0
         if status:
             raise typer.Exit(status)
 
@@ -185,60 +168,9 @@ def _head_start(traces: list[Path]) -> Iterator[HeadStart | None]:
     if len(traces) != 1:
         yield None
         return
-    from traceinsight.load.head_start import begin
-
     head_start = begin(traces[0])
     try:
         yield head_start
     finally:
         if head_start is not None:
             head_start.close()
-
-
-def _job(traces: list[Path]) -> bool:
-    """Whether ``traces`` name a job (:func:`traceinsight.job.is_job`); one trace file is not, and
-    is told without loading the job's modules (their types take ~0.03 s to make)."""
-    if len(traces) == 1 and traces[0].is_file():
-        return False
-    from traceinsight.job import is_job
-
-    return is_job(traces)
-
-
-def analyze_and_write(
-    trace: Path,
-    wanted: Wanted,
-    reading: Reading,
-    *,
-    source_root: SourceRoot | None = None,
-    run: RunContext | None = None,
-    console: Console | None = None,
-    progress: ProgressCallback | None = None,
-    top: int = 5,
-    head_start: HeadStart | None = None,
-) -> Result:
-    """Analyze ``trace``; write the outputs ``wanted`` asks for (the page by default, as
-    ``./<trace name>.html``); print the terminal summary. Returns the result.
-
-    The outputs are checked before the work (:func:`~.common.plan`). ``source_root`` is the folder
-    the page's code excerpts may be read from, and where that choice came from (None: no excerpts,
-    only paths and line numbers). ``run`` carries what ``traceinsight run`` knows of the script's
-    run. ``progress`` is told how the load advances; the slower steps after it show a spinner when
-    stderr is a terminal. ``top`` is how many rows the terminal tables show. ``head_start``: scans
-    of ``trace`` begun before (:mod:`traceinsight.load.head_start`).
-    """
-    from traceinsight.commands.common import plan, read_trace, show, stem, write
-
-    planned = plan(wanted, Path.cwd() / f"{stem(trace)}.html", inputs=[trace])
-    result = read_trace(
-        trace, reading, progress=progress, run=run, page=planned.page is not None, head_start=head_start
-    )
-    written, to_stdout = write(
-        result, planned, source_root=None if source_root is None else source_root.folder
-    )
-    if planned.page is not None and source_root is not None:
-        written.append(
-            (f"code excerpts ({source_root.origin})", Path(source_root.shown or source_root.folder))
-        )
-    show(result, written, console=console, to_stderr=to_stdout, top=top)
-    return result

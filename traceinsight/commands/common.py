@@ -1,5 +1,6 @@
-"""The flow every command shares, written once: read a side (a trace or a stored result), plan the
-outputs, write them, print the summary, hold the result to the gate.
+"""The flow every command shares, written once: read a trace through the public API, plan the
+outputs, write them, print the summary, hold the result to the gate; and one trace's whole flow,
+:func:`analyze_and_write`, which `analyze` and `run` share.
 
 A command is thin: it reads its options (:mod:`.options`), makes its result, and hands it here.
 Every file goes through the outputs writer (:mod:`.outputs`): checked before the work, written
@@ -19,9 +20,10 @@ from typing import Final
 from rich.console import Console
 from rich.text import Text
 
+from traceinsight import api
 from traceinsight.commands.options import STDOUT, Reading, Wanted
 from traceinsight.commands.outputs import Kind, Output, check_outputs, write_output
-from traceinsight.load import load_trace
+from traceinsight.config import SourceRoot
 from traceinsight.load.head_start import HeadStart
 from traceinsight.load.progress import ProgressCallback
 from traceinsight.load.text import printable
@@ -29,11 +31,12 @@ from traceinsight.process import prepare_beside
 from traceinsight.render import AnyResult
 from traceinsight.render.html import HtmlRenderer
 from traceinsight.render.terminal import TerminalConsole, TerminalRenderer, reader_gone
-from traceinsight.results import Result, RunContext, result_for
+from traceinsight.results import Result, RunContext
 from traceinsight.results.gate import EXIT_BROKEN
 
 __all__ = [
     "Planned",
+    "analyze_and_write",
     "gate",
     "plan",
     "read_trace",
@@ -90,15 +93,19 @@ def read_trace(
     page: bool = False,
     head_start: HeadStart | None = None,
 ) -> Result:
-    """Load ``trace`` (taking the scans of its ``head_start``) and analyze it as every command
-    does: the heap the loader freed is given back, and with ``page`` the page's renderer is
-    prepared beside the analysis."""
+    """Load ``trace`` (taking the scans of its ``head_start``) and analyze it through the public
+    API (:func:`traceinsight.api.load`, :func:`traceinsight.api.analyze`), as every command does;
+    with ``page`` the page's renderer is prepared beside the analysis."""
     with timed("load"):
-        loaded = load_trace(trace, progress=progress, limit=reading.limit, head_start=head_start)
+        loaded = api.load(trace, max_bytes=reading.limit.max_bytes, force=reading.limit.force,
+                          progress=progress, head_start=head_start)  # fmt: skip
     if page:
         prepare_beside(PAGE_RENDERER)
     with stage(f"analyzing {trace.name}"), timed("analysis"):
-        return result_for(loaded, reading.thresholds, reading.user_code, run)
+        result = api.analyze(loaded, user_code=reading.user_code, every_gap=False, run=run,
+                             **reading.threshold_values)  # fmt: skip
+    assert isinstance(result, Result)  # a loaded trace is one trace
+    return result
 
 
 class Planned:
@@ -216,3 +223,40 @@ def gate(lines: list[str]) -> int:
     for line in lines:
         sys.stderr.write(f"traceinsight: gate: {printable(line)}\n")
     return EXIT_BROKEN if lines else 0
+
+
+def analyze_and_write(
+    trace: Path,
+    wanted: Wanted,
+    reading: Reading,
+    *,
+    source_root: SourceRoot | None = None,
+    run: RunContext | None = None,
+    console: Console | None = None,
+    progress: ProgressCallback | None = None,
+    top: int = 5,
+    head_start: HeadStart | None = None,
+) -> Result:
+    """Analyze ``trace``; write the outputs ``wanted`` asks for (the page by default, as
+    ``./<trace name>.html``); print the terminal summary. Returns the result.
+
+    The outputs are checked before the work (:func:`plan`). ``source_root`` is the folder
+    the page's code excerpts may be read from, and where that choice came from (None: no excerpts,
+    only paths and line numbers). ``run`` carries what ``traceinsight run`` knows of the script's
+    run. ``progress`` is told how the load advances; the slower steps after it show a spinner when
+    stderr is a terminal. ``top`` is how many rows the terminal tables show. ``head_start``: scans
+    of ``trace`` begun before (:mod:`traceinsight.load.head_start`).
+    """
+    planned = plan(wanted, Path.cwd() / f"{stem(trace)}.html", inputs=[trace])
+    result = read_trace(
+        trace, reading, progress=progress, run=run, page=planned.page is not None, head_start=head_start
+    )
+    written, to_stdout = write(
+        result, planned, source_root=None if source_root is None else source_root.folder
+    )
+    if planned.page is not None and source_root is not None:
+        written.append(
+            (f"code excerpts ({source_root.origin})", Path(source_root.shown or source_root.folder))
+        )
+    show(result, written, console=console, to_stderr=to_stdout, top=top)
+    return result

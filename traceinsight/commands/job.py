@@ -1,7 +1,9 @@
 """`analyze` on a distributed job: several traces, a folder, a pattern (:func:`analyze_job_and_write`).
 
 The job layer (:mod:`traceinsight.job`) maps the single-trace analysis over the ranks and combines
-them; it writes nothing. This flow plans and checks the outputs, hands each rank's own reports to
+them; it writes nothing. The public API finds the job's files and runs it
+(:func:`traceinsight.api.find_job`, :func:`traceinsight.api.analyze`). This flow plans and checks the
+outputs between the two, hands each rank's own reports to
 the workers as a function they call where the rank's result is (:func:`stage_rank_reports`: the
 page of a large rank is drawn in parallel, never sent back), and puts them in place once the job's
 own checks have passed.
@@ -20,19 +22,20 @@ from typing import Final
 
 from rich.console import Console
 
+from traceinsight import api
 from traceinsight.commands.common import Planned, plan, show, write
 from traceinsight.commands.options import STDOUT, Reading, Wanted
 from traceinsight.commands.outputs import Kind, Output, check_outputs, publish, stage
 from traceinsight.config import SourceRoot
 from traceinsight.errors import OutputError
 from traceinsight.job import RankReports
-from traceinsight.job.execute import analyze_job, rank_progress
-from traceinsight.job.triage import JobFiles, job_files
+from traceinsight.job.execute import rank_progress
+from traceinsight.job.triage import JobFiles
 from traceinsight.render.html import HtmlRenderer
 from traceinsight.results import JobResult, Result
-from traceinsight.results.job import JobReport, RankResult, job_result_of
+from traceinsight.results.job import RankResult
 
-__all__ = ["JobFiles", "JobOptions", "analyze_job_and_write", "job_files", "run_job", "stage_rank_reports"]
+__all__ = ["JobFiles", "JobOptions", "analyze_job_and_write", "run_job", "stage_rank_reports"]
 
 #: The names of the files ``--per-rank`` writes.
 _PER_RANK_NAME: Final = re.compile(r"rank-\d+\.(?:json|html)")
@@ -83,22 +86,15 @@ def run_job(
     each: RankReports | None = None,
     dask: str | None = None,
     workers: int | None = None,
-) -> JobReport:
-    """Analyze and combine the job's ranks as ``analyze`` does, the ranks' progress bar on stderr
-    (see :func:`~traceinsight.job.execute.analyze_job`)."""
+) -> JobResult:
+    """Analyze and combine the job's ranks through the public API (:func:`traceinsight.api.analyze`),
+    the ranks' progress bar on stderr."""
     with rank_progress(len(found.discovery.files)) as progress:
-        return analyze_job(
-            found.discovery,
-            thresholds=reading.thresholds,
-            user_code=reading.user_code,
-            max_bytes=reading.limit.max_bytes,
-            force=force,
-            each=each,
-            dask=dask,
-            workers=workers,
-            progress=progress,
-            cycles_of=found.cycles_of,
-        )
+        result = api.analyze(found, user_code=reading.user_code, max_bytes=reading.limit.max_bytes, force=force,
+                             each_rank=each, dask=dask, workers=workers, ranks_progress=progress,
+                             **reading.threshold_values)  # fmt: skip
+    assert isinstance(result, JobResult)  # a job's files are a job
+    return result
 
 
 def analyze_job_and_write(
@@ -120,7 +116,7 @@ def analyze_job_and_write(
     they are put in place only once the job's own checks have passed (nothing is written for a job
     that fails), and go through the same output checks as every other file.
     """
-    found = job_files(arguments, follow_symlinks=job.follow_symlinks)
+    found = api.find_job(arguments, follow_symlinks=job.follow_symlinks)
     inputs = found.paths
     planned = plan(wanted, default_page(arguments), inputs=inputs, inputs_are="a trace of the job")
     per_rank = job.per_rank
@@ -132,9 +128,9 @@ def analyze_job_and_write(
         root = None if source_root is None else str(source_root.folder.resolve())
         each = functools.partial(stage_rank_reports, str(staging), root)
     try:
-        combined = run_job(found, reading, force=wanted.force, each=each, dask=job.dask, workers=job.workers)
-        result = job_result_of(combined)
-        written, to_stdout = _write(result, planned, per_rank, combined.ranks, inputs)
+        result = run_job(found, reading, force=wanted.force, each=each, dask=job.dask, workers=job.workers)
+        assert result.report is not None  # analyzed here
+        written, to_stdout = _write(result, planned, per_rank, result.report.ranks, inputs)
     finally:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)

@@ -10,9 +10,9 @@ Nothing here imports polars or the analyses: ``--help`` of every command stays f
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
@@ -169,6 +169,11 @@ class Reading:
     user_code: tuple[str, ...] = ()
     #: ``--max-size`` and ``--force``'s gzip ratio.
     limit: SizeLimit = field(default_factory=SizeLimit)
+
+    @property
+    def threshold_values(self) -> dict[str, Any]:
+        """The thresholds by name, as the public API takes them (:func:`traceinsight.api.analyze`)."""
+        return asdict(self.thresholds)
 
 
 @dataclass(frozen=True, slots=True)

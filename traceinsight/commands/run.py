@@ -36,9 +36,11 @@ import typer
 from rich.console import Console
 
 from traceinsight.capture.settings import ProfileSettings
-from traceinsight.commands.options import STDOUT, one_on_stdout
+from traceinsight.commands.options import STDOUT, Reading, Wanted, one_on_stdout
 from traceinsight.commands.outputs import Kind, Output, check_outputs
+from traceinsight.config import SourceRoot
 from traceinsight.errors import CaptureError, ConfigError, OutputError, TraceInsightError
+from traceinsight.process import libraries_loading
 
 if TYPE_CHECKING:  # the recorder and what it loads are imported when a script is run, not to parse options
     from traceinsight.capture.distributed import RankInfo
@@ -674,16 +676,14 @@ def _analyze(
 ) -> int | None:
     """Analyze the trace just written; on failure keep it, say how to retry and return the exit
     status the failure calls for (the error's own; 3 for a bug), else None."""
-    from traceinsight.commands.options import Reading, Wanted
-    from traceinsight.config import SourceRoot
-    from traceinsight.process import libraries_loading
-
     try:
         with libraries_loading():
-            from traceinsight.commands.analyze import analyze_and_write
+            # `analyze`'s flow and what it loads (polars, the analyses, the renderers): ~0.8 s
+            # that the script never waits for (it is loaded once the script has run).
+            from traceinsight.commands import common
         # Paths as the user would type them (relative inside the current folder): the report is
         # shared, the user's folder layout need not be.
-        analyze_and_write(
+        common.analyze_and_write(
             _shown(trace),
             Wanted(
                 html=_shown(paths.report),
