@@ -443,7 +443,7 @@ def test_the_api_compares_two_jobs_as_the_command_does(jobs: dict[str, Path], tm
         assert isinstance(comparison, JobComparison)
         assert _figures(json.loads(comparison.to_json())) == _figures(command)
         assert "Stragglers gone" in (comparison._repr_html_() or "")
-    with pytest.raises(TraceInsightError, match="one is a job and the other one trace"):
+    with pytest.raises(TraceInsightError, match=r"BEFORE is a job \(4 traces\) and AFTER one trace"):
         traceinsight.diff(str(jobs["A"]), str(SAMPLES / "two_ranks" / "rank-0.json.gz"))
 
 

@@ -292,7 +292,7 @@ def _stem(trace: Path) -> str:
     return name
 
 
-def _side(given: Result | JobResult | Side | TracePath, limit: SizeLimit) -> Side:
+def _side(given: Result | JobResult | Side | TracePath, limit: SizeLimit, job: type[JobResult]) -> Side:
     """What ``given`` is (see :class:`Side`): a folder or a pattern is a job, its traces found and
     sorted now (:func:`find_job`), or several stored runs; a file is a stored result when its
     first bytes say so, else a trace."""
@@ -303,20 +303,11 @@ def _side(given: Result | JobResult | Side | TracePath, limit: SizeLimit) -> Sid
         return Side(Path(named), stored=given, named=named)
     path = Path(given)
     if is_job([path]):
-        from traceinsight.results import JobResult  # a job's types: see is_job
-
-        runs = _stored_runs(path, limit, JobResult)
+        runs = _stored_runs(path, limit, job)
         if runs:
             return Side(path, runs=tuple(run for _, run in runs), run_paths=tuple(file for file, _ in runs))
         return Side(path, files=find_job([path]))
-    return Side(path, stored=read_stored(path, _kinds(), limit))
-
-
-def _kinds() -> tuple[type[Result], type[JobResult]]:
-    """The results a diff's side may store (a job's type imported only then: see :func:`is_job`)."""
-    from traceinsight.results import JobResult
-
-    return Result, JobResult
+    return Side(path, stored=read_stored(path, (Result, job), limit))
 
 
 def _stored_runs(path: Path, limit: SizeLimit, job: type[JobResult]) -> tuple[tuple[Path, Result], ...]:
@@ -352,8 +343,10 @@ def diff_sides(
     trace is refused here. ``max_bytes`` (``--max-size``) bounds a stored result read (default
     16 MiB); ``force`` as :func:`load`. The command checks its outputs against the sides' files
     (``Side.inputs``) before :func:`compare_sides`."""
+    from traceinsight.results import JobResult  # a job's types: see is_job
+
     limit = SizeLimit(max_bytes, force=force)
-    sides = (_side(before, limit), _side(after, limit))
+    sides = (_side(before, limit, JobResult), _side(after, limit, JobResult))
     _check_same_kind(*sides)
     return sides
 
@@ -402,7 +395,7 @@ def compare_sides(
     ``reading_progress(path)`` opens a progress display around each trace's load,
     ``analyzing(path)`` one around its analysis, ``ranks_progress(total)`` one across a job's
     ranks (the command's bars and spinner on stderr)."""
-    from traceinsight.results import compare
+    from traceinsight.results import JobResult, compare, compare_jobs  # a diff's and a job's: see is_job
 
     limits = _thresholds(thresholds)
     code = tuple(user_code)
@@ -425,9 +418,6 @@ def compare_sides(
             )
         return compare(runs[0], runs[1], before.label, after.label, top=top), runs[1][0]
     if before.is_job:
-        from traceinsight.results import JobResult
-        from traceinsight.results.job_comparison import compare_jobs
-
         jobs: list[JobResult] = []
         for side in (before, after):
             if isinstance(side.stored, JobResult):

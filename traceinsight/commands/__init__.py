@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, NoReturn, ParamSpec
 
 import typer
 
+from traceinsight.capture.script import execute
 from traceinsight.commands import analyze, diff, run
 from traceinsight.commands.coercion import QuickCommand, QuickGroup
 from traceinsight.commands.options import EXIT_CODES
@@ -47,7 +48,7 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     The message may quote a file name or a trace: control characters are replaced, so that it
     stays one line and cannot drive the terminal.
     """
-    from traceinsight.load.text import printable
+    from traceinsight.load.text import printable  # polars (~0.3 s): an error line never waits at --help
 
     sys.stderr.write(f"traceinsight: error: {printable(message)}\n")
     return typer.Exit(code)
@@ -153,8 +154,6 @@ def main() -> None:
     (:func:`traceinsight.process.flush_and_exit`); `run` ends normally, so the user's script's exit
     handlers still run.
     """
-    from traceinsight.capture.script import execute
-
     staged = start_main()
     ready = begin_script(staged)
     end_script(staged, None if ready is None else execute(ready))

@@ -19,6 +19,7 @@ import typer
 from traceinsight.config import ProjectConfig, SourceRoot, read_config
 from traceinsight.config import source_root as resolve_source_root
 from traceinsight.errors import ConfigError
+from traceinsight.load.limits import parse_size as size_of
 from traceinsight.load.source import SizeLimit
 from traceinsight.thresholds import Thresholds
 
@@ -124,8 +125,6 @@ MaxSyncsOption = Annotated[
 def parse_size(text: str, option: str = "--max-size") -> int:
     """``512M``, ``2G``, ``1.5GB``, ``8GiB``, ``4096`` → bytes (:func:`traceinsight.load.limits.parse_size`:
     k, M, G, T are powers of 1024), or one line naming ``option``."""
-    from traceinsight.load.limits import parse_size as size_of
-
     try:
         return size_of(text)
     except ValueError:
@@ -222,6 +221,8 @@ def settings(
     max_regression: float | None = None,
 ) -> Settings:
     """Read the project table and check the options `analyze` and `diff` take (the command line wins)."""
+    # The gate's and the rules' words load the analyses and polars (~0.8 s): read once the
+    # command runs, never for --help.
     from traceinsight.results.gate import Budgets, budgets_from_table
     from traceinsight.rules.findings import SEVERITIES
     from traceinsight.rules.ids import check_budget, check_rule_ids

@@ -35,10 +35,28 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
+from traceinsight.capture.distributed import (
+    job_stamp,
+    launcher_module,
+    rank_info,
+    rank_path,
+    worker_launch_args,
+)
+from traceinsight.capture.memory import rss
+from traceinsight.capture.script import (
+    ScriptTarget,
+    StagedRun,
+    drive,
+    exit_like_python,
+    module_target,
+    run_target,
+    run_target_steps,
+    script_target,
+)
 from traceinsight.capture.settings import ProfileSettings
-from traceinsight.commands.options import STDOUT, Reading, Wanted, one_on_stdout
+from traceinsight.commands.options import STDOUT, Reading, Wanted, one_on_stdout, parse_size
 from traceinsight.commands.outputs import Kind, Output, check_outputs
-from traceinsight.config import SourceRoot
+from traceinsight.config import SourceRoot, read_config
 from traceinsight.errors import CaptureError, ConfigError, OutputError, TraceInsightError
 from traceinsight.process import libraries_loading
 
@@ -46,7 +64,7 @@ if TYPE_CHECKING:  # the recorder and what it loads are imported when a script i
     from traceinsight.capture.distributed import RankInfo
     from traceinsight.capture.export import ExportResult, ProgressCallback
     from traceinsight.capture.recorder import CaptureResult
-    from traceinsight.capture.script import ScriptOutcome, ScriptSteps, ScriptTarget, StagedRun
+    from traceinsight.capture.script import ScriptOutcome, ScriptSteps
 
 __all__ = [
     "RUN_CONTEXT_SETTINGS",
@@ -238,11 +256,8 @@ def run(
     every rank writes its own files; `traceinsight run -m torch.distributed.run ...` (or `run
     torchrun ...`) profiles the workers.
     """
-    from traceinsight.capture.distributed import launcher_module, rank_info
-    from traceinsight.capture.recorder import require_torch
-    from traceinsight.capture.script import StagedRun, drive, module_target, script_target
-    from traceinsight.commands.options import parse_size
-    from traceinsight.render.terminal import TerminalConsole
+    from traceinsight.capture.recorder import require_torch  # see profile_and_report_steps
+    from traceinsight.render.terminal import TerminalConsole  # polars, the renderers: ~0.8 s
 
     console = TerminalConsole(stderr=True)  # 120 columns in a CI log, like analyze's
     try:
@@ -317,7 +332,7 @@ def take_deferred_run() -> StagedRun[int] | None:
 
 def _said(error: TraceInsightError) -> int:
     """The one line the CLI prints for every command's errors (never a traceback); its status."""
-    from traceinsight.load.text import printable
+    from traceinsight.load.text import printable  # polars (~0.3 s), for an error before the script
 
     sys.stderr.write(f"traceinsight: error: {printable(str(error))}\n")
     return error.exit_code
@@ -337,8 +352,6 @@ def profile_and_report(
     What went wrong with the trace or the report is said on stderr; it never changes the status.
     For Ctrl-C, this process dies by SIGINT after writing, as Python does.
     """
-    from traceinsight.capture.script import drive
-
     return drive(profile_and_report_steps(target, settings, paths, console, rank=rank, project=project))
 
 
@@ -352,8 +365,9 @@ def profile_and_report_steps(
     project: Path | None = None,
 ) -> ScriptSteps[int]:
     """:func:`profile_and_report` in stages (the script runs in the frame that drives them)."""
+    # The recorder and what it loads (the trace's export, its repair, json): 0.06-0.18 s of
+    # --help and of every other command, measured on top of the command's own imports.
     from traceinsight.capture.recorder import RecorderEvents, TraceRecorder
-    from traceinsight.capture.script import exit_like_python, run_target_steps
 
     speaks = rank is None or rank.rank == 0
     say = _Speaker(console if speaks else None, rank)
@@ -421,8 +435,6 @@ def _no_report_status(outcome: ScriptOutcome, failure: int) -> int:
     """The exit status of a run whose report a failure of ours prevented: the script's own when it
     failed (or was interrupted: Python's way), else ``failure`` (2: the trace could not be written
     or read; 3: a bug of ours or the profiler's), never 0 without a report."""
-    from traceinsight.capture.script import exit_like_python
-
     status = exit_like_python(outcome)
     return status if status != 0 else failure
 
@@ -450,8 +462,6 @@ class _Speaker:
     def _stopping_lines(self, started: float, copying: threading.Event) -> None:
         """Every :data:`_LOG_PROGRESS_SECONDS` until our pass over torch's export begins: how long
         torch's stop and export have run, and the process's memory."""
-        from traceinsight.capture.memory import rss
-
         while not copying.wait(_LOG_PROGRESS_SECONDS):
             self(
                 f"stopping the profiler and exporting its trace: {time.monotonic() - started:.0f} s, "
@@ -632,9 +642,9 @@ def _run_context(
     trace: Path,
 ) -> Any:
     """What the report says of the run (:class:`traceinsight.results.RunContext`)."""
-    import torch
+    import torch  # the script loaded it already; this module is imported for --help, torch ~1-2 s
 
-    from traceinsight.results import RunContext
+    from traceinsight.results import RunContext  # the analyses, polars: ~0.8 s, after the script
 
     words = sys.argv[1:]
     if "run" in words:
@@ -717,8 +727,6 @@ def _analyze(
 def _say_job_files(say: _Speaker, paths: OutputPaths, rank: RankInfo) -> None:
     """Rank 0 says how to make the job report once every rank has written its trace (ranks end at
     their own pace, so rank 0 does not wait for them)."""
-    from traceinsight.capture.distributed import rank_path
-
     # As the user would type them (relative inside the current folder), like every path run
     # prints: a log shared with the report need not carry the user's folder layout.
     traces = " ".join(str(_shown(rank_path(_rank_zero_name(paths.trace), r))) for r in range(rank.world_size))
@@ -778,8 +786,6 @@ def _project_folder(target: ScriptTarget) -> Path:
 
 def _user_code(project: Path, given: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     """``--user-code`` packages merged with ``[tool.traceinsight] user-code`` of the script's project."""
-    from traceinsight.config import read_config
-
     try:
         configured = read_config(project).user_code
     except ConfigError:
@@ -805,8 +811,6 @@ def _output_paths(
     """The outputs' absolute paths, per rank under torchrun; fails now if one cannot be written, or
     would replace the script or a file that is not ours (:func:`traceinsight.commands.outputs.check_outputs`;
     a trace reached through a symlink is written over the file it names, the link kept)."""
-    from traceinsight.capture.distributed import job_stamp, rank_path
-
     if trace is not None and str(trace) == STDOUT:
         raise OutputError(
             "--trace -: run writes the trace to a file and reads it back for the report; give a path"
@@ -886,9 +890,6 @@ def _forwarded_options(ctx: typer.Context) -> list[str]:
 
 def _launch_workers(script: str, module: bool, words: tuple[str, ...], our_options: list[str]) -> int:
     """Run torchrun unprofiled, its workers under ``traceinsight run``; return its exit status."""
-    from traceinsight.capture.distributed import worker_launch_args
-    from traceinsight.capture.script import ScriptTarget, exit_like_python, run_target
-
     launcher_args = worker_launch_args(words, our_options)
     name = "torch.distributed.run" if module or not os.path.isfile(script) else script
     target = ScriptTarget(name=name, args=tuple(launcher_args), is_module=name == "torch.distributed.run")
