@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, NoReturn, ParamSpec
 
 import typer
 
-from traceinsight.capture.script import execute
 from traceinsight.commands import analyze, diff, run
 from traceinsight.commands.coercion import QuickCommand, QuickGroup
 from traceinsight.commands.options import EXIT_CODES
@@ -154,6 +153,8 @@ def main() -> None:
     (:func:`traceinsight.process.flush_and_exit`); `run` ends normally, so the user's script's exit
     handlers still run.
     """
+    from traceinsight.capture.script import execute  # `run`'s: see traceinsight.commands.run
+
     staged = start_main()
     ready = begin_script(staged)
     end_script(staged, None if ready is None else execute(ready))

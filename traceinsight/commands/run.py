@@ -35,24 +35,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
-from traceinsight.capture.distributed import (
-    job_stamp,
-    launcher_module,
-    rank_info,
-    rank_path,
-    worker_launch_args,
-)
 from traceinsight.capture.memory import rss
-from traceinsight.capture.script import (
-    ScriptTarget,
-    StagedRun,
-    drive,
-    exit_like_python,
-    module_target,
-    run_target,
-    run_target_steps,
-    script_target,
-)
 from traceinsight.capture.settings import ProfileSettings
 from traceinsight.commands.options import STDOUT, Reading, Wanted, one_on_stdout, parse_size
 from traceinsight.commands.outputs import Kind, Output, check_outputs
@@ -64,7 +47,13 @@ if TYPE_CHECKING:  # the recorder and what it loads are imported when a script i
     from traceinsight.capture.distributed import RankInfo
     from traceinsight.capture.export import ExportResult, ProgressCallback
     from traceinsight.capture.recorder import CaptureResult
-    from traceinsight.capture.script import ScriptOutcome, ScriptSteps
+    from traceinsight.capture.script import ScriptOutcome, ScriptSteps, ScriptTarget, StagedRun
+
+# `run`'s own pieces (capture.script, capture.distributed, the recorder) are imported where they are
+# used, not at the top: this module is imported by every command and --help, and one trace's
+# analyze loads none of them (tests/test_cli.py NOT_FOR_ONE_TRACE): capture.script with
+# capture.distributed ~0.004 s of CPU on top of the command's own imports (median of 20 runs), the
+# recorder with the export it loads 0.06-0.18 s.
 
 __all__ = [
     "RUN_CONTEXT_SETTINGS",
@@ -256,7 +245,9 @@ def run(
     every rank writes its own files; `traceinsight run -m torch.distributed.run ...` (or `run
     torchrun ...`) profiles the workers.
     """
-    from traceinsight.capture.recorder import require_torch  # see profile_and_report_steps
+    from traceinsight.capture.distributed import launcher_module, rank_info
+    from traceinsight.capture.recorder import require_torch
+    from traceinsight.capture.script import StagedRun, drive, module_target, script_target
     from traceinsight.render.terminal import TerminalConsole  # polars, the renderers: ~0.8 s
 
     console = TerminalConsole(stderr=True)  # 120 columns in a CI log, like analyze's
@@ -352,6 +343,8 @@ def profile_and_report(
     What went wrong with the trace or the report is said on stderr; it never changes the status.
     For Ctrl-C, this process dies by SIGINT after writing, as Python does.
     """
+    from traceinsight.capture.script import drive
+
     return drive(profile_and_report_steps(target, settings, paths, console, rank=rank, project=project))
 
 
@@ -365,9 +358,8 @@ def profile_and_report_steps(
     project: Path | None = None,
 ) -> ScriptSteps[int]:
     """:func:`profile_and_report` in stages (the script runs in the frame that drives them)."""
-    # The recorder and what it loads (the trace's export, its repair, json): 0.06-0.18 s of
-    # --help and of every other command, measured on top of the command's own imports.
     from traceinsight.capture.recorder import RecorderEvents, TraceRecorder
+    from traceinsight.capture.script import exit_like_python, run_target_steps
 
     speaks = rank is None or rank.rank == 0
     say = _Speaker(console if speaks else None, rank)
@@ -435,6 +427,8 @@ def _no_report_status(outcome: ScriptOutcome, failure: int) -> int:
     """The exit status of a run whose report a failure of ours prevented: the script's own when it
     failed (or was interrupted: Python's way), else ``failure`` (2: the trace could not be written
     or read; 3: a bug of ours or the profiler's), never 0 without a report."""
+    from traceinsight.capture.script import exit_like_python
+
     status = exit_like_python(outcome)
     return status if status != 0 else failure
 
@@ -727,6 +721,8 @@ def _analyze(
 def _say_job_files(say: _Speaker, paths: OutputPaths, rank: RankInfo) -> None:
     """Rank 0 says how to make the job report once every rank has written its trace (ranks end at
     their own pace, so rank 0 does not wait for them)."""
+    from traceinsight.capture.distributed import rank_path
+
     # As the user would type them (relative inside the current folder), like every path run
     # prints: a log shared with the report need not carry the user's folder layout.
     traces = " ".join(str(_shown(rank_path(_rank_zero_name(paths.trace), r))) for r in range(rank.world_size))
@@ -811,6 +807,8 @@ def _output_paths(
     """The outputs' absolute paths, per rank under torchrun; fails now if one cannot be written, or
     would replace the script or a file that is not ours (:func:`traceinsight.commands.outputs.check_outputs`;
     a trace reached through a symlink is written over the file it names, the link kept)."""
+    from traceinsight.capture.distributed import job_stamp, rank_path
+
     if trace is not None and str(trace) == STDOUT:
         raise OutputError(
             "--trace -: run writes the trace to a file and reads it back for the report; give a path"
@@ -890,6 +888,9 @@ def _forwarded_options(ctx: typer.Context) -> list[str]:
 
 def _launch_workers(script: str, module: bool, words: tuple[str, ...], our_options: list[str]) -> int:
     """Run torchrun unprofiled, its workers under ``traceinsight run``; return its exit status."""
+    from traceinsight.capture.distributed import worker_launch_args
+    from traceinsight.capture.script import ScriptTarget, exit_like_python, run_target
+
     launcher_args = worker_launch_args(words, our_options)
     name = "torch.distributed.run" if module or not os.path.isfile(script) else script
     target = ScriptTarget(name=name, args=tuple(launcher_args), is_module=name == "torch.distributed.run")
