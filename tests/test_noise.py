@@ -235,6 +235,26 @@ def test_two_cycles_a_side_are_pooled(tmp_path: Path) -> None:
     assert code == 1 and "told apart from noise" in stderr
 
 
+def test_the_api_pools_a_folder_of_cycles_as_the_command_does(tmp_path: Path) -> None:
+    """`traceinsight.diff` of two folders of one run's cycles is the command's pooled comparison,
+    byte for byte (before the command ran on the API, the API compared them as two jobs)."""
+    import traceinsight
+    from traceinsight.results import Comparison
+
+    before, after = _cycles_folder(tmp_path, "0"), _cycles_folder(tmp_path, "4")
+    out = tmp_path / "pooled.json"
+    code, _, _ = invoke("diff", str(before), str(after), "--no-html", "--json", str(out))
+    assert code == 0
+    comparison = traceinsight.diff(before, after)
+    assert isinstance(comparison, Comparison)
+    assert comparison.before_runs == comparison.after_runs == 2
+    pooled_after = statistics.median(
+        raw_step_times_us(RUNS["w4c1"])[:6] + raw_step_times_us(RUNS["w4c2"])[:6]
+    )
+    assert comparison.metric("step_time").after == pytest.approx(pooled_after, abs=0.01)
+    assert comparison.to_json() == out.read_text()
+
+
 def test_predicted_beside_measured_in_every_output(stored: dict[str, Path], tmp_path: Path) -> None:
     out, markdown, page = tmp_path / "d.json", tmp_path / "d.md", tmp_path / "d.html"
     code, stdout, _ = invoke(
