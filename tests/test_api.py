@@ -64,6 +64,25 @@ def test_a_results_json_is_what_analyze_json_writes(trace: Path, tmp_path: Path)
     assert traceinsight.Result.from_json(out.read_bytes()) == result
 
 
+def test_a_loaded_trace_analyzes_as_its_file(gp100: traceinsight.Result) -> None:
+    """``analyze`` takes the tables ``load`` gave (what the command does, timing each step): the
+    same result as from the file."""
+    from traceinsight.api import load
+
+    loaded = load(GP100, max_bytes=1 << 30)
+    assert traceinsight.analyze(loaded) == gp100
+    assert gp100.idle_gaps and traceinsight.analyze(loaded, min_gap_us=1e9).idle_gaps == ()  # none that long
+
+
+def test_a_command_option_is_a_keyword_of_the_api(tmp_path: Path) -> None:
+    """``--max-size`` is ``max_bytes``: the same refusal, in the same words, through both doors."""
+    command = runner.invoke(app, ["analyze", str(GP100), "--no-html", "--max-size", "1k"])
+    assert command.exit_code == 2
+    with pytest.raises(TraceInsightError) as refused:
+        traceinsight.analyze(GP100, max_bytes=1024)
+    assert command.stderr == f"traceinsight: error: {refused.value}\n"
+
+
 def test_a_result_read_back_equals_the_original(gp100: traceinsight.Result) -> None:
     again = traceinsight.Result.from_json(gp100.to_json())
     assert again == gp100
