@@ -92,10 +92,12 @@ def read_trace(
     run: RunContext | None = None,
     page: bool = False,
     head_start: HeadStart | None = None,
+    source_root: Path | None = None,
 ) -> Result:
     """Load ``trace`` (taking the scans of its ``head_start``) and analyze it through the public
-    API (:func:`traceinsight.api.load`, :func:`traceinsight.api.analyze`), as every command does;
-    with ``page`` the page's renderer is prepared beside the analysis."""
+    API (:func:`traceinsight.api.load`, :func:`traceinsight.api.analyze`: the result carries
+    ``source_root``, the folder its code excerpts may be read from), as every command does; with
+    ``page`` the page's renderer is prepared beside the analysis."""
     with timed("load"):
         loaded = api.load(trace, max_bytes=reading.limit.max_bytes, force=reading.limit.force,
                           progress=progress, head_start=head_start)  # fmt: skip
@@ -103,7 +105,7 @@ def read_trace(
         prepare_beside(PAGE_RENDERER)
     with stage(f"analyzing {trace.name}"), timed("analysis"):
         result = api.analyze(loaded, user_code=reading.user_code, every_gap=False, run=run,
-                             **reading.threshold_values)  # fmt: skip
+                             source_root=source_root, **reading.threshold_values)  # fmt: skip
     assert isinstance(result, Result)  # a loaded trace is one trace
     return result
 
@@ -248,12 +250,10 @@ def analyze_and_write(
     of ``trace`` begun before (:mod:`traceinsight.load.head_start`).
     """
     planned = plan(wanted, Path.cwd() / f"{stem(trace)}.html", inputs=[trace])
-    result = read_trace(
-        trace, reading, progress=progress, run=run, page=planned.page is not None, head_start=head_start
-    )
-    written, to_stdout = write(
-        result, planned, source_root=None if source_root is None else source_root.folder
-    )
+    folder = None if source_root is None else source_root.folder
+    result = read_trace(trace, reading, progress=progress, run=run, page=planned.page is not None,
+                        head_start=head_start, source_root=folder)  # fmt: skip
+    written, to_stdout = write(result, planned, source_root=folder)
     if planned.page is not None and source_root is not None:
         written.append(
             (f"code excerpts ({source_root.origin})", Path(source_root.shown or source_root.folder))
