@@ -335,7 +335,7 @@ def test_charts_are_the_pages_own(gp100: traceinsight.Result) -> None:
     }
     document = json.loads(gp100.to_json())
     del document["details"]  # written before results kept what their charts draw
-    with pytest.raises(TraceInsightError, match="stored result.*'details'"):
+    with pytest.raises(TraceInsightError, match=r"stored result.*'details'"):
         traceinsight.Result.from_json(json.dumps(document)).charts  # noqa: B018
 
 

@@ -65,14 +65,18 @@ def test_a_stored_result_renders_or_says_why_not(name: str, results: dict[str, A
 
 
 @pytest.mark.parametrize("name", ["terminal", "markdown", "html"])
-def test_a_stored_result_without_details_says_why_it_draws_nothing(name: str, results: dict[str, Any]) -> None:
+def test_a_stored_result_without_details_says_why_it_draws_nothing(
+    name: str, results: dict[str, Any]
+) -> None:
     """A trace's result written before results kept their ``details`` holds the figures but not
     the rest of what a report shows: one line naming the file's trace and what to do."""
     document = json.loads(results["trace"].to_json())
     del document["details"]
     stored = type(results["trace"]).from_json(json.dumps(document))
     assert stored.details is None
-    with pytest.raises(NotLive, match=r"gp100_mlp_pageable_sync.json.gz .*'details'.*analyze its trace") as error:
+    with pytest.raises(
+        NotLive, match=r"gp100_mlp_pageable_sync.json.gz .*'details'.*analyze its trace"
+    ) as error:
         RENDERERS[name].render(stored)
     assert "\n" not in str(error.value)
 

@@ -185,12 +185,16 @@ def _rendered_again(path: Path, read: options.Settings, top: int) -> bool:
     """When ``path`` is a stored result (a file ``--json`` wrote: a trace's, a job's, a diff's):
     its outputs written again from it alone, as the run that stored it wrote them, and its gate
     judged (a trace's result only); False for a trace."""
-    from traceinsight.commands.common import gate, plan, show, stem, write
-    from traceinsight.results import Result
-    from traceinsight.results.gate import broken
-    from traceinsight.results.stored import read_any_stored
+    from traceinsight.results.stored import looks_stored
 
-    stored = read_any_stored(path, read.reading.limit)
+    if not looks_stored(path):
+        return False
+    from traceinsight.commands.common import gate, plan, show, stem, write
+    from traceinsight.results import Comparison, JobComparison, JobResult, Result
+    from traceinsight.results.gate import broken
+    from traceinsight.results.stored import read_result
+
+    stored = read_result(path, (Result, JobResult, Comparison, JobComparison), read.reading.limit)
     if stored is None:
         return False
     if not isinstance(stored, Result) and not read.budgets.empty:

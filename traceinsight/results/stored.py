@@ -35,7 +35,15 @@ if TYPE_CHECKING:
     from traceinsight.results.job_comparison import JobComparison
     from traceinsight.results.trace import Result
 
-__all__ = ["MAX_RESULT_BYTES", "from_text", "kind_of", "read_any_stored", "read_stored", "read_stored_result"]
+__all__ = [
+    "MAX_RESULT_BYTES",
+    "from_text",
+    "kind_of",
+    "looks_stored",
+    "read_result",
+    "read_stored",
+    "read_stored_result",
+]
 
 _R = TypeVar("_R", "Result", "JobResult", "Comparison", "JobComparison")
 
@@ -108,17 +116,18 @@ def read_stored_result(path: Path, cls: type[Result], limit: SizeLimit | None = 
     return stored
 
 
-def read_any_stored(
-    path: Path, limit: SizeLimit | None = None
-) -> Result | JobResult | Comparison | JobComparison | None:
-    """The result of any kind stored in ``path`` (what ``analyze RESULT.json`` renders again), else
-    None (a trace)."""
-    from traceinsight.results.comparison import Comparison
-    from traceinsight.results.job import JobResult
-    from traceinsight.results.job_comparison import JobComparison
-    from traceinsight.results.trace import Result
-
-    return _read(path, (Result, JobResult, Comparison, JobComparison), limit, "render")
+def looks_stored(path: Path) -> bool:
+    """Whether ``path`` is a regular file that starts as a stored result does (an object whose
+    ``tool`` is traceinsight): a cheap look for choosing a reader, before any result type is
+    loaded; the file is then read under every check (:func:`read_result`)."""
+    if not path.is_file():  # a FIFO would block the open; a folder is a job's
+        return False
+    try:
+        with path.open("rb") as stream:
+            head = stream.read(4096)
+    except OSError:
+        return False
+    return _HEAD.match(head) is not None
 
 
 def read_stored(
@@ -130,17 +139,18 @@ def read_stored(
     output is refused, a kind not among ``classes`` too, and so is a job's result written before
     job results held their savings per step (what a job diff compares), each in its words.
     """
-    return cast("Result | JobResult | None", _read(path, classes, limit, "compare"))
+    return cast("Result | JobResult | None", read_result(path, classes, limit, "compare"))
 
 
-def _read(
+def read_result(
     path: Path,
     classes: Sequence[type[Result] | type[JobResult] | type[Comparison] | type[JobComparison]],
-    limit: SizeLimit | None,
-    action: str,
+    limit: SizeLimit | None = None,
+    action: str = "render",
 ) -> Result | JobResult | Comparison | JobComparison | None:
     """The result stored in ``path``, of whichever of ``classes`` its kind says, for ``action``
-    (``compare``, ``render``: the errors' words); see :func:`read_stored`."""
+    (``compare``, ``render``: the errors' words); None when the file is not a stored result. See
+    :func:`read_stored`."""
     given = limit if limit is not None else SizeLimit()
     most = given.max_bytes if given.max_bytes is not None else MAX_RESULT_BYTES
     with open_trace(path, SizeLimit(given.max_bytes)) as source:
