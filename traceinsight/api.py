@@ -65,14 +65,11 @@ def _thresholds(given: dict[str, Any]) -> Thresholds:
     defaults = Thresholds()
     # ``min_gap_us=200`` is ``--min-gap-us 200``: a float where the threshold is one (the result's
     # JSON writes the thresholds it ran with).
-    return Thresholds(
-        **{
-            name: float(value)
-            if isinstance(getattr(defaults, name), float) and type(value) is int
-            else value
-            for name, value in given.items()
-        }
-    )
+    made: dict[str, Any] = {
+        name: float(value) if isinstance(getattr(defaults, name), float) and type(value) is int else value
+        for name, value in given.items()
+    }
+    return Thresholds(**made)
 
 
 def _paths(trace: TracePath | Sequence[TracePath]) -> list[Path]:

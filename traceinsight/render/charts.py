@@ -15,8 +15,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from traceinsight.analysis import causes
-from traceinsight.analysis.causes import CauseKind
 from traceinsight.formatting import format_duration, format_size
 from traceinsight.render.svg import (
     FOREGROUND,
@@ -28,7 +26,9 @@ from traceinsight.render.svg import (
     legend_height,
     text_width,
 )
+from traceinsight.results import vocabulary
 from traceinsight.results.trace import CopyGroup, Host, IdleGap, MemoryDevice, Step, SyncHotspot, Timeline
+from traceinsight.results.vocabulary import CauseKind, cause_label
 
 __all__ = [
     "CAUSE_COLORS",
@@ -74,18 +74,13 @@ CAUSE_COLORS: Final[dict[str, str]] = {
     CauseKind.AFTER_LAST.value: "#E4E4E4",
 }
 #: Causes in the order every chart and table lists them.
-CAUSE_ORDER: Final[tuple[str, ...]] = tuple(kind.value for kind in causes.CAUSE_ORDER)
+CAUSE_ORDER: Final[tuple[str, ...]] = tuple(kind.value for kind in vocabulary.CAUSE_ORDER)
 COMMUNICATION: Final[str] = "#332288"
 
 
 def cause_color(kind: str) -> str:
     """The colour of an idle cause kind (grey for kinds this version does not know)."""
     return CAUSE_COLORS.get(kind, CAUSE_COLORS[CauseKind.UNKNOWN.value])
-
-
-def cause_label(kind: str) -> str:
-    """Plain words for an idle cause kind (the kind itself when this version does not know it)."""
-    return causes.cause_label(kind)
 
 
 def ordered_causes(kinds: Iterable[str]) -> list[str]:

@@ -8,14 +8,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from traceinsight.analysis.causes import BUSY_LABELS, CAUSE_LABELS, BusyClass
-from traceinsight.analysis.pace import PaceSetter
-from traceinsight.analysis.usage import Usage, total_usage
-from traceinsight.analysis.validity import GPU_RECORDS_LOST, NO_GPU_WORK, unrecorded_gpu
 from traceinsight.formatting import format_duration, format_share, format_size
 from traceinsight.load.tables import gpus_in_words
 from traceinsight.render import shown_details
-from traceinsight.results.trace import Finding, Result
+from traceinsight.results.trace import Finding, Result, Usage
+from traceinsight.results.vocabulary import (
+    BUSY_LABELS,
+    CAUSE_LABELS,
+    GPU_RECORDS_LOST,
+    NO_GPU_WORK,
+    BusyClass,
+    PaceSetter,
+    total_usage,
+    unrecorded_gpu,
+)
 
 __all__ = [
     "MEMORY_COLUMNS",

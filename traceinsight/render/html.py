@@ -20,7 +20,6 @@ from typing import Final
 
 from markupsafe import Markup
 
-from traceinsight.analysis.sources import CALL, DEF, ENTRY, RECORDING_START, Located
 from traceinsight.formatting import (
     source_label,
 )
@@ -42,6 +41,7 @@ from traceinsight.render.svg import Canvas
 from traceinsight.render.templates import environment, prepare, templates_dir
 from traceinsight.results import Result
 from traceinsight.results.trace import Finding, IdleGap
+from traceinsight.results.vocabulary import CALL, DEF, ENTRY, RECORDING_START, Located
 from traceinsight.version import __version__
 
 __all__ = [

@@ -13,12 +13,12 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
-from traceinsight.analysis.usage import total_usage
 from traceinsight.formatting import format_count, format_duration, format_share, source_label
 from traceinsight.render import AnyResult, live_job, shown_details
 from traceinsight.render.facts import header_facts, no_findings_text, saving_text, time_split
 from traceinsight.render.scorecard import scorecard
 from traceinsight.results import Result
+from traceinsight.results.vocabulary import total_usage
 
 if TYPE_CHECKING:  # a job's and a diff's types are made when first used (traceinsight.results)
     from traceinsight.results import Comparison, JobComparison, JobReport

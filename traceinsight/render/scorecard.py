@@ -4,14 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from traceinsight.analysis.causes import CauseKind, cause_label
-from traceinsight.analysis.usage import total_usage
-from traceinsight.analysis.validity import GPU_RECORDS_LOST, NO_GPU_WORK, unrecorded_gpu
 from traceinsight.formatting import format_duration, format_share
 from traceinsight.load.tables import gpus_in_words
 from traceinsight.render import shown_details
 from traceinsight.render.flops_view import flops_scores
 from traceinsight.results.trace import Result
+from traceinsight.results.vocabulary import (
+    GPU_RECORDS_LOST,
+    NO_GPU_WORK,
+    CauseKind,
+    cause_label,
+    total_usage,
+    unrecorded_gpu,
+)
 
 
 @dataclass(frozen=True, slots=True)

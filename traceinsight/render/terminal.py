@@ -20,7 +20,6 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from traceinsight.analysis.causes import cause_label
 from traceinsight.formatting import format_duration, format_share, source_label
 from traceinsight.load.text import printable
 from traceinsight.render import AnyResult, live_job, shown_details
@@ -38,6 +37,7 @@ from traceinsight.render.scorecard import scorecard
 from traceinsight.render.tables import DataTable, KernelTable, data
 from traceinsight.results import Result
 from traceinsight.results.trace import Finding, IdleGap, SyncHotspot
+from traceinsight.results.vocabulary import cause_label
 
 
 def reader_gone(stream: IO[str] | None = None) -> None:
