@@ -38,7 +38,7 @@ def analyze(
         typer.Argument(
             metavar="TRACE",
             help="A torch.profiler trace: .json or .json.gz. Several traces, a folder or a glob pattern: "
-            "one report for a distributed job, one rank per trace.",
+            "one report for a distributed job, one rank per trace. A result --json wrote: its outputs again.",
             show_default=False,
             readable=False,
         ),
