@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -85,3 +86,25 @@ def test_the_html_pages_are_self_contained(results: dict[str, Any]) -> None:
     for result in results.values():
         page = RENDERERS["html"].render(result)
         assert "<script src" not in page and not re.search(r"""(src|href)=["']?https?:""", page)
+
+
+def test_host_syncs_no_finding_is_about_are_not_a_red_card(results: dict[str, Any]) -> None:
+    """A red "Host syncs / step" with no finding under it sent the reader looking for what is not
+    there: without a finding about syncs, the card says how much GPU idle they cause (the sync hot
+    spots' idle over the steady steps) and is red no more."""
+    from traceinsight.formatting import format_duration
+    from traceinsight.render.scorecard import scorecard
+
+    trace = results["trace"]
+    (explained,) = (s for s in scorecard(trace) if s.label == "Host syncs / step")
+    assert "No finding" not in explained.verdict  # pageable-memcpy is about its copy + sync
+    hotspots = tuple(replace(h, steady_count=h.steady_count * 3) for h in trace.sync_hotspots)  # 6 a step
+    alone = trace.replace(findings=(), sync_hotspots=hotspots)
+    (score,) = (s for s in scorecard(alone) if s.label == "Host syncs / step")
+    steps = trace.steady_state.steady_steps
+    idle = sum(h.idle_caused_ns for h in trace.sync_hotspots) / steps
+    assert score.level in ("info", "warn") and score.value == "6"
+    assert "No finding is about them" in score.verdict and format_duration(round(idle)) in score.verdict
+    assert (score.level == "warn") == (idle / trace.steady_state.step_time_ns >= 0.01)
+    with_finding = trace.replace(sync_hotspots=hotspots)
+    assert next(s for s in scorecard(with_finding) if s.label == "Host syncs / step").level == "bad"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from traceinsight.formatting import format_duration, format_share
 from traceinsight.load.tables import gpus_in_words
@@ -162,17 +163,20 @@ def scorecard(result: Result) -> tuple[Score, ...]:
         else:
             level = "warn" if per_step <= 2 else "bad"
             verdict = "Each sync stops the host from queueing ahead."
+            unexplained = _unexplained(result, limits.minor_share, steady_steps)
+            if unexplained is not None:
+                level, verdict = unexplained
         scores.append(Score("Host syncs / step", f"{per_step:.3g}", verdict + cpu_reads, level))
     else:
         sync_count = sum(hotspot.count for hotspot in result.sync_hotspots)  # waits, a copy + sync once
-        scores.append(
-            Score(
-                "Host syncs",
-                str(sync_count),
-                "No step markers: counted over the whole trace.",
-                "info" if not sync_count else "warn",
-            )
+        level, verdict = (
+            "info" if not sync_count else "warn",
+            "No step markers: counted over the whole trace.",
         )
+        unexplained = _unexplained(result, limits.minor_share, 0) if sync_count else None
+        if unexplained is not None:
+            level, verdict = unexplained[0], f"{verdict} {unexplained[1]}"
+        scores.append(Score("Host syncs", str(sync_count), verdict, level))
     step_ns = result.steady_state.step_time_ns
     if step_ns:
         scores.append(
@@ -186,6 +190,32 @@ def scorecard(result: Result) -> tuple[Score, ...]:
     # FLOPs and MFU (traces with recorded shapes only), read from the result's ``flops``.
     scores.extend(Score(*row) for row in flops_scores(result.flops))
     return tuple(scores)
+
+
+#: The rules whose findings are about host syncs (a sync's own, or a copy's that waits).
+_SYNC_RULES: Final = frozenset({"sync-in-loop", "sync-in-forward", "pageable-memcpy", "blocking-h2d"})
+
+
+def _unexplained(result: Result, floor: float, steps: int) -> tuple[str, str] | None:
+    """The level and verdict of host syncs no finding is about (None when one is): how much GPU
+    idle they cause, which is why none is a finding (a red card with nothing under it told the
+    reader to look for what is not there). ``floor``: the minor findings' share of the step;
+    ``steps``: steady steps (0: the figures are over the whole trace)."""
+    if any(finding.rule in _SYNC_RULES for finding in result.findings):
+        return None
+    caused = sum(hotspot.idle_caused_ns for hotspot in result.sync_hotspots)
+    reference = result.steady_state.step_time_ns if steps else result.utilization.window_ns
+    share = caused / steps / reference if steps and reference else caused / reference if reference else 0.0
+    amount = (
+        format_duration(round(caused / steps)) + " per step" if steps else format_duration(caused) + " in all"
+    )
+    level = "warn" if share >= floor else "info"
+    idle = (
+        f"they leave the GPU idle {amount} ({format_share(share)} of {'the step' if steps else 'the time'})"
+    )
+    if share < floor:
+        return level, f"No finding is about them: {idle}, too little to act on."
+    return level, f"No finding is about them, yet {idle}: see the sync hot spots below."
 
 
 def _cpu_reads(result: Result) -> str:
