@@ -53,6 +53,7 @@ __all__ = [
     "MAX_RESULT_DEPTH",
     "MAX_TEXT_CHARS",
     "Reader",
+    "attributes",
     "document_of",
     "parse",
     "read_as",
@@ -117,6 +118,12 @@ def _layout(cls: type) -> _Layout:
         layout.append((name, key, micro))
     made = _LAYOUTS[cls] = tuple(layout)
     return made
+
+
+def attributes(cls: type) -> tuple[str, ...]:
+    """The attributes ``cls`` writes, in the JSON's order (fields and listed properties; not the
+    local fields): what a row of a result's table holds."""
+    return tuple(name for name, _, _ in _layout(cls))
 
 
 def document_of(value: Any, micro: bool = False) -> Any:

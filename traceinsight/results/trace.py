@@ -39,8 +39,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
+from traceinsight.analysis.flops import FlopClass, FlopKernel, Mfu
 from traceinsight.analysis.kernels import Kernel
 from traceinsight.analysis.latent import LatentSync
+from traceinsight.analysis.membytes import MemoryKernel
 from traceinsight.analysis.memory import AllocatorCall, AllocatorCalls, Memory, MemoryDevice, MemorySample
 from traceinsight.analysis.pace import Pace
 from traceinsight.analysis.results import (
@@ -229,78 +231,6 @@ class Utilization:
     idle_share: float | None = field(metadata=SHARE)
     #: Idle by cause (:class:`~traceinsight.analysis.causes.CauseKind` values), largest first.
     idle_by_cause_ns: dict[str, int] = field(default_factory=dict, metadata={"check": "id"})
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FlopClass:
-    """Counted FLOPs of one operator class in the steady state (see :mod:`traceinsight.analysis.flops`)."""
-
-    #: ``gemm``, ``conv`` or ``attention``.
-    op_class: str
-    flops: int = field(metadata=COUNT)
-    #: Time of the kernels the class's operators launched (0 on a CPU-only trace).
-    kernel_ns: int = field(metadata=DURATION)
-    operators: int = field(metadata=COUNT)
-    #: FLOPs over that kernel time (null without kernels).
-    achieved_flops_per_s: float | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FlopKernel:
-    """One kernel name's counted FLOPs in the steady state, and its achieved FLOP/s."""
-
-    device: int
-    name: str
-    launches: int = field(metadata=COUNT)
-    kernel_ns: int = field(metadata=DURATION)
-    flops: int = field(metadata=COUNT)
-    op_class: str
-    #: ``fp32``, ``tf32``, ``bf16``, ``fp16``, ``fp8``, ``fp64`` (null: not recorded).
-    dtype: str | None
-    achieved_flops_per_s: float
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MemoryKernel:
-    """One kernel name whose FLOPs are not counted (elementwise and other memory-bound work), with
-    the bytes its operators read and write from recorded shapes (see
-    :mod:`traceinsight.analysis.membytes`), and its achieved bytes/s."""
-
-    device: int
-    name: str
-    launches: int = field(metadata=COUNT)
-    kernel_ns: int = field(metadata=DURATION)
-    bytes_moved: int = field(metadata=COUNT)
-    #: The operator most of its launches came from (``aten::add_``).
-    operator: str
-    achieved_bytes_per_s: float | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Mfu:
-    """MFU of one device over the steady window: ``mfu = busy_share × efficiency_while_busy``."""
-
-    device: int
-    #: The ``deviceProperties`` name, and the peak table's model it matched (null: none).
-    gpu_name: str | None
-    model: str | None
-    #: Where the peak comes from (a vendor datasheet).
-    peak_source: str | None
-    #: The data type with the most counted FLOPs, and its dense peak (null: unknown).
-    dtype: str | None
-    peak_flops_per_s: int | None
-    flops: int = field(metadata=COUNT)
-    window_ns: int = field(metadata=DURATION)
-    busy_ns: int = field(metadata=DURATION)
-    #: Counted FLOPs over the busy time.
-    achieved_flops_per_s: float | None
-    #: Σ FLOPs per data type / its peak, over the window (null: a GPU or data type without a peak).
-    mfu: float | None
-    busy_share: float = field(metadata=SHARE)
-    #: ``mfu / busy_share``: how near the peak the busy time ran.
-    efficiency_while_busy: float | None
-    #: Why there is no MFU, in words (null when there is one).
-    unknown: str | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
