@@ -31,7 +31,7 @@ def analyze(
         typer.Argument(
             metavar="TRACE",
             help="A torch.profiler trace: .json or .json.gz. Several traces, a folder or a glob pattern: "
-            "one report for a distributed job, one rank per trace.",
+            "one report for a distributed job, one rank per trace. A result --json wrote: its outputs again.",
             show_default=False,
             readable=False,
         ),
@@ -150,6 +150,8 @@ def analyze(
             status = common.gate(broken_job(job_result, read.budgets)) if not read.budgets.empty else 0
         else:
             trace = traces[0]
+            if common.rendered_again(trace, read, top):  # a stored result (--json): its outputs again
+                return
             with collector_paused(), terminal_progress(f"reading {trace.name}") as progress:
                 result = common.analyze_and_write(
                     trace, read.wanted, read.reading, source_root=source, progress=progress, top=top,

@@ -17,22 +17,25 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
+import typer
 from rich.console import Console
 from rich.text import Text
 
 from traceinsight import api
-from traceinsight.commands.options import STDOUT, Reading, Wanted
+from traceinsight.commands.options import STDOUT, Reading, Settings, Wanted
 from traceinsight.commands.outputs import Kind, Output, check_outputs, write_output
 from traceinsight.config import SourceRoot
+from traceinsight.errors import ConfigError
 from traceinsight.load.head_start import HeadStart
 from traceinsight.load.progress import ProgressCallback
 from traceinsight.load.text import printable
-from traceinsight.process import prepare_beside
+from traceinsight.process import prepare_beside, work_done
 from traceinsight.render import AnyResult
 from traceinsight.render.html import HtmlRenderer
 from traceinsight.render.terminal import TerminalConsole, TerminalRenderer, reader_gone
 from traceinsight.results import Result, RunContext
-from traceinsight.results.gate import EXIT_BROKEN
+from traceinsight.results.gate import EXIT_BROKEN, broken
+from traceinsight.results.stored import looks_stored, read_result
 
 __all__ = [
     "Planned",
@@ -40,6 +43,7 @@ __all__ = [
     "gate",
     "plan",
     "read_trace",
+    "rendered_again",
     "show",
     "stage",
     "stem",
@@ -260,3 +264,32 @@ def analyze_and_write(
         )
     show(result, written, console=console, to_stderr=to_stdout, top=top)
     return result
+
+
+def rendered_again(path: Path, read: Settings, top: int) -> bool:
+    """When ``path`` is a stored result (a file ``--json`` wrote: a trace's, a job's, a diff's):
+    its outputs written again from it alone, as the run that stored it wrote them, and its gate
+    judged (a trace's result only); False for a trace."""
+    if not looks_stored(path):
+        return False
+    # A job's and a diff's types: ~0.03 s that one trace's analyze never pays (NOT_FOR_ONE_TRACE).
+    from traceinsight.results import Comparison, JobComparison, JobResult
+
+    stored = read_result(path, (Result, JobResult, Comparison, JobComparison), read.reading.limit)
+    if stored is None:
+        return False
+    if not isinstance(stored, Result) and not read.budgets.empty:
+        raise ConfigError(
+            f"{path} is a stored result of a job or a diff: the gate options judge a trace's result; "
+            "give the job's traces, or use traceinsight diff --max-regression"
+        )
+    planned = plan(read.wanted, Path.cwd() / f"{stem(path)}.html", inputs=[path])
+    written, to_stdout = write(stored, planned)
+    show(stored, written, to_stderr=to_stdout, top=top)
+    work_done()
+    status = (
+        gate(broken(stored, read.budgets)) if isinstance(stored, Result) and not read.budgets.empty else 0
+    )
+    if status:
+        raise typer.Exit(status)
+    return True
