@@ -456,7 +456,7 @@ def test_analysis_failure_keeps_the_trace_and_prints_its_path(
 def test_capture_imports_without_torch() -> None:
     code = (
         "import sys; sys.modules['torch'] = None\n"
-        "import traceinsight.capture, traceinsight.commands.run\n"
+        "import traceinsight.capture, traceinsight.commands.run, traceinsight.commands.profiling\n"
         "traceinsight.capture.step()\n"
         "print('ok')\n"
     )
@@ -919,7 +919,7 @@ def test_writing_the_trace_is_logged_when_not_on_a_terminal(
 ) -> None:
     """In a log (stderr not a terminal) the write said nothing for 31 s; now a line every few
     seconds (every chunk here, with the interval at 0)."""
-    monkeypatch.setattr("traceinsight.commands.run._LOG_PROGRESS_SECONDS", 0.0)
+    monkeypatch.setattr("traceinsight.commands.profiling._LOG_PROGRESS_SECONDS", 0.0)
     monkeypatch.setattr("traceinsight.capture.export._PROGRESS_BYTES", 1 << 10)
     run = run_in_process(tmp_path, str(PROBE), "steps=10")
     progress = [
@@ -1030,7 +1030,7 @@ def test_rank_zeros_job_hint_names_paths_as_typed(tmp_path: Path, monkeypatch: p
     from rich.console import Console
 
     from traceinsight.capture.distributed import RankInfo
-    from traceinsight.commands.run import OutputPaths, _say_job_files, _Speaker
+    from traceinsight.commands.profiling import OutputPaths, _say_job_files, _Speaker
 
     monkeypatch.chdir(tmp_path)
     folder = tmp_path / "train.20260101-000000.job"
@@ -1053,7 +1053,7 @@ def test_a_log_hears_from_the_stop_from_its_start(monkeypatch: pytest.MonkeyPatc
     pass over the export reports its own progress."""
     from rich.console import Console
 
-    import traceinsight.commands.run as run_command
+    import traceinsight.commands.profiling as run_command
 
     monkeypatch.setattr(run_command, "_LOG_PROGRESS_SECONDS", 0.05)
     console = Console(file=io.StringIO(), width=300)  # not a terminal: a log
