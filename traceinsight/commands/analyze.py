@@ -134,7 +134,6 @@ def analyze(
             max_size=max_size, min_gap_us=min_gap_us, low_utilization=low_utilization, fail_on=fail_on,
             fail_on_rules=fail_on_rule, max_idle=max_idle, max_syncs_per_step=max_syncs_per_step,
         )  # fmt: skip
-        source = read.source_root(source_root, traces)
         if api.is_job(traces):
             with libraries_loading():
                 # A job's flow and types: ~0.03 s that one trace's analyze never pays (NOT_FOR_ONE_TRACE).
@@ -144,7 +143,12 @@ def analyze(
                 per_rank=per_rank, dask=dask or None, workers=workers, follow_symlinks=follow_symlinks
             )
             job_result = job.analyze_job_and_write(
-                traces, read.wanted, read.reading, options_of_job, source_root=source, top=max(top, 10)
+                traces,
+                read.wanted,
+                read.reading,
+                options_of_job,
+                source_root=read.source_root(source_root, traces),
+                top=max(top, 10),
             )
             work_done()
             status = common.gate(broken_job(job_result, read.budgets)) if not read.budgets.empty else 0
@@ -154,8 +158,8 @@ def analyze(
                 return
             with collector_paused(), terminal_progress(f"reading {trace.name}") as progress:
                 result = common.analyze_and_write(
-                    trace, read.wanted, read.reading, source_root=source, progress=progress, top=top,
-                    head_start=head_start,
+                    trace, read.wanted, read.reading, source_root=read.source_root(source_root, traces),
+                    progress=progress, top=top, head_start=head_start,
                 )  # fmt: skip
             work_done()
             status = common.gate(broken(result, read.budgets)) if not read.budgets.empty else 0
