@@ -21,7 +21,8 @@ this script again in a child process with the sanitizer runtime preloaded, which
    traces, mutated as bytes and as values (wrong types, huge and non-finite numbers, deep nesting,
    Markdown, rich markup and terminal escapes in every string), each read by the stored-result
    reader and, when it is accepted, compared both ways and rendered to the diff's JSON (strict),
-   Markdown, terminal and gate lines; a refusal must be one ``TraceInsightError`` line, and no
+   Markdown, terminal and gate lines, and drawn as its own report (its summary, Markdown and page,
+   what ``analyze RESULT.json`` writes); a refusal must be one ``TraceInsightError`` line, and no
    output may hold a control character, live markup, or a Markdown link, image or HTML. A few
    mutants, and a FIFO, go through the whole CLI (``python -m traceinsight diff``): exit 0 or 2,
    one line.
@@ -545,6 +546,29 @@ class Fuzzer:
             self.finding(f"{label}: {problem}", data)
             return
         self.counts["stored results compared and rendered"] += 1
+        # A stored trace result draws its own summary, Markdown and page (analyze RESULT.json).
+        from traceinsight.render.html import HtmlRenderer
+        from traceinsight.render.terminal import trace_renderables
+
+        try:
+            own = [
+                "",
+                MarkdownRenderer().render(stored),
+                _terminal(trace_renderables(stored)),
+                "",
+            ]
+            HtmlRenderer().render(stored)
+        except TraceInsightError:  # one that holds no details: said in one line
+            self.counts["stored results that draw no report"] += 1
+            return
+        except Exception:
+            self.finding(f"{label}: a stored result's own report failed: {traceback.format_exc()}", data)
+            return
+        problem = _output_problem(own)
+        if problem is not None:
+            self.finding(f"{label}: its own report: {problem}", data)
+            return
+        self.counts["stored results that draw their own report"] += 1
 
     def diff_cli(self, data: bytes | None, label: str) -> None:
         """``python -m traceinsight diff`` on a mutant (or a FIFO): exit 0 or 2, one line."""
