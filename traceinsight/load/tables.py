@@ -135,7 +135,7 @@ class TraceMeta:
         return f"{self.gpus_listed} GPU{'s' if self.gpus_listed > 1 else ''}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # tables compare as frames, not as a bool: by identity
 class Trace:
     """A loaded trace: one polars table per kind of event (schemas in :mod:`schema`)."""
 
@@ -199,7 +199,7 @@ _EMPTY_TABLES: Final = {
 NO_EVENTS: Final = pl.DataFrame(schema=schema.EVENT_COLUMNS)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # tables compare as frames, not as a bool: by identity
 class ChunkTables:
     """The tables of a run of consecutive events, plus what :class:`TraceMeta` needs from them."""
 
