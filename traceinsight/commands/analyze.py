@@ -154,10 +154,9 @@ def analyze(
                 top=max(top, 10),
             )
             work_done()
-            combined = job_result.report
-            if not read.budgets.empty and combined is not None:
-                unit = "rank" if combined.cycles_of is None else "cycle"
-                status = gate(broken_ranks(combined.ranks, read.budgets, unit))
+            if not read.budgets.empty:
+                unit = "cycle" if job_result.cycles else "rank"
+                status = gate(broken_ranks(job_result.rank_results, read.budgets, unit))
                 if status:
                     raise typer.Exit(status)
             return

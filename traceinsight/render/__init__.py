@@ -4,9 +4,9 @@ Four renderers, one per format, each taking any of the four results (pyinstrumen
 ``Renderer.render(session)`` is the model): :class:`~.terminal.TerminalRenderer`,
 :class:`~.json_report.JsonRenderer`, :class:`~.markdown.MarkdownRenderer`,
 :class:`~.html.HtmlRenderer`. The JSON is the result's own (``to_json``); the summary, the page and
-the Markdown of a trace or a job are drawn from the analysis a live result carries
-(:attr:`~traceinsight.results.trace.Result.report`); a comparison (of two traces or two jobs)
-carries all it shows.
+the Markdown of a trace are drawn from the analysis a live result carries
+(:attr:`~traceinsight.results.trace.Result.report`); a job's result (live or stored) and a
+comparison (of two traces or two jobs) carry all they show.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from traceinsight.errors import TraceInsightError
 from traceinsight.results import Report, Result
 
 if TYPE_CHECKING:  # a job's and a diff's types are made when first used (traceinsight.results)
-    from traceinsight.results import Comparison, JobComparison, JobReport, JobResult
+    from traceinsight.results import Comparison, JobComparison, JobResult
 
-__all__ = ["AnyResult", "NotLive", "Renderer", "live_job", "live_report"]
+__all__ = ["AnyResult", "NotLive", "Renderer", "live_report"]
 
 #: What a renderer renders.
 AnyResult: TypeAlias = "Result | JobResult | Comparison | JobComparison"
@@ -43,15 +43,5 @@ def live_report(result: Result, output: str) -> Report:
         raise NotLive(
             f"cannot draw {output} of {result.trace.name} from a stored result: it holds the figures, "
             "not the analysis; analyze its trace"
-        )
-    return result.report
-
-
-def live_job(result: JobResult, output: str) -> JobReport:
-    """The combined job ``result`` was made from, for ``output``."""
-    if result.report is None:
-        raise NotLive(
-            f"cannot draw {output} of a job from a stored result: it holds the figures, not the ranks' "
-            "analyses; analyze the job's traces"
         )
     return result.report

@@ -26,7 +26,7 @@ from traceinsight.analysis.sources import CALL, DEF, ENTRY, RECORDING_START, Loc
 from traceinsight.formatting import (
     source_label,
 )
-from traceinsight.render import AnyResult, charts, live_job, live_report
+from traceinsight.render import AnyResult, charts, live_report
 from traceinsight.render.excerpts import SourceExcerpt, source_excerpt
 from traceinsight.render.facts import (
     MEMORY_COLUMNS,
@@ -334,7 +334,7 @@ class HtmlRenderer:
             if isinstance(result, JobComparison):
                 return job_comparison_page(result)
             if isinstance(result, JobResult):
-                return job_page(live_job(result, "the page"))
+                return job_page(result)
         report = live_report(result, "the page")
         return self._environment.get_template("report.html").render(self.context(report))
 

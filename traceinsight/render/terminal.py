@@ -24,7 +24,7 @@ from traceinsight.analysis.causes import cause_label
 from traceinsight.analysis.results import IdleGap, SyncHotspot
 from traceinsight.formatting import format_duration, format_share, source_label
 from traceinsight.load.text import printable
-from traceinsight.render import AnyResult, live_job, live_report
+from traceinsight.render import AnyResult, live_report
 from traceinsight.render.facts import (
     MEMORY_COLUMNS,
     allocator_fact,
@@ -319,7 +319,7 @@ class TerminalRenderer:
             if isinstance(result, JobComparison):
                 return job_comparison_renderables(result, top=self.top or _TOP_RANKS)
             if isinstance(result, JobResult):
-                return job_renderables(live_job(result, "the summary"), top=self.top or _TOP_RANKS)
+                return job_renderables(result, top=self.top or _TOP_RANKS)
         return trace_renderables(live_report(result, "the summary"), self.top or _TOP)
 
     def render(self, result: AnyResult) -> str:

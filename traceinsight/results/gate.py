@@ -220,8 +220,8 @@ def broken_job(result: JobResult, budgets: Budgets) -> list[str]:
     severity and whether it was minor on every rank: those are judged once per rule, the line
     naming the ranks."""
     unit = "cycle" if result.job.read_as == "cycles" else "rank"
-    if result.report is not None:
-        return broken_ranks(result.report.ranks, budgets, unit)
+    if result.rank_results:
+        return broken_ranks(result.rank_results, budgets, unit)
     on_findings = Budgets(fail_on=budgets.fail_on, fail_on_rules=budgets.fail_on_rules)
     on_figures = replace(budgets, fail_on=None, fail_on_rules=())
     lines: list[str] = []
