@@ -50,12 +50,12 @@ def test_every_renderer_renders_every_result(name: str, kind: str, results: dict
 
 @pytest.mark.parametrize("name", sorted(RENDERERS))
 def test_a_stored_result_renders_or_says_why_not(name: str, results: dict[str, Any]) -> None:
-    """The JSON and a comparison need only the figures; a trace's or a job's summary, page and
+    """The JSON, a job and a comparison need only the figures; a trace's summary, page and
     Markdown are drawn from the analysis, which a stored result does not hold: one clear error."""
     for kind in ("trace", "job", "comparison"):
         live = results[kind]
         stored = type(live).from_json(live.to_json())
-        if name == "json" or kind == "comparison":
+        if name == "json" or kind in ("job", "comparison"):
             assert RENDERERS[name].render(stored) == RENDERERS[name].render(live)
         else:
             with pytest.raises(NotLive, match=r"stored result.*analyze"):
