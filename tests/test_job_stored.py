@@ -26,6 +26,7 @@ import traceinsight
 from traceinsight.render.html import HtmlRenderer
 from traceinsight.render.markdown import MarkdownRenderer
 from traceinsight.render.terminal import TerminalRenderer
+from traceinsight.results import JobComparison
 
 PLAN = AheadPlan(6, dataloader_rank=1, item_rank=4, allreduce_us=3_000)
 _GPU = {"kernel", "gpu_memcpy", "gpu_memset"}
@@ -204,3 +205,26 @@ def test_a_job_result_written_before_the_new_keys_still_renders(
     edited = traceinsight.JobResult.from_json(json.dumps(document))
     page = HtmlRenderer().render(edited)
     assert page.count("last: rank") == 1
+
+
+def test_two_stored_jobs_compare_as_the_live_ones(
+    planted: tuple[Path, traceinsight.JobResult], tmp_path: Path
+) -> None:
+    """``diff`` of two jobs' stored results is the diff of the live ones (the same JSON, summary,
+    Markdown and page), and a stored comparison renders as the live one: nothing of it comes
+    from the ranks' analyses."""
+    _, before = planted
+    make_ahead_job(tmp_path / "fixed", AheadPlan(6, item_rank=4, allreduce_us=3_000))
+    after = traceinsight.analyze(str(tmp_path / "fixed"))
+    assert isinstance(after, traceinsight.JobResult)
+    live = traceinsight.diff(before, after)
+    stored_sides = traceinsight.diff(
+        traceinsight.JobResult.from_json(before.to_json()), traceinsight.JobResult.from_json(after.to_json())
+    )
+    assert isinstance(live, JobComparison) and isinstance(stored_sides, JobComparison)
+    assert stored_sides.to_json() == live.to_json()
+    stored = JobComparison.from_json(live.to_json())
+    for renderer in (TerminalRenderer(width=100), MarkdownRenderer(), HtmlRenderer()):
+        text = renderer.render(live)
+        assert renderer.render(stored_sides) == text and renderer.render(stored) == text
+    assert any(change.status == "gone" for change in live.stragglers)  # rank 1's DataLoader wait is fixed
