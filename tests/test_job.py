@@ -470,13 +470,13 @@ def test_a_bad_rank_trace_is_one_line_naming_it(tmp_path: Path) -> None:
 
 def _result(rank: int, starts: list[int], ends: list[int] | None = None) -> Any:
     from traceinsight.analysis.usage import Usage
-    from traceinsight.job.rank import Collective, RankResult
+    from traceinsight.job.rank import Collective, rank_result
 
     usage = Usage(
         device=-1, window_ns=1000, compute_ns=500, communication_ns=100, copy_ns=0, idle=(), steps=1
     )
     ends = ends if ends is not None else [start + 5 for start in starts]
-    return RankResult(
+    return rank_result(
         rank=rank, rank_from="order", path=f"r{rank}.json", world_size=None, backend=None, usage=usage,
         has_usage=True, step_ns=1000, communication_total_ns=100, steady_syncs=0, findings=(),
         collectives=tuple(Collective("AllReduce", start, end) for start, end in zip(starts, ends, strict=True)),

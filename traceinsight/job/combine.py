@@ -56,6 +56,7 @@ steady window; the wait is named as waiting for its rank.
 
 from __future__ import annotations
 
+import dataclasses
 from bisect import bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -66,7 +67,6 @@ from typing import Final
 from traceinsight.analysis.causes import CauseKind
 from traceinsight.errors import TraceFormatError
 from traceinsight.formatting import format_duration
-from traceinsight.results.contract import utilization_of
 from traceinsight.results.job import (
     ALIGN_TOLERANCE_NS,
     ARRIVALS_SHOWN,
@@ -78,14 +78,12 @@ from traceinsight.results.job import (
     JobFinding,
     JobInfo,
     JobResult,
-    PerStep,
     Rank,
     RankArrival,
     RankCollectives,
     RankResult,
     RankStep,
     Straggler,
-    TopFinding,
 )
 from traceinsight.rules.findings import SEVERITIES, Severity
 from traceinsight.thresholds import Thresholds
@@ -130,7 +128,7 @@ def _check_ranks(results: Sequence[RankResult]) -> None:
         if result.rank in seen:
             raise TraceFormatError(
                 f"two traces say they are rank {result.rank}: {seen[result.rank]} and {result.path} "
-                f"(rank taken from {result.rank_from}); give each rank's trace once"
+                f"(rank taken from {result.entry.rank_from}); give each rank's trace once"
             )
         seen[result.rank] = result.path
 
@@ -749,32 +747,8 @@ def _job_info(
 
 
 def _rank(result: RankResult, collectives: RankCollectives | None) -> Rank:
-    """A rank's entry in the job: its own figures per steady step, and its collectives."""
-    usage = result.usage
-    top = result.top_finding
-    return Rank(
-        rank=result.rank,
-        rank_from=result.rank_from,
-        path=result.path,
-        steps=result.steps,
-        step_time_ns=result.step_ns,
-        utilization=utilization_of(usage, result.has_usage),
-        per_step=PerStep(
-            compute_ns=result.per_step(usage.compute_ns),
-            communication_ns=result.per_step(result.communication_total_ns),
-            communication_exposed_ns=result.per_step(usage.communication_ns),
-            copy_exposed_ns=result.per_step(usage.copy_ns),
-            idle_ns=result.per_step(usage.idle_ns),
-            idle_by_cause_ns={kind.value: result.per_step(ns) for kind, ns in usage.idle},
-        ),
-        syncs_per_step=None if result.syncs_per_step is None else round(result.syncs_per_step, 4),
-        collectives=collectives,
-        top_finding=None
-        if top is None
-        else TopFinding(rule=top.rule, title=top.title, savings_total_ns=top.savings_ns),
-        warnings=result.warnings,
-        busy_ns=usage.busy_ns,
-    )
+    """A rank's entry in the job: the worker's, with its collectives' timing across the ranks."""
+    return result.entry if collectives is None else dataclasses.replace(result.entry, collectives=collectives)
 
 
 def _cycles(results: Sequence[RankResult], worker: str) -> JobResult:

@@ -15,7 +15,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from traceinsight.errors import ConfigError
-from traceinsight.results.contract import utilization_of
 from traceinsight.results.trace import Result, Utilization
 from traceinsight.rules.findings import SEVERITIES
 from traceinsight.rules.ids import check_budget, check_rule_ids
@@ -139,8 +138,8 @@ def broken_ranks(ranks: Sequence[RankResult], budgets: Budgets, unit: str = "ran
         for rank in ranks
         for line in _broken(
             rank.findings,
-            utilization_of(rank.usage, rank.has_usage),
-            rank.steady_syncs / rank.steps if rank.steps else None,
+            rank.entry.utilization,
+            rank.syncs_per_step,
             budgets,
         )
     ]

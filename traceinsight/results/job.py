@@ -119,33 +119,24 @@ class FindingBrief:
 
 @dataclass(frozen=True, slots=True)
 class RankResult:
-    """One rank's own analysis in brief, as the job layer's worker returns it (a few kilobytes):
-    what :func:`traceinsight.job.combine` makes the job's :class:`Rank` entries, stragglers and
-    findings from. Not part of the JSON; a live :class:`JobResult` keeps them for the gate."""
+    """What a rank's worker returns (a few kilobytes): the rank's entry in the job (:class:`Rank`,
+    made once there; its ``collectives`` are filled in by :func:`traceinsight.job.combine`, which
+    needs every rank for them), and what the combine needs besides from the rank's own analysis.
+    Not part of the JSON; a live :class:`JobResult` keeps them for the gate."""
 
-    rank: int
-    #: Where the rank number came from: ``distributedInfo``, ``file name`` or ``order``.
-    rank_from: str
-    #: The trace's path as the user gave it (control characters replaced).
-    path: str
+    entry: Rank
     world_size: int | None
     backend: str | None
     #: The rank's steady state, over every device (:func:`~traceinsight.analysis.usage.total_usage`).
     usage: Usage
-    #: Whether the trace had any steady state to judge (the JSON's ``utilization.of`` is null if not).
-    has_usage: bool
-    #: Median steady step time: the spacing of when the steps' work was done (None without steps).
-    step_ns: int | None
-    #: Communication kernel time (union) inside the steady state, overlapped by compute or not.
-    communication_total_ns: int
     #: Host blocking calls inside the steady state.
     steady_syncs: int
+    #: Every finding of the rank's own ``analyze``, minor ones too, ranked by saving.
     findings: tuple[FindingBrief, ...]
     #: The rank's collectives in order: GPU communication kernels, else host ``c10d::`` operators.
     collectives: tuple[Collective, ...]
     #: ``gpu`` (communication kernels) or ``host`` (``c10d::`` operators) or ``none``.
     collectives_from: str
-    warnings: tuple[str, ...]
     #: This rank's own reports, staged by the worker: (file name, staged path) pairs.
     staged: tuple[tuple[str, str], ...] = ()
     #: Its steady steps on the GPU's clock, on the collectives' clock: (step number, begin, done).
@@ -153,9 +144,24 @@ class RankResult:
     steps_ns: tuple[tuple[int, int, int], ...] = ()
 
     @property
+    def rank(self) -> int:
+        """The rank (:attr:`Rank.rank`)."""
+        return self.entry.rank
+
+    @property
+    def path(self) -> str:
+        """The trace's path as the user gave it."""
+        return self.entry.path
+
+    @property
+    def step_ns(self) -> int | None:
+        """Median steady step time (None without steps)."""
+        return self.entry.step_time_ns
+
+    @property
     def steps(self) -> int:
         """Steady steps (0 without steps)."""
-        return self.usage.steps
+        return self.entry.steps
 
     @property
     def name(self) -> str:
@@ -164,17 +170,12 @@ class RankResult:
 
     def per_step(self, ns: int) -> int:
         """``ns`` per steady step, or ``ns`` itself without steps."""
-        return round(ns / self.steps) if self.steps else ns
+        return self.entry.per_step_of(ns)
 
     @property
     def syncs_per_step(self) -> float | None:
-        """Host blocking calls per steady step (None without steps)."""
+        """Host blocking calls per steady step, unrounded (None without steps)."""
         return self.steady_syncs / self.steps if self.steps else None
-
-    @property
-    def top_finding(self) -> FindingBrief | None:
-        """The first finding that is not minor (findings come ranked by saving)."""
-        return next((finding for finding in self.findings if not finding.minor), None)
 
 
 # --- the job's result, as its JSON says it --------------------------------------------------------
