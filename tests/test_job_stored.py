@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 from jobbuild import AheadPlan, jitter_us, make_ahead_job
-from tracebuild import SAMPLES, read_events
+from loops import item_loop
+from tracebuild import SAMPLES, read_events, write_trace
 
 import traceinsight
 from traceinsight.render.html import HtmlRenderer
@@ -48,6 +49,17 @@ def two_ranks() -> traceinsight.JobResult:
     return result
 
 
+@pytest.fixture(scope="module")
+def cycles(tmp_path_factory: pytest.TempPathFactory) -> traceinsight.JobResult:
+    """One process's three profiler cycles (tensorboard_trace_handler's names), read side by side."""
+    folder = tmp_path_factory.mktemp("log")
+    for name, prep_us in (("999999999999", 300), ("1000000000000", 5000), ("1000000000500", 300)):
+        write_trace(folder / f"gpu-node_4242.{name}.pt.trace.json", item_loop(prep_us=prep_us).events)
+    result = traceinsight.analyze(str(folder))
+    assert isinstance(result, traceinsight.JobResult) and result.cycles
+    return result
+
+
 def _renders(result: traceinsight.JobResult) -> dict[str, str]:
     return {
         "terminal": TerminalRenderer(width=100).render(result),
@@ -56,7 +68,7 @@ def _renders(result: traceinsight.JobResult) -> dict[str, str]:
     }
 
 
-@pytest.mark.parametrize("which", ["planted", "two_ranks"])
+@pytest.mark.parametrize("which", ["planted", "two_ranks", "cycles"])
 def test_a_stored_job_renders_as_the_live_one(which: str, request: pytest.FixtureRequest) -> None:
     """Written, read back and rendered: the terminal summary, the Markdown and the page are the live
     run's, byte for byte; the stored result writes the same JSON again."""
@@ -68,7 +80,8 @@ def test_a_stored_job_renders_as_the_live_one(which: str, request: pytest.Fixtur
     assert stored.to_json() == text
     renders = _renders(live)
     assert _renders(stored) == renders
-    assert "Findings across ranks" in renders["terminal"] and "<svg" in renders["page"]
+    unit = "cycle" if live.cycles else "rank"
+    assert f"Findings across {unit}s" in renders["terminal"] and ("<svg" in renders["page"]) != live.cycles
 
 
 def _collectives(folder: Path) -> list[dict[int, tuple[float, float, int]]]:
