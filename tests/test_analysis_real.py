@@ -17,6 +17,7 @@ from tracebuild import SAMPLES, read_events, sample_report, union_length
 from traceinsight.analysis import Analysis, analyze
 from traceinsight.load import load_trace
 from traceinsight.results import Report
+from traceinsight.results.contract import result_of
 from traceinsight.rules import evaluate
 from traceinsight.thresholds import Thresholds
 
@@ -92,7 +93,7 @@ def test_the_header_names_one_gpu_by_its_index_not_as_a_count(name: str) -> None
     from traceinsight.render.facts import header_facts
 
     devices = sorted({_device(e) for e in events(name) if e.get("ph") == "X" and e.get("cat") in GPU_CATS})
-    facts = dict(header_facts(report(name)))
+    facts = dict(header_facts(result_of(report(name))))
     if len(devices) == 1:
         assert "GPUs" not in facts and facts["GPU"].startswith(f"{devices[0]}: ")
     else:
@@ -110,13 +111,13 @@ def test_the_header_lists_several_gpus_under_gpus_and_counts_events_in_words(tmp
         deviceProperties=[{"id": 0, "name": "First GPU"}, {"id": 1, "name": "Second GPU"}],
     )
     analysis = analyze(load_trace(path))
-    facts = dict(header_facts(Report(analysis, evaluate(analysis))))
+    facts = dict(header_facts(result_of(Report(analysis, evaluate(analysis)))))
     assert "GPU" not in facts and facts["GPUs"] == "0: First GPU; 1: Second GPU"
     assert facts["Trace"] == "two.json: 2 events, format kineto"
     one = write_trace(tmp_path / "one.json", [kernel(0, 10)])
     analysis = analyze(load_trace(one))
     assert (
-        dict(header_facts(Report(analysis, evaluate(analysis))))["Trace"]
+        dict(header_facts(result_of(Report(analysis, evaluate(analysis)))))["Trace"]
         == "one.json: 1 event, format kineto"
     )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import statistics
 from pathlib import Path
 
@@ -225,6 +226,27 @@ def test_trace_strings_cannot_become_markdown(tmp_path: Path) -> None:
     html = MarkdownIt("gfm-like").render(text)
     assert "<a " not in html and "<img" not in html and "<em>bold" not in html and "<code>code" not in html
     assert "evil.example/x" in html  # shown as text, not as a link
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_escaped_text_reads_as_itself_and_nothing_else(seed: int) -> None:
+    """Whatever a trace's string holds, escaped it is text that reads as itself (markdown-it's
+    GitHub-like parser, with its linkifier, the strictest reader we know) and nothing else: no link,
+    autolink, image, HTML, entity, emphasis, code or strikethrough; with a backslash only where one
+    is needed (the summary escaped every punctuation mark: it read badly raw)."""
+    rng = random.Random(seed)
+    alphabet = [*"ab_.:/@<>&|`*~$[]()!#\\ 1é", "www.", "http://", ".com", ".py", "a@b.io", "&amp;", "<img>"]
+    alphabet += ["x_", "_x", "**", "~~", "$x$", "![a](b)", "[a]: b", "evil.example/x"]
+    parser = MarkdownIt("gfm-like")
+    assert parser.options.get("linkify")
+    for _ in range(3000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 25)))
+        tokens = [
+            child for token in parser.parse(f"x {escape(text, 1000)} y") for child in token.children or ()
+        ]
+        assert {token.type for token in tokens} <= {"text", "text_special"}, text
+        assert "".join(token.content for token in tokens) == f"x {' '.join(text.split())} y"
+    assert escape("train.py:12 in f(x) at 1.25 ms: foo_bar") == "train\\.py:12 in f(x) at 1.25 ms: foo_bar"
 
 
 def test_the_diff_markdown_has_the_before_after_table() -> None:

@@ -388,7 +388,7 @@ def test_sections_come_in_the_terminal_summary_order(gpu_page: Page) -> None:
 
 def test_scorecard_figures_and_verdicts_appear(gpu_page: Page) -> None:
     nodes = gpu_page.parsed.text_nodes()
-    for score in scorecard(gpu_page.report):
+    for score in scorecard(result_of(gpu_page.report)):
         assert score.label in nodes and score.value in nodes and score.verdict in nodes
 
 
@@ -786,7 +786,7 @@ def test_the_page_from_compiled_templates_is_the_page(gp100: Page, tmp_path: Pat
     from traceinsight.render import templates
 
     renderer = HtmlRenderer(None)
-    context = renderer.context(gp100.report)
+    context = renderer.context(result_of(gp100.report))
     pages = []
     for _ in range(2):  # compiled and kept, then read back
         made = templates.environment.__wrapped__()

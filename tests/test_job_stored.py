@@ -22,8 +22,10 @@ import pytest
 from jobbuild import AheadPlan, jitter_us, make_ahead_job
 from loops import item_loop
 from tracebuild import SAMPLES, read_events, write_trace
+from typer.testing import CliRunner
 
 import traceinsight
+from traceinsight.commands import app
 from traceinsight.render.html import HtmlRenderer
 from traceinsight.render.markdown import MarkdownRenderer
 from traceinsight.render.terminal import TerminalRenderer
@@ -241,3 +243,30 @@ def test_two_stored_jobs_compare_as_the_live_ones(
         text = renderer.render(live)
         assert renderer.render(stored_sides) == text and renderer.render(stored) == text
     assert any(change.status == "gone" for change in live.stragglers)  # rank 1's DataLoader wait is fixed
+
+
+def test_analyze_of_a_jobs_stored_result_writes_the_live_outputs(
+    planted: tuple[Path, traceinsight.JobResult], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``traceinsight analyze job.json -o page.html --markdown s.md`` (a file ``--json`` wrote for a
+    job) writes the page and the Markdown the live run wrote, and prints the same summary (every
+    rank the live one showed), the lines naming the files written aside."""
+    folder, _ = planted
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    live = runner.invoke(
+        app, ["analyze", str(folder), "-o", "live.html", "--markdown", "live.md", "--json", "job.json"]
+    )
+    assert live.exit_code == 0, live.output
+    again = runner.invoke(app, ["analyze", "job.json", "-o", "stored.html", "--markdown", "stored.md"])
+    assert again.exit_code == 0, again.output
+    assert (tmp_path / "stored.html").read_bytes() == (tmp_path / "live.html").read_bytes()
+    assert (tmp_path / "stored.md").read_bytes() == (tmp_path / "live.md").read_bytes()
+
+    def summary(output: str) -> list[str]:
+        return [
+            line for line in output.splitlines() if not line.startswith(("JSON:", "Markdown:", "report:"))
+        ]
+
+    assert summary(again.output) == summary(live.output)
+    assert f"{PLAN.ranks} ranks" in again.output

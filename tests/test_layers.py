@@ -255,3 +255,16 @@ def test_the_api_loads_its_libraries_when_used_and_charts_when_asked() -> None:
     before, after = done.stdout.splitlines()
     assert before == "False"
     assert after.startswith("True ['")
+
+
+def test_the_renderers_read_the_result_model_only() -> None:
+    """Every renderer draws from the result (``results/``: the types, their vocabulary), never from
+    the analyses or the rules that made it: so a stored result draws what a live one draws."""
+    reached = sorted(
+        f"{module} imports {imported} (line {line})"
+        for module, path in MODULES.items()
+        if module.startswith("traceinsight.render")
+        for imported, line, _ in _imports(module, path)
+        if imported.startswith(("traceinsight.analysis", "traceinsight.rules"))
+    )
+    assert reached == []

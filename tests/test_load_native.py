@@ -433,7 +433,7 @@ def test_a_name_of_71_digits_reads_alike_in_every_loader(
     ("dims", "kept"),
     [
         # whitespace past the scanner's cut inside a shape: the shape Python's json reads
-        ("[[1024, 64],PAD[], [\"a \\\" b\"]]", '[[1024,64],[],["a \\" b"]]'),
+        ('[[1024, 64],PAD[], ["a \\" b"]]', '[[1024,64],[],["a \\" b"]]'),
         # still longer than the cut without its whitespace: no shape, as its compact text is too long
         ("[" + ",".join(["[1]"] * 20_000) + "]", None),
     ],
@@ -448,7 +448,9 @@ def test_a_shape_longer_than_the_scanners_cut_reads_as_the_reference(
     assert len(dims) > scanner.CUT_BYTES
     op = '{"ph": "X", "cat": "cpu_op", "name": "aten::to", "pid": 1, "tid": 1, "ts": 10, "dur": 5, "args": {"Input Dims": D}}'
     path = tmp_path / "padded.json"
-    path.write_text('{"traceEvents": [' + op.replace("D}", dims + "}") + ", " + op.replace("D}", "[[2]]}") + "]}")
+    path.write_text(
+        '{"traceEvents": [' + op.replace("D}", dims + "}") + ", " + op.replace("D}", "[[2]]}") + "]}"
+    )
     reference = load_trace_reference(path)
     assert reference.cpu_ops.get_column("input_dims").to_list() == [kept, "[[2]]"]
     for block in (4096, 1 << 20):

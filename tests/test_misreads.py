@@ -12,6 +12,7 @@ from tracebuild import SAMPLES, annotation, cpu_op, kernel, memcpy, runtime, sam
 
 from traceinsight.analysis import Analysis, analyze
 from traceinsight.load import load_trace
+from traceinsight.results.contract import result_of
 from traceinsight.rules import evaluate
 from traceinsight.rules.common import host_caused_idle_ns
 from traceinsight.rules.findings import Finding
@@ -181,9 +182,9 @@ def test_launches_with_no_gpu_activity_are_records_lost_not_cuda_off(tmp_path: P
     assert "shorter window" in warning.advice and "larger buffer" in warning.advice
     assert not report.analysis.has_gpu
     assert all(f.savings_total_ns == 0 for f in report.findings)
-    (score,) = (s for s in scorecard(report) if s.label == "GPU activity")
+    (score,) = (s for s in scorecard(result_of(report)) if s.label == "GPU activity")
     assert "records were lost" in score.verdict and "ProfilerActivity.CUDA" not in score.verdict
-    gpu_line = dict(header_facts(report))["GPUs"]
+    gpu_line = dict(header_facts(result_of(report)))["GPUs"]
     assert "records lost" in gpu_line
 
 
@@ -197,7 +198,7 @@ def test_cuda_calls_without_any_launch_say_no_gpu_work_ran(tmp_path: Path) -> No
     assert "no-gpu-work" in kinds and "gpu-records-lost" not in kinds
     (warning,) = (w for w in report.analysis.warnings if w.kind == "no-gpu-work")
     assert f"{sum(e['cat'] == 'cuda_runtime' for e in events)} runtime calls" in warning.message
-    (score,) = (s for s in scorecard(report) if s.label == "GPU activity")
+    (score,) = (s for s in scorecard(result_of(report)) if s.label == "GPU activity")
     assert "No GPU work ran" in score.verdict
 
 
@@ -209,7 +210,7 @@ def test_no_cuda_call_at_all_with_a_gpu_listed_is_cuda_off(tmp_path: Path) -> No
     report = report_of(tmp_path, events)
     kinds = [w.kind for w in report.analysis.warnings]
     assert "no-gpu-work" not in kinds and "gpu-records-lost" not in kinds
-    (score,) = (s for s in scorecard(report) if s.label == "GPU activity")
+    (score,) = (s for s in scorecard(result_of(report)) if s.label == "GPU activity")
     assert "ProfilerActivity.CUDA" in score.verdict
 
 
@@ -634,7 +635,7 @@ def test_an_amd_gpu_is_named_by_its_gfx_architecture_not_a_compute_capability() 
     (device,) = report.analysis.meta.devices
     raw = props[device.index]
     assert (raw["computeMajor"], raw["computeMinor"], raw["warpSize"]) == (9, 0, 64)
-    line = dict(header_facts(report))["GPU"]
+    line = dict(header_facts(result_of(report)))["GPU"]
     assert "compute capability" not in line
     assert f"gfx90a or gfx908 (MI200 or MI100), {raw['numSms']} CUs" in line
 
@@ -659,7 +660,7 @@ def test_the_only_listed_device_is_the_gpu_in_use_under_another_index(tmp_path: 
     analysis = analyze(load_trace(write_trace(tmp_path / "t.json", events, deviceProperties=props)))
     (device,) = analysis.meta.devices
     assert (device.index, device.listed_as, device.name) == (2, 0, "AMD Instinct MI300X")
-    line = dict(header_facts(Report(analysis=analysis, findings=evaluate(analysis))))["GPU"]
+    line = dict(header_facts(result_of(Report(analysis=analysis, findings=evaluate(analysis)))))["GPU"]
     assert line.startswith("2: AMD Instinct MI300X (gfx942 (MI300), 304 CUs") and "listed as device 0" in line
 
 

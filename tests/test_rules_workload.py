@@ -15,6 +15,7 @@ from traceinsight.analysis import Analysis, analyze
 from traceinsight.load import load_trace
 from traceinsight.render.scorecard import scorecard
 from traceinsight.results import Report
+from traceinsight.results.contract import result_of
 from traceinsight.rules import evaluate
 from traceinsight.rules.findings import Finding
 
@@ -297,7 +298,9 @@ def test_a_cpu_run_is_told_where_a_gpu_run_would_wait(tmp_path: Path) -> None:
         "`.item()` in `train_step` (defined at train.py:52) would make the host wait for the GPU every step"
     )
     assert not latent.minor and not latent.saving_known
-    score = next(s for s in scorecard(Report(result, evaluate(result))) if s.label == "Host syncs / step")
+    score = next(
+        s for s in scorecard(result_of(Report(result, evaluate(result)))) if s.label == "Host syncs / step"
+    )
     assert score.value == "1 on a GPU" and "No host waits" not in score.verdict
 
 
@@ -337,7 +340,7 @@ def _what(title: str) -> str:
 
 def _not_counted(result: Analysis) -> str:
     return next(
-        s for s in scorecard(Report(result, evaluate(result))) if s.label.startswith("Host syncs")
+        s for s in scorecard(result_of(Report(result, evaluate(result)))) if s.label.startswith("Host syncs")
     ).verdict
 
 
@@ -441,7 +444,9 @@ def test_without_steps_the_scorecard_counts_the_would_be_syncs_the_findings_coun
     events = [frame("train.py(52): main", 0, 5000, python_id=1)]
     events += [cpu_op("aten::item", 10 + 100 * index, 5) for index in range(12)]
     result = analysis_of(tmp_path, events, deviceProperties=[])
-    score = next(s for s in scorecard(Report(result, evaluate(result))) if s.label.startswith("Host syncs"))
+    score = next(
+        s for s in scorecard(result_of(Report(result, evaluate(result)))) if s.label.startswith("Host syncs")
+    )
     assert (score.label, score.value) == ("Host syncs", "12 on a GPU")
     # no steps to count the line's in: not "in 0 steps"
     assert [(sync.steady_count, sync.steady_steps_with) for sync in result.latent_syncs] == [(12, None)]

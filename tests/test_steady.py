@@ -278,7 +278,7 @@ def test_a_host_that_runs_ahead_is_timed_by_the_gpu(tmp_path: Path) -> None:
     assert all(step.steady for step in result.steady.steps)
     gpu = median(_busy(loop.events, begin, done) for begin, done in windows)  # no waits on the GPU
     report = Report(result, evaluate(result))
-    facts = dict(header_facts(report))
+    facts = dict(header_facts(result_of(report)))
     assert facts["Steps"].endswith(f"median {format_duration(median(steps))}")
     assert facts["Pace"] == (
         f"the GPU sets it: its work takes {format_duration(gpu)} of each {format_duration(median(steps))} "
@@ -308,7 +308,7 @@ def test_a_host_the_gpu_waits_for_sets_the_pace(tmp_path: Path) -> None:
     assert result.steady.step_ns == median(steps)
     assert result.pace.set_by is not None and result.pace.set_by.value == "host"
     assert result.pace.host_ns == median(round((end - start) * 1000) for start, end in loop.steps)
-    text = pace_fact(Report(result, evaluate(result)))
+    text = pace_fact(result_of(Report(result, evaluate(result))))
     assert text is not None and text.startswith("the host sets it")
 
 
@@ -326,7 +326,7 @@ def test_where_both_sides_agree_no_side_is_named(tmp_path: Path) -> None:
 
     result = analysis_of(tmp_path, events)
     assert result.pace.set_by is None
-    assert "Pace" not in dict(header_facts(Report(result, evaluate(result))))
+    assert "Pace" not in dict(header_facts(result_of(Report(result, evaluate(result)))))
 
 
 def test_a_gpu_profiler_step_range_ends_its_step(tmp_path: Path) -> None:

@@ -61,7 +61,14 @@ def _thresholds(given: dict[str, Any]) -> Thresholds:
             f"unknown threshold {', '.join(unknown)}: the thresholds are {', '.join(sorted(known))} "
             "(see traceinsight.thresholds.Thresholds)"
         )
-    return Thresholds(**given)
+    defaults = Thresholds()
+    # ``min_gap_us=200`` is ``--min-gap-us 200``: a float where the threshold is one (the result's
+    # JSON writes the thresholds it ran with).
+    made: dict[str, Any] = {
+        name: float(value) if isinstance(getattr(defaults, name), float) and type(value) is int else value
+        for name, value in given.items()
+    }
+    return Thresholds(**made)
 
 
 def _paths(trace: TracePath | Sequence[TracePath]) -> list[Path]:

@@ -39,21 +39,22 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Final
+from typing import ClassVar, Final
 
 import polars as pl
 
 from traceinsight.analysis import peaks
 from traceinsight.analysis.intervals import within
 from traceinsight.analysis.membytes import MemoryKernel, memory_kernels
+from traceinsight.analysis.results import COUNT, DURATION
 from traceinsight.analysis.steady import SteadySteps
 from traceinsight.load import Trace
 
 __all__ = [
-    "ClassFlops",
-    "DeviceMfu",
+    "FlopClass",
+    "FlopKernel",
     "FlopStats",
-    "KernelFlops",
+    "Mfu",
     "attention_flops",
     "conv_backward_flops",
     "conv_forward_flops",
@@ -347,15 +348,23 @@ def dtype_of(types: Sequence[object] | None) -> str | None:
 # --- results -------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class ClassFlops:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlopClass:
     """Counted FLOPs of one operator class (``gemm``, ``conv``, ``attention``) in the steady state."""
 
+    JSON_KEYS: ClassVar[tuple[str, ...]] = (
+        "op_class",
+        "flops",
+        "kernel_ns",
+        "operators",
+        "achieved_flops_per_s",
+    )
+
     op_class: str
-    flops: int
+    flops: int = field(metadata=COUNT)
     #: Time of the kernels the class's operators launched (ns; 0 on a CPU-only trace).
-    kernel_ns: int
-    operators: int
+    kernel_ns: int = field(metadata=DURATION)
+    operators: int = field(metadata=COUNT)
 
     @property
     def achieved_flops_per_s(self) -> float | None:
@@ -363,17 +372,22 @@ class ClassFlops:
         return self.flops / self.kernel_ns * 1e9 if self.kernel_ns else None
 
 
-@dataclass(frozen=True, slots=True)
-class KernelFlops:
-    """One kernel name's share of the counted FLOPs in the steady state."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlopKernel:
+    """One kernel name's share of the counted FLOPs in the steady state, and its achieved FLOP/s."""
+
+    JSON_KEYS: ClassVar[tuple[str, ...]] = (
+        "device", "name", "launches", "kernel_ns", "flops", "op_class", "dtype", "achieved_flops_per_s",
+    )  # fmt: skip
 
     name: str
     device: int
-    launches: int
-    kernel_ns: int
-    flops: int
+    launches: int = field(metadata=COUNT)
+    kernel_ns: int = field(metadata=DURATION)
+    flops: int = field(metadata=COUNT)
     #: The class of the operators that launched it.
     op_class: str
+    #: ``fp32``, ``tf32``, ``bf16``, ``fp16``, ``fp8``, ``fp64`` (None: not recorded).
     dtype: str | None
 
     @property
@@ -382,9 +396,18 @@ class KernelFlops:
         return self.flops / self.kernel_ns * 1e9 if self.kernel_ns else 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceMfu:
-    """MFU of one device over the steady state, split into time busy × efficiency while busy."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Mfu:
+    """MFU of one device over the steady window: ``mfu = busy_share × efficiency_while_busy``.
+
+    ``counted_kernel_ns`` and ``at_peak_ns`` (written last, the latter in ns as computed) are what a
+    stored result's MFU is worked out from again."""
+
+    JSON_KEYS: ClassVar[tuple[str, ...]] = (
+        "device", "gpu_name", "model", "peak_source", "dtype", "peak_flops_per_s", "flops", "window_ns",
+        "busy_ns", "achieved_flops_per_s", "mfu", "busy_share", "efficiency_while_busy", "unknown",
+        "counted_kernel_ns", "at_peak_ns",
+    )  # fmt: skip
 
     device: int
     #: The ``deviceProperties`` name (None: not recorded).
@@ -398,15 +421,15 @@ class DeviceMfu:
     #: That data type's dense peak (FLOP/s; None: unknown GPU or a data type the table lacks).
     peak_flops_per_s: int | None
     #: Counted FLOPs on this device's kernels in the steady window.
-    flops: int
+    flops: int = field(metadata=COUNT)
     #: The steady window on this device (ns) and its GPU-busy part.
-    window_ns: int
-    busy_ns: int
+    window_ns: int = field(metadata=DURATION)
+    busy_ns: int = field(metadata=DURATION)
     #: Kernel time of the counted operators (ns).
-    counted_kernel_ns: int
-    #: Σ FLOPs_dtype / peak_dtype: the time the counted work takes at peak (ns; None if any
-    #: counted data type has no peak).
-    at_peak_ns: float | None
+    counted_kernel_ns: int = field(metadata=DURATION)
+    #: Σ FLOPs_dtype / peak_dtype: the time the counted work takes at peak (ns, as computed; None
+    #: if any counted data type has no peak).
+    at_peak_ns: float | None = field(metadata={"raw": True})
     #: Why there is no MFU, in words (None when there is one).
     unknown: str | None
 
@@ -417,14 +440,16 @@ class DeviceMfu:
 
     @property
     def busy_share(self) -> float:
-        """The share of the window the GPU was busy."""
-        return self.busy_ns / self.window_ns if self.window_ns else 0.0
+        """The share of the window the GPU was busy (at most 1: busy time counted past the window's
+        edge is not more than all of it)."""
+        return min(self.busy_ns / self.window_ns, 1.0) if self.window_ns else 0.0
 
     @property
     def efficiency_while_busy(self) -> float | None:
-        """MFU over the busy share: how near the peak the busy time ran."""
+        """MFU over the busy time's share of the window: how near the peak the busy time ran."""
         mfu = self.mfu
-        return mfu / self.busy_share if mfu is not None and self.busy_share else None
+        busy = self.busy_ns / self.window_ns if self.window_ns else 0.0
+        return mfu / busy if mfu is not None and busy else None
 
     @property
     def achieved_flops_per_s(self) -> float | None:
@@ -480,19 +505,19 @@ class FlopStats:
     flops: int
     #: Steady steps (0: no steps; the window is one).
     steps: int
-    by_class: tuple[ClassFlops, ...]
+    by_class: tuple[FlopClass, ...]
     #: (data type, FLOPs), most first (fp32 on tensor-core kernels is ``tf32``).
     by_dtype: tuple[tuple[str, int], ...]
     #: Steady kernel time (ns) and the part whose FLOPs are known.
     kernel_ns: int
     counted_kernel_ns: int
     #: Kernel names with the most counted FLOPs.
-    top_kernels: tuple[KernelFlops, ...]
+    top_kernels: tuple[FlopKernel, ...]
     #: torch's ``flops`` args: operators carrying it, and our count over torch's on those both count.
     torch_counted: int = 0
     torch_agreement: float | None = None
     #: Per device MFU (filled in by :func:`with_mfu` once the busy time is known).
-    devices: tuple[DeviceMfu, ...] = ()
+    devices: tuple[Mfu, ...] = ()
     kernels: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=KERNEL_SCHEMA), compare=False)
     #: The counted operator calls of the whole trace (:func:`counted_operators`' columns).
     operators: pl.DataFrame = field(
@@ -774,7 +799,7 @@ def flop_stats(
     )
     class_time = dict(counted_kernels.group_by("op_class").agg(pl.col("dur").sum()).iter_rows())
     by_class = tuple(
-        ClassFlops(op_class=name, flops=int(flops), kernel_ns=int(class_time.get(name, 0)), operators=int(n))
+        FlopClass(op_class=name, flops=int(flops), kernel_ns=int(class_time.get(name, 0)), operators=int(n))
         for name, flops, n in in_window.group_by("op_class")
         .agg(pl.col("flops").sum(), pl.len())
         .sort("flops", "op_class", descending=[True, False])
@@ -812,7 +837,7 @@ def flop_stats(
         kernel_ns=int(steady_kernels.get_column("dur").sum() or 0),
         counted_kernel_ns=int(counted_kernels.get_column("dur").sum() or 0),
         top_kernels=tuple(
-            KernelFlops(
+            FlopKernel(
                 name=row["name"],
                 device=row["device"],
                 launches=row["launches"],
@@ -871,7 +896,7 @@ def with_mfu(stats: FlopStats, trace: Trace, busy: Sequence[tuple[int, int, int]
                     break
                 at_peak = (at_peak or 0.0) + part / peak * 1e9
         result.append(
-            DeviceMfu(
+            Mfu(
                 device=device,
                 gpu_name=name,
                 model=row.model if row else None,

@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Final
+from dataclasses import dataclass, field
+from typing import ClassVar, Final
 
 import polars as pl
+
+from traceinsight.analysis.results import COUNT, DURATION
 
 __all__ = [
     "DTYPE_BYTES",
@@ -226,16 +228,21 @@ def operator_bytes(name: str, dims: Sequence[object], types: Sequence[object]) -
     return read + _elements(_broadcast(shapes)) * first[0]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class MemoryKernel:
     """One kernel name's (on one device) steady kernel time and bytes moved, for kernels whose FLOPs
-    are not counted and whose operator's bytes are known."""
+    are not counted (elementwise and other memory-bound work) and whose operator's bytes are known
+    from recorded shapes; and its achieved bytes/s. A result's ``flops.memory_kernels[]``."""
+
+    JSON_KEYS: ClassVar[tuple[str, ...]] = (
+        "device", "name", "launches", "kernel_ns", "bytes_moved", "operator", "achieved_bytes_per_s",
+    )  # fmt: skip
 
     name: str
     device: int
-    launches: int
-    kernel_ns: int
-    bytes_moved: int
+    launches: int = field(metadata=COUNT)
+    kernel_ns: int = field(metadata=DURATION)
+    bytes_moved: int = field(metadata=COUNT)
     #: The operator most of its launches came from (``aten::add_``).
     operator: str
 

@@ -289,8 +289,7 @@ class SyncHotspot:
     #: Live only.
     module: str | None = field(default=None, compare=False, metadata=LOCAL)
     #: Host time blocked in the calls inside the steady state (``blocked_ns`` counts every call).
-    #: Live only.
-    steady_blocked_ns: int = field(default=0, compare=False, metadata=LOCAL)
+    steady_blocked_ns: int = field(default=0, metadata=DURATION)
 
     @property
     def call_text(self) -> str:

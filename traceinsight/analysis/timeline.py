@@ -74,10 +74,9 @@ class StepWindow:
 
 @dataclass(frozen=True, slots=True)
 class Timeline:
-    """Everything a timeline chart draws. Times in ns on the trace clock (see ``origin_ns``)."""
+    """Everything a timeline chart draws. Times in ns from the trace's earliest event
+    (:attr:`TraceMeta.origin_ns`), as the idle gaps' and the steps'."""
 
-    #: The trace's time zero (:attr:`TraceMeta.origin_ns`): charts label times relative to it.
-    origin_ns: int
     #: The displayed window: GPU activity and step windows together.
     start_ns: int
     end_ns: int
@@ -175,7 +174,7 @@ def timeline(
         for value in frame.select(pl.col("start").min(), pl.col("end").max()).row(0)
     ]
     if not bounds:
-        return Timeline(origin, origin, origin, 1, (), ())
+        return Timeline(0, 0, 1, (), ())
     start, end = min(bounds), max(bounds)
     # k blocks leave k - 1 gaps of at least one resolution each: k ≤ window / resolution + 1.
     resolution = max(1, math.ceil((end - start) / (max_blocks - 1)))
@@ -189,8 +188,9 @@ def timeline(
     )
 
     def rows(table: pl.DataFrame, device: int, last: str) -> list[tuple[int, int, int]]:
-        """The device's rows of ``table`` as ``(start, end, last)``."""
-        chosen = table.lazy().filter(pl.col("device") == device).select("start", "end", last)
+        """The device's rows of ``table`` as ``(start, end, last)``, from the trace's earliest event."""
+        chosen = table.lazy().filter(pl.col("device") == device)
+        chosen = chosen.select(pl.col("start") - origin, pl.col("end") - origin, last)
         return chosen.collect(engine="in-memory").rows()
 
     per_device = []
@@ -204,10 +204,11 @@ def timeline(
             )
         )
     return Timeline(
-        origin_ns=origin,
-        start_ns=start,
-        end_ns=end,
+        start_ns=start - origin,
+        end_ns=end - origin,
         resolution_ns=resolution,
         devices=tuple(per_device),
-        steps=tuple(StepWindow(row[0], row[1], row[2]) for row in steps.iter_rows()),
+        steps=tuple(
+            StepWindow(step, begin - origin, done - origin) for step, begin, done in steps.iter_rows()
+        ),
     )

@@ -3,7 +3,7 @@ steps. What the scorecard, the "where the time goes" table and ``low-gpu-utiliza
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from traceinsight.analysis.causes import CauseKind
 
@@ -20,8 +20,9 @@ class Usage:
     compute_ns: int
     communication_ns: int
     copy_ns: int
-    #: Idle by cause, largest first (time outside the steady state is not in the window).
-    idle: tuple[tuple[CauseKind, int], ...]
+    #: Idle by cause, largest first (time outside the steady state is not in the window); in a
+    #: result's JSON ``idle_us``, ``[cause, µs]`` pairs.
+    idle: tuple[tuple[CauseKind, int], ...] = field(metadata={"ns": True, "key": "idle_us"})
     #: Steady steps the window holds (0 without steps).
     steps: int
     #: Idle outside the steady state on this device (start-up, outlier steps), not in the window.

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from traceinsight.commands import options
+from traceinsight.errors import ConfigError
 from traceinsight.process import collector_paused, libraries_loading, quiet_blas, work_done
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ def analyze(
         typer.Argument(
             metavar="TRACE",
             help="A torch.profiler trace: .json or .json.gz. Several traces, a folder or a glob pattern: "
-            "one report for a distributed job, one rank per trace.",
+            "one report for a distributed job, one rank per trace. A result --json wrote: its outputs again.",
             show_default=False,
             readable=False,
         ),
@@ -161,6 +162,8 @@ def analyze(
                     raise typer.Exit(status)
             return
         trace = traces[0]
+        if _rendered_again(trace, read, top):
+            return
         with collector_paused(), terminal_progress(f"reading {trace.name}") as progress:
             result = analyze_and_write(
                 trace,
@@ -175,6 +178,39 @@ def analyze(
         status = gate(broken(result, read.budgets)) if not read.budgets.empty else 0
         if status:
             raise typer.Exit(status)
+
+
+def _rendered_again(path: Path, read: options.Settings, top: int) -> bool:
+    """When ``path`` is a stored result (a file ``--json`` wrote: a trace's, a job's, a diff's):
+    its outputs written again from it alone, as the run that stored it wrote them, and its gate
+    judged (a trace's result only); False for a trace."""
+    from traceinsight.results.stored import looks_stored
+
+    if not looks_stored(path):
+        return False
+    from traceinsight.commands.common import gate, plan, show, stem, write
+    from traceinsight.results import Comparison, JobComparison, JobResult, Result
+    from traceinsight.results.gate import broken
+    from traceinsight.results.stored import read_result
+
+    stored = read_result(path, (Result, JobResult, Comparison, JobComparison), read.reading.limit)
+    if stored is None:
+        return False
+    if not isinstance(stored, Result) and not read.budgets.empty:
+        raise ConfigError(
+            f"{path} is a stored result of a job or a diff: the gate options judge a trace's result; "
+            "give the job's traces, or use traceinsight diff --max-regression"
+        )
+    planned = plan(read.wanted, Path.cwd() / f"{stem(path)}.html", inputs=[path])
+    written, to_stdout = write(stored, planned)
+    show(stored, written, to_stderr=to_stdout, top=max(top, 10) if isinstance(stored, JobResult) else top)
+    work_done()
+    status = (
+        gate(broken(stored, read.budgets)) if isinstance(stored, Result) and not read.budgets.empty else 0
+    )
+    if status:
+        raise typer.Exit(status)
+    return True
 
 
 @contextmanager

@@ -130,9 +130,14 @@ class TraceMeta:
         """For a trace without GPU activity: the GPUs ``deviceProperties`` lists, in words ("1 GPU",
         "8 GPUs"), when it lists any: the run had GPUs and the profiler was not asked to record their
         activity (``ProfilerActivity.CUDA`` left out). None when it lists none or is absent."""
-        if not self.gpus_listed:
-            return None
-        return f"{self.gpus_listed} GPU{'s' if self.gpus_listed > 1 else ''}"
+        return gpus_in_words(self.gpus_listed)
+
+
+def gpus_in_words(listed: int | None) -> str | None:
+    """``listed`` GPUs in words ("1 GPU", "8 GPUs"); None for none or not recorded."""
+    if not listed:
+        return None
+    return f"{listed} GPU{'s' if listed > 1 else ''}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,9 +4,9 @@ Four renderers, one per format, each taking any of the four results (pyinstrumen
 ``Renderer.render(session)`` is the model): :class:`~.terminal.TerminalRenderer`,
 :class:`~.json_report.JsonRenderer`, :class:`~.markdown.MarkdownRenderer`,
 :class:`~.html.HtmlRenderer`. The JSON is the result's own (``to_json``); the summary, the page and
-the Markdown of a trace are drawn from the analysis a live result carries
-(:attr:`~traceinsight.results.trace.Result.report`); a job's result (live or stored) and a
-comparison (of two traces or two jobs) carry all they show.
+the Markdown of a trace are drawn from the result alone (its figures and its ``details``), so a
+stored one draws them as the live one did; a job's result and a comparison (of two traces or two
+jobs) carry all they show.
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from traceinsight.errors import TraceInsightError
-from traceinsight.results import Report, Result
+from traceinsight.results import Result
+from traceinsight.results.trace import Details
 
 if TYPE_CHECKING:  # a job's and a diff's types are made when first used (traceinsight.results)
     from traceinsight.results import Comparison, JobComparison, JobResult
 
-__all__ = ["AnyResult", "NotLive", "Renderer", "live_report"]
+__all__ = ["AnyResult", "NotLive", "Renderer", "shown_details"]
 
 #: What a renderer renders.
 AnyResult: TypeAlias = "Result | JobResult | Comparison | JobComparison"
@@ -37,11 +38,12 @@ class NotLive(TraceInsightError):
     """A result read back from its JSON holds the figures, not the analysis a page is drawn from."""
 
 
-def live_report(result: Result, output: str) -> Report:
-    """The analysis ``result`` was made from, for ``output`` (``the terminal summary``...)."""
-    if result.report is None:
+def shown_details(result: Result, output: str = "the report") -> Details:
+    """What ``result``'s summary, page and Markdown show beyond its figures (its ``details``), for
+    ``output`` (``the terminal summary``...): a stored result written before they were kept has none."""
+    if result.details is None:
         raise NotLive(
-            f"cannot draw {output} of {result.trace.name} from a stored result: it holds the figures, "
-            "not the analysis; analyze its trace"
+            f"cannot draw {output} of {result.trace.name} from this stored result: an earlier "
+            "traceinsight wrote it without the details a report shows (its 'details' key); analyze its trace"
         )
-    return result.report
+    return result.details

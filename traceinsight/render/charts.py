@@ -15,11 +15,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from traceinsight.analysis import causes
-from traceinsight.analysis.causes import CauseKind
-from traceinsight.analysis.memory import MemoryDevice
-from traceinsight.analysis.results import CopyGroup, Host, IdleGap, Step, SyncHotspot
-from traceinsight.analysis.timeline import Timeline
 from traceinsight.formatting import format_duration, format_size
 from traceinsight.render.svg import (
     FOREGROUND,
@@ -31,6 +26,9 @@ from traceinsight.render.svg import (
     legend_height,
     text_width,
 )
+from traceinsight.results import vocabulary
+from traceinsight.results.trace import CopyGroup, Host, IdleGap, MemoryDevice, Step, SyncHotspot, Timeline
+from traceinsight.results.vocabulary import CauseKind, cause_label
 
 __all__ = [
     "CAUSE_COLORS",
@@ -76,18 +74,13 @@ CAUSE_COLORS: Final[dict[str, str]] = {
     CauseKind.AFTER_LAST.value: "#E4E4E4",
 }
 #: Causes in the order every chart and table lists them.
-CAUSE_ORDER: Final[tuple[str, ...]] = tuple(kind.value for kind in causes.CAUSE_ORDER)
+CAUSE_ORDER: Final[tuple[str, ...]] = tuple(kind.value for kind in vocabulary.CAUSE_ORDER)
 COMMUNICATION: Final[str] = "#332288"
 
 
 def cause_color(kind: str) -> str:
     """The colour of an idle cause kind (grey for kinds this version does not know)."""
     return CAUSE_COLORS.get(kind, CAUSE_COLORS[CauseKind.UNKNOWN.value])
-
-
-def cause_label(kind: str) -> str:
-    """Plain words for an idle cause kind (the kind itself when this version does not know it)."""
-    return causes.cause_label(kind)
 
 
 def ordered_causes(kinds: Iterable[str]) -> list[str]:
@@ -415,9 +408,8 @@ def timeline_chart(timeline: Timeline, gaps: Sequence[IdleGap], step_labels: boo
     """
     if not timeline.devices:
         return None
-    origin = timeline.origin_ns
     resolution = timeline.resolution_ns
-    per_unit, unit = _unit(timeline.end_ns - origin)
+    per_unit, unit = _unit(timeline.end_ns)
     left = _MARGIN + max(text_width(f"GPU {d.device}") for d in timeline.devices) + 8
     right = WIDTH - _MARGIN
     labelled = step_labels and 0 < len(timeline.steps) <= 30
@@ -425,10 +417,10 @@ def timeline_chart(timeline: Timeline, gaps: Sequence[IdleGap], step_labels: boo
     top = 16.0 if labelled else 6.0
     row = 57.6
     bottom = top + row * len(timeline.devices)
-    axis = Axis((timeline.start_ns - origin) / per_unit, (timeline.end_ns - origin) / per_unit, left, right)
+    axis = Axis(timeline.start_ns / per_unit, timeline.end_ns / per_unit, left, right)
 
     def x(ns: float) -> float:
-        return axis((ns - origin) / per_unit)
+        return axis(ns / per_unit)
 
     levels_drawn: set[int] = set()
     causes_drawn: set[str] = set()
@@ -484,9 +476,7 @@ def timeline_chart(timeline: Timeline, gaps: Sequence[IdleGap], step_labels: boo
         by_cause: dict[str, list[tuple[float, float]]] = {}
         for gap in gaps:
             if gap.device == device.device and gap.duration_ns >= resolution:
-                by_cause.setdefault(gap.cause_kind, []).append(
-                    (x(gap.start_ns + origin), x(gap.end_ns + origin))
-                )
+                by_cause.setdefault(gap.cause_kind, []).append((x(gap.start_ns), x(gap.end_ns)))
         for cause in ordered_causes(by_cause):
             canvas.spans(by_cause[cause], y(0.85), y(0.15) - y(0.85), cause_color(cause), _IDLE_OPACITY)
         # Only calls inside the drawn window: a sync long before the first kernel is not drawn.

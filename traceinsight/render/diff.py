@@ -18,7 +18,6 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from traceinsight.analysis.causes import cause_label
 from traceinsight.formatting import format_count, format_duration, short_kernel_name
 from traceinsight.load.text import printable
 from traceinsight.render import charts
@@ -26,6 +25,7 @@ from traceinsight.render.svg import Canvas
 from traceinsight.render.tables import KernelTable
 from traceinsight.render.templates import environment
 from traceinsight.results import Comparison
+from traceinsight.results.vocabulary import cause_label
 from traceinsight.version import __version__
 
 __all__ = ["comparison_page", "comparison_renderables", "diff_header", "page_values"]

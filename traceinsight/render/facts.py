@@ -8,14 +8,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from traceinsight.analysis.causes import BUSY_LABELS, CAUSE_LABELS, BusyClass
-from traceinsight.analysis.pace import PaceSetter
-from traceinsight.analysis.usage import Usage, total_usage
-from traceinsight.analysis.validity import GPU_RECORDS_LOST, NO_GPU_WORK, TraceWarning, unrecorded_gpu
 from traceinsight.formatting import format_duration, format_share, format_size
-from traceinsight.load import TraceMeta
-from traceinsight.results.report import Report
-from traceinsight.rules.findings import Finding
+from traceinsight.load.tables import gpus_in_words
+from traceinsight.render import shown_details
+from traceinsight.results.trace import Finding, Result, Usage
+from traceinsight.results.vocabulary import (
+    BUSY_LABELS,
+    CAUSE_LABELS,
+    GPU_RECORDS_LOST,
+    NO_GPU_WORK,
+    BusyClass,
+    PaceSetter,
+    total_usage,
+    unrecorded_gpu,
+)
 
 __all__ = [
     "MEMORY_COLUMNS",
@@ -34,10 +40,10 @@ __all__ = [
 MEMORY_COLUMNS = ("device", "peak allocated", "peak reserved", "device memory", "peak share", "records")
 
 
-def memory_rows(report: Report) -> list[tuple[str, ...]]:
+def memory_rows(result: Result) -> list[tuple[str, ...]]:
     """One row per device with ``[memory]`` records (see :data:`MEMORY_COLUMNS`); none without."""
     rows: list[tuple[str, ...]] = []
-    for device in report.analysis.memory.devices:
+    for device in result.memory.devices:
         allocated = format_size(device.peak_allocated_bytes)
         rows.append(
             (
@@ -52,10 +58,10 @@ def memory_rows(report: Report) -> list[tuple[str, ...]]:
     return rows
 
 
-def allocator_fact(report: Report) -> str | None:
+def allocator_fact(result: Result) -> str | None:
     """``cudaMalloc 5, cudaFree 11 in the steady state: 52.91 ms of host time (in 3 of 4 steady
     steps)``; None when the steady state holds no allocator call."""
-    churn = report.analysis.memory.allocator_calls
+    churn = result.memory.allocator_calls
     if not churn.count:
         return None
     names = ", ".join(f"{call.call} {call.count:,}" for call in churn.by_name)
@@ -65,58 +71,55 @@ def allocator_fact(report: Report) -> str | None:
     return f"{names} in the steady state: {format_duration(churn.host_ns)} of host time{steps}"
 
 
-def steps_fact(report: Report) -> str:
+def steps_fact(result: Result) -> str:
     """``6 ProfilerStep steps, all steady, median 176.27 ms`` and the like."""
-    analysis = report.analysis
-    steady = analysis.steady
-    if steady.source == "none":
-        if analysis.iterations:
-            return f"{analysis.iterations} optimizer step, too few to time: the trace is judged as one window"
+    steady, details = result.steady_state, shown_details(result)
+    step_ns = steady.step_time_ns
+    if steady.steps_from == "none":
+        if result.trace.iterations:
+            return f"{result.trace.iterations} optimizer step, too few to time: the trace is judged as one window"
         return "no step markers: the trace is judged as one window"
     kind = (
         "ProfilerStep ranges"
-        if steady.source == "ProfilerStep"
-        else f"requests: the host's repeating pattern, each beginning with {steady.request_name}, no step markers"
-        if steady.source == "request" and steady.request_from_pattern
-        else f"requests: repeating {steady.request_name} ranges, no step markers"
-        if steady.source == "request"
+        if steady.steps_from == "ProfilerStep"
+        else f"requests: the host's repeating pattern, each beginning with {details.request_name}, no step markers"
+        if steady.steps_from == "request" and details.request_from_pattern
+        else f"requests: repeating {details.request_name} ranges, no step markers"
+        if steady.steps_from == "request"
         else "between Optimizer.step calls"
     )
-    if steady.waiting_ns:
-        median_text = f", median {format_duration(steady.step_ns)}" if steady.step_ns else ""
-        kind += f"{median_text}; {format_duration(steady.waiting_ns)} waiting for work between them"
-        steady_count = len(steady.steady_steps)
-        return f"{len(steady.steps)} ({kind}), {steady_count} steady"
-    count = len(steady.steps)
-    kept = len(steady.steady_steps)
-    median = f", median {format_duration(steady.step_ns)}" if steady.step_ns else ""
+    count, kept = details.steps_found, steady.steady_steps
+    if details.waiting_ns:
+        median_text = f", median {format_duration(step_ns)}" if step_ns else ""
+        kind += f"{median_text}; {format_duration(details.waiting_ns)} waiting for work between them"
+        return f"{count} ({kind}), {kept} steady"
+    median = f", median {format_duration(step_ns)}" if step_ns else ""
     if kept == count:
         return f"{count} ({kind}){', all steady' if count > 1 else ''}{median}"
-    left_out = ", ".join(f"{step.step}" for step in steady.steps if not step.steady)
+    left_out = ", ".join(f"{step}" for step in details.steps_left_out)
     return f"{count} ({kind}), {kept} steady (left out: step {left_out}){median}"
 
 
-def _no_gpus(meta: TraceMeta, warnings: tuple[TraceWarning, ...] = ()) -> str:
+def _no_gpus(result: Result) -> str:
     """The header's GPU line for a trace without GPU activity."""
-    foreign = meta.foreign_accelerator
+    foreign = shown_details(result).foreign_accelerator
     if foreign is not None:
         return f"none: the accelerator is {foreign.name}, which traceinsight cannot read ({foreign.events})"
-    unrecorded = unrecorded_gpu(warnings)
+    unrecorded = unrecorded_gpu(result.warnings)
     if unrecorded == GPU_RECORDS_LOST:
         return "records lost: work was launched, but no GPU activity is in the trace (see the warnings)"
     if unrecorded == NO_GPU_WORK:
         return "no GPU work ran while recording (CUDA activity was recorded)"
-    listed = meta.gpus_unprofiled
+    listed = gpus_in_words(result.trace.gpus_listed)
     if listed is not None:
         return f"none recorded ({listed} listed; the profiler recorded only CPU activity)"
     return "none (no GPU activity in this trace)"
 
 
-def pace_fact(report: Report) -> str | None:
+def pace_fact(result: Result) -> str | None:
     """Which side sets the step's pace, when one side's own time is clearly the longer (see
     :mod:`traceinsight.analysis.pace`); None when neither does or there are no steps."""
-    analysis = report.analysis
-    pace, step = analysis.pace, analysis.steady.step_ns
+    pace, step = result.steady_state.pace, result.steady_state.step_time_ns
     if pace.set_by is None or pace.host_ns is None or pace.gpu_ns is None or not step:
         return None
     host, gpu, each = format_duration(pace.host_ns), format_duration(pace.gpu_ns), format_duration(step)
@@ -131,24 +134,23 @@ def pace_fact(report: Report) -> str | None:
     )
 
 
-def header_facts(report: Report) -> list[tuple[str, str]]:
+def header_facts(result: Result) -> list[tuple[str, str]]:
     """(label, value) pairs for the top of every output."""
-    analysis = report.analysis
-    meta = analysis.meta
+    trace, details = result.trace, shown_details(result)
     facts: list[tuple[str, str]] = [
         (
             "Trace",
-            f"{report.trace_name}: {meta.event_count:,} event{'' if meta.event_count == 1 else 's'}, format {meta.era}",
+            f"{trace.name}: {trace.events:,} event{'' if trace.events == 1 else 's'}, format {trace.era}",
         )
     ]
-    if report.run is not None:
-        run = report.run
+    if result.run is not None:
+        run = result.run
         facts.append(("Command", run.command))
         when = run.started + (f", torch {run.torch_version}" if run.torch_version else "")
         facts.append(("Run", f"{when}, {run.elapsed_s:,.1f} s, exit status {run.exit_status}"))
     gpus = []
-    for device in meta.devices:
-        details = [
+    for device in details.gpus:
+        parts = [
             part
             for part in (
                 device.architecture,
@@ -160,42 +162,35 @@ def header_facts(report: Report) -> list[tuple[str, str]]:
         listed = f", listed as device {device.listed_as}" if device.listed_as is not None else ""
         gpus.append(
             f"{device.index}: {device.name or ('AMD GPU, name not recorded' if device.amd else 'name not recorded')}"
-            + (f" ({', '.join(details)}{listed})" if details else f" ({listed[2:]})" if listed else "")
+            + (f" ({', '.join(parts)}{listed})" if parts else f" ({listed[2:]})" if listed else "")
         )
-    if not gpus and analysis.devices:
-        gpus = [f"{device.device}: name not recorded" for device in analysis.devices]
+    if not gpus and result.devices:
+        gpus = [f"{device.device}: name not recorded" for device in result.devices]
     # "GPU 2: …" for one, so that an index is not read as a count
-    facts.append(
-        (
-            "GPU" if len(gpus) == 1 else "GPUs",
-            "; ".join(gpus) if gpus else _no_gpus(meta, analysis.warnings),
-        )
-    )
-    if meta.world_size is not None or meta.backend is not None:
-        world = f" of {meta.world_size}" if meta.world_size is not None else ""
-        backend = f" ({meta.backend})" if meta.backend else ""
-        facts.append(("Rank", f"{meta.rank}{world}{backend}"))
+    facts.append(("GPU" if len(gpus) == 1 else "GPUs", "; ".join(gpus) if gpus else _no_gpus(result)))
+    if trace.world_size is not None or trace.backend is not None:
+        world = f" of {trace.world_size}" if trace.world_size is not None else ""
+        backend = f" ({trace.backend})" if trace.backend else ""
+        facts.append(("Rank", f"{trace.rank}{world}{backend}"))
     else:
         facts.append(("Rank", "single process (no distributed info in the trace)"))
-    facts.append(("Steps", steps_fact(report)))
-    pace = pace_fact(report)
+    facts.append(("Steps", steps_fact(result)))
+    pace = pace_fact(result)
     if pace is not None:
         facts.append(("Pace", pace))
-    if analysis.devices:
-        first = min(d.first_ns for d in analysis.devices)
-        last = max(d.last_ns for d in analysis.devices)
-        origin = meta.origin_ns
+    span = details.gpu_span_ns
+    if span is not None:
         facts.append(
             (
                 "GPU span",
-                f"{format_duration(last - first)}, from {format_duration(first - origin)} to "
-                f"{format_duration(last - origin)} after the trace's first event (times in tables count from there)",
+                f"{format_duration(span.end_ns - span.start_ns)}, from {format_duration(span.start_ns)} to "
+                f"{format_duration(span.end_ns)} after the trace's first event (times in tables count from there)",
             )
         )
     versions = [
-        f"CUDA runtime {meta.cuda_runtime_version}" if meta.cuda_runtime_version else "",
-        f"CUDA driver {meta.cuda_driver_version}" if meta.cuda_driver_version else "",
-        f"HIP runtime {meta.hip_runtime_version}" if meta.hip_runtime_version else "",
+        f"CUDA runtime {trace.cuda_runtime_version}" if trace.cuda_runtime_version else "",
+        f"CUDA driver {trace.cuda_driver_version}" if trace.cuda_driver_version else "",
+        f"HIP runtime {trace.hip_runtime_version}" if trace.hip_runtime_version else "",
     ]
     if any(versions):
         facts.append(("Versions", ", ".join(v for v in versions if v)))
@@ -249,15 +244,15 @@ def saving_text(finding: Finding) -> str:
     return f"about {format_duration(finding.savings_total_ns)} in all{share}"
 
 
-def no_findings_text(report: Report) -> str:
+def no_findings_text(result: Result) -> str:
     """What to say when no finding is above the noise floor: where the idle went, never a bare "no"."""
-    foreign = report.analysis.meta.foreign_accelerator
-    if foreign is not None and not report.analysis.has_gpu:
+    foreign = shown_details(result).foreign_accelerator
+    if foreign is not None and not result.trace.has_gpu_activity:
         return (
             f"No findings: traceinsight cannot read {foreign.name} activity, so it has no accelerator "
             "time to judge (see the warning at the top)."
         )
-    usage = total_usage(report.analysis.usage)
+    usage = total_usage(shown_details(result).usage)
     window, total = usage.window_ns, usage.idle_ns
     if not window or total < 0.2 * window:
         return "No findings: nothing in the steady state keeps the GPU waiting above the noise floor."
@@ -265,5 +260,5 @@ def no_findings_text(report: Report) -> str:
     return (
         f"No finding to act on, but the GPU is idle {format_share(total / window)} of {usage.of_what}, mostly "
         f"{CAUSE_LABELS[top]} ({format_share(top_ns / window)}): see where the time goes above"
-        + (" and the warnings at the top." if report.analysis.warnings else ".")
+        + (" and the warnings at the top." if result.warnings else ".")
     )

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from traceinsight.render import NotLive
 from traceinsight.render.diff import BEFORE_AFTER, before_after_canvas
 from traceinsight.render.job_html import ARRIVALS, arrivals_chart
 from traceinsight.results import Comparison, JobResult, Result
@@ -26,18 +25,12 @@ __all__ = ["result_figures"]
 
 @figures_of.register(Result)  # by class: the annotations name types imported for the checker only
 def result_figures(result: Result) -> dict[str, ChartFigure]:
-    """A live result's page charts, by name (those with something to show)."""
+    """A result's page charts, by name (those with something to show): a stored one's too."""
     from traceinsight.render.html import chart_specs
-
-    if result.report is None:
-        raise NotLive(
-            f"cannot draw the charts of {result.trace.name} from a stored result: it holds the figures, "
-            "not the timeline; analyze its trace"
-        )
     from traceinsight.render.mpl import figure_of  # matplotlib, only when a chart is asked for
 
     drawings: dict[str, ChartFigure] = {}
-    for spec in chart_specs(result.report.analysis):
+    for spec in chart_specs(result):
         canvas = spec.build()
         if canvas is not None:
             svg = canvas.svg(spec.chart_id, spec.title)

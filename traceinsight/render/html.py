@@ -20,13 +20,11 @@ from typing import Final
 
 from markupsafe import Markup
 
-from traceinsight.analysis import Analysis
-from traceinsight.analysis.results import IdleGap
-from traceinsight.analysis.sources import CALL, DEF, ENTRY, RECORDING_START, Located
 from traceinsight.formatting import (
     source_label,
 )
-from traceinsight.render import AnyResult, charts, live_report
+from traceinsight.load.tables import gpus_in_words
+from traceinsight.render import AnyResult, charts, shown_details
 from traceinsight.render.excerpts import SourceExcerpt, source_excerpt
 from traceinsight.render.facts import (
     MEMORY_COLUMNS,
@@ -41,9 +39,9 @@ from traceinsight.render.flops_view import module_rows
 from traceinsight.render.scorecard import Score, scorecard
 from traceinsight.render.svg import Canvas
 from traceinsight.render.templates import environment, prepare, templates_dir
-from traceinsight.results import Report, Result
-from traceinsight.results.flops import scopes_of
-from traceinsight.results.trace import Finding
+from traceinsight.results import Result
+from traceinsight.results.trace import Finding, IdleGap
+from traceinsight.results.vocabulary import CALL, DEF, ENTRY, RECORDING_START, Located
 from traceinsight.version import __version__
 
 __all__ = [
@@ -133,11 +131,11 @@ class Chart:
     caption: str
 
 
-def _cause_totals(analysis: Analysis) -> list[CauseTotal]:
+def _cause_totals(result: Result) -> list[CauseTotal]:
     by_kind: dict[str, list[IdleGap]] = defaultdict(list)
-    for gap in analysis.idle_gaps:
+    for gap in result.idle_gaps:
         by_kind[gap.cause_kind].append(gap)
-    idle = sum(device.idle_ns for device in analysis.devices)
+    idle = sum(device.idle_ns for device in result.devices)
     order = charts.ordered_causes(by_kind)
     totals = []
     for kind in order:
@@ -233,19 +231,20 @@ def _render_charts(specs: Sequence[_ChartSpec]) -> dict[str, Chart | None]:
     return {spec.chart_id: spec.chart() for spec in specs}
 
 
-def chart_specs(analysis: Analysis) -> list[_ChartSpec]:
+def chart_specs(result: Result) -> list[_ChartSpec]:
     """The page's charts, in the page's order: each drawn when its ``build`` is called."""
-    timeline = analysis.timeline
-    steady_steps = len(analysis.steady.steady_steps)
+    details = shown_details(result, "the charts")
+    timeline = details.timeline
+    steady_steps = result.steady_state.steady_steps
     sync_basis = "per steady step" if steady_steps else "in the steady state"
     return [
         _ChartSpec(
             "timeline",
             "GPU activity over time",
             "Each GPU over time: blue where it was busy, idle gaps of at least "
-            f"{analysis.thresholds.min_gap_us:g} µs coloured by cause, triangles where the host "
+            f"{details.thresholds.min_gap_us:g} µs coloured by cause, triangles where the host "
             "waited in a sync call, dashed lines where each step began on the GPU.",
-            lambda: charts.timeline_chart(timeline, analysis.idle_gaps) if timeline else None,
+            lambda: charts.timeline_chart(timeline, result.idle_gaps) if timeline else None,
         ),
         _ChartSpec(
             "steps",
@@ -253,13 +252,13 @@ def chart_specs(analysis: Analysis) -> list[_ChartSpec]:
             "Each step's window on the GPU, its time summed by category: before the step's first "
             "GPU work, busy, idle by cause, after its last work; steps outside the steady state "
             "are marked.",
-            lambda: charts.step_breakdown_chart(analysis.steps),
+            lambda: charts.step_breakdown_chart(result.steps),
         ),
         _ChartSpec(
             "gaps",
             "The longest GPU idle gaps and their causes",
             "The longest idle gaps, coloured by cause, with what the host was doing and its source line.",
-            lambda: charts.idle_gaps_chart(analysis.idle_gaps),
+            lambda: charts.idle_gaps_chart(result.idle_gaps),
         ),
         _ChartSpec(
             "syncs",
@@ -267,14 +266,14 @@ def chart_specs(analysis: Analysis) -> list[_ChartSpec]:
             f"Host waits for the GPU {sync_basis}: time blocked in the call, then the GPU idle "
             "it caused; waits outside the steady state (the sync that ends a profile) are in "
             "the table only.",
-            lambda: charts.sync_hotspots_chart(analysis.sync_hotspots, steady_steps),
+            lambda: charts.sync_hotspots_chart(result.sync_hotspots, steady_steps),
         ),
         _ChartSpec(
             "copies",
             "Copy time by direction and memory kind",
             "Copy time by direction and memory kind: while kernels ran on the same GPU, or "
             "exposed (no kernel ran meanwhile).",
-            lambda: charts.copies_chart(analysis.copies),
+            lambda: charts.copies_chart(result.memcpy),
         ),
         _ChartSpec(
             "memory",
@@ -282,14 +281,14 @@ def chart_specs(analysis: Analysis) -> list[_ChartSpec]:
             "Memory over time from the allocator's records: allocated (solid), reserved by the "
             "caching allocator (dashed), the device's total (dotted); each point is the largest "
             "value of its time slice.",
-            lambda: charts.memory_chart(analysis.memory.devices),
+            lambda: charts.memory_chart(result.memory.devices),
         ),
         _ChartSpec(
             "host",
             "Busiest host operators by self time",
             "The operators with the most self time (their own, without the operators they "
             "call), as in the table below; lighter: the rest of their total time.",
-            lambda: charts.host_ops_chart(analysis.host),
+            lambda: charts.host_ops_chart(result.host),
         ),
     ]
 
@@ -310,8 +309,8 @@ def finding_views(findings: Sequence[Finding], source_root: Path | None) -> list
 
 
 class HtmlRenderer:
-    """Renders a result as one self-contained HTML page: a trace's report (from the analysis a
-    live result carries), a job's page, or the diff's page.
+    """Renders a result as one self-contained HTML page: a trace's report (from the result alone,
+    live or stored), a job's page, or the diff's page.
 
     ``source_root`` is the directory a trace's code excerpts may be read from (see
     :mod:`.excerpts`; None: no excerpts).
@@ -335,83 +334,82 @@ class HtmlRenderer:
                 return job_comparison_page(result)
             if isinstance(result, JobResult):
                 return job_page(result)
-        report = live_report(result, "the page")
-        return self._environment.get_template("report.html").render(self.context(report))
+        return self._environment.get_template("report.html").render(self.context(result))
 
-    def context(self, report: Report) -> dict[str, object]:
+    def context(self, result: Result) -> dict[str, object]:
         """Everything the template shows, computed once (no logic left for the template)."""
-        analysis = report.analysis
-        kernels = analysis.kernels
-        findings = finding_views(report.findings, self.source_root or report.source_root)
+        details = shown_details(result, "the page")
+        name = result.trace.name
+        findings = finding_views(result.findings, self.source_root or result.source_root)
         cards = [view for view in findings if not view.finding.minor]
-        source_totals = _source_totals(analysis.idle_gaps)
+        source_totals = _source_totals(result.idle_gaps)
         # The longest first (sorted()[:TOP_GAPS], without sorting the tens of thousands after them).
         gaps_ranked = heapq.nsmallest(
-            TOP_GAPS, analysis.idle_gaps, key=lambda g: (-g.duration_ns, g.device, g.start_ns)
+            TOP_GAPS, result.idle_gaps, key=lambda g: (-g.duration_ns, g.device, g.start_ns)
         )
-        scores: tuple[Score, ...] = scorecard(report)
-        drawn = _render_charts(chart_specs(analysis))
+        scores: tuple[Score, ...] = scorecard(result)
+        drawn = _render_charts(chart_specs(result))
         overview = [chart for chart in (drawn["timeline"], drawn["steps"]) if chart is not None]
+        on_gpu = any(scope.gpu_ns for scope in result.scopes.modules)
         return {
             "version": __version__,
-            "trace_name": report.trace_name,
+            "trace_name": name,
             "page_title": (
-                f"{report.run.script} · {report.run.started[:16].replace('T', ' ')} · traceinsight"
-                if report.run
-                else f"{report.trace_name} · traceinsight"
+                f"{result.run.script} · {result.run.started[:16].replace('T', ' ')} · traceinsight"
+                if result.run
+                else f"{name} · traceinsight"
             ),
-            "heading": report.run.command if report.run else report.trace_name,
-            "facts": header_facts(report),
-            "run": report.run,
-            "warnings": analysis.warnings,
-            "time_splits": [(usage, time_split(usage)) for usage in analysis.usage if usage.window_ns],
+            "heading": result.run.command if result.run else name,
+            "facts": header_facts(result),
+            "run": result.run,
+            "warnings": result.warnings,
+            "time_splits": [(usage, time_split(usage)) for usage in details.usage if usage.window_ns],
             "busy_color": _BUSY_COLORS,
             "minor": [view for view in findings if view.finding.minor],
             "saving_text": saving_text,
             "line_label": line_label,
-            "no_findings": no_findings_text(report),
-            "analysis": analysis,
-            "has_gpu": analysis.has_gpu,
+            "no_findings": no_findings_text(result),
+            "thresholds": details.thresholds,
+            "host": result.host,
+            "has_gpu": result.trace.has_gpu_activity,
             # source lines known without Python frame events (from the operators' stacks)
-            "sources_named": any(f.source for f in report.findings)
-            or any(g.source for g in analysis.idle_gaps),
-            "foreign_accelerator": analysis.meta.foreign_accelerator,
-            "gpus_unprofiled": analysis.meta.gpus_unprofiled,
+            "sources_named": any(f.source for f in result.findings)
+            or any(g.source for g in result.idle_gaps),
+            "foreign_accelerator": details.foreign_accelerator,
+            "gpus_unprofiled": gpus_in_words(result.trace.gpus_listed),
             "scores": scores,
             "overview": overview,
             "findings": cards,
-            "cause_totals": _cause_totals(analysis),
+            "cause_totals": _cause_totals(result),
             "source_totals": source_totals[:TOP_SOURCES],
             "source_total_count": len(source_totals),
             "gaps": gaps_ranked,
-            "gap_count": len(analysis.idle_gaps),
-            "gaps_idle_ns": sum(gap.duration_ns for gap in analysis.idle_gaps),
+            "gap_count": len(result.idle_gaps),
+            "gaps_idle_ns": sum(gap.duration_ns for gap in result.idle_gaps),
             "gaps_chart": drawn["gaps"],
             "cause_label": charts.cause_label,
             "cause_color": charts.cause_color,
-            "hotspots": analysis.sync_hotspots[:TOP_HOTSPOTS],
-            "hotspot_count": len(analysis.sync_hotspots),
+            "hotspots": result.sync_hotspots[:TOP_HOTSPOTS],
+            "hotspot_count": len(result.sync_hotspots),
             "syncs_chart": drawn["syncs"],
-            "copies": analysis.copies[:TOP_COPIES],
-            "copy_count": len(analysis.copies),
+            "copies": result.memcpy[:TOP_COPIES],
+            "copy_count": len(result.memcpy),
             "copies_chart": drawn["copies"],
-            "kernels": kernels,
-            "kernel_rows": kernels.kernels[:TOP_KERNELS],
-            "kernel_totals": dict(kernels.total_ns_by_device),
+            "kernels": {"distinct": details.kernels_distinct, "kernel_count": details.kernel_launches},
+            "kernel_rows": result.kernels[:TOP_KERNELS],
+            "kernel_totals": {total.device: total.kernel_ns for total in details.kernel_totals},
             "host_chart": drawn["host"],
             "memory_chart": drawn["memory"],
             "memory_columns": MEMORY_COLUMNS,
-            "memory_rows": memory_rows(report),
-            "allocator_fact": allocator_fact(report),
-            "host_ops": analysis.host.top_ops,
-            # the module tree (read from the result's ``scopes``: render/flops_view.py)
-            "module_rows": module_rows(scopes_of(analysis.scopes)),
-            "modules_per_step": bool(analysis.scopes.steps),
-            "modules_on_gpu": any(scope.gpu_ns for scope in analysis.scopes.modules),
-            "modules_outside": scopes_of(analysis.scopes).outside_modules_gpu_ns,
-            "modules_backward": scopes_of(analysis.scopes).backward_linked_gpu_ns
-            if any(scope.gpu_ns for scope in analysis.scopes.modules)
-            else 0,
+            "memory_rows": memory_rows(result),
+            "allocator_fact": allocator_fact(result),
+            "host_ops": result.host.top_ops,
+            # the module tree (render/flops_view.py)
+            "module_rows": module_rows(result.scopes),
+            "modules_per_step": bool(result.scopes.steps),
+            "modules_on_gpu": on_gpu,
+            "modules_outside": result.scopes.outside_modules_gpu_ns,
+            "modules_backward": result.scopes.backward_linked_gpu_ns if on_gpu else 0,
             "limits": {
                 "gaps": TOP_GAPS,
                 "sources": TOP_SOURCES,

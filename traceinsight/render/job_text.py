@@ -17,9 +17,9 @@ from rich.console import Console, ConsoleOptions, JustifyMethod, RenderableType,
 from rich.table import Table
 from rich.text import Text
 
-from traceinsight.analysis.causes import cause_label
 from traceinsight.formatting import format_duration, format_share
 from traceinsight.results.job import CAUSE_WORDS, JobFinding, JobResult, Rank
+from traceinsight.results.vocabulary import cause_label
 
 __all__ = [
     "RANK_COLUMNS",

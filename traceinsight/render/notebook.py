@@ -46,15 +46,15 @@ def _content(template: str, values: dict[str, Any]) -> Markup:
 
 @html_of.register
 def result_html(result: Result) -> str:
-    """The scorecard (of a live result) and the finding cards, largest saving first."""
+    """The scorecard and the finding cards, largest saving first."""
     from traceinsight.render.html import finding_views  # the page's renderer
 
-    root = None if result.report is None else result.report.source_root
+    root = result.source_root
     cards = [view for view in finding_views(result.findings, root) if not view.finding.minor]
     minor = len(result.findings) - len(cards)
     return _view(
         heading=result.trace.name,
-        scores=scorecard(result.report) if result.report is not None else (),
+        scores=scorecard(result) if result.details is not None else (),
         findings=cards,
         note=f"and {minor} minor finding{'s' if minor != 1 else ''} (frames['findings'] lists them all)"
         if minor

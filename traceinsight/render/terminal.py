@@ -20,11 +20,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from traceinsight.analysis.causes import cause_label
-from traceinsight.analysis.results import IdleGap, SyncHotspot
 from traceinsight.formatting import format_duration, format_share, source_label
 from traceinsight.load.text import printable
-from traceinsight.render import AnyResult, live_report
+from traceinsight.render import AnyResult, shown_details
 from traceinsight.render.facts import (
     MEMORY_COLUMNS,
     allocator_fact,
@@ -37,9 +35,9 @@ from traceinsight.render.facts import (
 from traceinsight.render.flops_view import flop_kernel_table, module_table
 from traceinsight.render.scorecard import scorecard
 from traceinsight.render.tables import DataTable, KernelTable, data
-from traceinsight.results import Report, Result
-from traceinsight.results.flops import flops_of, scopes_of
-from traceinsight.rules.findings import Finding
+from traceinsight.results import Result
+from traceinsight.results.trace import Finding, IdleGap, SyncHotspot
+from traceinsight.results.vocabulary import cause_label
 
 
 def reader_gone(stream: IO[str] | None = None) -> None:
@@ -84,13 +82,13 @@ _TOP = 5
 _TOP_RANKS = 10
 
 
-def header_lines(report: Report) -> list[tuple[str, str]]:
+def header_lines(result: Result) -> list[tuple[str, str]]:
     """(label, value) pairs for the header (the facts every renderer shows)."""
-    return header_facts(report)
+    return header_facts(result)
 
 
-def _failure(report: Report) -> RenderableType | None:
-    run = report.run
+def _failure(result: Result) -> RenderableType | None:
+    run = result.run
     if run is None or (run.failure is None and run.exit_status == 0):
         return None
     steps = f"; the trace holds {run.steps_recorded} complete steps" if run.steps_recorded is not None else ""
@@ -103,20 +101,20 @@ def _failure(report: Report) -> RenderableType | None:
     return Panel(text, border_style="red")
 
 
-def _warnings(report: Report) -> RenderableType | None:
-    if not report.analysis.warnings:
+def _warnings(result: Result) -> RenderableType | None:
+    if not result.warnings:
         return None
     body = DataTable.grid(padding=(0, 1))
     body.add_column()
-    for warning in report.analysis.warnings:
+    for warning in result.warnings:
         body.add_row(Text.assemble(("• ", "yellow"), warning.message))
         body.add_row(Text.assemble("  ", ("what to do: ", "dim"), warning.advice))
     return Panel(body, title="read this first", title_align="left", border_style="yellow")
 
 
-def _time_split(report: Report) -> list[RenderableType]:
+def _time_split(result: Result) -> list[RenderableType]:
     parts: list[RenderableType] = []
-    for usage in report.analysis.usage:
+    for usage in shown_details(result).usage:
         if not usage.window_ns:
             continue
         per_step = usage.steps > 0
@@ -153,17 +151,18 @@ def _finding_card(index: int, finding: Finding) -> RenderableType:
     )
 
 
-def trace_renderables(report: Report, top: int = _TOP) -> list[RenderableType]:
+def trace_renderables(result: Result, top: int = _TOP) -> list[RenderableType]:
     """Everything the summary prints, in order."""
-    analysis = report.analysis
+    details = shown_details(result, "the summary")
+    has_gpu = result.trace.has_gpu_activity
     parts: list[RenderableType] = []
     head = DataTable.grid(padding=(0, 2))
     head.add_column(style="bold", no_wrap=True)
     head.add_column()
-    for label, value in header_lines(report):
+    for label, value in header_lines(result):
         head.add_row(label, data(value))
     parts.append(Panel(head, title="traceinsight", title_align="left", border_style="blue"))
-    for extra in (_failure(report), _warnings(report)):
+    for extra in (_failure(result), _warnings(result)):
         if extra is not None:
             parts.append(extra)
 
@@ -171,13 +170,13 @@ def trace_renderables(report: Report, top: int = _TOP) -> list[RenderableType]:
     scores.add_column("measure", no_wrap=True)
     scores.add_column("value", justify="right", no_wrap=True)
     scores.add_column("verdict")
-    for score in scorecard(report):
+    for score in scorecard(result):
         scores.add_row(score.label, Text(score.value, style=_LEVEL_STYLE[score.level]), score.verdict)
     parts.append(scores)
-    parts.extend(_time_split(report))
+    parts.extend(_time_split(result))
 
-    if not analysis.has_gpu:
-        foreign = analysis.meta.foreign_accelerator
+    if not has_gpu:
+        foreign = details.foreign_accelerator
         parts.append(
             Text(
                 f"Host-side view (the {foreign.name} accelerator's activity is not read)"
@@ -186,14 +185,14 @@ def trace_renderables(report: Report, top: int = _TOP) -> list[RenderableType]:
                 style="bold cyan",
             )
         )
-    cards = [finding for finding in report.findings if not finding.minor]
-    minor = [finding for finding in report.findings if finding.minor]
+    cards = [finding for finding in result.findings if not finding.minor]
+    minor = [finding for finding in result.findings if finding.minor]
     if cards:
         parts.append(Text(f"\nFindings ({len(cards)}), largest saving first", style="bold"))
         for index, finding in enumerate(cards, 1):
             parts.append(_finding_card(index, finding))
-    elif analysis.has_gpu:
-        parts.append(Text("\n" + no_findings_text(report), style="green"))
+    elif has_gpu:
+        parts.append(Text("\n" + no_findings_text(result), style="green"))
     if minor:
         listing = DataTable(
             title=f"Minor findings ({len(minor)}): each saves under 1% of the step",
@@ -208,12 +207,12 @@ def trace_renderables(report: Report, top: int = _TOP) -> list[RenderableType]:
             listing.add_row(finding.rule, data(finding.title), format_duration(finding.savings_total_ns))
         parts.append(listing)
 
-    if analysis.idle_gaps:
+    if result.idle_gaps:
         gaps = _detail_table(
-            f"Longest idle gaps (of {len(analysis.idle_gaps)}; start counts from the trace's first event)",
+            f"Longest idle gaps (of {len(result.idle_gaps)}; start counts from the trace's first event)",
             ("GPU", "start", "idle", "cause", "what the host did", "source"),
         )
-        for gap in analysis.idle_gaps[:top]:
+        for gap in result.idle_gaps[:top]:
             gaps.add_row(
                 str(gap.device),
                 format_duration(gap.start_ns),
@@ -223,9 +222,9 @@ def trace_renderables(report: Report, top: int = _TOP) -> list[RenderableType]:
                 data(_source(gap)),
             )
         parts.append(gaps)
-    if analysis.sync_hotspots:
+    if result.sync_hotspots:
         hot = _detail_table("Sync hot spots", ("call", "op", "source", "count", "blocked", "GPU idle after"))
-        for hotspot in analysis.sync_hotspots[:top]:
+        for hotspot in result.sync_hotspots[:top]:
             hot.add_row(
                 data(hotspot.call_text),
                 data(hotspot.op or ""),
@@ -235,9 +234,9 @@ def trace_renderables(report: Report, top: int = _TOP) -> list[RenderableType]:
                 format_duration(hotspot.idle_after_ns),
             )
         parts.append(hot)
-    if analysis.copies:
+    if result.memcpy:
         copies = _detail_table("Copies by kind", ("GPU", "kind", "count", "bytes", "time", "overlapped"))
-        for group in analysis.copies[:top]:
+        for group in result.memcpy[:top]:
             share = group.overlapped_ns / group.duration_ns if group.duration_ns else 0.0
             copies.add_row(
                 str(group.device),
@@ -248,16 +247,16 @@ def trace_renderables(report: Report, top: int = _TOP) -> list[RenderableType]:
                 format_share(share),
             )
         parts.append(copies)
-    memory = memory_rows(report)
+    memory = memory_rows(result)
     if memory:
         table = _detail_table("Memory (peaks over the whole trace)", MEMORY_COLUMNS)
         for row in memory:
             table.add_row(*row)
         parts.append(table)
-    allocator = allocator_fact(report)
+    allocator = allocator_fact(result)
     if allocator is not None:
         parts.append(Text.assemble(("Allocator calls: ", "bold"), allocator))
-    if analysis.kernels.kernels:
+    if result.kernels:
         parts.append(
             KernelTable(
                 "Top kernels",
@@ -268,20 +267,20 @@ def trace_renderables(report: Report, top: int = _TOP) -> list[RenderableType]:
                         stat.name,
                         (f"{stat.count:,}", format_duration(stat.total_ns), format_duration(stat.mean_ns)),
                     )
-                    for stat in analysis.kernels.kernels[:top]
+                    for stat in result.kernels[:top]
                 ],
             )
         )
-    flop_kernels = flop_kernel_table(flops_of(analysis.flops), top)
+    flop_kernels = flop_kernel_table(result.flops, top)
     if flop_kernels is not None:
         parts.append(flop_kernels)
-    modules = module_table(scopes_of(analysis.scopes), top)
+    modules = module_table(result.scopes, top)
     if modules is not None:
         parts.append(modules)
-    host = analysis.host
+    host = result.host
     if host.top_ops:
         ops = _detail_table("Busiest host operators (by self time)", ("operator", "count", "self", "total"))
-        shown = len(host.top_ops) if not analysis.has_gpu else top
+        shown = len(host.top_ops) if not has_gpu else top
         for op in host.top_ops[:shown]:
             ops.add_row(
                 data(op.name), str(op.count), format_duration(op.self_ns), format_duration(op.total_ns)
@@ -320,7 +319,7 @@ class TerminalRenderer:
                 return job_comparison_renderables(result, top=self.top or _TOP_RANKS)
             if isinstance(result, JobResult):
                 return job_renderables(result, top=self.top or _TOP_RANKS)
-        return trace_renderables(live_report(result, "the summary"), self.top or _TOP)
+        return trace_renderables(result, self.top or _TOP)
 
     def render(self, result: AnyResult) -> str:
         """The summary without colour codes."""

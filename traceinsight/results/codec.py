@@ -7,7 +7,8 @@ contract is declared once, in the types, and:
 - **a field ending in ``_ns``** (integer nanoseconds) is written as microseconds (a float with at
   most 3 decimals) under its name ending in ``_us``, and read back to the same integer (exact below
   2^53 ns, 104 days); ``field(metadata={"raw": True})`` keeps an ``_ns`` field as written
-  (``trace.base_time_ns``);
+  (``trace.base_time_ns``); ``field(metadata={"ns": True})`` writes the integers inside a field
+  not named so as microseconds too (a device's idle by cause, ``(cause, ns)`` pairs);
 - ``field(metadata={"key": ...})`` names a key the field's name does not say;
 - a class may list its keys (``JSON_KEYS``): a name there that is not a field is a property,
   written (``rank_count``) and not read back; an entry ``(attribute, key)`` writes an attribute
@@ -52,6 +53,7 @@ __all__ = [
     "MAX_RESULT_DEPTH",
     "MAX_TEXT_CHARS",
     "Reader",
+    "attributes",
     "document_of",
     "parse",
     "read_as",
@@ -111,11 +113,17 @@ def _layout(cls: type) -> _Layout:
         metadata = fields[name].metadata if name in fields else {}
         if metadata.get("local", False):
             continue
-        micro = name.endswith("_ns") and not metadata.get("raw", False)
+        micro = (name.endswith("_ns") or metadata.get("ns", False)) and not metadata.get("raw", False)
         key = given or metadata.get("key") or (name[:-3] + "_us" if micro else name)
         layout.append((name, key, micro))
     made = _LAYOUTS[cls] = tuple(layout)
     return made
+
+
+def attributes(cls: type) -> tuple[str, ...]:
+    """The attributes ``cls`` writes, in the JSON's order (fields and listed properties; not the
+    local fields): what a row of a result's table holds."""
+    return tuple(name for name, _, _ in _layout(cls))
 
 
 def document_of(value: Any, micro: bool = False) -> Any:

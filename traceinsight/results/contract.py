@@ -111,5 +111,38 @@ def result_of(report: Report) -> t.Result:
         memory=analysis.memory,
         flops=flops_of(analysis.flops),
         scopes=scopes_of(analysis.scopes),
+        details=details_of(report),
+        source_root=report.source_root,
         report=report,
+    )
+
+
+def details_of(report: Report) -> t.Details:
+    """``details``: what the summary, the page and the Markdown show beyond the other figures."""
+    analysis = report.analysis
+    meta = analysis.meta
+    origin = meta.origin_ns
+    steady = analysis.steady
+    devices = analysis.devices
+    kernels = analysis.kernels
+    return t.Details(
+        gpus=meta.devices,
+        foreign_accelerator=meta.foreign_accelerator,
+        gpu_span_ns=t.Window(
+            min(device.first_ns for device in devices) - origin,
+            max(device.last_ns for device in devices) - origin,
+        )
+        if devices
+        else None,
+        thresholds=analysis.thresholds,
+        usage=analysis.usage,
+        steps_found=len(steady.steps),
+        steps_left_out=tuple(step.step for step in steady.steps if not step.steady),
+        request_name=steady.request_name,
+        request_from_pattern=steady.request_from_pattern,
+        waiting_ns=steady.waiting_ns,
+        kernel_launches=kernels.kernel_count,
+        kernels_distinct=kernels.distinct,
+        kernel_totals=tuple(t.KernelTotal(device, ns) for device, ns in kernels.total_ns_by_device),
+        timeline=analysis.timeline,
     )

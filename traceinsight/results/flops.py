@@ -3,29 +3,16 @@ result's :class:`~.trace.Flops`."""
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
-from typing import TYPE_CHECKING, TypeVar
-
 from traceinsight.analysis.flops import FlopStats
 from traceinsight.analysis.modules import ScopeTime, ScopeTimes
 from traceinsight.results import trace as t
 
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
-
 __all__ = ["flops_of", "scopes_of"]
-
-_Entry = TypeVar("_Entry", bound="DataclassInstance")
-
-
-def _mirrored(entry: type[_Entry], source: object) -> _Entry:
-    """``entry`` made from the fields (or properties) of ``source`` that it shares by name: an
-    analysis figure the result keeps as it is."""
-    return entry(**{item.name: getattr(source, item.name) for item in fields(entry)})
 
 
 def flops_of(stats: FlopStats) -> t.Flops:
-    """The result's ``flops`` of an analysis' :class:`FlopStats`."""
+    """The result's ``flops``: an analysis' :class:`FlopStats` without its tables (its rows are the
+    result's own types)."""
     return t.Flops(
         shapes_recorded=stats.shapes_recorded,
         operators_counted=stats.operators_counted,
@@ -36,13 +23,13 @@ def flops_of(stats: FlopStats) -> t.Flops:
         kernel_ns=stats.kernel_ns,
         counted_kernel_ns=stats.counted_kernel_ns,
         coverage=stats.coverage,
-        by_class=tuple(_mirrored(t.FlopClass, c) for c in stats.by_class),
+        by_class=stats.by_class,
         by_dtype=dict(stats.by_dtype),
         torch_counted=stats.torch_counted,
         torch_agreement=stats.torch_agreement,
-        mfu=tuple(replace(_mirrored(t.Mfu, d), busy_share=min(d.busy_share, 1.0)) for d in stats.devices),
-        kernels=tuple(_mirrored(t.FlopKernel, k) for k in stats.top_kernels),
-        memory_kernels=tuple(_mirrored(t.MemoryKernel, k) for k in stats.memory_kernels),
+        mfu=stats.devices,
+        kernels=stats.top_kernels,
+        memory_kernels=stats.memory_kernels,
     )
 
 

@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from traceinsight.results.codec import attributes
+
 if TYPE_CHECKING:
     from traceinsight.results.comparison import Comparison
     from traceinsight.results.job import JobResult
@@ -50,22 +52,22 @@ def _rows(items: Iterable[Any], drop: tuple[str, ...] = ()) -> list[dict[str, An
     items = list(items)
     nested: dict[str, tuple[str, ...]] = {}
     for item in items:
-        for field in dataclasses.fields(item):
-            value = getattr(item, field.name)
+        for name in attributes(type(item)):
+            value = getattr(item, name)
             if dataclasses.is_dataclass(value) and not isinstance(value, type):
-                nested[field.name] = tuple(inner.name for inner in dataclasses.fields(value))
+                nested[name] = attributes(type(value))
     rows = []
     for item in items:
         row: dict[str, Any] = {}
-        for field in dataclasses.fields(item):
-            if field.name in drop or field.metadata.get("local", False):
+        for name in attributes(type(item)):
+            if name in drop:
                 continue
-            value = getattr(item, field.name)
-            if field.name in nested:
-                for inner in nested[field.name]:
-                    row[f"{field.name}_{inner}"] = None if value is None else _plain(getattr(value, inner))
+            value = getattr(item, name)
+            if name in nested:
+                for inner in nested[name]:
+                    row[f"{name}_{inner}"] = None if value is None else _plain(getattr(value, inner))
             else:
-                row[field.name] = value
+                row[name] = value
         rows.append(row)
     return rows
 

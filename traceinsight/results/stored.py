@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from traceinsight.errors import TraceFormatError
 from traceinsight.load.source import SizeLimit, TraceTooLarge, format_bytes, open_trace
@@ -35,7 +35,15 @@ if TYPE_CHECKING:
     from traceinsight.results.job_comparison import JobComparison
     from traceinsight.results.trace import Result
 
-__all__ = ["MAX_RESULT_BYTES", "from_text", "kind_of", "read_stored", "read_stored_result"]
+__all__ = [
+    "MAX_RESULT_BYTES",
+    "from_text",
+    "kind_of",
+    "looks_stored",
+    "read_result",
+    "read_stored",
+    "read_stored_result",
+]
 
 _R = TypeVar("_R", "Result", "JobResult", "Comparison", "JobComparison")
 
@@ -108,6 +116,20 @@ def read_stored_result(path: Path, cls: type[Result], limit: SizeLimit | None = 
     return stored
 
 
+def looks_stored(path: Path) -> bool:
+    """Whether ``path`` is a regular file that starts as a stored result does (an object whose
+    ``tool`` is traceinsight): a cheap look for choosing a reader, before any result type is
+    loaded; the file is then read under every check (:func:`read_result`)."""
+    if not path.is_file():  # a FIFO would block the open; a folder is a job's
+        return False
+    try:
+        with path.open("rb") as stream:
+            head = stream.read(4096)
+    except OSError:
+        return False
+    return _HEAD.match(head) is not None
+
+
 def read_stored(
     path: Path, classes: Sequence[type[Result] | type[JobResult]], limit: SizeLimit | None = None
 ) -> Result | JobResult | None:
@@ -117,6 +139,18 @@ def read_stored(
     output is refused, a kind not among ``classes`` too, and so is a job's result written before
     job results held their savings per step (what a job diff compares), each in its words.
     """
+    return cast("Result | JobResult | None", read_result(path, classes, limit, "compare"))
+
+
+def read_result(
+    path: Path,
+    classes: Sequence[type[Result] | type[JobResult] | type[Comparison] | type[JobComparison]],
+    limit: SizeLimit | None = None,
+    action: str = "render",
+) -> Result | JobResult | Comparison | JobComparison | None:
+    """The result stored in ``path``, of whichever of ``classes`` its kind says, for ``action``
+    (``compare``, ``render``: the errors' words); None when the file is not a stored result. See
+    :func:`read_stored`."""
     given = limit if limit is not None else SizeLimit()
     most = given.max_bytes if given.max_bytes is not None else MAX_RESULT_BYTES
     with open_trace(path, SizeLimit(given.max_bytes)) as source:
@@ -130,16 +164,16 @@ def read_stored(
         data = head + source.stream.read(most + 1 - len(head))
     if len(data) > most:  # grew while read
         raise _too_large(path, most)
-    prefix = f"cannot compare {path}"
+    prefix = f"cannot {action} {path}"
     reader = Reader(prefix, _HINT)
     document = parse(data, reader.refused)
     kind = kind_of(document, reader)
-    if kind in ("diff", "job-diff"):
+    cls = next((cls for cls in classes if kind == cls.KIND), None)
+    if cls is None and kind in ("diff", "job-diff"):
         raise TraceFormatError(
             f"{prefix}: it is {_KINDS[kind]}; give a trace, a job's traces, or a result of traceinsight "
             "analyze --json"
         )
-    cls = next((cls for cls in classes if kind == cls.KIND), None)
     if cls is None:
         raise TraceFormatError(
             f"{prefix}: it is {_KINDS[kind]}; a trace compares with a trace: give a rank's trace or its "

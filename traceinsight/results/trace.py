@@ -36,10 +36,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
+from traceinsight.analysis.flops import FlopClass, FlopKernel, Mfu
 from traceinsight.analysis.kernels import Kernel
 from traceinsight.analysis.latent import LatentSync
+from traceinsight.analysis.membytes import MemoryKernel
 from traceinsight.analysis.memory import AllocatorCall, AllocatorCalls, Memory, MemoryDevice, MemorySample
 from traceinsight.analysis.pace import Pace
 from traceinsight.analysis.results import (
@@ -55,13 +58,18 @@ from traceinsight.analysis.results import (
     SyncCall,
     SyncHotspot,
 )
+from traceinsight.analysis.timeline import Timeline
+from traceinsight.analysis.usage import Usage
 from traceinsight.analysis.validity import TraceWarning
+from traceinsight.load.tables import Device as GpuProperties
+from traceinsight.load.taxonomy import ForeignAccelerator
 from traceinsight.results.frames import result_frames
 from traceinsight.results.report import Report
 from traceinsight.results.stored import from_text
 from traceinsight.results.writer import result_json
 from traceinsight.rules.findings import Advice, Finding
 from traceinsight.shown import figures_of, html_of
+from traceinsight.thresholds import Thresholds
 from traceinsight.version import __version__
 
 if TYPE_CHECKING:
@@ -74,6 +82,7 @@ __all__ = [
     "AllocatorCall",
     "AllocatorCalls",
     "CopyGroup",
+    "Details",
     "Device",
     "Finding",
     "FlopClass",
@@ -83,6 +92,7 @@ __all__ = [
     "HostOp",
     "IdleGap",
     "Kernel",
+    "KernelTotal",
     "LatentSync",
     "Memory",
     "MemoryDevice",
@@ -98,9 +108,11 @@ __all__ = [
     "StepUsage",
     "SyncCall",
     "SyncHotspot",
+    "Timeline",
     "Tool",
     "TraceInfo",
     "TraceWarning",
+    "Usage",
     "Utilization",
     "Window",
 ]
@@ -222,78 +234,6 @@ class Utilization:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class FlopClass:
-    """Counted FLOPs of one operator class in the steady state (see :mod:`traceinsight.analysis.flops`)."""
-
-    #: ``gemm``, ``conv`` or ``attention``.
-    op_class: str
-    flops: int = field(metadata=COUNT)
-    #: Time of the kernels the class's operators launched (0 on a CPU-only trace).
-    kernel_ns: int = field(metadata=DURATION)
-    operators: int = field(metadata=COUNT)
-    #: FLOPs over that kernel time (null without kernels).
-    achieved_flops_per_s: float | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FlopKernel:
-    """One kernel name's counted FLOPs in the steady state, and its achieved FLOP/s."""
-
-    device: int
-    name: str
-    launches: int = field(metadata=COUNT)
-    kernel_ns: int = field(metadata=DURATION)
-    flops: int = field(metadata=COUNT)
-    op_class: str
-    #: ``fp32``, ``tf32``, ``bf16``, ``fp16``, ``fp8``, ``fp64`` (null: not recorded).
-    dtype: str | None
-    achieved_flops_per_s: float
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MemoryKernel:
-    """One kernel name whose FLOPs are not counted (elementwise and other memory-bound work), with
-    the bytes its operators read and write from recorded shapes (see
-    :mod:`traceinsight.analysis.membytes`), and its achieved bytes/s."""
-
-    device: int
-    name: str
-    launches: int = field(metadata=COUNT)
-    kernel_ns: int = field(metadata=DURATION)
-    bytes_moved: int = field(metadata=COUNT)
-    #: The operator most of its launches came from (``aten::add_``).
-    operator: str
-    achieved_bytes_per_s: float | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Mfu:
-    """MFU of one device over the steady window: ``mfu = busy_share × efficiency_while_busy``."""
-
-    device: int
-    #: The ``deviceProperties`` name, and the peak table's model it matched (null: none).
-    gpu_name: str | None
-    model: str | None
-    #: Where the peak comes from (a vendor datasheet).
-    peak_source: str | None
-    #: The data type with the most counted FLOPs, and its dense peak (null: unknown).
-    dtype: str | None
-    peak_flops_per_s: int | None
-    flops: int = field(metadata=COUNT)
-    window_ns: int = field(metadata=DURATION)
-    busy_ns: int = field(metadata=DURATION)
-    #: Counted FLOPs over the busy time.
-    achieved_flops_per_s: float | None
-    #: Σ FLOPs per data type / its peak, over the window (null: a GPU or data type without a peak).
-    mfu: float | None
-    busy_share: float = field(metadata=SHARE)
-    #: ``mfu / busy_share``: how near the peak the busy time ran.
-    efficiency_while_busy: float | None
-    #: Why there is no MFU, in words (null when there is one).
-    unknown: str | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Flops:
     """FLOPs counted from recorded shapes in the steady state, and MFU (see
     :mod:`traceinsight.analysis.flops`; all zero/empty when the trace has no shapes)."""
@@ -364,6 +304,47 @@ class Scopes:
     backward_linked_gpu_ns: int = field(default=0, metadata=DURATION)
 
 
+@dataclass(frozen=True, slots=True)
+class KernelTotal:
+    """The summed time of every kernel of one device: what the top kernels' shares are of."""
+
+    device: int
+    kernel_ns: int = field(metadata=DURATION)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Details:
+    """What the terminal summary, the page and the Markdown show beyond the figures above them in
+    the JSON: with it a stored result draws all three as the live one did (JSON key ``details``).
+    Times from the trace's earliest event."""
+
+    #: The GPUs ``deviceProperties`` lists (name, memory, SMs, architecture).
+    gpus: tuple[GpuProperties, ...] = ()
+    #: An accelerator traceinsight cannot read (MTIA, Gaudi ...), from the trace's categories.
+    foreign_accelerator: ForeignAccelerator | None = None
+    #: From the first GPU activity to the last, over every device (None: no GPU activity).
+    gpu_span_ns: Window | None = None
+    #: The thresholds the analysis ran with.
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    #: Per device: how the steady state was spent (busy by class, idle by cause), in ns.
+    usage: tuple[Usage, ...] = ()
+    #: Steps found (``steady_state.steady_steps`` of them steady) and the numbers of those left out.
+    steps_found: int = field(default=0, metadata=COUNT)
+    steps_left_out: tuple[int, ...] = ()
+    #: Requests (``steady_state.steps_from`` ``request``): the range or operator each begins with,
+    #: whether it was found from the host's repeating pattern, and the time waiting for work between them.
+    request_name: str | None = None
+    request_from_pattern: bool = False
+    waiting_ns: int = field(default=0, metadata=DURATION)
+    #: Every kernel of the trace (``kernels`` holds the top ones): launches, distinct (device,
+    #: name) pairs, and the summed time per device.
+    kernel_launches: int = field(default=0, metadata=COUNT)
+    kernels_distinct: int = field(default=0, metadata=COUNT)
+    kernel_totals: tuple[KernelTotal, ...] = ()
+    #: Each GPU's activity downsampled for drawing: busy blocks, host syncs, step starts.
+    timeline: Timeline | None = None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Result:
     """One trace's result: every figure ``analyze`` shows, as ``analyze --json`` writes it.
@@ -398,8 +379,13 @@ class Result:
     memory: Memory = field(default_factory=Memory)
     flops: Flops = field(default_factory=Flops)
     scopes: Scopes = field(default_factory=Scopes)
-    #: The analysis this result was made from (None for a stored result): what the terminal
-    #: summary, the page and the Markdown are drawn from.
+    #: What the summary, the page and the Markdown show beyond the figures above (None: a stored
+    #: result written before it, which draws none of them).
+    details: Details | None = None
+    #: The folder the page's code excerpts may be read from (the API's ``source_root``; a command
+    #: gives its renderer its own); never written.
+    source_root: Path | None = field(default=None, compare=False, repr=False, metadata={"local": True})
+    #: The analysis this result was made from (None for a stored result).
     report: Report | None = field(default=None, compare=False, repr=False, metadata={"local": True})
     _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False, metadata={"local": True})
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import polars as pl
 
 from traceinsight.analysis import Analysis
-from traceinsight.analysis.flops import DeviceMfu
+from traceinsight.analysis.flops import Mfu
 from traceinsight.analysis.peaks import peak_for
 from traceinsight.formatting import format_share, short_kernel_name
 from traceinsight.rules import advice
@@ -26,9 +26,7 @@ def _rate(value: float) -> str:
     return f"{value / 1e12:.3g} TFLOP/s"
 
 
-def _lost(
-    analysis: Analysis, device: DeviceMfu, target: float
-) -> tuple[int, list[tuple[str, int, int, float]]]:
+def _lost(analysis: Analysis, device: Mfu, target: float) -> tuple[int, list[tuple[str, int, int, float]]]:
     """The kernel time above ``target`` × peak over the steady state, in all and by kernel name
     (name, kernel ns, ns lost, achieved FLOP/s), most lost first."""
     row = peak_for(device.gpu_name)

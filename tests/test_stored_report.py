@@ -1,0 +1,135 @@
+"""A stored result draws its report: ``details`` holds what the summary, the page and the Markdown
+show beyond the figures, each equal to a plain recomputation from the raw events; ``traceinsight
+analyze RESULT.json`` writes the outputs the live run wrote, byte for byte, for a trace's result
+and for a diff's."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from collections import defaultdict
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from reference_split import GPU_KINDS
+from tracebuild import SAMPLES
+
+import traceinsight
+from traceinsight.results import Result
+
+GP100 = SAMPLES / "gp100_mlp_pageable_sync.json.gz"
+WORKERS0 = SAMPLES / "v100_resnet50_workers0.pt.trace.json.gz"
+WORKERS4 = SAMPLES / "v100_resnet50_workers4.pt.trace.json.gz"
+
+
+def _events(path: Path) -> list[dict[str, Any]]:
+    """The trace's events, times read from their decimal text (as the loader reads them)."""
+    value = json.loads(gzip.decompress(path.read_bytes()), parse_float=Decimal)
+    events: list[dict[str, Any]] = value["traceEvents"]
+    return events
+
+
+def _ns(value: Any) -> int:
+    return round(Decimal(value) * 1000)
+
+
+@pytest.mark.parametrize("path", [GP100, WORKERS4, SAMPLES / "a100_ddp_nccl.json.gz"], ids=lambda p: p.name)
+def test_the_details_are_the_traces_own(path: Path) -> None:
+    """Kernel launches, distinct kernels and each device's kernel time, the GPU span from the
+    trace's first event, each device's usage adding up to its window: from the raw events."""
+    result = traceinsight.analyze(str(path))
+    assert isinstance(result, Result)
+    details = Result.from_json(result.to_json()).details
+    assert details is not None and details == result.details
+    events = _events(path)
+    kernels: dict[int, list[tuple[str, int]]] = defaultdict(list)
+    gpu: list[tuple[int, int]] = []
+    for event in events:
+        kind = GPU_KINDS.get(event.get("cat", ""))
+        if kind is None or event.get("ph") != "X":
+            continue
+        device = int(event.get("args", {}).get("device", event.get("pid")))
+        start, length = _ns(event["ts"]), _ns(event.get("dur", 0))
+        gpu.append((start, start + length))
+        if kind == "kernel":
+            kernels[device].append((event["name"], length))
+    assert details.kernel_launches == sum(len(rows) for rows in kernels.values())
+    assert details.kernels_distinct == sum(len({name for name, _ in rows}) for rows in kernels.values())
+    assert {total.device: total.kernel_ns for total in details.kernel_totals} == {
+        device: sum(length for _, length in rows) for device, rows in kernels.items()
+    }
+    origin = min(_ns(event["ts"]) for event in events if event.get("ph") == "X")  # the trace's first event
+    assert details.gpu_span_ns is not None
+    assert (details.gpu_span_ns.start_ns, details.gpu_span_ns.end_ns) == (
+        min(start for start, _ in gpu) - origin,
+        max(end for _, end in gpu) - origin,
+    )
+    assert details.usage
+    for usage in details.usage:
+        busy = usage.compute_ns + usage.communication_ns + usage.copy_ns
+        assert busy + sum(ns for _, ns in usage.idle) == usage.window_ns
+    assert details.timeline is not None
+    assert {device.device for device in details.timeline.devices} == set(kernels)
+
+
+def _analyze(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "traceinsight", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={
+            "COLUMNS": "120",
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": str(Path(traceinsight.__file__).parent.parent),
+        },
+        check=False,
+    )
+
+
+def _summary(text: str) -> list[str]:
+    """The terminal summary without the lines naming the files written."""
+    return [
+        line for line in text.splitlines() if not line.startswith(("JSON:", "Markdown:", "report:", "page:"))
+    ]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("analyze", str(WORKERS4)),
+        ("diff", str(WORKERS0), str(WORKERS4)),
+    ],
+    ids=["trace", "diff"],
+)
+def test_analyze_writes_a_stored_results_outputs_again(tmp_path: Path, command: tuple[str, ...]) -> None:
+    """The CI artifact (``--json``) turned into the page and the Markdown later, without the trace:
+    the same bytes as the live run's, the same terminal summary and exit status."""
+    live = _analyze(tmp_path, *command, "--json", "result.json", "-o", "live.html", "--markdown", "live.md")
+    assert live.returncode == 0, live.stderr
+    again = _analyze(tmp_path, "analyze", "result.json", "-o", "again.html", "--markdown", "again.md")
+    assert again.returncode == 0, again.stderr
+    assert (tmp_path / "again.html").read_bytes() == (tmp_path / "live.html").read_bytes()
+    assert (tmp_path / "again.md").read_bytes() == (tmp_path / "live.md").read_bytes()
+    assert _summary(again.stdout) == _summary(live.stdout)
+
+
+def test_a_stored_results_gate_is_the_live_ones(tmp_path: Path) -> None:
+    """``--max-syncs-per-step`` judges a stored trace result as it judges the trace (exit 1 and the
+    same line); a stored diff is not judged by a trace's budgets: one line, exit 2."""
+    live = _analyze(
+        tmp_path, "analyze", str(GP100), "--no-html", "--json", "gp100.json", "--max-syncs-per-step", "0"
+    )
+    again = _analyze(tmp_path, "analyze", "gp100.json", "--no-html", "--max-syncs-per-step", "0")
+    assert live.returncode == again.returncode == 1
+    gate = [line for line in live.stderr.splitlines() if "gate" in line]
+    assert gate and gate == [line for line in again.stderr.splitlines() if "gate" in line]
+    diff = _analyze(tmp_path, "diff", str(GP100), str(GP100), "--no-html", "--json", "diff.json")
+    assert diff.returncode == 0, diff.stderr
+    refused = _analyze(tmp_path, "analyze", "diff.json", "--no-html", "--max-idle", "0.5")
+    assert refused.returncode == 2
+    assert refused.stderr.strip().count("\n") == 0 and "diff.json" in refused.stderr
