@@ -36,7 +36,6 @@ from traceinsight.results import (
     report_for,
     result_of,
 )
-from traceinsight.results.job import job_result_of
 from traceinsight.results.stored import read_stored
 from traceinsight.thresholds import Thresholds
 
@@ -111,10 +110,7 @@ def _job(paths: list[Path], thresholds: Thresholds, user_code: tuple[str, ...]) 
     """A job's result, its files found and sorted as the command does (a job folder's own result
     or config skipped with a note: :func:`~traceinsight.job.triage.job_files`)."""
     found = job_files(paths)
-    combined = analyze_job(
-        found.discovery, thresholds=thresholds, user_code=user_code, cycles_of=found.cycles_of
-    )
-    return job_result_of(combined)
+    return analyze_job(found.discovery, thresholds=thresholds, user_code=user_code, cycles_of=found.cycles_of)
 
 
 def _side(

@@ -155,10 +155,9 @@ def analyze(
                 top=max(top, 10),
             )
             work_done()
-            combined = job_result.report
-            if not read.budgets.empty and combined is not None:
-                unit = "rank" if combined.cycles_of is None else "cycle"
-                status = gate(broken_ranks(combined.ranks, read.budgets, unit))
+            if not read.budgets.empty:
+                unit = "cycle" if job_result.cycles else "rank"
+                status = gate(broken_ranks(job_result.rank_results, read.budgets, unit))
                 if status:
                     raise typer.Exit(status)
             return
@@ -204,7 +203,7 @@ def _rendered_again(path: Path, read: options.Settings, top: int) -> bool:
         )
     planned = plan(read.wanted, Path.cwd() / f"{stem(path)}.html", inputs=[path])
     written, to_stdout = write(stored, planned)
-    show(stored, written, to_stderr=to_stdout, top=top)
+    show(stored, written, to_stderr=to_stdout, top=max(top, 10) if isinstance(stored, JobResult) else top)
     work_done()
     status = (
         gate(broken(stored, read.budgets)) if isinstance(stored, Result) and not read.budgets.empty else 0

@@ -289,12 +289,11 @@ def _job_of(side: Side, reading: Reading, force: bool) -> JobResult:
     """The job's result of a job side: stored, or its ranks analyzed as ``analyze`` does."""
     from traceinsight.commands.job import run_job
     from traceinsight.results import JobResult
-    from traceinsight.results.job import job_result_of
 
     if isinstance(side.stored, JobResult):
         return side.stored
     assert side.files is not None
-    return job_result_of(run_job(side.files, reading, force=force))
+    return run_job(side.files, reading, force=force)
 
 
 def diff_and_write(

@@ -30,7 +30,7 @@ from traceinsight.job.execute import analyze_job, rank_progress
 from traceinsight.job.triage import JobFiles, job_files
 from traceinsight.render.html import HtmlRenderer
 from traceinsight.results import JobResult, Result
-from traceinsight.results.job import JobReport, RankResult, job_result_of
+from traceinsight.results.job import RankResult
 
 __all__ = ["JobFiles", "JobOptions", "analyze_job_and_write", "job_files", "run_job", "stage_rank_reports"]
 
@@ -83,7 +83,7 @@ def run_job(
     each: RankReports | None = None,
     dask: str | None = None,
     workers: int | None = None,
-) -> JobReport:
+) -> JobResult:
     """Analyze and combine the job's ranks as ``analyze`` does, the ranks' progress bar on stderr
     (see :func:`~traceinsight.job.execute.analyze_job`)."""
     with rank_progress(len(found.discovery.files)) as progress:
@@ -132,9 +132,8 @@ def analyze_job_and_write(
         root = None if source_root is None else str(source_root.folder.resolve())
         each = functools.partial(stage_rank_reports, str(staging), root)
     try:
-        combined = run_job(found, reading, force=wanted.force, each=each, dask=job.dask, workers=job.workers)
-        result = job_result_of(combined)
-        written, to_stdout = _write(result, planned, per_rank, combined.ranks, inputs)
+        result = run_job(found, reading, force=wanted.force, each=each, dask=job.dask, workers=job.workers)
+        written, to_stdout = _write(result, planned, per_rank, result.rank_results, inputs)
     finally:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
