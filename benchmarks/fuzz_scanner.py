@@ -21,7 +21,8 @@ this script again in a child process with the sanitizer runtime preloaded, which
    traces, mutated as bytes and as values (wrong types, huge and non-finite numbers, deep nesting,
    Markdown, rich markup and terminal escapes in every string), each read by the stored-result
    reader and, when it is accepted, compared both ways and rendered to the diff's JSON (strict),
-   Markdown, terminal and gate lines; a refusal must be one ``TraceInsightError`` line, and no
+   Markdown, terminal and gate lines, and drawn as its own report (its summary, Markdown and page,
+   what ``analyze RESULT.json`` writes); a refusal must be one ``TraceInsightError`` line, and no
    output may hold a control character, live markup, or a Markdown link, image or HTML. A few
    mutants, and a FIFO, go through the whole CLI (``python -m traceinsight diff``): exit 0 or 2,
    one line.
@@ -43,6 +44,7 @@ import gzip
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -54,7 +56,7 @@ import traceback
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 ROOT = Path(__file__).resolve().parent.parent
 SANITIZE = [
@@ -545,6 +547,29 @@ class Fuzzer:
             self.finding(f"{label}: {problem}", data)
             return
         self.counts["stored results compared and rendered"] += 1
+        # A stored trace result draws its own summary, Markdown and page (analyze RESULT.json).
+        from traceinsight.render.html import HtmlRenderer
+        from traceinsight.render.terminal import trace_renderables
+
+        try:
+            own = [
+                "",
+                MarkdownRenderer().render(stored),
+                _terminal(trace_renderables(stored)),
+                "",
+            ]
+            HtmlRenderer().render(stored)
+        except TraceInsightError:  # one that holds no details: said in one line
+            self.counts["stored results that draw no report"] += 1
+            return
+        except Exception:
+            self.finding(f"{label}: a stored result's own report failed: {traceback.format_exc()}", data)
+            return
+        problem = _output_problem(own, own_html=True)
+        if problem is not None:
+            self.finding(f"{label}: its own report: {problem}", data)
+            return
+        self.counts["stored results that draw their own report"] += 1
 
     def diff_cli(self, data: bytes | None, label: str) -> None:
         """``python -m traceinsight diff`` on a mutant (or a FIFO): exit 0 or 2, one line."""
@@ -599,10 +624,15 @@ def _terminal(parts: list[Any]) -> str:
     return screen.getvalue()
 
 
-def _output_problem(outputs: list[str]) -> str | None:
+#: The HTML a trace's own Markdown writes itself: a finding's before / after and the minor
+#: findings, folded (``<details><summary>…</summary>`` … ``</details>``).
+_OWN_HTML: Final = re.compile(r"(?:<details><summary>[A-Za-z0-9 /()]*</summary>|</details>)\s*")
+
+
+def _output_problem(outputs: list[str], own_html: bool = False) -> str | None:
     """What is wrong with the diff's outputs of a hostile result, if anything: a control character
-    (other than the terminal's own colours and layout), a hyperlink, Markdown that is live."""
-    import re
+    (other than the terminal's own colours and layout), a hyperlink, Markdown that is live
+    (``own_html``: but for the folds a trace's own Markdown writes, :data:`_OWN_HTML`)."""
 
     from markdown_it import MarkdownIt
 
@@ -615,6 +645,8 @@ def _output_problem(outputs: list[str]) -> str | None:
     if "\x1b]" in terminal:
         return "the terminal output holds an OSC sequence (a hyperlink or a title)"
     tokens = MarkdownIt("gfm-like").parse(markdown)
+    if own_html:
+        tokens = [t for t in tokens if not (t.type == "html_block" and _OWN_HTML.fullmatch(t.content))]
     kinds = {token.type for token in tokens} | {c.type for token in tokens for c in token.children or ()}
     live = kinds & {"link_open", "image", "html_inline", "html_block"}
     return f"the diff's Markdown is live: {sorted(live)}" if live else None

@@ -470,13 +470,13 @@ def test_a_bad_rank_trace_is_one_line_naming_it(tmp_path: Path) -> None:
 
 def _result(rank: int, starts: list[int], ends: list[int] | None = None) -> Any:
     from traceinsight.analysis.usage import Usage
-    from traceinsight.job.rank import Collective, RankResult
+    from traceinsight.job.rank import Collective, rank_result
 
     usage = Usage(
         device=-1, window_ns=1000, compute_ns=500, communication_ns=100, copy_ns=0, idle=(), steps=1
     )
     ends = ends if ends is not None else [start + 5 for start in starts]
-    return RankResult(
+    return rank_result(
         rank=rank, rank_from="order", path=f"r{rank}.json", world_size=None, backend=None, usage=usage,
         has_usage=True, step_ns=1000, communication_total_ns=100, steady_syncs=0, findings=(),
         collectives=tuple(Collective("AllReduce", start, end) for start, end in zip(starts, ends, strict=True)),
@@ -492,17 +492,21 @@ def test_lateness_and_waits_by_hand() -> None:
 
     ends = [55, 305]
     job = combine([_result(2, [50, 300], ends), _result(0, [0, 100], ends), _result(1, [10, 100], ends)])
-    timing = {t.rank: (t.late_median_ns, t.late_max_ns, t.waited_ns, t.caused_ns) for t in job.timings}
+    timings = {rank.rank: rank.collectives for rank in job.ranks if rank.collectives is not None}
+    timing = {
+        r: (t.late_median_ns, t.late_max_ns, t.waited_ns, t.others_waited_ns) for r, t in timings.items()
+    }
     assert timing == {
         0: (-10, 0, 50 + 200, 0),
         1: (0, 0, 40 + 200, 0),
         2: (40, 200, 0, 50 + 40 + 200 + 200),
     }
-    split = {t.rank: (t.wait_ns, t.transfer_ns, t.waited_for) for t in job.timings}
+    split = {r: (t.wait_ns, t.transfer_ns, t.waited_for) for r, t in timings.items()}
     assert split == {0: (250, 10, 2), 1: (240, 10, 2), 2: (0, 10, None)}
-    assert job.timings[2].caused_per_other_ns == round((50 + 200) / 2 + (40 + 200) / 2)
-    assert job.collectives_matched == 2
-    assert (job.clock_aligned_ranks, job.clock_residual_ns) == (3, 0)
+    assert timings[2].others_mean_wait_ns == round((50 + 200) / 2 + (40 + 200) / 2)
+    assert job.job.collectives.matched == 2
+    clock = job.job.collectives.clock
+    assert (clock.aligned_ranks, clock.residual_ns) == (3, 0)
 
 
 def test_clocks_are_aligned_on_the_collectives_ends() -> None:
@@ -518,12 +522,12 @@ def test_clocks_are_aligned_on_the_collectives_ends() -> None:
             _result(2, [30_000, 130_000], [50_000, 150_000]),
         ]
     )
-    timing = {t.rank: t for t in job.timings}
+    timing = {rank.rank: rank.collectives for rank in job.ranks if rank.collectives is not None}
     assert timing[1].clock_offset_ns == skew and timing[1].clock_aligned
     assert timing[0].wait_ns == 30_000 + 30_000  # the last arrival is rank 2's both times
     assert timing[1].wait_ns == 10_000 + 30_000
     assert timing[0].transfer_ns == timing[1].transfer_ns == 20_000 + 20_000
-    assert timing[2].caused_per_other_ns == round((30_000 + 10_000) / 2 + (30_000 + 30_000) / 2)
+    assert timing[2].others_mean_wait_ns == round((30_000 + 10_000) / 2 + (30_000 + 30_000) / 2)
 
 
 # --- collectives matched by process group and sequence number (kineto PRs 1296, 1483) ----------------

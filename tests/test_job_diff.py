@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from jobbuild import AheadPlan, jitter_us, make_ahead_job
+from markdown_it import MarkdownIt
 from reference_split import step_windows
 from test_job import _own_idle
 from tracebuild import SAMPLES, read_events
@@ -464,7 +465,12 @@ def test_strings_of_a_stored_job_result_stay_data_in_every_output(
     assert "[link=https://evil.example]x[/link]" in stdout.replace("\n", "")  # shown, not rich markup
     assert "<script>" not in page.read_text() and "&lt;script&gt;" in page.read_text()
     text = markdown.read_text()
-    assert "<script>" not in text and "](https://e.x)" not in text
+    assert "\\<script>" in text and "](https://e.x)" not in text  # escaped: shown, never HTML or a link
+    tokens = MarkdownIt("gfm-like").parse(text)
+    kinds = {token.type for token in tokens} | {
+        child.type for token in tokens for child in token.children or ()
+    }
+    assert not kinds & {"html_inline", "html_block", "link_open", "image"}
 
 
 def _with_lone_surrogates(text: str) -> str:

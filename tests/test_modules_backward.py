@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.tracebuild import PID, SAMPLES, annotation, frame, read_events, runtime, write_trace
+from tests.tracebuild import PID, SAMPLES, annotation, cpu_op, frame, read_events, runtime, write_trace
 from tests.tracebuild import kernel as gpu_kernel
 from traceinsight.analysis import analyze
 from traceinsight.load import load_trace
@@ -105,16 +105,9 @@ def count_backward_by_module(
 
 
 def _op(name: str, ts: float, dur: float, *, seq: int, tid: int, backward: bool) -> dict[str, Any]:
-    return {
-        "ph": "X",
-        "cat": "cpu_op",
-        "name": name,
-        "pid": PID,
-        "tid": tid,
-        "ts": ts,
-        "dur": dur,
-        "args": {"Sequence number": seq, "Fwd thread id": 1 if backward else 0},
-    }
+    """An aten op with autograd's sequence number (tracebuild's op, its args replaced)."""
+    op = cpu_op(name, ts, dur, tid=tid, external_id=0)  # an id given: no correlation number taken
+    return {**op, "args": {"Sequence number": seq, "Fwd thread id": 1 if backward else 0}}
 
 
 def _flow(phase: str, flow: int, ts: float, tid: int) -> dict[str, Any]:

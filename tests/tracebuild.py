@@ -15,6 +15,22 @@ TID = 100
 _correlation = itertools.count(1000)
 
 
+def _event(
+    cat: str, name: str, pid: int, tid: int, ts: float, dur: float, args: dict[str, Any]
+) -> dict[str, Any]:
+    """A complete ("X") event, its keys in the order torch.profiler writes them."""
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def _on_gpu(
+    cat: str, name: str, ts: float, dur: float, device: int, stream: int, correlation: int | None, **args: Any
+) -> dict[str, Any]:
+    """Work on ``device``/``stream`` (its pid and tid), with a correlation id (the next one unless given)."""
+    with_ids = {"device": device, "stream": stream, **args}
+    with_ids["correlation"] = correlation if correlation is not None else next(_correlation)
+    return _event(cat, name, device, stream, ts, dur, with_ids)
+
+
 def read_events(path: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """Plain stdlib reading of a trace: (top-level object or None for arrays, events)."""
     raw = path.read_bytes()
@@ -52,20 +68,7 @@ def kernel(
     name: str = "void gemm_kernel<float>(float*)",
 ) -> dict[str, Any]:
     """A kernel on ``device``/``stream``."""
-    return {
-        "ph": "X",
-        "cat": "kernel",
-        "name": name,
-        "pid": device,
-        "tid": stream,
-        "ts": ts,
-        "dur": dur,
-        "args": {
-            "device": device,
-            "stream": stream,
-            "correlation": correlation if correlation is not None else next(_correlation),
-        },
-    }
+    return _on_gpu("kernel", name, ts, dur, device, stream, correlation)
 
 
 def memcpy(
@@ -79,21 +82,7 @@ def memcpy(
     correlation: int | None = None,
 ) -> dict[str, Any]:
     """A copy named like ``Memcpy HtoD (Pageable -> Device)``."""
-    return {
-        "ph": "X",
-        "cat": "gpu_memcpy",
-        "name": kind,
-        "pid": device,
-        "tid": stream,
-        "ts": ts,
-        "dur": dur,
-        "args": {
-            "device": device,
-            "stream": stream,
-            "bytes": nbytes,
-            "correlation": correlation if correlation is not None else next(_correlation),
-        },
-    }
+    return _on_gpu("gpu_memcpy", kind, ts, dur, device, stream, correlation, bytes=nbytes)
 
 
 def runtime(
@@ -109,16 +98,7 @@ def runtime(
     args: dict[str, Any] = {"correlation": correlation if correlation is not None else next(_correlation)}
     if external_id is not None:
         args["External id"] = external_id
-    return {
-        "ph": "X",
-        "cat": "cuda_runtime",
-        "name": name,
-        "pid": PID,
-        "tid": tid,
-        "ts": ts,
-        "dur": dur,
-        "args": args,
-    }
+    return _event("cuda_runtime", name, PID, tid, ts, dur, args)
 
 
 def launch(
@@ -136,62 +116,29 @@ def cpu_op(
     name: str, ts: float, dur: float, *, tid: int = TID, external_id: int | None = None
 ) -> dict[str, Any]:
     """An aten op on the host thread."""
-    return {
-        "ph": "X",
-        "cat": "cpu_op",
-        "name": name,
-        "pid": PID,
-        "tid": tid,
-        "ts": ts,
-        "dur": dur,
-        "args": {"External id": external_id if external_id is not None else next(_correlation)},
-    }
+    args = {"External id": external_id if external_id is not None else next(_correlation)}
+    return _event("cpu_op", name, PID, tid, ts, dur, args)
 
 
 def annotation(name: str, ts: float, dur: float, *, tid: int = TID) -> dict[str, Any]:
     """A user_annotation (ProfilerStep#N, DataLoader __next__, record_function)."""
-    return {
-        "ph": "X",
-        "cat": "user_annotation",
-        "name": name,
-        "pid": PID,
-        "tid": tid,
-        "ts": ts,
-        "dur": dur,
-        "args": {},
-    }
+    return _event("user_annotation", name, PID, tid, ts, dur, {})
 
 
 def frame(
     name: str, ts: float, dur: float, *, python_id: int, parent: int | None = None, tid: int = TID
 ) -> dict[str, Any]:
     """A python_function frame such as ``train.py(47): train_step``."""
-    return {
-        "ph": "X",
-        "cat": "python_function",
-        "name": name,
-        "pid": PID,
-        "tid": tid,
-        "ts": ts,
-        "dur": dur,
-        "args": {"Python id": python_id, "Python parent id": parent},
-    }
+    return _event(
+        "python_function", name, PID, tid, ts, dur, {"Python id": python_id, "Python parent id": parent}
+    )
 
 
 def run_frame(name: str, ts: float, dur: float, *, call_site: int, tid: int = TID) -> dict[str, Any]:
     """A frame as ``traceinsight run`` writes it: no ``Python id``, ``"Call site": 1`` when ``name``'s
     line is a call's (``train.py(52): train_step`` while that line runs), 0 for a function's first
     line."""
-    return {
-        "ph": "X",
-        "cat": "python_function",
-        "name": name,
-        "pid": PID,
-        "tid": tid,
-        "ts": ts,
-        "dur": dur,
-        "args": {"Call site": call_site, "External id": 0},
-    }
+    return _event("python_function", name, PID, tid, ts, dur, {"Call site": call_site, "External id": 0})
 
 
 def memory_record(

@@ -206,9 +206,8 @@ def _job(
     """A job's result: its ranks analyzed and combined (:func:`~traceinsight.job.execute.analyze_job`;
     what :func:`find_job` skipped is said among the job's warnings)."""
     from traceinsight.job.execute import analyze_job  # a job's modules: see is_job
-    from traceinsight.results.job import job_result_of
 
-    combined = analyze_job(
+    return analyze_job(
         found.discovery,
         thresholds=thresholds,
         user_code=user_code,
@@ -220,7 +219,6 @@ def _job(
         progress=progress,
         cycles_of=found.cycles_of,
     )
-    return job_result_of(combined)
 
 
 # --- diff -----------------------------------------------------------------------------------------

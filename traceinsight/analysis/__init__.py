@@ -187,15 +187,7 @@ def _fix_inputs(
     h2d = (
         trace.gpu.lazy()
         .filter((pl.col("kind") == "memcpy") & pl.col("name").str.starts_with("Memcpy HtoD"))
-        .select(
-            "correlation",
-            copy_name="name",
-            copy_device="device",
-            copy_bytes="bytes",
-            copy_dur="dur",
-            copy_ts="ts",
-            copy_end="end",
-        )
+        .select("correlation", "name", "device", "bytes", "dur", copy_ts="ts", copy_end="end")
     )
     calls = trace.runtime.select("ts", "end", "correlation")
     copy_calls = (
@@ -209,32 +201,35 @@ def _fix_inputs(
     )
     under = (
         joined_where(
-            copy_calls.lazy().select("copy", "copy_device", "copy_ts", "copy_end"),
+            copy_calls.lazy().select("copy", "device", "copy_ts", "copy_end"),
             kernels.lazy().select(k_device="device", k_start="start", k_end="end"),
             pl.col("k_start") < pl.col("copy_end"),
             pl.col("k_end") > pl.col("copy_ts"),
         )
-        .filter(pl.col("copy_device") == pl.col("k_device"))
+        .filter(pl.col("device") == pl.col("k_device"))
         .group_by("copy")
         .agg(overlapped=overlap_ns("copy_ts", "copy_end", "k_start", "k_end").sum())
     )
-    copy_calls = copy_calls.lazy().join(under, on="copy", how="left").sort("copy").collect(engine="in-memory")
+    h2d_copies = (  # the columns of H2DCopy's fields
+        copy_calls.lazy()
+        .join(under, on="copy", how="left")
+        .sort("copy")
+        .select(
+            "correlation",
+            "device",
+            call_start_ns="ts",
+            call_end_ns="end",
+            kind="name",
+            bytes=pl.col("bytes").fill_null(0),
+            duration_ns="dur",
+            overlapped_ns=pl.col("overlapped").fill_null(0),
+        )
+        .collect(engine="in-memory")
+    )
     return FixInputs(
         dataloader_waits=tuple(waits.select("ts", "end").iter_rows()),
         dataloader_iterators=tuple(sorted(waits.get_column("name").unique().to_list())),
-        h2d_copies=tuple(
-            H2DCopy(
-                call_start_ns=row["ts"],
-                call_end_ns=row["end"],
-                correlation=row["correlation"],
-                kind=row["copy_name"],
-                device=row["copy_device"],
-                bytes=row["copy_bytes"] or 0,
-                duration_ns=row["copy_dur"],
-                overlapped_ns=row["overlapped"] or 0,
-            )
-            for row in copy_calls.iter_rows(named=True)
-        ),
+        h2d_copies=tuple(H2DCopy(**row) for row in h2d_copies.iter_rows(named=True)),
         launch_cost_ns=launch_cost_ns(trace) if launch_cost is None else launch_cost,
         pinned_h2d_gb_per_s=copies.pinned_h2d_rate(trace),
     )

@@ -100,30 +100,22 @@ def copy_groups(
                 | pl.col("followed").fill_null(False)
             ),
         )
-        .group_by("device", "name", "direction", "src", "dst")
+        .group_by("device", pl.col("name").alias("kind"), "direction", "src", "dst")
         .agg(
             count=pl.len(),
-            bytes=pl.col("bytes").sum(),
-            duration=pl.col("dur").sum(),
-            overlapped=pl.col("overlapped").sum(),
-            blocked=pl.col("blocked").sum(),
+            bytes=pl.col("bytes").sum().fill_null(0),
+            duration_ns=pl.col("dur").sum(),
+            overlapped_ns=pl.col("overlapped").sum(),
+            host_blocked=pl.col("blocked").sum(),
         )
-        .sort(["duration", "device", "name"], descending=[True, False, False])
+        .sort(["duration_ns", "device", "kind"], descending=[True, False, False])
         .collect(engine="in-memory")
     )
+    # The table's columns are the group's fields, but for its bandwidth.
     return tuple(
         CopyGroup(
-            device=row["device"],
-            kind=row["name"],
-            direction=row["direction"],
-            src=row["src"],
-            dst=row["dst"],
-            count=row["count"],
-            bytes=row["bytes"] or 0,
-            duration_ns=row["duration"],
-            overlapped_ns=row["overlapped"],
-            bandwidth_gbps=round((row["bytes"] or 0) / row["duration"], 3) if row["duration"] else None,
-            host_blocked=row["blocked"],
+            **row,
+            bandwidth_gbps=round(row["bytes"] / row["duration_ns"], 3) if row["duration_ns"] else None,
         )
         for row in table.iter_rows(named=True)
     )

@@ -730,15 +730,7 @@ def flop_stats(
         "pid", "tid", call_ts="ts", correlation="correlation"
     )
     spans = counted.select(
-        "pid",
-        "tid",
-        "op",
-        op_ts="ts",
-        op_end="end",
-        operator="name",
-        op_class="op_class",
-        dtype="dtype",
-        op_flops="flops",
+        "pid", "tid", "op", "op_class", "dtype", op_ts="ts", op_end="end", operator="name", op_flops="flops"
     ).sort("op_ts")
     owned = (
         calls.sort("call_ts")

@@ -323,18 +323,6 @@ def memory_kernels(
         .head(top)
     )
     return (
-        tuple(
-            MemoryKernel(
-                name=name,
-                device=device,
-                launches=launches,
-                kernel_ns=kernel_ns,
-                bytes_moved=bytes_moved,
-                operator=operator,
-            )
-            for name, device, launches, kernel_ns, bytes_moved, operator in grouped.select(
-                "name", "device", "launches", "kernel_ns", "bytes_moved", "operator"
-            ).iter_rows()
-        ),
+        tuple(MemoryKernel(**row) for row in grouped.iter_rows(named=True)),  # its columns: the fields
         owned.select("correlation", "ts", "bytes_moved"),
     )

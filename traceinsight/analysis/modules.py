@@ -301,35 +301,20 @@ def _tree(
         .agg(
             name=pl.col("label").first(),
             calls=pl.len(),
-            host=pl.col("host").sum(),
-            gpu=pl.col("gpu").sum(),
-            idle=pl.col("idle").sum(),
+            host_ns=pl.col("host").sum(),
+            gpu_ns=pl.col("gpu").sum(),
+            idle_ns=pl.col("idle").sum(),
             flops=pl.col("flops").sum(),
-            backward=pl.col("backward").sum(),
+            backward_ns=pl.col("backward").sum(),
             backward_flops=pl.col("backward_flops").sum(),
         )
-        .sort("gpu", "host", "path", descending=[True, True, False])
+        .sort("gpu_ns", "host_ns", "path", descending=[True, True, False])
         .head(MAX_SCOPES)
         .sort("path")
+        .with_columns(depth=pl.col("path").str.count_matches("/", literal=True))
     )
     return (
-        tuple(
-            ScopeTime(
-                path=path,
-                name=name,
-                depth=path.count("/"),
-                calls=calls,
-                host_ns=host,
-                gpu_ns=gpu_ns,
-                idle_ns=idle_ns,
-                flops=flop_count,
-                backward_ns=backward_ns,
-                backward_flops=backward_flops,
-            )
-            for path, name, calls, host, gpu_ns, idle_ns, flop_count, backward_ns, backward_flops in grouped.select(
-                "path", "name", "calls", "host", "gpu", "idle", "flops", "backward", "backward_flops"
-            ).iter_rows()
-        ),
+        tuple(ScopeTime(**row) for row in grouped.iter_rows(named=True)),  # its columns: the fields
         outside,
         linked,
     )

@@ -119,11 +119,12 @@ PEAKS: Final[tuple[GpuPeak, ...]] = (
     GpuPeak("MI210", r"MI210", _peaks(45.3, None, 181, 181, None), "AMD Instinct MI210 datasheet"),
 )
 
-_COMPILED: Final = tuple((re.compile(row.pattern, re.IGNORECASE), row) for row in PEAKS)
-
 
 def peak_for(device_name: str | None) -> GpuPeak | None:
-    """The table's row for a ``deviceProperties`` name (None: not named, or not in the table)."""
+    """The table's row for a ``deviceProperties`` name (None: not named, or not in the table).
+
+    Each pattern is compiled when first tried (``re``'s own cache), not all 21 at import: a trace
+    names one or two devices, and the first row that matches ends the search."""
     if not device_name:
         return None
-    return next((row for pattern, row in _COMPILED if pattern.search(device_name)), None)
+    return next((row for row in PEAKS if re.search(row.pattern, device_name, re.IGNORECASE)), None)

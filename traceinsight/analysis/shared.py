@@ -33,7 +33,7 @@ __all__ = [
 _DISTINCT_FROM_ROWS: Final = 20_000
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # tables compare as frames, not as a bool: by identity
 class Shared:
     """Tables several analyses read (see the module docstring)."""
 

@@ -330,40 +330,32 @@ def sync_hotspots(
             source_function=pl.col("source_function").first(),
             module=pl.col("module").drop_nulls().mode().sort().first(),
             count=pl.len(),
-            blocked=pl.col("dur").sum(),
-            idle_after=pl.col("idle_after").sum(),
+            blocked_ns=pl.col("dur").sum(),
+            idle_after_ns=pl.col("idle_after").sum(),
             keys=pl.col("keys").list.explode(keep_nulls=False, empty_as_null=False),
             steady_count=pl.col("steady").sum(),
             steady_steps_with=pl.col("step").drop_nulls().n_unique(),
-            steady_blocked=pl.col("dur").filter(pl.col("steady")).sum(),
-            caused=pl.col("caused").sum(),
+            steady_blocked_ns=pl.col("dur").filter(pl.col("steady")).sum(),
+            idle_caused_ns=pl.col("caused").sum(),
         )
-        .with_columns(rank=pl.col("blocked") + pl.col("idle_after"))
-        .sort(["rank", "count", "call"], descending=[True, True, False], nulls_last=True)
+        .sort(
+            pl.col("blocked_ns") + pl.col("idle_after_ns"),
+            "count",
+            "call",
+            descending=[True, True, False],
+            nulls_last=True,
+        )
     )
     has_steps = steady is not None and bool(steady.steady_steps)  # else: nothing to count in
+    # The table's columns are the hot spot's fields, but for the three made here.
     return tuple(
         SyncHotspot(
-            call=row["call"],
-            op=row["op"],
-            op_chain=row["op_chain"],
-            source=row["source"],
-            copy=row["copy"],
-            count=row["count"],
-            per_step=share_of(row["count"] / iterations) if iterations else None,
-            blocked_ns=row["blocked"],
-            idle_after_ns=row["idle_after"],
-            source_kind=row["source_kind"],
-            keys=tuple(sorted(row["keys"])),
-            steady_count=row["steady_count"],
-            steady_steps_with=row["steady_steps_with"] if has_steps else None,
-            idle_caused_ns=row["caused"],
-            module=row["module"],
-            steady_blocked_ns=row["steady_blocked"],
-            then_call=row["then_call"],
-            source_line_kind=row["source_line_kind"],
-            source_function=row["source_function"],
-            framework_call=row["framework_call"],
+            **row
+            | {
+                "per_step": share_of(row["count"] / iterations) if iterations else None,
+                "keys": tuple(sorted(row["keys"])),
+                "steady_steps_with": row["steady_steps_with"] if has_steps else None,
+            }
         )
         for row in table.iter_rows(named=True)
     )

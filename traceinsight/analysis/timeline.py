@@ -12,12 +12,13 @@ the same way into marks that keep their count.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import polars as pl
 
 from traceinsight.analysis.gpu_time import busy_intervals
 from traceinsight.analysis.intervals import merge_intervals
+from traceinsight.analysis.results import COUNT, DURATION
 from traceinsight.analysis.shared import gpu_classes
 from traceinsight.analysis.steady import SteadySteps, step_windows
 from traceinsight.analysis.syncs import launch_devices
@@ -33,7 +34,7 @@ class BusyBlock:
     start_ns: int
     end_ns: int
     #: Summed length of the busy intervals inside the block (at most end - start).
-    busy_ns: int
+    busy_ns: int = field(metadata=DURATION)
 
     @property
     def busy_share(self) -> float:
@@ -49,7 +50,7 @@ class SyncMark:
     start_ns: int
     end_ns: int
     #: How many calls were merged into this mark.
-    count: int
+    count: int = field(metadata=COUNT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +82,7 @@ class Timeline:
     start_ns: int
     end_ns: int
     #: Busy intervals closer than this were merged; gaps shorter than this are not visible.
-    resolution_ns: int
+    resolution_ns: int = field(metadata=DURATION)
     devices: tuple[DeviceTimeline, ...]
     steps: tuple[StepWindow, ...]
 

@@ -53,7 +53,6 @@ from typing import Any
 from traceinsight.load.limits import parse_size
 
 __all__ = [
-    "DEFAULT_MAX_MEMORY",
     "STOP_COST_FACTOR",
     "STOP_PER_HELD_BYTE",
     "STOP_PER_HELD_BYTE_WITH_EVENTS",
@@ -65,8 +64,6 @@ __all__ = [
     "rss",
 ]
 
-DEFAULT_MAX_MEMORY = 2 << 30
-"""Default budget of one recording (``--max-memory``): 2 GiB, stop included."""
 
 STOP_PER_HELD_BYTE = 2.0
 """Bytes the stop and the export allocate per heap byte the recording holds, with ``trace_only``:

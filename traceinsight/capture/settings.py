@@ -7,9 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from traceinsight.capture.memory import DEFAULT_MAX_MEMORY
+__all__ = ["DEFAULT_MAX_MEMORY", "ProfileSettings", "Stacks"]
 
-__all__ = ["ProfileSettings", "Stacks"]
+DEFAULT_MAX_MEMORY = 2 << 30
+"""Default budget of one recording (``--max-memory``): 2 GiB, stop included. Here, not with the
+budget's guard (:mod:`.memory`): the command's options read it, and ``analyze`` need not load the
+guard."""
 
 Stacks = Literal["user", "all", "none"]
 """Which Python frames an active window records (``--stacks``)."""

@@ -285,7 +285,7 @@ def rendered_again(path: Path, read: Settings, top: int) -> bool:
         )
     planned = plan(read.wanted, Path.cwd() / f"{stem(path)}.html", inputs=[path])
     written, to_stdout = write(stored, planned)
-    show(stored, written, to_stderr=to_stdout, top=top)
+    show(stored, written, to_stderr=to_stdout, top=max(top, 10) if isinstance(stored, JobResult) else top)
     work_done()
     status = (
         gate(broken(stored, read.budgets)) if isinstance(stored, Result) and not read.budgets.empty else 0

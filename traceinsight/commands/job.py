@@ -129,8 +129,7 @@ def analyze_job_and_write(
         each = functools.partial(stage_rank_reports, str(staging), root)
     try:
         result = run_job(found, reading, force=wanted.force, each=each, dask=job.dask, workers=job.workers)
-        assert result.report is not None  # analyzed here
-        written, to_stdout = _write(result, planned, per_rank, result.report.ranks, inputs)
+        written, to_stdout = _write(result, planned, per_rank, result.rank_results, inputs)
     finally:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)

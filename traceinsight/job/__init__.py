@@ -5,7 +5,7 @@ in a local process pool or on a ``dask.distributed`` cluster (:mod:`.execute`), 
 single-trace analysis over one trace and returning a small picklable
 :class:`~traceinsight.results.job.RankResult`, never the events → :func:`.combine.combine`
 (collectives matched across ranks, lateness, stragglers with their cause, findings common to ranks)
-→ a :class:`~traceinsight.results.job.JobReport`. This layer computes and returns: it writes no
+→ the job's :class:`~traceinsight.results.job.JobResult`. This layer computes and returns: it writes no
 file and renders nothing.
 """
 

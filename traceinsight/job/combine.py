@@ -56,6 +56,7 @@ steady window; the wait is named as waiting for its rank.
 
 from __future__ import annotations
 
+import dataclasses
 from bisect import bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -68,20 +69,26 @@ from traceinsight.errors import TraceFormatError
 from traceinsight.formatting import format_duration
 from traceinsight.results.job import (
     ALIGN_TOLERANCE_NS,
+    ARRIVALS_SHOWN,
     Arrival,
     Collective,
     FindingBrief,
+    JobClock,
+    JobCollectives,
     JobFinding,
-    JobReport,
+    JobInfo,
+    JobResult,
+    Rank,
+    RankArrival,
+    RankCollectives,
     RankResult,
     RankStep,
-    RankTiming,
     Straggler,
 )
-from traceinsight.rules.findings import SEVERITIES
+from traceinsight.rules.findings import SEVERITIES, Severity
 from traceinsight.thresholds import Thresholds
 
-__all__ = ["ALIGN_TOLERANCE_NS", "BLAMED_CAUSES", "CAUSE_RULES", "WAIT_SHARE", "combine"]
+__all__ = ["ALIGN_TOLERANCE_NS", "ARRIVALS_SHOWN", "BLAMED_CAUSES", "CAUSE_RULES", "WAIT_SHARE", "combine"]
 
 #: Idle causes a straggler's time can be blamed on: what its own host did while its GPU waited.
 #: Not ``communication`` (its host waiting in a collective for the others: a symptom the ranks that
@@ -113,8 +120,6 @@ CAUSE_RULES: Final[dict[str, tuple[str, ...]]] = {
     CauseKind.HOST_OP.value: ("host-preprocessing",),
     CauseKind.UNTRACED.value: ("low-gpu-utilization",),
 }
-#: Collectives kept for the arrivals chart (the first ones, in order).
-ARRIVALS_SHOWN: Final = 12
 
 
 def _check_ranks(results: Sequence[RankResult]) -> None:
@@ -123,7 +128,7 @@ def _check_ranks(results: Sequence[RankResult]) -> None:
         if result.rank in seen:
             raise TraceFormatError(
                 f"two traces say they are rank {result.rank}: {seen[result.rank]} and {result.path} "
-                f"(rank taken from {result.rank_from}); give each rank's trace once"
+                f"(rank taken from {result.entry.rank_from}); give each rank's trace once"
             )
         seen[result.rank] = result.path
 
@@ -261,11 +266,14 @@ def _step_of(result: RankResult, begins: list[int], at: int) -> int | None:
     return step if at <= done else None
 
 
+Timings = dict[int, RankCollectives]
+
+
 def _timings(
     ranks: Sequence[RankResult], matched: Matched
-) -> tuple[tuple[RankTiming, ...], tuple[Arrival, ...], int, int | None]:
-    """Each rank in the matched collectives, the first collectives' arrivals, and the clocks'
-    alignment (ranks aligned, residual): see the module doc."""
+) -> tuple[Timings, tuple[Arrival, ...], int, int | None]:
+    """Each rank in the matched collectives (by rank), the first collectives' arrivals, and the
+    clocks' alignment (ranks aligned, residual): see the module doc."""
     offsets, aligned, residual = _align(matched)
     by_rank = {result.rank: result for result in ranks}
     begins = {result.rank: [begin for _, begin, _ in result.steps_ns] for result in ranks}
@@ -310,42 +318,45 @@ def _timings(
             first = min(starts.values())
             arrivals.append(
                 Arrival(
-                    kind, last_step, tuple((rank, starts[rank] - first) for rank in sorted(starts)), last_rank
+                    kind=kind,
+                    step=last_step,
+                    last_rank=last_rank,
+                    arrivals=tuple(
+                        RankArrival(rank=rank, after_first_ns=starts[rank] - first) for rank in sorted(starts)
+                    ),
                 )
             )
-    timings = []
+    timings: Timings = {}
     for rank, tally in sorted(tallies.items()):
         top_rank, top_ns = _most(tally.waited_for)
-        timings.append(
-            RankTiming(
-                rank=rank,
-                matched=len(tally.late),
-                late_median_ns=median_low(tally.late) if tally.late else 0,
-                late_max_ns=max(tally.late, default=0),
-                waited_ns=tally.waited,
-                caused_ns=tally.caused,
-                clock_offset_ns=offsets.get(rank, 0),
-                clock_aligned=aligned.get(rank, False),
-                wait_ns=tally.wait,
-                transfer_ns=tally.transfer,
-                exposed_wait_ns=tally.exposed_wait,
-                exposed_transfer_ns=tally.exposed_transfer,
-                waited_for=top_rank,
-                waited_for_ns=top_ns,
-                steps=tuple(
-                    RankStep(
-                        step=step,
-                        wait_ns=wait,
-                        transfer_ns=transfer,
-                        waited_for=_most(tally.step_waited_for.get(step))[0],
-                        waited_for_ns=_most(tally.step_waited_for.get(step))[1],
-                    )
-                    for step, (wait, transfer) in sorted(tally.steps.items())
-                ),
-                caused_per_other_ns=round(tally.caused_per_other),
-            )
+        timings[rank] = RankCollectives(
+            source=by_rank[rank].collectives_from,
+            matched=len(tally.late),
+            late_median_ns=median_low(tally.late) if tally.late else 0,
+            late_max_ns=max(tally.late, default=0),
+            waited_ns=tally.waited,
+            others_waited_ns=tally.caused,
+            clock_offset_ns=offsets.get(rank, 0),
+            clock_aligned=aligned.get(rank, False),
+            wait_ns=tally.wait,
+            transfer_ns=tally.transfer,
+            exposed_wait_ns=tally.exposed_wait,
+            exposed_transfer_ns=tally.exposed_transfer,
+            waited_for=top_rank,
+            waited_for_ns=top_ns,
+            per_step=tuple(
+                RankStep(
+                    step=step,
+                    wait_ns=wait,
+                    transfer_ns=transfer,
+                    waited_for=_most(tally.step_waited_for.get(step))[0],
+                    waited_for_ns=_most(tally.step_waited_for.get(step))[1],
+                )
+                for step, (wait, transfer) in sorted(tally.steps.items())
+            ),
+            others_mean_wait_ns=round(tally.caused_per_other),
         )
-    return tuple(timings), tuple(arrivals), sum(aligned.values()), residual
+    return timings, tuple(arrivals), sum(aligned.values()), residual
 
 
 def _most(counts: Counter[int] | None) -> tuple[int | None, int]:
@@ -393,9 +404,7 @@ def _cause(result: RankResult, medians: dict[str, int]) -> tuple[str | None, int
     return best
 
 
-def _waits_caused(
-    ranks: Sequence[RankResult], timings: tuple[RankTiming, ...], step_ns: int | None
-) -> dict[int, str]:
+def _waits_caused(ranks: Sequence[RankResult], timings: Timings, step_ns: int | None) -> dict[int, str]:
     """Ranks whose waits caused, less their own, are a noticeable share of the step (module doc)."""
     by_rank = {result.rank: result for result in ranks}
     windows = [result.usage.window_ns for result in ranks if result.usage.window_ns]
@@ -403,27 +412,29 @@ def _waits_caused(
     own_cause = {result.rank: _cause(result, medians)[0] is not None for result in ranks}
     pace = step_ns if step_ns else (median_low(windows) if windows else 0)
     found: dict[int, str] = {}
-    for timing in timings:
-        result = by_rank[timing.rank]
+    for rank, timing in timings.items():
+        result = by_rank[rank]
         steps = max(1, result.steps)
-        net = (timing.caused_per_other_ns - timing.wait_ns) / steps
-        if pace <= 0 or timing.caused_per_other_ns <= 0 or net < WAIT_SHARE * pace:
+        net = (timing.others_mean_wait_ns - timing.wait_ns) / steps
+        if pace <= 0 or timing.others_mean_wait_ns <= 0 or net < WAIT_SHARE * pace:
             continue
-        if not own_cause[timing.rank]:
+        if not own_cause[rank]:
             continue  # late with nothing of its own: it waited for another (a pipeline's chain)
-        per_step = round(timing.caused_per_other_ns / steps)
+        per_step = round(timing.others_mean_wait_ns / steps)
         reason = (
             f"the others waited {format_duration(per_step)} per step on average for it in the collectives "
-            f"it came last to ({format_duration(timing.caused_ns)} summed over the ranks), "
+            f"it came last to ({format_duration(timing.others_waited_ns)} summed over the ranks), "
             f"{per_step / pace:.0%} of the {'median step' if step_ns else 'steady window'}"
         )
         if result.steps <= 1:
             reason += f"; {result.steps or 'no'} step recorded: it may be a one-off"
-        found[timing.rank] = reason
+        found[rank] = reason
     return found
 
 
-def _top_finding(result: RankResult, cause: str | None, timing: RankTiming | None) -> FindingBrief | None:
+def _top_finding(
+    result: RankResult, cause: str | None, timing: RankCollectives | None
+) -> FindingBrief | None:
     """The rank's top finding in the job's view: its own finding of ``cause`` where it has one,
     else its first that is not minor, ``exposed-communication`` counted by its transfer only."""
     own = [finding for finding in result.findings if finding.rule in CAUSE_RULES.get(cause or "", ())]
@@ -446,7 +457,7 @@ def _top_finding(result: RankResult, cause: str | None, timing: RankTiming | Non
     return max(ranked, key=lambda item: (item[0], item[1]))[2] if ranked else None
 
 
-def _transfer_ratio(timing: RankTiming | None) -> float:
+def _transfer_ratio(timing: RankCollectives | None) -> float:
     """The exposed transfer's share of the exposed communication in the split collectives (1
     where nothing was split)."""
     if timing is None:
@@ -455,18 +466,16 @@ def _transfer_ratio(timing: RankTiming | None) -> float:
     return timing.exposed_transfer_ns / exposed if exposed else 1.0
 
 
-def _stragglers(
-    ranks: Sequence[RankResult], timings: tuple[RankTiming, ...], step_ns: int | None
-) -> tuple[Straggler, ...]:
+def _stragglers(ranks: Sequence[RankResult], timings: Timings, step_ns: int | None) -> tuple[Straggler, ...]:
     floor = round(_STEP_FLOOR_SHARE * step_ns) if step_ns else _LATE_FLOOR_NS
     reasons: dict[int, list[str]] = defaultdict(list)
     for rank, reason in _waits_caused(ranks, timings, step_ns).items():
         reasons[rank].append(reason)
-    if timings and any(timing.matched for timing in timings):
+    if any(timing.matched for timing in timings.values()):
         for rank, excess in _outliers(
-            {t.rank: t.late_median_ns for t in timings}, max(floor, _LATE_FLOOR_NS)
+            {rank: t.late_median_ns for rank, t in timings.items()}, max(floor, _LATE_FLOOR_NS)
         ).items():
-            timing = next(t for t in timings if t.rank == rank)
+            timing = timings[rank]
             reasons[rank].append(
                 f"its collectives start {format_duration(timing.late_median_ns)} after the median rank's "
                 f"(the median over {timing.matched} collectives; {format_duration(excess)} above the job's "
@@ -475,7 +484,7 @@ def _stragglers(
     stepped = {result.rank: result.step_ns for result in ranks if result.step_ns is not None}
     for rank, excess in _outliers(stepped, floor).items():
         reasons[rank].append(f"its step takes {format_duration(excess)} longer than the median rank's")
-    waited = {timing.rank: timing.waited_ns for timing in timings}
+    waited = {rank: timing.waited_ns for rank, timing in timings.items()}
     own = {
         result.rank: result.step_ns - result.per_step(waited.get(result.rank, 0))
         for result in ranks
@@ -488,31 +497,37 @@ def _stragglers(
                 "above the median rank's"
             )
     by_rank = {result.rank: result for result in ranks}
-    timing_of = {timing.rank: timing for timing in timings}
     medians = _medians(ranks)
     found = []
     for rank in sorted(reasons):
         result = by_rank[rank]
         cause, excess = _cause(result, medians)
-        split = timing_of.get(rank)
+        split = timings.get(rank)
         top = _top_finding(result, cause, split)
         found.append(
             Straggler(
                 rank=rank,
                 reasons=tuple(reasons[rank]),
                 cause=cause,
-                cause_excess_ns=excess,
-                caused_ns=split.caused_ns if split is not None else 0,
+                cause_excess_per_step_ns=excess,
+                others_waited_ns=split.others_waited_ns if split is not None else 0,
                 top_finding=top.title if top is not None else None,
                 top_finding_rule=top.rule if top is not None else None,
                 top_finding_source=top.source if top is not None else None,
-                saving_per_step_ns=result.per_step(split.caused_per_other_ns) if split is not None else 0,
+                waits_caused_per_step_ns=result.per_step(split.others_mean_wait_ns)
+                if split is not None
+                else 0,
                 steps=result.steps,
             )
         )
     return tuple(
         sorted(
-            found, key=lambda straggler: (-straggler.saving_per_step_ns, -straggler.caused_ns, straggler.rank)
+            found,
+            key=lambda straggler: (
+                -straggler.waits_caused_per_step_ns,
+                -straggler.others_waited_ns,
+                straggler.rank,
+            ),
         )
     )
 
@@ -523,14 +538,14 @@ def _severity_order(severity: str) -> int:
 
 def _findings(
     ranks: Sequence[RankResult],
-    timings: tuple[RankTiming, ...] = (),
+    timings: Timings | None = None,
     stragglers: tuple[Straggler, ...] = (),
     thresholds: Thresholds | None = None,
 ) -> tuple[JobFinding, ...]:
     """The ranks' findings, one per rule: the stragglers' own causes first (module doc)."""
     share = (thresholds or Thresholds()).exposed_communication_share
     # only ranks whose clocks were aligned: elsewhere the split is approximate
-    timing_of = {timing.rank: timing for timing in timings if timing.clock_aligned}
+    timing_of = {rank: timing for rank, timing in (timings or {}).items() if timing.clock_aligned}
     by_rule: dict[str, list[tuple[int, int, str, str, bool, str | None]]] = defaultdict(list)
     per_step: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))  # rule → rank → ns
     for result in ranks:
@@ -564,15 +579,15 @@ def _findings(
         found.append(
             JobFinding(
                 rule=rule,
-                severity=min((entry[3] for entry in entries), key=_severity_order),
+                severity=Severity(min((entry[3] for entry in entries), key=_severity_order)),
                 title=title,
                 ranks=tuple(sorted({entry[0] for entry in entries})),
-                savings_ns=sum(entry[1] for entry in entries),
+                savings_total_ns=sum(entry[1] for entry in entries),
+                savings_per_step_ns=median_low(per_step[rule].values()),
+                savings_per_step_all_ranks_ns=sum(per_step[rule].values()),
                 minor=all(entry[4] for entry in entries) and lead is None,
-                saving_per_step_ns=median_low(per_step[rule].values()),
-                saving_per_step_all_ns=sum(per_step[rule].values()),
                 straggler=lead.rank if lead is not None else None,
-                job_saving_per_step_ns=lead.saving_per_step_ns if lead is not None else 0,
+                job_savings_per_step_ns=lead.waits_caused_per_step_ns if lead is not None else 0,
                 source=biggest[5],
                 note=note,
             )
@@ -584,7 +599,7 @@ def _findings(
 
     def key(finding: JobFinding) -> tuple[int, bool, int, int, str]:
         place = order.index(finding.straggler) if finding.straggler is not None else len(order)
-        return (place, finding.minor, -len(finding.ranks), -finding.savings_ns, finding.rule)
+        return (place, finding.minor, -len(finding.ranks), -finding.savings_total_ns, finding.rule)
 
     return tuple(sorted(found, key=key))
 
@@ -593,24 +608,24 @@ def _cause_finding(straggler: Straggler) -> JobFinding:
     """A straggler's cause as the job's finding, where no finding of its own names it."""
     return JobFinding(
         rule="straggler",
-        severity="high",
+        severity=Severity.HIGH,
         title=(
             f"rank {straggler.rank} holds the others back: {straggler.cause_words} "
-            f"(+{format_duration(straggler.cause_excess_ns)} per step over the median rank)"
+            f"(+{format_duration(straggler.cause_excess_per_step_ns)} per step over the median rank)"
         ),
         ranks=(straggler.rank,),
-        savings_ns=0,
+        savings_total_ns=0,
+        savings_per_step_ns=straggler.waits_caused_per_step_ns,
+        savings_per_step_all_ranks_ns=straggler.waits_caused_per_step_ns,
         minor=False,
-        saving_per_step_ns=straggler.saving_per_step_ns,
-        saving_per_step_all_ns=straggler.saving_per_step_ns,
         straggler=straggler.rank,
-        job_saving_per_step_ns=straggler.saving_per_step_ns,
+        job_savings_per_step_ns=straggler.waits_caused_per_step_ns,
     )
 
 
 def _transfer_words(
     ranks: Sequence[RankResult],
-    timing_of: dict[int, RankTiming],
+    timing_of: Timings,
     entries: list[tuple[int, int, str, str, bool, str | None]],
     per_step: dict[int, int],
 ) -> tuple[str, str]:
@@ -643,8 +658,8 @@ def _transfer_words(
 
 def combine(
     results: Sequence[RankResult], *, cycles_of: str | None = None, thresholds: Thresholds | None = None
-) -> JobReport:
-    """The job report from every rank's result (any order). ``cycles_of``: the results are the
+) -> JobResult:
+    """The job's result from every rank's result (any order). ``cycles_of``: the results are the
     profiler cycles of that one process, not ranks (side by side, no cross-rank analysis)."""
     if cycles_of is not None:
         return _cycles(results, cycles_of)
@@ -660,8 +675,8 @@ def combine(
     source = sources.most_common(1)[0][0] if ranks else "none"
     matched, match_warnings = _match(ranks) if len(ranks) > 1 else ([], [])
     warnings += match_warnings
-    timings, arrivals, aligned, residual = _timings(ranks, matched) if matched else ((), (), 0, None)
-    unaligned = [timing.rank for timing in timings if timing.matched and not timing.clock_aligned]
+    timings, arrivals, aligned, residual = _timings(ranks, matched) if matched else ({}, (), 0, None)
+    unaligned = [rank for rank, timing in timings.items() if timing.matched and not timing.clock_aligned]
     if unaligned:
         warnings.append(
             f"{len(unaligned)} rank{'' if len(unaligned) == 1 else 's'} (rank {unaligned[0]}"
@@ -686,40 +701,68 @@ def combine(
     kinds = Counter(kind for kind, _ in matched)
     keyed = {kind: _keyed(ranks, kind) for kind in kinds}
     stragglers = _stragglers(ranks, timings, step_ns) if len(ranks) >= 3 else ()
-    return JobReport(
-        ranks=ranks,
-        timings=timings,
-        collectives_from=source,
-        collectives_matched=len(matched),
-        collectives_matched_by_seq=sum(count for kind, count in kinds.items() if keyed.get(kind)),
-        collective_kinds=tuple(sorted(kinds.items(), key=lambda item: (-item[1], item[0]))),
+    return JobResult(
+        job=_job_info(
+            ranks,
+            step_ns,
+            JobCollectives(
+                source=source,
+                matched=len(matched),
+                matched_by_seq=sum(count for kind, count in kinds.items() if keyed.get(kind)),
+                kinds=dict(sorted(kinds.items(), key=lambda item: (-item[1], item[0]))),
+                split=any(timing.clock_aligned for timing in timings.values()),
+                clock=JobClock(aligned_ranks=aligned, residual_ns=residual, tolerance_ns=ALIGN_TOLERANCE_NS),
+                arrivals=arrivals,
+            ),
+            slowest=slowest,
+        ),
+        warnings=tuple(warnings),
+        ranks=tuple(_rank(result, timings.get(result.rank)) for result in ranks),
         stragglers=stragglers,
         findings=_findings(ranks, timings, stragglers, thresholds),
-        warnings=tuple(warnings),
-        step_ns=step_ns,
-        slowest_step_ns=slowest.step_ns if slowest is not None else None,
-        slowest_rank=slowest.rank if slowest is not None else None,
-        clock_aligned_ranks=aligned,
-        clock_residual_ns=residual,
-        split=any(timing.clock_aligned for timing in timings),
-        arrivals=arrivals,
+        rank_results=ranks,
     )
 
 
-def _cycles(results: Sequence[RankResult], worker: str) -> JobReport:
+def _job_info(
+    ranks: Sequence[RankResult],
+    step_ns: int | None,
+    collectives: JobCollectives,
+    *,
+    slowest: RankResult | None = None,
+    cycles_of: str | None = None,
+) -> JobInfo:
+    """The job as a whole: its size and setup as the first rank that says, its pace."""
+    return JobInfo(
+        ranks=len(ranks),
+        world_size=next((r.world_size for r in ranks if r.world_size is not None), None),
+        backend=next((r.backend for r in ranks if r.backend is not None), None),
+        step_time_ns=step_ns,
+        slowest_step_time_ns=slowest.step_ns if slowest is not None else None,
+        slowest_rank=slowest.rank if slowest is not None else None,
+        read_as="ranks" if cycles_of is None else "cycles",
+        cycles_of=cycles_of,
+        collectives=collectives,
+    )
+
+
+def _rank(result: RankResult, collectives: RankCollectives | None) -> Rank:
+    """A rank's entry in the job: the worker's, with its collectives' timing across the ranks."""
+    return result.entry if collectives is None else dataclasses.replace(result.entry, collectives=collectives)
+
+
+def _cycles(results: Sequence[RankResult], worker: str) -> JobResult:
     """One process's profiler cycles side by side: each cycle's own figures, findings over them."""
     cycles = tuple(sorted(results, key=lambda result: result.rank))
     steps = [result.step_ns for result in cycles if result.step_ns is not None]
-    return JobReport(
-        ranks=cycles,
-        timings=(),
-        collectives_from="none",
-        collectives_matched=0,
-        collectives_matched_by_seq=0,
-        collective_kinds=(),
-        stragglers=(),
+    return JobResult(
+        job=_job_info(
+            cycles,
+            median_low(steps) if steps else None,
+            JobCollectives(source="none", matched=0, clock=JobClock(tolerance_ns=ALIGN_TOLERANCE_NS)),
+            cycles_of=worker,
+        ),
+        ranks=tuple(_rank(result, None) for result in cycles),
         findings=_findings(cycles),
-        warnings=(),
-        step_ns=median_low(steps) if steps else None,
-        cycles_of=worker,
+        rank_results=cycles,
     )

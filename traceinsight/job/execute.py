@@ -34,7 +34,7 @@ from traceinsight.job.worker import Workers
 from traceinsight.load.limits import GZIP_RATIO
 from traceinsight.load.source import GZIP_MAGIC, SizeLimit, open_trace
 from traceinsight.process import threads_per_worker
-from traceinsight.results.job import JobReport, RankResult
+from traceinsight.results.job import JobResult, RankResult
 from traceinsight.thresholds import Thresholds
 
 __all__ = ["RankProgress", "analyze_job", "pool_size", "rank_progress", "run_dask", "run_local"]
@@ -221,9 +221,9 @@ def analyze_job(
     workers: int | None = None,
     progress: RankProgress | None = None,
     cycles_of: str | None = None,
-) -> JobReport:
+) -> JobResult:
     """Analyze each rank ``discovery`` found, where it says (``dask``: that cluster; else a local
-    pool of ``workers``), and combine them into the job's report; what discovery skipped is said
+    pool of ``workers``), and combine them into the job's result; what discovery skipped is said
     among the job's warnings. ``each`` is called with each rank's result where it was made (see
     :class:`~.rank.RankTask`). The ranks are read as ``analyze`` reads one trace (``thresholds``,
     ``user_code``, ``max_bytes``: ``--max-size``, ``force``: ``--force``'s gzip ratio; ``cycles_of``: the process whose profiler cycles the files

@@ -25,16 +25,16 @@ import numpy as np
 import polars as pl
 
 from traceinsight.analysis.intervals import merge_intervals
-from traceinsight.analysis.usage import total_usage
+from traceinsight.analysis.usage import Usage, total_usage
 from traceinsight.load import SizeLimit, Trace, load_trace, taxonomy
 from traceinsight.process import give_back_freed_memory
-from traceinsight.results.contract import result_of
-from traceinsight.results.job import Collective, FindingBrief, RankResult
+from traceinsight.results.contract import result_of, utilization_of
+from traceinsight.results.job import Collective, FindingBrief, PerStep, Rank, RankResult, TopFinding
 from traceinsight.results.report import report_for
 from traceinsight.results.trace import Result
 from traceinsight.thresholds import Thresholds
 
-__all__ = ["RankReports", "RankTask", "analyze_rank", "collective_kind"]
+__all__ = ["RankReports", "RankTask", "analyze_rank", "collective_kind", "rank_result"]
 
 #: What a job does with each rank's result where it was made: given the result and the rank, it
 #: returns (name, path) pairs kept in :attr:`RankResult.staged` (a module-level function, or a
@@ -195,7 +195,7 @@ def analyze_rank(task: RankTask) -> RankResult:
     ) or tuple((-1, start + offset, end + offset) for start, end in steady.device_windows)
     del trace
     staged = task.each(result_of(report), rank) if task.each is not None else ()
-    result = RankResult(
+    result = rank_result(
         rank=rank,
         rank_from=rank_from,
         path=task.shown_path if task.shown_path is not None else task.path,
@@ -219,3 +219,71 @@ def analyze_rank(task: RankTask) -> RankResult:
     del report, analysis
     give_back_freed_memory()
     return result
+
+
+def rank_result(
+    *,
+    rank: int,
+    rank_from: str,
+    path: str,
+    world_size: int | None,
+    backend: str | None,
+    usage: Usage,
+    has_usage: bool,
+    step_ns: int | None,
+    communication_total_ns: int,
+    steady_syncs: int,
+    findings: tuple[FindingBrief, ...],
+    collectives: tuple[Collective, ...],
+    collectives_from: str,
+    warnings: tuple[str, ...],
+    staged: tuple[tuple[str, str], ...] = (),
+    steps_ns: tuple[tuple[int, int, int], ...] = (),
+) -> RankResult:
+    """A rank's result from its own figures: its entry in the job (:class:`Rank`: the same
+    utilization as its own ``analyze --json``, its times per steady step, its first finding that
+    is not minor), and what the combine needs besides. ``usage``: the rank's steady state over every
+    device (``has_usage``: whether it had one to judge); ``communication_total_ns``: its
+    communication kernels' union in the steady state, overlapped or not; ``steady_syncs``: its host
+    blocking calls there; ``findings``: every finding, ranked by saving."""
+    steps = usage.steps
+
+    def per_step(ns: int) -> int:
+        return round(ns / steps) if steps else ns
+
+    top = next((finding for finding in findings if not finding.minor), None)
+    entry = Rank(
+        rank=rank,
+        rank_from=rank_from,
+        path=path,
+        steps=steps,
+        step_time_ns=step_ns,
+        utilization=utilization_of(usage, has_usage),
+        per_step=PerStep(
+            compute_ns=per_step(usage.compute_ns),
+            communication_ns=per_step(communication_total_ns),
+            communication_exposed_ns=per_step(usage.communication_ns),
+            copy_exposed_ns=per_step(usage.copy_ns),
+            idle_ns=per_step(usage.idle_ns),
+            idle_by_cause_ns={kind.value: per_step(ns) for kind, ns in usage.idle},
+        ),
+        syncs_per_step=round(steady_syncs / steps, 4) if steps else None,
+        collectives=None,
+        top_finding=None
+        if top is None
+        else TopFinding(rule=top.rule, title=top.title, savings_total_ns=top.savings_ns),
+        warnings=warnings,
+        busy_ns=usage.busy_ns,
+    )
+    return RankResult(
+        entry=entry,
+        world_size=world_size,
+        backend=backend,
+        usage=usage,
+        steady_syncs=steady_syncs,
+        findings=findings,
+        collectives=collectives,
+        collectives_from=collectives_from,
+        staged=staged,
+        steps_ns=steps_ns,
+    )

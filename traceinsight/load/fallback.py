@@ -218,7 +218,7 @@ def check_utf8(raw: bytes | bytearray, path: Path) -> None:
 
 def _checked(events: list[Any], path: Path) -> list[Any]:
     if len(events) > limits.MAX_EVENTS:
-        raise reference.too_many_events(path)
+        raise limits.too_many_events(path)
     return events
 
 

@@ -7,7 +7,10 @@ stops the load with one line and exit code 2; the README's "Safety" section list
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Final
+
+from traceinsight.errors import TraceFormatError
 
 #: Every string taken from a trace (names, categories, call stacks, device names) is cut to this
 #: many characters, with its full length noted (``…(+N chars)``), so that outputs stay bounded.
@@ -37,6 +40,14 @@ MAX_FIELDS_BYTES: Final = 64 << 20
 #: gzip's highest level, at most 34.7 times in all. A gzip bomb reaches about 1000.
 GZIP_RATIO: Final = 100
 GZIP_FLOOR_BYTES: Final = 1 << 20
+
+
+def too_many_events(path: Path) -> TraceFormatError:
+    """The one line for a trace past :data:`MAX_EVENTS` (every loader's)."""
+    return TraceFormatError(
+        f"cannot read trace {path}: it holds more than {MAX_EVENTS:,} events; "
+        "profile fewer steps (schedule active=) or split the trace"
+    )
 
 
 _SIZE: Final = re.compile(r"(?i)\s*(\d+(?:\.\d+)?)\s*(b|[kmgt]i?b?)?\s*")

@@ -65,7 +65,6 @@ from traceinsight.load.decode import (
 )
 from traceinsight.load.head_start import HeadStart
 from traceinsight.load.progress import ProgressCallback
-from traceinsight.load.reference import too_many_events
 from traceinsight.load.scanner import AFTER_COMMA as _AFTER_COMMA
 from traceinsight.load.scanner import (
     BLOCK_BYTES,
@@ -484,7 +483,7 @@ class _Frame:
         part = block_tables(result)
         self.events += part.event_count
         if self.events > limits.MAX_EVENTS:
-            raise too_many_events(self.path)
+            raise limits.too_many_events(self.path)
         self.parts.append(part)
 
     def document(self) -> TraceDocument:

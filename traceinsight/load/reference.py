@@ -15,7 +15,6 @@ from typing import Any, Final
 
 import polars as pl
 
-from traceinsight.errors import TraceFormatError
 from traceinsight.load import limits, schema, taxonomy
 from traceinsight.load.coerce import Scalar, as_int, as_json_text, as_ns
 from traceinsight.load.decode import (
@@ -65,16 +64,8 @@ def document_and_events(value: Any, path: Path) -> tuple[TraceDocument, list[dic
     if events and not objects:
         raise not_a_trace(path, "its events are not JSON objects")
     if len(objects) > limits.MAX_EVENTS:
-        raise too_many_events(path)
+        raise limits.too_many_events(path)
     return document, objects
-
-
-def too_many_events(path: Path) -> TraceFormatError:
-    """The one line for a trace past :data:`~.limits.MAX_EVENTS`."""
-    return TraceFormatError(
-        f"cannot read trace {path}: it holds more than {limits.MAX_EVENTS:,} events; "
-        "profile fewer steps (schedule active=) or split the trace"
-    )
 
 
 class _Columns:

@@ -24,6 +24,21 @@ _TIMED: Final[dict[str, type[pl.DataType] | pl.DataType]] = {
     "end": pl.Int64,
 }
 
+#: What torch records of an operator beyond its time (the operators' table's last columns).
+_OPERATOR_RECORDS: Final[dict[str, type[pl.DataType] | pl.DataType]] = {
+    # Recorded shapes (``record_shapes=True``), each the compact JSON text of the trace's list
+    # (:func:`.coerce.as_json_text`), null when not recorded: ``Input Dims``, ``Input type``,
+    # ``Concrete Inputs``.
+    "input_dims": pl.String,
+    "input_types": pl.String,
+    "concrete_inputs": pl.String,
+    #: torch's ``flops`` arg (``with_flops=True``; null elsewhere).
+    "flops": pl.Int64,
+    #: autograd's ``Sequence number`` and ``Fwd thread id`` (> 0 on backward operators).
+    "sequence_number": pl.Int64,
+    "fwd_thread_id": pl.Int64,
+}
+
 #: Kernels, copies and memsets: the only events that make a GPU busy.
 GPU_ACTIVITY: Final[pl.Schema] = pl.Schema(
     {
@@ -62,17 +77,7 @@ CPU_OPS: Final[pl.Schema] = pl.Schema(
         **_TIMED,
         "external_id": pl.Int64,
         "call_stack": pl.String,
-        # Recorded shapes (``record_shapes=True``), each the compact JSON text of the trace's list
-        # (:func:`.coerce.as_json_text`), null when not recorded: ``Input Dims``, ``Input type``,
-        # ``Concrete Inputs``.
-        "input_dims": pl.String,
-        "input_types": pl.String,
-        "concrete_inputs": pl.String,
-        #: torch's ``flops`` arg (``with_flops=True``; null elsewhere).
-        "flops": pl.Int64,
-        #: autograd's ``Sequence number`` and ``Fwd thread id`` (> 0 on backward operators).
-        "sequence_number": pl.Int64,
-        "fwd_thread_id": pl.Int64,
+        **_OPERATOR_RECORDS,
     }
 )
 
@@ -179,11 +184,6 @@ EVENT_COLUMNS: Final[pl.Schema] = pl.Schema(
         "call_stack": pl.String,
         "seq": pl.Int64,
         "process_group": pl.String,
-        "input_dims": pl.String,
-        "input_types": pl.String,
-        "concrete_inputs": pl.String,
-        "flops": pl.Int64,
-        "sequence_number": pl.Int64,
-        "fwd_thread_id": pl.Int64,
+        **_OPERATOR_RECORDS,
     }
 )

@@ -140,7 +140,7 @@ def gpus_in_words(listed: int | None) -> str | None:
     return f"{listed} GPU{'s' if listed > 1 else ''}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # tables compare as frames, not as a bool: by identity
 class Trace:
     """A loaded trace: one polars table per kind of event (schemas in :mod:`schema`)."""
 
@@ -204,7 +204,7 @@ _EMPTY_TABLES: Final = {
 NO_EVENTS: Final = pl.DataFrame(schema=schema.EVENT_COLUMNS)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # tables compare as frames, not as a bool: by identity
 class ChunkTables:
     """The tables of a run of consecutive events, plus what :class:`TraceMeta` needs from them."""
 

@@ -5,8 +5,8 @@ Four renderers, one per format, each taking any of the four results (pyinstrumen
 :class:`~.json_report.JsonRenderer`, :class:`~.markdown.MarkdownRenderer`,
 :class:`~.html.HtmlRenderer`. The JSON is the result's own (``to_json``); the summary, the page and
 the Markdown of a trace are drawn from the result alone (its figures and its ``details``), so a
-stored one draws them as the live one did; a job's from the analysis a live result carries; a
-comparison (of two traces or two jobs) carries all it shows.
+stored one draws them as the live one did; a job's result and a comparison (of two traces or two
+jobs) carry all they show.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from traceinsight.results import Result
 from traceinsight.results.trace import Details
 
 if TYPE_CHECKING:  # a job's and a diff's types are made when first used (traceinsight.results)
-    from traceinsight.results import Comparison, JobComparison, JobReport, JobResult
+    from traceinsight.results import Comparison, JobComparison, JobResult
 
-__all__ = ["AnyResult", "NotLive", "Renderer", "live_job", "shown_details"]
+__all__ = ["AnyResult", "NotLive", "Renderer", "shown_details"]
 
 #: What a renderer renders.
 AnyResult: TypeAlias = "Result | JobResult | Comparison | JobComparison"
@@ -47,13 +47,3 @@ def shown_details(result: Result, output: str = "the report") -> Details:
             "traceinsight wrote it without the details a report shows (its 'details' key); analyze its trace"
         )
     return result.details
-
-
-def live_job(result: JobResult, output: str) -> JobReport:
-    """The combined job ``result`` was made from, for ``output``."""
-    if result.report is None:
-        raise NotLive(
-            f"cannot draw {output} of a job from a stored result: it holds the figures, not the ranks' "
-            "analyses; analyze the job's traces"
-        )
-    return result.report

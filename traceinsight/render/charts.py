@@ -395,8 +395,11 @@ _BUSY_LEVELS: Final[tuple[tuple[float, float, str], ...]] = (
 
 
 def _busy_level(share: float) -> int:
-    """Index into :data:`_BUSY_LEVELS` for a block's busy share."""
-    return next(index for index, (low, _, _) in enumerate(_BUSY_LEVELS) if share >= low)
+    """Index into :data:`_BUSY_LEVELS` for a block's busy share (the lowest for a share no block of
+    an analysis has: below 0, from a stored result's edited timeline)."""
+    return next(
+        (index for index, (low, _, _) in enumerate(_BUSY_LEVELS) if share >= low), len(_BUSY_LEVELS) - 1
+    )
 
 
 def timeline_chart(timeline: Timeline, gaps: Sequence[IdleGap], step_labels: bool = True) -> Canvas | None:

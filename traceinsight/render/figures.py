@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from traceinsight.render import NotLive
 from traceinsight.render.diff import BEFORE_AFTER, before_after_canvas
 from traceinsight.render.job_html import ARRIVALS, arrivals_chart
 from traceinsight.results import Comparison, JobResult, Result
@@ -41,12 +40,11 @@ def result_figures(result: Result) -> dict[str, ChartFigure]:
 
 @figures_of.register(JobResult)
 def job_figures(job: JobResult) -> dict[str, ChartFigure]:
-    """A live job's chart (each collective's arrivals across ranks, as on its page), by name."""
+    """A job's chart (each collective's arrivals across ranks, as on its page), by name: a stored
+    result's too (it keeps the arrivals)."""
     from traceinsight.render.mpl import figure_of  # matplotlib, only when a chart is asked for
 
-    if job.report is None:
-        raise NotLive("cannot draw the charts of a job from a stored result: analyze the job's traces")
-    canvas = arrivals_chart(job.report.arrivals)
+    canvas = arrivals_chart(job.job.collectives.arrivals)
     if canvas is None:
         return {}
     name, title = ARRIVALS

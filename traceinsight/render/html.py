@@ -24,7 +24,7 @@ from traceinsight.formatting import (
     source_label,
 )
 from traceinsight.load.tables import gpus_in_words
-from traceinsight.render import AnyResult, charts, live_job, shown_details
+from traceinsight.render import AnyResult, charts, shown_details
 from traceinsight.render.excerpts import SourceExcerpt, source_excerpt
 from traceinsight.render.facts import (
     MEMORY_COLUMNS,
@@ -333,7 +333,7 @@ class HtmlRenderer:
             if isinstance(result, JobComparison):
                 return job_comparison_page(result)
             if isinstance(result, JobResult):
-                return job_page(live_job(result, "the page"))
+                return job_page(result)
         return self._environment.get_template("report.html").render(self.context(result))
 
     def context(self, result: Result) -> dict[str, object]:

@@ -19,8 +19,7 @@ from traceinsight.render.job_text import (
 )
 from traceinsight.render.svg import FOREGROUND, SMALL_SIZE, WIDTH, Axis, Canvas, LegendItem, text_width
 from traceinsight.render.templates import environment
-from traceinsight.results import JobReport
-from traceinsight.results.job import Arrival
+from traceinsight.results.job import ARRIVALS_SHOWN, Arrival, JobResult
 from traceinsight.version import __version__
 
 __all__ = ["arrivals_chart", "job_page", "page_values"]
@@ -37,19 +36,23 @@ _MARGIN: Final = 10.0
 
 
 def arrivals_chart(arrivals: Sequence[Arrival]) -> Canvas | None:
-    """The first collectives, one row each: every rank's arrival after the first rank's (a tick per
-    rank, ticks closer than half a point drawn once), the last rank's in red and named."""
+    """The first collectives (at most :data:`~traceinsight.results.job.ARRIVALS_SHOWN`), one row
+    each: every rank's arrival after the first rank's (a tick per rank, ticks closer than half a
+    point drawn once), the last rank's in red and named. A collective whose last rank has no
+    arrival (a stored result says so) is left out."""
+    lasts = {id(arrival): arrival.after_first_ns(arrival.last_rank) for arrival in arrivals}
+    arrivals = [arrival for arrival in arrivals[:ARRIVALS_SHOWN] if lasts[id(arrival)] is not None]
     if not arrivals:
         return None
-    latest = max((ns for arrival in arrivals for _, ns in arrival.arrivals_ns), default=0) or 1
+    last_of = {id(arrival): lasts[id(arrival)] or 0 for arrival in arrivals}
+    latest = max((entry.after_first_ns for arrival in arrivals for entry in arrival.arrivals), default=0) or 1
     per_unit, unit = (1e6, "ms") if latest >= 100_000 else (1e3, "µs")
     labels = [
         f"#{index + 1} {arrival.kind}" + ("" if arrival.step is None else f" · step {arrival.step}")
         for index, arrival in enumerate(arrivals)
     ]
     notes = [
-        f"last: rank {arrival.last_rank}, +{format_duration(dict(arrival.arrivals_ns)[arrival.last_rank])}"
-        for arrival in arrivals
+        f"last: rank {arrival.last_rank}, +{format_duration(last_of[id(arrival)])}" for arrival in arrivals
     ]
     left = min(_MARGIN + max(text_width(label) for label in labels) + 8, WIDTH * 0.4)
     right = WIDTH - _MARGIN - max(text_width(note, SMALL_SIZE) for note in notes) - 8
@@ -62,13 +65,13 @@ def arrivals_chart(arrivals: Sequence[Arrival]) -> Canvas | None:
         middle = top + _ROW * (index + 0.5)
         points = sorted(
             {
-                round(axis(ns / per_unit) * 2) / 2
-                for rank, ns in arrival.arrivals_ns
-                if rank != arrival.last_rank
+                round(axis(entry.after_first_ns / per_unit) * 2) / 2
+                for entry in arrival.arrivals
+                if entry.rank != arrival.last_rank
             }
         )
         canvas.spans([(x - 0.5, x + 0.5) for x in points], middle - 5, 10, FOREGROUND, 0.55)
-        last_x = axis(dict(arrival.arrivals_ns)[arrival.last_rank] / per_unit)
+        last_x = axis(last_of[id(arrival)] / per_unit)
         canvas.rect(last_x - 1.5, middle - 6, 3, 12, _LAST)
         canvas.text(left - 6, middle + 3.2, label, anchor="end")
         canvas.text(last_x + 6, middle + 2.7, note, size=SMALL_SIZE)
@@ -81,16 +84,16 @@ def arrivals_chart(arrivals: Sequence[Arrival]) -> Canvas | None:
 ARRIVALS: Final = ("arrivals", "Each collective's arrivals across ranks")
 
 
-def page_values(job: JobReport) -> dict[str, Any]:
+def page_values(job: JobResult) -> dict[str, Any]:
     """What ``templates/job.html`` shows (every rank in the table)."""
-    chart = arrivals_chart(job.arrivals)
+    chart = arrivals_chart(job.job.collectives.arrivals)
     return {
         "version": __version__,
         # the SVG is ours (every text in it escaped by the canvas), so it goes in as markup
         "arrivals_svg": Markup(chart.svg(*ARRIVALS)) if chart else None,
         "job": job,
         "headline": job_headline(job),
-        "unit": "rank" if job.cycles_of is None else "cycle",
+        "unit": "cycle" if job.cycles else "rank",
         "saving": lambda finding: job_saving(job, finding),
         "stragglers": straggler_lines(job),
         "straggling": {str(straggler.rank) for straggler in job.stragglers},
@@ -98,10 +101,10 @@ def page_values(job: JobReport) -> dict[str, Any]:
         "numeric": [column in NUMERIC_COLUMNS for column in RANK_COLUMNS],
         # the top finding is its rule id in the table (its title on hover; the findings section
         # below has the words), so that a row stays one line
-        "rows": [(rank_cells(job, result)[:-1], result.top_finding) for result in ranks_in_order(job)],
+        "rows": [(rank_cells(result)[:-1], result.top_finding) for result in ranks_in_order(job)],
     }
 
 
-def job_page(job: JobReport) -> str:
+def job_page(job: JobResult) -> str:
     """The whole page (autoescaped)."""
     return environment().get_template("job.html").render(page_values(job))

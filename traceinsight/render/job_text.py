@@ -3,8 +3,9 @@
 The terminal, the Markdown (:mod:`.markdown`) and the page (:mod:`.job_html`) show, in this order:
 the job line, warnings, stragglers (why each is slow, what the others waited for it), the per-rank
 table (stragglers first, then the latest ranks), and the findings common to the ranks, each once
-with its rank count. Every string from a trace is data: rich ``Text`` in the terminal, escaped and
-cut in Markdown (:func:`.markdown.escape`).
+with its rank count. Every figure is the :class:`~traceinsight.results.job.JobResult`'s, so a job's
+stored result draws them as the live one did. Every string from a trace is data: rich ``Text`` in
+the terminal, escaped and cut in Markdown (:func:`.markdown.escape`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from traceinsight.formatting import format_duration, format_share
-from traceinsight.results.job import CAUSE_WORDS, JobFinding, JobReport, RankResult
+from traceinsight.results.job import CAUSE_WORDS, JobFinding, JobResult, Rank
 from traceinsight.results.vocabulary import cause_label
 
 __all__ = [
@@ -52,21 +53,21 @@ RANK_COLUMNS: Final[tuple[str, ...]] = (
 )
 
 
-def ranks_in_order(job: JobReport) -> list[RankResult]:
+def ranks_in_order(job: JobResult) -> list[Rank]:
     """Stragglers first (as ranked), then by median lateness, latest first, then by rank."""
     straggling = [straggler.rank for straggler in job.stragglers]
     by_rank = {result.rank: result for result in job.ranks}
 
-    def lateness(result: RankResult) -> int:
-        timing = job.timing(result.rank)
+    def lateness(result: Rank) -> int:
+        timing = result.collectives
         return timing.late_median_ns if timing is not None else 0
 
     rest = sorted((r for r in job.ranks if r.rank not in straggling), key=lambda r: (-lateness(r), r.rank))
-    return [by_rank[rank] for rank in straggling] + rest
+    return [by_rank[rank] for rank in straggling if rank in by_rank] + rest
 
 
-def _per_step(result: RankResult, ns: int) -> str:
-    return format_duration(result.per_step(ns))
+def _per_step(result: Rank, ns: int) -> str:
+    return format_duration(result.per_step_of(ns))
 
 
 #: The terminal's narrower table (ms per steady step; fits 80 columns): no top finding (the
@@ -87,151 +88,153 @@ def _ms(ns: int | None) -> str:
     return "—" if ns is None else f"{ns / 1e6:,.1f}"
 
 
-def split_cells(job: JobReport, result: RankResult, duration: bool = False) -> tuple[str, str, str]:
+def split_cells(result: Rank, duration: bool = False) -> tuple[str, str, str]:
     """The rank's wait, transfer (per steady step) and the rank it waited for longest: ``—`` where
     its collectives are not split (one rank, or its clock could not be aligned)."""
-    timing = job.timing(result.rank)
+    timing = result.collectives
     if timing is None or not timing.clock_aligned:
         return ("—", "—", "—")
     show = format_duration if duration else _ms
     return (
-        show(result.per_step(timing.wait_ns)),
-        show(result.per_step(timing.transfer_ns)),
+        show(result.per_step_of(timing.wait_ns)),
+        show(result.per_step_of(timing.transfer_ns)),
         "—"
         if timing.waited_for is None
         else (f"rank {timing.waited_for}" if duration else f"r{timing.waited_for}"),
     )
 
 
-def terminal_cells(job: JobReport, result: RankResult) -> tuple[str, ...]:
+def terminal_cells(result: Rank) -> tuple[str, ...]:
     """One row of :data:`TERMINAL_COLUMNS`."""
-    usage = result.usage
-    timing = job.timing(result.rank)
-    largest = next((kind.value for kind, ns in usage.idle if ns), None)
+    timing = result.collectives
+    per_step = result.per_step
+    largest = result.largest_idle
     return (
         str(result.rank),
-        _ms(result.step_ns),
-        format_share(usage.share(usage.busy_ns)) if usage.window_ns else "—",
+        _ms(result.step_time_ns),
+        format_share(result.busy_share),
         *(
             (
-                _ms(result.per_step(result.communication_total_ns)),
-                _ms(result.per_step(usage.communication_ns)),
-                *split_cells(job, result),
-                _ms(result.per_step(usage.idle_ns)),
+                _ms(per_step.communication_ns),
+                _ms(per_step.communication_exposed_ns),
+                *split_cells(result),
+                _ms(per_step.idle_ns),
             )
-            if usage.window_ns
+            if result.utilization.window_ns
             else ("—",) * 6  # no GPU activity: no GPU time to split
         ),
-        "—" if largest is None else CAUSE_WORDS.get(largest, largest),
+        "—" if largest is None else CAUSE_WORDS.get(largest[0], largest[0]),
         f"{result.syncs_per_step:.1f}" if result.syncs_per_step is not None else "—",
         _ms(timing.late_median_ns if timing is not None else None),
-        _ms(result.per_step(timing.caused_ns) if timing is not None else None),
+        _ms(result.per_step_of(timing.others_waited_ns) if timing is not None else None),
     )
 
 
-def rank_cells(job: JobReport, result: RankResult) -> tuple[str, ...]:
+def rank_cells(result: Rank) -> tuple[str, ...]:
     """One row of the per-rank table (figures per steady step when the rank has steps)."""
-    usage = result.usage
-    timing = job.timing(result.rank)
-    largest = next(((kind, ns) for kind, ns in usage.idle if ns), None)
+    timing = result.collectives
+    per_step = result.per_step
+    largest = result.largest_idle
     top = result.top_finding
     return (
         str(result.rank),
-        format_duration(result.step_ns) if result.step_ns is not None else "—",
-        format_share(usage.share(usage.busy_ns)) if usage.window_ns else "—",
-        _per_step(result, usage.compute_ns),
-        f"{_per_step(result, result.communication_total_ns)} ({_per_step(result, usage.communication_ns)})",
-        *split_cells(job, result, duration=True),
-        _per_step(result, usage.idle_ns),
-        f"{cause_label(largest[0].value)} {_per_step(result, largest[1])}" if largest is not None else "—",
+        format_duration(result.step_time_ns) if result.step_time_ns is not None else "—",
+        format_share(result.busy_share),
+        format_duration(per_step.compute_ns),
+        f"{format_duration(per_step.communication_ns)} ({format_duration(per_step.communication_exposed_ns)})",
+        *split_cells(result, duration=True),
+        format_duration(per_step.idle_ns),
+        f"{cause_label(largest[0])} {_per_step(result, largest[1])}" if largest is not None else "—",
         f"{result.syncs_per_step:.1f}" if result.syncs_per_step is not None else "—",
         format_duration(timing.late_median_ns) if timing is not None else "—",
-        _per_step(result, timing.caused_ns) if timing is not None else "—",
+        _per_step(result, timing.others_waited_ns) if timing is not None else "—",
         top.title if top is not None else "—",
     )
 
 
-def job_headline(job: JobReport) -> str:
+def job_headline(job: JobResult) -> str:
     """``64 ranks (nccl, world size 64) · step 615.12 ms · 100 collectives matched (GPU kernels)``."""
-    first = job.ranks[0] if job.ranks else None
+    info = job.job
+    collectives = info.collectives
+    clock = collectives.clock
     setup = ", ".join(
         part
-        for part in (
-            first.backend if first is not None else None,
-            f"world size {first.world_size}" if first is not None and first.world_size is not None else None,
-        )
+        for part in (info.backend, f"world size {info.world_size}" if info.world_size is not None else None)
         if part
     )
-    if job.cycles_of is not None:
-        parts = [f"{len(job.ranks)} profiler cycles of one process ({job.cycles_of}), not ranks"]
+    if info.cycles_of is not None:
+        parts = [f"{len(job.ranks)} profiler cycles of one process ({info.cycles_of}), not ranks"]
     else:
         parts = [f"{len(job.ranks)} ranks" + (f" ({setup})" if setup else "")]
-    if job.step_ns is not None:
-        step = f"step {format_duration(job.step_ns)} (median rank)"
-        if job.slowest_step_ns is not None and job.slowest_rank is not None and len(job.ranks) > 1:
-            step += f", slowest rank {job.slowest_rank} {format_duration(job.slowest_step_ns)}"
+    if info.step_time_ns is not None:
+        step = f"step {format_duration(info.step_time_ns)} (median rank)"
+        if info.slowest_step_time_ns is not None and info.slowest_rank is not None and len(job.ranks) > 1:
+            step += f", slowest rank {info.slowest_rank} {format_duration(info.slowest_step_time_ns)}"
         parts.append(step)
-    where = {"gpu": "communication kernels", "host": "host c10d operators"}.get(job.collectives_from)
+    where = {"gpu": "communication kernels", "host": "host c10d operators"}.get(collectives.source)
     if where is not None:
         how = (
             "by process group and sequence number"
-            if job.collectives_matched_by_seq == job.collectives_matched
+            if collectives.matched_by_seq == collectives.matched
             else "by kind and order"
-            if not job.collectives_matched_by_seq
-            else f"{job.collectives_matched_by_seq:,} by process group and sequence number, the rest by order"
+            if not collectives.matched_by_seq
+            else f"{collectives.matched_by_seq:,} by process group and sequence number, the rest by order"
         )
-        parts.append(f"{job.collectives_matched:,} collectives matched across ranks ({where}, {how})")
-    if job.clock_aligned_ranks and job.clock_residual_ns is not None:
+        parts.append(f"{collectives.matched:,} collectives matched across ranks ({where}, {how})")
+    if clock.aligned_ranks and clock.residual_ns is not None:
         parts.append(
-            f"clocks aligned on the collectives' ends ({job.clock_aligned_ranks:,} of {len(job.ranks):,} ranks, "
-            f"residual {format_duration(job.clock_residual_ns)})"
+            f"clocks aligned on the collectives' ends ({clock.aligned_ranks:,} of {len(job.ranks):,} ranks, "
+            f"residual {format_duration(clock.residual_ns)})"
         )
     return " · ".join(parts)
 
 
-def _unit(job: JobReport) -> str:
+def _unit(job: JobResult) -> str:
     """What a row of the job is: a rank, or one process's profiler cycle."""
-    return "rank" if job.cycles_of is None else "cycle"
+    return "cycle" if job.cycles else "rank"
 
 
-def job_saving(job: JobReport, finding: JobFinding) -> str:
+def job_saving(job: JobResult, finding: JobFinding) -> str:
     """A finding's saving, per steady step: the median rank's, and the sum over the ranks it fired
     on when more than one (``4.10 ms per step (median rank; 16.40 ms summed over 4 ranks)``)."""
     unit = _unit(job)
-    if finding.straggler is not None and finding.job_saving_per_step_ns:
+    if finding.straggler is not None and finding.job_savings_per_step_ns:
         return (
             f"if rank {finding.straggler} kept pace, every other rank saves up to "
-            f"{format_duration(finding.job_saving_per_step_ns)} per step (the time they wait for it)"
+            f"{format_duration(finding.job_savings_per_step_ns)} per step (the time they wait for it)"
         )
-    text = f"{format_duration(finding.saving_per_step_ns)} per step"
+    text = f"{format_duration(finding.savings_per_step_ns)} per step"
     if finding.straggler is not None:
         return text + f" on rank {finding.straggler} (the others wait for a slower rank first)"
     if len(finding.ranks) > 1:
         text += (
-            f" (median {unit}; {format_duration(finding.saving_per_step_all_ns)} summed over "
+            f" (median {unit}; {format_duration(finding.savings_per_step_all_ranks_ns)} summed over "
             f"{len(finding.ranks)} {unit}s)"
         )
     return text
 
 
-def straggler_lines(job: JobReport) -> list[tuple[int, str, list[str]]]:
+def straggler_lines(job: JobResult) -> list[tuple[int, str, list[str]]]:
     """(rank, headline, detail lines) for each straggler."""
     lines = []
     for straggler in job.stragglers:
         headline = f"rank {straggler.rank}: slow because of {straggler.cause_words}"
         if straggler.cause is not None:
-            headline += f" (+{format_duration(straggler.cause_excess_ns)} per step over the median rank)"
+            headline += (
+                f" (+{format_duration(straggler.cause_excess_per_step_ns)} per step over the median rank)"
+            )
         details = list(straggler.reasons)
         if straggler.steps <= 1 and not any("one-off" in reason for reason in details):
             details.append(f"{straggler.steps or 'no'} step recorded: it may be a one-off")
-        if straggler.caused_ns and not straggler.saving_per_step_ns:
+        if straggler.others_waited_ns and not straggler.waits_caused_per_step_ns:
             details.append(
-                f"the other ranks waited {format_duration(straggler.caused_ns)} for it in collectives "
+                f"the other ranks waited {format_duration(straggler.others_waited_ns)} for it in collectives "
                 "(summed over the ranks and the collectives it came last to)"
             )
-        if straggler.saving_per_step_ns:
+        if straggler.waits_caused_per_step_ns:
             details.append(
-                f"if it kept pace, every other rank would save up to {format_duration(straggler.saving_per_step_ns)} "
+                "if it kept pace, every other rank would save up to "
+                f"{format_duration(straggler.waits_caused_per_step_ns)} "
                 "per step (their mean wait for it)"
             )
         if straggler.top_finding:
@@ -272,7 +275,7 @@ class _RankTable:
         yield table
 
 
-def job_renderables(job: JobReport, top: int = 10) -> list[RenderableType]:
+def job_renderables(job: JobResult, top: int = 10) -> list[RenderableType]:
     """The terminal summary: ``top`` ranks in the table (stragglers always)."""
     parts: list[RenderableType] = [Text(f"traceinsight job: {job_headline(job)}", style="bold")]
     parts += [Text(f"! {warning}", style="yellow") for warning in job.warnings]
@@ -281,7 +284,7 @@ def job_renderables(job: JobReport, top: int = 10) -> list[RenderableType]:
         for _, headline, details in straggler_lines(job):
             parts.append(Text(f"  {headline}", style="bold"))
             parts += [Text(f"    {detail}") for detail in details]
-    elif len(job.ranks) >= 3 and job.cycles_of is None:
+    elif len(job.ranks) >= 3 and not job.cycles:
         parts.append(
             Text(
                 "No straggler: no rank keeps the others waiting, and no rank's collectives or step time stand "
@@ -292,7 +295,7 @@ def job_renderables(job: JobReport, top: int = 10) -> list[RenderableType]:
     ordered = ranks_in_order(job)
     shown = ordered[: max(top, len(job.stragglers))]
     unit = _unit(job)
-    parts.append(_RankTable([terminal_cells(job, result) for result in shown], unit))
+    parts.append(_RankTable([terminal_cells(result) for result in shown], unit))
     if len(ordered) > len(shown):
         parts.append(
             Text(f"… {len(ordered) - len(shown)} more {unit}s in the JSON and HTML report", style="dim")

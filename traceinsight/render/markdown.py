@@ -14,14 +14,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 from traceinsight.formatting import format_count, format_duration, format_share, source_label
-from traceinsight.render import AnyResult, live_job, shown_details
+from traceinsight.render import AnyResult, shown_details
 from traceinsight.render.facts import header_facts, no_findings_text, saving_text, time_split
 from traceinsight.render.scorecard import scorecard
 from traceinsight.results import Result
 from traceinsight.results.vocabulary import total_usage
 
 if TYPE_CHECKING:  # a job's and a diff's types are made when first used (traceinsight.results)
-    from traceinsight.results import Comparison, JobComparison, JobReport
+    from traceinsight.results import Comparison, JobComparison, JobResult
 
 __all__ = ["MAX_CHARS", "MarkdownRenderer", "code_span", "escape"]
 
@@ -92,7 +92,7 @@ class MarkdownRenderer:
             if isinstance(result, JobComparison):
                 return _job_comparison(result)
             if isinstance(result, JobResult):
-                return _job(live_job(result, "the Markdown summary"))
+                return _job(result)
         return _trace(result)
 
 
@@ -298,7 +298,7 @@ def _job_comparison(comparison: JobComparison) -> str:
     return _bounded("\n".join(lines) + "\n")
 
 
-def _job(job: JobReport) -> str:
+def _job(job: JobResult) -> str:
     """The job as GitHub Markdown, bounded like the one-trace summary (:data:`~.markdown.MAX_CHARS`)."""
     from traceinsight.render.job_text import (
         RANK_COLUMNS,
@@ -312,20 +312,20 @@ def _job(job: JobReport) -> str:
     lines = [f"## traceinsight job: {escape(job_headline(job), 300)}", ""]
     lines += [f"> **warning:** {escape(warning, 400)}" for warning in job.warnings]
     lines.append("")
-    if job.cycles_of is None:
+    if not job.cycles:
         lines.append(f"### Stragglers ({len(job.stragglers)})")
-    if not job.stragglers and job.cycles_of is None:
+    if not job.stragglers and not job.cycles:
         lines.append(
             "No rank keeps the others waiting, and no rank's collectives or step time stand out from the others."
         )
     for _, headline, details in straggler_lines(job):
         lines.append(f"- **{escape(headline, 300)}**")
         lines += [f"  - {escape(detail, 300)}" for detail in details]
-    unit = "rank" if job.cycles_of is None else "cycle"
+    unit = "cycle" if job.cycles else "rank"
     lines += ["", f"### {unit.capitalize()}s (per steady step)", ""]
     ordered = ranks_in_order(job)
     cell: Callable[[str], str] = lambda text: escape(text, 120)  # noqa: E731
-    rows = [tuple(cell(value) for value in rank_cells(job, result)) for result in ordered[:MARKDOWN_RANKS]]
+    rows = [tuple(cell(value) for value in rank_cells(result)) for result in ordered[:MARKDOWN_RANKS]]
     lines += _table((unit, *RANK_COLUMNS[1:]), rows)
     if len(ordered) > MARKDOWN_RANKS:
         lines.append(f"\n… {len(ordered) - MARKDOWN_RANKS} more {unit}s in the JSON and HTML report")

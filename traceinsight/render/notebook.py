@@ -84,14 +84,11 @@ def comparison_html(comparison: Comparison) -> str:
 
 @html_of.register
 def job_html(job: JobResult) -> str:
-    """The job page's sections: stragglers, ranks, findings across ranks (a stored result: the
-    findings' rules and the ranks in ``frames``)."""
+    """The job page's sections: stragglers, ranks, findings across ranks (a stored result's too)."""
     from traceinsight.render.job_html import page_values as job_values
 
     heading = f"job of {job.job.ranks} ranks"
-    if job.report is None:
-        return _view(heading=heading, note="a stored job result: its tables are in frames")
-    return _view(heading=heading, sections=_content("job.html", job_values(job.report)))
+    return _view(heading=heading, sections=_content("job.html", job_values(job)))
 
 
 @html_of.register

@@ -22,7 +22,7 @@ from rich.text import Text
 
 from traceinsight.formatting import format_duration, format_share, source_label
 from traceinsight.load.text import printable
-from traceinsight.render import AnyResult, live_job, shown_details
+from traceinsight.render import AnyResult, shown_details
 from traceinsight.render.facts import (
     MEMORY_COLUMNS,
     allocator_fact,
@@ -318,7 +318,7 @@ class TerminalRenderer:
             if isinstance(result, JobComparison):
                 return job_comparison_renderables(result, top=self.top or _TOP_RANKS)
             if isinstance(result, JobResult):
-                return job_renderables(live_job(result, "the summary"), top=self.top or _TOP_RANKS)
+                return job_renderables(result, top=self.top or _TOP_RANKS)
         return trace_renderables(result, self.top or _TOP)
 
     def render(self, result: AnyResult) -> str:

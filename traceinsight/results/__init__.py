@@ -25,7 +25,7 @@ from traceinsight.thresholds import Thresholds
 
 if TYPE_CHECKING:
     from traceinsight.results.comparison import Comparison, compare
-    from traceinsight.results.job import JobReport, JobResult
+    from traceinsight.results.job import JobResult
     from traceinsight.results.job_comparison import JobComparison, compare_jobs
 
 __all__ = [
@@ -33,7 +33,6 @@ __all__ = [
     "Comparison",
     "Finding",
     "JobComparison",
-    "JobReport",
     "JobResult",
     "Report",
     "Result",
@@ -51,7 +50,6 @@ __all__ = [
 _LATER: Final = {
     "Comparison": "comparison",
     "compare": "comparison",
-    "JobReport": "job",
     "JobResult": "job",
     "JobComparison": "job_comparison",
     "compare_jobs": "job_comparison",

@@ -15,7 +15,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from traceinsight.errors import ConfigError
-from traceinsight.results.contract import utilization_of
 from traceinsight.results.trace import Result, Utilization
 from traceinsight.rules.findings import SEVERITIES
 from traceinsight.rules.ids import check_budget, check_rule_ids
@@ -139,8 +138,8 @@ def broken_ranks(ranks: Sequence[RankResult], budgets: Budgets, unit: str = "ran
         for rank in ranks
         for line in _broken(
             rank.findings,
-            utilization_of(rank.usage, rank.has_usage),
-            rank.steady_syncs / rank.steps if rank.steps else None,
+            rank.entry.utilization,
+            rank.syncs_per_step,
             budgets,
         )
     ]
@@ -220,8 +219,8 @@ def broken_job(result: JobResult, budgets: Budgets) -> list[str]:
     severity and whether it was minor on every rank: those are judged once per rule, the line
     naming the ranks."""
     unit = "cycle" if result.job.read_as == "cycles" else "rank"
-    if result.report is not None:
-        return broken_ranks(result.report.ranks, budgets, unit)
+    if result.rank_results:
+        return broken_ranks(result.rank_results, budgets, unit)
     on_findings = Budgets(fail_on=budgets.fail_on, fail_on_rules=budgets.fail_on_rules)
     on_figures = replace(budgets, fail_on=None, fail_on_rules=())
     lines: list[str] = []

@@ -1,14 +1,17 @@
 """A distributed job's result: the ranks' summaries, their collectives' timing, the stragglers.
 
-Two views of one job, as for one trace (:mod:`.trace`): :class:`JobReport` is what the job layer
-computes (:func:`traceinsight.job.combine`: integer nanoseconds, each rank's
-:class:`~traceinsight.analysis.usage.Usage`), and :class:`JobResult` is the job's JSON contract,
-typed (:func:`job_result_of`): what ``analyze --json`` writes for a job and reads back. A live
-:class:`JobResult` carries its :class:`JobReport`, which the terminal summary, the page and the
-Markdown are drawn from.
+One model: the job layer's workers return each rank's :class:`RankResult` (the rank's own
+analysis, in brief), and :func:`traceinsight.job.combine` makes the job's :class:`JobResult` from
+them directly: its JSON contract, typed, what ``analyze --json`` writes for a job and reads back.
+The terminal summary, the page, the Markdown and the chart are drawn from the :class:`JobResult`
+alone, so a job's stored result renders them as the live one did. A live result also keeps the
+ranks' :class:`RankResult` (:attr:`JobResult.rank_results`, not in the JSON): the gate holds each
+rank to the budgets with its every finding, and ``--per-rank`` finds the ranks' own reports there.
 
 The JSON's top-level keys (never renamed; new keys may be added): ``schema``, ``kind`` (``"job"``),
-``tool``, ``job``, ``warnings``, ``ranks``, ``stragglers``, ``findings``. Each ``ranks[]`` entry's
+``tool``, ``job``, ``warnings``, ``ranks``, ``stragglers``, ``findings``; keys added later sit at the
+end of their object (``job.collectives.arrivals``, ``ranks[].busy_us``,
+``ranks[].collectives.others_mean_wait_us``). Each ``ranks[]`` entry's
 ``utilization`` is exactly the ``utilization`` of that rank's own ``analyze --json``. Nothing in it
 depends on where or how the ranks were analyzed (local pool or dask), so both give the same bytes.
 The schema is the one version of every result (:data:`~.trace.SCHEMA_VERSION`; a job's was 1 before
@@ -25,7 +28,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 from traceinsight.analysis.causes import CauseKind
 from traceinsight.analysis.usage import Usage
 from traceinsight.results.codec import document_of
-from traceinsight.results.contract import utilization_of
 from traceinsight.results.frames import job_frames
 from traceinsight.results.stored import from_text
 from traceinsight.results.trace import SCHEMA_VERSION, Tool, Utilization
@@ -39,21 +41,29 @@ if TYPE_CHECKING:
 #: A rank's clock is aligned on its collectives' ends when every end lies this close to the
 #: collective's median end once shifted (:mod:`traceinsight.job.combine`).
 ALIGN_TOLERANCE_NS: Final = 200_000
+#: Collectives whose arrivals the job keeps for its chart (the first ones, in order).
+ARRIVALS_SHOWN: Final = 12
 
 __all__ = [
     "ALIGN_TOLERANCE_NS",
+    "ARRIVALS_SHOWN",
     "CAUSE_WORDS",
     "Arrival",
     "Collective",
     "FindingBrief",
+    "JobClock",
+    "JobCollectives",
     "JobFinding",
-    "JobReport",
+    "JobInfo",
     "JobResult",
+    "PerStep",
+    "Rank",
+    "RankArrival",
+    "RankCollectives",
     "RankResult",
     "RankStep",
-    "RankTiming",
     "Straggler",
-    "job_result_of",
+    "TopFinding",
 ]
 
 #: How the job report names a cause of lateness.
@@ -96,7 +106,7 @@ class Collective:
 
 @dataclass(frozen=True, slots=True)
 class FindingBrief:
-    """What the job report keeps of one of a rank's findings."""
+    """What a rank's worker keeps of one of its findings (:class:`RankResult`)."""
 
     rule: str
     severity: str
@@ -109,31 +119,24 @@ class FindingBrief:
 
 @dataclass(frozen=True, slots=True)
 class RankResult:
-    """One rank's figures: the same numbers its own ``analyze`` shows, and its collectives."""
+    """What a rank's worker returns (a few kilobytes): the rank's entry in the job (:class:`Rank`,
+    made once there; its ``collectives`` are filled in by :func:`traceinsight.job.combine`, which
+    needs every rank for them), and what the combine needs besides from the rank's own analysis.
+    Not part of the JSON; a live :class:`JobResult` keeps them for the gate."""
 
-    rank: int
-    #: Where the rank number came from: ``distributedInfo``, ``file name`` or ``order``.
-    rank_from: str
-    #: The trace's path as the user gave it (control characters replaced).
-    path: str
+    entry: Rank
     world_size: int | None
     backend: str | None
     #: The rank's steady state, over every device (:func:`~traceinsight.analysis.usage.total_usage`).
     usage: Usage
-    #: Whether the trace had any steady state to judge (the JSON's ``utilization.of`` is null if not).
-    has_usage: bool
-    #: Median steady step time: the spacing of when the steps' work was done (None without steps).
-    step_ns: int | None
-    #: Communication kernel time (union) inside the steady state, overlapped by compute or not.
-    communication_total_ns: int
     #: Host blocking calls inside the steady state.
     steady_syncs: int
+    #: Every finding of the rank's own ``analyze``, minor ones too, ranked by saving.
     findings: tuple[FindingBrief, ...]
     #: The rank's collectives in order: GPU communication kernels, else host ``c10d::`` operators.
     collectives: tuple[Collective, ...]
     #: ``gpu`` (communication kernels) or ``host`` (``c10d::`` operators) or ``none``.
     collectives_from: str
-    warnings: tuple[str, ...]
     #: This rank's own reports, staged by the worker: (file name, staged path) pairs.
     staged: tuple[tuple[str, str], ...] = ()
     #: Its steady steps on the GPU's clock, on the collectives' clock: (step number, begin, done).
@@ -141,9 +144,24 @@ class RankResult:
     steps_ns: tuple[tuple[int, int, int], ...] = ()
 
     @property
+    def rank(self) -> int:
+        """The rank (:attr:`Rank.rank`)."""
+        return self.entry.rank
+
+    @property
+    def path(self) -> str:
+        """The trace's path as the user gave it."""
+        return self.entry.path
+
+    @property
+    def step_ns(self) -> int | None:
+        """Median steady step time (None without steps)."""
+        return self.entry.step_time_ns
+
+    @property
     def steps(self) -> int:
         """Steady steps (0 without steps)."""
-        return self.usage.steps
+        return self.entry.steps
 
     @property
     def name(self) -> str:
@@ -152,181 +170,15 @@ class RankResult:
 
     def per_step(self, ns: int) -> int:
         """``ns`` per steady step, or ``ns`` itself without steps."""
-        return round(ns / self.steps) if self.steps else ns
+        return self.entry.per_step_of(ns)
 
     @property
     def syncs_per_step(self) -> float | None:
-        """Host blocking calls per steady step (None without steps)."""
+        """Host blocking calls per steady step, unrounded (None without steps)."""
         return self.steady_syncs / self.steps if self.steps else None
 
-    @property
-    def top_finding(self) -> FindingBrief | None:
-        """The first finding that is not minor (findings come ranked by saving)."""
-        return next((finding for finding in self.findings if not finding.minor), None)
 
-
-@dataclass(frozen=True, slots=True)
-class RankStep:
-    """A rank's time in collectives in one of its steady steps, split (see :mod:`traceinsight.job.combine`)."""
-
-    step: int
-    """``ProfilerStep#N``'s N (-1: the steady window of a trace without steps)."""
-    wait_ns: int
-    """Waiting in collectives for the last rank to arrive."""
-    transfer_ns: int
-    """In collectives after the last rank arrived."""
-    waited_for: int | None
-    """The rank it waited for longest in this step (None: it waited for nobody)."""
-    waited_for_ns: int = 0
-    """How long it waited for that rank in this step."""
-
-
-@dataclass(frozen=True, slots=True)
-class RankTiming:
-    """A rank in the job's collectives."""
-
-    rank: int
-    matched: int
-    """Collectives of this rank matched with the other ranks' (every other rank's when matched by
-    order; the other members of its process group when matched by group and sequence number)."""
-    late_median_ns: int
-    late_max_ns: int
-    waited_ns: int
-    """Time this rank spent in collectives waiting for the last rank to arrive (summed)."""
-    caused_ns: int
-    """Time the other ranks spent waiting for this rank, in collectives it arrived at last."""
-    clock_offset_ns: int = 0
-    """Subtracted from this rank's times to put it on the job's clock (0 where not aligned)."""
-    clock_aligned: bool = False
-    """Whether its collectives' ends agreed with the others' once shifted by the offset."""
-    wait_ns: int = 0
-    """In its steady steps: time in collectives before the last rank arrived (within each kernel)."""
-    transfer_ns: int = 0
-    """In its steady steps: time in collectives after the last rank arrived."""
-    exposed_wait_ns: int = 0
-    """Of ``wait_ns``, with no compute under it."""
-    exposed_transfer_ns: int = 0
-    """Of ``transfer_ns``, with no compute under it."""
-    waited_for: int | None = None
-    """The rank it waited for longest in its steady steps."""
-    waited_for_ns: int = 0
-    steps: tuple[RankStep, ...] = ()
-    """Per steady step, in order."""
-    caused_per_other_ns: int = 0
-    """Over the collectives it came last to: the mean wait of the other members for it, summed
-    (what each other rank would save if it had kept pace)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Arrival:
-    """One collective's arrivals across ranks (the arrivals chart)."""
-
-    kind: str
-    step: int | None
-    """The step it ran in on its last rank (None: outside the steady steps)."""
-    arrivals_ns: tuple[tuple[int, int], ...]
-    """(rank, arrival after the first rank's), by rank."""
-    last_rank: int
-
-
-@dataclass(frozen=True, slots=True)
-class Straggler:
-    """A rank that holds the others back, and why."""
-
-    rank: int
-    reasons: tuple[str, ...]
-    """What is out of line, in plain words (``collectives start 80.0 ms late (median)``)."""
-    cause: str | None
-    """``CauseKind`` value (or ``compute``) whose time per step grew most over the job's median."""
-    cause_excess_ns: int
-    """How much more of that per step than the job's median rank."""
-    caused_ns: int
-    """Time the other ranks waited for this rank in collectives."""
-    top_finding: str | None
-    top_finding_rule: str | None = None
-    """The rule of its top finding: its own finding of its cause where it has one."""
-    top_finding_source: str | None = None
-    """The line its top finding points at."""
-    saving_per_step_ns: int = 0
-    """What each other rank would save per step if it kept pace: the others' mean wait for it
-    per step (:attr:`RankTiming.caused_per_other_ns` per step)."""
-    steps: int = 0
-    """Its steady steps (the wait may be a one-off when there is one)."""
-
-    @property
-    def cause_words(self) -> str:
-        """The cause as the report names it."""
-        return CAUSE_WORDS.get(self.cause, self.cause) if self.cause is not None else "no single cause"
-
-
-@dataclass(frozen=True, slots=True)
-class JobFinding:
-    """One rule's findings over the ranks: reported once, with the ranks it fired on."""
-
-    rule: str
-    severity: str
-    title: str
-    """The title on the rank where the saving is largest."""
-    ranks: tuple[int, ...]
-    savings_ns: int
-    """Summed over the ranks (each over its whole steady state)."""
-    minor: bool
-    saving_per_step_ns: int = 0
-    """Per steady step, the median rank's (the lower middle of the ranks it fired on)."""
-    saving_per_step_all_ns: int = 0
-    """Per steady step, summed over the ranks it fired on (what the job as a whole would free in
-    one step, counted once per rank's GPU)."""
-    straggler: int | None = None
-    """The straggler whose own cause this finding is (such findings lead the job's)."""
-    job_saving_per_step_ns: int = 0
-    """With ``straggler``: what every other rank saves per step if it kept pace."""
-    source: str | None = None
-    """The line the finding points at on the rank where the saving is largest (the straggler's)."""
-    note: str | None = None
-    """How the job view changed the ranks' finding (``exposed-communication``: transfer only)."""
-
-
-@dataclass(frozen=True, slots=True)
-class JobReport:
-    """Everything the job's renderers show."""
-
-    ranks: tuple[RankResult, ...]
-    """By rank."""
-    timings: tuple[RankTiming, ...]
-    """By rank (empty when the ranks have no collectives to match)."""
-    collectives_from: str
-    collectives_matched: int
-    #: Of those, matched by process group and sequence number (the rest by kind and order).
-    collectives_matched_by_seq: int
-    collective_kinds: tuple[tuple[str, int], ...]
-    stragglers: tuple[Straggler, ...]
-    findings: tuple[JobFinding, ...]
-    warnings: tuple[str, ...]
-    step_ns: int | None
-    """Median over ranks of each rank's median steady step (the lower middle)."""
-    cycles_of: str | None = None
-    """The worker (``host_pid``) when the "ranks" are one process's profiler cycles
-    (:mod:`traceinsight.job.triage`): no collectives are matched and no straggler is named."""
-    slowest_step_ns: int | None = None
-    """The slowest rank's median steady step: what sets the job's pace."""
-    slowest_rank: int | None = None
-    clock_aligned_ranks: int = 0
-    """Ranks whose clock was shifted onto the job's by their collectives' ends."""
-    clock_residual_ns: int | None = None
-    """After the shift: the largest distance of an aligned rank's collective end from the
-    collective's median end (None: nothing aligned)."""
-    split: bool = False
-    """Whether collectives' time is split into wait and transfer: matched across ranks, on clocks
-    aligned by their ends (the split counts in the findings on aligned ranks only)."""
-    arrivals: tuple[Arrival, ...] = ()
-    """The first collectives' arrivals (the chart)."""
-
-    def timing(self, rank: int) -> RankTiming | None:
-        """The rank's collective timing."""
-        return next((timing for timing in self.timings if timing.rank == rank), None)
-
-
-# --- the job's JSON contract ----------------------------------------------------------------------
+# --- the job's result, as its JSON says it --------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -342,18 +194,49 @@ class JobClock:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RankArrival:
+    """A rank's arrival at a collective after the first rank's (JSON ``[rank, after_first_us]``)."""
+
+    JSON_ARRAY: ClassVar[bool] = True
+    rank: int
+    after_first_ns: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Arrival:
+    """One collective's arrivals across ranks, on the aligned clock (the arrivals chart)."""
+
+    #: ``AllReduce``, ``SendRecv``, ``c10d::allreduce_``…
+    kind: str
+    #: The step it ran in on its last rank (null: outside the steady steps).
+    step: int | None
+    #: The rank that arrived last (the lowest on a tie).
+    last_rank: int
+    #: By rank.
+    arrivals: tuple[RankArrival, ...] = ()
+
+    def after_first_ns(self, rank: int) -> int | None:
+        """When ``rank`` arrived after the first rank (None: not among the arrivals)."""
+        return next((entry.after_first_ns for entry in self.arrivals if entry.rank == rank), None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JobCollectives:
     """How the ranks' collectives were matched across ranks."""
 
     #: ``gpu`` (communication kernels), ``host`` (``c10d::`` operators) or ``none``.
     source: str = field(metadata={"key": "from"})
     matched: int = field(metadata={"check": "count"})
+    #: Of those, matched by process group and sequence number (the rest by kind and order).
     matched_by_seq: int = field(default=0, metadata={"check": "count"})
+    #: Matched collectives by kind, the most first.
     kinds: dict[str, int] = field(default_factory=dict)
     #: Whether collectives' time is split into wait and transfer: false with one rank, or where no
     #: rank's collectives end with the others' (its clock cannot be aligned).
     split: bool = False
     clock: JobClock = field(default_factory=JobClock)
+    #: The first :data:`ARRIVALS_SHOWN` matched collectives' arrivals, in order (the page's chart).
+    arrivals: tuple[Arrival, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -361,6 +244,7 @@ class JobInfo:
     """The job as a whole."""
 
     ranks: int = field(metadata={"check": "count"})
+    #: The first rank's that says (null: none does).
     world_size: int | None
     backend: str | None
     step_time_ns: int | None = field(metadata={"check": "duration"})
@@ -370,7 +254,8 @@ class JobInfo:
     slowest_step_time_ns: int | None = None
     slowest_rank: int | None = None
     #: ``ranks``, or ``cycles`` when the files are one process's profiler cycles (``cycles_of``
-    #: names the process; ``ranks[]`` are then the cycles in time order).
+    #: names the process; ``ranks[]`` are then the cycles in time order): no collectives are
+    #: matched and no straggler is named.
     read_as: str = "ranks"
     cycles_of: str | None = None
     collectives: JobCollectives
@@ -381,6 +266,7 @@ class PerStep:
     """A rank's time per steady step (in all, without steps)."""
 
     compute_ns: int = field(metadata={"key": "compute"})
+    #: Communication kernel time (union), overlapped by compute or not.
     communication_ns: int = field(metadata={"key": "communication"})
     communication_exposed_ns: int = field(metadata={"key": "communication_exposed"})
     copy_exposed_ns: int = field(metadata={"key": "copy_exposed"})
@@ -391,12 +277,16 @@ class PerStep:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RankStepSplit:
-    """A rank's collectives in one steady step: waiting for the last rank, and the transfer."""
+class RankStep:
+    """A rank's time in collectives in one of its steady steps, split (see :mod:`traceinsight.job.combine`)."""
 
+    #: ``ProfilerStep#N``'s N (-1: the steady window of a trace without steps).
     step: int
+    #: Waiting in collectives for the last rank to arrive.
     wait_ns: int
+    #: In collectives after the last rank arrived.
     transfer_ns: int
+    #: The rank it waited for longest in this step (null: it waited for nobody), and how long.
     waited_for: int | None = None
     waited_for_ns: int = 0
 
@@ -405,25 +295,35 @@ class RankStepSplit:
 class RankCollectives:
     """A rank in the job's matched collectives."""
 
+    #: ``gpu`` (communication kernels), ``host`` (``c10d::`` operators) or ``none``: the rank's own.
     source: str = field(metadata={"key": "from"})
+    #: Collectives of this rank matched with the other ranks' (every other rank's when matched by
+    #: order; the other members of its process group when matched by group and sequence number).
     matched: int
     late_median_ns: int
     late_max_ns: int
+    #: Time this rank spent in collectives waiting for the last rank to arrive (summed).
     waited_ns: int
+    #: Time the other ranks spent waiting for this rank, in collectives it arrived at last.
     others_waited_ns: int
-    #: In its steady steps: waiting for the last rank, the transfer after, and of each the part
-    #: with no compute under it.
+    #: In its steady steps: waiting for the last rank (within each kernel), the transfer after,
+    #: and of each the part with no compute under it.
     wait_ns: int = 0
     transfer_ns: int = 0
     exposed_wait_ns: int = 0
     exposed_transfer_ns: int = 0
-    #: The rank it waited for longest, and how long.
+    #: The rank it waited for longest in its steady steps, and how long.
     waited_for: int | None = None
     waited_for_ns: int = 0
-    #: Subtracted from its times to put them on the job's clock; whether its ends agreed.
+    #: Subtracted from its times to put them on the job's clock (0 where not aligned); whether its
+    #: collectives' ends agreed with the others' once shifted by it.
     clock_offset_ns: int = 0
     clock_aligned: bool = False
-    per_step: tuple[RankStepSplit, ...] = ()
+    #: Per steady step, in order.
+    per_step: tuple[RankStep, ...] = ()
+    #: Over the collectives it came last to in the steady steps: the mean wait of the other members
+    #: for it, summed (what each other rank would save if it had kept pace).
+    others_mean_wait_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -438,40 +338,73 @@ class TopFinding:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Rank:
-    """One rank's figures: the same numbers its own ``analyze`` shows."""
+    """One rank's figures: the same numbers its own ``analyze`` shows, and its collectives."""
 
     rank: int
     #: Where the rank number came from: ``distributedInfo``, ``file name`` or ``order``.
     rank_from: str
+    #: The trace's path as the user gave it (control characters replaced).
     path: str
+    #: Steady steps (0 without steps).
     steps: int = field(metadata={"check": "count"})
+    #: Median steady step time: the spacing of when the steps' work was done (null without steps).
     step_time_ns: int | None
     utilization: Utilization
     per_step: PerStep = field(metadata={"key": "per_step_us"})
+    #: Host blocking calls per steady step (null without steps).
     syncs_per_step: float | None
     collectives: RankCollectives | None
     top_finding: TopFinding | None
     warnings: tuple[str, ...] = ()
+    #: The GPU's busy time in the steady state (compute, exposed communication, exposed copies;
+    #: ``utilization.busy_share`` is it over ``utilization.window_us``, rounded): null in a result
+    #: written before it was kept.
+    busy_ns: int | None = None
+
+    def per_step_of(self, ns: int) -> int:
+        """``ns`` per steady step (rounded), or ``ns`` itself without steps."""
+        return round(ns / self.steps) if self.steps else ns
+
+    @property
+    def busy_share(self) -> float | None:
+        """The GPU's busy share of the steady window, unrounded where the result keeps ``busy``."""
+        window = self.utilization.window_ns
+        if not window:
+            return None
+        return self.busy_ns / window if self.busy_ns is not None else self.utilization.busy_share
+
+    @property
+    def largest_idle(self) -> tuple[str, int] | None:
+        """The first idle cause (largest first) with any time in the steady state, and that time."""
+        return next(((cause, ns) for cause, ns in self.utilization.idle_by_cause_ns.items() if ns), None)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class StragglerEntry:
-    """A rank that holds the others back, and why (see :class:`Straggler`)."""
+class Straggler:
+    """A rank that holds the others back, and why."""
 
     JSON_KEYS: ClassVar[tuple[str, ...]] = (
         "rank", "reasons", "cause", "cause_words", "cause_excess_per_step_ns", "others_waited_ns", "top_finding",
         "top_finding_rule", "top_finding_source", "waits_caused_per_step_ns", "steps",
     )  # fmt: skip
     rank: int
+    #: What is out of line, in plain words (``collectives start 80.0 ms late (median)``).
     reasons: tuple[str, ...] = ()
+    #: ``CauseKind`` value (or ``compute``) whose time per step grew most over the job's median.
     cause: str | None
+    #: How much more of that per step than the job's median rank.
     cause_excess_per_step_ns: int
+    #: Time the other ranks waited for this rank in collectives (summed).
     others_waited_ns: int
+    #: Its top finding's title: its own finding of its cause where it has one.
     top_finding: str | None
     top_finding_rule: str | None = None
+    #: The line its top finding points at.
     top_finding_source: str | None = None
-    #: The others' mean wait for it per step: what each would save if it kept pace.
+    #: What each other rank would save per step if it kept pace: the others' mean wait for it per
+    #: step (:attr:`RankCollectives.others_mean_wait_ns` per step).
     waits_caused_per_step_ns: int = 0
+    #: Its steady steps (the wait may be a one-off when there is one).
     steps: int = 0
 
     @property
@@ -481,8 +414,8 @@ class StragglerEntry:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class JobFindingEntry:
-    """One rule's findings over the ranks (see :class:`JobFinding`)."""
+class JobFinding:
+    """One rule's findings over the ranks: reported once, with the ranks it fired on."""
 
     JSON_KEYS: ClassVar[tuple[str, ...]] = (
         "rule",
@@ -500,23 +433,27 @@ class JobFindingEntry:
         "note",
     )
     rule: str = field(metadata={"check": "id"})
+    #: The worst over the ranks it fired on.
     severity: Severity
+    #: The title on the rank where the saving is largest.
     title: str
     ranks: tuple[int, ...]
     #: Summed over the ranks' whole steady states (JSON ``savings_us``; per step is
     #: :attr:`savings_per_step_ns`).
     savings_total_ns: int = field(metadata={"key": "savings_us"})
-    #: The median rank's saving per steady step.
+    #: Per steady step, the median rank's (the lower middle of the ranks it fired on).
     savings_per_step_ns: int = 0
-    #: Summed over the ranks it fired on, per step.
+    #: Per steady step, summed over the ranks it fired on (what the job as a whole would free in
+    #: one step, counted once per rank's GPU).
     savings_per_step_all_ranks_ns: int = 0
     minor: bool = False
-    #: The straggler whose own cause this is (such findings come first).
+    #: The straggler whose own cause this finding is (such findings lead the job's).
     straggler: int | None = None
     #: With ``straggler``: what every other rank saves per step if it kept pace.
     job_savings_per_step_ns: int = 0
+    #: The line the finding points at on the rank where the saving is largest (the straggler's).
     source: str | None = None
-    #: How the job view counts it (``exposed-communication``: the transfer only).
+    #: How the job view changed the ranks' finding (``exposed-communication``: transfer only).
     note: str | None = None
 
     @property
@@ -536,18 +473,19 @@ class JobResult:
     tool: Tool = field(default_factory=Tool)
     job: JobInfo
     warnings: tuple[str, ...] = ()
+    #: By rank.
     ranks: tuple[Rank, ...] = ()
-    stragglers: tuple[StragglerEntry, ...] = ()
-    findings: tuple[JobFindingEntry, ...] = ()
-    #: What the job layer computed (None for a stored result): what the terminal summary, the page
-    #: and the Markdown are drawn from.
-    report: JobReport | None = field(default=None, compare=False, repr=False, metadata={"local": True})
+    #: The most waited-for first.
+    stragglers: tuple[Straggler, ...] = ()
+    #: The stragglers' own causes first, then by ranks and saving.
+    findings: tuple[JobFinding, ...] = ()
+    #: What each rank's worker returned, by rank (a live result only; empty for a stored one): the
+    #: gate holds each rank to the budgets with its every finding, ``--per-rank`` finds the staged
+    #: reports. No renderer reads it.
+    rank_results: tuple[RankResult, ...] = field(
+        default=(), compare=False, repr=False, metadata={"local": True}
+    )
     _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False, metadata={"local": True})
-
-    @classmethod
-    def of(cls, job: JobReport) -> JobResult:
-        """The result of a combined job (:func:`job_result_of`)."""
-        return job_result_of(job)
 
     def to_json(self) -> str:
         """The job's result as ``analyze --json`` writes it."""
@@ -562,9 +500,14 @@ class JobResult:
         return f"JobResult({self.job.ranks} ranks, {len(self.findings)} findings)"
 
     @property
+    def cycles(self) -> bool:
+        """Whether the "ranks" are one process's profiler cycles (``job.read_as``)."""
+        return self.job.read_as == "cycles"
+
+    @property
     def charts(self) -> Mapping[str, object]:
         """The job page's chart as a matplotlib Figure (``arrivals``: each collective's arrivals
-        across ranks), drawn on each call (a live job only); empty without matched collectives."""
+        across ranks), drawn on each call; empty without matched collectives."""
         return figures_of(self)
 
     @property
@@ -578,121 +521,3 @@ class JobResult:
 
     def _repr_html_(self) -> str | None:
         return html_of(self)
-
-
-def _rank_entry(job: JobReport, result: RankResult) -> Rank:
-    timing = job.timing(result.rank)
-    top = result.top_finding
-    usage = result.usage
-    return Rank(
-        rank=result.rank,
-        rank_from=result.rank_from,
-        path=result.path,
-        steps=result.steps,
-        step_time_ns=result.step_ns,
-        utilization=utilization_of(usage, result.has_usage),
-        per_step=PerStep(
-            compute_ns=result.per_step(usage.compute_ns),
-            communication_ns=result.per_step(result.communication_total_ns),
-            communication_exposed_ns=result.per_step(usage.communication_ns),
-            copy_exposed_ns=result.per_step(usage.copy_ns),
-            idle_ns=result.per_step(usage.idle_ns),
-            idle_by_cause_ns={kind.value: result.per_step(ns) for kind, ns in usage.idle},
-        ),
-        syncs_per_step=None if result.syncs_per_step is None else round(result.syncs_per_step, 4),
-        collectives=None
-        if timing is None
-        else RankCollectives(
-            source=result.collectives_from,
-            matched=timing.matched,
-            late_median_ns=timing.late_median_ns,
-            late_max_ns=timing.late_max_ns,
-            waited_ns=timing.waited_ns,
-            others_waited_ns=timing.caused_ns,
-            wait_ns=timing.wait_ns,
-            transfer_ns=timing.transfer_ns,
-            exposed_wait_ns=timing.exposed_wait_ns,
-            exposed_transfer_ns=timing.exposed_transfer_ns,
-            waited_for=timing.waited_for,
-            waited_for_ns=timing.waited_for_ns,
-            clock_offset_ns=timing.clock_offset_ns,
-            clock_aligned=timing.clock_aligned,
-            per_step=tuple(
-                RankStepSplit(
-                    step=step.step,
-                    wait_ns=step.wait_ns,
-                    transfer_ns=step.transfer_ns,
-                    waited_for=step.waited_for,
-                    waited_for_ns=step.waited_for_ns,
-                )
-                for step in timing.steps
-            ),
-        ),
-        top_finding=None
-        if top is None
-        else TopFinding(rule=top.rule, title=top.title, savings_total_ns=top.savings_ns),
-        warnings=result.warnings,
-    )
-
-
-def job_result_of(job: JobReport) -> JobResult:
-    """The JSON contract of a combined job, typed (see the module doc)."""
-    return JobResult(
-        job=JobInfo(
-            ranks=len(job.ranks),
-            world_size=next((r.world_size for r in job.ranks if r.world_size is not None), None),
-            backend=next((r.backend for r in job.ranks if r.backend is not None), None),
-            step_time_ns=job.step_ns,
-            slowest_step_time_ns=job.slowest_step_ns,
-            slowest_rank=job.slowest_rank,
-            read_as="ranks" if job.cycles_of is None else "cycles",
-            cycles_of=job.cycles_of,
-            collectives=JobCollectives(
-                source=job.collectives_from,
-                matched=job.collectives_matched,
-                matched_by_seq=job.collectives_matched_by_seq,
-                kinds=dict(job.collective_kinds),
-                split=job.split,
-                clock=JobClock(
-                    aligned_ranks=job.clock_aligned_ranks,
-                    residual_ns=job.clock_residual_ns,
-                    tolerance_ns=ALIGN_TOLERANCE_NS,
-                ),
-            ),
-        ),
-        warnings=job.warnings,
-        ranks=tuple(_rank_entry(job, result) for result in job.ranks),
-        stragglers=tuple(
-            StragglerEntry(
-                rank=straggler.rank,
-                reasons=straggler.reasons,
-                cause=straggler.cause,
-                cause_excess_per_step_ns=straggler.cause_excess_ns,
-                others_waited_ns=straggler.caused_ns,
-                top_finding=straggler.top_finding,
-                top_finding_rule=straggler.top_finding_rule,
-                top_finding_source=straggler.top_finding_source,
-                waits_caused_per_step_ns=straggler.saving_per_step_ns,
-                steps=straggler.steps,
-            )
-            for straggler in job.stragglers
-        ),
-        findings=tuple(
-            JobFindingEntry(
-                rule=finding.rule,
-                severity=Severity(finding.severity),
-                title=finding.title,
-                ranks=finding.ranks,
-                savings_total_ns=finding.savings_ns,
-                savings_per_step_ns=finding.saving_per_step_ns,
-                savings_per_step_all_ranks_ns=finding.saving_per_step_all_ns,
-                minor=finding.minor,
-                straggler=finding.straggler,
-                job_savings_per_step_ns=finding.job_saving_per_step_ns,
-                source=finding.source,
-                note=finding.note,
-            )
-            for finding in job.findings
-        ),
-        report=job,
-    )

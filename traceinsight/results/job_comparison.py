@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, ClassVar
 from traceinsight.results.codec import document_of, us
 from traceinsight.results.comparison import DiffTool, Metric, text
 from traceinsight.results.frames import comparison_frames
-from traceinsight.results.job import CAUSE_WORDS, JobFindingEntry, JobResult, Rank, StragglerEntry
+from traceinsight.results.job import CAUSE_WORDS, JobFinding, JobResult, Rank, Straggler
 from traceinsight.results.noise import HOST_RUN_SPREAD, NO_CHANGE_MARGIN, estimate, step_verdict
 from traceinsight.results.stored import from_text
 from traceinsight.results.trace import SCHEMA_VERSION
@@ -374,10 +374,10 @@ def _straggler_changes(before: JobResult, after: JobResult) -> tuple[StragglerCh
     was = {entry.rank: entry for entry in before.stragglers}
     now = {entry.rank: entry for entry in after.stragglers}
 
-    def excess(entry: StragglerEntry | None) -> float | None:
+    def excess(entry: Straggler | None) -> float | None:
         return us(entry.cause_excess_per_step_ns) if entry is not None else None
 
-    def waited(entry: StragglerEntry | None) -> float | None:
+    def waited(entry: Straggler | None) -> float | None:
         return us(entry.others_waited_ns) if entry is not None else None
 
     changes = []
@@ -406,7 +406,7 @@ def _finding_changes(before: JobResult, after: JobResult) -> tuple[JobFindingCha
     was = {text(entry.rule): entry for entry in before.findings}
     now = {text(entry.rule): entry for entry in after.findings}
 
-    def saving(entry: JobFindingEntry | None, of: Callable[[JobFindingEntry], int]) -> float | None:
+    def saving(entry: JobFinding | None, of: Callable[[JobFinding], int]) -> float | None:
         return us(of(entry)) if entry is not None else None
 
     changes = []
