@@ -134,11 +134,11 @@ def test_a_linear_and_the_addmm_under_it_count_once_at_their_kernel(tmp_path: Pa
     stats = report.flops
     assert stats.flops == 2 * 64 * 128 * 256
     assert stats.coverage == pytest.approx(0.5)
-    (top,) = stats.top_kernels
+    (top,) = stats.kernels
     assert top.name == "ampere_sgemm_64x64_nn"
     assert top.achieved_flops_per_s == pytest.approx(2 * 64 * 128 * 256 / 10e-6)
     # "Test GPU" is in no datasheet: achieved FLOP/s, no MFU, and why
-    (device,) = stats.devices
+    (device,) = stats.mfu
     assert device.mfu is None and device.efficiency_while_busy is None
     assert device.unknown == "GPU 'Test GPU' is not in the peak table"
     assert device.achieved_flops_per_s == pytest.approx(stats.flops / device.busy_ns * 1e9)
@@ -276,7 +276,7 @@ def _step_indexes(name: str, steady: set[int]) -> set[int]:
 
 def test_mfu_names_its_peak_and_dtype_and_splits_into_busy_times_efficiency() -> None:
     report = sample_report("h100_bert_small_stacks.json.gz")
-    (device,) = report.analysis.flops.devices
+    (device,) = report.analysis.flops.mfu
     assert device.model == "H100 SXM" and device.dtype == "bf16"
     assert device.peak_flops_per_s == 989_500_000_000_000
     usage = report.analysis.device_usage(0)
@@ -288,11 +288,11 @@ def test_mfu_names_its_peak_and_dtype_and_splits_into_busy_times_efficiency() ->
 
 def test_v100_fp32_has_a_peak_and_a_cpu_trace_counts_flops_without_mfu() -> None:
     report = sample_report("v100_resnet50_workers0.pt.trace.json.gz")
-    (device,) = report.analysis.flops.devices
+    (device,) = report.analysis.flops.mfu
     assert device.model == "V100 SXM2" and device.dtype == "fp32"
     assert device.mfu is not None  # V100 has an fp32 peak
     report = sample_report("cpu_torch2.14_with_stack.pt.trace.json.gz")
-    assert report.analysis.flops.devices == ()
+    assert report.analysis.flops.mfu == ()
     assert report.analysis.flops.flops > 0  # CPU FLOPs still counted
 
 
@@ -313,7 +313,7 @@ def test_low_compute_efficiency_names_the_kernel_and_bounds_its_saving_by_the_pe
         tmp_path / "t.json", events, deviceProperties=[{"id": 0, "name": "NVIDIA H100 80GB HBM3"}]
     )
     analysis = sample_like(load_trace(path))
-    (device,) = analysis.flops.devices
+    (device,) = analysis.flops.mfu
     assert device.busy_share >= 0.8
     (finding,) = [f for f in evaluate(analysis) if f.rule == "low-compute-efficiency"]
     # per step: 1000 µs of kernel, 2·n³ FLOPs that take 2·n³ / (0.5 · 989.5 TFLOP/s) at half the peak

@@ -19,7 +19,7 @@ import polars as pl
 
 from traceinsight.analysis import copies, gpu_time, host, idle_gaps, syncs
 from traceinsight.analysis.collectives import CommunicationStats, communication_stats
-from traceinsight.analysis.flops import NO_FLOPS, FlopStats, flop_stats, with_mfu
+from traceinsight.analysis.flops import NO_FLOPS, Flops, flop_stats, with_mfu
 from traceinsight.analysis.intervals import joined_where, overlap_ns, within
 from traceinsight.analysis.kernels import TopKernels, top_kernels
 from traceinsight.analysis.latent import LatentSync, latent_syncs
@@ -115,7 +115,7 @@ class Analysis:
     every_gap: pl.DataFrame | None = field(default=None, compare=False)
     #: FLOPs counted from recorded shapes in the steady state, per kernel and class, and MFU per
     #: device (:mod:`.flops`; empty without shapes).
-    flops: FlopStats = NO_FLOPS
+    flops: Flops = NO_FLOPS
     #: GPU time, idle inside and FLOPs by ``nn.Module`` and by ``record_function`` region, as
     #: trees over the steady state (:mod:`.modules`).
     scopes: ScopeTimes = NO_SCOPES
@@ -262,7 +262,7 @@ class _SteadyOnly(NamedTuple):
     precision: tuple[PrecisionMix, ...]
     latent_syncs: tuple[LatentSync, ...]
     memory: Memory
-    flops: FlopStats
+    flops: Flops
 
 
 def _steady_only(

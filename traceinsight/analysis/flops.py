@@ -46,14 +46,14 @@ import polars as pl
 from traceinsight.analysis import peaks
 from traceinsight.analysis.intervals import within
 from traceinsight.analysis.membytes import MemoryKernel, memory_kernels
-from traceinsight.analysis.results import COUNT, DURATION
+from traceinsight.analysis.results import COUNT, DURATION, LOCAL
 from traceinsight.analysis.steady import SteadySteps
 from traceinsight.load import Trace
 
 __all__ = [
     "FlopClass",
     "FlopKernel",
-    "FlopStats",
+    "Flops",
     "Mfu",
     "attention_flops",
     "conv_backward_flops",
@@ -492,40 +492,54 @@ OPERATOR_SCHEMA: Final = pl.Schema(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class FlopStats:
-    """FLOPs of one trace's steady state (see the module doc)."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Flops:
+    """FLOPs of one trace's steady state counted from recorded shapes, and MFU (see the module doc;
+    all zero and empty when the trace has no shapes): a result's ``flops``. The kernel and operator
+    tables the figures come from are kept beside them, never written."""
+
+    JSON_KEYS: ClassVar[tuple[str, ...]] = (
+        "shapes_recorded", "operators_counted", "operators_unknown", "flops", "steps", "flops_per_step",
+        "kernel_ns", "counted_kernel_ns", "coverage", "by_class", "by_dtype", "torch_counted",
+        "torch_agreement", "mfu", "kernels", "memory_kernels",
+    )  # fmt: skip
 
     #: Whether any operator in the trace carries recorded shapes (``record_shapes=True``).
-    shapes_recorded: bool
-    #: FLOP-bearing operator calls counted, and those whose count is unknown (shapes missing).
-    operators_counted: int
-    operators_unknown: int
+    shapes_recorded: bool = False
+    #: FLOP-bearing operator calls counted, and those whose count the shapes do not give.
+    operators_counted: int = field(default=0, metadata=COUNT)
+    operators_unknown: int = field(default=0, metadata=COUNT)
     #: Counted FLOPs of the operators that started in the steady state.
-    flops: int
+    flops: int = field(default=0, metadata=COUNT)
     #: Steady steps (0: no steps; the window is one).
-    steps: int
-    by_class: tuple[FlopClass, ...]
-    #: (data type, FLOPs), most first (fp32 on tensor-core kernels is ``tf32``).
-    by_dtype: tuple[tuple[str, int], ...]
+    steps: int = field(default=0, metadata=COUNT)
     #: Steady kernel time (ns) and the part whose FLOPs are known.
-    kernel_ns: int
-    counted_kernel_ns: int
-    #: Kernel names with the most counted FLOPs.
-    top_kernels: tuple[FlopKernel, ...]
+    kernel_ns: int = field(default=0, metadata=DURATION)
+    counted_kernel_ns: int = field(default=0, metadata=DURATION)
+    by_class: tuple[FlopClass, ...] = ()
+    #: (data type, FLOPs), most first (fp32 on tensor-core kernels is ``tf32``); an object in the JSON.
+    by_dtype: tuple[tuple[str, int], ...] = field(default=(), metadata={"pairs": True})
     #: torch's ``flops`` args: operators carrying it, and our count over torch's on those both count.
-    torch_counted: int = 0
+    torch_counted: int = field(default=0, metadata=COUNT)
     torch_agreement: float | None = None
     #: Per device MFU (filled in by :func:`with_mfu` once the busy time is known).
-    devices: tuple[Mfu, ...] = ()
-    kernels: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=KERNEL_SCHEMA), compare=False)
-    #: The counted operator calls of the whole trace (:func:`counted_operators`' columns).
-    operators: pl.DataFrame = field(
-        default_factory=lambda: pl.DataFrame(schema=OPERATOR_SCHEMA), compare=False
-    )
+    mfu: tuple[Mfu, ...] = ()
+    #: Kernel names with the most counted FLOPs.
+    kernels: tuple[FlopKernel, ...] = ()
     #: Kernels whose FLOPs are not counted, with the bytes their operators move
     #: (:mod:`.membytes`): memory-bound work's achieved bytes/s.
     memory_kernels: tuple[MemoryKernel, ...] = ()
+    #: Every steady kernel with its operator, class, data type and FLOPs (:data:`KERNEL_SCHEMA`).
+    kernel_table: pl.DataFrame = field(
+        default_factory=lambda: pl.DataFrame(schema=KERNEL_SCHEMA), compare=False, repr=False, metadata=LOCAL
+    )
+    #: The counted operator calls of the whole trace (:func:`counted_operators`' columns).
+    operator_table: pl.DataFrame = field(
+        default_factory=lambda: pl.DataFrame(schema=OPERATOR_SCHEMA),
+        compare=False,
+        repr=False,
+        metadata=LOCAL,
+    )
 
     @property
     def flops_per_step(self) -> float | None:
@@ -538,18 +552,8 @@ class FlopStats:
         return self.counted_kernel_ns / self.kernel_ns if self.kernel_ns else None
 
 
-NO_FLOPS: Final = FlopStats(
-    shapes_recorded=False,
-    operators_counted=0,
-    operators_unknown=0,
-    flops=0,
-    steps=0,
-    by_class=(),
-    by_dtype=(),
-    kernel_ns=0,
-    counted_kernel_ns=0,
-    top_kernels=(),
-)
+#: A trace without recorded shapes.
+NO_FLOPS: Final = Flops()
 
 
 # --- the analysis ---------------------------------------------------------------------------------
@@ -700,7 +704,7 @@ def counted_operators(trace: Trace) -> pl.DataFrame:
 
 def flop_stats(
     trace: Trace, steady: SteadySteps, classes: pl.DataFrame | None = None, top: int = 10
-) -> FlopStats:
+) -> Flops:
     """FLOPs of the steady state, attributed to kernels (see the module doc). ``classes``:
     :func:`~traceinsight.analysis.shared.gpu_classes` (its ``tensor_core`` column tells tf32 from fp32)."""
     ops = trace.cpu_ops
@@ -818,7 +822,7 @@ def flop_stats(
     )
     with_torch = counted.filter(pl.col("torch_flops").is_not_null() & (pl.col("torch_flops") > 0))
     torch_sum = int(with_torch.get_column("torch_flops").sum() or 0)
-    return FlopStats(
+    return Flops(
         shapes_recorded=ops.get_column("input_dims").null_count() < ops.height,
         operators_counted=counted.height,
         operators_unknown=unknown,
@@ -828,7 +832,7 @@ def flop_stats(
         by_dtype=by_dtype,
         kernel_ns=int(steady_kernels.get_column("dur").sum() or 0),
         counted_kernel_ns=int(counted_kernels.get_column("dur").sum() or 0),
-        top_kernels=tuple(
+        kernels=tuple(
             FlopKernel(
                 name=row["name"],
                 device=row["device"],
@@ -842,19 +846,19 @@ def flop_stats(
         ),
         torch_counted=with_torch.height,
         torch_agreement=(int(with_torch.get_column("flops").sum()) / torch_sum) if torch_sum else None,
-        kernels=kernel_table,
-        operators=counted,
+        kernel_table=kernel_table,
+        operator_table=counted,
         memory_kernels=memory,
     )
 
 
-def with_mfu(stats: FlopStats, trace: Trace, busy: Sequence[tuple[int, int, int]]) -> FlopStats:
+def with_mfu(stats: Flops, trace: Trace, busy: Sequence[tuple[int, int, int]]) -> Flops:
     """``stats`` with per-device MFU, given each device's (device, steady window ns, busy ns)."""
-    if not stats.kernels.height or not stats.flops:
+    if not stats.kernel_table.height or not stats.flops:
         return stats
     names = {device.index: device.name for device in trace.meta.devices}
     per_device = (
-        stats.kernels.filter(pl.col("flops").is_not_null())
+        stats.kernel_table.filter(pl.col("flops").is_not_null())
         .group_by("device", "dtype")
         .agg(flops=pl.col("flops").sum(), kernel_ns=pl.col("dur").sum())
     )
@@ -903,4 +907,4 @@ def with_mfu(stats: FlopStats, trace: Trace, busy: Sequence[tuple[int, int, int]
                 unknown=unknown,
             )
         )
-    return replace(stats, devices=tuple(result))
+    return replace(stats, mfu=tuple(result))

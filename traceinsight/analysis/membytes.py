@@ -166,7 +166,7 @@ OVERWRITES: Final = frozenset({"aten::copy_", "aten::fill_", "aten::zero_"})
 #: No memory moves 1 PB/s (today's fastest, HBM3e, about 8 TB/s): a rate above it is left unknown.
 MAX_BYTES_PER_S: Final = 1e15
 
-#: Kernel names kept in :attr:`FlopStats.memory_kernels` (the most kernel time first).
+#: Kernel names kept in :attr:`Flops.memory_kernels` (the most kernel time first).
 TOP_MEMORY_KERNELS: Final = 200
 
 

@@ -37,7 +37,7 @@ from typing import Final
 
 import polars as pl
 
-from traceinsight.analysis.flops import FlopStats
+from traceinsight.analysis.flops import Flops
 from traceinsight.analysis.intervals import within
 from traceinsight.analysis.steady import SteadySteps
 from traceinsight.load import Trace
@@ -320,7 +320,7 @@ def _tree(
     )
 
 
-def scope_times(trace: Trace, steady: SteadySteps, flops: FlopStats) -> ScopeTimes:
+def scope_times(trace: Trace, steady: SteadySteps, flops: Flops) -> ScopeTimes:
     """The module and region trees of the steady state (see the module doc); ``flops``: the
     trace's :func:`~.flops.flop_stats` (its kernel table and counted operators)."""
     python = trace.python
@@ -330,7 +330,7 @@ def scope_times(trace: Trace, steady: SteadySteps, flops: FlopStats) -> ScopeTim
     )
     if module_frames.is_empty() and regions.is_empty():
         return NO_SCOPES
-    steady_kernels = flops.kernels.select("correlation", "ts", "dur")
+    steady_kernels = flops.kernel_table.select("correlation", "ts", "dur")
     if steady_kernels.is_empty():
         steady_kernels = trace.gpu.filter(pl.col("kind") == "kernel").select("correlation", "ts", "dur")
         if steady.device_windows:
@@ -345,7 +345,7 @@ def scope_times(trace: Trace, steady: SteadySteps, flops: FlopStats) -> ScopeTim
     kernels = steady_kernels.join(calls, on="correlation", how="inner").select(
         "pid", "tid", "call_ts", "ts", "dur"
     )
-    flop_ops = flops.operators.select("pid", "tid", "ts", "flops")
+    flop_ops = flops.operator_table.select("pid", "tid", "ts", "flops")
     windows = steady.windows
     if windows and flop_ops.height:
         flop_ops = flop_ops.filter(within(flop_ops.get_column("ts"), windows))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from traceinsight.analysis.usage import Usage, total_usage
 from traceinsight.results import trace as t
 from traceinsight.results.codec import us
-from traceinsight.results.flops import flops_of, scopes_of
+from traceinsight.results.flops import scopes_of
 from traceinsight.results.report import Report
 
 __all__ = ["result_of", "utilization_of"]
@@ -109,7 +109,7 @@ def result_of(report: Report) -> t.Result:
         kernels=analysis.kernels.kernels,
         host=analysis.host,
         memory=analysis.memory,
-        flops=flops_of(analysis.flops),
+        flops=analysis.flops,
         scopes=scopes_of(analysis.scopes),
         details=details_of(report),
         source_root=report.source_root,

@@ -1,36 +1,13 @@
-"""The FLOP count and MFU of an analysis (:class:`~traceinsight.analysis.flops.FlopStats`) as the
-result's :class:`~.trace.Flops`."""
+"""The GPU time by module and region of an analysis (:class:`~traceinsight.analysis.modules.ScopeTimes`,
+window totals) as the result's :class:`~.trace.Scopes` (per steady step). The FLOP count and MFU
+need nothing of the kind: the analysis makes the result's :class:`~traceinsight.analysis.flops.Flops`."""
 
 from __future__ import annotations
 
-from traceinsight.analysis.flops import FlopStats
 from traceinsight.analysis.modules import ScopeTime, ScopeTimes
 from traceinsight.results import trace as t
 
-__all__ = ["flops_of", "scopes_of"]
-
-
-def flops_of(stats: FlopStats) -> t.Flops:
-    """The result's ``flops``: an analysis' :class:`FlopStats` without its tables (its rows are the
-    result's own types)."""
-    return t.Flops(
-        shapes_recorded=stats.shapes_recorded,
-        operators_counted=stats.operators_counted,
-        operators_unknown=stats.operators_unknown,
-        flops=stats.flops,
-        steps=stats.steps,
-        flops_per_step=stats.flops_per_step,
-        kernel_ns=stats.kernel_ns,
-        counted_kernel_ns=stats.counted_kernel_ns,
-        coverage=stats.coverage,
-        by_class=stats.by_class,
-        by_dtype=dict(stats.by_dtype),
-        torch_counted=stats.torch_counted,
-        torch_agreement=stats.torch_agreement,
-        mfu=stats.devices,
-        kernels=stats.top_kernels,
-        memory_kernels=stats.memory_kernels,
-    )
+__all__ = ["scopes_of"]
 
 
 def _scope(scope: ScopeTime, times: ScopeTimes) -> t.Scope:

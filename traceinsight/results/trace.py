@@ -39,10 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
-from traceinsight.analysis.flops import FlopClass, FlopKernel, Mfu
+from traceinsight.analysis.flops import FlopClass, FlopKernel, Flops, Mfu
 from traceinsight.analysis.kernels import Kernel
 from traceinsight.analysis.latent import LatentSync
-from traceinsight.analysis.membytes import MemoryKernel
 from traceinsight.analysis.memory import AllocatorCall, AllocatorCalls, Memory, MemoryDevice, MemorySample
 from traceinsight.analysis.pace import Pace
 from traceinsight.analysis.results import (
@@ -231,37 +230,6 @@ class Utilization:
     idle_share: float | None = field(metadata=SHARE)
     #: Idle by cause (:class:`~traceinsight.analysis.causes.CauseKind` values), largest first.
     idle_by_cause_ns: dict[str, int] = field(default_factory=dict, metadata={"check": "id"})
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Flops:
-    """FLOPs counted from recorded shapes in the steady state, and MFU (see
-    :mod:`traceinsight.analysis.flops`; all zero/empty when the trace has no shapes)."""
-
-    #: Whether any operator carries recorded shapes (``record_shapes=True``).
-    shapes_recorded: bool = False
-    operators_counted: int = field(default=0, metadata=COUNT)
-    #: FLOP-bearing calls whose count the shapes do not give (and not counted by a caller).
-    operators_unknown: int = field(default=0, metadata=COUNT)
-    flops: int = field(default=0, metadata=COUNT)
-    steps: int = field(default=0, metadata=COUNT)
-    flops_per_step: float | None = None
-    #: Steady kernel time, the part whose FLOPs are known, and that part's share (coverage).
-    kernel_ns: int = field(default=0, metadata=DURATION)
-    counted_kernel_ns: int = field(default=0, metadata=DURATION)
-    coverage: float | None = field(default=None, metadata=SHARE)
-    by_class: tuple[FlopClass, ...] = ()
-    #: Counted FLOPs per data type, most first.
-    by_dtype: dict[str, int] = field(default_factory=dict)
-    #: torch's ``flops`` args: operators carrying one, and this count over torch's on them.
-    torch_counted: int = field(default=0, metadata=COUNT)
-    torch_agreement: float | None = None
-    mfu: tuple[Mfu, ...] = ()
-    #: Kernel names with counted FLOPs, most FLOPs first (at most 200).
-    kernels: tuple[FlopKernel, ...] = ()
-    #: Kernel names whose FLOPs are not counted but whose bytes moved are, most kernel time first
-    #: (at most 200; empty without shapes).
-    memory_kernels: tuple[MemoryKernel, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

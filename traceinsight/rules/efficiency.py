@@ -30,7 +30,7 @@ def _lost(analysis: Analysis, device: Mfu, target: float) -> tuple[int, list[tup
     """The kernel time above ``target`` × peak over the steady state, in all and by kernel name
     (name, kernel ns, ns lost, achieved FLOP/s), most lost first."""
     row = peak_for(device.gpu_name)
-    kernels = analysis.flops.kernels.filter(
+    kernels = analysis.flops.kernel_table.filter(
         (pl.col("device") == device.device)
         & pl.col("flops").is_not_null()
         & (pl.col("dur") > 0)
@@ -66,7 +66,7 @@ def low_compute_efficiency(analysis: Analysis) -> Iterator[Finding]:
     """Busy at least ``busy_for_efficiency`` of the window, below ``low_efficiency`` of the peak
     while busy: the kernels, not idle, set the step."""
     limits = analysis.thresholds
-    for device in analysis.flops.devices:
+    for device in analysis.flops.mfu:
         efficiency = device.efficiency_while_busy
         if efficiency is None or device.mfu is None or device.peak_flops_per_s is None:
             continue
