@@ -31,6 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+import polars as pl
+
 __all__ = [
     "CONFIDENCE",
     "GPU_RUN_SPREAD",
@@ -103,8 +105,6 @@ def bootstrap_medians(
     for every figure of a run), pooled over the runs, and each figure's median taken. ``runs``:
     each run's figures by key, each a value per step (a run's figures of one length are drawn
     together). Seeded: one input, one output."""
-    import polars as pl
-
     draw = random.Random(seed)
     runs = [{key: _thinned(values) for key, values in run.items()} for run in runs]
     longest = max((len(values) for run in runs for values in run.values()), default=0)
