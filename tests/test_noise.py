@@ -298,14 +298,14 @@ def _with_usage(path: Path, wait_share: float) -> Path:
     """The stored result at ``path`` as if ``run`` had measured its steps: each step's thread waited
     ``wait_share`` of the step for a CPU, on a 2-core machine under load 8."""
     from traceinsight.results import Result
-    from traceinsight.results.trace import RunInfo, StepUsage
+    from traceinsight.results.trace import RunContext, StepUsage
 
     result = Result.from_json(path.read_bytes())
     usage = tuple(
         StepUsage(round(step * 1000), round(step * 400), round(step * 1000 * wait_share), 8.0)
         for step in json.loads(path.read_text())["steady_state"]["step_times_us"]
     )
-    run = RunInfo(
+    run = RunContext(
         command="traceinsight run train.py", script="train.py", started="2026-12-05T10:00:00+00:00",
         torch_version="2.13.0", elapsed_s=9.0, exit_status=0, failure=None, steps_recorded=6,
         cores=2, step_usage=usage,

@@ -133,3 +133,31 @@ def test_a_stored_results_gate_is_the_live_ones(tmp_path: Path) -> None:
     refused = _analyze(tmp_path, "analyze", "diff.json", "--no-html", "--max-idle", "0.5")
     assert refused.returncode == 2
     assert refused.stderr.strip().count("\n") == 0 and "diff.json" in refused.stderr
+
+
+def test_a_runs_result_keeps_its_run_and_draws_it() -> None:
+    """``run``'s context is the result's ``run`` itself (one type, no copy): written with the keys
+    it always had, read back equal, drawn the same; what only the live run needs is not written."""
+    from traceinsight.load.tables import StepUsage
+    from traceinsight.render.html import HtmlRenderer
+    from traceinsight.results import RunContext
+
+    live = traceinsight.analyze(str(GP100))
+    assert isinstance(live, Result)
+    run = RunContext(
+        "traceinsight run -m train --epochs 1", "train", "2026-12-05T11:00:00+01:00", "2.13.0", 12.345, 1,
+        "ValueError: bad shape at train.py:47", 3, script_is_module=True, cores=2,
+        step_usage=(StepUsage(2_000_000, 1_500_000, 100_000, 1.5), StepUsage(1_000_000, 900_000, None, None)),
+        after_window_ns=(1_000_000,),
+    )  # fmt: skip
+    live = live.replace(run=run)
+    document = json.loads(live.to_json())["run"]
+    assert list(document) == [
+        "command", "script", "started", "torch_version", "elapsed_s", "exit_status", "failure", "steps_recorded",
+        "cores", "step_usage",
+    ]  # fmt: skip
+    assert document["step_usage"] == [[2000.0, 1500.0, 100.0, 1.5], [1000.0, 900.0, None, None]]
+    stored = Result.from_json(live.to_json())
+    assert stored == live and stored.run is not None and stored.run.step_usage == run.step_usage
+    assert HtmlRenderer().render(stored) == HtmlRenderer().render(live)
+    assert "ValueError: bad shape at train.py:47" in HtmlRenderer().render(stored)

@@ -70,6 +70,7 @@ from traceinsight.capture.quiet import KinetoLinesDropped
 from traceinsight.capture.settings import ProfileSettings, Stacks
 from traceinsight.capture.steps import StepMarker, activate_marker, deactivate_marker
 from traceinsight.errors import CaptureError
+from traceinsight.load.tables import StepUsage
 
 if TYPE_CHECKING:
     from torch.optim import Optimizer
@@ -135,21 +136,6 @@ class CaptureResult:
     cycles: tuple[Path, ...] = field(default_factory=tuple)
     """With :attr:`~.settings.ProfileSettings.keeps_cycles`: every window's file, in the order
     written (:attr:`trace` is the last)."""
-
-
-@dataclass(frozen=True, slots=True)
-class StepUsage:
-    """One recorded step's wall and CPU time, what the trace cannot say: wall far above the
-    process's CPU time, with the thread waiting for a CPU, is a step that was starved of CPU."""
-
-    wall_ns: int
-    #: The process's CPU time (every thread, user + system) during the step.
-    cpu_ns: int
-    #: Time the stepping thread waited in the run queue for a CPU (Linux
-    #: ``/proc/thread-self/schedstat``); None where not measured.
-    cpu_wait_ns: int | None
-    #: The machine's 1-minute load average at the step's end (None where not measured).
-    load_1m: float | None
 
 
 def cycle_path(trace: Path, time_ns: int) -> Path:

@@ -497,11 +497,7 @@ def _run_context(
         steps_recorded=None if (capture.whole_run or not ours) else capture.steps_in_trace,
         script_is_module=target.is_module,
         cores=os.cpu_count(),
-        step_usage=tuple(
-            (usage.wall_ns, usage.cpu_ns, usage.cpu_wait_ns, usage.load_1m) for usage in capture.step_usage
-        )
-        if ours
-        else (),
+        step_usage=capture.step_usage if ours else (),
         after_window_ns=capture.after_window_ns if ours else (),
     )
 

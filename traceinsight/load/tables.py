@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import ClassVar, Final
 
 import polars as pl
 
@@ -58,6 +58,23 @@ _AMD_ARCHITECTURES: Final[dict[str, str]] = {
     "9.5": "gfx950 (MI350)",
     "11.0": "gfx1100 (RDNA 3)",
 }
+
+
+@dataclass(frozen=True, slots=True)
+class StepUsage:
+    """One step ``traceinsight run`` recorded, as the process lived it: what the trace cannot say
+    (wall far above the process's CPU time, with the thread waiting for a CPU, is a step starved of
+    CPU). In a result's JSON ``run.step_usage[]``: ``[wall_us, cpu_us, cpu_wait_us, load_1m]``."""
+
+    JSON_ARRAY: ClassVar[bool] = True
+    wall_ns: int
+    #: The process's CPU time (every thread, user + system) during the step.
+    cpu_ns: int
+    #: Time the stepping thread waited in the run queue for a CPU (Linux
+    #: ``/proc/thread-self/schedstat``); None where not measured.
+    cpu_wait_ns: int | None
+    #: The machine's 1-minute load average at the step's end (None where not measured).
+    load_1m: float | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,20 +66,7 @@ def result_of(report: Report) -> t.Result:
             iterations=analysis.iterations,
             steps_marked=analysis.steps_marked,
         ),
-        run=None
-        if run is None
-        else t.RunInfo(
-            command=run.command,
-            script=run.script,
-            started=run.started,
-            torch_version=run.torch_version,
-            elapsed_s=round(run.elapsed_s, 3),
-            exit_status=run.exit_status,
-            failure=run.failure,
-            steps_recorded=run.steps_recorded,
-            cores=run.cores,
-            step_usage=tuple(t.StepUsage(*usage) for usage in run.step_usage),
-        ),
+        run=run,
         warnings=tuple(analysis.warnings),
         steady_state=t.SteadyState(
             steps_from=steady.source,

@@ -9,12 +9,13 @@ from __future__ import annotations
 import dataclasses
 import shlex
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from traceinsight.analysis import Analysis, analyze
 from traceinsight.analysis.validity import WAIT_COMMAND
 from traceinsight.load import Trace
+from traceinsight.load.tables import StepUsage
 from traceinsight.rules import evaluate
 from traceinsight.rules.findings import Finding
 from traceinsight.thresholds import Thresholds
@@ -22,7 +23,8 @@ from traceinsight.thresholds import Thresholds
 
 @dataclass(frozen=True, slots=True)
 class RunContext:
-    """What ``traceinsight run`` knows about the run that the trace file does not say."""
+    """What ``traceinsight run`` knows about the run that the trace file does not say: a result's
+    ``run`` (the JSON's keys are its fields but the two marked not written)."""
 
     command: str
     """The command as typed, e.g. ``traceinsight run train.py --epochs 1``."""
@@ -39,17 +41,16 @@ class RunContext:
     """How the script failed, one line (``ValueError: bad shape at train.py:47``), or None."""
     steps_recorded: int | None = None
     """Complete steps in the trace (None: the whole run as one window)."""
-    script_is_module: bool = False
-    """True when :attr:`script` is a module name (``traceinsight run -m``)."""
+    script_is_module: bool = field(default=False, compare=False, metadata={"local": True})
+    """True when :attr:`script` is a module name (``traceinsight run -m``). Not written."""
     cores: int | None = None
-    """CPUs the machine had (``os.cpu_count()``)."""
-    step_usage: tuple[tuple[int, int, int | None, float | None], ...] = ()
-    """Each recorded step's (wall ns, the process's CPU ns, ns its thread waited for a CPU or None,
-    the machine's 1-minute load or None), as :class:`traceinsight.capture.recorder.StepUsage`."""
-    after_window_ns: tuple[int, ...] = ()
+    """CPUs the machine had (``os.cpu_count()``; schema 3)."""
+    step_usage: tuple[StepUsage, ...] = ()
+    """Each recorded step as the process lived it (schema 3): what tells a step starved of CPU."""
+    after_window_ns: tuple[int, ...] = field(default=(), compare=False, metadata={"local": True})
     """Wall time of each step that ran unrecorded after the window, in order (the first one also
     wrote the trace): the baseline of the ``recording-cost`` warning, which the trace file cannot
-    hold (:attr:`traceinsight.load.tables.RunProfile.after_window_ns`)."""
+    hold (:attr:`traceinsight.load.tables.RunProfile.after_window_ns`). Not written."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,9 +61,10 @@ from traceinsight.analysis.timeline import Timeline
 from traceinsight.analysis.usage import Usage
 from traceinsight.analysis.validity import TraceWarning
 from traceinsight.load.tables import Device as GpuProperties
+from traceinsight.load.tables import StepUsage
 from traceinsight.load.taxonomy import ForeignAccelerator
 from traceinsight.results.frames import result_frames
-from traceinsight.results.report import Report
+from traceinsight.results.report import Report, RunContext
 from traceinsight.results.stored import from_text
 from traceinsight.results.writer import result_json
 from traceinsight.rules.findings import Advice, Finding
@@ -99,7 +100,7 @@ __all__ = [
     "Mfu",
     "Pace",
     "Result",
-    "RunInfo",
+    "RunContext",
     "Scope",
     "Scopes",
     "SteadyState",
@@ -151,37 +152,6 @@ class TraceInfo:
     gpus_listed: int | None
     iterations: int | None
     steps_marked: bool
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunInfo:
-    """What ``traceinsight run`` knew of the run (see :class:`~.report.RunContext`)."""
-
-    command: str
-    script: str
-    started: str
-    torch_version: str | None
-    elapsed_s: float
-    exit_status: int
-    failure: str | None
-    steps_recorded: int | None
-    #: CPUs the machine had (schema 3).
-    cores: int | None = None
-    #: Each recorded step as the process lived it (schema 3): what tells a step starved of CPU.
-    step_usage: tuple[StepUsage, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class StepUsage:
-    """``[wall_us, cpu_us, cpu_wait_us, load_1m]`` of one recorded step: its wall time, the
-    process's CPU time (every thread), the time its thread waited for a CPU (Linux; null
-    elsewhere), the machine's 1-minute load average at its end (null where unknown)."""
-
-    JSON_ARRAY: ClassVar[bool] = True
-    wall_ns: int
-    cpu_ns: int
-    cpu_wait_ns: int | None
-    load_1m: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,7 +297,7 @@ class Result:
     schema: int = SCHEMA_VERSION
     tool: Tool = field(default_factory=Tool)
     trace: TraceInfo
-    run: RunInfo | None = None
+    run: RunContext | None = None
     warnings: tuple[TraceWarning, ...] = ()
     steady_state: SteadyState
     utilization: Utilization
