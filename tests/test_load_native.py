@@ -436,6 +436,9 @@ def test_a_name_of_71_digits_reads_alike_in_every_loader(
         ('[[1024, 64],PAD[], ["a \\" b"]]', '[[1024,64],[],["a \\" b"]]'),
         # still longer than the cut without its whitespace: no shape, as its compact text is too long
         ("[" + ",".join(["[1]"] * 20_000) + "]", None),
+        # written long, read short: a number's 70,000 zeros, an object's repeated key
+        ("[1." + "0" * 70_000 + "]", "[1.0]"),
+        ("{" + ",".join(['"a":1'] * 20_000) + "}", '{"a":1}'),
     ],
 )
 def test_a_shape_longer_than_the_scanners_cut_reads_as_the_reference(
@@ -443,7 +446,8 @@ def test_a_shape_longer_than_the_scanners_cut_reads_as_the_reference(
 ) -> None:
     """A fuzzed trace padded an ``Input Dims`` list with 70 kB of spaces: the native loader took it for
     a cut string (null), the reference for the short shape it is. Lists and objects longer than the
-    cut are read without their whitespace, at every block size."""
+    cut cross into Python whole (up to 16 times the cut without their whitespace), at every block
+    size, and read as Python's json reads them."""
     dims = dims.replace("PAD", " " * (scanner.CUT_BYTES + 10))
     assert len(dims) > scanner.CUT_BYTES
     op = '{"ph": "X", "cat": "cpu_op", "name": "aten::to", "pid": 1, "tid": 1, "ts": 10, "dur": 5, "args": {"Input Dims": D}}'

@@ -298,8 +298,9 @@ static int grow_slots(Out *o) {
     return OK;
 }
 
-/* The index of the string p[0:n] in the run's list, added if new; -1 when out of memory. */
-static Py_ssize_t intern(Out *o, const char *p, Py_ssize_t n, int escaped) {
+/* The index of the string p[0:n] in the run's list, added if new (longer than ``cut``: only its
+ * prefix crosses into Python); -1 when out of memory. */
+static Py_ssize_t intern(Out *o, const char *p, Py_ssize_t n, int escaped, Py_ssize_t cut) {
     if ((o->n_entries + 1) * 2 > o->n_slots && grow_slots(o) != OK) return -1;
     uint64_t h = hash_bytes(p, n);
     Py_ssize_t mask = o->n_slots - 1, s = (Py_ssize_t)(h & (uint64_t)mask);
@@ -320,7 +321,7 @@ static Py_ssize_t intern(Out *o, const char *p, Py_ssize_t n, int escaped) {
     e->n = n;
     e->keep = n;
     e->chars = -1;
-    if (n > cut_string) { /* long: only a prefix crosses into Python, with the full length */
+    if (n > cut) { /* long: only a prefix crosses into Python, with the full length */
         e->keep = prefix_end(p, n, cut_prefix);
         e->chars = count_chars(p, n);
     }
@@ -344,29 +345,35 @@ static inline void skip_ws(Lex *L) {
     cur = p;
 }
 
+/* How long a json value (a shape) may be, its whitespace dropped, and still cross into Python
+ * whole: Python's json then decodes it and keeps its compact text when that is short (numbers
+ * written long, repeated keys and escapes read shorter than they are written). */
+static Py_ssize_t json_cut(void) { return cut_string > PY_SSIZE_T_MAX / 16 ? cut_string : cut_string * 16; }
+
 /* A json value (validated) longer than cut_string, in a copy with its whitespace outside strings
- * dropped, kept by ``o`` until the scan's end: what the compact JSON text of a shape needs of it,
- * so that a list padded with whitespace past cut_string reads as Python's json reads it (not as a
- * cut string, null). NULL, and nothing kept, when the copy is still longer than cut_string (it
- * stays a cut string) or memory runs out. */
-static const char *compact_json(Out *o, const char *p, Py_ssize_t n, Py_ssize_t *len) {
+ * dropped, kept by ``o`` until the scan's end (*copy; NULL, nothing kept, when even that is longer
+ * than json_cut(): it stays a cut string, null). So a list padded with whitespace, or written
+ * long, reads as Python's json reads it. OK, or NOMEM. */
+static int compact_json(Out *o, const char *p, Py_ssize_t n, const char **copy, Py_ssize_t *len) {
+    *copy = NULL;
     if (o->n_owned == o->cap_owned) {
         Py_ssize_t cap = o->cap_owned ? o->cap_owned * 2 : 4;
         char **owned = realloc(o->owned, (size_t)cap * sizeof(char *));
-        if (!owned) return NULL;
+        if (!owned) return NOMEM;
         o->owned = owned;
         o->cap_owned = cap;
     }
-    char *out = malloc((size_t)cut_string);
-    if (!out) return NULL;
+    Py_ssize_t most = json_cut(), size = n < most ? n : most;
+    char *out = malloc((size_t)size + 1);
+    if (!out) return NOMEM;
     Py_ssize_t k = 0;
     int in_string = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         char c = p[i];
         if (!in_string && WHITESPACE[(unsigned char)c]) continue;
-        if (k + 2 > cut_string) {
+        if (k + 2 > size + 1) { /* longer than json_cut() without its whitespace */
             free(out);
-            return NULL;
+            return OK;
         }
         out[k++] = c;
         if (c == '"')
@@ -374,9 +381,12 @@ static const char *compact_json(Out *o, const char *p, Py_ssize_t n, Py_ssize_t 
         else if (c == '\\' && in_string)
             out[k++] = p[++i]; /* the escaped byte (the value is validated: one follows) */
     }
+    char *fitted = realloc(out, (size_t)(k ? k : 1)); /* give back what the whitespace took */
+    if (fitted) out = fitted;
     o->owned[o->n_owned++] = out;
+    *copy = out;
     *len = k;
-    return out;
+    return OK;
 }
 
 /* One UTF-8 sequence starting at a byte >= 0x80 (cur points at it); strict like Python's codec. */
@@ -1079,8 +1089,9 @@ static int object_fields(Lex *L, Out *o, Field *fields, uint32_t *seen, int *pha
                 fd->sn = cur - start;
                 fd->sesc = 0;
                 if (fd->sn > cut_string) {
+                    const char *compact;
                     Py_ssize_t len;
-                    const char *compact = compact_json(o, start, fd->sn, &len);
+                    if ((r = compact_json(o, start, fd->sn, &compact, &len)) != OK) return r;
                     if (compact) {
                         fd->sp = compact;
                         fd->sn = len;
@@ -1141,7 +1152,7 @@ static int event(Lex *L, Out *o, int depth) {
     if (f_category >= 0) {
         Field *cat = &fields[f_category];
         if (seen >> f_category & 1 && cat->v.kind == K_STR) {
-            cat_index = intern(o, cat->sp, cat->sn, cat->sesc);
+            cat_index = intern(o, cat->sp, cat->sn, cat->sesc, cut_string);
             if (cat_index < 0) return NOMEM;
             Entry *e = &o->entries[cat_index];
             if (!e->count++) e->cat_seq = o->cat_seq++;
@@ -1170,11 +1181,12 @@ static int event(Lex *L, Out *o, int depth) {
         }
         int64_t value = fd->v.value;
         if (fd->v.kind == K_STR) {
-            Py_ssize_t index = i == f_category ? cat_index : intern(o, fd->sp, fd->sn, fd->sesc);
+            Py_ssize_t index =
+                i == f_category ? cat_index : intern(o, fd->sp, fd->sn, fd->sesc, is_json[i] ? json_cut() : cut_string);
             if (index < 0) return NOMEM;
             value = index;
         } else if (fd->v.kind == K_BIG) {
-            Py_ssize_t index = intern(o, fd->v.text, fd->v.tlen, 0);
+            Py_ssize_t index = intern(o, fd->v.text, fd->v.tlen, 0, cut_string);
             if (index < 0) return NOMEM;
             value = index;
         } else if (fd->v.kind == K_NONE)
