@@ -232,21 +232,57 @@ def test_trace_strings_cannot_become_markdown(tmp_path: Path) -> None:
 def test_escaped_text_reads_as_itself_and_nothing_else(seed: int) -> None:
     """Whatever a trace's string holds, escaped it is text that reads as itself (markdown-it's
     GitHub-like parser, with its linkifier, the strictest reader we know) and nothing else: no link,
-    autolink, image, HTML, entity, emphasis, code or strikethrough; with a backslash only where one
-    is needed (the summary escaped every punctuation mark: it read badly raw)."""
+    autolink, image, HTML, entity, emphasis, code or strikethrough, inside a line or starting a list
+    item (no heading, quote, list or rule there); with a backslash only where one is needed (the
+    summary escaped every punctuation mark: it read badly raw)."""
     rng = random.Random(seed)
-    alphabet = [*"ab_.:/@<>&|`*~$[]()!#\\ 1é", "www.", "http://", ".com", ".py", "a@b.io", "&amp;", "<img>"]
-    alphabet += ["x_", "_x", "**", "~~", "$x$", "![a](b)", "[a]: b", "evil.example/x"]
+    alphabet = [
+        *"ab_.:/@<>&|`*~$[]()!#\\ 1é-+=",
+        "www.",
+        "http://",
+        ".com",
+        ".py",
+        "a@b.io",
+        "&amp;",
+        "<img>",
+    ]
+    alphabet += [
+        "x_",
+        "_x",
+        "**",
+        "~~",
+        "$x$",
+        "![a](b)",
+        "[a]: b",
+        "evil.example/x",
+        "1. ",
+        "# ",
+        "> ",
+        "---",
+    ]
     parser = MarkdownIt("gfm-like")
     assert parser.options.get("linkify")
-    for _ in range(3000):
+    paragraph = ["paragraph_open", "inline", "paragraph_close"]
+    item = ["bullet_list_open", "list_item_open", *paragraph, "list_item_close", "bullet_list_close"]
+    for _ in range(2000):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 25)))
-        tokens = [
-            child for token in parser.parse(f"x {escape(text, 1000)} y") for child in token.children or ()
-        ]
-        assert {token.type for token in tokens} <= {"text", "text_special"}, text
-        assert "".join(token.content for token in tokens) == f"x {' '.join(text.split())} y"
+        shown = " ".join(text.split())
+        if not shown:  # only spaces: nothing to show
+            continue
+        for line, blocks, want in (
+            (f"x {escape(text, 1000)} y", paragraph, f"x {shown} y"),
+            (f"- {escape(text, 1000)}", item, shown),
+        ):
+            tokens = parser.parse(line)
+            assert [token.type for token in tokens] == (
+                blocks if shown else [tokens[0].type for _ in tokens]
+            ), text
+            children = [child for token in tokens for child in token.children or ()]
+            assert {child.type for child in children} <= {"text", "text_special"}, text
+            assert "".join(child.content for child in children) == want
     assert escape("train.py:12 in f(x) at 1.25 ms: foo_bar") == "train\\.py:12 in f(x) at 1.25 ms: foo_bar"
+    # GitHub's own: an issue reference and an emoji's name stay text
+    assert escape("fix #12 :fire: now") == "fix \\#12 \\:fire: now"
 
 
 def test_the_diff_markdown_has_the_before_after_table() -> None:

@@ -161,3 +161,58 @@ def test_a_runs_result_keeps_its_run_and_draws_it() -> None:
     assert stored == live and stored.run is not None and stored.run.step_usage == run.step_usage
     assert HtmlRenderer().render(stored) == HtmlRenderer().render(live)
     assert "ValueError: bad shape at train.py:47" in HtmlRenderer().render(stored)
+
+
+def test_a_stored_diffs_words_are_the_codes_own(tmp_path: Path) -> None:
+    """A diff's verdicts and basis are shown as they are, so a stored one may hold only the words
+    the code writes: an edited verdict carrying a link, an image and Rich markup is refused in one
+    line (it reached the Markdown table and the terminal as live markup)."""
+    done = _analyze(tmp_path, "diff", str(GP100), str(GP100), "--no-html", "--json", "d.json")
+    assert done.returncode == 0, done.stderr
+    document = json.loads((tmp_path / "d.json").read_text())
+    assert {metric["verdict"] for metric in document["metrics"]} - {None} <= {
+        "faster", "slower", "lower", "higher", "no change", "cannot tell",
+    }  # fmt: skip
+    for key, value in (
+        ("verdict", 'faster | <img src="https://e.x/i.png"> [click](https://e.x) [red]t[/red]'),
+        ("basis", "**bold**"),
+    ):
+        edited = json.loads((tmp_path / "d.json").read_text())
+        if key == "verdict":
+            edited["metrics"][0]["verdict"] = value
+        else:
+            edited["basis"] = value
+        (tmp_path / "edited.json").write_text(json.dumps(edited))
+        refused = _analyze(tmp_path, "analyze", "edited.json", "--markdown", "e.md", "-o", "e.html")
+        assert refused.returncode == 2, refused.stdout
+        assert refused.stderr.strip().count("\n") == 0 and key in refused.stderr
+        assert not (tmp_path / "e.md").exists() and not (tmp_path / "e.html").exists()
+
+
+def test_a_result_without_details_writes_nothing(tmp_path: Path) -> None:
+    """A trace's result written before results kept their ``details`` cannot draw its report: one
+    line, exit 2, and no file written (its JSON was written before the summary failed)."""
+    done = _analyze(tmp_path, "analyze", str(GP100), "--no-html", "--json", "r.json")
+    assert done.returncode == 0, done.stderr
+    document = json.loads((tmp_path / "r.json").read_text())
+    del document["details"]
+    (tmp_path / "old.json").write_text(json.dumps(document))
+    refused = _analyze(tmp_path, "analyze", "old.json", "--json", "again.json", "--markdown", "s.md")
+    assert refused.returncode == 2 and "'details'" in refused.stderr
+    assert refused.stderr.strip().count("\n") == 0
+    assert not (tmp_path / "again.json").exists() and not (tmp_path / "s.md").exists()
+
+
+def test_a_stored_timeline_holds_no_more_blocks_than_an_analysis_draws() -> None:
+    """A device's timeline holds at most 2,000 blocks (what a chart can show); an edited stored
+    result with 200,000 took 7 s to read and wrote a 5.8 MB page: refused in one line now."""
+    from traceinsight.errors import TraceFormatError
+
+    live = traceinsight.analyze(str(GP100))
+    assert isinstance(live, Result) and live.details is not None and live.details.timeline is not None
+    document = json.loads(live.to_json())
+    device = document["details"]["timeline"]["devices"][0]
+    assert 0 < len(device["blocks"]) <= 2000
+    device["blocks"] = [device["blocks"][0]] * 2001
+    with pytest.raises(TraceFormatError, match=r"blocks is a list, not a list of at most 2,000"):
+        Result.from_json(json.dumps(document))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Final
 
 import polars as pl
 
@@ -25,6 +26,10 @@ from traceinsight.analysis.syncs import launch_devices
 from traceinsight.load import Trace, taxonomy
 
 __all__ = ["BusyBlock", "DeviceTimeline", "StepWindow", "SyncMark", "Timeline", "timeline"]
+
+
+#: Blocks (and sync marks) per device at most: a chart a thousand pixels wide shows no more.
+MAX_BLOCKS: Final = 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,10 +63,10 @@ class DeviceTimeline:
     """One device's downsampled busy blocks and the sync calls of the processes driving it."""
 
     device: int
-    blocks: tuple[BusyBlock, ...]
-    syncs: tuple[SyncMark, ...]
+    blocks: tuple[BusyBlock, ...] = field(metadata={"most": MAX_BLOCKS})
+    syncs: tuple[SyncMark, ...] = field(metadata={"most": MAX_BLOCKS})
     #: Communication kernels (NCCL/RCCL ...) merged at the same resolution: drawn apart from compute.
-    communication: tuple[BusyBlock, ...] = ()
+    communication: tuple[BusyBlock, ...] = field(default=(), metadata={"most": MAX_BLOCKS})
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +145,7 @@ def _sync_calls_per_device(trace: Trace, devices: list[int], launched: pl.DataFr
 
 def timeline(
     trace: Trace,
-    max_blocks: int = 2000,
+    max_blocks: int = MAX_BLOCKS,
     busy: pl.DataFrame | None = None,
     launched: pl.DataFrame | None = None,
     steady: SteadySteps | None = None,

@@ -154,7 +154,10 @@ def analyze(
             status = common.gate(broken_job(job_result, read.budgets)) if not read.budgets.empty else 0
         else:
             trace = traces[0]
-            if common.rendered_again(trace, read, top):  # a stored result (--json): its outputs again
+            given_root = read.source_root(source_root, traces)
+            if common.rendered_again(
+                trace, read, top, given_root
+            ):  # a stored result (--json): its outputs again
                 return
             with collector_paused(), terminal_progress(f"reading {trace.name}") as progress:
                 result = common.analyze_and_write(

@@ -30,7 +30,7 @@ from traceinsight.load.head_start import HeadStart
 from traceinsight.load.progress import ProgressCallback
 from traceinsight.load.text import printable
 from traceinsight.process import prepare_beside, work_done
-from traceinsight.render import AnyResult
+from traceinsight.render import AnyResult, shown_details
 from traceinsight.render.html import HtmlRenderer
 from traceinsight.render.terminal import TerminalConsole, TerminalRenderer, reader_gone
 from traceinsight.results import Result, RunContext
@@ -266,10 +266,12 @@ def analyze_and_write(
     return result
 
 
-def rendered_again(path: Path, read: Settings, top: int) -> bool:
+def rendered_again(path: Path, read: Settings, top: int, source_root: SourceRoot | None = None) -> bool:
     """When ``path`` is a stored result (a file ``--json`` wrote: a trace's, a job's, a diff's):
-    its outputs written again from it alone, as the run that stored it wrote them, and its gate
-    judged (a trace's result only); False for a trace."""
+    its outputs written again from it alone, as the run that stored it wrote them (the page's code
+    excerpts from ``source_root``, as a trace's), and its gate judged (a trace's result only);
+    False for a trace. A trace's result written before results kept their ``details`` is refused
+    before anything is written."""
     if not looks_stored(path):
         return False
     # A job's and a diff's types: ~0.03 s that one trace's analyze never pays (NOT_FOR_ONE_TRACE).
@@ -283,8 +285,19 @@ def rendered_again(path: Path, read: Settings, top: int) -> bool:
             f"{path} is a stored result of a job or a diff: the gate options judge a trace's result; "
             "give the job's traces, or use traceinsight diff --max-regression"
         )
+    if isinstance(stored, Result):
+        shown_details(stored, "the report")  # one line, before any file is written
     planned = plan(read.wanted, Path.cwd() / f"{stem(path)}.html", inputs=[path])
-    written, to_stdout = write(stored, planned)
+    written, to_stdout = write(
+        stored,
+        planned,
+        source_root=None if source_root is None else source_root.folder,
+        page_label="page" if isinstance(stored, (Comparison, JobComparison)) else "report",
+    )
+    if planned.page is not None and source_root is not None and isinstance(stored, Result):
+        written.append(
+            (f"code excerpts ({source_root.origin})", Path(source_root.shown or source_root.folder))
+        )
     show(stored, written, to_stderr=to_stdout, top=max(top, 10) if isinstance(stored, JobResult) else top)
     work_done()
     status = (

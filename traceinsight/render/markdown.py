@@ -33,15 +33,20 @@ TOP_FINDINGS: Final[int] = 8
 MARKDOWN_RANKS: Final[int] = 64
 #: A trace string is cut to this many characters.
 _MAX_TEXT: Final[int] = 200
-#: What Markdown (GitHub's, with autolinks and math) can read as markup inside a line, and only
-#: that, so the summary reads well raw (it escaped every punctuation mark: 167 backslashes in 6 KB):
-#: code, emphasis, strikethrough, links and images (``[``), HTML and autolinks (``<``), entities
-#: (``&``), table cells, math and the escape itself, wherever they stand; ``_`` where it can open or
-#: close emphasis (at a word's edge: never inside one); and what a linkifier takes for an address
-#: without any markup: a ``.`` before a letter (``evil.example``, ``www.``), the ``:`` of ``://``,
-#: an ``@``. (Line-start markers such as ``-``, ``#``, ``>`` cannot occur: a trace string never
-#: starts a line; ``!`` and ``(`` make nothing without ``[``.)
-_ACTIVE = re.compile(r"[\\`*\[\]<&|~$@]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])|\.(?=[A-Za-z])|:(?=//)")
+#: What Markdown (GitHub's, with autolinks, math, issue references and emoji) can read as markup in a
+#: line, and only that, so the summary reads well raw (it escaped every punctuation mark: 167
+#: backslashes in 6 KB): code, emphasis, strikethrough, links and images (``[``), HTML and autolinks
+#: (``<``), entities (``&``), table cells, math and the escape itself, wherever they stand; ``_``
+#: where it can open or close emphasis (at a word's edge: never inside one); what a linkifier takes
+#: for an address without any markup (a ``.`` before a letter, as in ``evil.example`` or ``www.``;
+#: the ``:`` of ``://``; an ``@``); an issue reference (``#12``) and an emoji's ``:name:``.
+#: (``!`` and ``(`` make nothing without ``[``.)
+_ACTIVE = re.compile(
+    r"[\\`*\[\]<&|~$@]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])|\.(?=[A-Za-z])|:(?=//)|#(?=\d)|:(?=[A-Za-z0-9_+-]+:)"
+)
+#: What starts a block where a text starts an item's line (``- {text}``): a heading, a list, a
+#: numbered list (each with a space or nothing after), a rule of dashes, a quote, a setext underline.
+_LEADING = re.compile(r"#+(?=\s|$)|[+\-](?=\s|$)|-[-\s]*$|>|=+\s*$|\d+[.)](?=\s|$)")
 
 
 def escape(text: object, limit: int = _MAX_TEXT) -> str:
@@ -50,7 +55,12 @@ def escape(text: object, limit: int = _MAX_TEXT) -> str:
     value = " ".join(str(text).split())
     if len(value) > limit:
         value = value[: limit - 1] + "…"
-    return _ACTIVE.sub(lambda found: "\\" + found.group(), value)
+    escaped = _ACTIVE.sub(lambda found: "\\" + found.group(), value)
+    leading = _LEADING.match(escaped)
+    if leading is not None:  # at an item's start it would open a block: escape its first mark
+        at = len(leading.group()) - len(leading.group().lstrip("0123456789"))
+        escaped = f"{escaped[:at]}\\{escaped[at:]}"
+    return escaped
 
 
 def code_span(text: object, limit: int = 80) -> str:

@@ -203,16 +203,19 @@ def _unexplained(result: Result, floor: float, steps: int) -> tuple[str, str] | 
     ``steps``: steady steps (0: the figures are over the whole trace)."""
     if any(finding.rule in _SYNC_RULES for finding in result.findings):
         return None
-    caused = sum(hotspot.idle_caused_ns for hotspot in result.sync_hotspots)
+    # per GPU: a hot spot's idle is summed over every GPU it stalls
+    gpus = max(1, len(result.devices))
+    caused = sum(hotspot.idle_caused_ns for hotspot in result.sync_hotspots) / gpus
     reference = result.steady_state.step_time_ns if steps else result.utilization.window_ns
     share = caused / steps / reference if steps and reference else caused / reference if reference else 0.0
     amount = (
-        format_duration(round(caused / steps)) + " per step" if steps else format_duration(caused) + " in all"
+        format_duration(round(caused / steps)) + " per step"
+        if steps
+        else format_duration(round(caused)) + " in all"
     )
     level = "warn" if share >= floor else "info"
-    idle = (
-        f"they leave the GPU idle {amount} ({format_share(share)} of {'the step' if steps else 'the time'})"
-    )
+    gpu = "each GPU" if gpus > 1 else "the GPU"
+    idle = f"they leave {gpu} idle {amount} ({format_share(share)} of {'the step' if steps else 'the time'})"
     if share < floor:
         return level, f"No finding is about them: {idle}, too little to act on."
     return level, f"No finding is about them, yet {idle}: see the sync hot spots below."

@@ -23,7 +23,8 @@ A result read back is input as untrusted as a trace (a teammate's baseline, a CI
 text is parsed strictly (:func:`parse`: no ``NaN``/``Infinity``, integers of at most
 :data:`MAX_INTEGER_DIGITS` digits, finite numbers, nesting at most :data:`MAX_RESULT_DEPTH`), and
 every field is read as its type says, under the checks its metadata names (``check``: ``share``
-0 to 1, ``count`` an integer ≥ 0, ``id`` lowercase words, ``duration`` 0 to 10^15 µs, ``code``
+0 to 1, ``count`` an integer ≥ 0, ``id`` lowercase words, ``duration`` 0 to 10^15 µs, a tuple of
+words: one of them as the code writes it; ``most``: a list of at most so many, ``code``
 text whose newlines stay). Strings get the trace's cleaning (control characters replaced, a very
 long one cut). A missing key reads as null: null where the type allows it, else the field's
 default (fields added to a schema after its first files carry one), else one line naming the
@@ -275,7 +276,14 @@ class Reader:
             self.fail(where, value, "an object")
         return value
 
-    def read(self, kind: Any, value: Any, where: str, check: str | None = None, micro: bool = False) -> Any:
+    def read(
+        self,
+        kind: Any,
+        value: Any,
+        where: str,
+        check: str | tuple[str, ...] | None = None,
+        micro: bool = False,
+    ) -> Any:
         """``value`` read as ``kind`` (a type expression of a result field)."""
         origin = typing.get_origin(kind)
         if origin is typing.Union or origin is types.UnionType:
@@ -318,6 +326,10 @@ class Reader:
         if kind is str:
             if not isinstance(value, str):
                 self.fail(where, value, "a string")
+            if isinstance(check, tuple):  # one of the words the code writes (a verdict, a basis)
+                if value not in check:
+                    self.fail(f"{where} (one of {', '.join(check)})", value, "one of those words")
+                return value
             return self.identifier(value, where) if check == "id" else _text(value, code=check == "code")
         if kind is int and micro:
             return round(self.number(value, where, check) * 1000)
@@ -330,9 +342,9 @@ class Reader:
             return self.number(value, where, check)
         raise TypeError(f"a result field of type {kind!r}")
 
-    def number(self, value: Any, where: str, check: str | None) -> float:
+    def number(self, value: Any, where: str, check: str | tuple[str, ...] | None) -> float:
         low, high = {"share": (0.0, 1.0), "duration": (0.0, _MAX_US)}.get(
-            check or "", (-_INT64 / 1e3, _INT64 / 1e3)
+            check if isinstance(check, str) else "", (-_INT64 / 1e3, _INT64 / 1e3)
         )
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
             self.fail(where, value, f"a number from {low:g} to {high:g}" if check else "a number")
@@ -365,6 +377,9 @@ class Reader:
                 continue
             if field.metadata.get("pairs", False):
                 item = None if item is None else [list(pair) for pair in self.object(item, here).items()]
+            most = field.metadata.get("most")
+            if most is not None and isinstance(item, list) and len(item) > most:
+                self.fail(here, item, f"a list of at most {most:,}")
             read[name] = self.read(hints[name], item, here, field.metadata.get("check"), micro)
         made = cls(**read)
         required: tuple[str, ...] = getattr(cls, "REQUIRED_METRICS", ())

@@ -26,6 +26,7 @@ from traceinsight.results.noise import (
     HOST_RUN_SPREAD,
     NO_CHANGE_MARGIN,
     SEED,
+    VERDICTS,
     bootstrap_medians,
     estimate,
     median,
@@ -90,7 +91,7 @@ class Metric:
     relative_upper: float | None = None
     #: ``faster`` / ``slower`` (the step time) or ``lower`` / ``higher`` (every other figure),
     #: ``no change`` or ``cannot tell`` (see :mod:`.noise`); None: not judged (no per-step figures).
-    verdict: str | None = None
+    verdict: str | None = field(default=None, metadata={"check": VERDICTS})
     #: Each steady step's value on each side (every run's, in order; the metric's unit), at most
     #: :data:`STEPS_KEPT` a side: what the interval is drawn from, and the page's dots.
     before_steps: tuple[float, ...] = ()
@@ -297,7 +298,7 @@ class Comparison:
     before: str
     after: str
     #: ``per step`` when both sides have steady steps, else ``in all``.
-    basis: str
+    basis: str = field(metadata={"check": ("per step", "in all")})
     #: What differs between the runs beyond the code (GPU, step count, torch, schema), in words.
     notes: tuple[str, ...]
     metrics: tuple[Metric, ...]

@@ -40,6 +40,7 @@ __all__ = [
     "NO_CHANGE_MARGIN",
     "RESAMPLES",
     "SEED",
+    "VERDICTS",
     "Estimate",
     "estimate",
     "median",
@@ -67,6 +68,8 @@ HOST_RUN_SPREAD: Final = 0.078
 GPU_RUN_SPREAD: Final = 0.01
 #: "No change": the interval lies within ± this share of the before side's median.
 NO_CHANGE_MARGIN: Final = 0.05
+#: Every verdict a comparison writes (a stored one holds only these: each is shown as it is).
+VERDICTS: Final = ("faster", "slower", "lower", "higher", "no change", "cannot tell")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

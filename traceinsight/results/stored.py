@@ -160,10 +160,10 @@ def read_result(
         if _HEAD.match(head) is None:
             return None
         if source.size > most:
-            raise _too_large(path, most)
+            raise _too_large(path, most, action)
         data = head + source.stream.read(most + 1 - len(head))
     if len(data) > most:  # grew while read
-        raise _too_large(path, most)
+        raise _too_large(path, most, action)
     prefix = f"cannot {action} {path}"
     reader = Reader(prefix, _HINT)
     document = parse(data, reader.refused)
@@ -216,8 +216,8 @@ def _check_job_era(document: dict[str, Any], prefix: str) -> None:
     )
 
 
-def _too_large(path: Path, most: int) -> TraceTooLarge:
+def _too_large(path: Path, most: int, action: str) -> TraceTooLarge:
     return TraceTooLarge(
-        f"cannot compare {path}: the stored result is larger than {format_bytes(most)}, which no result "
+        f"cannot {action} {path}: the stored result is larger than {format_bytes(most)}, which no result "
         "of traceinsight analyze --json is; pass --max-size to read it anyway"
     )
