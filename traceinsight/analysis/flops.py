@@ -426,10 +426,10 @@ class Mfu:
     window_ns: int = field(metadata=DURATION)
     busy_ns: int = field(metadata=DURATION)
     #: Kernel time of the counted operators (ns).
-    counted_kernel_ns: int = field(metadata=DURATION)
+    counted_kernel_ns: int = field(default=0, metadata=DURATION)
     #: Σ FLOPs_dtype / peak_dtype: the time the counted work takes at peak (ns, as computed; None
     #: if any counted data type has no peak).
-    at_peak_ns: float | None = field(metadata={"raw": True})
+    at_peak_ns: float | None = field(default=None, metadata={"raw": True})
     #: Why there is no MFU, in words (None when there is one).
     unknown: str | None
 

@@ -286,7 +286,12 @@ def rendered_again(path: Path, read: Settings, top: int, source_root: SourceRoot
             "give the job's traces, or use traceinsight diff --max-regression"
         )
     if isinstance(stored, Result):
-        shown_details(stored, "the report")  # one line, before any file is written
+        details = shown_details(stored, "the report")  # one line, before any file is written
+        if details.thresholds != read.reading.thresholds:
+            sys.stderr.write(
+                f"traceinsight: note: {printable(str(path))} holds figures analyzed with its own thresholds; "
+                "the thresholds given here apply when a trace is analyzed\n"
+            )
     planned = plan(read.wanted, Path.cwd() / f"{stem(path)}.html", inputs=[path])
     written, to_stdout = write(
         stored,
