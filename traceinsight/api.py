@@ -23,7 +23,7 @@ import dataclasses
 import glob
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,7 +76,7 @@ def load(
     )
 
 
-def _thresholds(given: dict[str, Any]) -> Thresholds:
+def _thresholds(given: Mapping[str, float]) -> Thresholds:
     """:class:`~traceinsight.thresholds.Thresholds` with ``given`` changed (their names as keywords)."""
     known = {field.name for field in dataclasses.fields(Thresholds)}
     unknown = sorted(set(given) - known)
@@ -140,7 +140,7 @@ def analyze(
     dask: str | None = None,
     each_rank: RankReports | None = None,
     ranks_progress: RankProgress | None = None,
-    **thresholds: Any,
+    **thresholds: float,
 ) -> Result | JobResult:
     """Analyze a trace as ``traceinsight analyze`` does: its :class:`~traceinsight.results.trace.Result`.
 
@@ -391,7 +391,7 @@ def compare_sides(
     reading_progress: ReadingProgress | None = None,
     analyzing: Callable[[Path], AbstractContextManager[object]] | None = None,
     ranks_progress: RanksProgress | None = None,
-    **thresholds: Any,
+    **thresholds: float,
 ) -> tuple[Comparison | JobComparison, Result | JobResult]:
     """Compare two sorted sides (:func:`diff_sides`), what :func:`diff` does: the comparison, and
     the after side's result (its first run's when it is several), which the command's gate holds

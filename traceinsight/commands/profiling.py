@@ -29,7 +29,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -67,6 +67,7 @@ from traceinsight.render.terminal import TerminalConsole
 
 if TYPE_CHECKING:
     from traceinsight.capture.export import ExportResult, ProgressCallback
+    from traceinsight.results import RunContext
 
 __all__ = ["OutputPaths", "profile_and_report", "profile_and_report_steps", "start"]
 
@@ -472,7 +473,7 @@ def _run_context(
     outcome: ScriptOutcome,
     capture: CaptureResult,
     trace: Path,
-) -> Any:
+) -> RunContext:
     """What the report says of the run (:class:`traceinsight.results.RunContext`)."""
     import torch  # the script loaded it already; this module is imported for --help, torch ~1-2 s
 
@@ -508,7 +509,7 @@ def _analyze(
     settings: ProfileSettings,
     project: Path | None,
     target: ScriptTarget,
-    context: Any,
+    context: RunContext,
     console: Console,
     say: _Speaker,
 ) -> int | None:

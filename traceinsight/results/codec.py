@@ -62,6 +62,8 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+#: A field's check (``field(metadata={"check": ...})``): a kind's name, or the words it may be.
+Check = str | tuple[str, ...] | None
 
 #: Nesting deeper than this is refused (a result is 5 levels deep).
 MAX_RESULT_DEPTH: Final = 32
@@ -276,14 +278,7 @@ class Reader:
             self.fail(where, value, "an object")
         return value
 
-    def read(
-        self,
-        kind: Any,
-        value: Any,
-        where: str,
-        check: str | tuple[str, ...] | None = None,
-        micro: bool = False,
-    ) -> Any:
+    def read(self, kind: Any, value: Any, where: str, check: Check = None, micro: bool = False) -> Any:
         """``value`` read as ``kind`` (a type expression of a result field)."""
         origin = typing.get_origin(kind)
         if origin is typing.Union or origin is types.UnionType:
@@ -342,7 +337,7 @@ class Reader:
             return self.number(value, where, check)
         raise TypeError(f"a result field of type {kind!r}")
 
-    def number(self, value: Any, where: str, check: str | tuple[str, ...] | None) -> float:
+    def number(self, value: Any, where: str, check: Check) -> float:
         low, high = {"share": (0.0, 1.0), "duration": (0.0, _MAX_US)}.get(
             check if isinstance(check, str) else "", (-_INT64 / 1e3, _INT64 / 1e3)
         )
