@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from jobbuild import AheadPlan, jitter_us, make_ahead_job
-from tracebuild import read_events
+from tracebuild import nccl_kernels, read_events, step_of_launch
 from typer.testing import CliRunner
 
 from traceinsight.commands import app
@@ -42,18 +42,9 @@ def _collectives(folder: Path, plan: AheadPlan) -> list[dict[int, tuple[float, f
     by_key: dict[tuple[Any, ...], dict[int, tuple[float, float, int]]] = defaultdict(dict)
     for rank in range(plan.ranks):
         _, events = read_events(folder / f"rank-{rank}.json")
-        launches = {e["args"]["correlation"]: e["ts"] for e in events if e.get("cat") == "cuda_runtime"}
-        steps = [
-            (e["ts"], e["ts"] + e["dur"], int(e["name"].split("#")[1]))
-            for e in events
-            if e["name"].startswith("ProfilerStep#")
-        ]
-        kernels = sorted(
-            (e for e in events if e.get("cat") == "kernel" and "nccl" in e["name"].lower()),
-            key=lambda e: e["ts"],
-        )
+        step_of = step_of_launch(events)
         seen: Counter[str] = Counter()
-        for kernel in kernels:
+        for kernel in nccl_kernels(events):
             shift = jitter_us(rank)
             args = kernel["args"]
             if "Seq" in args:
@@ -61,8 +52,7 @@ def _collectives(folder: Path, plan: AheadPlan) -> list[dict[int, tuple[float, f
             else:
                 key = (kernel["name"], seen[kernel["name"]])
                 seen[kernel["name"]] += 1
-            launched = launches[args["correlation"]]
-            step = next(number for start, end, number in steps if start <= launched <= end)
+            step = step_of[args["correlation"]]
             by_key[key][rank] = (kernel["ts"] - shift, kernel["ts"] + kernel["dur"] - shift, step)
     return list(by_key.values())
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from jobbuild import AheadPlan, jitter_us, make_ahead_job
 from loops import item_loop
-from tracebuild import SAMPLES, read_events, write_trace
+from tracebuild import SAMPLES, nccl_kernels, read_events, step_of_launch, write_trace
 from typer.testing import CliRunner
 
 import traceinsight
@@ -92,21 +92,11 @@ def _collectives(folder: Path) -> list[dict[int, tuple[float, float, int]]]:
     matched: list[dict[int, tuple[float, float, int]]] = []
     for rank in range(PLAN.ranks):
         _, events = read_events(folder / f"rank-{rank}.json")
-        launches = {e["args"]["correlation"]: e["ts"] for e in events if e.get("cat") == "cuda_runtime"}
-        steps = [
-            (e["ts"], e["ts"] + e["dur"], int(e["name"].split("#")[1]))
-            for e in events
-            if e["name"].startswith("ProfilerStep#")
-        ]
-        kernels = sorted(
-            (e for e in events if e.get("cat") == "kernel" and "nccl" in e["name"].lower()),
-            key=lambda e: e["ts"],
-        )
-        for index, kernel in enumerate(kernels):
+        step_of = step_of_launch(events)
+        for index, kernel in enumerate(nccl_kernels(events)):
             if index == len(matched):
                 matched.append({})
-            launched = launches[kernel["args"]["correlation"]]
-            step = next(number for start, end, number in steps if start <= launched <= end)
+            step = step_of[kernel["args"]["correlation"]]
             shift = jitter_us(rank)
             matched[index][rank] = (kernel["ts"] - shift, kernel["ts"] + kernel["dur"] - shift, step)
     return sorted(matched, key=lambda members: median_low(start for start, _, _ in members.values()))
@@ -179,19 +169,12 @@ def test_busy_is_the_gpu_work_in_the_steady_steps(planted: tuple[Path, traceinsi
     steady = _steady_steps(job)
     for entry in job["ranks"]:
         _, events = read_events(folder / f"rank-{entry['rank']}.json")
-        launches = {e["args"]["correlation"]: e["ts"] for e in events if e.get("cat") == "cuda_runtime"}
-        steps = [
-            (e["ts"], e["ts"] + e["dur"], int(e["name"].split("#")[1]))
-            for e in events
-            if e["name"].startswith("ProfilerStep#")
-        ]
+        step_of = step_of_launch(events)
         busy = 0.0
         for event in events:
             if event.get("cat") not in _GPU:
                 continue
-            launched = launches[event["args"]["correlation"]]
-            step = next(number for start, end, number in steps if start <= launched <= end)
-            if step in steady[entry["rank"]]:
+            if step_of[event["args"]["correlation"]] in steady[entry["rank"]]:
                 busy += event["dur"]
         assert entry["busy_us"] == pytest.approx(busy, abs=1e-3), entry["rank"]
         utilization = entry["utilization"]

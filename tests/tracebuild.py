@@ -42,6 +42,30 @@ def read_events(path: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]]
     return value, value["traceEvents"]
 
 
+def step_of_launch(events: list[dict[str, Any]]) -> dict[int, int]:
+    """Plain reading of a rank's trace: each runtime call's correlation → the ``ProfilerStep#N``
+    whose host range holds the call (calls outside every step left out)."""
+    steps = [
+        (e["ts"], e["ts"] + e["dur"], int(e["name"].split("#")[1]))
+        for e in events
+        if e.get("name", "").startswith("ProfilerStep#")
+    ]
+    found = {}
+    for e in events:
+        if e.get("cat") == "cuda_runtime":
+            step = next((number for start, end, number in steps if start <= e["ts"] <= end), None)
+            if step is not None:
+                found[e["args"]["correlation"]] = step
+    return found
+
+
+def nccl_kernels(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Plain reading: the collectives' kernels (NCCL) in start order."""
+    return sorted(
+        (e for e in events if e.get("cat") == "kernel" and "nccl" in e["name"].lower()), key=lambda e: e["ts"]
+    )
+
+
 def union_length(intervals: list[tuple[int, int]]) -> int:
     """Length of the union of [start, end) intervals, by a plain sweep."""
     total = 0
