@@ -85,14 +85,7 @@ def _thresholds(given: Mapping[str, float]) -> Thresholds:
             f"unknown threshold {', '.join(unknown)}: the thresholds are {', '.join(sorted(known))} "
             "(see traceinsight.thresholds.Thresholds)"
         )
-    defaults = Thresholds()
-    # ``min_gap_us=200`` is ``--min-gap-us 200``: a float where the threshold is one (the result's
-    # JSON writes the thresholds it ran with).
-    made: dict[str, Any] = {
-        name: float(value) if isinstance(getattr(defaults, name), float) and type(value) is int else value
-        for name, value in given.items()
-    }
-    return Thresholds(**made)
+    return Thresholds(**given)  # type: ignore[arg-type]  # each is an int or a float, as named
 
 
 def _paths(trace: TracePath | Sequence[TracePath]) -> list[Path]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,3 +109,11 @@ class Thresholds:
     host_preprocessing_share: float = 0.10
     #: With one steady step (nothing shows the wait repeats) it fires at this share of the step.
     host_preprocessing_one_step_share: float = 0.30
+
+    def __post_init__(self) -> None:
+        # ``min_gap_us=200``, ``min-gap-us = 20`` in a project file: a float where the threshold is
+        # one, however it was given (a result's JSON writes the thresholds an analysis ran with).
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if item.type == "float" and type(value) is int:
+                object.__setattr__(self, item.name, float(value))
