@@ -154,10 +154,11 @@ def analyze(
             status = common.gate(broken_job(job_result, read.budgets)) if not read.budgets.empty else 0
         else:
             trace = traces[0]
-            given_root = read.source_root(source_root, traces)
-            if common.rendered_again(
-                trace, read, top, given_root
-            ):  # a stored result (--json): its outputs again
+            # A stored result (--json): its outputs again. Its code excerpts come only from a
+            # --source-root given here: its source lines are another run's words, and no project
+            # file beside it picks a folder of this machine to read them from.
+            stored_root = read.source_root(source_root) if source_root is not None else None
+            if common.rendered_again(trace, read, top, stored_root):
                 return
             with collector_paused(), terminal_progress(f"reading {trace.name}") as progress:
                 result = common.analyze_and_write(
