@@ -1,13 +1,15 @@
-"""What the package's dataclasses cost to make at start-up, and what each plain way to make them
-cheaper would win (issue 50: the cache of their generated methods is gone).
+"""What the package's result types cost to make at start-up, as they are declared
+(:class:`traceinsight.model.Model`: frozen msgspec Structs) and as the frozen slotted dataclasses
+they were until issue 50.
 
 Python 3.11 makes each method a frozen slotted dataclass gets (``__init__``, ``__repr__``,
 ``__eq__``, ``__hash__``, ``__setattr__``, ``__delattr__``) by compiling its source text, at every
-start. This imports what a single-trace ``analyze`` imports, then makes every dataclass of the
-package again from its own fields, in one process, in four ways: as declared; without ``__eq__``
-(and so without ``__hash__``); without ``__eq__`` and ``__repr__``; and as a frozen
-``msgspec.Struct`` with the same fields (made in C; no method compiled). The time of the imports
-themselves is printed first, for scale. Medians of ``--repeat`` rounds. Usage::
+start; msgspec makes a Struct in C. This imports what a single-trace ``analyze`` imports, then
+makes every result type of the package again from its own fields, in one process, three ways: as
+declared (a ``Model``, its fields' metadata kept); as a frozen slotted dataclass with the same
+fields, metadata, ``compare`` and ``repr``; and as a bare frozen ``msgspec.Struct`` (what
+``Model``'s own bookkeeping adds). The time of the imports themselves is printed first, for scale.
+Medians of ``--repeat`` rounds. Usage::
 
     python benchmarks/bench_classes.py              # about 5 s
     python benchmarks/bench_classes.py --repeat 9
@@ -23,10 +25,14 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import msgspec
+from msgspec import NODEFAULT
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from traceinsight.model import Model, field, fields_of
 
 #: What a single-trace ``analyze`` imports of the package (numpy and polars before it, apart).
 PACKAGE_MODULES = (
@@ -48,52 +54,61 @@ def import_package() -> float:
     return time.perf_counter() - start
 
 
-def package_dataclasses() -> list[type]:
-    """Every dataclass the imports above made, once each."""
+def package_types() -> list[type]:
+    """Every result type the imports above made, once each."""
     found: dict[type, None] = {}
     for name, module in list(sys.modules.items()):
         if name.startswith("traceinsight"):
             for value in vars(module).values():
-                if isinstance(value, type) and dataclasses.is_dataclass(value) and value.__module__ == name:
+                if isinstance(value, type) and issubclass(value, Model) and value.__module__ == name:
                     found[value] = None
     return list(found)
 
 
-def as_dataclass(cls: type, *, eq: bool | None = None, repr_: bool | None = None) -> type:
-    """``cls`` made again from its fields (types as written, defaults, flags), ``eq``/``repr``
-    overridden when given."""
-    params = cls.__dataclass_params__  # type: ignore[attr-defined]
-    namespace: dict[str, object] = {"__annotations__": {}, "__module__": cls.__module__}
-    for field in dataclasses.fields(cls):
-        namespace["__annotations__"][field.name] = field.type  # type: ignore[index]
-        namespace[field.name] = dataclasses.field(
-            default=field.default,
-            default_factory=field.default_factory,
-            compare=field.compare,
-            repr=field.repr,
-            metadata=field.metadata,
-            kw_only=field.kw_only,
+def as_model(cls: type) -> type:
+    """``cls`` made again as declared: a ``Model`` with the same fields and their metadata."""
+    namespace: dict[str, Any] = {"__annotations__": {}, "__module__": cls.__module__}
+    for item in fields_of(cls):
+        namespace["__annotations__"][item.name] = cls.__annotations__.get(item.name, "object")
+        namespace[item.name] = field(
+            default=item.default,
+            default_factory=item.default_factory,
+            metadata=item.metadata,
+            compare=item.compare,
+            repr=item.repr,
+        )
+    return type(Model)(cls.__name__, (Model,), namespace, frozen=True, kw_only=True)
+
+
+def as_dataclass(cls: type) -> type:
+    """``cls``'s fields as a frozen slotted dataclass (what the result types were before)."""
+    namespace: dict[str, Any] = {"__annotations__": {}, "__module__": cls.__module__}
+    for item in fields_of(cls):
+        namespace["__annotations__"][item.name] = cls.__annotations__.get(item.name, "object")
+        namespace[item.name] = dataclasses.field(
+            default=dataclasses.MISSING if item.default is NODEFAULT else item.default,
+            default_factory=(
+                dataclasses.MISSING if item.default_factory is NODEFAULT else item.default_factory
+            ),
+            compare=item.compare,
+            repr=item.repr,
+            metadata=item.metadata,
+            kw_only=True,
         )
     made = type(cls.__name__, (), namespace)
-    return dataclasses.dataclass(
-        frozen=params.frozen,
-        eq=params.eq if eq is None else eq,
-        repr=params.repr if repr_ is None else repr_,
-        slots="__slots__" in vars(cls),
-    )(made)
+    return dataclasses.dataclass(frozen=True, slots=True)(made)
 
 
 def as_struct(cls: type) -> type:
-    """A frozen ``msgspec.Struct`` with ``cls``'s field names and defaults (keyword-only, so that
-    the defaults may come in any order)."""
+    """A bare frozen ``msgspec.Struct`` with ``cls``'s field names and defaults."""
     fields: list[tuple[str, type] | tuple[str, type, object]] = []
-    for field in dataclasses.fields(cls):
-        if field.default is not dataclasses.MISSING:
-            fields.append((field.name, object, field.default))
-        elif field.default_factory is not dataclasses.MISSING:
-            fields.append((field.name, object, msgspec.field(default_factory=field.default_factory)))
+    for item in fields_of(cls):
+        if item.default_factory is not NODEFAULT:
+            fields.append((item.name, object, msgspec.field(default_factory=item.default_factory)))
+        elif item.default is not NODEFAULT:
+            fields.append((item.name, object, item.default))
         else:
-            fields.append((field.name, object))
+            fields.append((item.name, object))
     return msgspec.defstruct(cls.__name__, fields, frozen=True, kw_only=True)
 
 
@@ -112,17 +127,16 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="rounds per way (median)")
     repeat = parser.parse_args().repeat
     import_s = import_package()
-    classes = package_dataclasses()
-    fields = sum(len(dataclasses.fields(cls)) for cls in classes)
+    classes = package_types()
+    fields = sum(len(fields_of(cls)) for cls in classes)
     print(
         f"the package's imports of a single-trace analyze (typer, rich, jinja2 ... included): {import_s * 1000:.1f} ms"
     )
-    print(f"{len(classes)} dataclasses, {fields} fields, made again (median of {repeat}):")
+    print(f"{len(classes)} result types, {fields} fields, made again (median of {repeat}):")
     ways: list[tuple[str, Callable[[type], type]]] = [
-        ("as declared", as_dataclass),
-        ("eq=False (no __eq__, no __hash__)", lambda cls: as_dataclass(cls, eq=False)),
-        ("eq=False, repr=False", lambda cls: as_dataclass(cls, eq=False, repr_=False)),
-        ("frozen msgspec.Struct", as_struct),
+        ("as declared (Model)", as_model),
+        ("frozen slotted dataclass", as_dataclass),
+        ("bare frozen msgspec.Struct", as_struct),
     ]
     declared = None
     for label, make in ways:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from dataclasses import fields, replace
 from decimal import ROUND_HALF_UP, Decimal
 from functools import cache
 from pathlib import Path
@@ -16,6 +15,7 @@ from tracebuild import SAMPLES, read_events, sample_report, union_length
 
 from traceinsight.analysis import Analysis, analyze
 from traceinsight.load import load_trace
+from traceinsight.model import fields_of, replace
 from traceinsight.results import Report
 from traceinsight.results.contract import result_of
 from traceinsight.rules import evaluate
@@ -458,7 +458,7 @@ def test_analyses_beside_the_main_thread_give_what_they_give_inline(
     # The replay's windows hold numpy arrays: compared field by field.
     assert len(beside_result.replay.windows) == len(inline.replay.windows) > 0
     for ours, theirs in zip(beside_result.replay.windows, inline.replay.windows, strict=True):
-        for field in fields(ours):
+        for field in fields_of(ours):
             mine, other = getattr(ours, field.name), getattr(theirs, field.name)
             assert np.array_equal(mine, other) if isinstance(mine, np.ndarray) else mine == other, field.name
     assert (beside_result.replay.steps, beside_result.replay.recorded_ns) == (

@@ -3,7 +3,6 @@ commands write, read back equal, and show their tables, cards and charts in a no
 
 from __future__ import annotations
 
-import dataclasses
 import html
 import json
 import re
@@ -21,6 +20,7 @@ from typer.testing import CliRunner
 import traceinsight
 from traceinsight.commands import app
 from traceinsight.errors import TraceInsightError
+from traceinsight.model import replace
 from traceinsight.render.html import HtmlRenderer
 from traceinsight.render.mpl import INK
 
@@ -323,7 +323,7 @@ def test_a_comparison_and_a_job_show_their_pages(
 def test_text_from_the_trace_shows_as_text_not_markup(gp100: traceinsight.Result) -> None:
     """A title or a source line (text from the trace) reaches the cards escaped."""
     markup = "<img src=x onerror=alert(1)>"
-    finding = dataclasses.replace(gp100.findings[0], title=markup, source=markup)
+    finding = replace(gp100.findings[0], title=markup, source=markup)
     for page in (finding._repr_html_(), gp100.replace(findings=(finding,))._repr_html_()):
         assert page is not None and "<img" not in page and html.escape(markup, quote=False) in page
 

@@ -15,6 +15,7 @@ from traceinsight.analysis import flops as fl
 from traceinsight.analysis import peaks
 from traceinsight.load import load_trace
 from traceinsight.load.reference import load_trace_reference
+from traceinsight.model import replace
 
 # --- formulas, by hand ---------------------------------------------------------------------------
 
@@ -323,7 +324,6 @@ def test_low_compute_efficiency_names_the_kernel_and_bounds_its_saving_by_the_pe
 
 
 def test_diff_lists_the_modules_whose_gpu_time_changed_and_the_mfu() -> None:
-    import dataclasses
 
     from tests.tracebuild import sample_result
     from traceinsight.results.comparison import compare
@@ -332,11 +332,10 @@ def test_diff_lists_the_modules_whose_gpu_time_changed_and_the_mfu() -> None:
     scopes = before.scopes
     slower = {"BertLMHeadModel_0/BertModel_0/BertEncoder_0/BertLayer_1": 40_000}
     after = before.replace(
-        scopes=dataclasses.replace(
+        scopes=replace(
             scopes,
             modules=tuple(
-                dataclasses.replace(scope, gpu_ns=scope.gpu_ns + slower.get(scope.path, 0))
-                for scope in scopes.modules
+                replace(scope, gpu_ns=scope.gpu_ns + slower.get(scope.path, 0)) for scope in scopes.modules
             ),
         )
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 import pytest
 
 from traceinsight.load import load_trace
+from traceinsight.model import replace
 from traceinsight.results import Result, result_for, writer
 from traceinsight.results import trace as contract
 from traceinsight.results.codec import document_of, us
@@ -109,7 +109,7 @@ def test_gap_rows_with_odd_names_and_far_times_are_what_json_dumps_writes(
             )
         )
     if far:
-        gaps[150] = dataclasses.replace(gaps[150], duration_ns=writer._EXACT_NS)
+        gaps[150] = replace(gaps[150], duration_ns=writer._EXACT_NS)
     result = real_result.replace(idle_gaps=tuple(gaps))
     assert (writer._gap_rows(result.idle_gaps) is None) == far
     assert result.to_json() == _dumped(result)

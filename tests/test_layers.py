@@ -103,6 +103,7 @@ GROUND = {
     "arrays",
     "_arrays",
     "shown",
+    "model",
 }
 
 

@@ -1,28 +1,48 @@
-"""Frozen results made a column at a time (:func:`traceinsight.analysis.results.from_columns`) are
-the results their constructor makes, row by row; the reported gaps of a real trace are its
-classified gaps as the constructor makes them."""
+"""The result types' kind (:mod:`traceinsight.model`): what a frozen dataclass gave them, they
+keep (equality, hashing and repr without the live-only fields, the codec's metadata, ``replace``
+running ``__post_init__`` again, plain data, pickling); records made a column at a time
+(:func:`traceinsight.analysis.results.from_columns`) are the results their constructor makes, row by
+row; the reported gaps of a real trace are its classified gaps as the constructor makes them."""
 
 from __future__ import annotations
 
 import dataclasses
+import pickle
 import random
-from dataclasses import dataclass
 
+import msgspec
 import pytest
 from tracebuild import SAMPLES
 
 from traceinsight.analysis import analyze
 from traceinsight.analysis.results import IdleGap, from_columns
 from traceinsight.load import load_trace
+from traceinsight.model import Model, as_dict, field, fields_of, replace
 from traceinsight.thresholds import Thresholds
 
 
-@dataclass(frozen=True, slots=True)
-class _Sample:
+class _Sample(Model, frozen=True):
     count: int
     name: str
     note: str | None = None
     share: float = 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plain:
+    """The same fields as a frozen dataclass: what equality, hashing and repr must agree with."""
+
+    count: int
+    name: str
+    note: str | None = None
+    share: float = 0.5
+
+
+class _Live(Model, frozen=True, kw_only=True):
+    count: int
+    parts: tuple[_Sample, ...] = ()
+    by_name: dict[str, int] = field(default_factory=dict, metadata={"key": "names"})
+    seen_ns: int = field(default=0, compare=False, repr=False, metadata={"local": True})
 
 
 def _columns(rows: int, seed: int) -> list[list[object]]:
@@ -45,7 +65,7 @@ def test_records_made_by_column_equal_the_constructors(rows: int) -> None:
     assert [hash(record) for record in made] == [hash(record) for record in expected]
     assert [repr(record) for record in made] == [repr(record) for record in expected]
     for record in made[:3]:
-        with pytest.raises(dataclasses.FrozenInstanceError):
+        with pytest.raises(AttributeError):
             record.count = 1  # type: ignore[misc]
 
 
@@ -56,56 +76,63 @@ def test_records_by_column_refuse_what_the_constructor_would_not_make_alike() ->
     with pytest.raises(ValueError, match="different lengths"):
         from_columns(_Sample, [*columns[:3], columns[3][:2]])
 
-    @dataclass(frozen=True, slots=True)
-    class Checked:
+
+def test_a_result_type_compares_hashes_and_shows_itself_as_a_frozen_dataclass_would() -> None:
+    rows = list(zip(*_columns(50, seed=9), strict=True))
+    rows += [(1, "x", None, float("nan"))] * 2
+    for row, other in zip(rows, [*rows[1:], rows[0]], strict=True):
+        ours, theirs = _Sample(*row), _Plain(*row)
+        assert repr(ours) == repr(theirs).replace("_Plain", "_Sample")
+        assert (ours == _Sample(*row)) == (theirs == _Plain(*row))
+        assert (ours == _Sample(*other)) == (theirs == _Plain(*other))
+        if ours == _Sample(*row):
+            assert hash(ours) == hash(_Sample(*row))
+    assert _Sample(1, "x") != _Plain(1, "x")
+
+
+def test_a_live_only_field_is_left_out_of_equality_hashing_and_repr_and_kept_in_the_metadata() -> None:
+    one = _Live(count=2, parts=(_Sample(1, "a"),), seen_ns=5)
+    other = _Live(count=2, parts=(_Sample(1, "a"),), seen_ns=9)
+    assert one == other and one.seen_ns == 5
+    assert one != replace(one, count=3)
+    assert (
+        repr(one) == "_Live(count=2, parts=(_Sample(count=1, name='a', note=None, share=0.5),), by_name={})"
+    )
+    unhashable = one.by_name  # a dict field: as a dataclass, the result cannot be hashed
+    assert isinstance(unhashable, dict)
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(one)
+    declared = {item.name: item for item in fields_of(_Live)}
+    assert [item.name for item in fields_of(one)] == ["count", "parts", "by_name", "seen_ns"]
+    assert declared["seen_ns"].metadata == {"local": True} and not declared["seen_ns"].compare
+    assert declared["by_name"].metadata == {"key": "names"} and declared["by_name"].has_default
+    assert not declared["count"].has_default and declared["parts"].default == ()
+    assert _Live(count=1).by_name is not _Live(count=1).by_name  # a factory, called each time
+
+
+def test_replace_runs_the_checks_again_and_plain_data_and_pickling_keep_every_field() -> None:
+    class Checked(Model, frozen=True):
         count: int
 
         def __post_init__(self) -> None:
             if self.count < 0:
                 raise ValueError("negative")
 
-    with pytest.raises(TypeError, match="__post_init__"):
-        from_columns(Checked, [[-1]])
-
-    @dataclass(frozen=True)
-    class Unslotted:
-        count: int
-
-    with pytest.raises(TypeError, match="slotted"):
-        from_columns(Unslotted, [[1]])
-
-    @dataclass(frozen=True, slots=True)
-    class Derived:
-        count: int
-        total: int = dataclasses.field(init=False, default=0)
-
-    with pytest.raises(TypeError, match="positional"):
-        from_columns(Derived, [[1], [2]])  # the constructor takes no total
-
-    @dataclass(frozen=True, slots=True, kw_only=True)
-    class Named:
-        count: int
-
-    with pytest.raises(TypeError, match="positional"):
-        from_columns(Named, [[1]])  # Named(1) is refused
-
-
-def test_records_of_an_unslotted_subclass_of_a_slotted_class_are_refused() -> None:
-    @dataclass(frozen=True)
-    class Loose(_Sample):
-        extra: int = 0
-
-    with pytest.raises(TypeError, match="slotted"):
-        from_columns(Loose, [*_columns(2, seed=4), [1, 2]])
-
-
-def test_records_of_a_subclass_fill_the_base_classs_slots_too() -> None:
-    @dataclass(frozen=True, slots=True)
-    class Longer(_Sample):
-        extra: int = 0
-
-    columns = [*_columns(5, seed=3), list(range(5))]
-    assert from_columns(Longer, columns) == tuple(Longer(*row) for row in zip(*columns, strict=True))
+    with pytest.raises(ValueError, match="negative"):
+        replace(Checked(1), count=-1)
+    one = _Live(count=2, parts=(_Sample(1, "a"),), by_name={"a": 1}, seen_ns=5)
+    assert as_dict(one) == {
+        "count": 2,
+        "parts": ({"count": 1, "name": "a", "note": None, "share": 0.5},),
+        "by_name": {"a": 1},
+        "seen_ns": 5,
+    }
+    assert as_dict(one)["by_name"] is not one.by_name
+    again = pickle.loads(pickle.dumps(one))
+    assert again == one and again.seen_ns == 5
+    with pytest.raises(AttributeError):
+        one.count = 3  # type: ignore[misc]
+    assert isinstance(one, msgspec.Struct)
 
 
 def test_the_reported_gaps_are_the_long_classified_gaps_longest_first() -> None:

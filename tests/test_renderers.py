@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
 from typing import Any
 
 import pytest
 from tracebuild import SAMPLES
 
 import traceinsight
+from traceinsight.model import replace
 from traceinsight.render import NotLive, Renderer
 from traceinsight.render.html import HtmlRenderer
 from traceinsight.render.json_report import JsonRenderer

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from traceinsight.analysis.causes import cause_label
 from traceinsight.analysis.steady import steady_state
 from traceinsight.analysis.validity import trace_warnings
 from traceinsight.load import load_trace
+from traceinsight.model import replace
 from traceinsight.render.terminal import TerminalRenderer
 from traceinsight.results import Report, result_of
 from traceinsight.rules import evaluate
@@ -183,8 +183,8 @@ def test_cuda_graph_replay_is_said() -> None:
 
 def test_what_the_loader_dropped_or_repaired_is_a_warning(tmp_path: Path) -> None:
     trace = load_trace(write_trace(tmp_path / "t.json", _steps([2_000] * 3)))
-    meta = dataclasses.replace(trace.meta, load_notes=(("dropped-time", 3), ("repaired-name", 1)))
-    changed = dataclasses.replace(trace, meta=meta)
+    meta = replace(trace.meta, load_notes=(("dropped-time", 3), ("repaired-name", 1)))
+    changed = replace(trace, meta=meta)
     warned = {w.kind: w.message for w in trace_warnings(changed, steady_state(changed))}
     assert "3 events had impossible times" in warned["dropped-time"]
     assert "1 Python frame name" in warned["repaired-name"]

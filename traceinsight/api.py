@@ -19,13 +19,11 @@ progress displays, ``--max-size``, ``--per-rank``, ``--workers`` …) are keywor
 
 from __future__ import annotations
 
-import dataclasses
 import glob
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeGuard, cast
 
@@ -34,6 +32,7 @@ from traceinsight.load import SizeLimit, Trace, load_trace
 from traceinsight.load.head_start import HeadStart
 from traceinsight.load.progress import ProgressCallback
 from traceinsight.load.text import printable
+from traceinsight.model import Model, fields_of, replace
 from traceinsight.results import Result, RunContext, report_for, result_of
 from traceinsight.results.stored import read_stored
 from traceinsight.thresholds import Thresholds
@@ -78,7 +77,7 @@ def load(
 
 def _thresholds(given: Mapping[str, float]) -> Thresholds:
     """:class:`~traceinsight.thresholds.Thresholds` with ``given`` changed (their names as keywords)."""
-    known = {field.name for field in dataclasses.fields(Thresholds)}
+    known = {field.name for field in fields_of(Thresholds)}
     unknown = sorted(set(given) - known)
     if unknown:
         raise ConfigError(
@@ -171,7 +170,7 @@ def analyze(
         loaded = load(paths[0], max_bytes=max_bytes, force=force, progress=progress)
     report = report_for(loaded, limits, code, run, every_gap=every_gap)
     root = None if source_root is None else Path(source_root)
-    return result_of(report if root is None else dataclasses.replace(report, source_root=root))
+    return result_of(report if root is None else replace(report, source_root=root))
 
 
 def _is_found(trace: object) -> TypeGuard[JobFiles]:
@@ -219,8 +218,7 @@ def _job(
 _GLOB: Final = re.compile(r"[*?\[]")
 
 
-@dataclass(frozen=True, slots=True)
-class Side:
+class Side(Model, frozen=True):
     """One side of a diff, sorted before anything slow is done (:func:`diff_sides`): a result (in
     memory, or stored by ``analyze --json``: a trace's or a job's), a job's traces to analyze (a
     folder, a pattern), several runs of one setup, or a trace."""

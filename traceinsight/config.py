@@ -28,11 +28,11 @@ import os
 import stat
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from traceinsight.errors import ConfigError
+from traceinsight.model import Model
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -64,8 +64,7 @@ KNOWN_KEYS: Final[dict[str, str]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class ProjectConfig:
+class ProjectConfig(Model, frozen=True):
     """What the ``[tool.traceinsight]`` table says (empty when there is none)."""
 
     path: Path | None = None
@@ -78,8 +77,7 @@ class ProjectConfig:
     """The raw table, for keys later versions read."""
 
 
-@dataclass(frozen=True, slots=True)
-class SourceRoot:
+class SourceRoot(Model, frozen=True):
     """The folder report excerpts are read from, and where that choice came from (said on the
     terminal: ``--source-root``, ``source-root in /x/pyproject.toml``, ``the script's project``)."""
 

@@ -1,12 +1,13 @@
-"""Every tunable number of the analyses and rules, in one documented dataclass."""
+"""Every tunable number of the analyses and rules, in one documented frozen class."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from msgspec.structs import force_setattr
+
+from traceinsight.model import Model, fields_of
 
 
-@dataclass(frozen=True, slots=True)
-class Thresholds:
+class Thresholds(Model, frozen=True):
     """Limits that decide what counts as a gap, a stall, a problem. Times in microseconds."""
 
     #: An idle stretch on a GPU shorter than this is not reported as a gap.
@@ -113,7 +114,8 @@ class Thresholds:
     def __post_init__(self) -> None:
         # ``min_gap_us=200``, ``min-gap-us = 20`` in a project file: a float where the threshold is
         # one, however it was given (a result's JSON writes the thresholds an analysis ran with).
-        for item in fields(self):
+        declared = type(self).__annotations__
+        for item in fields_of(self):
             value = getattr(self, item.name)
-            if item.type == "float" and type(value) is int:
-                object.__setattr__(self, item.name, float(value))
+            if declared.get(item.name) == "float" and type(value) is int:
+                force_setattr(self, item.name, float(value))

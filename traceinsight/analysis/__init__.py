@@ -12,7 +12,6 @@ follows into a hash join on the equality.
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import polars as pl
@@ -49,14 +48,14 @@ from traceinsight.analysis.usage import Usage
 from traceinsight.analysis.validity import TraceWarning, trace_warnings
 from traceinsight.cores import second_core
 from traceinsight.load import Trace, TraceMeta, taxonomy
+from traceinsight.model import Model, field
 from traceinsight.process import Beside
 from traceinsight.thresholds import Thresholds
 
 __all__ = ["Analysis", "FixInputs", "analyze"]
 
 
-@dataclass(frozen=True, slots=True)
-class FixInputs:
+class FixInputs(Model, frozen=True):
     """Host ranges inside the steady state that the rules' fixes change in the replay."""
 
     #: DataLoader ``__next__`` ranges (start, end) on threads that launch GPU work.
@@ -72,8 +71,7 @@ class FixInputs:
     pinned_h2d_gb_per_s: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Analysis:
+class Analysis(Model, frozen=True):
     """Every measurement of one trace. Times in integer nanoseconds."""
 
     meta: TraceMeta

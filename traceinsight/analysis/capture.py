@@ -9,13 +9,13 @@ launches, by design. The graph runs later, replayed by ``cudaGraphLaunch``. vLLM
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
 import polars as pl
 
 from traceinsight.analysis.intervals import merge_intervals, outermost_first
 from traceinsight.load import Trace, taxonomy
+from traceinsight.model import Model
 
 __all__ = ["CAPTURE_SCHEMA", "GraphCapture", "capture_windows", "graph_capture"]
 
@@ -82,8 +82,7 @@ def capture_windows(trace: Trace) -> pl.DataFrame:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class GraphCapture:
+class GraphCapture(Model, frozen=True):
     """What the trace's graph captures hold."""
 
     #: Captures (begin/end pairs) in the trace.

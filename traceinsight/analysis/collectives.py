@@ -8,20 +8,18 @@ large bucketed ones would overlap backward.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import polars as pl
 
 from traceinsight.analysis.intervals import within
 from traceinsight.analysis.shared import gpu_classes
 from traceinsight.analysis.steady import SteadySteps
 from traceinsight.load import Trace, taxonomy
+from traceinsight.model import Model
 
 __all__ = ["CollectiveGroup", "CommunicationStats", "communication_stats"]
 
 
-@dataclass(frozen=True, slots=True)
-class CollectiveGroup:
+class CollectiveGroup(Model, frozen=True):
     """The communication kernels of one kind (``all-reduce``, ...) on one device that started in
     the steady state."""
 
@@ -33,8 +31,7 @@ class CollectiveGroup:
     median_ns: int
 
 
-@dataclass(frozen=True, slots=True)
-class CommunicationStats:
+class CommunicationStats(Model, frozen=True):
     """Collectives per device and kind (largest count first), and the wrapper that issued them."""
 
     groups: tuple[CollectiveGroup, ...] = ()

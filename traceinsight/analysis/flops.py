@@ -38,7 +38,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
 from typing import ClassVar, Final
 
 import polars as pl
@@ -49,6 +48,7 @@ from traceinsight.analysis.membytes import MemoryKernel, memory_kernels
 from traceinsight.analysis.results import COUNT, DURATION, LOCAL
 from traceinsight.analysis.steady import SteadySteps
 from traceinsight.load import Trace
+from traceinsight.model import Model, field, replace
 
 __all__ = [
     "FlopClass",
@@ -348,8 +348,7 @@ def dtype_of(types: Sequence[object] | None) -> str | None:
 # --- results -------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FlopClass:
+class FlopClass(Model, frozen=True, kw_only=True):
     """Counted FLOPs of one operator class (``gemm``, ``conv``, ``attention``) in the steady state."""
 
     JSON_KEYS: ClassVar[tuple[str, ...]] = (
@@ -372,8 +371,7 @@ class FlopClass:
         return self.flops / self.kernel_ns * 1e9 if self.kernel_ns else None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FlopKernel:
+class FlopKernel(Model, frozen=True, kw_only=True):
     """One kernel name's share of the counted FLOPs in the steady state, and its achieved FLOP/s."""
 
     JSON_KEYS: ClassVar[tuple[str, ...]] = (
@@ -396,8 +394,7 @@ class FlopKernel:
         return self.flops / self.kernel_ns * 1e9 if self.kernel_ns else 0.0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Mfu:
+class Mfu(Model, frozen=True, kw_only=True):
     """MFU of one device over the steady window: ``mfu = busy_share × efficiency_while_busy``.
 
     ``counted_kernel_ns`` and ``at_peak_ns`` (written last, the latter in ns as computed) are what a
@@ -492,8 +489,7 @@ OPERATOR_SCHEMA: Final = pl.Schema(
 )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Flops:
+class Flops(Model, frozen=True, kw_only=True):
     """FLOPs of one trace's steady state counted from recorded shapes, and MFU (see the module doc;
     all zero and empty when the trace has no shapes): a result's ``flops``. The kernel and operator
     tables the figures come from are kept beside them, never written."""

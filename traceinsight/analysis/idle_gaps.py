@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Collection
-from dataclasses import fields
 from typing import Final
 
 import numpy as np
@@ -73,6 +72,7 @@ from traceinsight.analysis.results import IdleGap, from_columns
 from traceinsight.analysis.sources import FrameIndex, source_at
 from traceinsight.arrays import series
 from traceinsight.load import Trace, taxonomy
+from traceinsight.model import fields_of
 from traceinsight.thresholds import Thresholds
 
 __all__ = ["all_gaps", "classify_gaps", "mark_waiting", "name_graph_breaks", "reported_gaps", "split_at"]
@@ -874,6 +874,6 @@ def reported_gaps(classified: pl.DataFrame, limits: Thresholds, origin_ns: int) 
         "device",
         pl.col("start") - origin_ns,
         "duration",
-        *(field.name for field in fields(IdleGap)[3:]),
+        *(field.name for field in fields_of(IdleGap)[3:]),
     ).get_columns()
     return from_columns(IdleGap, [column.to_list() for column in columns])

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import polars as pl
 
 from traceinsight.analysis.results import COUNT, DURATION
 from traceinsight.load import Trace
+from traceinsight.model import Model, field
 
 __all__ = ["Kernel", "TopKernels", "top_kernels"]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Kernel:
+class Kernel(Model, frozen=True, kw_only=True):
     """All launches of one kernel name on one device, by total time."""
 
     device: int
@@ -26,8 +24,7 @@ class Kernel:
     max_ns: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class TopKernels:
+class TopKernels(Model, frozen=True):
     """The ``top`` kernels by summed duration, and totals over every kernel of the trace."""
 
     kernels: tuple[Kernel, ...]

@@ -22,7 +22,6 @@ A line whose operators run inside a tensor's ``__repr__``/``__format__`` frame
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass, field
 
 import polars as pl
 
@@ -31,6 +30,7 @@ from traceinsight.analysis.results import COUNT
 from traceinsight.analysis.sources import USER, FrameIndex, enclosing_ops, frame_kind, module_at, source_at
 from traceinsight.analysis.steady import SteadySteps
 from traceinsight.load import Trace, taxonomy
+from traceinsight.model import Model, field
 
 __all__ = ["DATA_LOADING", "STEP_COUNTER", "LatentSync", "latent_syncs"]
 
@@ -40,8 +40,7 @@ DATA_LOADING = "data loading"
 STEP_COUNTER = "optimizer step counters"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LatentSync:
+class LatentSync(Model, frozen=True, kw_only=True):
     """One would-be sync: what one line (or, without frames, one operator) runs that reads a value."""
 
     op: str

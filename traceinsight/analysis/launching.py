@@ -4,8 +4,6 @@ the host's launching leaves (launch-bound loops: many short gaps between many sh
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import polars as pl
 
 from traceinsight.analysis.causes import CauseKind
@@ -13,6 +11,7 @@ from traceinsight.analysis.intervals import joined_where, meeting, overlap_ns, w
 from traceinsight.analysis.sources import enclosing_ops
 from traceinsight.analysis.steady import SteadySteps
 from traceinsight.load import Trace, taxonomy
+from traceinsight.model import Model
 from traceinsight.thresholds import Thresholds
 
 __all__ = ["CompileState", "LaunchPattern", "LaunchStats", "compile_state", "launch_patterns", "launch_stats"]
@@ -21,8 +20,7 @@ __all__ = ["CompileState", "LaunchPattern", "LaunchStats", "compile_state", "lau
 _KERNEL_LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "hipLaunchKernel", "hipExtLaunchKernel", "hipModuleLaunchKernel", "hipExtModuleLaunchKernel")  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
-class LaunchPattern:
+class LaunchPattern(Model, frozen=True):
     """The ``host-bound`` gaps of one device in the steady state, split by length.
 
     A launch-bound loop leaves many short gaps, each the time the host took to dispatch and launch
@@ -52,8 +50,7 @@ class LaunchPattern:
         return self.short_ns / total if total else 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class CompileState:
+class CompileState(Model, frozen=True):
     """What in the trace shows ``torch.compile`` (whole trace).
 
     A kernel is compiled when TorchInductor generated it (``taxonomy.INDUCTOR_KERNEL_PATTERN``) or
@@ -91,8 +88,7 @@ class CompileState:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class LaunchStats:
+class LaunchStats(Model, frozen=True):
     """Launching in the steady state (all devices)."""
 
     kernels: int

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import ClassVar, Final
 
 import polars as pl
 
 from traceinsight.analysis.results import COUNT, DURATION
+from traceinsight.model import Model, field
 
 __all__ = [
     "DTYPE_BYTES",
@@ -228,8 +228,7 @@ def operator_bytes(name: str, dims: Sequence[object], types: Sequence[object]) -
     return read + _elements(_broadcast(shapes)) * first[0]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MemoryKernel:
+class MemoryKernel(Model, frozen=True, kw_only=True):
     """One kernel name's (on one device) steady kernel time and bytes moved, for kernels whose FLOPs
     are not counted (elementwise and other memory-bound work) and whose operator's bytes are known
     from recorded shapes; and its achieved bytes/s. A result's ``flops.memory_kernels[]``."""

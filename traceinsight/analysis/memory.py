@@ -19,7 +19,6 @@ the limit that a failed allocation frees the cache and retries).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 import polars as pl
@@ -28,14 +27,14 @@ from traceinsight.analysis.intervals import within
 from traceinsight.analysis.results import LOCAL
 from traceinsight.analysis.steady import SteadySteps
 from traceinsight.load import Trace, taxonomy
+from traceinsight.model import Model, field
 
 __all__ = ["AllocatorCall", "AllocatorCalls", "Memory", "MemoryDevice", "MemorySample", "memory_usage"]
 
 _INT64_MAX = 2**63 - 1
 
 
-@dataclass(frozen=True, slots=True)
-class MemorySample:
+class MemorySample(Model, frozen=True):
     """``[start_us, allocated, reserved]``: a time slice's start (from the trace's first event)
     and its largest values."""
 
@@ -45,8 +44,7 @@ class MemorySample:
     reserved_bytes: int | None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MemoryDevice:
+class MemoryDevice(Model, frozen=True, kw_only=True):
     """One allocator's records: a device's peak memory and its memory over time."""
 
     device: str
@@ -82,8 +80,7 @@ class MemoryDevice:
         return max(self.peak_allocated_bytes, self.peak_reserved_bytes or 0)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AllocatorCall:
+class AllocatorCall(Model, frozen=True, kw_only=True):
     """One allocator call's count and host time in the steady state."""
 
     call: str
@@ -91,8 +88,7 @@ class AllocatorCall:
     host_ns: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AllocatorCalls:
+class AllocatorCalls(Model, frozen=True, kw_only=True):
     """Allocator runtime calls inside the steady state."""
 
     count: int = 0
@@ -110,8 +106,7 @@ class AllocatorCalls:
     Live only."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Memory:
+class Memory(Model, frozen=True, kw_only=True):
     """Peak memory per device and its series (from the ``[memory]`` records); the allocator's
     calls in the steady state."""
 

@@ -32,7 +32,6 @@ host windows), and figures are per steady step where there are steps.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
 import polars as pl
@@ -41,6 +40,7 @@ from traceinsight.analysis.flops import Flops
 from traceinsight.analysis.intervals import within
 from traceinsight.analysis.steady import SteadySteps
 from traceinsight.load import Trace
+from traceinsight.model import Model
 
 __all__ = ["MODULE_PREFIX", "NO_SCOPES", "ScopeTime", "ScopeTimes", "scope_times"]
 
@@ -52,8 +52,7 @@ MAX_SCOPES: Final = 500
 MAX_DEPTH: Final = 32
 
 
-@dataclass(frozen=True, slots=True)
-class ScopeTime:
+class ScopeTime(Model, frozen=True):
     """One module or region path over the steady state (totals; per step via :class:`ScopeTimes`)."""
 
     path: str
@@ -86,8 +85,7 @@ class ScopeTime:
         return self.path.rsplit("/", 1)[0] if "/" in self.path else None
 
 
-@dataclass(frozen=True, slots=True)
-class ScopeTimes:
+class ScopeTimes(Model, frozen=True):
     """Module and region trees of the steady state."""
 
     #: Steady steps the totals are over (0: no steps, one window).

@@ -3,19 +3,17 @@ optimizer without ``foreach``/``fused``) and a zeroing memset per gradient."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import polars as pl
 
 from traceinsight.analysis.intervals import joined_where, within
 from traceinsight.analysis.steady import SteadySteps
 from traceinsight.load import Trace, taxonomy
+from traceinsight.model import Model
 
 __all__ = ["OptimizerStats", "optimizer_stats"]
 
 
-@dataclass(frozen=True, slots=True)
-class OptimizerStats:
+class OptimizerStats(Model, frozen=True):
     """The optimizer's work inside the steady state."""
 
     #: ``Optimizer.step#...`` ranges in the steady state, and their host time.

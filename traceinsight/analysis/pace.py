@@ -17,7 +17,6 @@ GPU work) leaves the GPU setting the pace; a DataLoader the host waits for, the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from statistics import median
 
 import polars as pl
@@ -27,6 +26,7 @@ from traceinsight.analysis.intervals import merge_intervals, overlap_ns
 from traceinsight.analysis.results import Step
 from traceinsight.analysis.steady import SteadySteps
 from traceinsight.compat import StrEnum
+from traceinsight.model import Model
 
 __all__ = ["Pace", "PaceSetter", "step_pace"]
 
@@ -38,8 +38,7 @@ class PaceSetter(StrEnum):
     GPU = "gpu"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Pace:
+class Pace(Model, frozen=True, kw_only=True):
     """Which side sets the step's pace, and each side's own time per steady step (medians, ns)."""
 
     #: The side more than ``pace_difference`` above the other (None: neither, or unknown).

@@ -15,8 +15,9 @@ PCIe and NVL cards before the SXM ones their names contain). AMD traces often na
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Final
+
+from traceinsight.model import Model
 
 __all__ = ["DTYPES", "PEAKS", "GpuPeak", "peak_for"]
 
@@ -26,8 +27,7 @@ DTYPES: Final = ("fp32", "tf32", "fp16", "bf16", "fp8")
 T: Final = 10**12
 
 
-@dataclass(frozen=True, slots=True)
-class GpuPeak:
+class GpuPeak(Model, frozen=True):
     """One GPU model's dense peaks."""
 
     model: str

@@ -3,20 +3,18 @@ cores that would run them several times faster in reduced precision (AMP: fp16/b
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import polars as pl
 
 from traceinsight.analysis.intervals import within
 from traceinsight.analysis.shared import gpu_classes
 from traceinsight.analysis.steady import SteadySteps
 from traceinsight.load import Trace
+from traceinsight.model import Model
 
 __all__ = ["PrecisionMix", "precision_mix"]
 
 
-@dataclass(frozen=True, slots=True)
-class PrecisionMix:
+class PrecisionMix(Model, frozen=True):
     """Kernel time by precision family on one device, in the steady state (summed durations)."""
 
     device: int

@@ -11,7 +11,6 @@ says what the host did meanwhile, for ``host-preprocessing``'s evidence and repl
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
 
 import polars as pl
 
@@ -20,12 +19,12 @@ from traceinsight.analysis.shared import launch_calls
 from traceinsight.analysis.sources import FrameIndex, source_at
 from traceinsight.analysis.steady import SteadySteps
 from traceinsight.load import Trace
+from traceinsight.model import Model
 
 __all__ = ["StepLeads", "step_leads"]
 
 
-@dataclass(frozen=True, slots=True)
-class StepLeads:
+class StepLeads(Model, frozen=True):
     """The host's time in each steady step before it launched the step's first GPU work."""
 
     #: Per steady step that launched GPU work: (host start, first launch, time in between the host

@@ -46,7 +46,6 @@ unchanged unless the fix says so: kernels ``faster`` by a factor, or copies give
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
@@ -55,6 +54,7 @@ from traceinsight.analysis.shared import launch_calls, launch_cost_ns
 from traceinsight.analysis.steady import SteadySteps
 from traceinsight.arrays import distinct, member
 from traceinsight.load import Trace
+from traceinsight.model import Model, field
 
 try:
     from traceinsight.analysis import _replay  # type: ignore[attr-defined]
@@ -74,8 +74,7 @@ _SHORT_BATCH = 16
 _DEFAULT_LATENCY_NS = 10_000
 
 
-@dataclass(frozen=True, slots=True)
-class Fix:
+class Fix(Model, frozen=True):
     """A change to replay: calls that stop waiting, host ranges that get shorter, copies moved off
     the compute stream."""
 
@@ -104,8 +103,7 @@ class Fix:
         )
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class _Window:
+class _Window(Model, frozen=True, eq=False):
     """One steady-state window's events, as arrays in launch order (times relative to ``start``)."""
 
     start: int
@@ -138,8 +136,7 @@ class _Window:
     begin: int = 0
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class Replay:
+class Replay(Model, frozen=True, eq=False):
     """The steady-state windows, ready to replay with or without a fix."""
 
     windows: tuple[_Window, ...] = ()
@@ -254,8 +251,7 @@ _KIND_CODES = {"call": 0, "shorten": 1}
 _Lane = tuple[int, np.ndarray, np.ndarray]
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class _Work:
+class _Work(Model, frozen=True, eq=False):
     """A window's GPU work as replayed, per row in launch order (int64 arrays)."""
 
     #: When it is queued (its launch, moved by the fix, plus the launch latency), its duration and

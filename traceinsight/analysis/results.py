@@ -10,11 +10,10 @@ analysis knows (never written; a stored result holds the field's default, and eq
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
-from itertools import repeat
 from typing import Any, Final, TypeVar
+
+from traceinsight.model import Model, field, fields_of
 
 _Record = TypeVar("_Record")
 
@@ -35,40 +34,23 @@ def share_of(value: float | None) -> float | None:
 
 
 def from_columns(cls: type[_Record], columns: Sequence[Sequence[Any]]) -> tuple[_Record, ...]:
-    """One ``cls`` per row of ``columns`` (a column per field, in the fields' order): what
-    ``tuple(cls(*row) for row in zip(*columns, strict=True))`` makes, for a slotted dataclass whose
-    fields are all positional ``__init__`` arguments and which has no ``__post_init__``, at about
-    2.5x the speed.
+    """One ``cls`` per row of ``columns`` (a column per field, in the fields' order, each field a
+    positional argument of ``cls``): ``tuple(cls(*row) for row in zip(*columns, strict=True))``.
 
-    A frozen ``__init__`` sets each field through ``object.__setattr__``, about 0.15 us a field;
-    here the instances are made empty and filled a column at a time through each slot's own
-    descriptor. An LLM decode trace reports tens of thousands of idle gaps, each made twice (the
-    analysis's and the result's): 0.2 s of a 0.5 GB job's main thread that way.
+    A result type's ``__init__`` is msgspec's, in C: about 0.35 us a row of 11 fields, against
+    2.3 us for a frozen dataclass's (which set each field through ``object.__setattr__``). An LLM
+    decode trace reports tens of thousands of idle gaps, each made twice (the analysis's and the
+    result's).
     """
-    every = fields(cls)  # type: ignore[arg-type]
-    names = [field.name for field in every]
-    positional = all(field.init and not field.kw_only for field in every)
-    if (
-        len(columns) != len(names)
-        or hasattr(cls, "__post_init__")
-        or "__slots__" not in vars(cls)  # its own slots: a subclass without them has a __dict__
-        or not positional
-    ):
-        raise TypeError(
-            f"{cls.__name__}: one column per field of a slotted class whose fields are all positional "
-            "arguments of its __init__, without __post_init__"
-        )
+    if len(columns) != len(fields_of(cls)):
+        raise TypeError(f"{cls.__name__}: one column per field ({len(columns)} for {len(fields_of(cls))})")
     rows = len(columns[0]) if columns else 0
     if any(len(column) != rows for column in columns):
         raise ValueError(f"{cls.__name__}: columns of different lengths")
-    made = list(map(object.__new__, repeat(cls, rows)))
-    for name, column in zip(names, columns, strict=True):
-        deque(map(getattr(cls, name).__set__, made, column), maxlen=0)  # the slot (a base's too)
-    return tuple(made)
+    return tuple(map(cls, *columns))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Device:
+class Device(Model, frozen=True, kw_only=True):
     """GPU time on one device.
 
     busy = length of the union of kernel, copy and memset intervals on the device (all streams);
@@ -101,8 +83,7 @@ class Device:
     last_ns: int = field(default=0, compare=False, repr=False, metadata=LOCAL)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Step:
+class Step(Model, frozen=True, kw_only=True):
     """One step (``ProfilerStep#N``, or an optimizer step) on one device: the step's device window
     (from when the step before it was done to when its own work was done, see
     :mod:`traceinsight.analysis.steady`) and the GPU time inside it. compute + communication +
@@ -148,8 +129,7 @@ class Step:
         return self.start_ns + self.span_ns
 
 
-@dataclass(frozen=True, slots=True)
-class IdleGap:
+class IdleGap(Model, frozen=True):
     """A stretch with no GPU activity on a device, and what the host was doing meanwhile;
     ``start_ns`` counts from the trace's earliest event (``meta.origin_ns``), as every output shows it.
 
@@ -186,8 +166,7 @@ class IdleGap:
         return self.start_ns + self.duration_ns
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CopyGroup:
+class CopyGroup(Model, frozen=True, kw_only=True):
     """Copies on one device with one name (``Memcpy HtoD (Pageable -> Device)``)."""
 
     device: int
@@ -212,8 +191,7 @@ class CopyGroup:
         return self.src == "Pageable" or self.dst == "Pageable"
 
 
-@dataclass(frozen=True, slots=True)
-class H2DCopy:
+class H2DCopy(Model, frozen=True):
     """One host-to-device copy whose host call starts in the steady state."""
 
     #: The host call that issued it (``cudaMemcpyAsync`` ...), ns on the trace clock.
@@ -229,8 +207,7 @@ class H2DCopy:
     overlapped_ns: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SyncCall:
+class SyncCall(Model, frozen=True, kw_only=True):
     """All host-blocking calls of one name."""
 
     call: str
@@ -238,8 +215,7 @@ class SyncCall:
     blocked_ns: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SyncHotspot:
+class SyncHotspot(Model, frozen=True, kw_only=True):
     """Host waits grouped by (call, call after it, op, source line, copy waited for).
 
     A wait is one blocking call, or a copy call that waits inside itself (a device-to-host copy
@@ -297,8 +273,7 @@ class SyncHotspot:
         return f"{self.call} + {self.then_call}" if self.then_call else self.call
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class HostOp:
+class HostOp(Model, frozen=True, kw_only=True):
     """A host operator: its top-level occurrences, their total and their own (self) time."""
 
     name: str
@@ -308,8 +283,7 @@ class HostOp:
     self_ns: int = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Host:
+class Host(Model, frozen=True, kw_only=True):
     """The host-side view, available with or without GPU activity."""
 
     threads: int

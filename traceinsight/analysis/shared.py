@@ -11,12 +11,12 @@ about 80 ms of CPU each), and each of four analyses ran the kernel-name patterns
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
 import polars as pl
 
 from traceinsight.load import Trace, taxonomy
+from traceinsight.model import Model
 
 __all__ = [
     "DEFAULT_LAUNCH_COST_NS",
@@ -33,8 +33,8 @@ __all__ = [
 _DISTINCT_FROM_ROWS: Final = 20_000
 
 
-@dataclass(frozen=True, slots=True, eq=False)  # tables compare as frames, not as a bool: by identity
-class Shared:
+# tables compare as frames, not as a bool: by identity
+class Shared(Model, frozen=True, eq=False):
     """Tables several analyses read (see the module docstring)."""
 
     #: :func:`launch_calls`.

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
@@ -57,13 +56,13 @@ from traceinsight.analysis.intervals import within
 from traceinsight.analysis.shared import launch_calls
 from traceinsight.formatting import format_duration
 from traceinsight.load import Trace, taxonomy
+from traceinsight.model import Model, field
 from traceinsight.thresholds import Thresholds
 
 __all__ = ["SteadySteps", "StepRange", "owned_work", "steady_state", "step_windows"]
 
 
-@dataclass(frozen=True, slots=True)
-class StepRange:
+class StepRange(Model, frozen=True):
     """One training step: its host range, when its work was done, and whether it is steady."""
 
     step: int
@@ -106,8 +105,7 @@ class StepRange:
         return self.end_ns - self.start_ns
 
 
-@dataclass(frozen=True, slots=True)
-class SteadySteps:
+class SteadySteps(Model, frozen=True):
     """Which parts of the trace are the steady state."""
 
     #: Where steps come from: ``ProfilerStep``, ``optimizer`` (Optimizer.step ranges) or ``none``.

@@ -12,7 +12,6 @@ the same way into marks that keep their count.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Final
 
 import polars as pl
@@ -24,6 +23,7 @@ from traceinsight.analysis.shared import gpu_classes
 from traceinsight.analysis.steady import SteadySteps, step_windows
 from traceinsight.analysis.syncs import launch_devices
 from traceinsight.load import Trace, taxonomy
+from traceinsight.model import Model, field
 
 __all__ = ["BusyBlock", "DeviceTimeline", "StepWindow", "SyncMark", "Timeline", "timeline"]
 
@@ -32,8 +32,7 @@ __all__ = ["BusyBlock", "DeviceTimeline", "StepWindow", "SyncMark", "Timeline", 
 MAX_BLOCKS: Final = 2000
 
 
-@dataclass(frozen=True, slots=True)
-class BusyBlock:
+class BusyBlock(Model, frozen=True):
     """Busy intervals merged at the timeline's resolution (trace clock, ns)."""
 
     start_ns: int
@@ -48,8 +47,7 @@ class BusyBlock:
         return self.busy_ns / length if length else 1.0
 
 
-@dataclass(frozen=True, slots=True)
-class SyncMark:
+class SyncMark(Model, frozen=True):
     """Host-blocking calls (``cudaStreamSynchronize`` ...) merged at the resolution."""
 
     start_ns: int
@@ -58,8 +56,7 @@ class SyncMark:
     count: int = field(metadata=COUNT)
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceTimeline:
+class DeviceTimeline(Model, frozen=True):
     """One device's downsampled busy blocks and the sync calls of the processes driving it."""
 
     device: int
@@ -69,8 +66,7 @@ class DeviceTimeline:
     communication: tuple[BusyBlock, ...] = field(default=(), metadata={"most": MAX_BLOCKS})
 
 
-@dataclass(frozen=True, slots=True)
-class StepWindow:
+class StepWindow(Model, frozen=True):
     """A step on the GPU's clock: its device window (the host range where no steady state is given)."""
 
     step: int
@@ -78,8 +74,7 @@ class StepWindow:
     end_ns: int
 
 
-@dataclass(frozen=True, slots=True)
-class Timeline:
+class Timeline(Model, frozen=True):
     """Everything a timeline chart draws. Times in ns from the trace's earliest event
     (:attr:`TraceMeta.origin_ns`), as the idle gaps' and the steps'."""
 

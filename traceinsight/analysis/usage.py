@@ -3,15 +3,13 @@ steps. What the scorecard, the "where the time goes" table and ``low-gpu-utiliza
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from traceinsight.analysis.causes import CauseKind
+from traceinsight.model import Model, field
 
 __all__ = ["Usage", "total_usage"]
 
 
-@dataclass(frozen=True, slots=True)
-class Usage:
+class Usage(Model, frozen=True):
     """One device over the steady state. window = compute + communication + copies + idle, exactly."""
 
     device: int

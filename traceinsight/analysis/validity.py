@@ -6,8 +6,6 @@ does to the numbers, and what to do about it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import polars as pl
 
 from traceinsight.analysis.capture import capture_windows, graph_capture, launches_in
@@ -15,6 +13,7 @@ from traceinsight.analysis.shared import launch_calls
 from traceinsight.analysis.steady import SteadySteps, StepRange
 from traceinsight.formatting import format_duration
 from traceinsight.load import RunProfile, Trace, taxonomy
+from traceinsight.model import Model
 
 __all__ = [
     "FIRST_CALLS_ONLY",
@@ -37,8 +36,7 @@ _WAIT_ADVICE = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class TraceWarning:
+class TraceWarning(Model, frozen=True):
     """Something about the trace that limits what its numbers say."""
 
     kind: str

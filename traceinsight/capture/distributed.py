@@ -25,10 +25,10 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from traceinsight.errors import CaptureError
+from traceinsight.model import Model
 
 __all__ = [
     "LAUNCHER_MODULES",
@@ -44,8 +44,7 @@ LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 """Modules that launch workers; as a target, their workers are profiled instead."""
 
 
-@dataclass(frozen=True, slots=True)
-class RankInfo:
+class RankInfo(Model, frozen=True):
     """This process's place in a torchrun job."""
 
     rank: int

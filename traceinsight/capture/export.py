@@ -46,12 +46,12 @@ import os
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from traceinsight.capture.frames import FRAME_MARK, SITE_MARK
 from traceinsight.load.repair import escaped_name
+from traceinsight.model import Model
 
 __all__ = ["RUN_RECORD_KEY", "ExportResult", "write_trace"]
 
@@ -82,8 +82,7 @@ ProgressCallback = Callable[[int, int], None]
 """``progress(bytes_done, bytes_total)`` of the pass over torch's export."""
 
 
-@dataclass(frozen=True, slots=True)
-class ExportResult:
+class ExportResult(Model, frozen=True):
     """What one export wrote."""
 
     path: Path

@@ -52,9 +52,10 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from traceinsight.capture.export import ExportResult, ProgressCallback, write_trace
 from traceinsight.capture.fetch import LOADER_FETCH_RANGE_ONLY, FetchOpsPaused
@@ -71,6 +72,7 @@ from traceinsight.capture.settings import ProfileSettings, Stacks
 from traceinsight.capture.steps import StepMarker, activate_marker, deactivate_marker
 from traceinsight.errors import CaptureError
 from traceinsight.load.tables import StepUsage
+from traceinsight.model import Model, field
 
 if TYPE_CHECKING:
     from torch.optim import Optimizer
@@ -91,8 +93,7 @@ __all__ = [
 TORCH_INSTALL_COMMAND = "pip install 'torch-traceinsight[run]'"
 
 
-@dataclass(frozen=True, slots=True)
-class CaptureResult:
+class CaptureResult(Model, frozen=True):
     """What the recorder left behind."""
 
     trace: Path | None
@@ -170,8 +171,7 @@ def _load_1m() -> float | None:
         return None
 
 
-@dataclass(slots=True)
-class RecorderEvents:
+class RecorderEvents(msgspec.Struct):
     """How the recorder tells the command what happens while the script runs (all optional)."""
 
     say: Callable[[str], None] = lambda text: None

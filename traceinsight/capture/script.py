@@ -39,12 +39,12 @@ import sys
 import types
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from traceinsight.errors import CaptureError
+from traceinsight.model import Model
 
 __all__ = [
     "ScriptCode",
@@ -70,8 +70,7 @@ SIGINT_EXIT_STATUS = 128 + signal.SIGINT
 _TERMINAL_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 
 
-@dataclass(frozen=True, slots=True)
-class ScriptTarget:
+class ScriptTarget(Model, frozen=True):
     """What to run: a script file or a module, and the arguments that follow it."""
 
     name: str
@@ -87,8 +86,7 @@ class ScriptTarget:
         return self.name if self.is_module else Path(self.name).stem
 
 
-@dataclass(frozen=True, slots=True)
-class ScriptOutcome:
+class ScriptOutcome(Model, frozen=True):
     """How the script ended, in Python's terms."""
 
     exit_status: int
@@ -137,8 +135,7 @@ def module_target(module: str, args: tuple[str, ...]) -> ScriptTarget:
     return ScriptTarget(name=module, args=args, is_module=True)
 
 
-@dataclass(frozen=True, slots=True)
-class ScriptCode:
+class ScriptCode(Model, frozen=True):
     """The script, ready to run: ``exec(code, namespace)`` for a file (nothing of ours between the
     runner's frame and the script's), or ``call()`` for a module (through runpy, as ``python -m``)."""
 

@@ -4,8 +4,9 @@ without them (~15-20 ms of every command's start)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
+
+from traceinsight.model import Model
 
 __all__ = ["DEFAULT_MAX_MEMORY", "ProfileSettings", "Stacks"]
 
@@ -18,8 +19,7 @@ Stacks = Literal["user", "all", "none"]
 """Which Python frames an active window records (``--stacks``)."""
 
 
-@dataclass(frozen=True, slots=True)
-class ProfileSettings:
+class ProfileSettings(Model, frozen=True):
     """What to record and when; the schedule counts steps as :mod:`traceinsight.capture.recorder` says."""
 
     wait: int = 1

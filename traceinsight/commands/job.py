@@ -16,7 +16,6 @@ import re
 import shutil
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -31,6 +30,7 @@ from traceinsight.errors import OutputError
 from traceinsight.job import RankReports
 from traceinsight.job.execute import rank_progress
 from traceinsight.job.triage import JobFiles
+from traceinsight.model import Model
 from traceinsight.render.html import HtmlRenderer
 from traceinsight.results import JobResult, Result
 from traceinsight.results.job import RankResult
@@ -41,8 +41,7 @@ __all__ = ["JobFiles", "JobOptions", "analyze_job_and_write", "run_job", "stage_
 _PER_RANK_NAME: Final = re.compile(r"rank-\d+\.(?:json|html)")
 
 
-@dataclass(frozen=True, slots=True)
-class JobOptions:
+class JobOptions(Model, frozen=True):
     """How a job is run: where each rank's own reports go, and where the ranks are analyzed."""
 
     #: ``--per-rank``: a folder for each rank's own JSON and HTML report (``rank-<N>.json/.html``).

@@ -10,7 +10,6 @@ Nothing here imports polars or the analyses: ``--help`` of every command stays f
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
@@ -21,6 +20,7 @@ from traceinsight.config import source_root as resolve_source_root
 from traceinsight.errors import ConfigError
 from traceinsight.load.limits import parse_size as size_of
 from traceinsight.load.source import SizeLimit
+from traceinsight.model import Model, as_dict, field
 from traceinsight.thresholds import Thresholds
 
 if TYPE_CHECKING:
@@ -134,8 +134,7 @@ def parse_size(text: str, option: str = "--max-size") -> int:
         ) from None
 
 
-@dataclass(frozen=True, slots=True)
-class Wanted:
+class Wanted(Model, frozen=True):
     """The outputs a command was asked for."""
 
     #: ``-o``: the page's path, :data:`STDOUT` (``-o -``), None for the command's default name;
@@ -159,8 +158,7 @@ class Wanted:
         return STDOUT if self.html == STDOUT else Path(self.html)
 
 
-@dataclass(frozen=True, slots=True)
-class Reading:
+class Reading(Model, frozen=True):
     """How traces are read and judged."""
 
     thresholds: Thresholds = field(default_factory=Thresholds)
@@ -172,11 +170,11 @@ class Reading:
     @property
     def threshold_values(self) -> dict[str, Any]:
         """The thresholds by name, as the public API takes them (:func:`traceinsight.api.analyze`)."""
-        return asdict(self.thresholds)
+        values: dict[str, Any] = as_dict(self.thresholds)
+        return values
 
 
-@dataclass(frozen=True, slots=True)
-class Settings:
+class Settings(Model, frozen=True):
     """What `analyze` and `diff` read alike from their options and the project table."""
 
     config: ProjectConfig

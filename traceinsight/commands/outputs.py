@@ -35,12 +35,12 @@ import re
 import stat
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Final
 
 from traceinsight.errors import OutputError
+from traceinsight.model import Model
 
 __all__ = [
     "MARKERS",
@@ -92,8 +92,7 @@ def _trace(head: bytes) -> bool:
 MARKERS: Final = {Kind.HTML: _html, Kind.JSON: _json, Kind.MARKDOWN: _markdown, Kind.TRACE: _trace}
 
 
-@dataclass(frozen=True, slots=True)
-class Output:
+class Output(Model, frozen=True):
     """One file a command will write."""
 
     option: str

@@ -17,7 +17,6 @@ script starts (bad path, no torch, unwritable folder) exits 2 without running it
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime
 import io
 import os
@@ -27,7 +26,6 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -62,6 +60,7 @@ from traceinsight.commands.outputs import Kind, Output, check_outputs
 from traceinsight.config import SourceRoot, read_config
 from traceinsight.errors import CaptureError, ConfigError, OutputError, TraceInsightError
 from traceinsight.load.text import printable
+from traceinsight.model import Model, replace
 from traceinsight.process import libraries_loading
 from traceinsight.render.terminal import TerminalConsole
 
@@ -74,8 +73,7 @@ __all__ = ["OutputPaths", "profile_and_report", "profile_and_report_steps", "sta
 _STACKS = ("user", "all", "none")
 
 
-@dataclass(frozen=True, slots=True)
-class OutputPaths:
+class OutputPaths(Model, frozen=True):
     """Where one run writes (absolute, so that a script that changes folder moves nothing)."""
 
     trace: Path
@@ -147,7 +145,7 @@ def start(
         )
         rank = rank_info()
         if rank is not None:
-            settings = dataclasses.replace(settings, record_startup=False, keep_cycles=False)
+            settings = replace(settings, record_startup=False, keep_cycles=False)
         paths = _output_paths(target, trace, output, json_out, rank, force=force, markdown=markdown,
                               write_html=not no_html)  # fmt: skip
     except TraceInsightError as error:

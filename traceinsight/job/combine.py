@@ -56,17 +56,18 @@ steady window; the wait is named as waiting for its rank.
 
 from __future__ import annotations
 
-import dataclasses
 from bisect import bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from statistics import median_low
 from typing import Final
+
+import msgspec
 
 from traceinsight.analysis.causes import CauseKind
 from traceinsight.errors import TraceFormatError
 from traceinsight.formatting import format_duration
+from traceinsight.model import replace
 from traceinsight.results.job import (
     ALIGN_TOLERANCE_NS,
     ARRIVALS_SHOWN,
@@ -240,11 +241,10 @@ def _exposed_within(collective: Collective, low: int, high: int, offset: int) ->
     return total
 
 
-@dataclass(slots=True)
-class _Tally:
+class _Tally(msgspec.Struct):
     """One rank's sums while the collectives are walked."""
 
-    late: list[int] = field(default_factory=list)
+    late: list[int] = msgspec.field(default_factory=list)
     waited: int = 0
     caused: int = 0
     caused_per_other: float = 0.0
@@ -252,9 +252,9 @@ class _Tally:
     transfer: int = 0
     exposed_wait: int = 0
     exposed_transfer: int = 0
-    waited_for: Counter[int] = field(default_factory=Counter)
-    steps: dict[int, list[int]] = field(default_factory=dict)  # step → [wait, transfer]
-    step_waited_for: dict[int, Counter[int]] = field(default_factory=lambda: defaultdict(Counter))
+    waited_for: Counter[int] = msgspec.field(default_factory=Counter)
+    steps: dict[int, list[int]] = msgspec.field(default_factory=dict)  # step → [wait, transfer]
+    step_waited_for: dict[int, Counter[int]] = msgspec.field(default_factory=lambda: defaultdict(Counter))
 
 
 def _step_of(result: RankResult, begins: list[int], at: int) -> int | None:
@@ -748,7 +748,7 @@ def _job_info(
 
 def _rank(result: RankResult, collectives: RankCollectives | None) -> Rank:
     """A rank's entry in the job: the worker's, with its collectives' timing across the ranks."""
-    return result.entry if collectives is None else dataclasses.replace(result.entry, collectives=collectives)
+    return result.entry if collectives is None else replace(result.entry, collectives=collectives)
 
 
 def _cycles(results: Sequence[RankResult], worker: str) -> JobResult:

@@ -23,12 +23,12 @@ import fnmatch
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from traceinsight.errors import TraceNotFound
 from traceinsight.load.text import printable
+from traceinsight.model import Model
 
 __all__ = ["MAX_FOLDERS", "MAX_TRACES", "Discovery", "RankFile", "discover_ranks", "is_job"]
 
@@ -44,8 +44,7 @@ MAX_TRACES: Final = 100_000
 _NAMED: Final = 5
 
 
-@dataclass(frozen=True, slots=True)
-class RankFile:
+class RankFile(Model, frozen=True):
     """One trace of the job."""
 
     path: Path
@@ -58,8 +57,7 @@ class RankFile:
     """Its place among the job's files (sorted by name rank, then name): the rank of last resort."""
 
 
-@dataclass(frozen=True, slots=True)
-class Discovery:
+class Discovery(Model, frozen=True):
     """The job's files, and what was skipped on the way (one sentence each)."""
 
     files: tuple[RankFile, ...]

@@ -15,7 +15,6 @@ the workers run. Only this path imports dask.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import os
 import sys
@@ -33,6 +32,7 @@ from traceinsight.job.rank import RankReports, RankTask, analyze_rank
 from traceinsight.job.worker import Workers
 from traceinsight.load.limits import GZIP_RATIO
 from traceinsight.load.source import GZIP_MAGIC, SizeLimit, open_trace
+from traceinsight.model import replace
 from traceinsight.process import threads_per_worker
 from traceinsight.results.job import JobResult, RankResult
 from traceinsight.thresholds import Thresholds
@@ -249,7 +249,7 @@ def analyze_job(
     )
     job = combine(ranks, cycles_of=cycles_of, thresholds=thresholds)
     if discovery.notes:  # what discovery skipped, said wherever the job's warnings are
-        job = dataclasses.replace(job, warnings=(*discovery.notes, *job.warnings))
+        job = replace(job, warnings=(*discovery.notes, *job.warnings))
     return job
 
 

@@ -14,10 +14,8 @@ read.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -27,6 +25,7 @@ import polars as pl
 from traceinsight.analysis.intervals import merge_intervals
 from traceinsight.analysis.usage import Usage, total_usage
 from traceinsight.load import SizeLimit, Trace, load_trace, taxonomy
+from traceinsight.model import Model, replace
 from traceinsight.process import give_back_freed_memory
 from traceinsight.results.contract import result_of, utilization_of
 from traceinsight.results.job import Collective, FindingBrief, PerStep, Rank, RankResult, TopFinding
@@ -44,8 +43,7 @@ RankReports = Callable[[Result, int], tuple[tuple[str, str], ...]]
 _KERNEL_KIND: Final = re.compile(r"(?i)(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)")
 
 
-@dataclass(frozen=True, slots=True)
-class RankTask:
+class RankTask(Model, frozen=True):
     """What a worker needs to analyze one rank (paths must be readable where the worker runs)."""
 
     path: str
@@ -177,7 +175,7 @@ def analyze_rank(task: RankTask) -> RankResult:
     """Analyze one rank's trace and keep its summary (see the module's docstring)."""
     trace = load_trace(Path(task.path), limit=SizeLimit(task.max_bytes, force=task.force))
     if task.shown_path is not None:  # the rank's own report names its trace as the user did
-        trace = dataclasses.replace(trace, meta=dataclasses.replace(trace.meta, path=task.shown_path))
+        trace = replace(trace, meta=replace(trace.meta, path=task.shown_path))
     if _has_distributed_info(trace):
         rank, rank_from = trace.meta.rank, "distributedInfo"
     elif task.name_rank is not None:

@@ -30,13 +30,13 @@ import json
 import re
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final, Literal
 
 from traceinsight.errors import TraceFormatError, TraceNotFound, TraceUnreadable
 from traceinsight.job.discover import Discovery, RankFile, discover_ranks
 from traceinsight.load.text import printable
+from traceinsight.model import Model, replace
 
 __all__ = ["HEAD_BYTES", "JobFiles", "Sniffed", "Triage", "job_files", "sniff", "triage"]
 
@@ -51,8 +51,7 @@ _CYCLE_NAME: Final = re.compile(r"(?P<worker>.+)\.(?P<ns>\d{10,})\.pt\.trace\.js
 _NAMED: Final = 5
 
 
-@dataclass(frozen=True, slots=True)
-class Sniffed:
+class Sniffed(Model, frozen=True):
     """What a file's head says."""
 
     kind: Literal["trace", "result", "other"]
@@ -60,8 +59,7 @@ class Sniffed:
     """``distributedInfo.rank`` when the head holds it."""
 
 
-@dataclass(frozen=True, slots=True)
-class Triage:
+class Triage(Model, frozen=True):
     """The job's traces, what was skipped, and how the traces are read."""
 
     files: tuple[RankFile, ...]
@@ -182,8 +180,7 @@ def _refuse_duplicate_ranks(kept: Sequence[tuple[RankFile, Sniffed]]) -> None:
         seen[found.rank] = file.shown
 
 
-@dataclass(frozen=True, slots=True)
-class JobFiles:
+class JobFiles(Model, frozen=True):
     """A job's traces, found and sorted before any rank is analyzed (:func:`job_files`)."""
 
     discovery: Discovery

@@ -4,14 +4,14 @@ configured before polars loads: :mod:`.scanner`); :mod:`.schema` declares the ta
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final, Literal
+
+from traceinsight.model import Model
 
 __all__ = ["EVENT_FIELDS", "EventField"]
 
 
-@dataclass(frozen=True, slots=True)
-class EventField:
+class EventField(Model, frozen=True):
     """One field of a trace event that the tables read."""
 
     name: str

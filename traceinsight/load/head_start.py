@@ -25,7 +25,6 @@ import os
 import stat
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -43,6 +42,7 @@ from traceinsight.load.scanner import (
     line_boundary,
 )
 from traceinsight.load.source import GZIP_MAGIC, leading_whitespace
+from traceinsight.model import Model
 
 __all__ = ["MIN_BYTES", "RUNS", "HeadStart", "begin"]
 
@@ -61,8 +61,7 @@ def _identity(result: os.stat_result) -> tuple[int, int, int, int]:
     return (result.st_dev, result.st_ino, result.st_size, result.st_mtime_ns)
 
 
-@dataclass(frozen=True, slots=True)
-class _Run:
+class _Run(Model, frozen=True):
     future: Future[Any]
     #: The scan's place and arguments: (begin, end, state, depth, max_rows).
     key: tuple[int, int, int, int, int]

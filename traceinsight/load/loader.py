@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Final
@@ -19,6 +18,7 @@ from traceinsight.load.progress import ProgressCallback
 from traceinsight.load.repair import MendedText, mends_line_at
 from traceinsight.load.source import SizeLimit, TraceFile, open_trace
 from traceinsight.load.tables import ChunkTables, Trace, trace_for
+from traceinsight.model import replace
 from traceinsight.process import give_back_freed_memory
 
 __all__ = ["BLOCK_BYTES", "MEND_REACH", "Loader", "choose_loader", "load_pure", "load_trace"]

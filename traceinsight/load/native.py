@@ -42,10 +42,10 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+import msgspec
 import numpy as np
 import polars as pl
 
@@ -428,8 +428,7 @@ def block_tables(result: tuple[Any, ...]) -> ChunkTables:
 # --- reading the text around the events, and scanning the events ------------------------------
 
 
-@dataclass
-class _Frame:
+class _Frame(msgspec.Struct):
     """What surrounds the events array, as read so far, and where the scan stands."""
 
     path: Path
@@ -442,7 +441,7 @@ class _Frame:
     #: Bytes of the file read (progress).
     file_bytes: int = 0
     events: int = 0
-    parts: list[ChunkTables] = field(default_factory=list)
+    parts: list[ChunkTables] = msgspec.field(default_factory=list)
 
     def found(self, head: bytes) -> None:
         self.head = head

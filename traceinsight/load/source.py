@@ -14,13 +14,13 @@ import os
 import stat
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import BinaryIO, Final
 
 from traceinsight.errors import TraceFormatError, TraceNotFound, TraceUnreadable
 from traceinsight.load.limits import GZIP_FLOOR_BYTES, GZIP_RATIO
+from traceinsight.model import Model
 
 _inflate: ModuleType
 # ISA-L's inflater (the ``isal`` package) gives zlib's bytes 2.9-3.3x as fast (500 MB of JSON:
@@ -48,8 +48,7 @@ def format_bytes(count: int) -> str:
     return f"{count} bytes"
 
 
-@dataclass(frozen=True, slots=True)
-class SizeLimit:
+class SizeLimit(Model, frozen=True):
     """How far a trace may expand when read: memory is bounded by what the file is, never by what
     it claims (a gzip trailer is never read).
 

@@ -8,22 +8,21 @@ categories, annotations recorded as operators, device and stream taken from pid/
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Final
 
+import msgspec
 import polars as pl
 
 from traceinsight.load import schema, taxonomy
 from traceinsight.load.coerce import as_int, as_version
 from traceinsight.load.decode import TraceDocument
 from traceinsight.load.text import clean_text, clean_texts
+from traceinsight.model import Model, field, replace
 
 
-@dataclass(frozen=True, slots=True)
-class Device:
+class Device(Model, frozen=True):
     """A GPU seen in the trace: from ``deviceProperties`` and/or from its activity."""
 
     index: int
@@ -60,8 +59,7 @@ _AMD_ARCHITECTURES: Final[dict[str, str]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class StepUsage:
+class StepUsage(Model, frozen=True):
     """One step ``traceinsight run`` recorded, as the process lived it: what the trace cannot say
     (wall far above the process's CPU time, with the thread waiting for a CPU, is a step starved of
     CPU). In a result's JSON ``run.step_usage[]``: ``[wall_us, cpu_us, cpu_wait_us, load_1m]``."""
@@ -77,8 +75,7 @@ class StepUsage:
     load_1m: float | None
 
 
-@dataclass(frozen=True, slots=True)
-class RunProfile:
+class RunProfile(Model, frozen=True):
     """How ``traceinsight run`` recorded a trace (its top-level ``traceinsight`` object)."""
 
     stacks: str | None
@@ -107,8 +104,7 @@ class RunProfile:
     holds only part of (a figure "per step" over it would be over part of one)."""
 
 
-@dataclass(frozen=True, slots=True)
-class TraceMeta:
+class TraceMeta(Model, frozen=True):
     """Facts about the trace as a whole."""
 
     path: str
@@ -157,8 +153,8 @@ def gpus_in_words(listed: int | None) -> str | None:
     return f"{listed} GPU{'s' if listed > 1 else ''}"
 
 
-@dataclass(frozen=True, slots=True, eq=False)  # tables compare as frames, not as a bool: by identity
-class Trace:
+# tables compare as frames, not as a bool: by identity
+class Trace(Model, frozen=True, eq=False):
     """A loaded trace: one polars table per kind of event (schemas in :mod:`schema`)."""
 
     meta: TraceMeta
@@ -221,15 +217,15 @@ _EMPTY_TABLES: Final = {
 NO_EVENTS: Final = pl.DataFrame(schema=schema.EVENT_COLUMNS)
 
 
-@dataclass(slots=True, eq=False)  # tables compare as frames, not as a bool: by identity
-class ChunkTables:
+# tables compare as frames, not as a bool: by identity
+class ChunkTables(msgspec.Struct, eq=False):
     """The tables of a run of consecutive events, plus what :class:`TraceMeta` needs from them."""
 
     tables: dict[str, pl.DataFrame]
     #: Event objects read (elements of the events array that are objects).
     event_count: int
     #: Events per (cleaned) category in first-seen order (non-string categories count as "").
-    categories: dict[str, int] = field(default_factory=dict)
+    categories: dict[str, int] = msgspec.field(default_factory=dict)
     origin: int | None = None
     legacy: bool = False
     float_time: bool = False
@@ -358,7 +354,7 @@ def _devices(document: TraceDocument, gpu: pl.DataFrame) -> tuple[Device, ...]:
         # One device listed, the work on another index (the process saw one GPU, numbered 0; its
         # activity carries the machine's index): it is that GPU.
         (only,) = known.values()
-        return (dataclasses.replace(only, index=active[0], listed_as=only.index),)
+        return (replace(only, index=active[0], listed_as=only.index),)
     # Only devices with activity are reported; deviceProperties lists every visible GPU.
     return tuple(known.get(index, Device(index=index)) for index in active)
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Collection
-from dataclasses import dataclass
 from typing import Final
 
 from traceinsight.compat import StrEnum
+from traceinsight.model import Model
 
 # --- categories (current name and the 2021 legacy name map to one table) -----------------------
 
@@ -52,8 +52,7 @@ UNREADABLE_ACCELERATOR_CATEGORIES: Final[dict[str, str]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class ForeignAccelerator:
+class ForeignAccelerator(Model, frozen=True):
     """Activity of an accelerator traceinsight cannot read: its name and the events that show it."""
 
     name: str
@@ -235,8 +234,7 @@ class LineKind(StrEnum):
     generator or several functions of that name; the lowest line is given, no def line claimed."""
 
 
-@dataclass(frozen=True, slots=True)
-class DesignedSync:
+class DesignedSync(Model, frozen=True):
     """Framework (or library) code a user calls that reads GPU values on the host by design: its
     syncs are not the user's ``if`` or ``.item()``, and the fix is in how the user calls it."""
 
@@ -404,8 +402,7 @@ GPU_DEVICE_TYPE: Final = 1
 _COPY_NAME = re.compile(r"^Memcpy (?P<dir>[A-Za-z]+)(?: \((?P<src>\w+) -> (?P<dst>\w+)\))?")
 
 
-@dataclass(frozen=True, slots=True)
-class CopyKind:
+class CopyKind(Model, frozen=True):
     """A copy name split into its parts: ``Memcpy HtoD (Pageable -> Device)``."""
 
     direction: str  # HtoD, DtoH, DtoD, HtoH, PtoP (or "unknown")
@@ -506,8 +503,7 @@ _LIBRARY_ROOTS: Final[frozenset[str]] = LIBRARY_PACKAGES | frozenset(sys.stdlib_
 _FRAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.*)$")
 
 
-@dataclass(frozen=True, slots=True)
-class Frame:
+class Frame(Model, frozen=True):
     """A ``python_function`` frame name split into file, line and function."""
 
     file: str

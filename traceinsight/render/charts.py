@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Final
 
 from traceinsight.formatting import format_duration, format_size
+from traceinsight.model import Model
 from traceinsight.render.svg import (
     FOREGROUND,
     SMALL_SIZE,
@@ -114,15 +114,13 @@ _ROW: Final[float] = 21.6  # points per bar (0.3 inch)
 _MARGIN: Final[float] = 10.0
 
 
-@dataclass(frozen=True, slots=True)
-class _Segment:
+class _Segment(Model, frozen=True):
     value: float  # in the axis unit
     color: str
     opacity: float = 1.0
 
 
-@dataclass(frozen=True, slots=True)
-class _Bar:
+class _Bar(Model, frozen=True):
     label: tuple[str, ...]  # one line or more, right-aligned left of the bar
     segments: tuple[_Segment, ...]
     note: str = ""  # written just right of the bar's end

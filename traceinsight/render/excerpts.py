@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from traceinsight.load.text import printable
+from traceinsight.model import Model
 
 #: Lines shown either side of a finding's source line.
 EXCERPT_CONTEXT: Final[int] = 3
@@ -26,8 +26,7 @@ MAX_SOURCE_BYTES: Final[int] = 4 * 1024 * 1024
 MAX_LINE_CHARS: Final[int] = 160
 
 
-@dataclass(frozen=True, slots=True)
-class SourceExcerpt:
+class SourceExcerpt(Model, frozen=True):
     """A few lines around a source line, read from disk when the report was made."""
 
     location: str

@@ -6,10 +6,9 @@ same trace reads the same everywhere.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from traceinsight.formatting import format_duration, format_share, format_size
 from traceinsight.load.tables import gpus_in_words
+from traceinsight.model import Model
 from traceinsight.render import shown_details
 from traceinsight.results.trace import Finding, Result, Usage
 from traceinsight.results.vocabulary import (
@@ -197,8 +196,7 @@ def header_facts(result: Result) -> list[tuple[str, str]]:
     return facts
 
 
-@dataclass(frozen=True, slots=True)
-class TimeRow:
+class TimeRow(Model, frozen=True):
     """One line of "where the GPU time goes": a busy class or an idle cause."""
 
     label: str

@@ -5,11 +5,10 @@ shows none of it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from rich.table import Table
 
 from traceinsight.formatting import format_duration, format_share
+from traceinsight.model import Model
 from traceinsight.render.tables import KernelTable, data
 from traceinsight.results.trace import Flops, Scope, Scopes
 
@@ -167,8 +166,7 @@ def module_table(scopes: Scopes, top: int) -> Table | None:
     return table
 
 
-@dataclass(frozen=True, slots=True)
-class ModuleRow:
+class ModuleRow(Model, frozen=True):
     """One row of the page's module tree: its figures as text and its bar's width (its time's share
     of the largest top-level module's, 0-100)."""
 

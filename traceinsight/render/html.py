@@ -14,7 +14,6 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -24,6 +23,7 @@ from traceinsight.formatting import (
     source_label,
 )
 from traceinsight.load.tables import gpus_in_words
+from traceinsight.model import Model
 from traceinsight.render import AnyResult, charts, shown_details
 from traceinsight.render.excerpts import SourceExcerpt, source_excerpt
 from traceinsight.render.facts import (
@@ -73,8 +73,7 @@ _BUSY_COLORS: Final[dict[str, str]] = {
 # --- view models -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class FindingView:
+class FindingView(Model, frozen=True):
     """A finding with what the page adds: its rank, its share of GPU time, its code excerpt."""
 
     #: Its place among the cards (None: a finding shown alone).
@@ -98,8 +97,7 @@ class FindingView:
         return "finding" if self.rank is None else f"finding-{self.rank}"
 
 
-@dataclass(frozen=True, slots=True)
-class CauseTotal:
+class CauseTotal(Model, frozen=True):
     """Idle in reported gaps of one cause kind."""
 
     kind: str
@@ -110,8 +108,7 @@ class CauseTotal:
     share: float | None
 
 
-@dataclass(frozen=True, slots=True)
-class SourceTotal:
+class SourceTotal(Model, frozen=True):
     """Idle in reported gaps attributed to one source line (and cause)."""
 
     source: str
@@ -123,8 +120,7 @@ class SourceTotal:
     shown: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class Chart:
+class Chart(Model, frozen=True):
     """An inline SVG with its caption."""
 
     svg: Markup
@@ -212,8 +208,7 @@ def _excerpt(finding: Finding, root: Path | None) -> SourceExcerpt | None:
     return source_excerpt(finding.source, root, from_line=finding.source_line_kind == DEF)
 
 
-@dataclass(frozen=True, slots=True)
-class _ChartSpec:
+class _ChartSpec(Model, frozen=True):
     """One chart to draw: ``build`` gives its canvas (None when the trace has nothing to show)."""
 
     chart_id: str

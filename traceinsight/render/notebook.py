@@ -9,11 +9,11 @@ self-contained ``<div>``, no script, nothing loaded. The charts are :mod:`.figur
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from markupsafe import Markup
 
+from traceinsight.model import replace
 from traceinsight.render.facts import saving_text
 from traceinsight.render.scorecard import scorecard
 from traceinsight.render.templates import environment
@@ -68,7 +68,7 @@ def finding_html(finding: contract.Finding) -> str:
     from traceinsight.render.html import finding_views
 
     (view,) = finding_views((finding,), None)
-    return _view(findings=[dataclasses.replace(view, rank=None)])
+    return _view(findings=[replace(view, rank=None)])
 
 
 @html_of.register

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
 from traceinsight.formatting import format_duration, format_share
 from traceinsight.load.tables import gpus_in_words
+from traceinsight.model import Model
 from traceinsight.render import shown_details
 from traceinsight.render.flops_view import flops_scores
 from traceinsight.results.trace import Result
@@ -20,8 +20,7 @@ from traceinsight.results.vocabulary import (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Score:
+class Score(Model, frozen=True):
     """One headline figure. ``level`` is good / warn / bad / info (drives colour)."""
 
     label: str

@@ -16,10 +16,11 @@ from __future__ import annotations
 import math
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 from markupsafe import escape
+
+from traceinsight.model import Model
 
 __all__ = [
     "FOREGROUND",
@@ -102,8 +103,7 @@ def tick_label(value: float, ticks: Sequence[float]) -> str:
     return "0" if float(text) == 0 else text
 
 
-@dataclass(frozen=True, slots=True)
-class Axis:
+class Axis(Model, frozen=True):
     """A linear scale: data values ``low``..``high`` onto points ``start``..``end``."""
 
     low: float
@@ -117,8 +117,7 @@ class Axis:
         return self.start + (value - self.low) * (self.end - self.start) / (self.high - self.low)
 
 
-@dataclass(frozen=True, slots=True)
-class LegendItem:
+class LegendItem(Model, frozen=True):
     """One legend entry: a swatch (``box``, ``line``, ``dashed``, ``dotted``, ``triangle``) and its text."""
 
     label: str

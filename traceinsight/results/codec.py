@@ -1,8 +1,8 @@
 """The results' JSON, written and read by one writer and one reader driven by the result types.
 
 Every result (:class:`~.trace.Result`, :class:`~.comparison.Comparison`, :class:`~.job.JobResult`)
-is a tree of frozen dataclasses whose fields are the JSON's keys, in the JSON's order. So the
-contract is declared once, in the types, and:
+is a tree of frozen result types (:class:`~traceinsight.model.Model`) whose fields are the JSON's
+keys, in the JSON's order. So the contract is declared once, in the types, and:
 
 - **a field ending in ``_ns``** (integer nanoseconds) is written as microseconds (a float with at
   most 3 decimals) under its name ending in ``_us``, and read back to the same integer (exact below
@@ -36,7 +36,6 @@ the file reaches a renderer.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import re
@@ -48,6 +47,7 @@ from typing import Any, Final, NoReturn, TypeVar
 
 from traceinsight.errors import TraceFormatError
 from traceinsight.load.text import CONTROL_RANGES, REPLACEMENT, printable, without_lone_surrogates
+from traceinsight.model import Model, fields_of
 
 __all__ = [
     "MAX_INTEGER_DIGITS",
@@ -109,7 +109,7 @@ def _layout(cls: type) -> _Layout:
     known = _LAYOUTS.get(cls)
     if known is not None:
         return known
-    fields = {field.name: field for field in dataclasses.fields(cls)}
+    fields = {field.name: field for field in fields_of(cls)}
     layout = []
     for entry in getattr(cls, "JSON_KEYS", None) or tuple(fields):
         name, given = (entry, None) if isinstance(entry, str) else entry
@@ -144,7 +144,7 @@ def document_of(value: Any, micro: bool = False) -> Any:
         return [document_of(item, micro) for item in value]
     if isinstance(value, dict):
         return {str(key): document_of(item, micro) for key, item in value.items()}
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    if isinstance(value, Model):
         layout = _layout(type(value))
         if getattr(value, "JSON_ARRAY", False):
             return [document_of(getattr(value, name), is_us) for name, _, is_us in layout]
@@ -164,7 +164,7 @@ def _pairs(cls: type) -> frozenset[str]:
     known = _PAIRS.get(cls)
     if known is None:
         known = _PAIRS[cls] = frozenset(
-            field.name for field in dataclasses.fields(cls) if field.metadata.get("pairs", False)
+            field.name for field in fields_of(cls) if field.metadata.get("pairs", False)
         )
     return known
 
@@ -307,8 +307,8 @@ class Reader:
                 name = self.identifier(key, f"a key of {where}") if check == "id" else _text(key)
                 read[name] = self.read(value_kind, item, f"{where}.{name}", None, micro)
             return read
-        if isinstance(kind, type) and dataclasses.is_dataclass(kind):
-            return self.dataclass(kind, value, where)
+        if isinstance(kind, type) and issubclass(kind, Model):
+            return self.result(kind, value, where)
         if isinstance(kind, type) and issubclass(kind, Enum):
             choices = [member.value for member in kind]
             if value not in choices:
@@ -350,10 +350,10 @@ class Reader:
             self.fail(where, value, "an id (lowercase letters, digits, - and _)")
         return value
 
-    def dataclass(self, cls: type[_T], value: Any, where: str) -> _T:
+    def result(self, cls: type[_T], value: Any, where: str) -> _T:
         """An instance of the result type ``cls`` from ``value`` (see the module doc)."""
         hints = _hints(cls)
-        fields = {field.name: field for field in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        fields = {field.name: field for field in fields_of(cls)}
         layout = _layout(cls)
         if getattr(cls, "JSON_ARRAY", False):
             if not isinstance(value, list) or len(value) != len(layout):
@@ -364,11 +364,11 @@ class Reader:
         read: dict[str, Any] = {}
         for name, key, micro in layout:
             field = fields.get(name)
-            if field is None or not field.init:
+            if field is None:
                 continue  # written from a property, not read back
             item = entries.get(key)
             here = f"{where}.{key}" if where else key
-            if item is None and not _nullable(hints[name]) and _has_default(field):
+            if item is None and not _nullable(hints[name]) and field.has_default:
                 continue
             if field.metadata.get("pairs", False):
                 item = None if item is None else [list(pair) for pair in self.object(item, here).items()]
@@ -391,10 +391,6 @@ def _nullable(kind: Any) -> bool:
     return (origin is typing.Union or origin is types.UnionType) and type(None) in typing.get_args(kind)
 
 
-def _has_default(field: dataclasses.Field[Any]) -> bool:
-    return field.default is not dataclasses.MISSING or field.default_factory is not dataclasses.MISSING
-
-
 def _hints(cls: type) -> dict[str, Any]:
     known = _HINTS.get(cls)
     if known is None:
@@ -404,4 +400,4 @@ def _hints(cls: type) -> dict[str, Any]:
 
 def read_as(cls: type[_T], document: Any, reader: Reader) -> _T:
     """The result of type ``cls`` in ``document`` (parsed JSON), read under ``reader``'s checks."""
-    return reader.dataclass(cls, document, "")
+    return reader.result(cls, document, "")

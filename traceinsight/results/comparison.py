@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from traceinsight.analysis.causes import cause_label
 from traceinsight.formatting import format_duration, format_share, source_label
 from traceinsight.load.text import clean_text
+from traceinsight.model import Model, field, replace
 from traceinsight.results.codec import document_of, us
 from traceinsight.results.frames import comparison_frames
 from traceinsight.results.noise import (
@@ -58,8 +58,7 @@ __all__ = [
 _SIGN = re.compile(r"(?<![\w.])-(?=[\d.])")
 
 
-@dataclass(frozen=True, slots=True)
-class Metric:
+class Metric(Model, frozen=True):
     """One figure before and after. ``unit``: ``us`` (per step, or in all), ``share`` (0-1) or ``count``."""
 
     JSON_KEYS: ClassVar[tuple[str | tuple[str, str], ...]] = (
@@ -177,8 +176,7 @@ def _minus(text: str) -> str:
     return _SIGN.sub("−", text)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FindingChange:
+class FindingChange(Model, frozen=True, kw_only=True):
     """A finding matched by rule and site across the two sides."""
 
     #: ``fixed`` (before only), ``new`` (after only) or ``still`` (both).
@@ -201,8 +199,7 @@ class FindingChange:
         return self.site_label or self.site
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Prediction:
+class Prediction(Model, frozen=True, kw_only=True):
     """A finding fixed between the sides: its predicted saving (from before) beside the measured
     change of the step and of the figure the finding targets (per step when both sides have steps,
     µs; a saving is positive, a measured fall negative)."""
@@ -237,8 +234,7 @@ class Prediction:
         return words
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class KernelChange:
+class KernelChange(Model, frozen=True, kw_only=True):
     """A kernel (by device and name) whose total time changed."""
 
     device: int
@@ -257,8 +253,7 @@ class KernelChange:
         return self.after_total_us - self.before_total_us
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ModuleChange:
+class ModuleChange(Model, frozen=True, kw_only=True):
     """An ``nn.Module`` path whose time changed: GPU time launched under it (host time where
     neither run used a GPU), on the comparison's basis, and its FLOPs."""
 
@@ -275,16 +270,14 @@ class ModuleChange:
         return self.after_us - self.before_us
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DiffTool:
+class DiffTool(Model, frozen=True, kw_only=True):
     """What wrote a comparison."""
 
     name: str = "traceinsight"
     kind: str = "diff"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Comparison:
+class Comparison(Model, frozen=True, kw_only=True):
     """Everything ``traceinsight diff`` shows."""
 
     KIND: ClassVar[str] = "diff"

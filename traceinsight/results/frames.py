@@ -28,13 +28,13 @@ and ``<key>_after`` columns) and ``stragglers``.
 
 from __future__ import annotations
 
-import dataclasses
 import typing
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from traceinsight.model import Model, as_dict, fields_of
 from traceinsight.results.codec import attributes
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ def _rows(items: Iterable[Any], drop: tuple[str, ...] = ()) -> list[dict[str, An
     for item in items:
         for name in attributes(type(item)):
             value = getattr(item, name)
-            if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            if isinstance(value, Model):
                 nested[name] = attributes(type(value))
     rows = []
     for item in items:
@@ -74,8 +74,8 @@ def _rows(items: Iterable[Any], drop: tuple[str, ...] = ()) -> list[dict[str, An
 
 def _plain(value: Any) -> Any:
     """A tuple of results as a list of dicts (a list of structs in the frame); anything else as is."""
-    if isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
-        return [dataclasses.asdict(item) for item in value]
+    if isinstance(value, tuple) and value and isinstance(value[0], Model):
+        return [as_dict(item) for item in value]
     return value
 
 
@@ -86,9 +86,7 @@ def _frame(owner: Any, name: str, drop: tuple[str, ...] = ()) -> pl.DataFrame:
     if rows:
         return pl.from_dicts(rows, infer_schema_length=None)
     row_type = typing.get_args(typing.get_type_hints(type(owner))[name])[0]
-    return pl.DataFrame(
-        schema=[field.name for field in dataclasses.fields(row_type) if field.name not in drop]
-    )
+    return pl.DataFrame(schema=[field.name for field in fields_of(row_type) if field.name not in drop])
 
 
 def _gaps(result: Result) -> pl.DataFrame:
@@ -175,7 +173,7 @@ def job_frames(job: JobResult) -> dict[str, pl.DataFrame]:
         # per rank and steady step: the wait for the last rank in collectives, the transfer, whom
         "rank_steps": pl.DataFrame(
             [
-                {"rank": rank.rank, **dataclasses.asdict(step)}
+                {"rank": rank.rank, **as_dict(step)}
                 for rank in job.ranks
                 if rank.collectives is not None
                 for step in rank.collectives.per_step

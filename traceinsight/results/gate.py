@@ -11,10 +11,10 @@ side, plus the step-time regression).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from traceinsight.errors import ConfigError
+from traceinsight.model import Model, replace
 from traceinsight.results.trace import Result, Utilization
 from traceinsight.rules.findings import SEVERITIES
 from traceinsight.rules.ids import check_budget, check_rule_ids
@@ -40,8 +40,7 @@ __all__ = [
 EXIT_BROKEN = 1
 
 
-@dataclass(frozen=True, slots=True)
-class Budgets:
+class Budgets(Model, frozen=True):
     """What a result must keep. None (or empty) means "not checked"."""
 
     #: Fail on any finding (not minor) of this severity or worse: ``high``, ``medium`` or ``low``.

@@ -21,12 +21,12 @@ the three kinds shared it, with the same keys).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from traceinsight.analysis.causes import CauseKind
 from traceinsight.analysis.usage import Usage
+from traceinsight.model import Model, field
 from traceinsight.results.codec import document_of
 from traceinsight.results.frames import job_frames
 from traceinsight.results.stored import from_text
@@ -86,8 +86,7 @@ CAUSE_WORDS: Final[dict[str, str]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Collective:
+class Collective(Model, frozen=True):
     """One collective as this rank ran it: its kind (``AllReduce``, ``SendRecv``, ``c10d::allreduce_``)
     and its start and end on the job's common clock (ns since the epoch where the trace says so)."""
 
@@ -104,8 +103,7 @@ class Collective:
     exposed_ns: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class FindingBrief:
+class FindingBrief(Model, frozen=True):
     """What a rank's worker keeps of one of its findings (:class:`RankResult`)."""
 
     rule: str
@@ -117,8 +115,7 @@ class FindingBrief:
     source: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class RankResult:
+class RankResult(Model, frozen=True):
     """What a rank's worker returns (a few kilobytes): the rank's entry in the job (:class:`Rank`,
     made once there; its ``collectives`` are filled in by :func:`traceinsight.job.combine`, which
     needs every rank for them), and what the combine needs besides from the rank's own analysis.
@@ -181,8 +178,7 @@ class RankResult:
 # --- the job's result, as its JSON says it --------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JobClock:
+class JobClock(Model, frozen=True, kw_only=True):
     """How the ranks' clocks were aligned on their collectives' ends (:mod:`traceinsight.job.combine`)."""
 
     aligned_ranks: int = field(default=0, metadata={"check": "count"})
@@ -193,8 +189,7 @@ class JobClock:
     tolerance_ns: int = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RankArrival:
+class RankArrival(Model, frozen=True, kw_only=True):
     """A rank's arrival at a collective after the first rank's (JSON ``[rank, after_first_us]``)."""
 
     JSON_ARRAY: ClassVar[bool] = True
@@ -202,8 +197,7 @@ class RankArrival:
     after_first_ns: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Arrival:
+class Arrival(Model, frozen=True, kw_only=True):
     """One collective's arrivals across ranks, on the aligned clock (the arrivals chart)."""
 
     #: ``AllReduce``, ``SendRecv``, ``c10d::allreduce_``…
@@ -220,8 +214,7 @@ class Arrival:
         return next((entry.after_first_ns for entry in self.arrivals if entry.rank == rank), None)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JobCollectives:
+class JobCollectives(Model, frozen=True, kw_only=True):
     """How the ranks' collectives were matched across ranks."""
 
     #: ``gpu`` (communication kernels), ``host`` (``c10d::`` operators) or ``none``.
@@ -239,8 +232,7 @@ class JobCollectives:
     arrivals: tuple[Arrival, ...] = ()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JobInfo:
+class JobInfo(Model, frozen=True, kw_only=True):
     """The job as a whole."""
 
     ranks: int = field(metadata={"check": "count"})
@@ -261,8 +253,7 @@ class JobInfo:
     collectives: JobCollectives
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PerStep:
+class PerStep(Model, frozen=True, kw_only=True):
     """A rank's time per steady step (in all, without steps)."""
 
     compute_ns: int = field(metadata={"key": "compute"})
@@ -276,8 +267,7 @@ class PerStep:
     )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RankStep:
+class RankStep(Model, frozen=True, kw_only=True):
     """A rank's time in collectives in one of its steady steps, split (see :mod:`traceinsight.job.combine`)."""
 
     #: ``ProfilerStep#N``'s N (-1: the steady window of a trace without steps).
@@ -291,8 +281,7 @@ class RankStep:
     waited_for_ns: int = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RankCollectives:
+class RankCollectives(Model, frozen=True, kw_only=True):
     """A rank in the job's matched collectives."""
 
     #: ``gpu`` (communication kernels), ``host`` (``c10d::`` operators) or ``none``: the rank's own.
@@ -326,8 +315,7 @@ class RankCollectives:
     others_mean_wait_ns: int = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TopFinding:
+class TopFinding(Model, frozen=True, kw_only=True):
     """A rank's first finding that is not minor."""
 
     rule: str = field(metadata={"check": "id"})
@@ -336,8 +324,7 @@ class TopFinding:
     savings_total_ns: int = field(metadata={"key": "savings_us"})
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Rank:
+class Rank(Model, frozen=True, kw_only=True):
     """One rank's figures: the same numbers its own ``analyze`` shows, and its collectives."""
 
     rank: int
@@ -379,8 +366,7 @@ class Rank:
         return next(((cause, ns) for cause, ns in self.utilization.idle_by_cause_ns.items() if ns), None)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Straggler:
+class Straggler(Model, frozen=True, kw_only=True):
     """A rank that holds the others back, and why."""
 
     JSON_KEYS: ClassVar[tuple[str, ...]] = (
@@ -413,8 +399,7 @@ class Straggler:
         return CAUSE_WORDS.get(self.cause, self.cause) if self.cause is not None else "no single cause"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JobFinding:
+class JobFinding(Model, frozen=True, kw_only=True):
     """One rule's findings over the ranks: reported once, with the ranks it fired on."""
 
     JSON_KEYS: ClassVar[tuple[str, ...]] = (
@@ -462,8 +447,7 @@ class JobFinding:
         return len(self.ranks)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JobResult:
+class JobResult(Model, frozen=True, kw_only=True):
     """A distributed job's result, as ``analyze --json`` writes it for several traces (see the
     module doc). :meth:`to_json` writes it, :meth:`from_json` reads it back."""
 

@@ -19,12 +19,11 @@ over those ranks. :class:`JobComparison` is itself a result: ``diff --json`` wri
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from statistics import median_low
 from typing import TYPE_CHECKING, ClassVar
 
+from traceinsight.model import Model, field, replace
 from traceinsight.results.codec import document_of, us
 from traceinsight.results.comparison import DiffTool, Metric, text
 from traceinsight.results.frames import comparison_frames
@@ -50,8 +49,7 @@ __all__ = [
 _ORDER = {"gone": 0, "fixed": 0, "new": 1, "still": 2}
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RankChange:
+class RankChange(Model, frozen=True, kw_only=True):
     """One rank (by rank number) before and after: its figures per steady step."""
 
     #: The metrics a stored rank's change must hold: the rank table's columns.
@@ -77,8 +75,7 @@ class RankChange:
         return next(metric for metric in self.metrics if metric.key == key)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StragglerChange:
+class StragglerChange(Model, frozen=True, kw_only=True):
     """A rank named a straggler on either side."""
 
     JSON_KEYS: ClassVar[tuple[str, ...]] = (
@@ -117,8 +114,7 @@ def _cause_words(cause: str | None) -> str:
     return CAUSE_WORDS.get(cause, cause) if cause is not None else "no single cause"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JobFindingChange:
+class JobFindingChange(Model, frozen=True, kw_only=True):
     """A rule's findings over the ranks, before and after (a job reports each rule once)."""
 
     #: ``fixed`` (before only), ``new`` (after only) or ``still`` (both).
@@ -139,8 +135,7 @@ class JobFindingChange:
     after_saving_all_ranks_us: float | None = field(metadata={"key": "after_savings_per_step_all_ranks_us"})
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JobComparison:
+class JobComparison(Model, frozen=True, kw_only=True):
     """Everything ``traceinsight diff`` shows of two jobs."""
 
     KIND: ClassVar[str] = "job-diff"
@@ -503,7 +498,7 @@ def _judged_step(metric: Metric) -> Metric:
     if found is None:
         return metric
     verdict = step_verdict(found.verdict)
-    return dataclasses.replace(
+    return replace(
         metric,
         lower=round(found.lower, 3),
         upper=round(found.upper, 3),

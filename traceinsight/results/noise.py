@@ -28,10 +28,11 @@ import math
 import random
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Final
 
 import polars as pl
+
+from traceinsight.model import Model
 
 __all__ = [
     "CONFIDENCE",
@@ -72,8 +73,7 @@ NO_CHANGE_MARGIN: Final = 0.05
 VERDICTS: Final = ("faster", "slower", "lower", "higher", "no change", "cannot tell")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Estimate:
+class Estimate(Model, frozen=True, kw_only=True):
     """A figure's change from before to after, with its interval and verdict (in the figure's unit)."""
 
     #: Median of the after side's steps − the before side's.

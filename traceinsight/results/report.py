@@ -6,23 +6,21 @@ the page, the Markdown and the charts are drawn from it, the JSON from the resul
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
 from collections.abc import Collection
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from traceinsight.analysis import Analysis, analyze
 from traceinsight.analysis.validity import WAIT_COMMAND
 from traceinsight.load import Trace
 from traceinsight.load.tables import StepUsage
+from traceinsight.model import Model, field, replace
 from traceinsight.rules import evaluate
 from traceinsight.rules.findings import Finding
 from traceinsight.thresholds import Thresholds
 
 
-@dataclass(frozen=True, slots=True)
-class RunContext:
+class RunContext(Model, frozen=True):
     """What ``traceinsight run`` knows about the run that the trace file does not say: a result's
     ``run`` (the JSON's keys are its fields but the two marked not written)."""
 
@@ -53,8 +51,7 @@ class RunContext:
     hold (:attr:`traceinsight.load.tables.RunProfile.after_window_ns`). Not written."""
 
 
-@dataclass(frozen=True, slots=True)
-class Report:
+class Report(Model, frozen=True):
     """Everything the renderers show, in the order they show it."""
 
     analysis: Analysis
@@ -90,8 +87,8 @@ def _with_steps_after(trace: Trace, run: RunContext | None) -> Trace:
     recorded = trace.meta.recorded_by_run
     if run is None or recorded is None or not run.after_window_ns:
         return trace
-    recorded = dataclasses.replace(recorded, after_window_ns=run.after_window_ns)
-    return dataclasses.replace(trace, meta=dataclasses.replace(trace.meta, recorded_by_run=recorded))
+    recorded = replace(recorded, after_window_ns=run.after_window_ns)
+    return replace(trace, meta=replace(trace.meta, recorded_by_run=recorded))
 
 
 def _script_named(analysis: Analysis, run: RunContext | None) -> Analysis:
@@ -101,7 +98,7 @@ def _script_named(analysis: Analysis, run: RunContext | None) -> Analysis:
     script = shlex.join(["-m", run.script] if run.script_is_module else [run.script])
     command = WAIT_COMMAND.removesuffix("train.py") + script
     warnings = tuple(
-        dataclasses.replace(warning, advice=warning.advice.replace(WAIT_COMMAND, command))
+        replace(warning, advice=warning.advice.replace(WAIT_COMMAND, command))
         for warning in analysis.warnings
     )
-    return dataclasses.replace(analysis, warnings=warnings)
+    return replace(analysis, warnings=warnings)

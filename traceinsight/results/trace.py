@@ -34,8 +34,6 @@ with ``step_times_us`` empty.
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
@@ -63,6 +61,7 @@ from traceinsight.analysis.validity import TraceWarning
 from traceinsight.load.tables import Device as GpuProperties
 from traceinsight.load.tables import StepUsage
 from traceinsight.load.taxonomy import ForeignAccelerator
+from traceinsight.model import Model, field, replace
 from traceinsight.results.frames import result_frames
 from traceinsight.results.report import Report, RunContext
 from traceinsight.results.stored import from_text
@@ -121,16 +120,14 @@ __all__ = [
 SCHEMA_VERSION: Final = 3
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Tool:
+class Tool(Model, frozen=True, kw_only=True):
     """What wrote the result."""
 
     name: str = "traceinsight"
     version: str = __version__
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TraceInfo:
+class TraceInfo(Model, frozen=True, kw_only=True):
     """The trace: its file, format and run."""
 
     path: str
@@ -154,8 +151,7 @@ class TraceInfo:
     steps_marked: bool
 
 
-@dataclass(frozen=True, slots=True)
-class Window:
+class Window(Model, frozen=True):
     """A stretch of time ``[start_us, end_us]`` from the trace's earliest event."""
 
     JSON_ARRAY: ClassVar[bool] = True
@@ -163,8 +159,7 @@ class Window:
     end_ns: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SteadyState:
+class SteadyState(Model, frozen=True, kw_only=True):
     """The steps judged, and the time they cover."""
 
     #: ``ProfilerStep``, ``optimizer`` or ``none``.
@@ -186,8 +181,7 @@ class SteadyState:
     step_syncs: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Utilization:
+class Utilization(Model, frozen=True, kw_only=True):
     """The steady state over every device: the time judged, busy by class, idle by cause."""
 
     #: What shares are of (``each step``, ``the time analyzed``), null without a steady state on a GPU.
@@ -202,8 +196,7 @@ class Utilization:
     idle_by_cause_ns: dict[str, int] = field(default_factory=dict, metadata={"check": "id"})
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Scope:
+class Scope(Model, frozen=True, kw_only=True):
     """One ``nn.Module`` or region path in the steady state, per step (see
     :mod:`traceinsight.analysis.modules`): times inclusive of the scopes inside it."""
 
@@ -226,8 +219,7 @@ class Scope:
     backward_flops: int = field(default=0, metadata=COUNT)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Scopes:
+class Scopes(Model, frozen=True, kw_only=True):
     """GPU time by ``nn.Module`` and by ``record_function`` region, as trees (every path listed,
     parents before children by path order; at most 500 of each)."""
 
@@ -242,16 +234,14 @@ class Scopes:
     backward_linked_gpu_ns: int = field(default=0, metadata=DURATION)
 
 
-@dataclass(frozen=True, slots=True)
-class KernelTotal:
+class KernelTotal(Model, frozen=True):
     """The summed time of every kernel of one device: what the top kernels' shares are of."""
 
     device: int
     kernel_ns: int = field(metadata=DURATION)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Details:
+class Details(Model, frozen=True, kw_only=True):
     """What the terminal summary, the page and the Markdown show beyond the figures above them in
     the JSON: with it a stored result draws all three as the live one did (JSON key ``details``).
     Times from the trace's earliest event."""
@@ -283,8 +273,7 @@ class Details:
     timeline: Timeline | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Result:
+class Result(Model, frozen=True, kw_only=True):
     """One trace's result: every figure ``analyze`` shows, as ``analyze --json`` writes it.
 
     :meth:`to_json` is what ``--json`` writes; :meth:`from_json` reads it back (a stored result,
@@ -371,5 +360,5 @@ class Result:
         return f"Result({self.trace.name!r}, {shown}, {len(self.findings)} findings)"
 
     def replace(self, **changes: Any) -> Result:
-        """A copy with ``changes`` (``dataclasses.replace``; the copy draws its tables afresh)."""
-        return dataclasses.replace(self, _cache={}, **changes)
+        """A copy with ``changes`` (:func:`traceinsight.model.replace`; the copy draws its tables afresh)."""
+        return replace(self, _cache={}, **changes)

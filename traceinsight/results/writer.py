@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import polars as pl
 
+from traceinsight.model import fields_of
 from traceinsight.results.codec import document_of
 
 if TYPE_CHECKING:
@@ -127,7 +128,8 @@ def _gap_rows(gaps: tuple[IdleGap, ...]) -> str | None:
     if len(gaps) <= 100:
         return None
     columns: dict[str, pl.Series] = {}
-    for name, declared in gaps[0].__dataclass_fields__.items():  # the gaps' JSON keys, in order
+    for declared in fields_of(gaps[0]):  # the gaps' JSON keys, in order
+        name = declared.name
         if declared.metadata.get("local", False):
             continue
         key = name[:-3] + "_us" if name.endswith("_ns") else name

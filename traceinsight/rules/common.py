@@ -3,8 +3,6 @@ often, in plain words."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.causes import CauseKind
 from traceinsight.analysis.replay import Fix
@@ -13,11 +11,11 @@ from traceinsight.analysis.sources import CALL, DEF, ENTRY, LIBRARY, RECORDING_S
 from traceinsight.analysis.usage import Usage
 from traceinsight.formatting import format_duration, format_share, source_label, source_place
 from traceinsight.load import RunProfile
+from traceinsight.model import Model
 from traceinsight.rules.findings import Advice, Finding, Severity
 
 
-@dataclass(frozen=True, slots=True)
-class Saving:
+class Saving(Model, frozen=True):
     """What a fix gives back: in all, per step, and as a share of the step (or window)."""
 
     total_ns: int

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-
 from traceinsight.analysis.results import CODE, DURATION, ID
 from traceinsight.compat import StrEnum
+from traceinsight.model import Model, field, replace
 from traceinsight.shown import html_of
 
 __all__ = ["SEVERITIES", "Advice", "Finding", "Severity"]
@@ -23,8 +22,7 @@ class Severity(StrEnum):
 SEVERITIES = tuple(severity.value for severity in Severity)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Advice:
+class Advice(Model, frozen=True, kw_only=True):
     """What to change, with a before/after snippet."""
 
     summary: str
@@ -32,8 +30,7 @@ class Advice:
     after: str = field(metadata=CODE)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Finding:
+class Finding(Model, frozen=True, kw_only=True):
     """One problem found in the trace, and the one fix for it (its fields are the JSON's keys, in
     order: see :mod:`traceinsight.results.trace`).
 
@@ -85,8 +82,8 @@ class Finding:
     framework_call: str | None = None
 
     def with_(self, **changes: object) -> Finding:
-        """A copy with ``changes`` (``dataclasses.replace``)."""
-        return replace(self, **changes)  # type: ignore[arg-type]
+        """A copy with ``changes`` (:func:`traceinsight.model.replace`)."""
+        return replace(self, **changes)
 
     def _repr_html_(self) -> str | None:
         return html_of(self)
