@@ -473,7 +473,7 @@ def test_every_option_reads_its_values_as_typers_own_coercion(
 
 
 #: What one trace's ``analyze`` never needs: typer's pydantic validators (~0.15 s), a job's and a
-#: diff's types and drawing (~0.07 s), the pure-Python loader (the C scanner reads the samples),
+#: diff's types, flow and drawing (~8 ms), the pure-Python loader (the C scanner reads the samples),
 #: the Markdown renderer (no --markdown), `run`'s recorder and what it loads (~0.015 s).
 NOT_FOR_ONE_TRACE = (
     "pydantic",

@@ -274,7 +274,7 @@ def rendered_again(path: Path, read: Settings, top: int, source_root: SourceRoot
     before anything is written."""
     if not looks_stored(path):
         return False
-    # A job's and a diff's types: ~0.03 s that one trace's analyze never pays (NOT_FOR_ONE_TRACE).
+    # A job's and a diff's types: ~3 ms that one trace's analyze never pays (NOT_FOR_ONE_TRACE).
     from traceinsight.results import Comparison, JobComparison, JobResult
 
     stored = read_result(path, (Result, JobResult, Comparison, JobComparison), read.reading.limit)
