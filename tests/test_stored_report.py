@@ -135,6 +135,31 @@ def test_a_stored_results_gate_is_the_live_ones(tmp_path: Path) -> None:
     assert refused.stderr.strip().count("\n") == 0 and "diff.json" in refused.stderr
 
 
+def test_what_only_an_analysis_uses_is_said_to_be_left_unused(tmp_path: Path) -> None:
+    """A stored result's figures are as they were analyzed: thresholds other than its own and
+    ``--user-code`` change nothing, and one note says so (none when nothing is left unused); a
+    job's options given with one trace, likewise. The outputs are those written without them."""
+    live = _analyze(tmp_path, "analyze", str(GP100), "--json", "gp.json", "-o", "live.html")
+    assert live.returncode == 0, live.stderr
+    plain = _analyze(tmp_path, "analyze", "gp.json", "-o", "plain.html")
+    assert plain.returncode == 0 and "note" not in plain.stderr, plain.stderr
+    given = _analyze(
+        tmp_path, "analyze", "gp.json", "-o", "given.html", "--min-gap-us", "7", "--user-code", "mylab"
+    )
+    assert given.returncode == 0, given.stderr
+    notes = [line for line in given.stderr.splitlines() if "note:" in line]
+    assert len(notes) == 1
+    assert "the thresholds and --user-code given here apply when a trace is analyzed" in notes[0]
+    assert (tmp_path / "given.html").read_bytes() == (tmp_path / "plain.html").read_bytes()
+    assert (tmp_path / "plain.html").read_bytes() == (tmp_path / "live.html").read_bytes()
+
+    job_only = _analyze(tmp_path, "analyze", str(GP100), "--no-html", "--workers", "2", "--per-rank", "ranks")
+    assert job_only.returncode == 0, job_only.stderr
+    assert "note: --per-rank and --workers are for a job" in job_only.stderr
+    assert not (tmp_path / "ranks").exists()
+    assert _summary(job_only.stdout) == _summary(live.stdout)
+
+
 def test_a_runs_result_keeps_its_run_and_draws_it() -> None:
     """``run``'s context is the result's ``run`` itself (one type, no copy): written with the keys
     it always had, read back equal, drawn the same; what only the live run needs is not written."""

@@ -154,11 +154,21 @@ def analyze(
             status = common.gate(broken_job(job_result, read.budgets)) if not read.budgets.empty else 0
         else:
             trace = traces[0]
+            # A job's options given with one trace would change nothing, silently (``--dask`` also
+            # comes from the environment, where it is no one's mistake).
+            job_only = (("--per-rank", per_rank is not None), ("--workers", workers is not None))
+            unused = [name for name, given in (*job_only, ("--follow-symlinks", follow_symlinks)) if given]
+            if unused:
+                typer.echo(
+                    f"traceinsight: note: {' and '.join(unused)} {'is' if len(unused) == 1 else 'are'} "
+                    "for a job (several traces, a folder or a pattern), not one trace: left unused",
+                    err=True,
+                )
             # A stored result (--json): its outputs again. Its code excerpts come only from a
             # --source-root given here: its source lines are another run's words, and no project
             # file beside it picks a folder of this machine to read them from.
             stored_root = read.source_root(source_root) if source_root is not None else None
-            if common.rendered_again(trace, read, top, stored_root):
+            if common.rendered_again(trace, read, top, stored_root, user_code_given=bool(user_code)):
                 return
             with collector_paused(), terminal_progress(f"reading {trace.name}") as progress:
                 result = common.analyze_and_write(

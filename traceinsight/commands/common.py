@@ -266,12 +266,19 @@ def analyze_and_write(
     return result
 
 
-def rendered_again(path: Path, read: Settings, top: int, source_root: SourceRoot | None = None) -> bool:
+def rendered_again(
+    path: Path,
+    read: Settings,
+    top: int,
+    source_root: SourceRoot | None = None,
+    user_code_given: bool = False,
+) -> bool:
     """When ``path`` is a stored result (a file ``--json`` wrote: a trace's, a job's, a diff's):
     its outputs written again from it alone, as the run that stored it wrote them (the page's code
     excerpts from ``source_root``, as a trace's), and its gate judged (a trace's result only);
     False for a trace. A trace's result written before results kept their ``details`` is refused
-    before anything is written."""
+    before anything is written. What only an analysis uses (thresholds other than the stored
+    result's, ``--user-code``: ``user_code_given``) is said to be left unused, in one note."""
     if not looks_stored(path):
         return False
     # A job's and a diff's types: ~3 ms that one trace's analyze never pays (NOT_FOR_ONE_TRACE).
@@ -285,13 +292,16 @@ def rendered_again(path: Path, read: Settings, top: int, source_root: SourceRoot
             f"{path} is a stored result of a job or a diff: the gate options judge a trace's result; "
             "give the job's traces, or use traceinsight diff --max-regression"
         )
+    unused = ["--user-code"] if user_code_given else []
     if isinstance(stored, Result):
         details = shown_details(stored, "the report")  # one line, before any file is written
         if details.thresholds != read.reading.thresholds:
-            sys.stderr.write(
-                f"traceinsight: note: {printable(str(path))} holds figures analyzed with its own thresholds; "
-                "the thresholds given here apply when a trace is analyzed\n"
-            )
+            unused.insert(0, "the thresholds")
+    if unused:
+        sys.stderr.write(
+            f"traceinsight: note: {printable(str(path))} holds figures as they were analyzed; "
+            f"{' and '.join(unused)} given here apply when a trace is analyzed\n"
+        )
     planned = plan(read.wanted, Path.cwd() / f"{stem(path)}.html", inputs=[path])
     written, to_stdout = write(
         stored,
