@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import msgspec
 from msgspec import NODEFAULT
 
-__all__ = ["Field", "Model", "ModelMeta", "as_dict", "field", "fields_of", "is_model", "replace"]
+__all__ = ["Field", "Model", "ModelMeta", "as_dict", "field", "fields_of", "replace"]
 
 if TYPE_CHECKING:  # what tells a type checker that ``field`` is a field's declaration (PEP 681)
     from typing_extensions import dataclass_transform
@@ -40,7 +40,9 @@ else:
 
 
 _M = TypeVar("_M", bound="Model")
-_NO_METADATA: Final[Mapping[str, Any]] = MappingProxyType({})
+#: What the codec reads of a field (``check``, ``key``, ``local`` …: :mod:`traceinsight.results.codec`).
+Metadata = Mapping[str, Any]
+_NO_METADATA: Final[Metadata] = MappingProxyType({})
 
 
 class Field:
@@ -51,9 +53,9 @@ class Field:
     def __init__(
         self,
         name: str,
-        default: Any = NODEFAULT,
-        default_factory: Callable[[], Any] | Any = NODEFAULT,
-        metadata: Mapping[str, Any] = _NO_METADATA,
+        default: object = NODEFAULT,
+        default_factory: object = NODEFAULT,
+        metadata: Metadata = _NO_METADATA,
         compare: bool = True,
         repr: bool = True,
     ) -> None:
@@ -75,9 +77,9 @@ class Field:
 
 def field(
     *,
-    default: Any = NODEFAULT,
-    default_factory: Callable[[], Any] | Any = NODEFAULT,
-    metadata: Mapping[str, Any] | None = None,
+    default: object = NODEFAULT,
+    default_factory: Callable[[], object] | object = NODEFAULT,
+    metadata: Metadata | None = None,
     compare: bool = True,
     repr: bool = True,
 ) -> Any:
@@ -91,7 +93,7 @@ class ModelMeta(msgspec.StructMeta):
     ``__hash__`` and ``__repr__`` where a field is left out of them (see the module doc)."""
 
     def __new__(
-        mcls, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **config: Any
+        mcls, name: str, bases: tuple[type, ...], namespace: dict[str, object], **config: Any
     ) -> ModelMeta:
         declared: dict[str, Field] = {}
         for key, value in list(namespace.items()):
@@ -124,19 +126,21 @@ class ModelMeta(msgspec.StructMeta):
         return cls
 
 
-def _struct_field(declared: Field) -> Any:
+def _struct_field(declared: Field) -> object:
     """msgspec's field for ``declared`` (its default, or its default's factory)."""
-    if declared.default_factory is not NODEFAULT:
+    if callable(declared.default_factory):  # NODEFAULT is not
         return msgspec.field(default_factory=declared.default_factory)
     if declared.default is not NODEFAULT:
         return msgspec.field(default=declared.default)
     return msgspec.field()
 
 
-def _defaults(cls: Any) -> list[tuple[Any, Any]]:
+def _defaults(cls: ModelMeta) -> list[tuple[object, object]]:
     """(default, default factory) of each field of the Struct ``cls``, in its fields' order."""
-    defaults: tuple[Any, ...] = cls.__struct_defaults__
-    pairs: list[tuple[Any, Any]] = [(NODEFAULT, NODEFAULT)] * (len(cls.__struct_fields__) - len(defaults))
+    defaults: tuple[object, ...] = cls.__struct_defaults__
+    pairs: list[tuple[object, object]] = [(NODEFAULT, NODEFAULT)] * (
+        len(cls.__struct_fields__) - len(defaults)
+    )
     for default in defaults:
         if isinstance(default, msgspec._core.Factory):
             pairs.append((NODEFAULT, default.factory))
@@ -170,23 +174,18 @@ class Model(msgspec.Struct, frozen=True, metaclass=ModelMeta):
     """The base of every result type (see the module doc)."""
 
 
-def fields_of(cls: type[Any] | Any) -> tuple[Field, ...]:
+def fields_of(cls: object) -> tuple[Field, ...]:
     """The fields of the result type ``cls`` (or of its instance), in order."""
-    every: tuple[Field, ...] = cls.__model_fields__
+    every: tuple[Field, ...] = getattr(cls, "__model_fields__")  # noqa: B009 (set by ModelMeta)
     return every
 
 
-def is_model(value: Any) -> bool:
-    """Whether ``value`` is a result (an instance of a :class:`Model`), not a result type."""
-    return isinstance(value, Model)
-
-
-def replace(value: _M, /, **changes: Any) -> _M:
+def replace(value: _M, /, **changes: object) -> _M:
     """``value`` with the fields in ``changes`` set otherwise (``__post_init__`` runs again)."""
     return msgspec.structs.replace(value, **changes)
 
 
-def as_dict(value: Any) -> Any:
+def as_dict(value: object) -> Any:
     """A result as plain data, as ``dataclasses.asdict`` makes it: each result a dict of its
     fields, recursively through tuples, lists and dicts (which are copied)."""
     if isinstance(value, Model):

@@ -20,7 +20,7 @@ from traceinsight.config import source_root as resolve_source_root
 from traceinsight.errors import ConfigError
 from traceinsight.load.limits import parse_size as size_of
 from traceinsight.load.source import SizeLimit
-from traceinsight.model import Model, as_dict, field
+from traceinsight.model import Model, field, fields_of
 from traceinsight.thresholds import Thresholds
 
 if TYPE_CHECKING:
@@ -170,8 +170,7 @@ class Reading(Model, frozen=True):
     @property
     def threshold_values(self) -> dict[str, Any]:
         """The thresholds by name, as the public API takes them (:func:`traceinsight.api.analyze`)."""
-        values: dict[str, Any] = as_dict(self.thresholds)
-        return values
+        return {item.name: getattr(self.thresholds, item.name) for item in fields_of(self.thresholds)}
 
 
 class Settings(Model, frozen=True):

@@ -218,10 +218,10 @@ def parse(data: bytes | str, refused: Callable[[str], TraceFormatError]) -> Any:
     return value
 
 
-def _depth(value: Any) -> int:
+def _depth(value: object) -> int:
     """How deep ``value`` nests (a scalar is 0), without recursion."""
     deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 1)]
+    stack: list[tuple[object, int]] = [(value, 1)]
     while stack:
         item, level = stack.pop()
         children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
@@ -233,7 +233,7 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def _kind(value: Any) -> str:
+def _kind(value: object) -> str:
     """What ``value`` is, in words that never quote a string from the file."""
     if value is None:
         return "null"
@@ -270,7 +270,7 @@ class Reader:
         """The error for ``words`` (what is wrong), prefixed and hinted."""
         return TraceFormatError(f"{self.prefix}: {words}; {self.hint}")
 
-    def fail(self, where: str, value: Any, wanted: str) -> NoReturn:
+    def fail(self, where: str, value: object, wanted: str) -> NoReturn:
         raise self.refused(f"{where} is {_kind(value)}, not {wanted}")
 
     def object(self, value: Any, where: str) -> dict[str, Any]:
