@@ -9,11 +9,14 @@ from __future__ import annotations
 import dataclasses
 import pickle
 import random
+from unittest import mock
 
 import msgspec
 import pytest
+from rich.pretty import pretty_repr
 from tracebuild import SAMPLES
 
+import traceinsight
 from traceinsight.analysis import analyze
 from traceinsight.analysis.results import IdleGap, from_columns
 from traceinsight.load import load_trace
@@ -78,8 +81,9 @@ def test_records_by_column_refuse_what_the_constructor_would_not_make_alike() ->
 
 
 def test_a_result_type_compares_hashes_and_shows_itself_as_a_frozen_dataclass_would() -> None:
-    rows = list(zip(*_columns(50, seed=9), strict=True))
-    rows += [(1, "x", None, float("nan"))] * 2
+    rows = list(
+        zip(*_columns(50, seed=9), strict=True)
+    )  # (no NaN: 3.13's dataclasses compare it unlike 3.12's)
     for row, other in zip(rows, [*rows[1:], rows[0]], strict=True):
         ours, theirs = _Sample(*row), _Plain(*row)
         assert repr(ours) == repr(theirs).replace("_Plain", "_Sample")
@@ -88,6 +92,9 @@ def test_a_result_type_compares_hashes_and_shows_itself_as_a_frozen_dataclass_wo
         if ours == _Sample(*row):
             assert hash(ours) == hash(_Sample(*row))
     assert _Sample(1, "x") != _Plain(1, "x")
+    assert (
+        _Live(count=1) == mock.ANY and _Live(count=1) == mock.ANY
+    )  # another type decides, as with dataclasses
 
 
 def test_a_live_only_field_is_left_out_of_equality_hashing_and_repr_and_kept_in_the_metadata() -> None:
@@ -108,6 +115,31 @@ def test_a_live_only_field_is_left_out_of_equality_hashing_and_repr_and_kept_in_
     assert declared["by_name"].metadata == {"key": "names"} and declared["by_name"].has_default
     assert not declared["count"].has_default and declared["parts"].default == ()
     assert _Live(count=1).by_name is not _Live(count=1).by_name  # a factory, called each time
+    with pytest.raises(ValueError, match="not both"):
+        field(default=0, default_factory=int)
+
+
+def test_rich_shows_what_repr_shows() -> None:
+    """rich draws a Struct from its ``__rich_repr__`` (every field): a live-only field stays out of
+    it too, and a class's own one-line ``repr`` (a result's) is what rich shows of it."""
+    one = _Live(count=2, parts=(_Sample(1, "a"),), seen_ns=5)
+    assert pretty_repr(one) == pretty_repr(_Live(count=2, parts=(_Sample(1, "a"),), seen_ns=6))
+    assert "seen_ns" not in pretty_repr(one) and "count=2" in pretty_repr(one)
+    result = traceinsight.analyze(SAMPLES / "a100_triton.json.gz")
+    assert pretty_repr(result) == repr(result) and len(repr(result)) < 200
+
+
+def test_a_subclass_of_a_frozen_result_type_hashes_without_its_live_only_fields() -> None:
+    class Base(Model, frozen=True):
+        count: int
+        seen_ns: int = field(default=0, compare=False)
+
+    class Longer(Base):  # frozen as its base is
+        extra: int = 0
+
+    assert Longer(1, 1) == Longer(1, 2) and hash(Longer(1, 1)) == hash(Longer(1, 2))
+    with pytest.raises(AttributeError):
+        Longer(1).count = 2  # type: ignore[misc]
 
 
 def test_replace_runs_the_checks_again_and_plain_data_and_pickling_keep_every_field() -> None:

@@ -22,7 +22,7 @@ What a dataclass does that a Struct does not, :class:`ModelMeta` adds where a cl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -85,6 +85,8 @@ def field(
 ) -> Any:
     """A field's default and what the codec and equality make of it (``dataclasses.field``'s
     arguments of the same names)."""
+    if default is not NODEFAULT and default_factory is not NODEFAULT:
+        raise ValueError("a field takes a default or a default factory, not both")
     return Field("", default, default_factory, MappingProxyType(dict(metadata or {})), compare, repr)
 
 
@@ -107,12 +109,20 @@ class ModelMeta(msgspec.StructMeta):
             inherited.update({item.name: item for item in getattr(base, "__model_fields__", ())})
         compared = [key for key, item in {**inherited, **declared}.items() if not item.compare]
         shown = [key for key, item in {**inherited, **declared}.items() if not item.repr]
-        if compared and "__eq__" not in namespace:
+        inherited_frozen = any(
+            getattr(getattr(base, "__struct_config__", None), "frozen", False) for base in bases
+        )
+        frozen = config.get("frozen", inherited_frozen)
+        if compared and config.get("eq", True) and "__eq__" not in namespace:
             namespace["__eq__"] = _equality
-            if config.get("frozen", False) and "__hash__" not in namespace:
+            if frozen and "__hash__" not in namespace:
                 namespace["__hash__"] = _hash
-        if shown and "__repr__" not in namespace:
+        # rich draws a Struct from its ``__rich_repr__`` (every field), before its ``__repr__``.
+        if "__repr__" in namespace:
+            namespace.setdefault("__rich_repr__", _as_repr)
+        elif shown:
             namespace["__repr__"] = _repr
+            namespace.setdefault("__rich_repr__", _rich_repr)
         cls = super().__new__(mcls, name, bases, namespace, **config)
         every = []
         for key, default in zip(cls.__struct_fields__, _defaults(cls), strict=True):
@@ -149,9 +159,9 @@ def _defaults(cls: ModelMeta) -> list[tuple[object, object]]:
     return pairs
 
 
-def _equality(self: Model, other: object) -> bool:
+def _equality(self: Model, other: object) -> object:
     if type(other) is not type(self):
-        return False
+        return NotImplemented
     names: tuple[str, ...] = type(self).__model_compared__  # type: ignore[attr-defined]
     mine = tuple(getattr(self, name) for name in names)
     equal: bool = mine == tuple(getattr(other, name) for name in names)
@@ -161,6 +171,18 @@ def _equality(self: Model, other: object) -> bool:
 def _hash(self: Model) -> int:
     names: tuple[str, ...] = type(self).__model_compared__  # type: ignore[attr-defined]
     return hash(tuple(getattr(self, name) for name in names))
+
+
+def _rich_repr(self: Model) -> Iterator[tuple[str, object]]:
+    """What rich shows of a result: the fields its ``repr`` shows."""
+    names: tuple[str, ...] = type(self).__model_shown__  # type: ignore[attr-defined]
+    for name in names:
+        yield name, getattr(self, name)
+
+
+def _as_repr(self: Model) -> None:
+    """Nothing: rich shows the class's own ``repr`` (a result's one line)."""
+    return None
 
 
 def _repr(self: Model) -> str:
