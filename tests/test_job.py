@@ -999,3 +999,38 @@ def test_the_job_workers_import_nothing_from_the_working_folder(tmp_path: Path) 
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["2"]
     assert not marker.exists()
+
+
+def test_a_bug_in_a_worker_is_one_line_and_its_traceback_under_debug(tmp_path: Path) -> None:
+    """An internal error while a worker analyzes a rank: one line and status 3, as in one trace's
+    analyze; under ``TRACEINSIGHT_DEBUG=1`` the traceback shows where it happened in the worker
+    (the worker's own frames, and the rank), not only where the main process raised it again.
+    The bug is planted in every process of the run by a ``sitecustomize`` module on its path."""
+    job = tmp_path / "job"
+    job.mkdir()
+    for rank in (0, 1):
+        _tiny_rank(job / f"rank{rank}.json", 0)
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    (planted / "sitecustomize.py").write_text(
+        "import traceinsight.job.rank as rank\n"
+        "def planted_bug(task):\n"
+        "    raise ZeroDivisionError('made to fail in the worker')\n"
+        "rank.analyze_rank = planted_bug\n"
+    )
+    repo = Path(__file__).resolve().parent.parent
+    command = [sys.executable, "-m", "traceinsight", "analyze", str(job), "--no-html", "--workers", "2"]
+    environment = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{planted}{os.pathsep}{repo}"}
+    plain = subprocess.run(
+        command, capture_output=True, text=True, env=environment, timeout=300, cwd=tmp_path
+    )
+    assert plain.returncode == 3, plain.stderr
+    assert plain.stderr.count("\n") == 1 and "ZeroDivisionError: made to fail in the worker" in plain.stderr
+    debug = subprocess.run(
+        command, capture_output=True, text=True, env={**environment, "TRACEINSIGHT_DEBUG": "1"}, timeout=300,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert debug.returncode != 0
+    assert "in the worker analyzing" in debug.stderr and "rank" in debug.stderr
+    assert "in planted_bug" in debug.stderr and "sitecustomize.py" in debug.stderr  # the worker's frame
+    assert "The above exception was the direct cause" in debug.stderr

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Final
@@ -37,7 +38,7 @@ from traceinsight.errors import TraceInsightError
 from traceinsight.job.rank import RankTask, analyze_rank
 from traceinsight.results.job import RankResult
 
-__all__ = ["PARENT_CHECK_S", "Workers", "serve"]
+__all__ = ["PARENT_CHECK_S", "WorkerTraceback", "Workers", "serve"]
 
 #: How often a worker looks whether the process that started it is still there.
 PARENT_CHECK_S: Final = 0.5
@@ -121,7 +122,10 @@ class Workers:
         self._idle.put(worker)
         if isinstance(answer, tuple) and len(answer) == 2 and isinstance(answer[1], RankResult):
             return answer[1]
-        if isinstance(answer, tuple) and len(answer) == 2 and isinstance(answer[1], BaseException):
+        if isinstance(answer, tuple) and len(answer) == 3 and isinstance(answer[1], BaseException):
+            if isinstance(answer[2], str) and answer[2]:  # a bug: where it happened, in the worker
+                shown = task.shown_path or task.path
+                raise answer[1] from WorkerTraceback(f"in the worker analyzing {shown}:\n{answer[2]}")
             raise answer[1]
         raise WorkerDied(
             f"the worker analyzing {task.shown_path or task.path} answered {type(answer).__name__}"
@@ -149,6 +153,14 @@ class Workers:
         self.close()
 
 
+class WorkerTraceback(Exception):
+    """Where a worker's error happened: its traceback there, as text (the cause of the error raised
+    again here, shown under ``TRACEINSIGHT_DEBUG=1``)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 def serve(parent: int, answers_fd: int) -> None:
     """A worker's loop: each task read from stdin analyzed, its result (or error) written back on
     ``answers_fd`` (the worker's stdout, kept aside by :data:`_BOOT`)."""
@@ -158,10 +170,13 @@ def serve(parent: int, answers_fd: int) -> None:
     while (task := _receive(tasks)) is not None:
         assert isinstance(task, RankTask)
         try:
-            answer: tuple[bool, object] = (True, analyze_rank(task))
-        except Exception as error:  # raised again where the task came from
-            answer = (False, error)
+            answer: tuple[object, ...] = (True, analyze_rank(task))
+        except TraceInsightError as error:  # what is wrong with the rank's file: its one line
+            answer = (False, error, "")
+        except Exception as error:  # a bug: raised again where the task came from, with its traceback
+            answer = (False, error, traceback.format_exc())
         try:
             _send(answers, answer)
         except (pickle.PicklingError, TypeError, AttributeError) as error:  # an error that does not pickle
-            _send(answers, (False, TraceInsightError(f"{type(answer[1]).__name__}: {answer[1]} ({error})")))
+            failed = TraceInsightError(f"{type(answer[1]).__name__}: {answer[1]} ({error})")
+            _send(answers, (False, failed, answer[2]))
