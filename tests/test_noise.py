@@ -584,3 +584,40 @@ def test_syncs_per_step_gets_an_interval_and_a_verdict(tmp_path: Path) -> None:
     spread = syncs(same, varied)
     assert isinstance(spread["lower"], float) and isinstance(spread["upper"], float)
     assert spread["lower"] < spread["change"] < spread["upper"] and spread["upper"] > spread["lower"] + 0.5
+
+
+def test_a_pool_reads_every_run_on_its_own_basis() -> None:
+    """Pooled figures are each run's on the comparison's basis. Per step (the first runs have
+    steps), a run without steady steps has no per-step figures: it is left out, with a note (its
+    window's totals were averaged with steps'). In all (a first run lacks steps), a run with steps
+    adds its window's totals (its per-step figures were averaged with windows'). Expected figures
+    from the results' own totals, outside the comparison."""
+    from traceinsight import analyze
+    from traceinsight.results.comparison import compare
+
+    stepped = analyze(SAMPLES / "gp100_mlp_pageable_sync.json.gz")
+    stepless = analyze(SAMPLES / "a100_alexnet_cuda_sync.json.gz")
+    steps = stepped.steady_state.steady_steps
+    assert steps > 0 and stepless.steady_state.steady_steps == 0
+
+    per_step = compare([stepped, stepless], [stepped], "before", "after")
+    assert per_step.basis == "per step"
+    idle = {metric.key: metric for metric in per_step.idle}
+    for cause, ns in stepped.utilization.idle_by_cause_ns.items():
+        assert idle[f"idle:{cause}"].before == idle[f"idle:{cause}"].after == round(ns / 1000 / steps, 3)
+    assert set(idle) == {f"idle:{cause}" for cause in stepped.utilization.idle_by_cause_ns}
+    busy = next(metric for metric in per_step.metrics if metric.key == "busy_share")
+    assert busy.before == busy.after == stepped.utilization.busy_share
+    assert "1 run before without steady steps: left out of the pooled per-step figures" in per_step.notes
+
+    in_all = compare([stepless, stepped], [stepless], "before", "after")
+    assert in_all.basis == "in all"
+    time = next(metric for metric in in_all.metrics if metric.key == "step_time")
+    windows = [stepless.utilization.window_ns / 1000, stepped.utilization.window_ns / 1000]
+    assert time.before == pytest.approx(sum(windows) / 2, abs=1e-3)
+    idle = {metric.key: metric for metric in in_all.idle}
+    causes = {*stepless.utilization.idle_by_cause_ns, *stepped.utilization.idle_by_cause_ns}
+    for cause in causes:
+        both = [run.utilization.idle_by_cause_ns.get(cause, 0) / 1000 for run in (stepless, stepped)]
+        assert idle[f"idle:{cause}"].before == pytest.approx(sum(both) / 2, abs=1e-3)
+    assert not any("left out" in note for note in in_all.notes)

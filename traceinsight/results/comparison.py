@@ -471,9 +471,17 @@ def _notes(before: Result, after: Result) -> list[str]:
     return notes
 
 
-def _base(before: Result, after: Result, before_label: str, after_label: str, top: int = 10) -> Comparison:
-    """Two results compared figure by figure, nothing judged yet."""
-    basis = "per step" if _steps(before) and _steps(after) else "in all"
+def _base(
+    before: Result,
+    after: Result,
+    before_label: str,
+    after_label: str,
+    top: int = 10,
+    basis: str | None = None,
+) -> Comparison:
+    """Two results compared figure by figure, nothing judged yet; per step when both have steps,
+    else in all (``basis``: the one given, a pool's)."""
+    basis = basis or ("per step" if _steps(before) and _steps(after) else "in all")
 
     def step_time(result: Result) -> float | None:
         if basis == "per step":
@@ -900,27 +908,36 @@ def _rounded(value: float, unit: str) -> float:
 
 
 def _pooled(base: Comparison, befores: list[Result], afters: list[Result]) -> Comparison:
-    """``base`` (the first runs compared) with each figure the runs' own: the step time the median
-    of every run's steps, every other figure the mean of the runs' figures (an idle cause a run
-    lacks counts 0 there)."""
+    """``base`` (the first runs compared) with each figure the runs' own, on ``base``'s basis: the
+    step time the median of every run's steps, every other figure the mean of the runs' figures (an
+    idle cause a run lacks counts 0 there). Per step, a run without steady steps has no figures to
+    pool: it is left out, and a note says so (its window's totals are not a step's)."""
 
     def side(results: list[Result]) -> tuple[dict[str, float | None], dict[str, float]]:
+        counted = [result for result in results if base.basis == "in all" or _steps(result)]
         figures: dict[str, list[float]] = {}
         idle: dict[str, float] = {}
-        for result in results:
-            alone = _base(result, result, "", "")
+        for result in counted:
+            alone = _base(result, result, "", "", basis=base.basis)
             for metric in alone.metrics:
                 if metric.before is not None:
                     figures.setdefault(metric.key, []).append(metric.before)
             for metric in alone.idle:
-                idle[metric.key] = idle.get(metric.key, 0.0) + (metric.before or 0.0) / len(results)
+                idle[metric.key] = idle.get(metric.key, 0.0) + (metric.before or 0.0) / len(counted)
         means: dict[str, float | None] = {key: round(sum(v) / len(v), 4) for key, v in figures.items()}
         if base.basis == "per step":
-            step = _pooled_step(results)
+            step = _pooled_step(counted)
             means["step_time"] = None if step is None else round(step, 3)
         return means, {key: round(value, 3) for key, value in idle.items()}
 
     (was, was_idle), (now, now_idle) = side(befores), side(afters)
+    left_out = {
+        where: sum(not _steps(result) for result in runs) if base.basis == "per step" else 0
+        for where, runs in (("before", befores), ("after", afters))
+    }
+    stepless = [
+        f"{count} run{'s' if count > 1 else ''} {where}" for where, count in left_out.items() if count
+    ]
     causes = dict.fromkeys([*was_idle, *now_idle])
     return replace(
         base,
@@ -933,6 +950,11 @@ def _pooled(base: Comparison, befores: list[Result], afters: list[Result]) -> Co
             *base.notes,
             f"pooled {len(befores)} run{'s' if len(befores) > 1 else ''} before and {len(afters)} after "
             "(findings and kernels: each side's first run's)",
+            *(
+                [f"{' and '.join(stepless)} without steady steps: left out of the pooled per-step figures"]
+                if stepless
+                else []
+            ),
         ),
     )
 
