@@ -295,3 +295,16 @@ def test_the_diff_markdown_has_the_before_after_table() -> None:
     # no internal keys
     assert "dataloader" not in rows and "host-bound" not in rows and "cpu\\_op" not in rows
     assert len(text) < MAX_CHARS
+
+
+@pytest.mark.parametrize(
+    ("us", "text"),
+    [(0.0, "+0.0 µs"), (-0.0, "+0.0 µs"), (47.5, "+47.5 µs"), (-47.5, "−47.5 µs"), (-1200.0, "−1.20 ms")],
+)
+def test_a_change_of_a_time_is_written_one_way_everywhere(us: float, text: str) -> None:
+    """Every signed change of a time (a metric's, an interval's ends, a prediction's, a module's row
+    in the terminal and on the page) is written by one helper: a minus sign (−), and a change of
+    nothing as + (a module's row wrote −0.0 µs)."""
+    from traceinsight.formatting import format_change
+
+    assert format_change(us) == text

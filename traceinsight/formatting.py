@@ -14,6 +14,12 @@ def format_duration(ns: float) -> str:
     return f"{ns / 1e3:,.1f} µs"
 
 
+def format_change(us: float) -> str:
+    """A change of a time given in µs, its sign always written (a minus sign, −; a change of
+    nothing is +): ``+1.20 ms``, ``−47.5 µs``."""
+    return ("+" if us >= 0 else "−") + format_duration(abs(us) * 1000)
+
+
 def format_size(count: int) -> str:
     """Bytes in B, KiB, MiB or GiB."""
     value = float(count)

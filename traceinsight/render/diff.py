@@ -18,7 +18,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from traceinsight.formatting import format_count, format_duration, short_kernel_name
+from traceinsight.formatting import format_change, format_count, format_duration, short_kernel_name
 from traceinsight.load.text import printable
 from traceinsight.render import charts
 from traceinsight.render.svg import Canvas
@@ -145,7 +145,7 @@ def comparison_renderables(comparison: Comparison) -> list[RenderableType]:
                 Text(printable(module.path)),
                 format_duration(module.before_us * 1000),
                 format_duration(module.after_us * 1000),
-                ("+" if module.change_us > 0 else "−") + format_duration(abs(module.change_us) * 1000),
+                format_change(module.change_us),
             )
         parts.append(modules)
     return parts
@@ -237,9 +237,7 @@ def page_values(comparison: Comparison) -> dict[str, Any]:
             for status, (title, _) in _STATUS.items()
         ],
         "duration": lambda us: "—" if us is None else format_duration(us * 1000),
-        "signed": lambda us: (
-            "—" if us is None else ("+" if us >= 0 else "−") + format_duration(abs(us) * 1000)
-        ),
+        "signed": lambda us: "—" if us is None else format_change(us),
         "kernel_short": short_kernel_name,
     }
 

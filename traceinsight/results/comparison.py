@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from traceinsight.analysis.causes import cause_label
-from traceinsight.formatting import format_duration, format_share, source_label
+from traceinsight.formatting import format_change, format_duration, format_share, source_label
 from traceinsight.load.text import clean_text
 from traceinsight.model import Model, field, replace
 from traceinsight.results.codec import document_of, us
@@ -139,10 +139,7 @@ class Metric(Model, frozen=True):
         if self.lower is None or self.upper is None:
             return ""
         if self.unit == "us" and self.key.startswith("idle:"):  # a cause can start from nothing
-            return " to ".join(
-                _minus(f"{'+' if value >= 0 else '-'}{format_duration(abs(value) * 1000)}")
-                for value in (self.lower, self.upper)
-            )
+            return " to ".join(format_change(value) for value in (self.lower, self.upper))
         if self.unit == "us" and self.relative_lower is not None and self.relative_upper is not None:
             return _minus(f"{self.relative_lower * 100:+.1f}% to {self.relative_upper * 100:+.1f}%")
         if self.unit == "share":
@@ -166,7 +163,7 @@ class Metric(Model, frozen=True):
             return _minus(f"{change * 100:+.1f} pts")
         if self.unit == "us":
             relative = f" ({self.relative * 100:+.1f}%)" if self.relative is not None else ""
-            return _minus(f"{'+' if change >= 0 else '-'}{format_duration(abs(change) * 1000)}{relative}")
+            return format_change(change) + _minus(relative)
         return _minus(f"{change:+.3g}")
 
 
@@ -220,9 +217,7 @@ class Prediction(Model, frozen=True, kw_only=True):
         """``predicted 58.82 ms per step; measured: step −50.76 ms, DataLoader idle −47.54 ms``."""
 
         def signed(value: float | None) -> str:
-            if value is None:
-                return "—"
-            return _minus(f"{'+' if value >= 0 else '-'}{format_duration(abs(value) * 1000)}")
+            return "—" if value is None else format_change(value)
 
         predicted = "—" if self.predicted_us is None else format_duration(self.predicted_us * 1000)
         words = (
