@@ -657,6 +657,12 @@ def test_recording_cost_is_told_from_the_steady_steps_after_the_window(slowed: b
     before = record["unprofiledStepsNs"]
     assert len(before) == 3 and max(before[1:]) < 10_000_000, before
     document = json.loads(findings.read_text())
+    # each recorded step's usage, in the trace as in run's own result (ns there, µs here)
+    usage = [
+        [None if v is None else round(v / 1000, 3) for v in step[:3]] + step[3:]
+        for step in record["stepUsage"]
+    ]
+    assert usage and usage == document["run"]["step_usage"] == document["trace"]["step_usage"]
     cost = [w for w in document["warnings"] if w["kind"] == "recording-cost"]
     assert bool(cost) == slowed, cost
     if slowed:

@@ -621,3 +621,49 @@ def test_a_pool_reads_every_run_on_its_own_basis() -> None:
         both = [run.utilization.idle_by_cause_ns.get(cause, 0) / 1000 for run in (stepless, stepped)]
         assert idle[f"idle:{cause}"].before == pytest.approx(sum(both) / 2, abs=1e-3)
     assert not any("left out" in note for note in in_all.notes)
+
+
+def _trace_with_usage(path: Path, wait_share: float, out: Path) -> Path:
+    """The trace at ``path`` as ``run`` now writes one: its record holds each recorded step's usage,
+    every step's thread waiting ``wait_share`` of it for a CPU, under load 8."""
+    import gzip
+
+    document = json.loads(gzip.decompress(path.read_bytes()))
+    wall = 150_000_000
+    document["traceinsight"] = {
+        "stacks": "none",
+        "stepMarks": "optimizer",
+        "stepUsage": [[wall, wall * 2 // 5, round(wall * wait_share), 8.0]] * 6,
+    }
+    out.write_bytes(gzip.compress(json.dumps(document).encode()))
+    return out
+
+
+def test_a_diff_of_traces_alone_tells_a_run_starved_of_cpu(tmp_path: Path) -> None:
+    """The traces ``run`` writes hold their steps' usage: a diff of two traces (what ``run
+    --repeat`` leaves, without the ``--json`` results) says a run was starved of CPU as a diff of
+    their results does, and the gate holds (it broke on the machine's load before)."""
+    fast = _trace_with_usage(RUNS["w4c1"], 0.02, tmp_path / "fast.json.gz")
+    slow = _trace_with_usage(RUNS["w0c1"], 0.6, tmp_path / "slow.json.gz")
+    out = tmp_path / "d.json"
+    code, stdout, _ = invoke(
+        "diff", str(fast), str(slow), "--no-html", "--json", str(out), "--max-regression", "5"
+    )
+    assert code == 0
+    document = json.loads(out.read_text())
+    step = next(m for m in document["metrics"] if m["key"] == "step_time")
+    assert step["verdict"] == "cannot tell" and step["lower"] > 0
+    assert any(
+        line.startswith("the after run was starved of CPU: its steps waited 60%")
+        for line in document["moved"]
+    )
+    assert "starved of CPU" in stdout
+    code, _, _ = invoke("analyze", str(slow), "--no-html", "--json", str(tmp_path / "slow.json"))
+    written = json.loads((tmp_path / "slow.json").read_text())["trace"]["step_usage"]
+    assert code == 0 and written == [[150000.0, 60000.0, 90000.0, 8.0]] * 6  # µs, as run.step_usage
+    starved_before = _trace_with_usage(RUNS["w4c1"], 0.6, tmp_path / "starved.json.gz")
+    calm_after = _trace_with_usage(RUNS["w0c1"], 0.02, tmp_path / "calm.json.gz")
+    code, _, _ = invoke("diff", str(starved_before), str(calm_after), "--no-html", "--max-regression", "5")
+    assert code == 1  # the faster side starved: the slowdown stands
+    plain, _, _ = invoke("diff", str(RUNS["w4c1"]), str(RUNS["w0c1"]), "--no-html", "--max-regression", "5")
+    assert plain == 1  # without the record, as before: slower

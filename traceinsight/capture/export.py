@@ -32,7 +32,9 @@ its name ends in ``.gz``), fixing on the way what ``traceinsight run`` must not 
   out) and ``loaderFetch``
   (``"range only"`` when the DataLoader's fetch was recorded as its range, without its operators:
   :mod:`.fetch`) and ``cutShort`` (``true`` when the memory budget stopped the window inside its
-  last step, which the trace holds only part of), so that ``analyze`` says
+  last step, which the trace holds only part of) and ``stepUsage`` (each recorded step as the
+  process lived it, ``[wall_ns, cpu_ns, cpu_wait_ns, load_1m]``, its first 1,000: what lets a diff
+  of traces alone tell a run starved of CPU), so that ``analyze`` says
   the same of the file later, and what recording cost the steps can be told.
 
 The pass holds one event (a dozen lines) at a time, so memory does not grow with the trace.

@@ -53,7 +53,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
@@ -695,6 +695,11 @@ class TraceRecorder:
             record["unprofiledSteps"] = len(baseline)
             record["unprofiledStepNs"] = baseline[len(baseline) // 2]
             record["unprofiledStepsNs"] = list(self._window_baseline_ns)  # in order: start-up first
+        if self._window_usage:  # what lets a diff of traces alone tell a run starved of CPU
+            record["stepUsage"] = [
+                [usage.wall_ns, usage.cpu_ns, usage.cpu_wait_ns, usage.load_1m]
+                for usage in self._window_usage[:STEP_USAGE_WRITTEN]
+            ]
         return record
 
     def _step_aside(self) -> None:
@@ -755,6 +760,8 @@ class TraceRecorder:
 _BASELINE_STEPS = 8
 #: Steps of a window whose CPU time and load are kept (a result holds at most this many).
 _USAGE_KEPT = 10_000
+#: Steps whose usage the trace's record holds (``stepUsage``, ~40 bytes each): its first ones.
+STEP_USAGE_WRITTEN: Final = 1_000
 
 
 def _gib(size: int) -> str:

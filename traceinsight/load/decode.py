@@ -51,6 +51,9 @@ class RunRecord(msgspec.Struct, gc=False):
     unprofiledStepsNs: Any = None
     loaderFetch: Scalar = None
     cutShort: Scalar = None
+    #: Each recorded step as the process lived it, ``[wall_ns, cpu_ns, cpu_wait_ns, load_1m]``
+    #: (any JSON value: checked when read).
+    stepUsage: Any = None
 
 
 class TraceDocument(msgspec.Struct, gc=False):
@@ -194,10 +197,15 @@ def scalar(value: Any) -> Scalar:
 
 def _run_value(run: dict[str, Any], key: str) -> Any:
     """One field of the run record: a scalar, or for ``unprofiledStepsNs`` a list of scalars (at
-    most 64: ``run`` writes 8)."""
+    most 64: ``run`` writes 8), for ``stepUsage`` a list of lists of scalars (at most 1,000, as
+    ``run`` writes, of at most 4)."""
     value = run.get(key)
     if key == "unprofiledStepsNs" and isinstance(value, list):
         return [scalar(item) for item in value[:64]]
+    if key == "stepUsage" and isinstance(value, list):  # at most as many as ``run`` writes
+        return [
+            [scalar(part) for part in item[:4]] if isinstance(item, list) else None for item in value[:1000]
+        ]
     return scalar(value)
 
 

@@ -102,6 +102,9 @@ class RunProfile(Model, frozen=True):
     last_step_cut: bool = False
     """``cutShort``: the memory budget stopped the window inside its last step, which the trace
     holds only part of (a figure "per step" over it would be over part of one)."""
+    step_usage: tuple[StepUsage, ...] = ()
+    """``stepUsage``: each recorded step as the process lived it (its first 1,000), what lets a
+    diff of traces alone tell a run starved of CPU; empty in traces before it."""
 
 
 class TraceMeta(Model, frozen=True):
@@ -421,4 +424,26 @@ def _run_profile(document: TraceDocument) -> RunProfile | None:
         unprofiled_each_ns=_durations(record.unprofiledStepsNs),
         loader_fetch=_text(record.loaderFetch),
         last_step_cut=record.cutShort == 1,  # true (0/1 once read as a scalar)
+        step_usage=_step_usage(record.stepUsage),
     )
+
+
+def _step_usage(value: object) -> tuple[StepUsage, ...]:
+    """A run record's ``stepUsage``: the entries that are a step as :class:`StepUsage` holds it (a
+    wall time above 0, a CPU time and a wait of at least 0 ns, a load of at least 0; the wait and
+    the load may be null); anything else is left out."""
+    if not isinstance(value, list):
+        return ()
+    usage = []
+    for item in value:
+        if not isinstance(item, list) or len(item) != 4:
+            continue
+        wall, cpu, waited, load = item
+        if not (isinstance(wall, int) and isinstance(cpu, int) and wall > 0 and 0 <= cpu < 1 << 62):
+            continue
+        if waited is not None and not (isinstance(waited, int) and 0 <= waited < 1 << 62):
+            continue
+        if load is not None and not (isinstance(load, int | float) and 0 <= load < 1e6):
+            continue
+        usage.append(StepUsage(min(wall, 1 << 62), cpu, waited, None if load is None else float(load)))
+    return tuple(usage)

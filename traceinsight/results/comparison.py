@@ -874,14 +874,15 @@ STARVED_WAIT_SHARE: Final = 0.2
 
 def _starved(results: Sequence[Result]) -> tuple[float, str] | None:
     """How much of its steps a side's runs waited for a CPU (median share of the wall time) and
-    the machine's load in words; None where ``run`` did not measure it (a trace alone cannot say).
-    A side is starved at :data:`STARVED_WAIT_SHARE` or more and twice the other side's share."""
+    the machine's load in words; None where ``run`` did not measure it (its result's ``run``, else
+    the record of the trace it wrote; another profiler's trace cannot say). A side is starved at
+    :data:`STARVED_WAIT_SHARE` or more and twice the other side's share."""
     shares, loads, cores = [], [], None
     for result in results:
-        if result.run is None:
-            continue
-        cores = cores or result.run.cores
-        for usage in result.run.step_usage:
+        if result.run is not None:
+            cores = cores or result.run.cores
+        measured = result.run.step_usage if result.run is not None else ()
+        for usage in measured or result.trace.step_usage:
             if usage.cpu_wait_ns is not None and usage.wall_ns > 0:
                 shares.append(usage.cpu_wait_ns / usage.wall_ns)
             if usage.load_1m is not None:

@@ -65,6 +65,7 @@ def result_of(report: Report) -> t.Result:
             gpus_listed=meta.gpus_listed,
             iterations=analysis.iterations,
             steps_marked=analysis.steps_marked,
+            step_usage=() if meta.recorded_by_run is None else meta.recorded_by_run.step_usage,
         ),
         run=run,
         warnings=tuple(analysis.warnings),

@@ -149,6 +149,10 @@ class TraceInfo(Model, frozen=True, kw_only=True):
     gpus_listed: int | None
     iterations: int | None
     steps_marked: bool
+    #: Each recorded step as the process lived it, from the trace's own record (a trace ``run``
+    #: wrote; its first 1,000 steps): what lets a diff of traces alone tell a run starved of CPU.
+    #: Empty for other traces. (A ``run`` result's ``run.step_usage`` holds every step.)
+    step_usage: tuple[StepUsage, ...] = ()
 
 
 class Window(Model, frozen=True):
