@@ -1001,11 +1001,31 @@ def test_the_job_workers_import_nothing_from_the_working_folder(tmp_path: Path) 
     assert not marker.exists()
 
 
-def test_a_bug_in_a_worker_is_one_line_and_its_traceback_under_debug(tmp_path: Path) -> None:
+#: Bugs planted in a job's workers: one that crosses back as it is, one whose pickle does not
+#: rebuild it (its ``__init__`` takes two arguments), one that does not pickle (a lambda on it).
+_PLANTED_BUGS = {
+    "plain": "    raise ZeroDivisionError('made to fail in the worker')\n",
+    "unrebuildable": (
+        "    class OddError(Exception):\n"
+        "        def __init__(self, a, b):\n"
+        "            super().__init__(f'made to fail in the worker {a}')\n"
+        "    raise OddError(1, 2)\n"
+    ),
+    "unpicklable": (
+        "    error = ValueError('made to fail in the worker')\n"
+        "    error.hook = lambda: None\n"
+        "    raise error\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("bug", list(_PLANTED_BUGS))
+def test_a_bug_in_a_worker_is_one_line_and_its_traceback_under_debug(tmp_path: Path, bug: str) -> None:
     """An internal error while a worker analyzes a rank: one line and status 3, as in one trace's
-    analyze; under ``TRACEINSIGHT_DEBUG=1`` the traceback shows where it happened in the worker
-    (the worker's own frames, and the rank), not only where the main process raised it again.
-    The bug is planted in every process of the run by a ``sitecustomize`` module on its path."""
+    analyze, whether or not the error itself can cross back between the processes; under
+    ``TRACEINSIGHT_DEBUG=1`` the traceback shows where it happened in the worker (the worker's own
+    frames, and the rank), not only where the main process raised it again. The bug is planted in
+    every process of the run by a ``sitecustomize`` module on its path."""
     job = tmp_path / "job"
     job.mkdir()
     for rank in (0, 1):
@@ -1015,7 +1035,7 @@ def test_a_bug_in_a_worker_is_one_line_and_its_traceback_under_debug(tmp_path: P
     (planted / "sitecustomize.py").write_text(
         "import traceinsight.job.rank as rank\n"
         "def planted_bug(task):\n"
-        "    raise ZeroDivisionError('made to fail in the worker')\n"
+        f"{_PLANTED_BUGS[bug]}"
         "rank.analyze_rank = planted_bug\n"
     )
     repo = Path(__file__).resolve().parent.parent
@@ -1025,7 +1045,8 @@ def test_a_bug_in_a_worker_is_one_line_and_its_traceback_under_debug(tmp_path: P
         command, capture_output=True, text=True, env=environment, timeout=300, cwd=tmp_path
     )
     assert plain.returncode == 3, plain.stderr
-    assert plain.stderr.count("\n") == 1 and "ZeroDivisionError: made to fail in the worker" in plain.stderr
+    assert plain.stderr.count("\n") == 1 and "internal error" in plain.stderr, plain.stderr
+    assert "made to fail in the worker" in plain.stderr
     debug = subprocess.run(
         command, capture_output=True, text=True, env={**environment, "TRACEINSIGHT_DEBUG": "1"}, timeout=300,
         cwd=tmp_path,

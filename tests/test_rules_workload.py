@@ -637,31 +637,48 @@ def test_a_step_the_memory_budget_cut_short_is_not_counted_per_step(cut: bool, t
         assert "11× per step" in card.title
 
 
-def test_the_step_usage_a_trace_records_is_read_as_written_and_nothing_else(tmp_path: Path) -> None:
+def test_the_step_usage_a_trace_records_is_read_as_written_and_nothing_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``run`` writes each recorded step's usage into the trace's record (``stepUsage``: wall, CPU,
-    CPU wait in ns, the load), what lets a diff of traces alone tell a run starved of CPU. Both
+    CPU wait in ns, the load), what lets a diff of traces alone tell a run starved of CPU. The three
     loaders read the entries that are a step (of a longer list, its first four: a later field) and
-    leave out what is not (a string, a negative time, a list of three, an object), at most 1,000."""
+    leave out what is not (a boolean, a string, a float or negative time, a wait longer than the
+    step, a list of three, a list inside, an object), at most 1,000."""
     from traceinsight.load.reference import load_trace_reference
 
     good = [
         [2_000_000, 800_000, 1_200_000, 7.5],
         [3_000_000, 900_000, None, None],
-        [1, 0, 0, 0],
-        [5, 1, 1, 1],
+        [1, 0, 1, 0],
+        [5, 1, 1, -0.0],
     ]
     bad = [["2", 1, 1, 1.0], [-5, 1, 1, 1.0], [5, -1, 1, 1.0], [5, 1, -1, 1.0], [5, 1, 1, -2.0],
-           [5, 1, 1], {"wall": 5}, None, "x", [5.5, 1, 1, 1.0]]  # fmt: skip
-    written = [good[0], *bad, *good[1:3], [5, 1, 1, 1, 9]]
+           [5, 1, 1], {"wall": 5}, None, "x", [5.5, 1, 1, 1.0], [True, 1, 1, 1.0], [5, False, 1, 1.0],
+           [5, 1, True, 1.0], [5, 1, 1, True], [5, 1, 6, 1.0], [5, 1, [1], 1.0], [5, 1, 1, {}],
+           [5, 1, 1, 1e300]]  # fmt: skip
+    written = [good[0], *bad, *good[1:3], [*good[3], "a later field"]]
     record = {"stacks": "user", "stepMarks": "optimizer", "stepUsage": written}
     path = write_trace(tmp_path / "t.json", _cpu_steps([("aten::addmm", 500, 10)]), deviceProperties=[],
                        traceinsight=record)  # fmt: skip
-    expected = [(wall, cpu, wait, None if load is None else float(load)) for wall, cpu, wait, load in good]
-    for trace in (load_trace(path), load_trace_reference(path)):
-        profile = trace.meta.recorded_by_run
-        assert profile is not None
-        assert [(u.wall_ns, u.cpu_ns, u.cpu_wait_ns, u.load_1m) for u in profile.step_usage] == expected
     many = write_trace(tmp_path / "many.json", _cpu_steps([("aten::addmm", 500, 10)]), deviceProperties=[],
                        traceinsight={"stepUsage": [good[0]] * 5000})  # fmt: skip
-    profile = load_trace(many).meta.recorded_by_run
-    assert profile is not None and len(profile.step_usage) == 1000
+    expected = [
+        (wall, cpu, wait, None if load is None else abs(float(load))) for wall, cpu, wait, load in good
+    ]
+
+    def pure(trace_path: Path) -> Any:
+        monkeypatch.setenv("TRACEINSIGHT_NATIVE", "0")
+        try:
+            return load_trace(trace_path)
+        finally:
+            monkeypatch.delenv("TRACEINSIGHT_NATIVE")
+
+    for load in (load_trace, load_trace_reference, pure):
+        profile = load(path).meta.recorded_by_run
+        assert profile is not None
+        read = [(u.wall_ns, u.cpu_ns, u.cpu_wait_ns, u.load_1m) for u in profile.step_usage]
+        assert read == expected, load
+        assert str(read[-1][3]) == "0.0"  # -0.0 written as 0.0
+        profile = load(many).meta.recorded_by_run
+        assert profile is not None and len(profile.step_usage) == 1000

@@ -241,3 +241,23 @@ def test_a_stored_timeline_holds_no_more_blocks_than_an_analysis_draws() -> None
     device["blocks"] = [device["blocks"][0]] * 2001
     with pytest.raises(TraceFormatError, match=r"blocks is a list, not a list of at most 2,000"):
         Result.from_json(json.dumps(document))
+
+
+def test_a_stored_step_usage_is_read_under_its_checks(tmp_path: Path) -> None:
+    """A stored result's step usage (``trace.step_usage``, ``run.step_usage``) is what the diff's
+    starved reading weighs: a negative time or more steps than ``run`` writes is refused in one
+    line, as any other edited figure; what ``run`` writes reads back equal."""
+    live = _analyze(tmp_path, "analyze", str(GP100), "--no-html", "--json", "gp.json")
+    assert live.returncode == 0, live.stderr
+    document = json.loads((tmp_path / "gp.json").read_text())
+    document["trace"]["step_usage"] = [[1500.0, 600.0, 30.5, 2.0], [1400.0, 500.0, None, None]]
+    result = Result.from_json(json.dumps(document))
+    assert [(u.wall_ns, u.cpu_ns, u.cpu_wait_ns, u.load_1m) for u in result.trace.step_usage] == [
+        (1_500_000, 600_000, 30_500, 2.0),
+        (1_400_000, 500_000, None, None),
+    ]
+    for edited in ([[-1.0, 600.0, 30.5, 2.0]], [[1500.0, -600.0, None, None]], [[1.0, 1.0, 1.0, 1.0]] * 1001):
+        document["trace"]["step_usage"] = edited
+        with pytest.raises(traceinsight.errors.TraceFormatError) as refused:
+            Result.from_json(json.dumps(document))
+        assert "trace.step_usage" in str(refused.value) and "\n" not in str(refused.value)

@@ -38,7 +38,7 @@ from traceinsight.errors import TraceInsightError
 from traceinsight.job.rank import RankTask, analyze_rank
 from traceinsight.results.job import RankResult
 
-__all__ = ["PARENT_CHECK_S", "WorkerTraceback", "Workers", "serve"]
+__all__ = ["PARENT_CHECK_S", "WorkerError", "WorkerTraceback", "Workers", "serve"]
 
 #: How often a worker looks whether the process that started it is still there.
 PARENT_CHECK_S: Final = 0.5
@@ -153,6 +153,24 @@ class Workers:
         self.close()
 
 
+class WorkerError(Exception):
+    """A bug in a worker whose own error could not cross back (it does not pickle, or does not
+    rebuild from its pickle): its words."""
+
+
+def _crossable(answer: tuple[object, ...]) -> tuple[object, ...]:
+    """An error's answer ``(False, error, traceback)`` as the process that asked can read it back:
+    an error that does not pickle, or does not rebuild from its pickle (an ``__init__`` taking other
+    arguments than it gave ``Exception``), sent as its words, a bug's still with its traceback."""
+    _, error, text = answer
+    try:
+        pickle.loads(pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL))
+        return answer
+    except Exception as failure:
+        words = f"{type(error).__name__}: {error} (sent back as words: {type(failure).__name__})"
+        return (False, WorkerError(words) if text else TraceInsightError(words), text)
+
+
 class WorkerTraceback(Exception):
     """Where a worker's error happened: its traceback there, as text (the cause of the error raised
     again here, shown under ``TRACEINSIGHT_DEBUG=1``)."""
@@ -175,8 +193,14 @@ def serve(parent: int, answers_fd: int) -> None:
             answer = (False, error, "")
         except Exception as error:  # a bug: raised again where the task came from, with its traceback
             answer = (False, error, traceback.format_exc())
-        try:
-            _send(answers, answer)
-        except (pickle.PicklingError, TypeError, AttributeError) as error:  # an error that does not pickle
-            failed = TraceInsightError(f"{type(answer[1]).__name__}: {answer[1]} ({error})")
-            _send(answers, (False, failed, answer[2]))
+        if answer[0]:
+            try:
+                _send(answers, answer)  # (pickled whole before a byte is written)
+                continue
+            except Exception as error:  # a result that does not pickle: a bug
+                answer = (
+                    False,
+                    WorkerError(f"the rank's result cannot be sent back: {error}"),
+                    traceback.format_exc(),
+                )
+        _send(answers, _crossable(answer))

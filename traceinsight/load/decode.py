@@ -197,15 +197,12 @@ def scalar(value: Any) -> Scalar:
 
 def _run_value(run: dict[str, Any], key: str) -> Any:
     """One field of the run record: a scalar, or for ``unprofiledStepsNs`` a list of scalars (at
-    most 64: ``run`` writes 8), for ``stepUsage`` a list of lists of scalars (at most 1,000, as
-    ``run`` writes, of at most 4)."""
+    most 64: ``run`` writes 8), for ``stepUsage`` the value as it is (checked where read)."""
     value = run.get(key)
     if key == "unprofiledStepsNs" and isinstance(value, list):
         return [scalar(item) for item in value[:64]]
-    if key == "stepUsage" and isinstance(value, list):  # at most as many as ``run`` writes
-        return [
-            [scalar(part) for part in item[:4]] if isinstance(item, list) else None for item in value[:1000]
-        ]
+    if key == "stepUsage":  # checked where read (:func:`.tables.trace_for`), by both loaders alike
+        return value
     return scalar(value)
 
 

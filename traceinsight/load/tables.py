@@ -59,18 +59,22 @@ _AMD_ARCHITECTURES: Final[dict[str, str]] = {
 }
 
 
+#: A stored result's time is read as a duration: 0 to 10^15 µs (:mod:`traceinsight.results.codec`).
+_DURATION: Final = {"check": "duration"}
+
+
 class StepUsage(Model, frozen=True):
     """One step ``traceinsight run`` recorded, as the process lived it: what the trace cannot say
     (wall far above the process's CPU time, with the thread waiting for a CPU, is a step starved of
     CPU). In a result's JSON ``run.step_usage[]``: ``[wall_us, cpu_us, cpu_wait_us, load_1m]``."""
 
     JSON_ARRAY: ClassVar[bool] = True
-    wall_ns: int
+    wall_ns: int = field(metadata=_DURATION)
     #: The process's CPU time (every thread, user + system) during the step.
-    cpu_ns: int
+    cpu_ns: int = field(metadata=_DURATION)
     #: Time the stepping thread waited in the run queue for a CPU (Linux
     #: ``/proc/thread-self/schedstat``); None where not measured.
-    cpu_wait_ns: int | None
+    cpu_wait_ns: int | None = field(metadata=_DURATION)
     #: The machine's 1-minute load average at the step's end (None where not measured).
     load_1m: float | None
 
@@ -428,22 +432,30 @@ def _run_profile(document: TraceDocument) -> RunProfile | None:
     )
 
 
+#: Steps of a run record's ``stepUsage`` read (``run`` writes at most as many).
+STEP_USAGE_READ: Final = 1_000
+_MAX_NS: Final = 1 << 62
+
+
 def _step_usage(value: object) -> tuple[StepUsage, ...]:
-    """A run record's ``stepUsage``: the entries that are a step as :class:`StepUsage` holds it (a
-    wall time above 0, a CPU time and a wait of at least 0 ns, a load of at least 0; the wait and
-    the load may be null); anything else is left out."""
+    """A run record's ``stepUsage`` (the file's value as parsed, by either loader): of its first
+    :data:`STEP_USAGE_READ` entries, those that are a step as :class:`StepUsage` holds it, the
+    first four items of a list (a later field may follow): a wall time above 0, a CPU time of at
+    least 0 and a wait from 0 to the wall time, in integer ns, a finite load of at least 0; the
+    wait and the load may be null. Anything else (a boolean, a string, a float time, a list
+    inside) is left out."""
     if not isinstance(value, list):
         return ()
     usage = []
-    for item in value:
-        if not isinstance(item, list) or len(item) != 4:
+    for item in value[:STEP_USAGE_READ]:
+        if not isinstance(item, list) or len(item) < 4:
             continue
-        wall, cpu, waited, load = item
-        if not (isinstance(wall, int) and isinstance(cpu, int) and wall > 0 and 0 <= cpu < 1 << 62):
+        wall, cpu, waited, load = item[:4]
+        if type(wall) is not int or type(cpu) is not int or not (0 < wall < _MAX_NS and 0 <= cpu < _MAX_NS):
             continue
-        if waited is not None and not (isinstance(waited, int) and 0 <= waited < 1 << 62):
+        if waited is not None and (type(waited) is not int or not 0 <= waited <= wall):
             continue
-        if load is not None and not (isinstance(load, int | float) and 0 <= load < 1e6):
+        if load is not None and (type(load) not in (int, float) or not 0 <= load < 1e6):
             continue
-        usage.append(StepUsage(min(wall, 1 << 62), cpu, waited, None if load is None else float(load)))
+        usage.append(StepUsage(wall, cpu, waited, None if load is None else float(load) + 0.0))  # -0.0: 0.0
     return tuple(usage)

@@ -43,8 +43,9 @@ class RunContext(Model, frozen=True):
     """True when :attr:`script` is a module name (``traceinsight run -m``). Not written."""
     cores: int | None = None
     """CPUs the machine had (``os.cpu_count()``; schema 3)."""
-    step_usage: tuple[StepUsage, ...] = ()
-    """Each recorded step as the process lived it (schema 3): what tells a step starved of CPU."""
+    step_usage: tuple[StepUsage, ...] = field(default=(), metadata={"most": 10_000})
+    """Each recorded step as the process lived it (schema 3; at most 10,000, what ``run`` keeps):
+    what tells a step starved of CPU."""
     after_window_ns: tuple[int, ...] = field(default=(), compare=False, metadata={"local": True})
     """Wall time of each step that ran unrecorded after the window, in order (the first one also
     wrote the trace): the baseline of the ``recording-cost`` warning, which the trace file cannot

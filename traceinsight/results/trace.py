@@ -152,7 +152,7 @@ class TraceInfo(Model, frozen=True, kw_only=True):
     #: Each recorded step as the process lived it, from the trace's own record (a trace ``run``
     #: wrote; its first 1,000 steps): what lets a diff of traces alone tell a run starved of CPU.
     #: Empty for other traces. (A ``run`` result's ``run.step_usage`` holds every step.)
-    step_usage: tuple[StepUsage, ...] = ()
+    step_usage: tuple[StepUsage, ...] = field(default=(), metadata={"most": 1_000})
 
 
 class Window(Model, frozen=True):
