@@ -87,6 +87,11 @@ class SourceRoot(Model, frozen=True):
     """How the terminal names ``folder`` (None: as it is): ``traceinsight run`` gives the script's
     project as the user would type it, not as an absolute path."""
 
+    @property
+    def written(self) -> tuple[str, Path]:
+        """The summary's line for the page's code excerpts: where they were read from."""
+        return f"code excerpts ({self.origin})", Path(self.shown or self.folder)
+
 
 def source_root(
     option: Path | None, config: ProjectConfig, trace_folders: Sequence[Path] = ()

@@ -259,9 +259,7 @@ def analyze_and_write(
                         head_start=head_start, source_root=folder)  # fmt: skip
     written, to_stdout = write(result, planned, source_root=folder)
     if planned.page is not None and source_root is not None:
-        written.append(
-            (f"code excerpts ({source_root.origin})", Path(source_root.shown or source_root.folder))
-        )
+        written.append(source_root.written)
     show(result, written, console=console, to_stderr=to_stdout, top=top)
     return result
 
@@ -310,9 +308,7 @@ def rendered_again(
         page_label="page" if isinstance(stored, (Comparison, JobComparison)) else "report",
     )
     if planned.page is not None and source_root is not None and isinstance(stored, Result):
-        written.append(
-            (f"code excerpts ({source_root.origin})", Path(source_root.shown or source_root.folder))
-        )
+        written.append(source_root.written)
     show(stored, written, to_stderr=to_stdout, top=max(top, 10) if isinstance(stored, JobResult) else top)
     work_done()
     status = (

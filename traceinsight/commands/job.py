@@ -135,9 +135,7 @@ def analyze_job_and_write(
     if per_rank is not None:
         written.append(("each rank's report", per_rank))
         if source_root is not None:
-            written.append(
-                (f"code excerpts ({source_root.origin})", Path(source_root.shown or source_root.folder))
-            )
+            written.append(source_root.written)
     show(result, written, console=console, to_stderr=to_stdout, top=top)
     return result
 
