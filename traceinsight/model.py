@@ -29,7 +29,21 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import msgspec
 from msgspec import NODEFAULT
 
-__all__ = ["Field", "Model", "ModelMeta", "as_dict", "field", "fields_of", "replace"]
+__all__ = [
+    "CODE",
+    "COUNT",
+    "DURATION",
+    "ID",
+    "LOCAL",
+    "SHARE",
+    "Field",
+    "Model",
+    "ModelMeta",
+    "as_dict",
+    "field",
+    "fields_of",
+    "replace",
+]
 
 if TYPE_CHECKING:  # what tells a type checker that ``field`` is a field's declaration (PEP 681)
     from typing_extensions import dataclass_transform
@@ -40,6 +54,16 @@ else:
 
 
 _M = TypeVar("_M", bound="Model")
+
+#: The codec's checks on a stored value (see :mod:`traceinsight.results.codec`): a share 0 to 1,
+#: a duration 0 to 10^15 µs, a count (an integer ≥ 0), an id (lowercase words), code (newlines kept).
+SHARE: Final = {"check": "share"}
+DURATION: Final = {"check": "duration"}
+COUNT: Final = {"check": "count"}
+ID: Final = {"check": "id"}
+CODE: Final = {"check": "code"}
+#: Not part of the JSON: what a live analysis knows beside it.
+LOCAL: Final = {"local": True}
 #: What the codec reads of a field (``check``, ``key``, ``local`` …: :mod:`traceinsight.results.codec`).
 Metadata = Mapping[str, Any]
 _NO_METADATA: Final[Metadata] = MappingProxyType({})

@@ -11,21 +11,13 @@ analysis knows (never written; a stored result holds the field's default, and eq
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
-from traceinsight.model import Model, field, fields_of
+from traceinsight.model import CODE, COUNT, DURATION, ID, LOCAL, SHARE, Model, field, fields_of
+
+__all__ = ["CODE", "COUNT", "DURATION", "ID", "LOCAL", "SHARE", "from_columns", "share_of"]
 
 _Record = TypeVar("_Record")
-
-#: The codec's checks on a stored value (see :mod:`traceinsight.results.codec`): a share 0 to 1,
-#: a duration 0 to 10^15 µs, a count (an integer ≥ 0), an id (lowercase words), code (newlines kept).
-SHARE: Final = {"check": "share"}
-DURATION: Final = {"check": "duration"}
-COUNT: Final = {"check": "count"}
-ID: Final = {"check": "id"}
-CODE: Final = {"check": "code"}
-#: Not part of the JSON: what a live analysis knows beside it.
-LOCAL: Final = {"local": True}
 
 
 def share_of(value: float | None) -> float | None:

@@ -53,7 +53,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -71,7 +71,7 @@ from traceinsight.capture.quiet import KinetoLinesDropped
 from traceinsight.capture.settings import ProfileSettings, Stacks
 from traceinsight.capture.steps import StepMarker, activate_marker, deactivate_marker
 from traceinsight.errors import CaptureError
-from traceinsight.load.tables import StepUsage
+from traceinsight.load.tables import STEP_USAGE_KEPT, StepUsage
 from traceinsight.model import Model, field
 
 if TYPE_CHECKING:
@@ -698,7 +698,7 @@ class TraceRecorder:
         if self._window_usage:  # what lets a diff of traces alone tell a run starved of CPU
             record["stepUsage"] = [
                 [usage.wall_ns, usage.cpu_ns, usage.cpu_wait_ns, usage.load_1m]
-                for usage in self._window_usage[:STEP_USAGE_WRITTEN]
+                for usage in self._window_usage[:STEP_USAGE_KEPT]  # ~40 bytes each
             ]
         return record
 
@@ -760,8 +760,6 @@ class TraceRecorder:
 _BASELINE_STEPS = 8
 #: Steps of a window whose CPU time and load are kept (a result holds at most this many).
 _USAGE_KEPT = 10_000
-#: Steps whose usage the trace's record holds (``stepUsage``, ~40 bytes each): its first ones.
-STEP_USAGE_WRITTEN: Final = 1_000
 
 
 def _gib(size: int) -> str:

@@ -19,7 +19,7 @@ from traceinsight.load import schema, taxonomy
 from traceinsight.load.coerce import as_int, as_version
 from traceinsight.load.decode import TraceDocument
 from traceinsight.load.text import clean_text, clean_texts
-from traceinsight.model import Model, field, replace
+from traceinsight.model import DURATION, Model, field, replace
 
 
 class Device(Model, frozen=True):
@@ -59,22 +59,18 @@ _AMD_ARCHITECTURES: Final[dict[str, str]] = {
 }
 
 
-#: A stored result's time is read as a duration: 0 to 10^15 µs (:mod:`traceinsight.results.codec`).
-_DURATION: Final = {"check": "duration"}
-
-
 class StepUsage(Model, frozen=True):
     """One step ``traceinsight run`` recorded, as the process lived it: what the trace cannot say
     (wall far above the process's CPU time, with the thread waiting for a CPU, is a step starved of
     CPU). In a result's JSON ``run.step_usage[]``: ``[wall_us, cpu_us, cpu_wait_us, load_1m]``."""
 
     JSON_ARRAY: ClassVar[bool] = True
-    wall_ns: int = field(metadata=_DURATION)
+    wall_ns: int = field(metadata=DURATION)
     #: The process's CPU time (every thread, user + system) during the step.
-    cpu_ns: int = field(metadata=_DURATION)
+    cpu_ns: int = field(metadata=DURATION)
     #: Time the stepping thread waited in the run queue for a CPU (Linux
     #: ``/proc/thread-self/schedstat``); None where not measured.
-    cpu_wait_ns: int | None = field(metadata=_DURATION)
+    cpu_wait_ns: int | None = field(metadata=DURATION)
     #: The machine's 1-minute load average at the step's end (None where not measured).
     load_1m: float | None
 
@@ -432,14 +428,14 @@ def _run_profile(document: TraceDocument) -> RunProfile | None:
     )
 
 
-#: Steps of a run record's ``stepUsage`` read (``run`` writes at most as many).
-STEP_USAGE_READ: Final = 1_000
+#: Steps of a run record's ``stepUsage`` ``run`` writes and a trace's reader reads (the first ones).
+STEP_USAGE_KEPT: Final = 1_000
 _MAX_NS: Final = 1 << 62
 
 
 def _step_usage(value: object) -> tuple[StepUsage, ...]:
     """A run record's ``stepUsage`` (the file's value as parsed, by either loader): of its first
-    :data:`STEP_USAGE_READ` entries, those that are a step as :class:`StepUsage` holds it, the
+    :data:`STEP_USAGE_KEPT` entries, those that are a step as :class:`StepUsage` holds it, the
     first four items of a list (a later field may follow): a wall time above 0, a CPU time of at
     least 0 and a wait from 0 to the wall time, in integer ns, a finite load of at least 0; the
     wait and the load may be null. Anything else (a boolean, a string, a float time, a list
@@ -447,7 +443,7 @@ def _step_usage(value: object) -> tuple[StepUsage, ...]:
     if not isinstance(value, list):
         return ()
     usage = []
-    for item in value[:STEP_USAGE_READ]:
+    for item in value[:STEP_USAGE_KEPT]:
         if not isinstance(item, list) or len(item) < 4:
             continue
         wall, cpu, waited, load = item[:4]

@@ -58,8 +58,8 @@ from traceinsight.analysis.results import (
 from traceinsight.analysis.timeline import Timeline
 from traceinsight.analysis.usage import Usage
 from traceinsight.analysis.validity import TraceWarning
+from traceinsight.load.tables import STEP_USAGE_KEPT, StepUsage
 from traceinsight.load.tables import Device as GpuProperties
-from traceinsight.load.tables import StepUsage
 from traceinsight.load.taxonomy import ForeignAccelerator
 from traceinsight.model import Model, field, replace
 from traceinsight.results.frames import result_frames
@@ -152,7 +152,7 @@ class TraceInfo(Model, frozen=True, kw_only=True):
     #: Each recorded step as the process lived it, from the trace's own record (a trace ``run``
     #: wrote; its first 1,000 steps): what lets a diff of traces alone tell a run starved of CPU.
     #: Empty for other traces. (A ``run`` result's ``run.step_usage`` holds every step.)
-    step_usage: tuple[StepUsage, ...] = field(default=(), metadata={"most": 1_000})
+    step_usage: tuple[StepUsage, ...] = field(default=(), metadata={"most": STEP_USAGE_KEPT})
 
 
 class Window(Model, frozen=True):
